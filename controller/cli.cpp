@@ -1,0 +1,124 @@
+#include "controller/cli.hpp"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "controller/demo.hpp"
+#include "protocol/codec.hpp"
+#include "protocol/error.hpp"
+
+namespace tracr::controller {
+
+namespace {
+
+void usage() {
+  std::puts(
+      "usage: tracrctl <command> [options]\n"
+      "\n"
+      "commands:\n"
+      "  demo [--quick] [--reps N] [--csv FILE] [--agent PATH]\n"
+      "        start tracr-agent SERVER processes on loopback, send real tensors\n"
+      "        under each codec and cipher, print the measured table beside raw ZeroMQ\n"
+      "  bench protocol [same options as demo]\n"
+      "        the demo with more repetitions (the protocol benchmark)\n"
+      "  codecs            list the codecs this build supports\n"
+      "  version           print versions\n");
+}
+
+std::vector<size_t> parse_sizes(const std::string& s) {
+  std::vector<size_t> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    auto comma = s.find(',', pos);
+    out.push_back(std::stoull(s.substr(pos, comma - pos)));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+int cmd_demo(const std::vector<std::string>& args, bool bench) {
+  DemoOptions o;
+  if (bench) {
+    o.warmup = 50;
+    o.reps = 500;
+    o.stream_frames = 400;
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw Fatal(make_error(Errc::invalid_argument, a + " needs a value"));
+      return args[++i];
+    };
+    if (a == "--quick") {
+      o.warmup = 3;
+      o.reps = 20;
+      o.stream_frames = 20;
+    } else if (a == "--reps") o.reps = std::stoi(next());
+    else if (a == "--csv") o.csv_path = next();
+    else if (a == "--agent") o.agent_path = next();
+    else if (a == "--sizes") o.sizes = parse_sizes(next());
+    else if (a == "--chunk") o.chunk_bytes = std::stoull(next());
+    else if (a == "--window") o.window = std::stoi(next());
+    else if (a == "--configs") {
+      o.configs.clear();
+      std::string s = next();
+      size_t pos = 0;
+      while (pos <= s.size()) {
+        auto c = s.find(',', pos);
+        o.configs.push_back(s.substr(pos, c - pos));
+        if (c == std::string::npos) break;
+        pos = c + 1;
+      }
+    } else throw Fatal(make_error(Errc::invalid_argument, "demo: unknown option '" + a + "'"));
+  }
+  for (const auto& c : o.configs) {
+    auto spec = protocol::CodecSpec::parse(c.substr(0, c.find('/')));
+    if (!spec) throw Fatal(spec.error());
+  }
+  return run_demo(o);
+}
+
+}  // namespace
+
+int tracrctl_main(int argc, char** argv) {
+  try {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+      usage();
+      return args.empty() ? 2 : 0;
+    }
+    const std::string cmd = args[0];
+    std::vector<std::string> rest(args.begin() + 1, args.end());
+    if (cmd == "demo") return cmd_demo(rest, false);
+    if (cmd == "bench") {
+      if (rest.empty() || rest[0] != "protocol") {
+        std::fputs("tracrctl bench: expected 'protocol'\n", stderr);
+        return 2;
+      }
+      return cmd_demo(std::vector<std::string>(rest.begin() + 1, rest.end()), true);
+    }
+    if (cmd == "codecs") {
+      for (const auto& c : protocol::list_codecs()) std::puts(c.c_str());
+      return 0;
+    }
+    if (cmd == "version") {
+      std::puts("tracrctl 0.1.0, tensor-frame protocol 1");
+      return 0;
+    }
+    fmt::print(stderr, "tracrctl: unknown command '{}'\n", cmd);
+    usage();
+    return 2;
+  } catch (const Fatal& f) {
+    fmt::print(stderr, "tracrctl: {}\n", f.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "tracrctl: {}\n", e.what());
+    return 3;
+  }
+}
+
+}  // namespace tracr::controller

@@ -1,0 +1,263 @@
+#include "controller/demo.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "controller/process.hpp"
+#include "protocol/channel.hpp"
+
+namespace tracr::controller {
+
+using namespace tracr::protocol;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
+struct Percentiles {
+  double median = 0, p95 = 0;
+};
+Percentiles percentiles(std::vector<double> v) {
+  Percentiles p;
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  p.median = v[v.size() / 2];
+  p.p95 = v[std::min(v.size() - 1, static_cast<size_t>(std::ceil(0.95 * v.size())) - 1)];
+  return p;
+}
+
+// Post-ReLU float32 activations: N(0,1) with negatives set to zero.
+Tensor make_activations(size_t bytes, uint32_t seed) {
+  const int64_t n = static_cast<int64_t>(bytes / 4);
+  // Real layer shapes where the size is one of the reference activations.
+  std::vector<int64_t> shape = {1, n};
+  if (bytes == 36864) shape = {1, 256, 6, 6};           // AlexNet pool5
+  else if (bytes == 774400) shape = {1, 64, 55, 55};    // AlexNet conv1
+  else if (bytes == 3211264) shape = {1, 64, 112, 112}; // ResNet stem
+  Tensor t = Tensor::allocate("act", DType::float32, shape);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto* f = reinterpret_cast<float*>(t.mutable_data());
+  for (int64_t i = 0; i < n; ++i) f[i] = std::max(0.f, nd(rng));
+  return t;
+}
+
+struct Agent {
+  ChildProcess proc;
+  std::string endpoint, raw_endpoint;
+};
+
+Result<Agent> start_agent(const std::string& path, bool encrypt, const std::string& secret_hex) {
+  std::vector<std::string> argv = {path, "--role", "SERVER", "--bind", "tcp://127.0.0.1:0",
+                                   "--raw-bind", "tcp://127.0.0.1:0"};
+  if (!encrypt) argv.push_back("--no-encrypt");
+  auto p = ChildProcess::spawn(argv);
+  if (!p) return std::move(p.error());
+  Agent a;
+  a.proc = std::move(*p);
+  // The secret goes over the pipe, never on the command line. An unencrypted
+  // agent still gets a line so both start the same way.
+  TRACR_TRY(a.proc.write_stdin((encrypt ? secret_hex : std::string("none")) + "\n"));
+  auto line = a.proc.read_line(10000);
+  if (!line) return make_error(line.error().code, "tracr-agent did not report READY: " + line.error().message);
+  char ep[512] = {0}, raw[512] = {0};
+  if (std::sscanf(line->c_str(), "READY %511s raw %511s", ep, raw) != 2)
+    return make_error(Errc::remote, "unexpected line from tracr-agent: '" + *line + "'");
+  a.endpoint = ep;
+  a.raw_endpoint = raw;
+  return a;
+}
+
+struct Row {
+  size_t bytes = 0;
+  std::string config;
+  Percentiles rtt;
+  double raw_rtt = 0;
+  uint64_t wire = 0;
+  double stream_mbs = 0, raw_stream_mbs = 0;
+  double max_err = 0;
+  std::string check;
+};
+
+// Raw ZeroMQ: DEALER sends `n` bytes (copied into a message, as a frame's
+// bytes would be), ROUTER answers 8 bytes.
+std::pair<double, double> raw_zmq(zmq::context_t& ctx, const std::string& ep, const Tensor& t,
+                                  const DemoOptions& o) {
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(ep);
+  auto once = [&] {
+    s.send(zmq::message_t(t.data, t.nbytes), zmq::send_flags::none);
+    zmq::message_t ack;
+    (void)s.recv(ack);
+  };
+  for (int i = 0; i < o.warmup; ++i) once();
+  std::vector<double> v;
+  for (int i = 0; i < o.reps; ++i) {
+    auto t0 = Clock::now();
+    once();
+    v.push_back(us_since(t0));
+  }
+  // Stream with the same window as the framed run.
+  auto t0 = Clock::now();
+  int sent = 0, got = 0;
+  while (got < o.stream_frames) {
+    while (sent < o.stream_frames && sent - got < o.window) {
+      s.send(zmq::message_t(t.data, t.nbytes), zmq::send_flags::none);
+      ++sent;
+    }
+    zmq::message_t ack;
+    (void)s.recv(ack);
+    ++got;
+  }
+  double secs = us_since(t0) / 1e6;
+  return {percentiles(v).median, static_cast<double>(t.nbytes) * o.stream_frames / secs / 1e6};
+}
+
+Result<Row> framed(Client& c, const Tensor& t, const std::string& codec_text, const DemoOptions& o) {
+  Row r;
+  SendOptions so;
+  auto spec = CodecSpec::parse(codec_text);
+  if (!spec) return std::move(spec.error());
+  so.codec = *spec;
+  so.chunk_bytes = o.chunk_bytes;
+  so.segment_bytes = o.chunk_bytes;
+  Bundle b{t};
+  // Correctness first: the server echoes what it decoded.
+  {
+    FrameStats fs;
+    TRACR_TRY(c.send_with(so, MsgType::infer_request, 0, b, {{"echo", int64_t{1}}}, &fs));
+    auto res = c.recv(10000);
+    if (!res) return std::move(res.error());
+    if (res->tensors.size() != 1 || res->tensors[0].nbytes != t.nbytes)
+      return make_error(Errc::size_mismatch, "echo returned a different bundle");
+    r.wire = fs.payload_bytes;
+    const auto* a = reinterpret_cast<const float*>(t.data);
+    const auto* e = reinterpret_cast<const float*>(res->tensors[0].data);
+    double m = 0;
+    for (size_t i = 0; i < t.nbytes / 4; ++i) m = std::max(m, static_cast<double>(std::fabs(a[i] - e[i])));
+    r.max_err = m;
+    const bool lossless = spec->lossy == Lossy::none;
+    r.check = lossless ? (std::memcmp(t.data, e, t.nbytes) == 0 ? "exact" : "MISMATCH") : "lossy";
+    if (lossless && r.check != "exact") return make_error(Errc::internal, "lossless codec changed the bytes");
+  }
+  auto once = [&]() -> Status {
+    TRACR_TRY(c.send_with(so, MsgType::infer_request, 0, b));
+    auto res = c.recv(10000);
+    if (!res) return std::move(res.error());
+    return {};
+  };
+  for (int i = 0; i < o.warmup; ++i) TRACR_TRY(once());
+  std::vector<double> v;
+  for (int i = 0; i < o.reps; ++i) {
+    auto t0 = Clock::now();
+    TRACR_TRY(once());
+    v.push_back(us_since(t0));
+  }
+  r.rtt = percentiles(v);
+  auto t0 = Clock::now();
+  int sent = 0, got = 0;
+  while (got < o.stream_frames) {
+    while (sent < o.stream_frames && sent - got < o.window) {
+      TRACR_TRY(c.send_with(so, MsgType::infer_request, 0, b));
+      ++sent;
+    }
+    auto res = c.recv(10000);
+    if (!res) return std::move(res.error());
+    ++got;
+  }
+  r.stream_mbs = static_cast<double>(t.nbytes) * o.stream_frames / (us_since(t0) / 1e6) / 1e6;
+  return r;
+}
+
+}  // namespace
+
+int run_demo(const DemoOptions& o) {
+  std::string agent = o.agent_path.empty() ? self_dir() + "/tracr-agent" : o.agent_path;
+  if (access(agent.c_str(), X_OK) != 0) {
+    fmt::print(stderr, "tracrctl: cannot find tracr-agent at {} (pass --agent PATH)\n", agent);
+    return 2;
+  }
+  std::vector<uint8_t> secret(32);
+  if (!random_bytes(secret.data(), secret.size())) return 3;
+  const std::string secret_hex = to_hex(secret.data(), secret.size());
+  auto enc_agent = start_agent(agent, true, secret_hex);
+  auto plain_agent = start_agent(agent, false, "");
+  if (!enc_agent || !plain_agent) {
+    fmt::print(stderr, "tracrctl: {}\n", (!enc_agent ? enc_agent.error() : plain_agent.error()).str());
+    return 1;
+  }
+  zmq::context_t ctx(1);
+  auto connect = [&](bool encrypt) {
+    ChannelOptions co;
+    co.security.encrypt = encrypt;
+    co.security.secret = secret;
+    return Client::connect(ctx, encrypt ? enc_agent->endpoint : plain_agent->endpoint, co);
+  };
+  auto enc = connect(true);
+  auto plain = connect(false);
+  if (!enc || !plain) {
+    fmt::print(stderr, "tracrctl: {}\n", (!enc ? enc.error() : plain.error()).str());
+    return 1;
+  }
+  fmt::print("tracr protocol demo: tracr-agent SERVER pid {} (aes-256-gcm, x25519) and pid {} (plain) "
+             "on loopback TCP\n",
+             enc_agent->proc.pid(), plain_agent->proc.pid());
+  fmt::print("round trip = request frame with the tensor, reply frame with the server's measurements; "
+             "{} warm-up + {} timed; stream = {} frames, {} in flight\n\n",
+             o.warmup, o.reps, o.stream_frames, o.window);
+  std::vector<Row> rows;
+  fmt::print("{:>9} {:<28} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>8}\n", "bytes", "codec/cipher",
+             "rtt_us", "p95_us", "raw_us", "x_raw", "wire_B", "MB/s", "raw_MB/s", "x_raw", "max_err", "check");
+  int rc = 0;
+  for (size_t bytes : o.sizes) {
+    Tensor t = make_activations(bytes, static_cast<uint32_t>(bytes));
+    auto [raw_rtt, raw_mbs] = raw_zmq(ctx, enc_agent->raw_endpoint, t, o);
+    for (const auto& cfg : o.configs) {
+      auto slash = cfg.find('/');
+      std::string codec = cfg.substr(0, slash);
+      bool aes = slash != std::string::npos && cfg.substr(slash + 1) == "aes";
+      auto r = framed(aes ? **enc : **plain, t, codec, o);
+      if (!r) {
+        fmt::print(stderr, "tracrctl: {} at {} bytes: {}\n", cfg, bytes, r.error().str());
+        rc = 1;
+        continue;
+      }
+      r->bytes = bytes;
+      r->config = cfg;
+      r->raw_rtt = raw_rtt;
+      r->raw_stream_mbs = raw_mbs;
+      fmt::print("{:>9} {:<28} {:>9.1f} {:>9.1f} {:>9.1f} {:>6.2f} {:>9} {:>9.0f} {:>9.0f} {:>6.2f} {:>9.2g} {:>8}\n",
+                 bytes, cfg, r->rtt.median, r->rtt.p95, raw_rtt, r->rtt.median / raw_rtt, r->wire,
+                 r->stream_mbs, raw_mbs, r->stream_mbs / raw_mbs, r->max_err, r->check);
+      rows.push_back(*r);
+    }
+  }
+  fmt::print("\nx_raw: framed / raw ZeroMQ (round trip: lower is better; stream: higher is better). "
+             "rejected frames: client {} ; MB/s counts raw tensor bytes.\n",
+             (*enc)->rejected().total() + (*plain)->rejected().total());
+  if (!o.csv_path.empty()) {
+    std::ofstream f(o.csv_path);
+    f << "bytes,config,rtt_median_us,rtt_p95_us,raw_rtt_us,rtt_ratio,wire_bytes,stream_MBps,raw_stream_MBps,max_abs_err\n";
+    for (const auto& r : rows)
+      f << fmt::format("{},{},{:.2f},{:.2f},{:.2f},{:.3f},{},{:.1f},{:.1f},{:.3g}\n", r.bytes, r.config, r.rtt.median,
+                       r.rtt.p95, r.raw_rtt, r.rtt.median / r.raw_rtt, r.wire, r.stream_mbs, r.raw_stream_mbs,
+                       r.max_err);
+  }
+  enc_agent->proc.stop();
+  plain_agent->proc.stop();
+  return rc;
+}
+
+}  // namespace tracr::controller

@@ -1,0 +1,143 @@
+#include "controller/process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+extern char** environ;
+
+namespace tracr::controller {
+
+Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& argv, const std::string& stderr_path) {
+  int inp[2], outp[2];
+  if (pipe2(inp, O_CLOEXEC) != 0 || pipe2(outp, O_CLOEXEC) != 0)
+    return make_error(Errc::io, std::string("pipe: ") + std::strerror(errno));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, inp[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
+  if (!stderr_path.empty())
+    posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(inp[0]);
+  ::close(outp[1]);
+  if (rc != 0) {
+    ::close(inp[1]);
+    ::close(outp[0]);
+    return make_error(Errc::io, "cannot start " + argv[0] + ": " + std::strerror(rc));
+  }
+  ChildProcess c;
+  c.pid_ = pid;
+  c.in_ = inp[1];
+  c.out_ = outp[0];
+  return c;
+}
+
+ChildProcess::ChildProcess(ChildProcess&& o) noexcept { *this = std::move(o); }
+ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
+  std::swap(pid_, o.pid_);
+  std::swap(in_, o.in_);
+  std::swap(out_, o.out_);
+  std::swap(buf_, o.buf_);
+  std::swap(status_, o.status_);
+  return *this;
+}
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0) stop(1000);
+  if (out_ >= 0) ::close(out_);
+}
+
+Status ChildProcess::write_stdin(const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(in_, s.data() + off, s.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error(Errc::io, std::string("write to child stdin: ") + std::strerror(errno));
+    }
+    off += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+void ChildProcess::close_stdin() {
+  if (in_ >= 0) ::close(in_);
+  in_ = -1;
+}
+
+Result<std::string> ChildProcess::read_line(int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    auto nl = buf_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buf_.substr(0, nl);
+      buf_.erase(0, nl + 1);
+      return line;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return make_error(Errc::timeout, "no line from child within " + std::to_string(timeout_ms) + " ms");
+    pollfd p{out_, POLLIN, 0};
+    int r = ::poll(&p, 1, static_cast<int>(left));
+    if (r < 0 && errno != EINTR) return make_error(Errc::io, std::strerror(errno));
+    if (r <= 0) continue;
+    char tmp[4096];
+    ssize_t n = ::read(out_, tmp, sizeof tmp);
+    if (n == 0) return make_error(Errc::peer_closed, "child closed its output");
+    if (n > 0) buf_.append(tmp, static_cast<size_t>(n));
+  }
+}
+
+bool ChildProcess::running() {
+  if (pid_ <= 0) return false;
+  int st = 0;
+  pid_t r = ::waitpid(pid_, &st, WNOHANG);
+  if (r == pid_) {
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    pid_ = -1;
+    return false;
+  }
+  return true;
+}
+
+int ChildProcess::stop(int grace_ms) {
+  close_stdin();
+  if (pid_ <= 0) return status_;
+  auto wait_for = [&](int ms) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < end) {
+      if (!running()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return !running();
+  };
+  if (wait_for(grace_ms)) return status_;
+  ::kill(pid_, SIGTERM);
+  if (wait_for(1000)) return status_;
+  ::kill(pid_, SIGKILL);
+  wait_for(5000);
+  return status_;
+}
+
+std::string self_dir() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  auto slash = p.rfind('/');
+  return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
+}  // namespace tracr::controller

@@ -1,0 +1,43 @@
+// Child processes with pipes on stdin/stdout (local agents).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "protocol/error.hpp"
+
+namespace tracr::controller {
+
+class ChildProcess {
+ public:
+  // Starts argv[0] with stdin and stdout piped; stderr goes to stderr_path
+  // (inherited when empty).
+  static Result<ChildProcess> spawn(const std::vector<std::string>& argv, const std::string& stderr_path = {});
+  ChildProcess() = default;
+  ChildProcess(ChildProcess&& o) noexcept;
+  ChildProcess& operator=(ChildProcess&& o) noexcept;
+  ~ChildProcess();
+
+  Status write_stdin(const std::string& s);
+  void close_stdin();
+  // One line of stdout without the newline; timeout or peer_closed on EOF.
+  Result<std::string> read_line(int timeout_ms);
+  // Closes stdin, waits up to grace_ms, then SIGTERM, then SIGKILL.
+  // Returns the exit status (128+signal when killed).
+  int stop(int grace_ms = 2000);
+  pid_t pid() const { return pid_; }
+  bool running();
+
+ private:
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1;
+  std::string buf_;
+  int status_ = -1;
+};
+
+// Directory of the running executable.
+std::string self_dir();
+
+}  // namespace tracr::controller

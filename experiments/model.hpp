@@ -1,0 +1,161 @@
+// Splittable models: a network as an ordered list of layers (torchvision leaf
+// modules plus the functional ops between them: add, flatten, upsample, ...)
+// over named tensors. Split k runs layers [0, k) on the participant and
+// [k, N) on the server; the tensors that cross the cut (skip connections and
+// FPN inputs included) travel as a Bundle. k = 0 sends the preprocessed
+// input ("input"), k = N sends the model outputs.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "protocol/error.hpp"
+#include "protocol/tensor.hpp"
+
+namespace tracr::experiments {
+
+// A torch tensor with the name it travels under.
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+};
+// The activations that cross a cut, in the order crossing(k) lists them.
+using Bundle = std::vector<NamedTensor>;
+
+// Name, dtype and shape of a tensor (shapes are at the traced batch of 1;
+// the batch dimension may differ at run time).
+struct TensorSpec {
+  std::string name;
+  protocol::DType dtype = protocol::DType::float32;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;  // numel * element size at the traced shape
+};
+
+// One layer, from the shape-tracing forward at the configured input size
+// with batch 1.
+struct LayerInfo {
+  int index = 0;
+  std::string name;   // torchvision module path, e.g. "layer1.0.conv1"
+  std::string type;   // "Conv2d", "BatchNorm2d", "Add", ...
+  std::vector<std::string> inputs;  // names of the tensors it reads
+  int64_t params = 0;               // parameters owned by the layer
+  int64_t macs = 0;                 // multiply-accumulates (Conv2d, Linear; others 0)
+  std::vector<int64_t> output_shape;
+  int64_t output_bytes = 0;
+};
+
+enum class ModelTask { classification, detection, generic };
+
+// What the detector's raw outputs mean (see postprocess.hpp).
+struct DetectionHeadInfo {
+  std::vector<std::string> outputs;  // output tensor names, one per level
+  std::vector<int64_t> strides;      // stride of each level in input pixels
+  int64_t num_classes = 0;           // channels per location: 4 box + 1 obj + classes
+};
+
+// Options every factory receives.
+struct ModelConfig {
+  // C, H, W of one input sample; empty -> the model's default.
+  std::vector<int64_t> input_shape;
+  int64_t num_classes = 0;   // 0 -> the model's default (1000 for ImageNet models)
+  std::string device = "auto";  // "cpu", "cuda", "cuda:N" or "auto" (cuda when available)
+  std::string weights;       // optional .pth / exported state dict to import
+  uint64_t seed = 0;         // random init seed (used when no weights are given)
+};
+
+class SplitModel;
+// Builds a model's layers; only zoo/ and registry code use this.
+class GraphBuilder;
+
+class SplitModel {
+ public:
+  // Function computing one layer's output from its inputs.
+  using LayerFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+
+  ~SplitModel();
+  SplitModel(const SplitModel&) = delete;
+  SplitModel& operator=(const SplitModel&) = delete;
+
+  const std::string& name() const { return name_; }
+  ModelTask task() const { return task_; }
+  // Number of layers N; valid splits are 0..N.
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  const std::vector<LayerInfo>& layers() const { return layers_; }
+  // C, H, W the model was traced at.
+  const std::vector<int64_t>& input_shape() const { return input_shape_; }
+  const std::vector<std::string>& output_names() const { return output_names_; }
+  const std::optional<DetectionHeadInfo>& detection_head() const { return detection_; }
+  int64_t num_params() const;
+
+  // The tensors that cross split k (0 <= k <= N): produced by a layer before
+  // k (or the input) and read by a layer at or after k (or a model output).
+  // k out of range -> empty.
+  std::vector<TensorSpec> crossing(int k) const;
+  // Sum of crossing(k) bytes at batch 1.
+  int64_t crossing_bytes(int k) const;
+
+  // Runs layers [a, b) (0 <= a <= b <= N). `in` must hold exactly the
+  // tensors of crossing(a) (any order, any batch size, same batch for all);
+  // they are moved to the model's device. Returns crossing(b) in that order,
+  // on the model's device. Errors (invalid_argument) name the missing, extra
+  // or mis-shaped tensor, or the layer that failed.
+  Result<Bundle> run(int a, int b, Bundle in) const;
+  // run(0, N, {"input": x}).
+  Result<Bundle> forward(const at::Tensor& input) const;
+  // {"input": x} — the bundle for split 0.
+  static Bundle input_bundle(const at::Tensor& input);
+
+  c10::Device device() const { return device_; }
+  // Moves parameters and buffers; error invalid_argument for an unusable device.
+  Status to(c10::Device device);
+
+  // Parameters and buffers by torchvision state_dict key.
+  std::vector<NamedTensor> state_dict() const;
+  // Copies `state` into the model. Every key of state_dict() must be
+  // present with the same shape and no extra key may appear; otherwise an
+  // error (invalid_argument) naming the parameter(s) and expected shape.
+  Status load_state_dict(const std::vector<NamedTensor>& state);
+
+ private:
+  friend class GraphBuilder;
+  SplitModel() = default;
+
+  struct Node {
+    std::string name;
+    std::string type;
+    std::vector<int> inputs;  // value ids: 0 = "input", i + 1 = output of layer i
+    LayerFn fn;
+  };
+
+  std::string name_;
+  ModelTask task_ = ModelTask::generic;
+  std::vector<Node> nodes_;
+  std::vector<LayerInfo> layers_;
+  std::vector<int64_t> input_shape_;
+  std::vector<std::string> output_names_;
+  std::vector<int> output_ids_;
+  std::vector<TensorSpec> value_specs_;  // per value id
+  std::vector<int> last_use_;            // per value id; N for outputs
+  std::optional<DetectionHeadInfo> detection_;
+  c10::Device device_ = c10::Device(c10::kCPU);
+  std::function<std::vector<NamedTensor>()> state_fn_;
+  std::function<void(c10::Device)> move_fn_;
+};
+
+// Parses "cpu", "cuda", "cuda:N", "auto". Error invalid_argument when CUDA is
+// requested but torch::cuda::is_available() is false.
+Result<c10::Device> resolve_device(const std::string& text);
+
+// dtype conversions shared by the bridge and the model (error
+// unsupported_dtype for dtypes the protocol has no name for).
+Result<protocol::DType> to_protocol_dtype(c10::ScalarType t);
+c10::ScalarType to_torch_dtype(protocol::DType d);
+
+}  // namespace tracr::experiments

@@ -1,0 +1,321 @@
+#include "protocol/channel.hpp"
+
+#include <fmt/format.h>
+
+namespace tracr::protocol {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Waits for input; false on timeout.
+Result<bool> wait_readable(zmq::socket_t& s, int timeout_ms) {
+  zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
+  try {
+    int n = zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+    return n > 0;
+  } catch (const zmq::error_t& e) {
+    return make_error(Errc::transport, std::string("zmq poll: ") + e.what());
+  }
+}
+
+Result<Segment> recv_segment(zmq::socket_t& s) {
+  Segment seg;
+  try {
+    auto n = zmq::recv_multipart(s, std::back_inserter(seg), zmq::recv_flags::dontwait);
+    if (!n) return make_error(Errc::timeout, "no message");
+  } catch (const zmq::error_t& e) {
+    return make_error(Errc::transport, std::string("zmq recv: ") + e.what());
+  }
+  return seg;
+}
+
+Status send_segment(zmq::socket_t& s, const std::string* route, Segment&& seg) {
+  try {
+    if (route) s.send(zmq::buffer(*route), zmq::send_flags::sndmore);
+    for (size_t i = 0; i < seg.size(); ++i) {
+      auto flags = i + 1 < seg.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+      s.send(seg[i], flags);
+    }
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EHOSTUNREACH)
+      return make_error(Errc::peer_closed, "peer " + (route ? peer_name(*route) : "") + " is not connected");
+    return make_error(Errc::transport, std::string("zmq send: ") + e.what());
+  }
+  return {};
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return ms < 0 ? 0 : static_cast<int>(ms);
+}
+
+}  // namespace
+
+std::string peer_name(const std::string& id) {
+  std::string s;
+  for (unsigned char c : id) s += fmt::format("{:02x}", c);
+  return s;
+}
+
+// ---- Client ----------------------------------------------------------------
+
+Client::Client(zmq::context_t& ctx, ChannelOptions opt)
+    : opt_(std::move(opt)), sock_(ctx, zmq::socket_type::dealer), reader_(opt_.limits) {
+  sock_.set(zmq::sockopt::linger, 0);
+}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::string& endpoint,
+                                                ChannelOptions opt) {
+  std::unique_ptr<Client> c(new Client(ctx, std::move(opt)));
+  try {
+    c->sock_.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    return make_error(Errc::transport, "connect " + endpoint + ": " + e.what());
+  }
+  ClientHandshake hs(c->opt_.security, c->opt_.role, c->opt_.agent, c->opt_.limits.max_frame_bytes);
+  auto hello = hs.hello();
+  if (!hello) return std::move(hello.error());
+  auto sink = [&](Segment&& s) { return send_segment(c->sock_, nullptr, std::move(s)); };
+  TRACR_TRY(c->writer_.write(*hello, {}, c->opt_.send, sink));
+  const auto deadline = Clock::now() + std::chrono::milliseconds(c->opt_.handshake_timeout_ms);
+  auto welcome = c->recv(c->opt_.handshake_timeout_ms);
+  if (!welcome) {
+    if (welcome.error().code == Errc::timeout)
+      return make_error(Errc::timeout, "no WELCOME from " + endpoint + " within " +
+                                           std::to_string(c->opt_.handshake_timeout_ms) + " ms");
+    return make_error(Errc::handshake_failed, "handshake with " + endpoint + ": " + welcome.error().str());
+  }
+  auto keys = hs.on_welcome(welcome->header);
+  if (!keys) return make_error(keys.error().code, endpoint + ": " + keys.error().message);
+  c->writer_.set_session(keys->session);
+  c->reader_.set_session(keys->session);
+  if (keys->cipher != Cipher::none) {
+    TRACR_TRY(c->writer_.set_key(keys->c2s.key, keys->c2s.iv));
+    TRACR_TRY(c->reader_.set_key(keys->s2c.key, keys->s2c.iv));
+  }
+  // Key confirmation: one HEARTBEAT each way under the new keys.
+  Header hb;
+  hb.type = MsgType::heartbeat;
+  TRACR_TRY(c->writer_.write(hb, {}, c->opt_.send, sink));
+  auto ack = c->recv(remaining_ms(deadline));
+  if (!ack || ack->header.type != MsgType::heartbeat)
+    return make_error(Errc::handshake_failed,
+                      "key confirmation with " + endpoint + " failed: " +
+                          (ack ? "unexpected " + std::string(msg_type_name(ack->header.type))
+                               : ack.error().str()) +
+                          " (do both ends hold the same session secret?)");
+  return c;
+}
+
+Status Client::send_raw(Segment&& seg) { return send_segment(sock_, nullptr, std::move(seg)); }
+
+Status Client::send(MsgType type, int32_t split, const Bundle& bundle, const Meta& meta,
+                    FrameStats* stats) {
+  return send_with(opt_.send, type, split, bundle, meta, stats);
+}
+
+Status Client::send_with(const SendOptions& so, MsgType type, int32_t split, const Bundle& bundle,
+                         const Meta& meta, FrameStats* stats) {
+  Header h;
+  h.type = type;
+  h.split = split;
+  h.meta = meta;
+  return writer_.write(std::move(h), bundle, so,
+                       [&](Segment&& s) { return send_segment(sock_, nullptr, std::move(s)); }, stats);
+}
+
+Result<Frame> Client::recv(int timeout_ms) {
+  const auto deadline = timeout_ms < 0 ? Clock::time_point::max()
+                                       : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    if (!ready_.empty()) {
+      auto r = std::move(ready_.front());
+      ready_.pop_front();
+      return r;
+    }
+    int wait = timeout_ms < 0 ? -1 : remaining_ms(deadline);
+    auto readable = wait_readable(sock_, wait);
+    if (!readable) return std::move(readable.error());
+    if (!*readable) return make_error(Errc::timeout, "no frame within " + std::to_string(timeout_ms) + " ms");
+    auto seg = recv_segment(sock_);
+    if (!seg) {
+      if (seg.error().code == Errc::timeout) continue;
+      return std::move(seg.error());
+    }
+    for (auto& r : reader_.feed(*seg)) ready_.push_back(std::move(r));
+  }
+}
+
+// ---- Server ----------------------------------------------------------------
+
+Server::Server(zmq::context_t& ctx, ChannelOptions opt)
+    : opt_(std::move(opt)), sock_(ctx, zmq::socket_type::router) {
+  sock_.set(zmq::sockopt::linger, 0);
+  sock_.set(zmq::sockopt::router_mandatory, 1);
+}
+Server::~Server() = default;
+
+Result<std::unique_ptr<Server>> Server::bind(zmq::context_t& ctx, const std::string& endpoint,
+                                             ChannelOptions opt) {
+  std::unique_ptr<Server> s(new Server(ctx, std::move(opt)));
+  try {
+    s->sock_.bind(endpoint);
+    s->endpoint_ = s->sock_.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return make_error(Errc::transport, "bind " + endpoint + ": " + e.what());
+  }
+  return s;
+}
+
+RejectCounters Server::rejected() const {
+  RejectCounters t = rejected_closed_;
+  for (const auto& [id, p] : peers_) {
+    const auto& r = p->reader.rejected();
+    t.malformed += r.malformed;
+    t.auth_failed += r.auth_failed;
+    t.replay += r.replay;
+    t.truncated += r.truncated;
+    t.codec += r.codec;
+    t.other += r.other;
+  }
+  return t;
+}
+
+std::vector<std::string> Server::silent_peers(int ms) const {
+  std::vector<std::string> out;
+  auto limit = Clock::now() - std::chrono::milliseconds(ms);
+  for (const auto& [id, p] : peers_)
+    if (p->last_seen < limit) out.push_back(id);
+  return out;
+}
+
+Status Server::handle_hello(const std::string& peer, Segment& seg) {
+  // A HELLO is never encrypted: decode it with a fresh reader.
+  FrameReader r(opt_.limits);
+  auto outs = r.feed(seg);
+  if (outs.size() != 1 || !outs[0]) {
+    return outs.empty() ? make_error(Errc::handshake_failed, "incomplete HELLO")
+                        : Error(outs.back().error());
+  }
+  auto acc = server_accept(opt_.security, outs[0]->header, opt_.agent, opt_.limits.max_frame_bytes);
+  auto sink = [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); };
+  if (!acc) {
+    FrameWriter w;
+    Header e;
+    e.type = MsgType::error;
+    e.error = acc.error();
+    (void)w.write(e, {}, opt_.send, sink);
+    return make_error(Errc::handshake_failed, "peer " + peer_name(peer) + ": " + acc.error().message);
+  }
+  if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers)
+    return make_error(Errc::limit_exceeded, "too many peers; refusing " + peer_name(peer));
+  auto p = std::make_unique<Peer>();
+  p->reader = FrameReader(opt_.limits);
+  p->writer.set_session(acc->keys.session);
+  p->reader.set_session(acc->keys.session);
+  TRACR_TRY(p->writer.write(acc->welcome, {}, opt_.send, sink));
+  if (acc->keys.cipher != Cipher::none) {
+    TRACR_TRY(p->writer.set_key(acc->keys.s2c.key, acc->keys.s2c.iv));
+    TRACR_TRY(p->reader.set_key(acc->keys.c2s.key, acc->keys.c2s.iv));
+  }
+  p->last_seen = Clock::now();
+  if (auto it = peers_.find(peer); it != peers_.end()) {
+    const auto& r0 = it->second->reader.rejected();
+    rejected_closed_.malformed += r0.malformed;
+    rejected_closed_.auth_failed += r0.auth_failed;
+    rejected_closed_.replay += r0.replay;
+    rejected_closed_.truncated += r0.truncated;
+    rejected_closed_.codec += r0.codec;
+    rejected_closed_.other += r0.other;
+  }
+  peers_[peer] = std::move(p);
+  return {};
+}
+
+Result<Server::Incoming> Server::recv(int timeout_ms) {
+  const auto deadline = timeout_ms < 0 ? Clock::time_point::max()
+                                       : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    if (!ready_.empty()) {
+      auto r = std::move(ready_.front());
+      ready_.pop_front();
+      return r;
+    }
+    int wait = timeout_ms < 0 ? -1 : remaining_ms(deadline);
+    auto readable = wait_readable(sock_, wait);
+    if (!readable) return std::move(readable.error());
+    if (!*readable) return make_error(Errc::timeout, "no frame within " + std::to_string(timeout_ms) + " ms");
+    auto segr = recv_segment(sock_);
+    if (!segr) {
+      if (segr.error().code == Errc::timeout) continue;
+      return std::move(segr.error());
+    }
+    Segment& seg = *segr;
+    if (seg.size() < 2) continue;  // ROUTER always prepends the routing id
+    std::string peer(static_cast<const char*>(seg[0].data()), seg[0].size());
+    seg.erase(seg.begin());
+    last_error_peer_ = peer;
+    // HELLO from an unknown peer starts its session (a known peer's
+    // HELLO, after a reconnect with the same routing id, restarts it).
+    auto it = peers_.find(peer);
+    if (it == peers_.end() || !it->second->confirmed) {
+      auto h = decode_header(static_cast<const uint8_t*>(seg[0].data()), seg[0].size(), opt_.limits);
+      if (h && h->type == MsgType::hello && h->seg == 0) {
+        auto st = handle_hello(peer, seg);
+        if (!st) return std::move(st.error());
+        continue;
+      }
+    }
+    if (it == peers_.end()) {
+      return make_error(Errc::unexpected_message,
+                        "peer " + peer_name(peer) + " sent a frame before HELLO; dropped");
+    }
+    Peer& p = *it->second;
+    for (auto& r : p.reader.feed(seg)) {
+      if (!r) {
+        Error e = std::move(r.error());
+        e.message = "peer " + peer_name(peer) + ": " + e.message;
+        ready_.push_back(std::move(e));
+        continue;
+      }
+      p.last_seen = Clock::now();
+      if (r->header.type == MsgType::heartbeat) {
+        p.confirmed = true;
+        Header hb;
+        hb.type = MsgType::heartbeat;
+        TRACR_TRY(p.writer.write(hb, {}, opt_.send,
+                                 [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); }));
+        continue;
+      }
+      ready_.push_back(Incoming{peer, std::move(*r)});
+    }
+  }
+}
+
+Status Server::send(const std::string& peer, MsgType type, int32_t split, const Bundle& bundle,
+                    const Meta& meta, FrameStats* stats) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return make_error(Errc::peer_closed, "no session with peer " + peer_name(peer));
+  Header h;
+  h.type = type;
+  h.split = split;
+  h.meta = meta;
+  return it->second->writer.write(
+      std::move(h), bundle, opt_.send,
+      [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); }, stats);
+}
+
+Status Server::send_error(const std::string& peer, const Error& err, int32_t split) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return make_error(Errc::peer_closed, "no session with peer " + peer_name(peer));
+  Header h;
+  h.type = MsgType::error;
+  h.split = split;
+  h.error = err;
+  return it->second->writer.write(
+      std::move(h), {}, opt_.send, [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+}
+
+}  // namespace tracr::protocol

@@ -1,0 +1,112 @@
+// ZeroMQ transport for frames. A Server binds a ROUTER socket and keeps one
+// session per connected peer; a Client connects a DEALER socket and holds one
+// session. Both run the handshake, then send and receive frames whose
+// segments stream through ZeroMQ as soon as each is encoded.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "protocol/frame.hpp"
+#include "protocol/session.hpp"
+
+namespace tracr::protocol {
+
+struct ChannelOptions {
+  Security security;
+  SendOptions send;
+  Limits limits;
+  std::string role = "PARTICIPANT";
+  std::string agent = "tracr/0.1";
+  int handshake_timeout_ms = 5000;
+  int max_peers = 1024;  // server: sessions kept at once
+};
+
+class Client {
+ public:
+  // Connects and completes the handshake (HELLO, WELCOME, then an encrypted
+  // HEARTBEAT each way as key confirmation). Errors: timeout when no server
+  // answers, handshake_failed when the ends disagree or the keys differ.
+  static Result<std::unique_ptr<Client>> connect(zmq::context_t& ctx, const std::string& endpoint,
+                                                 ChannelOptions opt);
+  ~Client();
+
+  Status send(MsgType type, int32_t split, const Bundle& bundle, const Meta& meta = {},
+              FrameStats* stats = nullptr);
+  // Same, with explicit codec/chunking for this frame.
+  Status send_with(const SendOptions& so, MsgType type, int32_t split, const Bundle& bundle,
+                   const Meta& meta = {}, FrameStats* stats = nullptr);
+  // Next complete frame, or the typed error that rejected one (the session
+  // carries on), or timeout. timeout_ms < 0 waits forever.
+  Result<Frame> recv(int timeout_ms);
+  const RejectCounters& rejected() const { return reader_.rejected(); }
+  uint64_t session() const { return writer_.session(); }
+  Cipher cipher() const { return writer_.cipher(); }
+  zmq::socket_t& socket() { return sock_; }
+  // Sends raw bytes as a segment (tests use it to inject hostile input).
+  Status send_raw(Segment&& seg);
+
+ private:
+  Client(zmq::context_t& ctx, ChannelOptions opt);
+  ChannelOptions opt_;
+  zmq::socket_t sock_;
+  FrameWriter writer_;
+  FrameReader reader_;
+  std::deque<Result<Frame>> ready_;
+};
+
+class Server {
+ public:
+  // Binds (e.g. "tcp://127.0.0.1:0"); endpoint() gives the bound address.
+  static Result<std::unique_ptr<Server>> bind(zmq::context_t& ctx, const std::string& endpoint,
+                                              ChannelOptions opt);
+  ~Server();
+  const std::string& endpoint() const { return endpoint_; }
+
+  struct Incoming {
+    std::string peer;  // ZeroMQ routing id
+    Frame frame;
+  };
+  // Next frame from any established peer. Handshakes and heartbeats are
+  // answered internally. Errors carry the peer in their message and in
+  // last_error_peer(); the session carries on.
+  Result<Incoming> recv(int timeout_ms);
+  Status send(const std::string& peer, MsgType type, int32_t split, const Bundle& bundle,
+              const Meta& meta = {}, FrameStats* stats = nullptr);
+  Status send_error(const std::string& peer, const Error& err, int32_t split = -1);
+  const std::string& last_error_peer() const { return last_error_peer_; }
+  size_t peers() const { return peers_.size(); }
+  RejectCounters rejected() const;
+  // Peers not heard from within `ms` (heartbeats count).
+  std::vector<std::string> silent_peers(int ms) const;
+  void drop_peer(const std::string& peer) { peers_.erase(peer); }
+
+ private:
+  struct Peer {
+    FrameWriter writer;
+    FrameReader reader;
+    bool confirmed = false;
+    std::chrono::steady_clock::time_point last_seen;
+  };
+  Server(zmq::context_t& ctx, ChannelOptions opt);
+  Status handle_hello(const std::string& peer, Segment& seg);
+  ChannelOptions opt_;
+  zmq::socket_t sock_;
+  std::string endpoint_;
+  std::map<std::string, std::unique_ptr<Peer>> peers_;
+  std::deque<Result<Incoming>> ready_;
+  std::string last_error_peer_;
+  RejectCounters rejected_closed_;  // counters of peers that were replaced
+};
+
+// Hex form of a routing id, for messages.
+std::string peer_name(const std::string& id);
+
+}  // namespace tracr::protocol

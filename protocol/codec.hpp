@@ -1,0 +1,103 @@
+// Codecs: how a tensor's bytes become wire bytes. A codec is a chain of an
+// optional lossy transform (fp16/bf16 cast, int8 affine quantization per
+// tensor or per channel) and an optional lossless compressor (c-blosc with
+// lz4, zstd, blosclz or zlib). Each lossy transform states its error bound
+// (lossy_error_bound) and tests check it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "protocol/error.hpp"
+#include "protocol/tensor.hpp"
+
+namespace tracr::protocol {
+
+enum class Lossy : uint8_t { none = 0, fp16 = 1, bf16 = 2, int8 = 3, int8_channel = 4 };
+enum class Compressor : uint8_t { none = 0, blosc = 1 };
+
+std::string_view lossy_name(Lossy l);        // "none" "fp16" "bf16" "int8" "int8_channel"
+std::string_view compressor_name(Compressor c);  // "none" "blosc"
+
+// Codec chosen per experiment. Text form (parse/name):
+//   none | fp16 | bf16 | int8 | int8_channel
+//   | blosc-<cname>            cname: lz4 zstd blosclz zlib
+//   | <lossy>+blosc-<cname>
+// optionally followed by ":key=value,..." with keys level (1-9),
+// shuffle (none|byte|bit), threads (1-64), axis (int8_channel channel axis).
+// e.g. "int8_channel+blosc-zstd:level=5,shuffle=bit".
+struct CodecSpec {
+  Lossy lossy = Lossy::none;
+  int channel_axis = 1;  // for int8_channel; negative counts from the end
+  Compressor comp = Compressor::none;
+  std::string cname = "lz4";
+  int shuffle = 1;  // 0 none, 1 byte, 2 bit (BLOSC_NOSHUFFLE/SHUFFLE/BITSHUFFLE)
+  int level = 1;    // 1-9
+  int threads = 1;  // blosc internal threads
+
+  // Canonical text form, round-trips through parse().
+  std::string name() const;
+  // Error codec_params/unknown_codec naming the offending token.
+  static Result<CodecSpec> parse(std::string_view text);
+  Status validate() const;
+};
+
+// Every codec text this build supports, for `tracrctl codecs`.
+std::vector<std::string> list_codecs();
+
+// Per-tensor parameters of the lossy stage, computed by the sender from the
+// whole tensor and carried in the frame header.
+struct LossyParams {
+  Lossy kind = Lossy::none;
+  DType src = DType::float32;   // dtype of the original tensor
+  DType wire = DType::float32;  // dtype of the transformed element stream
+  int axis = -1;                // channel axis (int8_channel), normalised
+  int64_t channels = 1;         // size of that axis
+  int64_t inner = 1;            // product of dims after the axis
+  std::vector<float> scale;     // int8: 1 (per tensor) or `channels` values
+  std::vector<int32_t> zero_point;
+};
+
+// Decides the lossy stage for one tensor. Lossy transforms apply to float32
+// tensors only; other dtypes (and float32 tensors when spec.lossy is none)
+// get kind none, wire = src. For int8 computes scale/zero_point over the
+// tensor (per channel along spec.channel_axis for int8_channel). Error
+// codec_params if the axis is out of range.
+Result<LossyParams> lossy_prepare(const CodecSpec& spec, const Tensor& t);
+
+// Transforms elements [first, first+count) of src (dtype p.src, contiguous)
+// into dst (count * dtype_size(p.wire) bytes). Element indices are global so
+// per-channel parameters are found from them.
+void lossy_encode(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count,
+                  uint8_t* dst);
+// Inverse of lossy_encode: wire elements [first, first+count) back to p.src.
+void lossy_decode(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count,
+                  uint8_t* dst);
+
+// Stated bound on |decoded - original| for one finite element x of a tensor
+// coded with p, for |x| within the wire type's range (see PROTOCOL.md):
+//   fp16: max(|x| * 2^-11, 2^-25); bf16: |x| * 2^-8 (normal range);
+//   int8: scale/2 * (1 + 2^-20) of x's channel; none: 0.
+double lossy_error_bound(const LossyParams& p, double x, int64_t element_index);
+
+// Checks that params received in a header are consistent with the tensor's
+// dtype and shape (scale count, axis, positive finite scales, zero points in
+// [-128, 127]). Error codec_params naming the problem.
+Status lossy_validate(const LossyParams& p, const std::vector<int64_t>& shape);
+
+// c-blosc. Bound on compressed size for n input bytes.
+size_t blosc_max_compressed(size_t n);
+// Compresses n bytes into dst (capacity >= blosc_max_compressed(n)); returns
+// the compressed size. typesize is the element size for shuffling.
+Result<size_t> blosc_compress(const CodecSpec& spec, size_t typesize, const uint8_t* src,
+                              size_t n, uint8_t* dst, size_t dst_capacity);
+// Decompresses exactly `expected` bytes. Validates the blosc header against
+// `n` and `expected` first, so corrupt or hostile input (decompression bombs,
+// size lies) gives decompress_failed and never writes past dst.
+Status blosc_decompress(const uint8_t* src, size_t n, uint8_t* dst, size_t expected,
+                        int threads);
+
+}  // namespace tracr::protocol

@@ -1,0 +1,126 @@
+// Frames: a bundle of named tensors cut into payload parts, grouped into
+// segments (one ZeroMQ multipart message each), compressed and encrypted
+// part by part so that encoding part n+1 overlaps sending part n and memory
+// stays bounded. FrameWriter and FrameReader hold one direction's state
+// (sequence numbers, AEAD counters, keys); they know nothing of sockets.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "protocol/codec.hpp"
+#include "protocol/crypto.hpp"
+#include "protocol/header.hpp"
+#include "protocol/tensor.hpp"
+
+namespace tracr::protocol {
+
+using Segment = std::vector<zmq::message_t>;
+// Receives each finished segment; may send it right away. An error stops the frame.
+using SegmentSink = std::function<Status(Segment&&)>;
+
+struct SendOptions {
+  CodecSpec codec;
+  size_t chunk_bytes = 256 * 1024;    // transformed bytes per payload part (>= 4096)
+  size_t segment_bytes = 256 * 1024;  // payload bytes per segment before the next starts
+};
+
+// What one frame cost, on the side that wrote or read it.
+struct FrameStats {
+  uint64_t raw_bytes = 0;      // tensor bytes before any codec
+  uint64_t payload_bytes = 0;  // payload parts as sent (after codec and cipher)
+  uint64_t wire_bytes = 0;     // every ZeroMQ part: headers, payload, seals
+  uint32_t segments = 0;
+  uint32_t parts = 0;
+  int64_t codec_ns = 0;        // lossy + compression (or their inverses)
+  int64_t crypto_ns = 0;       // AES-GCM seal/open
+  int64_t total_ns = 0;        // whole write/feed time on this side, sink included
+  std::vector<uint64_t> tensor_wire;  // payload bytes per tensor
+};
+
+class FrameWriter {
+ public:
+  void set_session(uint64_t sid) { session_ = sid; }
+  uint64_t session() const { return session_; }
+  // Switches on encryption for every following frame.
+  Status set_key(const Key256& key, const Iv96& iv);
+  Cipher cipher() const { return cipher_; }
+
+  // Encodes `bundle` as one frame. `proto` supplies type, split, meta, error
+  // and hs; seq, session, cipher, counters and descriptors are filled here.
+  // Tensors must stay valid until write returns; parts of tensors with a
+  // keepalive may be sent without copying and outlive the call.
+  Status write(Header proto, const Bundle& bundle, const SendOptions& opt, const SegmentSink& sink,
+               FrameStats* stats = nullptr);
+  uint64_t next_seq() const { return next_seq_; }
+
+ private:
+  uint64_t session_ = 0;
+  uint64_t next_seq_ = 1;
+  uint64_t next_ctr_ = 1;
+  Cipher cipher_ = Cipher::none;
+  AesGcm aead_;
+  std::vector<uint8_t> scratch_;
+};
+
+// A complete, verified frame.
+struct Frame {
+  Header header;                   // segment 0's header
+  std::vector<uint8_t> header_bytes;  // segment 0's header as received
+  Bundle tensors;
+  FrameStats stats;
+};
+
+// Frames rejected so far, by reason. The reader carries on after each.
+struct RejectCounters {
+  uint64_t malformed = 0;     // header/limits/size errors
+  uint64_t auth_failed = 0;   // tampered
+  uint64_t replay = 0;        // replayed or reordered
+  uint64_t truncated = 0;     // a frame that never got its remaining segments
+  uint64_t codec = 0;         // decompression / codec parameter errors
+  uint64_t other = 0;
+  uint64_t total() const { return malformed + auth_failed + replay + truncated + codec + other; }
+};
+
+class FrameReader {
+ public:
+  explicit FrameReader(Limits lim = {}) : lim_(lim) {}
+  // Frames must then carry this session id (0: accept any).
+  void set_session(uint64_t sid) { session_ = sid; }
+  // Every following segment must be encrypted with this key.
+  Status set_key(const Key256& key, const Iv96& iv);
+  Cipher cipher() const { return cipher_; }
+  const Limits& limits() const { return lim_; }
+
+  // Consumes one segment (its parts are modified: decrypted in place).
+  // Returns the outcomes it produced, in order: completed frames and the
+  // errors that rejected frames (a pending frame cut short by the start of
+  // the next one comes out as `truncated` before it). Empty while a frame is
+  // still incomplete.
+  std::vector<Result<Frame>> feed(Segment& seg);
+  const RejectCounters& rejected() const { return rejected_; }
+  // Drops a partially received frame (e.g. on peer reset); counts it truncated.
+  std::optional<Error> abandon();
+
+ private:
+  struct Pending;
+  Error reject(Error e);
+  Status decode_parts(Pending& p, Segment& seg, size_t first, size_t n, uint64_t ctr);
+
+  Limits lim_;
+  uint64_t session_ = 0;
+  uint64_t last_seq_ = 0;
+  uint64_t last_ctr_ = 0;
+  Cipher cipher_ = Cipher::none;
+  AesGcm aead_;
+  RejectCounters rejected_;
+  std::shared_ptr<Pending> pending_;
+  std::vector<uint8_t> scratch_;
+};
+
+}  // namespace tracr::protocol

@@ -1,0 +1,68 @@
+// Handshake and key schedule (HELLO / WELCOME), independent of sockets.
+// See protocol/PROTOCOL.md "Handshake" and "Key schedule".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "protocol/crypto.hpp"
+#include "protocol/header.hpp"
+
+namespace tracr::protocol {
+
+// Security settings of one end. Both ends must agree on `encrypt`; a WELCOME
+// or HELLO that disagrees fails the handshake (no silent downgrade).
+struct Security {
+  bool encrypt = true;
+  std::vector<uint8_t> secret;  // session secret (>= 16 bytes) when encrypt
+  bool x25519 = true;           // add an ephemeral X25519 exchange (forward secrecy)
+};
+
+struct DirectionKey {
+  Key256 key{};
+  Iv96 iv{};
+};
+struct SessionKeys {
+  uint64_t session = 0;
+  Cipher cipher = Cipher::none;
+  DirectionKey c2s;  // participant (client) -> server
+  DirectionKey s2c;  // server -> participant
+};
+
+// salt = SHA-256(nonce_c || nonce_s || pub_c || pub_s || be64(session))
+// ikm  = secret || X25519(shared)   (shared omitted without x25519)
+// c2s  = HKDF-SHA256(ikm, salt, "tracr/1 c2s", 44) -> key[0..32) iv[32..44)
+// s2c  = HKDF-SHA256(ikm, salt, "tracr/1 s2c", 44)
+Result<SessionKeys> derive_keys(const std::vector<uint8_t>& secret, const std::vector<uint8_t>& dh,
+                                const std::vector<uint8_t>& nonce_c, const std::vector<uint8_t>& nonce_s,
+                                const std::vector<uint8_t>& pub_c, const std::vector<uint8_t>& pub_s,
+                                uint64_t session);
+
+class ClientHandshake {
+ public:
+  ClientHandshake(Security sec, std::string role, std::string agent, uint64_t max_frame_bytes);
+  // The HELLO header prototype (type, hs) to send.
+  Result<Header> hello();
+  // Checks the WELCOME and derives keys. handshake_failed with the reason
+  // (version, cipher disagreement, missing key material) otherwise.
+  Result<SessionKeys> on_welcome(const Header& welcome);
+
+ private:
+  Security sec_;
+  std::string role_, agent_;
+  uint64_t max_frame_bytes_;
+  std::vector<uint8_t> nonce_;
+  X25519KeyPair kp_;
+};
+
+// Server side: checks a HELLO, picks the session id, returns the WELCOME
+// prototype to send and the keys to install after sending it.
+struct ServerAccept {
+  Header welcome;
+  SessionKeys keys;
+};
+Result<ServerAccept> server_accept(const Security& sec, const Header& hello, std::string agent,
+                                   uint64_t max_frame_bytes);
+
+}  // namespace tracr::protocol
