@@ -179,7 +179,8 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
           plain = dst;
         }
         if (blosc) {
-          auto r = blosc_compress(opt.codec, ws, plain, tn, out.data(), cap);
+          // Exactly the bound: given more room blosc may emit more than it.
+          auto r = blosc_compress(opt.codec, ws, plain, tn, out.data(), blosc_max_compressed(tn));
           if (!r) return make_error(r.error().code, "tensor '" + t.name + "': " + r.error().message);
           n = *r;
           plain = out.data();
@@ -298,7 +299,7 @@ Status FrameReader::decode_parts(Pending& p, Segment& seg, size_t first, size_t 
       return make_error(Errc::size_mismatch, where + " has " + std::to_string(len) + " bytes, expected " +
                                                  std::to_string(tn));
     if (blosc && len > blosc_max_compressed(tn))
-      return make_error(Errc::size_mismatch, where + " is larger than its compressed bound");
+      return make_error(Errc::size_mismatch, where + " is larger than its compressed bound (" + std::to_string(len) + " > " + std::to_string(blosc_max_compressed(tn)) + ")");
     if (enc) {
       auto t0 = Clock::now();
       // Plain tensors decrypt straight into their destination.

@@ -255,6 +255,22 @@ Result<TensorDesc> decode_desc(const Obj& o, const Limits& lim) {
   }
   if (axis < INT32_MIN || axis > INT32_MAX) return type_err("axis", "an int32");
   d.lossy.axis = static_cast<int>(axis);
+  if (d.lossy.kind == Lossy::int8_channel) {
+    // channels/inner are derived from shape and axis (lossy_validate checks them).
+    const int64_t rank = static_cast<int64_t>(d.shape.size());
+    if (axis >= 0 && axis < rank) {
+      d.lossy.channels = d.shape[static_cast<size_t>(axis)];
+      int64_t inner = 1;
+      for (int64_t k = axis + 1; k < rank; ++k) {
+        const int64_t dim = d.shape[static_cast<size_t>(k)];
+        if (dim < 0 || (dim != 0 && inner > INT64_MAX / dim)) { inner = -1; break; }
+        inner *= dim;
+      }
+      d.lossy.inner = inner;
+    } else {
+      d.lossy.channels = 0;
+    }
+  }
   if (comp_s == "none") d.comp = Compressor::none;
   else if (comp_s == "blosc") d.comp = Compressor::blosc;
   else return make_error(Errc::unknown_codec, "unknown compressor '" + comp_s + "'");

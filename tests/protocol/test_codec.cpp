@@ -308,6 +308,17 @@ TEST(Codec, Fp16EncodingMatchesFp16hAndSaturatesFiniteOverflow) {
   }
 }
 
+TEST(Codec, Fp16DecodingMatchesFp16hOnEveryHalf) {
+  const auto p = prepare("fp16", view_of({}, {0}));
+  std::vector<uint16_t> h(65536);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(i);
+  std::vector<uint8_t> wire(h.size() * 2);
+  std::memcpy(wire.data(), h.data(), wire.size());
+  const auto y = decode_all(p, wire, h.size());
+  for (size_t i = 0; i < h.size(); ++i)
+    ASSERT_EQ(to_bits(y[i]), to_bits(fp16_ieee_to_fp32_value(h[i]))) << std::hex << i;
+}
+
 TEST(Codec, Bf16ErrorWithinStatedBound) {
   for (const auto& x : {normal_data(100003, 1.0f, false, 3), normal_data(100003, 3.0f, true, 4),
                         normal_data(4096, 1e30f, false, 5), wide_data(100003, 6)}) {
@@ -634,7 +645,7 @@ TEST(Codec, LossyValidateAcceptsPreparedAndSimpleParams) {
 std::vector<uint8_t> compressible_bytes(size_t n, uint32_t seed) {
   const auto f = normal_data(n / 4 + 1, 1.0f, true, seed);
   std::vector<uint8_t> b(n);
-  std::memcpy(b.data(), f.data(), n);
+  if (n) std::memcpy(b.data(), f.data(), n);
   return b;
 }
 
@@ -689,7 +700,9 @@ TEST(Codec, BloscRoundTripsOddSizesTypesizesAndThreads) {
       std::vector<uint8_t> back(n + 1);
       auto st = blosc_decompress(c.data(), c.size(), back.data(), n, 2);
       ASSERT_TRUE(st.ok()) << n << " " << ts << ": " << st.error().str();
-      EXPECT_EQ(std::memcmp(back.data(), raw.data(), n), 0);
+      if (n) {
+        EXPECT_EQ(std::memcmp(back.data(), raw.data(), n), 0);
+      }
     }
   }
 }

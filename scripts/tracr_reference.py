@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""Reference outputs from PyTorch/torchvision for tracr's C++ tests.
+
+Run with Debian's /usr/bin/python3 (python3-torchvision). No network: models
+are randomly initialised with a fixed seed (BatchNorm statistics and affine
+parameters randomised too, so every buffer matters).
+
+  tracr_reference.py model NAME OUT_DIR --size H W [--batch B] [--seed S] [--legacy]
+      OUT_DIR/NAME.pth      the model's state_dict, exactly as torch.save writes it
+      OUT_DIR/NAME.ref.pt   {"input": x, "output.0": y0, ...} (plain dict)
+  tracr_reference.py torchscript OUT_DIR --size H W
+      OUT_DIR/seq.ts        scripted nested nn.Sequential, OUT_DIR/seq.ref.pt
+  tracr_reference.py preset IMAGE OUT --crop N [--resize N]
+      OUT                   {"output": torchvision ImageClassification(IMAGE)}
+  tracr_reference.py image OUT W H SEED   writes an RGB test image (PIL; .jpg or .png)
+"""
+import argparse
+import collections
+import sys
+
+import torch
+import torch.nn as nn
+
+
+class ConvBNReLU(nn.Sequential):
+    def __init__(self, cin, cout, stride):
+        super().__init__(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout),
+                         nn.ReLU(inplace=True))
+
+
+class TinyFPNDetector(nn.Module):
+    """Mirror of experiments/zoo/tiny_detector.cpp."""
+
+    def __init__(self, num_classes=80):
+        super().__init__()
+        self.backbone = nn.Module()
+        self.backbone.stem = ConvBNReLU(3, 16, 2)
+        self.backbone.stage1 = ConvBNReLU(16, 32, 2)
+        self.backbone.stage2 = nn.Sequential(*ConvBNReLU(32, 64, 2), *ConvBNReLU(64, 64, 1))
+        self.backbone.stage3 = nn.Sequential(*ConvBNReLU(64, 128, 2), *ConvBNReLU(128, 128, 1))
+        self.backbone.stage4 = nn.Sequential(*ConvBNReLU(128, 256, 2), *ConvBNReLU(256, 256, 1))
+        self.neck = nn.Module()
+        self.neck.lateral3 = nn.Conv2d(64, 64, 1)
+        self.neck.lateral4 = nn.Conv2d(128, 64, 1)
+        self.neck.lateral5 = nn.Conv2d(256, 64, 1)
+        self.neck.smooth3 = nn.Conv2d(64, 64, 3, padding=1)
+        self.neck.smooth4 = nn.Conv2d(64, 64, 3, padding=1)
+        self.neck.smooth5 = nn.Conv2d(64, 64, 3, padding=1)
+        self.head = nn.ModuleDict({p: nn.Conv2d(64, 5 + num_classes, 1) for p in ("p3", "p4", "p5")})
+
+    def forward(self, x):
+        b = self.backbone
+        x = b.stage1(b.stem(x))
+        c3 = b.stage2(x)
+        c4 = b.stage3(c3)
+        c5 = b.stage4(c4)
+        n = self.neck
+        l5 = n.lateral5(c5)
+        m4 = n.lateral4(c4) + nn.functional.interpolate(l5, scale_factor=2.0, mode="nearest")
+        m3 = n.lateral3(c3) + nn.functional.interpolate(m4, scale_factor=2.0, mode="nearest")
+        return (self.head["p3"](n.smooth3(m3)), self.head["p4"](n.smooth4(m4)),
+                self.head["p5"](n.smooth5(l5)))
+
+
+def build(name):
+    import torchvision
+
+    if name == "tiny_fpn_detector":
+        return TinyFPNDetector()
+    return getattr(torchvision.models, name)()
+
+
+def randomize_norms(model, gen):
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=gen) * 0.1)
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=gen) + 0.5)
+                m.weight.copy_(torch.rand(m.weight.shape, generator=gen) + 0.5)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.1)
+                m.num_batches_tracked.fill_(7)
+
+
+def outputs_dict(x, out):
+    if isinstance(out, torch.Tensor):
+        out = (out,)
+    d = {"input": x}
+    for i, o in enumerate(out):
+        d[f"output.{i}"] = o.contiguous()
+    return d
+
+
+def cmd_model(a):
+    torch.manual_seed(a.seed)
+    gen = torch.Generator().manual_seed(a.seed + 1)
+    model = build(a.name)
+    randomize_norms(model, gen)
+    model.eval()
+    x = torch.randn(a.batch, 3, a.size[0], a.size[1], generator=gen)
+    with torch.no_grad():
+        out = model(x)
+    sd = model.state_dict()
+    if a.legacy:
+        torch.save(sd, f"{a.out}/{a.name}.pth", _use_new_zipfile_serialization=False)
+    else:
+        torch.save(sd, f"{a.out}/{a.name}.pth")
+    torch.save(outputs_dict(x, out), f"{a.out}/{a.name}.ref.pt")
+
+
+def cmd_torchscript(a):
+    torch.manual_seed(a.seed)
+    seq = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Sequential(nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
+                      nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(16, 16, 1))),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+    randomize_norms(seq, torch.Generator().manual_seed(a.seed + 1))
+    seq.eval()
+    x = torch.randn(2, 3, a.size[0], a.size[1], generator=torch.Generator().manual_seed(a.seed + 2))
+    with torch.no_grad():
+        out = seq(x)
+    torch.jit.script(seq).save(f"{a.out}/seq.ts")
+    torch.save(outputs_dict(x, out), f"{a.out}/seq.ref.pt")
+
+
+def cmd_preset(a):
+    from PIL import Image
+    from torchvision.transforms._presets import ImageClassification
+
+    preset = ImageClassification(crop_size=a.crop, resize_size=a.resize)
+    img = Image.open(a.image).convert("RGB")
+    torch.save({"output": preset(img).contiguous()}, a.out)
+
+
+def cmd_image(a):
+    from PIL import Image
+
+    g = torch.Generator().manual_seed(a.seed)
+    # Smooth gradients plus noise: realistic enough for resampling to matter.
+    yy, xx = torch.meshgrid(torch.linspace(0, 1, a.h), torch.linspace(0, 1, a.w), indexing="ij")
+    base = torch.stack([xx, yy, (xx + yy) / 2]) * 200
+    img = (base + torch.rand(3, a.h, a.w, generator=g) * 55).clamp(0, 255).to(torch.uint8)
+    Image.fromarray(img.permute(1, 2, 0).numpy()).save(a.out, quality=95)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("model")
+    m.add_argument("name")
+    m.add_argument("out")
+    m.add_argument("--size", type=int, nargs=2, default=[224, 224])
+    m.add_argument("--batch", type=int, default=2)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--legacy", action="store_true", help="legacy (pre-1.6) .pth format")
+    t = sub.add_parser("torchscript")
+    t.add_argument("out")
+    t.add_argument("--size", type=int, nargs=2, default=[32, 32])
+    t.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("preset")
+    p.add_argument("image")
+    p.add_argument("out")
+    p.add_argument("--crop", type=int, default=224)
+    p.add_argument("--resize", type=int, default=256)
+    i = sub.add_parser("image")
+    i.add_argument("out")
+    i.add_argument("w", type=int)
+    i.add_argument("h", type=int)
+    i.add_argument("seed", type=int)
+    a = ap.parse_args(argv)
+    {"model": cmd_model, "torchscript": cmd_torchscript, "preset": cmd_preset,
+     "image": cmd_image}[a.cmd](a)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
