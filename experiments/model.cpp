@@ -299,7 +299,7 @@ std::string GraphBuilder::add_with_params(const std::string& name, const std::st
 std::string GraphBuilder::conv2d(const std::string& name, const std::string& in,
                                  torch::nn::Conv2dOptions opts) {
   torch::nn::Conv2d m(opts);
-  return add(name, "Conv2d", {in}, [m](const std::vector<at::Tensor>& x) { return m->forward(x[0]); },
+  return add(name, "Conv2d", {in}, [m](const std::vector<at::Tensor>& x) mutable { return m->forward(x[0]); },
              m.ptr());
 }
 
@@ -307,13 +307,13 @@ std::string GraphBuilder::batchnorm2d(const std::string& name, const std::string
                                       int64_t channels) {
   torch::nn::BatchNorm2d m(channels);
   return add(name, "BatchNorm2d", {in},
-             [m](const std::vector<at::Tensor>& x) { return m->forward(x[0]); }, m.ptr());
+             [m](const std::vector<at::Tensor>& x) mutable { return m->forward(x[0]); }, m.ptr());
 }
 
 std::string GraphBuilder::linear(const std::string& name, const std::string& in, int64_t in_f,
                                  int64_t out_f, bool bias) {
   torch::nn::Linear m(torch::nn::LinearOptions(in_f, out_f).bias(bias));
-  return add(name, "Linear", {in}, [m](const std::vector<at::Tensor>& x) { return m->forward(x[0]); },
+  return add(name, "Linear", {in}, [m](const std::vector<at::Tensor>& x) mutable { return m->forward(x[0]); },
              m.ptr());
 }
 
@@ -330,7 +330,7 @@ std::string GraphBuilder::maxpool2d(const std::string& name, const std::string& 
                                     torch::nn::MaxPool2dOptions opts) {
   torch::nn::MaxPool2d m(opts);
   return add(name, "MaxPool2d", {in},
-             [m](const std::vector<at::Tensor>& x) { return m->forward(x[0]); });
+             [m](const std::vector<at::Tensor>& x) mutable { return m->forward(x[0]); });
 }
 
 std::string GraphBuilder::adaptive_avgpool2d(const std::string& name, const std::string& in,

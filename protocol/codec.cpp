@@ -129,9 +129,12 @@ inline float f16_to_f32(uint16_t h) {
   const float magic_bias = 0.5f;
   const float denormalized_value = f32_from_bits((two_w >> 17) | magic_mask) - magic_bias;
   const uint32_t denormalized_cutoff = 1u << 27;
+  // A mask, not ?:, so GCC does not sink the float ops into branches it then
+  // refuses to if-convert (-ftrapping-math).
+  const uint32_t denormal = 0u - static_cast<uint32_t>(two_w < denormalized_cutoff);
   const uint32_t nb = f32_bits(normalized_value);
   const uint32_t db = f32_bits(denormalized_value);
-  return f32_from_bits(sign | (two_w < denormalized_cutoff ? db : nb));
+  return f32_from_bits(sign | (db & denormal) | (nb & ~denormal));
 }
 
 // Round-to-nearest-even of the top 16 bits; NaN stays NaN (quietened, so a

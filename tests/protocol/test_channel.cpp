@@ -1,0 +1,157 @@
+// Real ZeroMQ sockets on tcp://127.0.0.1 with the bound port read back.
+#include <thread>
+
+#include "frame_fixture.hpp"
+#include "protocol/channel.hpp"
+
+using namespace tracr;
+using namespace tracr::protocol;
+using namespace tracr::protocol::testing;
+
+namespace {
+
+ChannelOptions options(bool encrypt, uint8_t secret_byte = 7, bool x25519 = true) {
+  ChannelOptions o;
+  o.security.encrypt = encrypt;
+  o.security.x25519 = x25519;
+  o.security.secret.assign(32, secret_byte);
+  o.handshake_timeout_ms = 3000;
+  return o;
+}
+
+// Serves one thread: answers INFER_REQUEST with the same tensors.
+struct EchoServer {
+  zmq::context_t& ctx;
+  std::unique_ptr<Server> server;
+  std::thread th;
+  std::atomic<bool> stop{false};
+  std::vector<Error> errors;
+  EchoServer(zmq::context_t& c, ChannelOptions o) : ctx(c) {
+    auto s = Server::bind(ctx, "tcp://127.0.0.1:0", o);
+    EXPECT_TRUE(s.ok());
+    server = std::move(*s);
+    th = std::thread([this] {
+      while (!stop) {
+        auto in = server->recv(50);
+        if (!in) {
+          if (in.error().code != Errc::timeout) errors.push_back(in.error());
+          continue;
+        }
+        (void)server->send(in->peer, MsgType::infer_result, in->frame.header.split, in->frame.tensors,
+                           {{"n", int64_t(in->frame.tensors.size())}});
+      }
+    });
+  }
+  void join() {
+    stop = true;
+    if (th.joinable()) th.join();
+  }
+  ~EchoServer() { join(); }
+};
+
+}  // namespace
+
+TEST(Channel, EncryptedRoundTripWithX25519) {
+  zmq::context_t ctx;
+  EchoServer srv(ctx, options(true));
+  auto c = Client::connect(ctx, srv.server->endpoint(), options(true));
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  EXPECT_EQ((*c)->cipher(), Cipher::aes256gcm);
+  Bundle b{random_tensor("x", DType::float32, {1, 64, 55, 55}, 1), random_tensor("skip", DType::int64, {3, 3}, 2)};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*c)->send(MsgType::infer_request, 5, b).ok());
+    auto r = (*c)->recv(5000);
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    EXPECT_EQ(r->header.type, MsgType::infer_result);
+    EXPECT_EQ(r->header.split, 5);
+    ASSERT_EQ(r->tensors.size(), 2u);
+    EXPECT_EQ(0, std::memcmp(r->tensors[0].data, b[0].data, b[0].nbytes));
+    EXPECT_EQ(0, std::memcmp(r->tensors[1].data, b[1].data, b[1].nbytes));
+  }
+}
+
+TEST(Channel, PlainRoundTrip) {
+  zmq::context_t ctx;
+  EchoServer srv(ctx, options(false));
+  auto c = Client::connect(ctx, srv.server->endpoint(), options(false));
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  EXPECT_EQ((*c)->cipher(), Cipher::none);
+  Bundle b{random_tensor("x", DType::bfloat16, {7, 9}, 1)};
+  ASSERT_TRUE((*c)->send(MsgType::infer_request, 0, b).ok());
+  auto r = (*c)->recv(5000);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(0, std::memcmp(r->tensors[0].data, b[0].data, b[0].nbytes));
+}
+
+TEST(Channel, WrongSecretFailsKeyConfirmation) {
+  zmq::context_t ctx;
+  EchoServer srv(ctx, options(true, 7));
+  auto c = Client::connect(ctx, srv.server->endpoint(), options(true, 8));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, Errc::handshake_failed);
+  EXPECT_NE(c.error().message.find("session secret"), std::string::npos) << c.error().message;
+}
+
+TEST(Channel, EncryptionDisagreementFailsHandshake) {
+  zmq::context_t ctx;
+  EchoServer srv(ctx, options(true));
+  auto c = Client::connect(ctx, srv.server->endpoint(), options(false));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, Errc::handshake_failed);
+}
+
+TEST(Channel, NoServerTimesOut) {
+  zmq::context_t ctx;
+  auto o = options(true);
+  o.handshake_timeout_ms = 300;
+  // A bound-then-closed port: nothing listens there.
+  std::string ep;
+  {
+    zmq::socket_t s(ctx, zmq::socket_type::router);
+    s.bind("tcp://127.0.0.1:0");
+    ep = s.get(zmq::sockopt::last_endpoint);
+  }
+  auto c = Client::connect(ctx, ep, o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, Errc::timeout);
+}
+
+TEST(Channel, ServerKeepsSeparateSessionsForManyParticipants) {
+  zmq::context_t ctx;
+  EchoServer srv(ctx, options(true));
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 4; ++i) {
+    auto c = Client::connect(ctx, srv.server->endpoint(), options(true));
+    ASSERT_TRUE(c.ok()) << c.error().str();
+    clients.push_back(std::move(*c));
+  }
+  for (int round = 0; round < 2; ++round)
+    for (size_t i = 0; i < clients.size(); ++i) {
+      Bundle b{random_tensor("x", DType::float32, {int64_t(100 + i)}, uint32_t(i))};
+      ASSERT_TRUE(clients[i]->send(MsgType::infer_request, int32_t(i), b).ok());
+      auto r = clients[i]->recv(5000);
+      ASSERT_TRUE(r.ok()) << r.error().str();
+      EXPECT_EQ(r->header.split, int32_t(i));
+      EXPECT_EQ(r->tensors[0].shape[0], int64_t(100 + i));
+    }
+  srv.join();
+  EXPECT_EQ(srv.server->peers(), 4u);
+}
+
+TEST(Channel, InjectedGarbageIsRejectedAndSessionCarriesOn) {
+  zmq::context_t ctx;
+  EchoServer srv(ctx, options(true));
+  auto c = Client::connect(ctx, srv.server->endpoint(), options(true));
+  ASSERT_TRUE(c.ok());
+  // Garbage, then a replay-looking forged header, then a good frame.
+  Segment junk;
+  junk.emplace_back(std::string("\x81\xa5magic\xa4XXXX"));
+  ASSERT_TRUE((*c)->send_raw(std::move(junk)).ok());
+  Bundle b{random_tensor("x", DType::float32, {1000}, 3)};
+  ASSERT_TRUE((*c)->send(MsgType::infer_request, 1, b).ok());
+  auto r = (*c)->recv(5000);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(0, std::memcmp(r->tensors[0].data, b[0].data, b[0].nbytes));
+  srv.join();
+  EXPECT_EQ(srv.server->rejected().malformed, 1u);
+}
