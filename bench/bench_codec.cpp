@@ -38,7 +38,8 @@ LossyParams prepared(const char* codec, const Tensor& t) {
 }
 
 void set_bytes(benchmark::State& state, const Tensor& t) {
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(t.nbytes));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(t.nbytes));
   state.counters["raw_bytes"] = static_cast<double>(t.nbytes);
 }
 

@@ -319,8 +319,10 @@ std::string_view lossy_name(Lossy l) {
 
 std::string_view compressor_name(Compressor c) {
   switch (c) {
-    case Compressor::none: return "none";
-    case Compressor::blosc: return "blosc";
+    case Compressor::none:
+      return "none";
+    case Compressor::blosc:
+      return "blosc";
   }
   return "unknown";
 }
@@ -359,8 +361,8 @@ Result<CodecSpec> CodecSpec::parse(std::string_view text) {
   const size_t colon = text.find(':');
   const std::string_view head = text.substr(0, colon);
   const auto bad_codec = [&](std::string_view token, std::string_view what) {
-    return make_error(Errc::unknown_codec, fmt::format("{} '{}' in codec \"{}\": expected {}", what, token,
-                                                      text, accepted_codecs()));
+    return make_error(Errc::unknown_codec, fmt::format("{} '{}' in codec \"{}\": expected {}", what,
+                                                       token, text, accepted_codecs()));
   };
   if (head.empty()) return bad_codec(head, "empty codec name");
 
@@ -371,7 +373,8 @@ Result<CodecSpec> CodecSpec::parse(std::string_view text) {
     comp_tok = head.substr(plus + 1);
     if (comp_tok.empty()) return bad_codec(head, "missing compressor after '+'");
     // "none+blosc-lz4" is spelled "blosc-lz4".
-    if (lossy_tok == "none" || lossy_tok.empty()) return bad_codec(lossy_tok, "missing lossy stage before '+'");
+    if (lossy_tok == "none" || lossy_tok.empty())
+      return bad_codec(lossy_tok, "missing lossy stage before '+'");
   } else if (head.substr(0, kBloscPrefix.size()) == kBloscPrefix) {
     lossy_tok = {};
     comp_tok = head;
@@ -387,9 +390,10 @@ Result<CodecSpec> CodecSpec::parse(std::string_view text) {
       return bad_codec(comp_tok, "unknown compressor");
     const std::string_view cname = comp_tok.substr(kBloscPrefix.size());
     if (!known_cname(cname))
-      return make_error(Errc::unknown_codec,
-                        fmt::format("unknown blosc compressor '{}' in codec \"{}\": expected one of {}", cname,
-                                    text, join(kBloscCnames)));
+      return make_error(
+          Errc::unknown_codec,
+          fmt::format("unknown blosc compressor '{}' in codec \"{}\": expected one of {}", cname,
+                      text, join(kBloscCnames)));
     s.comp = Compressor::blosc;
     s.cname = std::string(cname);
   }
@@ -412,12 +416,14 @@ Result<CodecSpec> CodecSpec::parse(std::string_view text) {
       const std::string_view val = item.substr(eq + 1);
       const auto* it = std::find(std::begin(kParamKeys), std::end(kParamKeys), key);
       if (it == std::end(kParamKeys))
-        return bad_param(item, fmt::format("unknown key '{}', expected one of {}", key, join(kParamKeys)));
+        return bad_param(
+            item, fmt::format("unknown key '{}', expected one of {}", key, join(kParamKeys)));
       const size_t k = static_cast<size_t>(it - std::begin(kParamKeys));
       if (seen[k]) return bad_param(item, fmt::format("'{}' given twice", key));
       seen[k] = true;
       if (key == "axis") {
-        if (s.lossy != Lossy::int8_channel) return bad_param(item, "'axis' applies only to int8_channel");
+        if (s.lossy != Lossy::int8_channel)
+          return bad_param(item, "'axis' applies only to int8_channel");
         auto v = parse_int(val);
         if (!v) return bad_param(item, "axis must be an integer (negative counts from the end)");
         s.channel_axis = *v;
@@ -450,27 +456,32 @@ Result<CodecSpec> CodecSpec::parse(std::string_view text) {
 
 Status CodecSpec::validate() const {
   if (static_cast<size_t>(lossy) >= std::size(kLossyNames))
-    return make_error(Errc::unknown_codec,
-                      fmt::format("unknown lossy stage {}: expected {}", static_cast<int>(lossy), join(kLossyNames)));
+    return make_error(Errc::unknown_codec, fmt::format("unknown lossy stage {}: expected {}",
+                                                       static_cast<int>(lossy), join(kLossyNames)));
   if (comp != Compressor::none && comp != Compressor::blosc)
-    return make_error(Errc::unknown_codec,
-                      fmt::format("unknown compressor {}: expected none or blosc", static_cast<int>(comp)));
+    return make_error(
+        Errc::unknown_codec,
+        fmt::format("unknown compressor {}: expected none or blosc", static_cast<int>(comp)));
   if (comp == Compressor::blosc) {
     if (!known_cname(cname))
-      return make_error(Errc::unknown_codec, fmt::format("unknown blosc compressor '{}': expected one of {}",
-                                                         cname, join(kBloscCnames)));
-    if (!cname_in_build(cname))
       return make_error(Errc::unknown_codec,
-                        fmt::format("blosc compressor '{}' is not in this c-blosc build (it has {})", cname,
-                                    blosc_list_compressors()));
+                        fmt::format("unknown blosc compressor '{}': expected one of {}", cname,
+                                    join(kBloscCnames)));
+    if (!cname_in_build(cname))
+      return make_error(
+          Errc::unknown_codec,
+          fmt::format("blosc compressor '{}' is not in this c-blosc build (it has {})", cname,
+                      blosc_list_compressors()));
   }
   if (level < 1 || level > 9)
     return make_error(Errc::codec_params, fmt::format("blosc level {} out of range 1-9", level));
   if (shuffle < 0 || shuffle > 2)
-    return make_error(Errc::codec_params,
-                      fmt::format("blosc shuffle {} out of range: 0 (none), 1 (byte) or 2 (bit)", shuffle));
+    return make_error(
+        Errc::codec_params,
+        fmt::format("blosc shuffle {} out of range: 0 (none), 1 (byte) or 2 (bit)", shuffle));
   if (threads < 1 || threads > kMaxThreads)
-    return make_error(Errc::codec_params, fmt::format("blosc threads {} out of range 1-{}", threads, kMaxThreads));
+    return make_error(Errc::codec_params,
+                      fmt::format("blosc threads {} out of range 1-{}", threads, kMaxThreads));
   return {};
 }
 
@@ -482,7 +493,8 @@ std::vector<std::string> list_codecs() {
   for (size_t i = 1; i < std::size(kLossyNames); ++i)
     for (std::string_view c : {std::string_view("lz4"), std::string_view("zstd")})
       if (cname_in_build(std::string(c)))
-        out.push_back(std::string(kLossyNames[i]) + "+" + std::string(kBloscPrefix) + std::string(c));
+        out.push_back(std::string(kLossyNames[i]) + "+" + std::string(kBloscPrefix) +
+                      std::string(c));
   return out;
 }
 
@@ -497,12 +509,16 @@ Result<LossyParams> lossy_prepare(const CodecSpec& spec, const Tensor& t) {
   const int64_t numel = t.numel();
   if (numel < 0 || t.nbytes != static_cast<size_t>(numel) * 4 || (numel > 0 && t.data == nullptr))
     return make_error(Errc::invalid_argument,
-                      fmt::format("tensor '{}': {} bytes at {} for {} float32 elements", t.name, t.nbytes,
-                                  static_cast<const void*>(t.data), numel));
+                      fmt::format("tensor '{}': {} bytes at {} for {} float32 elements", t.name,
+                                  t.nbytes, static_cast<const void*>(t.data), numel));
   p.kind = spec.lossy;
   switch (spec.lossy) {
-    case Lossy::fp16: p.wire = DType::float16; return p;
-    case Lossy::bf16: p.wire = DType::bfloat16; return p;
+    case Lossy::fp16:
+      p.wire = DType::float16;
+      return p;
+    case Lossy::bf16:
+      p.wire = DType::bfloat16;
+      return p;
     case Lossy::int8: {
       p.wire = DType::int8;
       p.scale.resize(1);
@@ -516,9 +532,10 @@ Result<LossyParams> lossy_prepare(const CodecSpec& spec, const Tensor& t) {
       int axis = spec.channel_axis;
       if (axis < 0) axis += rank;
       if (rank == 0 || axis < 0 || axis >= rank)
-        return make_error(Errc::codec_params,
-                          fmt::format("int8_channel axis {} is out of range for tensor '{}' of rank {}",
-                                      spec.channel_axis, t.name, rank));
+        return make_error(
+            Errc::codec_params,
+            fmt::format("int8_channel axis {} is out of range for tensor '{}' of rank {}",
+                        spec.channel_axis, t.name, rank));
       p.axis = axis;
       p.channels = t.shape[static_cast<size_t>(axis)];
       p.inner = 1;
@@ -535,20 +552,30 @@ Result<LossyParams> lossy_prepare(const CodecSpec& spec, const Tensor& t) {
             src += p.inner * 4;
           }
       }
-      for (size_t c = 0; c < ranges.size(); ++c) int8_params(ranges[c], p.scale[c], p.zero_point[c]);
+      for (size_t c = 0; c < ranges.size(); ++c)
+        int8_params(ranges[c], p.scale[c], p.zero_point[c]);
       return p;
     }
-    case Lossy::none: break;
+    case Lossy::none:
+      break;
   }
-  return make_error(Errc::unknown_codec, fmt::format("unknown lossy stage {}", static_cast<int>(spec.lossy)));
+  return make_error(Errc::unknown_codec,
+                    fmt::format("unknown lossy stage {}", static_cast<int>(spec.lossy)));
 }
 
-void lossy_encode(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count, uint8_t* dst) {
+void lossy_encode(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count,
+                  uint8_t* dst) {
   if (count <= 0) return;
   switch (p.kind) {
-    case Lossy::none: std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(p.src)); return;
-    case Lossy::fp16: map_elems<float, uint16_t>(src, count, dst, [](float x) { return f32_to_f16_sat(x); }); return;
-    case Lossy::bf16: map_elems<float, uint16_t>(src, count, dst, [](float x) { return f32_to_bf16(x); }); return;
+    case Lossy::none:
+      std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(p.src));
+      return;
+    case Lossy::fp16:
+      map_elems<float, uint16_t>(src, count, dst, [](float x) { return f32_to_f16_sat(x); });
+      return;
+    case Lossy::bf16:
+      map_elems<float, uint16_t>(src, count, dst, [](float x) { return f32_to_bf16(x); });
+      return;
     case Lossy::int8:
     case Lossy::int8_channel:
       for_each_channel_run(p, first, count, [&](int64_t c, int64_t off, int64_t len) {
@@ -559,17 +586,24 @@ void lossy_encode(const LossyParams& p, const uint8_t* src, int64_t first, int64
   }
 }
 
-void lossy_decode(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count, uint8_t* dst) {
+void lossy_decode(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count,
+                  uint8_t* dst) {
   if (count <= 0) return;
   switch (p.kind) {
-    case Lossy::none: std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(p.src)); return;
-    case Lossy::fp16: map_elems<uint16_t, float>(src, count, dst, [](uint16_t h) { return f16_to_f32(h); }); return;
-    case Lossy::bf16: map_elems<uint16_t, float>(src, count, dst, [](uint16_t h) { return bf16_to_f32(h); }); return;
+    case Lossy::none:
+      std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(p.src));
+      return;
+    case Lossy::fp16:
+      map_elems<uint16_t, float>(src, count, dst, [](uint16_t h) { return f16_to_f32(h); });
+      return;
+    case Lossy::bf16:
+      map_elems<uint16_t, float>(src, count, dst, [](uint16_t h) { return bf16_to_f32(h); });
+      return;
     case Lossy::int8:
     case Lossy::int8_channel:
       for_each_channel_run(p, first, count, [&](int64_t c, int64_t off, int64_t len) {
-        int8_decode_run(src + off, len, p.scale[static_cast<size_t>(c)], p.zero_point[static_cast<size_t>(c)],
-                        dst + off * 4);
+        int8_decode_run(src + off, len, p.scale[static_cast<size_t>(c)],
+                        p.zero_point[static_cast<size_t>(c)], dst + off * 4);
       });
       return;
   }
@@ -577,9 +611,12 @@ void lossy_decode(const LossyParams& p, const uint8_t* src, int64_t first, int64
 
 double lossy_error_bound(const LossyParams& p, double x, int64_t element_index) {
   switch (p.kind) {
-    case Lossy::none: return 0.0;
-    case Lossy::fp16: return std::max(std::fabs(x) * 0x1p-11, 0x1p-25);
-    case Lossy::bf16: return std::fabs(x) * 0x1p-8;
+    case Lossy::none:
+      return 0.0;
+    case Lossy::fp16:
+      return std::max(std::fabs(x) * 0x1p-11, 0x1p-25);
+    case Lossy::bf16:
+      return std::fabs(x) * 0x1p-8;
     case Lossy::int8:
     case Lossy::int8_channel: {
       if (p.scale.empty()) return 0.0;
@@ -594,18 +631,22 @@ double lossy_error_bound(const LossyParams& p, double x, int64_t element_index) 
 Status lossy_validate(const LossyParams& p, const std::vector<int64_t>& shape) {
   const auto bad = [](std::string msg) { return make_error(Errc::codec_params, std::move(msg)); };
   if (static_cast<size_t>(p.kind) >= std::size(kLossyNames))
-    return bad(fmt::format("unknown lossy kind {}: expected {}", static_cast<int>(p.kind), join(kLossyNames)));
-  if (!known_dtype(p.src)) return bad(fmt::format("unknown source dtype {}", static_cast<int>(p.src)));
-  if (!known_dtype(p.wire)) return bad(fmt::format("unknown wire dtype {}", static_cast<int>(p.wire)));
+    return bad(fmt::format("unknown lossy kind {}: expected {}", static_cast<int>(p.kind),
+                           join(kLossyNames)));
+  if (!known_dtype(p.src))
+    return bad(fmt::format("unknown source dtype {}", static_cast<int>(p.src)));
+  if (!known_dtype(p.wire))
+    return bad(fmt::format("unknown wire dtype {}", static_cast<int>(p.wire)));
   const std::string_view kind = lossy_name(p.kind);
   if (p.kind == Lossy::none) {
     if (p.wire != p.src)
-      return bad(fmt::format("lossy none but wire dtype {} differs from source dtype {}", dtype_name(p.wire),
-                             dtype_name(p.src)));
+      return bad(fmt::format("lossy none but wire dtype {} differs from source dtype {}",
+                             dtype_name(p.wire), dtype_name(p.src)));
     return {};
   }
   if (p.src != DType::float32)
-    return bad(fmt::format("lossy {} applies to float32 tensors only, not {}", kind, dtype_name(p.src)));
+    return bad(
+        fmt::format("lossy {} applies to float32 tensors only, not {}", kind, dtype_name(p.src)));
   const DType want = p.kind == Lossy::fp16   ? DType::float16
                      : p.kind == Lossy::bf16 ? DType::bfloat16
                                              : DType::int8;
@@ -622,8 +663,8 @@ Status lossy_validate(const LossyParams& p, const std::vector<int64_t>& shape) {
       return bad(fmt::format("int8_channel axis {} out of range for rank {}", p.axis, rank));
     const int64_t channels = shape[static_cast<size_t>(p.axis)];
     if (p.channels != channels)
-      return bad(fmt::format("int8_channel channels {} but shape has {} along axis {}", p.channels, channels,
-                             p.axis));
+      return bad(fmt::format("int8_channel channels {} but shape has {} along axis {}", p.channels,
+                             channels, p.axis));
     int64_t inner = 1;
     for (size_t d = static_cast<size_t>(p.axis) + 1; d < shape.size(); ++d) {
       if (shape[d] < 0 || (shape[d] > 0 && inner > std::numeric_limits<int64_t>::max() / shape[d]))
@@ -631,19 +672,23 @@ Status lossy_validate(const LossyParams& p, const std::vector<int64_t>& shape) {
       inner *= shape[d];
     }
     if (p.inner != inner)
-      return bad(fmt::format("int8_channel inner {} but shape gives {} after axis {}", p.inner, inner, p.axis));
+      return bad(fmt::format("int8_channel inner {} but shape gives {} after axis {}", p.inner,
+                             inner, p.axis));
     if (p.scale.size() != 1) want_scales = static_cast<size_t>(channels);
   }
   if (p.channels < 0 || p.inner < 0)
     return bad(fmt::format("negative channels {} or inner {}", p.channels, p.inner));
   if (p.scale.size() != want_scales)
-    return bad(fmt::format("lossy {} has {} scales, expected {}", kind, p.scale.size(),
-                           p.kind == Lossy::int8 ? std::string("1") : fmt::format("1 or {}", want_scales)));
+    return bad(fmt::format(
+        "lossy {} has {} scales, expected {}", kind, p.scale.size(),
+        p.kind == Lossy::int8 ? std::string("1") : fmt::format("1 or {}", want_scales)));
   if (p.zero_point.size() != p.scale.size())
-    return bad(fmt::format("lossy {} has {} zero points for {} scales", kind, p.zero_point.size(), p.scale.size()));
+    return bad(fmt::format("lossy {} has {} zero points for {} scales", kind, p.zero_point.size(),
+                           p.scale.size()));
   for (size_t i = 0; i < p.scale.size(); ++i) {
     const float s = p.scale[i];
-    if (!std::isfinite(s) || !(s > 0.0f)) return bad(fmt::format("scale[{}] = {} is not finite and positive", i, s));
+    if (!std::isfinite(s) || !(s > 0.0f))
+      return bad(fmt::format("scale[{}] = {} is not finite and positive", i, s));
     if (p.zero_point[i] < -128 || p.zero_point[i] > 127)
       return bad(fmt::format("zero_point[{}] = {} outside [-128, 127]", i, p.zero_point[i]));
   }
@@ -654,45 +699,53 @@ Status lossy_validate(const LossyParams& p, const std::vector<int64_t>& shape) {
 
 size_t blosc_max_compressed(size_t n) { return n + BLOSC_MAX_OVERHEAD; }
 
-Result<size_t> blosc_compress(const CodecSpec& spec, size_t typesize, const uint8_t* src, size_t n, uint8_t* dst,
-                              size_t dst_capacity) {
+Result<size_t> blosc_compress(const CodecSpec& spec, size_t typesize, const uint8_t* src, size_t n,
+                              uint8_t* dst, size_t dst_capacity) {
   TRACR_TRY(spec.validate());
   if (spec.comp != Compressor::blosc)
-    return make_error(Errc::codec_params, fmt::format("codec \"{}\" has no blosc stage", spec.name()));
-  if (n > static_cast<size_t>(BLOSC_MAX_BUFFERSIZE))
-    return make_error(Errc::limit_exceeded,
-                      fmt::format("blosc input of {} bytes exceeds its limit of {}", n, BLOSC_MAX_BUFFERSIZE));
-  if (typesize < 1 || typesize > BLOSC_MAX_TYPESIZE)
     return make_error(Errc::codec_params,
-                      fmt::format("blosc typesize {} out of range 1-{}", typesize, BLOSC_MAX_TYPESIZE));
+                      fmt::format("codec \"{}\" has no blosc stage", spec.name()));
+  if (n > static_cast<size_t>(BLOSC_MAX_BUFFERSIZE))
+    return make_error(
+        Errc::limit_exceeded,
+        fmt::format("blosc input of {} bytes exceeds its limit of {}", n, BLOSC_MAX_BUFFERSIZE));
+  if (typesize < 1 || typesize > BLOSC_MAX_TYPESIZE)
+    return make_error(Errc::codec_params, fmt::format("blosc typesize {} out of range 1-{}",
+                                                      typesize, BLOSC_MAX_TYPESIZE));
   const int r = blosc_compress_ctx(spec.level, spec.shuffle, typesize, n, src, dst, dst_capacity,
                                    spec.cname.c_str(), 0, spec.threads);
   if (r <= 0)
-    return make_error(r == 0 ? Errc::invalid_argument : Errc::internal,
-                      fmt::format("blosc-{} failed on {} bytes into {} (code {}){}", spec.cname, n, dst_capacity, r,
-                                  r == 0 ? ": destination smaller than blosc_max_compressed" : ""));
+    return make_error(
+        r == 0 ? Errc::invalid_argument : Errc::internal,
+        fmt::format("blosc-{} failed on {} bytes into {} (code {}){}", spec.cname, n, dst_capacity,
+                    r, r == 0 ? ": destination smaller than blosc_max_compressed" : ""));
   return static_cast<size_t>(r);
 }
 
 Status blosc_decompress(const uint8_t* src, size_t n, uint8_t* dst, size_t expected, int threads) {
-  const auto fail = [](std::string msg) { return make_error(Errc::decompress_failed, std::move(msg)); };
+  const auto fail = [](std::string msg) {
+    return make_error(Errc::decompress_failed, std::move(msg));
+  };
   if (threads < 1 || threads > kMaxThreads)
-    return make_error(Errc::codec_params, fmt::format("blosc threads {} out of range 1-{}", threads, kMaxThreads));
+    return make_error(Errc::codec_params,
+                      fmt::format("blosc threads {} out of range 1-{}", threads, kMaxThreads));
   if (n < BLOSC_MIN_HEADER_LENGTH)
     return fail(fmt::format("blosc buffer of {} bytes is shorter than the {}-byte header", n,
                             BLOSC_MIN_HEADER_LENGTH));
   size_t nbytes = 0, cbytes = 0, blocksize = 0;
   blosc_cbuffer_sizes(src, &nbytes, &cbytes, &blocksize);
   if (cbytes != n || nbytes != expected)
-    return fail(fmt::format("blosc header claims {} compressed / {} raw bytes, part has {} / expects {}", cbytes,
-                            nbytes, n, expected));
+    return fail(
+        fmt::format("blosc header claims {} compressed / {} raw bytes, part has {} / expects {}",
+                    cbytes, nbytes, n, expected));
   size_t validated = 0;
   if (blosc_cbuffer_validate(src, n, &validated) != 0 || validated != expected)
     return fail(fmt::format("blosc header of a {}-byte part failed validation", n));
   if (expected == 0) return {};
   const int r = blosc_decompress_ctx(src, dst, expected, threads);
   if (r < 0 || static_cast<size_t>(r) != expected)
-    return fail(fmt::format("blosc decompression of a {}-byte part gave {} (expected {} bytes)", n, r, expected));
+    return fail(fmt::format("blosc decompression of a {}-byte part gave {} (expected {} bytes)", n,
+                            r, expected));
   return {};
 }
 

@@ -70,10 +70,14 @@ Result<LossyParams> lossy_prepare(const CodecSpec& spec, const Tensor& t);
 
 // Transforms elements [first, first+count) of src (dtype p.src, contiguous)
 // into dst (count * dtype_size(p.wire) bytes). Element indices are global so
-// per-channel parameters are found from them.
+// per-channel parameters are found from them; src and dst both point at
+// element `first` (the chunk), not at element 0.
+// fp16: finite values beyond +-65504 saturate to +-65504, +-inf and NaN are
+// kept. int8: +-inf give the extreme codes, NaN gives 0.
 void lossy_encode(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count,
                   uint8_t* dst);
-// Inverse of lossy_encode: wire elements [first, first+count) back to p.src.
+// Inverse of lossy_encode: wire elements [first, first+count) back to p.src
+// (src and dst again point at element `first`).
 void lossy_decode(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count,
                   uint8_t* dst);
 

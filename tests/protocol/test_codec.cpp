@@ -1,7 +1,5 @@
 // Codec text parsing, lossy transforms against their stated error bounds,
 // chunking, and the blosc stage against corrupt and hostile input.
-#include "protocol/codec.hpp"
-
 #include <blosc.h>
 #include <fp16.h>
 #include <gtest/gtest.h>
@@ -14,6 +12,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "protocol/codec.hpp"
 
 namespace tracr::protocol {
 namespace {
@@ -75,7 +75,8 @@ LossyParams prepare(std::string_view codec, const Tensor& t) {
 
 std::vector<uint8_t> encode_all(const LossyParams& p, const std::vector<float>& v) {
   std::vector<uint8_t> wire(v.size() * dtype_size(p.wire));
-  lossy_encode(p, reinterpret_cast<const uint8_t*>(v.data()), 0, static_cast<int64_t>(v.size()), wire.data());
+  lossy_encode(p, reinterpret_cast<const uint8_t*>(v.data()), 0, static_cast<int64_t>(v.size()),
+               wire.data());
   return wire;
 }
 
@@ -95,8 +96,8 @@ size_t count_bound_violations(const LossyParams& p, const std::vector<float>& x)
     const double bound = lossy_error_bound(p, x[i], static_cast<int64_t>(i));
     if (!(err <= bound)) {
       if (bad < 5)
-        ADD_FAILURE() << lossy_name(p.kind) << " element " << i << ": x=" << x[i] << " decoded=" << y[i]
-                      << " error " << err << " > bound " << bound;
+        ADD_FAILURE() << lossy_name(p.kind) << " element " << i << ": x=" << x[i]
+                      << " decoded=" << y[i] << " error " << err << " > bound " << bound;
       ++bad;
     }
   }
@@ -118,9 +119,12 @@ TEST(Codec, EveryListedCodecRoundTripsThroughParseAndName) {
 
 TEST(Codec, ListIncludesEachLossyEachCnameAndCombos) {
   const auto all = list_codecs();
-  const auto has = [&](std::string_view s) { return std::find(all.begin(), all.end(), s) != all.end(); };
-  for (auto s : {"none", "fp16", "bf16", "int8", "int8_channel", "blosc-lz4", "blosc-zstd", "blosc-blosclz",
-                 "blosc-zlib", "fp16+blosc-lz4", "bf16+blosc-zstd", "int8+blosc-lz4", "int8_channel+blosc-zstd"})
+  const auto has = [&](std::string_view s) {
+    return std::find(all.begin(), all.end(), s) != all.end();
+  };
+  for (auto s : {"none", "fp16", "bf16", "int8", "int8_channel", "blosc-lz4", "blosc-zstd",
+                 "blosc-blosclz", "blosc-zlib", "fp16+blosc-lz4", "bf16+blosc-zstd",
+                 "int8+blosc-lz4", "int8_channel+blosc-zstd"})
     EXPECT_TRUE(has(s)) << s;
 }
 
@@ -145,8 +149,8 @@ TEST(Codec, ParamsRoundTripInCanonicalOrderWithDefaultsDropped) {
   EXPECT_EQ(spec_of("blosc-zlib:shuffle=none,level=9").name(), "blosc-zlib:level=9,shuffle=none");
   EXPECT_EQ(spec_of("int8_channel:axis=1").name(), "int8_channel");
   EXPECT_EQ(spec_of("int8_channel:axis=+2").name(), "int8_channel:axis=2");
-  for (const char* text : {"fp16+blosc-blosclz:level=3,shuffle=bit,threads=64", "int8_channel:axis=0",
-                           "bf16+blosc-lz4:shuffle=none"}) {
+  for (const char* text : {"fp16+blosc-blosclz:level=3,shuffle=bit,threads=64",
+                           "int8_channel:axis=0", "bf16+blosc-lz4:shuffle=none"}) {
     auto s = spec_of(text);
     EXPECT_EQ(s.name(), text);
     auto again = spec_of(s.name());
@@ -175,14 +179,16 @@ TEST(Codec, UnknownCodecTextsAreRejectedNamingTheToken) {
     auto r = CodecSpec::parse(text);
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.error().code, Errc::unknown_codec) << text << ": " << r.error().str();
-    EXPECT_NE(r.error().message.find(token), std::string::npos) << text << ": " << r.error().message;
+    EXPECT_NE(r.error().message.find(token), std::string::npos)
+        << text << ": " << r.error().message;
   }
 }
 
 TEST(Codec, UnknownCodecMessageListsAcceptedNames) {
   auto r = CodecSpec::parse("blosc-snappy");
   ASSERT_FALSE(r.ok());
-  for (auto s : {"lz4", "zstd", "blosclz", "zlib"}) EXPECT_NE(r.error().message.find(s), std::string::npos) << s;
+  for (auto s : {"lz4", "zstd", "blosclz", "zlib"})
+    EXPECT_NE(r.error().message.find(s), std::string::npos) << s;
   auto q = CodecSpec::parse("q4");
   ASSERT_FALSE(q.ok());
   for (auto s : {"none", "fp16", "bf16", "int8", "int8_channel", "blosc-"})
@@ -216,7 +222,8 @@ TEST(Codec, BadParamsAreRejectedAsCodecParams) {
     auto r = CodecSpec::parse(text);
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.error().code, Errc::codec_params) << text << ": " << r.error().str();
-    EXPECT_NE(r.error().message.find(token), std::string::npos) << text << ": " << r.error().message;
+    EXPECT_NE(r.error().message.find(token), std::string::npos)
+        << text << ": " << r.error().message;
   }
 }
 
@@ -234,8 +241,10 @@ TEST(Codec, ValidateRejectsOutOfRangeFields) {
   EXPECT_EQ(with([](CodecSpec& t) { t.shuffle = 3; }).error().code, Errc::codec_params);
   EXPECT_EQ(with([](CodecSpec& t) { t.threads = 0; }).error().code, Errc::codec_params);
   EXPECT_EQ(with([](CodecSpec& t) { t.cname = "snappy"; }).error().code, Errc::unknown_codec);
-  EXPECT_EQ(with([](CodecSpec& t) { t.lossy = static_cast<Lossy>(9); }).error().code, Errc::unknown_codec);
-  EXPECT_EQ(with([](CodecSpec& t) { t.comp = static_cast<Compressor>(7); }).error().code, Errc::unknown_codec);
+  EXPECT_EQ(with([](CodecSpec& t) { t.lossy = static_cast<Lossy>(9); }).error().code,
+            Errc::unknown_codec);
+  EXPECT_EQ(with([](CodecSpec& t) { t.comp = static_cast<Compressor>(7); }).error().code,
+            Errc::unknown_codec);
 }
 
 TEST(Codec, NamesOfEnums) {
@@ -252,8 +261,9 @@ TEST(Codec, NamesOfEnums) {
 
 TEST(Codec, Fp16ErrorWithinStatedBound) {
   for (uint32_t seed : {1u, 2u}) {
-    for (const auto& x : {normal_data(100003, 1.0f, false, seed), normal_data(100003, 3.0f, true, seed + 10),
-                          normal_data(4096, 1000.0f, false, seed + 20), wide_data(100003, seed + 30)}) {
+    for (const auto& x :
+         {normal_data(100003, 1.0f, false, seed), normal_data(100003, 3.0f, true, seed + 10),
+          normal_data(4096, 1000.0f, false, seed + 20), wide_data(100003, seed + 30)}) {
       const auto t = view_of(x, {static_cast<int64_t>(x.size())});
       const auto p = prepare("fp16", t);
       ASSERT_EQ(p.kind, Lossy::fp16);
@@ -270,8 +280,9 @@ TEST(Codec, Fp16EncodingMatchesFp16hAndSaturatesFiniteOverflow) {
   std::vector<float> x;
   for (int i = 0; i < 1 << 20; ++i) x.push_back(from_bits(rng()));
   // Boundaries: max half, the rounding edge to infinity, subnormals, zero.
-  for (float f : {65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e10f, 3.4e38f, 6.1035156e-05f, 5.9604645e-08f,
-                  2.9802322e-08f, 2.98023259e-08f, 1e-30f, 0.0f, 1.0f, 1.0009765625f, 1.00048828125f})
+  for (float f :
+       {65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e10f, 3.4e38f, 6.1035156e-05f, 5.9604645e-08f,
+        2.9802322e-08f, 2.98023259e-08f, 1e-30f, 0.0f, 1.0f, 1.0009765625f, 1.00048828125f})
     for (float s : {1.0f, -1.0f}) x.push_back(f * s);
   x.push_back(std::numeric_limits<float>::infinity());
   x.push_back(-std::numeric_limits<float>::infinity());
@@ -376,7 +387,8 @@ TEST(Codec, Int8ChannelErrorWithinStatedBound) {
   const std::vector<int64_t> shape = {2, 64, 13, 11};
   auto x = normal_data(2 * 64 * 13 * 11, 1.0f, true, 21);
   // Give channels very different ranges so per-channel scales matter.
-  for (size_t i = 0; i < x.size(); ++i) x[i] *= std::ldexp(1.0f, static_cast<int>((i / 143) % 64) - 32);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] *= std::ldexp(1.0f, static_cast<int>((i / 143) % 64) - 32);
   for (int axis : {1, 0, 2, 3, -1, -4}) {
     CodecSpec spec = spec_of("int8_channel");
     spec.channel_axis = axis;
@@ -459,7 +471,8 @@ TEST(Codec, Int8MapsInfinitiesToRangeEndsAndNaNToZero) {
 
   // Per channel (axis 1 of [2, 3]: 3 channels, inner 1): each channel's
   // infinities go to that channel's extreme codes.
-  const std::vector<float> z = {1.0f, -2.0f, inf, -4.0f, 8.0f, std::numeric_limits<float>::quiet_NaN()};
+  const std::vector<float> z = {1.0f,  -2.0f, inf,
+                                -4.0f, 8.0f,  std::numeric_limits<float>::quiet_NaN()};
   const auto q = prepare("int8_channel", view_of(z, {2, 3}));
   ASSERT_EQ(q.channels, 3);
   const auto w = decode_all(q, encode_all(q, z), z.size());
@@ -514,7 +527,8 @@ TEST(Codec, ChunkedEncodeDecodeEqualsWholeTensor) {
     EXPECT_EQ(wire, whole) << codec;
     for (size_t k = cuts.size() - 1; k-- > 0;) {  // any order
       const int64_t first = cuts[k], count = cuts[k + 1] - cuts[k];
-      lossy_decode(p, wire.data() + first * ws, first, count, reinterpret_cast<uint8_t*>(back.data() + first));
+      lossy_decode(p, wire.data() + first * ws, first, count,
+                   reinterpret_cast<uint8_t*>(back.data() + first));
     }
     EXPECT_EQ(std::memcmp(back.data(), whole_back.data(), x.size() * 4), 0) << codec;
   }
@@ -625,7 +639,8 @@ TEST(Codec, LossyValidateRejectsBadParams) {
 
 TEST(Codec, LossyValidateAcceptsPreparedAndSimpleParams) {
   const auto x = normal_data(2 * 3 * 4, 1.0f, false, 61);
-  for (const char* codec : {"none", "fp16", "bf16", "int8", "int8_channel", "int8_channel:axis=-1"}) {
+  for (const char* codec :
+       {"none", "fp16", "bf16", "int8", "int8_channel", "int8_channel:axis=-1"}) {
     const auto p = prepare(codec, view_of(x, {2, 3, 4}));
     EXPECT_TRUE(lossy_validate(p, {2, 3, 4}).ok()) << codec;
   }
@@ -649,7 +664,8 @@ std::vector<uint8_t> compressible_bytes(size_t n, uint32_t seed) {
   return b;
 }
 
-std::vector<uint8_t> compress(const CodecSpec& spec, const std::vector<uint8_t>& raw, size_t typesize = 4) {
+std::vector<uint8_t> compress(const CodecSpec& spec, const std::vector<uint8_t>& raw,
+                              size_t typesize = 4) {
   std::vector<uint8_t> out(blosc_max_compressed(raw.size()));
   auto r = blosc_compress(spec, typesize, raw.data(), raw.size(), out.data(), out.size());
   EXPECT_TRUE(r.ok()) << r.error().str();
@@ -676,8 +692,8 @@ TEST(Codec, BloscRoundTripsEveryCnameAndShuffle) {
   for (const char* cname : {"lz4", "zstd", "blosclz", "zlib"}) {
     for (const char* shuffle : {"none", "byte", "bit"}) {
       for (int level : {1, 9}) {
-        auto spec = spec_of(std::string("blosc-") + cname + ":shuffle=" + shuffle + ",level=" +
-                            std::to_string(level));
+        auto spec = spec_of(std::string("blosc-") + cname + ":shuffle=" + shuffle +
+                            ",level=" + std::to_string(level));
         const auto c = compress(spec, raw);
         ASSERT_FALSE(c.empty());
         EXPECT_LE(c.size(), blosc_max_compressed(raw.size()));
@@ -746,7 +762,8 @@ TEST(Codec, BloscDecompressRejectsSizeLiesAndBombs) {
     auto st = decompress_guarded(bomb, bomb.size(), expected);
     ASSERT_FALSE(st.ok()) << expected;
     EXPECT_EQ(st.error().code, Errc::decompress_failed);
-    EXPECT_NE(st.error().message.find(std::to_string(zeros.size())), std::string::npos) << st.error().message;
+    EXPECT_NE(st.error().message.find(std::to_string(zeros.size())), std::string::npos)
+        << st.error().message;
   }
   // Expecting more than the header holds is refused too.
   const auto raw = compressible_bytes(5000, 74);
@@ -772,7 +789,8 @@ TEST(Codec, BloscDecompressRejectsSizeLiesAndBombs) {
 
 TEST(Codec, BloscDecompressRejectsFlippedHeaderBytes) {
   const auto raw = compressible_bytes(300000, 75);
-  for (const char* codec : {"blosc-lz4", "blosc-zstd:shuffle=bit", "blosc-blosclz:shuffle=none", "blosc-zlib"}) {
+  for (const char* codec :
+       {"blosc-lz4", "blosc-zstd:shuffle=bit", "blosc-blosclz:shuffle=none", "blosc-zlib"}) {
     const auto c = compress(spec_of(codec), raw);
     // Flipping any bit of the version byte or of the nbytes / blocksize /
     // cbytes fields is detected.

@@ -1,0 +1,148 @@
+// The test vectors printed in protocol/PROTOCOL.md ("Test vectors") are read
+// from that file and recomputed here, so the spec and the code cannot drift.
+// TRACR_PRINT_VECTORS=1 prints the computed values.
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "frame_fixture.hpp"
+#include "protocol/session.hpp"
+
+using namespace tracr;
+using namespace tracr::protocol;
+
+namespace {
+
+std::map<std::string, std::string> spec_vectors() {
+  std::ifstream f(std::string(TRACR_SOURCE_DIR) + "/protocol/PROTOCOL.md");
+  std::map<std::string, std::string> v;
+  std::string line;
+  bool in_block = false;
+  while (std::getline(f, line)) {
+    if (line.rfind("```vectors", 0) == 0) { in_block = true; continue; }
+    if (in_block && line.rfind("```", 0) == 0) { in_block = false; continue; }
+    if (!in_block) continue;
+    auto eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq), val = line.substr(eq + 3);
+    v[key] += val;  // long values continue on following lines with the same key
+  }
+  return v;
+}
+
+std::vector<uint8_t> hex(const std::string& s) { return *from_hex(s); }
+std::string hx(const uint8_t* p, size_t n) { return to_hex(p, n); }
+template <class C> std::string hx(const C& c) { return to_hex(c.data(), c.size()); }
+
+struct Check {
+  std::map<std::string, std::string> spec = spec_vectors();
+  bool print = std::getenv("TRACR_PRINT_VECTORS") != nullptr;
+  void operator()(const std::string& key, const std::string& computed) {
+    if (print) {
+      for (size_t i = 0; i < computed.size(); i += 96) std::printf("%s = %s\n", key.c_str(), computed.substr(i, 96).c_str());
+      return;
+    }
+    ASSERT_TRUE(spec.count(key)) << "PROTOCOL.md has no vector '" << key << "'";
+    EXPECT_EQ(spec[key], computed) << key;
+  }
+};
+
+}  // namespace
+
+TEST(Vectors, SpecFileHasVectors) { EXPECT_GE(spec_vectors().size(), 10u); }
+
+TEST(Vectors, NonceLayout) {
+  Check check;
+  Iv96 iv{};
+  auto ivb = hex(check.print ? "000102030405060708090a0b" : check.spec["nonce.iv"]);
+  std::copy(ivb.begin(), ivb.end(), iv.begin());
+  auto n = make_nonce(iv, 0x1122334455667788ull);
+  check("nonce.iv", hx(iv));
+  check("nonce.counter_0x1122334455667788", hx(n));
+}
+
+TEST(Vectors, KeySchedule) {
+  Check check;
+  std::vector<uint8_t> secret(32), nc(32, 0x11), ns(32, 0x22);
+  for (int i = 0; i < 32; ++i) secret[i] = static_cast<uint8_t>(i);
+  // RFC 7748 section 6.1 key pairs.
+  Key256 a{}, b{};
+  auto ab = hex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a");
+  auto bb = hex("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb");
+  std::copy(ab.begin(), ab.end(), a.begin());
+  std::copy(bb.begin(), bb.end(), b.begin());
+  auto pa = x25519_public(a), pb = x25519_public(b);
+  auto shared = x25519_shared(a, *pb);
+  ASSERT_TRUE(shared.ok());
+  std::vector<uint8_t> dh(shared->begin(), shared->end());
+  std::vector<uint8_t> pub_c(pa->begin(), pa->end()), pub_s(pb->begin(), pb->end());
+  auto k = derive_keys(secret, dh, nc, ns, pub_c, pub_s, 0x0102030405060708ull);
+  ASSERT_TRUE(k.ok());
+  check("kx.shared", hx(dh));
+  check("keys.x25519.c2s_key", hx(k->c2s.key));
+  check("keys.x25519.c2s_iv", hx(k->c2s.iv));
+  check("keys.x25519.s2c_key", hx(k->s2c.key));
+  check("keys.x25519.s2c_iv", hx(k->s2c.iv));
+  auto k2 = derive_keys(secret, {}, nc, ns, {}, {}, 0x0102030405060708ull);
+  ASSERT_TRUE(k2.ok());
+  check("keys.secret_only.c2s_key", hx(k2->c2s.key));
+  check("keys.secret_only.c2s_iv", hx(k2->c2s.iv));
+}
+
+TEST(Vectors, EncryptedFrame) {
+  Check check;
+  FrameWriter w;
+  w.set_session(42);
+  Key256 key{};
+  Iv96 iv{};
+  for (int i = 0; i < 32; ++i) key[i] = static_cast<uint8_t>(i);
+  for (int i = 0; i < 12; ++i) iv[i] = static_cast<uint8_t>(0xf0 + i);
+  ASSERT_TRUE(w.set_key(key, iv).ok());
+  float vals[2] = {1.0f, -2.0f};
+  Bundle b{Tensor::view("x", DType::float32, {2}, vals)};
+  Header h;
+  h.type = MsgType::infer_request;
+  h.split = 3;
+  std::vector<Segment> segs;
+  ASSERT_TRUE(w.write(h, b, SendOptions{}, [&](Segment&& s) {
+                  segs.push_back(std::move(s));
+                  return Status{};
+                }).ok());
+  ASSERT_EQ(segs.size(), 1u);
+  ASSERT_EQ(segs[0].size(), 3u);
+  auto part = [&](size_t i) { return hx(static_cast<const uint8_t*>(segs[0][i].data()), segs[0][i].size()); };
+  check("frame.enc.header", part(0));
+  check("frame.enc.part1", part(1));
+  check("frame.enc.seal", part(2));
+  // And the reader accepts exactly these bytes.
+  FrameReader r;
+  r.set_session(42);
+  ASSERT_TRUE(r.set_key(key, iv).ok());
+  auto out = r.feed(segs[0]);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].ok()) << out[0].error().str();
+  EXPECT_EQ(0, std::memcmp(out[0]->tensors[0].data, vals, 8));
+}
+
+TEST(Vectors, PlainFrameWithMetaAndInt8) {
+  Check check;
+  FrameWriter w;
+  w.set_session(7);
+  float vals[4] = {0.0f, 0.5f, 1.0f, 2.0f};
+  Bundle b{Tensor::view("act", DType::float32, {1, 4}, vals)};
+  Header h;
+  h.type = MsgType::infer_result;
+  h.split = 0;
+  h.meta = {{"tail_ns", int64_t{1500}}};
+  SendOptions so;
+  so.codec = *CodecSpec::parse("int8");
+  std::vector<Segment> segs;
+  ASSERT_TRUE(w.write(h, b, so, [&](Segment&& s) {
+                  segs.push_back(std::move(s));
+                  return Status{};
+                }).ok());
+  ASSERT_EQ(segs[0].size(), 2u);
+  check("frame.plain_int8.header", hx(static_cast<const uint8_t*>(segs[0][0].data()), segs[0][0].size()));
+  check("frame.plain_int8.part1", hx(static_cast<const uint8_t*>(segs[0][1].data()), segs[0][1].size()));
+}
