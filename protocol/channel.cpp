@@ -135,15 +135,16 @@ Result<Frame> Client::recv(int timeout_ms) {
       ready_.pop_front();
       return r;
     }
-    int wait = timeout_ms < 0 ? -1 : remaining_ms(deadline);
-    auto readable = wait_readable(sock_, wait);
-    if (!readable) return std::move(readable.error());
-    if (!*readable) return make_error(Errc::timeout, "no frame within " + std::to_string(timeout_ms) + " ms");
+    // Drain what is already queued before paying for a poll.
     auto seg = recv_segment(sock_);
-    if (!seg) {
-      if (seg.error().code == Errc::timeout) continue;
-      return std::move(seg.error());
+    if (!seg && seg.error().code == Errc::timeout) {
+      int wait = timeout_ms < 0 ? -1 : remaining_ms(deadline);
+      auto readable = wait_readable(sock_, wait);
+      if (!readable) return std::move(readable.error());
+      if (!*readable) return make_error(Errc::timeout, "no frame within " + std::to_string(timeout_ms) + " ms");
+      continue;
     }
+    if (!seg) return std::move(seg.error());
     for (auto& r : reader_.feed(*seg)) ready_.push_back(std::move(r));
   }
 }
@@ -243,15 +244,15 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
       ready_.pop_front();
       return r;
     }
-    int wait = timeout_ms < 0 ? -1 : remaining_ms(deadline);
-    auto readable = wait_readable(sock_, wait);
-    if (!readable) return std::move(readable.error());
-    if (!*readable) return make_error(Errc::timeout, "no frame within " + std::to_string(timeout_ms) + " ms");
     auto segr = recv_segment(sock_);
-    if (!segr) {
-      if (segr.error().code == Errc::timeout) continue;
-      return std::move(segr.error());
+    if (!segr && segr.error().code == Errc::timeout) {
+      int wait = timeout_ms < 0 ? -1 : remaining_ms(deadline);
+      auto readable = wait_readable(sock_, wait);
+      if (!readable) return std::move(readable.error());
+      if (!*readable) return make_error(Errc::timeout, "no frame within " + std::to_string(timeout_ms) + " ms");
+      continue;
     }
+    if (!segr) return std::move(segr.error());
     Segment& seg = *segr;
     if (seg.size() < 2) continue;  // ROUTER always prepends the routing id
     std::string peer(static_cast<const char*>(seg[0].data()), seg[0].size());

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine:
+#   1. installs missing Debian packages (scripts/setup.sh),
+#   2. builds everything (RelWithDebInfo, ccache when present) and runs ctest,
+#   3. builds the protocol and agent tests with ASan+UBSan and runs them,
+#   4. runs the libFuzzer frame target for a bounded time (FUZZ_SECONDS, default 60).
+# Set TRACR_SKIP_ASAN=1 or FUZZ_SECONDS=0 to skip steps 3 or 4 locally.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-2}
+
+bash scripts/setup.sh
+
+echo "== build (build/)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$JOBS"
+
+echo "== tests (ctest)"
+ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 900
+
+if [ "${TRACR_SKIP_ASAN:-0}" != "1" ]; then
+  echo "== protocol tests under ASan+UBSan (build-asan/)"
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTRACR_SANITIZE=ON -DTRACR_WITH_TORCH=OFF \
+    -DTRACR_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-asan -j"$JOBS" --target tracr_protocol_tests
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ./build-asan/bin/tracr_protocol_tests --gtest_brief=1
+fi
+
+secs=${FUZZ_SECONDS:-60}
+if [ "$secs" != "0" ]; then
+  echo "== fuzz smoke run (${secs}s)"
+  bash scripts/fuzz.sh "$secs"
+fi
+echo "== all tests passed"
