@@ -50,6 +50,18 @@ int remaining_ms(Clock::time_point deadline) {
   return ms < 0 ? 0 : static_cast<int>(ms);
 }
 
+// Next queued segment; polls only when none is queued. Errc::timeout when
+// nothing arrives by the deadline (timeout_ms < 0: wait forever).
+Result<Segment> next_segment(zmq::socket_t& s, Clock::time_point deadline, int timeout_ms) {
+  while (true) {
+    auto seg = recv_segment(s);
+    if (seg || seg.error().code != Errc::timeout) return seg;
+    auto readable = wait_readable(s, timeout_ms < 0 ? -1 : remaining_ms(deadline));
+    if (!readable) return std::move(readable.error());
+    if (!*readable) return make_error(Errc::timeout, "no frame within " + std::to_string(timeout_ms) + " ms");
+  }
+}
+
 }  // namespace
 
 std::string peer_name(const std::string& id) {
@@ -135,15 +147,7 @@ Result<Frame> Client::recv(int timeout_ms) {
       ready_.pop_front();
       return r;
     }
-    // Drain what is already queued before paying for a poll.
-    auto seg = recv_segment(sock_);
-    if (!seg && seg.error().code == Errc::timeout) {
-      int wait = timeout_ms < 0 ? -1 : remaining_ms(deadline);
-      auto readable = wait_readable(sock_, wait);
-      if (!readable) return std::move(readable.error());
-      if (!*readable) return make_error(Errc::timeout, "no frame within " + std::to_string(timeout_ms) + " ms");
-      continue;
-    }
+    auto seg = next_segment(sock_, deadline, timeout_ms);
     if (!seg) return std::move(seg.error());
     for (auto& r : reader_.feed(*seg)) ready_.push_back(std::move(r));
   }
@@ -172,15 +176,7 @@ Result<std::unique_ptr<Server>> Server::bind(zmq::context_t& ctx, const std::str
 
 RejectCounters Server::rejected() const {
   RejectCounters t = rejected_closed_;
-  for (const auto& [id, p] : peers_) {
-    const auto& r = p->reader.rejected();
-    t.malformed += r.malformed;
-    t.auth_failed += r.auth_failed;
-    t.replay += r.replay;
-    t.truncated += r.truncated;
-    t.codec += r.codec;
-    t.other += r.other;
-  }
+  for (const auto& [id, p] : peers_) t += p->reader.rejected();
   return t;
 }
 
@@ -222,15 +218,7 @@ Status Server::handle_hello(const std::string& peer, Segment& seg) {
     TRACR_TRY(p->reader.set_key(acc->keys.c2s.key, acc->keys.c2s.iv));
   }
   p->last_seen = Clock::now();
-  if (auto it = peers_.find(peer); it != peers_.end()) {
-    const auto& r0 = it->second->reader.rejected();
-    rejected_closed_.malformed += r0.malformed;
-    rejected_closed_.auth_failed += r0.auth_failed;
-    rejected_closed_.replay += r0.replay;
-    rejected_closed_.truncated += r0.truncated;
-    rejected_closed_.codec += r0.codec;
-    rejected_closed_.other += r0.other;
-  }
+  if (auto it = peers_.find(peer); it != peers_.end()) rejected_closed_ += it->second->reader.rejected();
   peers_[peer] = std::move(p);
   return {};
 }
@@ -244,14 +232,7 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
       ready_.pop_front();
       return r;
     }
-    auto segr = recv_segment(sock_);
-    if (!segr && segr.error().code == Errc::timeout) {
-      int wait = timeout_ms < 0 ? -1 : remaining_ms(deadline);
-      auto readable = wait_readable(sock_, wait);
-      if (!readable) return std::move(readable.error());
-      if (!*readable) return make_error(Errc::timeout, "no frame within " + std::to_string(timeout_ms) + " ms");
-      continue;
-    }
+    auto segr = next_segment(sock_, deadline, timeout_ms);
     if (!segr) return std::move(segr.error());
     Segment& seg = *segr;
     if (seg.size() < 2) continue;  // ROUTER always prepends the routing id

@@ -85,6 +85,15 @@ struct RejectCounters {
   uint64_t codec = 0;         // decompression / codec parameter errors
   uint64_t other = 0;
   uint64_t total() const { return malformed + auth_failed + replay + truncated + codec + other; }
+  RejectCounters& operator+=(const RejectCounters& o) {
+    malformed += o.malformed;
+    auth_failed += o.auth_failed;
+    replay += o.replay;
+    truncated += o.truncated;
+    codec += o.codec;
+    other += o.other;
+    return *this;
+  }
 };
 
 class FrameReader {

@@ -170,7 +170,7 @@ TEST(ImageFolder, ClassSubfoldersGiveSortedLabelsAndPresetShapes) {
   ASSERT_TRUE(b.ok());
   ASSERT_TRUE(b->has_value());
   EXPECT_EQ((*b)->images.sizes(), (c10::IntArrayRef{3, 3, 56, 56}));
-  EXPECT_EQ((*b)->labels.tolist().to<std::vector<int64_t>>() , (std::vector<int64_t>{0, 0, 1}));
+  EXPECT_EQ((*b)->test::to_vec(labels) , (std::vector<int64_t>{0, 0, 1}));
   // dog/1.jpg 120x90: shorter side 90 -> 64 (56 * 256 / 224), crop 56.
   const auto& tf = (*b)->transforms[2];
   EXPECT_EQ(tf.orig_width, 120);

@@ -3,6 +3,7 @@
 
 #include "experiments/postprocess.hpp"
 #include "experiments/registry.hpp"
+#include "test_util.hpp"
 
 namespace tracr::experiments {
 namespace {
@@ -36,7 +37,7 @@ TEST(Nms, SuppressesOverlapsAboveThresholdOnly) {
   auto keep = nms(boxes, scores, 0.5);
   // Box 1 has the top score and suppresses 0 (.68); 3 vs 1: inter 9*4=36,
   // union 50+100-36=114 -> .32 kept; 2 kept.
-  EXPECT_EQ(keep.tolist().to<std::vector<int64_t>>(), (std::vector<int64_t>{1, 3, 2}));
+  EXPECT_EQ(test::to_vec(keep), (std::vector<int64_t>{1, 3, 2}));
   auto keep_loose = nms(boxes, scores, 0.7);
   EXPECT_EQ(keep_loose.numel(), 4);
   EXPECT_EQ(nms(torch::zeros({0, 4}), torch::zeros({0}), 0.5).numel(), 0);
@@ -47,7 +48,7 @@ TEST(Nms, BatchedKeepsOverlappingBoxesOfDifferentClasses) {
   auto scores = torch::tensor({0.9f, 0.8f, 0.7f});
   auto classes = torch::tensor({0, 1, 0}, torch::kLong);
   auto keep = batched_nms(boxes, scores, classes, 0.5);
-  EXPECT_EQ(keep.tolist().to<std::vector<int64_t>>(), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(test::to_vec(keep), (std::vector<int64_t>{0, 1}));
 }
 
 TEST(Detections, DecodesOneConfidentLocationIntoOriginalImageCoordinates) {
@@ -124,7 +125,9 @@ TEST(Detections, TinyDetectorEndToEndRespectsLimits) {
       EXPECT_LE(d.x1, d.x2);
       EXPECT_GE(d.class_id, 0);
       EXPECT_LT(d.class_id, 80);
-      if (i) EXPECT_LE(d.score, img[i - 1].score);
+      if (i) {
+        EXPECT_LE(d.score, img[i - 1].score);
+      }
     }
   }
 }

@@ -54,3 +54,11 @@ inline std::map<std::string, at::Tensor> read_ref(const std::string& path) {
 }
 
 }  // namespace tracr::experiments::test
+
+namespace tracr::experiments::test {
+// Values of a 1-D integer tensor.
+inline std::vector<int64_t> to_vec(const at::Tensor& t) {
+  auto c = t.to(torch::kLong).contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+}  // namespace tracr::experiments::test

@@ -93,8 +93,9 @@ TEST(Mutation, MutatedFramesGiveTypedErrorsAndSessionCarriesOn) {
         ASSERT_FALSE(outs.empty());
         ASSERT_TRUE(outs.back().ok()) << "iteration " << iter << ": " << outs.back().error().str();
         ++accepted;
-        if (so.codec.lossy == Lossy::none)
+        if (so.codec.lossy == Lossy::none) {
           EXPECT_EQ(0, std::memcmp(outs.back()->tensors[0].data, b[0].data, b[0].nbytes));
+        }
       }
     }
   }
