@@ -27,16 +27,21 @@ Status check_shape(const DatasetConfig& cfg) {
   return {};
 }
 
-// [1, C, H, W] float 0..255 -> resized/cropped, rounded like PIL's uint8 output.
+// [1, C, H, W] float 0..255 -> resized to h x w like PIL: a horizontal pass
+// then a vertical pass (antialiased bilinear), each rounded to uint8 values.
 at::Tensor resize_aa(const at::Tensor& x, int64_t h, int64_t w) {
-  if (x.size(2) == h && x.size(3) == w) return x;
   namespace F = torch::nn::functional;
-  auto y = F::interpolate(x, F::InterpolateFuncOptions()
-                                 .size(std::vector<int64_t>{h, w})
-                                 .mode(torch::kBilinear)
-                                 .align_corners(false)
-                                 .antialias(true));
-  return y.round().clamp(0, 255);
+  auto pass = [](const at::Tensor& in, int64_t ph, int64_t pw) {
+    if (in.size(2) == ph && in.size(3) == pw) return in;
+    return F::interpolate(in, F::InterpolateFuncOptions()
+                                  .size(std::vector<int64_t>{ph, pw})
+                                  .mode(torch::kBilinear)
+                                  .align_corners(false)
+                                  .antialias(true))
+        .round()
+        .clamp(0, 255);
+  };
+  return pass(pass(x, x.size(2), w), h, w);
 }
 
 // Python's round() (half to even), as torchvision's center_crop uses.

@@ -24,6 +24,10 @@ struct JpegError {
   char message[JMSG_LENGTH_MAX];
 };
 
+// Warnings (e.g. "Premature end of JPEG file") are not printed; libjpeg
+// still decodes what it can, as PIL does.
+void jpeg_silent(j_common_ptr) {}
+
 void jpeg_error_exit(j_common_ptr cinfo) {
   auto* err = reinterpret_cast<JpegError*>(cinfo->err);
   (*cinfo->err->format_message)(cinfo, err->message);
@@ -35,6 +39,7 @@ Result<Image> decode_jpeg(const std::string& path, FILE* f) {
   JpegError err;
   cinfo.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_error_exit;
+  err.mgr.output_message = jpeg_silent;
   err.message[0] = 0;
   Image img;
   if (setjmp(err.jump)) {

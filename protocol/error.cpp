@@ -25,9 +25,14 @@ std::string_view errc_name(Errc c) {
     case Errc::wrong_session: return "wrong_session";
     case Errc::crypto_backend: return "crypto_backend";
     case Errc::cipher_mismatch: return "cipher_mismatch";
+    case Errc::auth_refused: return "auth_refused";
+    case Errc::host_key_unknown: return "host_key_unknown";
+    case Errc::host_key_mismatch: return "host_key_mismatch";
+    case Errc::key_permissions: return "key_permissions";
     case Errc::timeout: return "timeout";
     case Errc::transport: return "transport";
     case Errc::peer_closed: return "peer_closed";
+    case Errc::unreachable: return "unreachable";
     case Errc::invalid_argument: return "invalid_argument";
     case Errc::not_found: return "not_found";
     case Errc::io: return "io";

@@ -38,10 +38,15 @@ enum class Errc : uint16_t {
   wrong_session = 303,
   crypto_backend = 304,     // OpenSSL reported an internal failure
   cipher_mismatch = 305,    // frame's cipher differs from the negotiated one
+  auth_refused = 306,       // SSH (or other) authentication refused
+  host_key_unknown = 307,   // SSH host not in known_hosts (and no trust-on-first-use)
+  host_key_mismatch = 308,  // SSH host key differs from known_hosts
+  key_permissions = 309,    // private key file readable by others
   // 4xx: transport
   timeout = 400,
   transport = 401,          // ZeroMQ reported an error
   peer_closed = 402,
+  unreachable = 403,        // host cannot be reached (DNS, refused, no route)
   // 5xx: application (models, experiments, agents)
   invalid_argument = 500,
   not_found = 501,

@@ -122,9 +122,16 @@ TEST(ImageIO, PngRoundTripIsExactAndJpegIsClose) {
   auto jpg = decode_image(dir.file("a.jpg"));
   ASSERT_TRUE(jpg.ok()) << jpg.error().str();
   ASSERT_EQ(jpg->rgb.size(), img.rgb.size());
-  double sum = 0;
-  for (size_t i = 0; i < img.rgb.size(); ++i) sum += std::abs(int(jpg->rgb[i]) - int(img.rgb[i]));
-  EXPECT_LT(sum / img.rgb.size(), 4.0);
+  // Red and green are smooth ramps (JPEG keeps them within a few steps); blue
+  // is a high-frequency pattern that chroma subsampling blurs.
+  double smooth = 0, all = 0;
+  for (size_t i = 0; i < img.rgb.size(); ++i) {
+    const int d = std::abs(int(jpg->rgb[i]) - int(img.rgb[i]));
+    all += d;
+    if (i % 3 != 2) smooth += d;
+  }
+  EXPECT_LT(smooth / (img.rgb.size() * 2 / 3), 3.0);
+  EXPECT_LT(all / img.rgb.size(), 8.0);
 }
 
 TEST(ImageIO, CorruptAndUnknownFilesAreErrorsNamingTheFile) {
@@ -170,7 +177,7 @@ TEST(ImageFolder, ClassSubfoldersGiveSortedLabelsAndPresetShapes) {
   ASSERT_TRUE(b.ok());
   ASSERT_TRUE(b->has_value());
   EXPECT_EQ((*b)->images.sizes(), (c10::IntArrayRef{3, 3, 56, 56}));
-  EXPECT_EQ((*b)->test::to_vec(labels) , (std::vector<int64_t>{0, 0, 1}));
+  EXPECT_EQ(test::to_vec((*b)->labels), (std::vector<int64_t>{0, 0, 1}));
   // dog/1.jpg 120x90: shorter side 90 -> 64 (56 * 256 / 224), crop 56.
   const auto& tf = (*b)->transforms[2];
   EXPECT_EQ(tf.orig_width, 120);
@@ -206,7 +213,7 @@ TEST(ImageFolder, MatchesTorchvisionPreset) {
     // One uint8 step after normalisation is 1 / 255 / 0.225 = 0.0174; PIL's
     // fixed-point resampling rounds a few pixels the other way.
     EXPECT_LE(diff.max().item<float>(), 2.0f / 255 / 0.224f + 1e-5f) << name;
-    EXPECT_LE(diff.mean().item<float>(), 0.003f) << name;
+    EXPECT_LE(diff.mean().item<float>(), 5e-4f) << name;
     std::cout << name << ": max diff " << diff.max().item<float>() << ", mean " << diff.mean().item<float>() << "\n";
   }
 }

@@ -139,7 +139,9 @@ TEST_F(StateDictErrors, ValidStateDictLoadsAndBuffersCount) {
   for (const auto& nt : state) copy.push_back({nt.name, nt.tensor.clone() + 1});
   ASSERT_TRUE(model->load_state_dict(copy).ok());
   for (const auto& nt : model->state_dict())
-    if (nt.name == "bn1.running_var") EXPECT_TRUE(torch::equal(nt.tensor, torch::full({64}, 2.0f)));
+    if (nt.name == "bn1.running_var") {
+      EXPECT_TRUE(torch::equal(nt.tensor, torch::full({64}, 2.0f)));
+    }
   bool has_tracked = false;
   for (const auto& nt : state) has_tracked |= nt.name == "layer4.1.bn2.num_batches_tracked";
   EXPECT_TRUE(has_tracked);
