@@ -1,0 +1,58 @@
+// Control channel between tracrctl and an agent: the agent's standard input
+// and output (a local pipe, or the SSH exec channel for a remote agent).
+// The first stdin line carries the hex session secret. Every later line in
+// either direction is
+//     <seq> <KIND> key=value key=value ... #<mac>
+// with values percent-encoded, seq counting from 1 per direction, and mac =
+// the first 16 bytes (hex) of HMAC-SHA256(k, "<seq> <KIND> <fields>") where
+// k = HKDF-SHA256(secret, salt = "", info = "tracr/1 control a2c" or
+// "tracr/1 control c2a", 32). A line with a bad MAC, a repeated or skipped
+// seq, or bad syntax is rejected with a typed error naming the agent.
+// Kinds: READY, HEARTBEAT, STATUS, LOG, FRAME, PROFILE, DONE, FAIL (agent ->
+// controller); STOP (controller -> agent).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "protocol/error.hpp"
+
+namespace tracr::agent {
+
+struct ControlMsg {
+  uint64_t seq = 0;
+  std::string kind;
+  std::map<std::string, std::string> fields;
+
+  // Typed accessors; errors name the field and the message kind.
+  Result<int64_t> get_int(const std::string& key) const;
+  Result<double> get_double(const std::string& key) const;
+  Result<std::string> get_str(const std::string& key) const;
+  std::string get_or(const std::string& key, const std::string& dflt) const;
+};
+
+enum class ControlDir { agent_to_controller, controller_to_agent };
+
+class ControlCodec {
+ public:
+  // secret: the session secret (raw bytes).
+  ControlCodec(const std::vector<uint8_t>& secret, ControlDir dir);
+  // Encodes one line (with trailing newline); thread-safe (seq is atomic under a lock).
+  std::string encode(const std::string& kind, const std::map<std::string, std::string>& fields);
+  // Verifies and parses one line (without newline).
+  Result<ControlMsg> decode(const std::string& line);
+
+ private:
+  std::vector<uint8_t> key_;
+  std::mutex mu_;
+  uint64_t next_send_ = 1;
+  uint64_t next_recv_ = 1;
+};
+
+std::string pct_encode(const std::string& s);
+Result<std::string> pct_decode(const std::string& s);
+
+}  // namespace tracr::agent
