@@ -4,14 +4,20 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "agent/control.hpp"
+#include "agent/roles.hpp"
 #include "protocol/channel.hpp"
 
 namespace tracr::agent {
@@ -26,6 +32,66 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
   }
   return h;
 }
+
+// ---- ControlOut -------------------------------------------------------------
+
+ControlOut::ControlOut(const std::vector<uint8_t>& secret)
+    : codec_(secret, ControlDir::agent_to_controller), in_(secret, ControlDir::controller_to_agent) {}
+
+ControlOut::~ControlOut() { stop_heartbeat(); }
+
+void ControlOut::send(const std::string& kind, const std::map<std::string, std::string>& fields) {
+  std::string line = codec_.encode(kind, fields);
+  std::lock_guard<std::mutex> lock(out_mu_);
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fflush(stdout);
+}
+
+void ControlOut::start_heartbeat(int period_ms) {
+  hb_ = std::thread([this, period_ms] {
+    std::unique_lock<std::mutex> lock(hb_mu_);
+    while (!hb_stop_) {
+      if (hb_cv_.wait_for(lock, std::chrono::milliseconds(period_ms), [this] { return hb_stop_; })) break;
+      lock.unlock();
+      send("HEARTBEAT", {});
+      lock.lock();
+    }
+  });
+}
+
+void ControlOut::stop_heartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(hb_mu_);
+    hb_stop_ = true;
+  }
+  hb_cv_.notify_all();
+  if (hb_.joinable()) hb_.join();
+}
+
+bool ControlOut::stop_requested() {
+  if (stopped_) return true;
+  pollfd p{0, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if ((p.revents & POLLIN) == 0 && (p.revents & (POLLHUP | POLLERR))) return stopped_ = true;
+  char buf[4096];
+  ssize_t n = ::read(0, buf, sizeof buf);
+  if (n <= 0) return stopped_ = true;
+  pending_.append(buf, static_cast<size_t>(n));
+  size_t nl;
+  while ((nl = pending_.find('\n')) != std::string::npos) {
+    std::string line = pending_.substr(0, nl);
+    pending_.erase(0, nl + 1);
+    auto m = in_.decode(line);
+    if (!m) {
+      std::fprintf(stderr, "tracr-agent: rejected control line: %s\n", m.error().str().c_str());
+      continue;
+    }
+    if (m->kind == "STOP") stopped_ = true;
+  }
+  return stopped_;
+}
+
+// ---- echo SERVER (protocol demo and benchmarks) -----------------------------
 
 namespace {
 
@@ -44,39 +110,21 @@ void raw_ack_loop(zmq::socket_t& sock, std::atomic<bool>& stop) {
   }
 }
 
-bool stdin_closed() {
-  pollfd p{0, POLLIN, 0};
-  if (::poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLHUP | POLLERR)) return true;
-  char buf[256];
-  ssize_t n = ::read(0, buf, sizeof buf);
-  return n == 0;
-}
-
 }  // namespace
 
-int run_server(const ServerOptions& opt, std::atomic<bool>* stop_flag, bool watch_stdin) {
-  std::atomic<bool> local_stop{false};
-  std::atomic<bool>& stop = stop_flag ? *stop_flag : local_stop;
+int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHandler>& tail) {
   zmq::context_t ctx(1);
   ChannelOptions co;
   co.role = "SERVER";
   co.security.encrypt = opt.encrypt;
   co.security.x25519 = opt.x25519;
-  if (opt.encrypt) {
-    auto s = from_hex(opt.secret_hex);
-    if (!s || s->size() < 16) {
-      std::fprintf(stderr, "tracr-agent: encryption is on but no valid session secret was given on stdin "
-                           "(expected at least 32 hex characters)\n");
-      return 2;
-    }
-    co.security.secret = *s;
-  }
+  co.security.secret = opt.secret;
   auto server = Server::bind(ctx, opt.bind, co);
   if (!server) {
-    std::fprintf(stderr, "tracr-agent: %s\n", server.error().str().c_str());
+    ctl.send("FAIL", {{"error", server.error().str()}});
     return 1;
   }
+  std::atomic<bool> stop{false};
   zmq::socket_t raw(ctx, zmq::socket_type::router);
   std::thread raw_thread;
   std::string raw_ep;
@@ -85,59 +133,54 @@ int run_server(const ServerOptions& opt, std::atomic<bool>* stop_flag, bool watc
     try {
       raw.bind(opt.raw_bind);
     } catch (const zmq::error_t& e) {
-      std::fprintf(stderr, "tracr-agent: bind %s: %s\n", opt.raw_bind.c_str(), e.what());
+      ctl.send("FAIL", {{"error", "bind " + opt.raw_bind + ": " + e.what()}});
       return 1;
     }
     raw_ep = raw.get(zmq::sockopt::last_endpoint);
     raw_thread = std::thread([&] { raw_ack_loop(raw, stop); });
   }
-  std::printf("READY %s%s%s\n", (*server)->endpoint().c_str(), raw_ep.empty() ? "" : " raw ",
-              raw_ep.c_str());
-  std::fflush(stdout);
+  std::map<std::string, std::string> ready{{"role", "SERVER"}, {"endpoint", (*server)->endpoint()},
+                                           {"cipher", opt.encrypt ? "aes-256-gcm" : "none"}};
+  if (!raw_ep.empty()) ready["raw"] = raw_ep;
+  if (tail) ready["model"] = tail->describe();
+  ctl.send("READY", ready);
 
   int rc = 0;
-  auto last_traffic = std::chrono::steady_clock::now();
-  while (!stop.load()) {
-    if (watch_stdin && stdin_closed()) break;
+  while (!ctl.stop_requested()) {
     auto in = (*server)->recv(200);
     if (!in) {
-      if (in.error().code == Errc::timeout) {
-        if (opt.idle_exit_ms > 0 &&
-            std::chrono::steady_clock::now() - last_traffic > std::chrono::milliseconds(opt.idle_exit_ms))
-          break;
-        continue;
-      }
-      std::fprintf(stderr, "tracr-agent: rejected: %s\n", in.error().str().c_str());
+      if (in.error().code != Errc::timeout) ctl.send("LOG", {{"level", "warn"}, {"msg", "rejected: " + in.error().str()}});
       continue;
     }
-    last_traffic = std::chrono::steady_clock::now();
     Frame& f = in->frame;
     if (f.header.type == MsgType::shutdown) break;
     if (f.header.type != MsgType::infer_request) {
       (void)(*server)->send_error(in->peer,
                                   make_error(Errc::unexpected_message,
-                                             fmt::format("SERVER does not handle {} yet",
-                                                         msg_type_name(f.header.type))),
+                                             fmt::format("SERVER does not handle {}", msg_type_name(f.header.type))),
                                   f.header.split);
       continue;
     }
+    Bundle out;
     Meta meta;
-    meta["srv_raw_bytes"] = static_cast<int64_t>(f.stats.raw_bytes);
-    meta["srv_wire_bytes"] = static_cast<int64_t>(f.stats.wire_bytes);
-    meta["srv_decode_ns"] = f.stats.total_ns;
-    meta["srv_codec_ns"] = f.stats.codec_ns;
-    meta["srv_crypto_ns"] = f.stats.crypto_ns;
-    auto echo = f.header.meta.find("echo");
-    auto verify = f.header.meta.find("verify");
-    if (verify != f.header.meta.end()) {
-      uint64_t h = 1469598103934665603ull;
-      for (const auto& t : f.tensors) h = fnv1a(t.data, t.nbytes, h);
-      meta["fnv1a"] = static_cast<int64_t>(h);
+    if (tail) {
+      auto r = tail->handle(f);
+      if (!r) {
+        (void)(*server)->send_error(in->peer, r.error(), f.header.split);
+        ctl.send("LOG", {{"level", "error"}, {"msg", r.error().str()}});
+        continue;
+      }
+      out = std::move(r->first);
+      meta = std::move(r->second);
+    } else {
+      // Echo server: the demo verifies what was decoded.
+      meta["srv_decode_ns"] = f.stats.total_ns;
+      meta["srv_raw_bytes"] = static_cast<int64_t>(f.stats.raw_bytes);
+      meta["srv_wire_bytes"] = static_cast<int64_t>(f.stats.wire_bytes);
+      if (f.header.meta.count("echo")) out = f.tensors;
     }
-    const bool do_echo = echo != f.header.meta.end();
-    auto st = (*server)->send(in->peer, MsgType::infer_result, f.header.split,
-                              do_echo ? f.tensors : Bundle{}, meta);
-    if (!st) std::fprintf(stderr, "tracr-agent: reply failed: %s\n", st.error().str().c_str());
+    auto st = (*server)->send(in->peer, MsgType::infer_result, f.header.split, out, meta);
+    if (!st) ctl.send("LOG", {{"level", "warn"}, {"msg", "reply failed: " + st.error().str()}});
   }
   stop = true;
   if (raw_thread.joinable()) raw_thread.join();
@@ -145,57 +188,68 @@ int run_server(const ServerOptions& opt, std::atomic<bool>* stop_flag, bool watc
 }
 
 namespace {
+
 void usage() {
   std::puts(
-      "usage: tracr-agent --role SERVER [--bind ENDPOINT] [--raw-bind ENDPOINT]\n"
-      "                   [--no-encrypt] [--no-x25519] [--idle-exit-ms N]\n"
-      "The session secret (hex) is read from the first line of standard input,\n"
-      "never from the command line. The agent exits when standard input closes.");
+      "usage: tracr-agent --role SERVER      [--bind EP] [--raw-bind EP] [model options]\n"
+      "       tracr-agent --role PARTICIPANT (--connect EP | --in-process) [model options] [run options]\n"
+      "security:  [--no-encrypt] [--no-x25519]   (the hex session secret is the first line of stdin)\n"
+      "model:     --model NAME [--weights FILE] [--input-shape C,H,W] [--num-classes N]\n"
+      "           [--device cpu|cuda|auto] [--seed S] [--profile-layers REPS] [--profile-batch B]\n"
+      "run:       [--dataset synthetic|imagefolder|fashion-mnist] [--dataset-path P] [--dataset-split S]\n"
+      "           [--class-names FILE] [--max-samples N] [--batch B] [--splits all|K,K,...]\n"
+      "           [--warmup W] [--reps R] [--codec TEXT] [--chunk BYTES] [--inflight N] [--topk K]\n"
+      "stdout carries authenticated control lines; the agent exits when stdin closes.");
 }
+
 }  // namespace
 
 int agent_main(int argc, char** argv) {
+  AgentOptions opt;
   try {
-    ServerOptions opt;
-    std::string role;
-    for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      auto next = [&](const char* what) -> std::string {
-        if (i + 1 >= argc) throw Fatal(make_error(Errc::invalid_argument, std::string(what) + " needs a value"));
-        return argv[++i];
-      };
-      if (a == "--role") role = next("--role");
-      else if (a == "--bind") opt.bind = next("--bind");
-      else if (a == "--raw-bind") opt.raw_bind = next("--raw-bind");
-      else if (a == "--no-encrypt") opt.encrypt = false;
-      else if (a == "--no-x25519") opt.x25519 = false;
-      else if (a == "--idle-exit-ms") opt.idle_exit_ms = std::stoi(next("--idle-exit-ms"));
-      else if (a == "--help" || a == "-h") { usage(); return 0; }
-      else if (a == "--version") { std::puts("tracr-agent 0.1.0 protocol 1"); return 0; }
-      else throw Fatal(make_error(Errc::invalid_argument, "unknown option '" + a + "'"));
+    std::vector<std::string> args(argv + 1, argv + argc);
+    for (const auto& a : args) {
+      if (a == "--help" || a == "-h") {
+        usage();
+        return 0;
+      }
+      if (a == "--version") {
+        std::puts("tracr-agent 0.1.0 protocol 1");
+        return 0;
+      }
     }
-    if (role != "SERVER") {
-      std::fprintf(stderr, "tracr-agent: --role must be SERVER (PARTICIPANT arrives with issue #4); got '%s'\n",
-                   role.c_str());
+    auto parsed = parse_agent_args(args, opt);
+    if (!parsed) {
+      std::fprintf(stderr, "tracr-agent: %s\n", parsed.error().str().c_str());
       usage();
       return 2;
     }
-    if (opt.encrypt) {
-      std::string line;
-      if (!std::getline(std::cin, line)) {
-        std::fprintf(stderr, "tracr-agent: expected the session secret on standard input\n");
-        return 2;
-      }
-      opt.secret_hex = line;
-    }
-    return run_server(opt, nullptr, true);
-  } catch (const Fatal& f) {
-    std::fprintf(stderr, "tracr-agent: %s\n", f.what());
-    return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tracr-agent: internal error: %s\n", e.what());
-    return 3;
+    std::fprintf(stderr, "tracr-agent: %s\n", e.what());
+    return 2;
   }
+  std::string line;
+  if (!std::getline(std::cin, line)) {
+    std::fprintf(stderr, "tracr-agent: expected the session secret (hex) on the first line of stdin\n");
+    return 2;
+  }
+  auto secret = from_hex(line);
+  if (!secret || secret->size() < 16) {
+    std::fprintf(stderr, "tracr-agent: the first stdin line must be the session secret, at least 32 hex digits\n");
+    return 2;
+  }
+  opt.secret = *secret;
+  ControlOut ctl(opt.secret);
+  ctl.start_heartbeat(1000);
+  int rc = 0;
+  try {
+    rc = run_role(opt, ctl);
+  } catch (const std::exception& e) {
+    ctl.send("FAIL", {{"error", std::string("internal: ") + e.what()}});
+    rc = 3;
+  }
+  ctl.stop_heartbeat();
+  return rc;
 }
 
 }  // namespace tracr::agent

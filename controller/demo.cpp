@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/control.hpp"
 #include "controller/process.hpp"
 #include "protocol/channel.hpp"
 
@@ -58,7 +59,7 @@ struct Agent {
   std::string endpoint, raw_endpoint;
 };
 
-Result<Agent> start_agent(const std::string& path, bool encrypt, const std::string& secret_hex) {
+Result<Agent> start_agent(const std::string& path, bool encrypt, const std::vector<uint8_t>& secret) {
   std::vector<std::string> argv = {path, "--role", "SERVER", "--bind", "tcp://127.0.0.1:0",
                                    "--raw-bind", "tcp://127.0.0.1:0"};
   if (!encrypt) argv.push_back("--no-encrypt");
@@ -66,17 +67,21 @@ Result<Agent> start_agent(const std::string& path, bool encrypt, const std::stri
   if (!p) return std::move(p.error());
   Agent a;
   a.proc = std::move(*p);
-  // The secret goes over the pipe, never on the command line. An unencrypted
-  // agent still gets a line so both start the same way.
-  TRACR_TRY(a.proc.write_stdin((encrypt ? secret_hex : std::string("none")) + "\n"));
-  auto line = a.proc.read_line(10000);
-  if (!line) return make_error(line.error().code, "tracr-agent did not report READY: " + line.error().message);
-  char ep[512] = {0}, raw[512] = {0};
-  if (std::sscanf(line->c_str(), "READY %511s raw %511s", ep, raw) != 2)
-    return make_error(Errc::remote, "unexpected line from tracr-agent: '" + *line + "'");
-  a.endpoint = ep;
-  a.raw_endpoint = raw;
-  return a;
+  // The secret goes over the pipe, never on the command line; it also keys
+  // the control lines of an agent whose data frames are not encrypted.
+  TRACR_TRY(a.proc.write_stdin(to_hex(secret.data(), secret.size()) + "\n"));
+  agent::ControlCodec ctl(secret, agent::ControlDir::agent_to_controller);
+  while (true) {
+    auto line = a.proc.read_line(10000);
+    if (!line) return make_error(line.error().code, "tracr-agent did not report READY: " + line.error().message);
+    auto m = ctl.decode(*line);
+    if (!m) return make_error(m.error().code, "tracr-agent: " + m.error().message);
+    if (m->kind == "FAIL") return make_error(Errc::remote, "tracr-agent failed: " + m->get_or("error", "?"));
+    if (m->kind != "READY") continue;
+    a.endpoint = m->get_or("endpoint", "");
+    a.raw_endpoint = m->get_or("raw", "");
+    return a;
+  }
 }
 
 struct Row {
@@ -191,9 +196,8 @@ int run_demo(const DemoOptions& o) {
   }
   std::vector<uint8_t> secret(32);
   if (!random_bytes(secret.data(), secret.size())) return 3;
-  const std::string secret_hex = to_hex(secret.data(), secret.size());
-  auto enc_agent = start_agent(agent, true, secret_hex);
-  auto plain_agent = start_agent(agent, false, "");
+  auto enc_agent = start_agent(agent, true, secret);
+  auto plain_agent = start_agent(agent, false, secret);
   if (!enc_agent || !plain_agent) {
     fmt::print(stderr, "tracrctl: {}\n", (!enc_agent ? enc_agent.error() : plain_agent.error()).str());
     return 1;
