@@ -279,7 +279,7 @@ Status run_participant(const ParticipantSpec& spec, ex::SplitModel& model, Link&
       // The writer's own time (codec, cipher, hand-off to ZeroMQ); an
       // in-process link also runs the tail inside send(), which is not encoding.
       p.rec.encode_ns = st.total_ns;
-      p.sent = t1 + std::chrono::nanoseconds(st.total_ns);
+      p.sent = link.tail_in_send() ? t1 + std::chrono::nanoseconds(st.total_ns) : Clock::now();
       p.rec.raw_bytes = st.raw_bytes;
       p.rec.wire_bytes = st.wire_bytes;
       pending.push_back(std::move(p));

@@ -57,6 +57,9 @@ class Link {
                       const protocol::Meta& meta, protocol::FrameStats* stats) = 0;
   virtual Result<protocol::Frame> recv(int timeout_ms) = 0;
   virtual std::string cipher() const = 0;
+  // True when send() also runs the tail (in-process): the send's wall time is
+  // then not all encoding.
+  virtual bool tail_in_send() const { return false; }
 };
 
 class NetworkLink : public Link {
@@ -80,6 +83,7 @@ class InProcessLink : public Link {
               const protocol::Meta& meta, protocol::FrameStats* stats) override;
   Result<protocol::Frame> recv(int timeout_ms) override;
   std::string cipher() const override { return encrypt_ ? "aes-256-gcm" : "none"; }
+  bool tail_in_send() const override { return true; }
 
  private:
   std::unique_ptr<TailExecutor> tail_;

@@ -7,10 +7,14 @@
 #include <fmt/format.h>
 
 #include "controller/demo.hpp"
+#include "controller/results_cli.hpp"
+#include "controller/run.hpp"
 #include "protocol/codec.hpp"
 #include "protocol/error.hpp"
 
 namespace tracr::controller {
+
+int cmd_models(const std::vector<std::string>& args);
 
 namespace {
 
@@ -19,6 +23,11 @@ void usage() {
       "usage: tracrctl <command> [options]\n"
       "\n"
       "commands:\n"
+      "  run EXPERIMENT.yaml [--show-config] [--in-process] [--db PATH] [--trust-new-hosts] [--no-progress]\n"
+      "        bring up agents (local processes or SSH), sweep the splits, record in SQLite,\n"
+      "        print the per-split table read back from the database\n"
+      "  results list|show RUN|compare RUN RUN|export RUN --csv F|--json F [--db PATH]\n"
+      "  models            list the splittable models of the registry\n"
       "  demo [--quick] [--reps N] [--csv FILE] [--agent PATH]\n"
       "        start tracr-agent SERVER processes on loopback, send real tensors\n"
       "        under each codec and cipher, print the measured table beside raw ZeroMQ\n"
@@ -94,6 +103,9 @@ int tracrctl_main(int argc, char** argv) {
     const std::string cmd = args[0];
     std::vector<std::string> rest(args.begin() + 1, args.end());
     if (cmd == "demo") return cmd_demo(rest, false);
+    if (cmd == "run") return cmd_run(rest);
+    if (cmd == "results") return cmd_results(rest);
+    if (cmd == "models") return cmd_models(rest);
     if (cmd == "bench") {
       if (rest.empty() || rest[0] != "protocol") {
         std::fputs("tracrctl bench: expected 'protocol'\n", stderr);

@@ -16,7 +16,8 @@ extern char** environ;
 
 namespace tracr::controller {
 
-Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& argv, const std::string& stderr_path) {
+Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& argv, const std::string& stderr_path,
+                                         const std::vector<std::string>& env) {
   int inp[2], outp[2];
   if (pipe2(inp, O_CLOEXEC) != 0 || pipe2(outp, O_CLOEXEC) != 0)
     return make_error(Errc::io, std::string("pipe: ") + std::strerror(errno));
@@ -29,8 +30,12 @@ Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& argv, c
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<char*> envp;
+  for (char** e = environ; *e; ++e) envp.push_back(*e);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+  int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   ::close(inp[0]);
   ::close(outp[1]);

@@ -14,7 +14,9 @@ class ChildProcess {
  public:
   // Starts argv[0] with stdin and stdout piped; stderr goes to stderr_path
   // (inherited when empty).
-  static Result<ChildProcess> spawn(const std::vector<std::string>& argv, const std::string& stderr_path = {});
+  // `env` entries ("NAME=value") are added to this process's environment.
+  static Result<ChildProcess> spawn(const std::vector<std::string>& argv, const std::string& stderr_path = {},
+                                    const std::vector<std::string>& env = {});
   ChildProcess() = default;
   ChildProcess(ChildProcess&& o) noexcept;
   ChildProcess& operator=(ChildProcess&& o) noexcept;

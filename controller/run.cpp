@@ -1,0 +1,562 @@
+#include "controller/run.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "agent/control.hpp"
+#include "controller/config.hpp"
+#include "controller/deploy.hpp"
+#include "controller/process.hpp"
+#include "controller/results.hpp"
+#include "controller/results_cli.hpp"
+#include "controller/ssh.hpp"
+#include "protocol/crypto.hpp"
+#include "protocol/header.hpp"
+
+namespace tracr::controller {
+
+using agent::ControlCodec;
+using agent::ControlDir;
+using agent::ControlMsg;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+void on_sigint(int) { g_interrupted = true; }
+
+// One agent process, local or remote: its stdin/stdout are the control channel.
+class AgentProc {
+ public:
+  virtual ~AgentProc() = default;
+  virtual Status write(const std::string& s) = 0;
+  virtual Result<std::string> read_line(int timeout_ms) = 0;
+  virtual int stop(int grace_ms) = 0;
+  virtual std::string log_tail() = 0;
+};
+
+class LocalProc : public AgentProc {
+ public:
+  LocalProc(ChildProcess p, std::string log) : p_(std::move(p)), log_(std::move(log)) {}
+  Status write(const std::string& s) override { return p_.write_stdin(s); }
+  Result<std::string> read_line(int t) override { return p_.read_line(t); }
+  int stop(int grace_ms) override { return p_.stop(grace_ms); }
+  std::string log_tail() override {
+    std::FILE* f = std::fopen(log_.c_str(), "r");
+    if (!f) return "";
+    std::string s;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    std::fclose(f);
+    return s.size() > 4000 ? s.substr(s.size() - 4000) : s;
+  }
+
+ private:
+  ChildProcess p_;
+  std::string log_;
+};
+
+class SshProc : public AgentProc {
+ public:
+  SshProc(std::unique_ptr<SshSession> s, std::unique_ptr<RemoteProcess> p) : s_(std::move(s)), p_(std::move(p)) {}
+  Status write(const std::string& d) override { return p_->write_stdin(d); }
+  Result<std::string> read_line(int t) override { return p_->read_line(t); }
+  int stop(int grace_ms) override {
+    auto r = p_->stop(grace_ms);
+    return r ? *r : -1;
+  }
+  std::string log_tail() override { return p_->stderr_tail(); }
+
+ private:
+  std::unique_ptr<SshSession> s_;
+  std::unique_ptr<RemoteProcess> p_;
+};
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
+  }
+  return out;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+struct Launched {
+  const DeviceConfig* dev = nullptr;
+  std::unique_ptr<AgentProc> proc;
+  std::unique_ptr<ControlCodec> ctl;
+  std::string role;
+};
+
+Result<std::unique_ptr<AgentProc>> start_local(const std::string& agent_path, const std::vector<std::string>& args,
+                                               const std::string& log_path) {
+  std::vector<std::string> argv{agent_path};
+  argv.insert(argv.end(), args.begin(), args.end());
+  // Local agents share this machine's cores: OpenMP threads that spin while
+  // idle would steal them from the other agent and distort every timing.
+  auto p = ChildProcess::spawn(argv, log_path, {"OMP_WAIT_POLICY=PASSIVE"});
+  if (!p) return std::move(p.error());
+  return std::unique_ptr<AgentProc>(new LocalProc(std::move(*p), log_path));
+}
+
+Result<std::unique_ptr<AgentProc>> start_ssh(const DeviceConfig& dev, const std::string& agent_path,
+                                             const std::vector<std::string>& args, const RunOptions& ro,
+                                             const std::string& devices_file) {
+  const auto& c = dev.connection();
+  SshTarget t;
+  t.host = c.host;
+  t.port = c.ssh_port;
+  t.user = c.user;
+  t.key_path = c.pkey_path;
+  t.known_hosts_path = (fs::path(devices_file).parent_path().parent_path() / "pkeys" / "known_hosts").string();
+  if (const char* kh = std::getenv("TRACR_KNOWN_HOSTS")) t.known_hosts_path = kh;
+  t.trust_on_first_use = ro.trust_new_hosts;
+  auto s = SshSession::connect(t);
+  if (!s) return make_error(s.error().code, "device " + dev.name + ": " + s.error().message);
+  auto d = deploy_agent(**s, agent_path, dev.work_dir);
+  if (!d) return make_error(d.error().code, "device " + dev.name + ": deploy: " + d.error().message);
+  std::string cmd = shell_quote(d->remote_path);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  auto p = (*s)->start(cmd);
+  if (!p) return make_error(p.error().code, "device " + dev.name + ": start agent: " + p.error().message);
+  return std::unique_ptr<AgentProc>(new SshProc(std::move(*s), std::move(*p)));
+}
+
+// Reads control lines of every agent on its own thread into one queue.
+struct Event {
+  size_t agent = 0;
+  Result<ControlMsg> msg = make_error(Errc::internal, "");
+  bool closed = false;
+};
+
+class EventPump {
+ public:
+  EventPump(std::vector<Launched>& agents) : agents_(agents) {}
+  ~EventPump() { stop(); }
+  void start() {
+    for (size_t i = 0; i < agents_.size(); ++i)
+      threads_.emplace_back([this, i] {
+        while (!stop_) {
+          auto line = agents_[i].proc->read_line(300);
+          if (!line) {
+            if (line.error().code == Errc::timeout) continue;
+            push(Event{i, std::move(line.error()), true});
+            return;
+          }
+          push(Event{i, agents_[i].ctl->decode(*line), false});
+        }
+      });
+  }
+  void stop() {
+    stop_ = true;
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+  }
+  std::optional<Event> pop(int timeout_ms) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !q_.empty(); })) return std::nullopt;
+    Event e = std::move(q_.front());
+    q_.pop_front();
+    return e;
+  }
+
+ private:
+  void push(Event e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.push_back(std::move(e));
+    cv_.notify_one();
+  }
+  std::vector<Launched>& agents_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> q_;
+};
+
+std::vector<std::string> model_args(const ExperimentConfig& cfg) {
+  std::vector<std::string> a{"--model", cfg.model, "--seed", std::to_string(cfg.seed)};
+  if (!cfg.weights.empty()) a.insert(a.end(), {"--weights", fs::absolute(cfg.weights).string()});
+  if (!cfg.input_size.empty())
+    a.insert(a.end(), {"--input-shape", fmt::format("{},{},{}", cfg.input_size[0], cfg.input_size[1], cfg.input_size[2])});
+  if (!cfg.encryption) a.push_back("--no-encrypt");
+  if (cfg.key_exchange == "none") a.push_back("--no-x25519");
+  if (cfg.record.layers)
+    a.insert(a.end(), {"--profile-layers", std::to_string(std::max(3, cfg.repetitions)), "--profile-batch",
+                       std::to_string(cfg.batch_size)});
+  return a;
+}
+
+std::vector<std::string> participant_args(const ExperimentConfig& cfg) {
+  std::vector<std::string> a;
+  const char* kind = cfg.dataset.kind == DatasetKind::fashion_mnist ? "fashion-mnist"
+                     : cfg.dataset.kind == DatasetKind::imagefolder ? "imagefolder"
+                                                                    : "synthetic";
+  a.insert(a.end(), {"--dataset", kind});
+  if (!cfg.dataset.path.empty()) a.insert(a.end(), {"--dataset-path", fs::absolute(cfg.dataset.path).string()});
+  if (cfg.dataset.kind == DatasetKind::fashion_mnist) a.insert(a.end(), {"--dataset-split", cfg.dataset.split});
+  if (!cfg.dataset.class_names_file.empty())
+    a.insert(a.end(), {"--class-names", fs::absolute(cfg.dataset.class_names_file).string()});
+  int64_t max_samples = cfg.dataset.max_samples;
+  if (cfg.dataset.kind == DatasetKind::synthetic && max_samples == 0) max_samples = 16;
+  a.insert(a.end(), {"--max-samples", std::to_string(max_samples), "--batch", std::to_string(cfg.batch_size),
+                     "--warmup", std::to_string(cfg.warmup), "--reps", std::to_string(cfg.repetitions),
+                     "--codec", cfg.compression, "--chunk", std::to_string(cfg.chunk_bytes), "--inflight",
+                     std::to_string(cfg.inflight)});
+  std::string splits = "all";
+  if (!cfg.split.all) {
+    splits.clear();
+    for (size_t i = 0; i < cfg.split.points.size(); ++i) splits += (i ? "," : "") + std::to_string(cfg.split.points[i]);
+  }
+  a.insert(a.end(), {"--splits", splits});
+  return a;
+}
+
+// "tcp://0.0.0.0:PORT" as seen from a participant that reaches the server at `host`.
+std::string reachable_endpoint(const std::string& bound, const std::string& host) {
+  auto colon = bound.rfind(':');
+  if (colon == std::string::npos) return bound;
+  return "tcp://" + host + bound.substr(colon);
+}
+
+void draw_progress(int64_t done, int64_t total, int split, Clock::time_point t0, bool tty) {
+  static int64_t last_pct = -1;
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (total <= 0) return;
+  const int64_t pct = done * 100 / total;
+  if (tty) {
+    const int width = 30;
+    const int fill = static_cast<int>(width * done / total);
+    fmt::print(stderr, "\r  [{}{}] {:>3}%  {}/{} frames  split {:<3} {:.0f}s ", std::string(fill, '#'),
+               std::string(width - fill, '.'), pct, done, total, split, secs);
+    if (done == total) fmt::print(stderr, "\n");
+  } else if (pct / 10 != last_pct / 10 || done == total) {
+    fmt::print(stderr, "  progress: {}/{} frames ({}%), split {}, {:.0f}s\n", done, total, pct, split, secs);
+  }
+  last_pct = pct;
+}
+
+}  // namespace
+
+int run_experiment(const RunOptions& ro) {
+  auto cfg = load_experiment(ro.experiment);
+  if (!cfg) {
+    fmt::print(stderr, "tracrctl run: {}\n", cfg.error().str());
+    return 2;
+  }
+  if (!ro.db.empty()) cfg->output = ro.db;
+  if (ro.show_config) {
+    fmt::print("{}", format_settings(*cfg));
+    return 0;
+  }
+  if (auto st = check_experiment_files(*cfg); !st) {
+    fmt::print(stderr, "tracrctl run: {}\n", st.error().str());
+    return 2;
+  }
+  auto devices = load_experiment_devices(*cfg);
+  if (!devices) {
+    fmt::print(stderr, "tracrctl run: {}\n", devices.error().str());
+    return 2;
+  }
+  const std::string agent_path = ro.agent_path.empty() ? self_dir() + "/tracr-agent" : ro.agent_path;
+  if (access(agent_path.c_str(), X_OK) != 0) {
+    fmt::print(stderr, "tracrctl run: cannot find tracr-agent at {} (pass --agent PATH)\n", agent_path);
+    return 2;
+  }
+  auto db = ResultsDb::open(cfg->output);
+  if (!db) {
+    fmt::print(stderr, "tracrctl run: {}\n", db.error().str());
+    return 1;
+  }
+  RunInfo info;
+  info.name = cfg->name;
+  info.config_yaml = to_yaml(*cfg);
+  info.tracr_version = "0.1.0";
+  info.protocol_version = static_cast<int>(protocol::kVersion);
+  info.model = cfg->model;
+  info.codec = cfg->compression;
+  info.cipher = cfg->encryption ? "aes-256-gcm" : "none";
+  info.devices_json = devices->to_json();
+  auto run_id = db->begin_run(info);
+  if (!run_id) {
+    fmt::print(stderr, "tracrctl run: {}\n", run_id.error().str());
+    return 1;
+  }
+  fmt::print("run {} '{}': model {}, codec {}, cipher {}, devices {}{}\n", *run_id, cfg->name, cfg->model,
+             cfg->compression, info.cipher, devices->source, ro.in_process ? " (in-process)" : "");
+
+  std::vector<uint8_t> secret(32);
+  (void)protocol::random_bytes(secret.data(), secret.size());
+  const std::string secret_line = protocol::to_hex(secret.data(), secret.size()) + "\n";
+  const std::string log_dir = (fs::path(cfg->output).parent_path() / "logs").string();
+  std::error_code ec;
+  fs::create_directories(log_dir.empty() ? "." : log_dir, ec);
+
+  std::vector<Launched> agents;
+  std::string failure;
+  auto fail = [&](const std::string& why) {
+    if (failure.empty()) failure = why;
+  };
+  auto launch = [&](const DeviceConfig& dev, const std::string& role, std::vector<std::string> args) -> Status {
+    args.insert(args.begin(), {"--role", role});
+    Result<std::unique_ptr<AgentProc>> p = make_error(Errc::internal, "");
+    if (dev.transport == Transport::local)
+      p = start_local(agent_path, args, fmt::format("{}/run-{}-{}.log", log_dir.empty() ? "." : log_dir, *run_id, dev.name));
+    else
+      p = start_ssh(dev, agent_path, args, ro, devices->source);
+    if (!p) return std::move(p.error());
+    TRACR_TRY((*p)->write(secret_line));
+    Launched l;
+    l.dev = &dev;
+    l.proc = std::move(*p);
+    l.ctl = std::make_unique<ControlCodec>(secret, ControlDir::agent_to_controller);
+    l.role = role;
+    agents.push_back(std::move(l));
+    (void)db->add_event(*run_id, "info", "agent_started", fmt::format("{} {} ({})", role, dev.name, transport_name(dev.transport)));
+    return {};
+  };
+
+  std::vector<FrameRecord> batch;
+  std::vector<LayerProfileRecord> profiles;
+  int64_t frames_total = 0, frames_done = 0;
+  int current_split = 0;
+  const bool tty = ro.progress && isatty(2);
+  const auto t0 = Clock::now();
+  auto flush = [&] {
+    if (!batch.empty()) {
+      if (auto st = db->add_frames(batch); !st) fail("database: " + st.error().str());
+      batch.clear();
+    }
+    if (!profiles.empty()) {
+      if (auto st = db->add_layer_profiles(profiles); !st) fail("database: " + st.error().str());
+      profiles.clear();
+    }
+  };
+
+  struct sigaction sa {}, old_sa{};
+  sa.sa_handler = on_sigint;
+  sigaction(SIGINT, &sa, &old_sa);
+  g_interrupted = false;
+
+  // Bring up the SERVER (unless the participant runs tails in-process).
+  const DeviceConfig& server = devices->server();
+  std::string server_endpoint;
+  std::vector<Launched>* all = &agents;
+  std::unique_ptr<EventPump> pump;
+  std::map<size_t, Clock::time_point> last_seen;
+  std::map<size_t, bool> finished;
+
+  auto handle = [&](const Event& e) {
+    Launched& a = (*all)[e.agent];
+    last_seen[e.agent] = Clock::now();
+    if (e.closed) {
+      if (!finished[e.agent])
+        fail(fmt::format("{} agent on {} exited unexpectedly ({}); log tail:\n{}", a.role, a.dev->name,
+                         e.msg.error().message, a.proc->log_tail()));
+      return;
+    }
+    if (!e.msg) {
+      fail(fmt::format("{} agent on {}: bad control line: {}", a.role, a.dev->name, e.msg.error().str()));
+      return;
+    }
+    const ControlMsg& m = *e.msg;
+    if (m.kind == "READY") {
+      if (a.role == "SERVER") server_endpoint = m.get_or("endpoint", "");
+      (void)db->add_event(*run_id, "info", "agent_ready", fmt::format("{} {}: {}", a.role, a.dev->name, m.get_or("model", m.get_or("link", ""))));
+    } else if (m.kind == "FAIL") {
+      fail(fmt::format("{} agent on {} failed: {}", a.role, a.dev->name, m.get_or("error", "?")));
+    } else if (m.kind == "LOG") {
+      (void)db->add_event(*run_id, m.get_or("level", "info"), "agent_log", a.dev->name + ": " + m.get_or("msg", ""));
+    } else if (m.kind == "PROFILE") {
+      LayerProfileRecord r;
+      r.run_id = *run_id;
+      r.device = a.dev->name;
+      r.device_role = a.role;
+      r.layer_index = static_cast<int>(m.get_int("index").ok() ? *m.get_int("index") : 0);
+      r.name = m.get_or("name", "");
+      r.type = m.get_or("type", "");
+      r.params = m.get_int("params").ok() ? *m.get_int("params") : 0;
+      r.macs = m.get_int("macs").ok() ? *m.get_int("macs") : 0;
+      r.out_bytes = m.get_int("output_bytes").ok() ? *m.get_int("output_bytes") : 0;
+      r.median_ns = static_cast<int64_t>((m.get_double("median_ms").ok() ? *m.get_double("median_ms") : 0) * 1e6);
+      r.p95_ns = static_cast<int64_t>((m.get_double("p95_ms").ok() ? *m.get_double("p95_ms") : 0) * 1e6);
+      r.reps = static_cast<int>(m.get_int("reps").ok() ? *m.get_int("reps") : 0);
+      if (auto pk = m.get_int("peak_rss_delta"); pk && *pk >= 0) r.peak_mem_bytes = *pk;
+      profiles.push_back(std::move(r));
+    } else if (m.kind == "FRAME") {
+      FrameRecord r;
+      r.run_id = *run_id;
+      r.participant = a.dev->name;
+      auto gi = [&](const char* k) { auto v = m.get_int(k); return v ? *v : int64_t{0}; };
+      r.split = static_cast<int>(gi("split"));
+      r.sample = gi("sample");
+      r.rep = static_cast<int>(gi("rep"));
+      r.batch = static_cast<int>(gi("batch"));
+      r.head_ns = gi("head_ns");
+      r.encode_ns = gi("encode_ns");
+      r.transfer_ns = gi("transfer_ns");
+      r.decode_ns = gi("decode_ns");
+      r.tail_ns = gi("tail_ns");
+      r.return_ns = gi("return_ns");
+      r.total_ns = gi("total_ns");
+      r.raw_bytes = gi("raw_bytes");
+      r.wire_bytes = gi("wire_bytes");
+      r.codec = m.get_or("codec", "");
+      r.cipher = m.get_or("cipher", "");
+      r.result_json = fmt::format("{{\"top1\":\"{}\",\"correct\":{}}}", json_escape(m.get_or("result", "")), gi("correct"));
+      if (cfg->record.frames) batch.push_back(std::move(r));
+      frames_done = gi("done");
+      frames_total = gi("total");
+      current_split = static_cast<int>(gi("split"));
+      if (batch.size() >= 64) flush();
+      if (ro.progress) draw_progress(frames_done, frames_total, current_split, t0, tty);
+    } else if (m.kind == "DONE") {
+      finished[e.agent] = true;
+    }
+  };
+
+  auto wait_until = [&](const std::function<bool()>& done_pred, int timeout_ms) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (failure.empty() && !done_pred()) {
+      if (g_interrupted) {
+        fail("interrupted (Ctrl-C)");
+        break;
+      }
+      if (timeout_ms > 0 && Clock::now() > deadline) {
+        fail("timed out waiting for the agents");
+        break;
+      }
+      auto e = pump->pop(200);
+      if (e) handle(*e);
+      for (size_t i = 0; i < all->size(); ++i)
+        if (!finished[i] && last_seen.count(i) &&
+            Clock::now() - last_seen[i] > std::chrono::milliseconds(ro.heartbeat_timeout_ms))
+          fail(fmt::format("{} agent on {} lost: no heartbeat for {} ms", (*all)[i].role, (*all)[i].dev->name,
+                           ro.heartbeat_timeout_ms));
+    }
+  };
+
+  Status st;
+  if (!ro.in_process) {
+    std::string bind_host = server.transport == Transport::local ? "127.0.0.1" : "0.0.0.0";
+    auto args = model_args(*cfg);
+    args.insert(args.end(), {"--bind", fmt::format("tcp://{}:{}", bind_host, server.connection().port)});
+    st = launch(server, "SERVER", args);
+    if (!st) fail("SERVER " + server.name + ": " + st.error().str());
+  }
+  if (failure.empty() && !ro.in_process) {
+    pump = std::make_unique<EventPump>(agents);
+    pump->start();
+    last_seen[0] = Clock::now();
+    wait_until([&] { return !server_endpoint.empty(); }, 600000);
+    pump->stop();
+  }
+  // Then every PARTICIPANT.
+  const size_t first_participant = agents.size();
+  if (failure.empty()) {
+    for (const DeviceConfig* p : devices->participants()) {
+      auto args = model_args(*cfg);
+      auto pa = participant_args(*cfg);
+      args.insert(args.end(), pa.begin(), pa.end());
+      if (ro.in_process) args.push_back("--in-process");
+      else
+        args.insert(args.end(), {"--connect", server.transport == Transport::local
+                                                  ? server_endpoint
+                                                  : reachable_endpoint(server_endpoint, server.connection().host)});
+      st = launch(*p, "PARTICIPANT", args);
+      if (!st) {
+        fail("PARTICIPANT " + p->name + ": " + st.error().str());
+        break;
+      }
+    }
+  }
+  if (failure.empty()) {
+    pump = std::make_unique<EventPump>(agents);
+    pump->start();
+    for (size_t i = 0; i < agents.size(); ++i) last_seen[i] = Clock::now();
+    wait_until(
+        [&] {
+          for (size_t i = first_participant; i < agents.size(); ++i)
+            if (!finished[i]) return false;
+          return true;
+        },
+        0);
+    if (ro.progress && tty && frames_done < frames_total) fmt::print(stderr, "\n");
+  }
+  if (pump) pump->stop();
+  // Stop every agent (they exit when stdin closes) and record the outcome.
+  for (auto& a : agents) {
+    finished[&a - &agents[0]] = true;
+    a.proc->stop(3000);
+  }
+  flush();
+  sigaction(SIGINT, &old_sa, nullptr);
+  const RunStatus status = failure.empty() ? RunStatus::completed
+                           : g_interrupted ? RunStatus::interrupted
+                                           : RunStatus::failed;
+  if (!failure.empty()) (void)db->add_event(*run_id, "error", "run_failed", failure);
+  if (auto fs2 = db->finish_run(*run_id, status, failure); !fs2)
+    fmt::print(stderr, "tracrctl run: {}\n", fs2.error().str());
+  if (!failure.empty()) {
+    fmt::print(stderr, "tracrctl run: run {} {}: {}\n", *run_id, run_status_name(status), failure);
+    fmt::print(stderr, "tracrctl run: rows written so far are kept in {} (tracrctl results show {})\n",
+               cfg->output, *run_id);
+    return 1;
+  }
+  fmt::print("\nrun {} completed: per-split table read back from {}\n", *run_id, cfg->output);
+  if (auto pst = print_split_table(*db, *run_id); !pst) {
+    fmt::print(stderr, "tracrctl run: {}\n", pst.error().str());
+    return 1;
+  }
+  return 0;
+}
+
+int cmd_run(const std::vector<std::string>& args) {
+  RunOptions ro;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw Fatal(make_error(Errc::invalid_argument, a + " needs a value"));
+      return args[++i];
+    };
+    if (a == "--show-config") ro.show_config = true;
+    else if (a == "--trust-new-hosts") ro.trust_new_hosts = true;
+    else if (a == "--in-process") ro.in_process = true;
+    else if (a == "--no-progress") ro.progress = false;
+    else if (a == "--db") ro.db = next();
+    else if (a == "--agent") ro.agent_path = next();
+    else if (!a.empty() && a[0] == '-') throw Fatal(make_error(Errc::invalid_argument, "run: unknown option '" + a + "'"));
+    else if (ro.experiment.empty()) ro.experiment = a;
+    else throw Fatal(make_error(Errc::invalid_argument, "run: more than one experiment file given"));
+  }
+  if (ro.experiment.empty()) throw Fatal(make_error(Errc::invalid_argument, "run: expected an experiment YAML file"));
+  return run_experiment(ro);
+}
+
+}  // namespace tracr::controller

@@ -1,0 +1,26 @@
+// `tracrctl run experiment.yaml`: brings up tracr-agent on the SERVER and
+// PARTICIPANT devices (local processes or over SSH), runs the sweep, records
+// everything in SQLite and prints the per-split table read back from it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tracr::controller {
+
+struct RunOptions {
+  std::string experiment;       // experiment YAML
+  std::string db;               // overrides experiment `output`
+  bool show_config = false;     // print effective settings and exit
+  bool trust_new_hosts = false; // SSH trust-on-first-use for unknown host keys
+  bool in_process = false;      // PARTICIPANT runs tails itself, no sockets
+  bool progress = true;
+  std::string agent_path;       // tracr-agent; next to tracrctl when empty
+  int heartbeat_timeout_ms = 5000;
+};
+
+// Returns the process exit code (0 on a completed run).
+int run_experiment(const RunOptions& opt);
+int cmd_run(const std::vector<std::string>& args);
+
+}  // namespace tracr::controller
