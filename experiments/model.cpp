@@ -236,6 +236,12 @@ Status SplitModel::load_state_dict(const std::vector<NamedTensor>& state) {
     own_names.insert(nt.name);
     auto it = given.find(nt.name);
     if (it == given.end()) {
+      // Like PyTorch's BatchNorm, accept files from before the
+      // num_batches_tracked buffer existed (older torchvision weights).
+      static const std::string nbt = ".num_batches_tracked";
+      if (nt.name.size() > nbt.size() &&
+          nt.name.compare(nt.name.size() - nbt.size(), nbt.size(), nbt) == 0)
+        continue;
       missing.push_back(nt.name + " " + shape_str(nt.tensor.sizes()));
     } else if (!it->second->defined() || it->second->sizes() != nt.tensor.sizes()) {
       misshaped.push_back(nt.name + " is " +
@@ -264,7 +270,10 @@ Status SplitModel::load_state_dict(const std::vector<NamedTensor>& state) {
     return make_error(Errc::invalid_argument, msg);
   }
   torch::NoGradGuard no_grad;
-  for (auto& nt : own) nt.tensor.copy_(*given.at(nt.name));
+  for (auto& nt : own) {
+    auto it = given.find(nt.name);
+    if (it != given.end()) nt.tensor.copy_(*it->second);
+  }
   return {};
 }
 

@@ -121,6 +121,8 @@ class SplitModel {
   // Copies `state` into the model. Every key of state_dict() must be
   // present with the same shape and no extra key may appear; otherwise an
   // error (invalid_argument) naming the parameter(s) and expected shape.
+  // Exception, as in PyTorch's BatchNorm: "*.num_batches_tracked" may be
+  // absent (older torchvision weights predate it); it is then left as is.
   Status load_state_dict(const std::vector<NamedTensor>& state);
 
  private:

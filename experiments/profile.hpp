@@ -31,7 +31,9 @@ struct LayerProfile {
   int64_t macs = 0;            // at the profiled batch
   // Rise of the process's peak RSS over its RSS before one run of the layer
   // (VmHWM reset through /proc/self/clear_refs). -1 when the peak cannot be
-  // reset or read (non-Linux, restricted /proc).
+  // reset or read (non-Linux, restricted /proc). Host memory only: on CUDA
+  // device allocations are not included (the Debian LibTorch is CPU-only;
+  // TODO(#3): CUDA caching-allocator peak when built against CUDA).
   int64_t peak_rss_delta_bytes = -1;
 };
 

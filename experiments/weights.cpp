@@ -304,9 +304,9 @@ const char* kExportHint =
 
 Result<std::vector<NamedTensor>> tensors_of(const std::string& path, const PPtr& root) {
   PPtr dict = root;
-  if (dict->kind == PVal::dict) {
+  if (root->kind == PVal::dict) {
     // Training checkpoints: {"state_dict": {...}} or {"model": {...}}.
-    for (const auto& [k, v] : dict->entries)
+    for (const auto& [k, v] : root->entries)
       if (k->kind == PVal::str && (k->s == "state_dict" || k->s == "model") && v->kind == PVal::dict)
         dict = v;
   }

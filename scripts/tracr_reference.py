@@ -9,7 +9,7 @@ parameters randomised too, so every buffer matters).
       OUT_DIR/NAME.pth      the model's state_dict, exactly as torch.save writes it
       OUT_DIR/NAME.ref.pt   {"input": x, "output.0": y0, ...} (plain dict)
   tracr_reference.py torchscript OUT_DIR --size H W
-      OUT_DIR/seq.ts        scripted nested nn.Sequential, OUT_DIR/seq.ref.pt
+      OUT_DIR/seq.ts        scripted (--trace: traced) nested nn.Sequential, OUT_DIR/seq.ref.pt
   tracr_reference.py preset IMAGE OUT --crop N [--resize N]
       OUT                   {"output": torchvision ImageClassification(IMAGE)}
   tracr_reference.py image OUT W H SEED   writes an RGB test image (PIL; .jpg or .png)
@@ -109,6 +109,9 @@ def cmd_model(a):
 
 def cmd_torchscript(a):
     torch.manual_seed(a.seed)
+    if a.not_sequential:
+        torch.jit.script(nn.Linear(4, 2)).save(f"{a.out}/linear.ts")
+        return
     seq = nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
         nn.Sequential(nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
@@ -119,7 +122,7 @@ def cmd_torchscript(a):
     x = torch.randn(2, 3, a.size[0], a.size[1], generator=torch.Generator().manual_seed(a.seed + 2))
     with torch.no_grad():
         out = seq(x)
-    torch.jit.script(seq).save(f"{a.out}/seq.ts")
+    (torch.jit.trace(seq, x) if a.trace else torch.jit.script(seq)).save(f"{a.out}/seq.ts")
     torch.save(outputs_dict(x, out), f"{a.out}/seq.ref.pt")
 
 
@@ -157,6 +160,8 @@ def main(argv=None):
     t.add_argument("out")
     t.add_argument("--size", type=int, nargs=2, default=[32, 32])
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--trace", action="store_true", help="torch.jit.trace instead of script")
+    t.add_argument("--not-sequential", action="store_true", help="write linear.ts (an nn.Linear)")
     p = sub.add_parser("preset")
     p.add_argument("image")
     p.add_argument("out")

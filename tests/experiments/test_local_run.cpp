@@ -33,7 +33,9 @@ TEST(LocalRun, LosslessCodecsReproduceTheUnsplitOutputAtEverySplit) {
       ASSERT_TRUE(r.ok()) << c << " split " << k << ": " << r.error().str();
       EXPECT_EQ(r->split, k);
       EXPECT_EQ(r->raw_bytes, 2 * m->crossing_bytes(k));
-      if (std::string(c) == "none") EXPECT_EQ(r->wire_bytes, r->raw_bytes);
+      if (std::string(c) == "none") {
+        EXPECT_EQ(r->wire_bytes, r->raw_bytes);
+      }
       ASSERT_EQ(r->outputs.size(), 1u);
       EXPECT_TRUE(torch::equal(r->outputs[0].tensor, (*full)[0].tensor)) << c << " split " << k;
       EXPECT_GE(r->head_ms, 0);

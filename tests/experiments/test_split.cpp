@@ -18,7 +18,7 @@ struct ZooCase {
   int64_t size;  // smallest square input each model accepts
 };
 
-std::ostream& operator<<(std::ostream& o, const ZooCase& c) { return o << c.model; }
+void PrintTo(const ZooCase& c, std::ostream* o) { *o << c.model << " at " << c.size << "x" << c.size; }
 
 std::unique_ptr<SplitModel> make(const std::string& name, int64_t size) {
   ModelConfig cfg;

@@ -21,6 +21,8 @@ struct RefCase {
   int64_t size;
 };
 
+void PrintTo(const RefCase& c, std::ostream* o) { *o << c.model << " at " << c.size << "x" << c.size; }
+
 class TorchvisionWeights : public ::testing::TestWithParam<RefCase> {};
 
 TEST_P(TorchvisionWeights, ImportedPthReproducesTorchvisionOutputs) {
@@ -110,11 +112,30 @@ class StateDictErrors : public ::testing::Test {
 };
 
 TEST_F(StateDictErrors, MissingParameterIsNamed) {
-  state.erase(state.begin() + 5);
-  const std::string name = model->state_dict()[5].name;
+  const std::string name = "layer2.0.downsample.1.running_var";
+  const size_t before = state.size();
+  state.erase(std::remove_if(state.begin(), state.end(),
+                             [&](const NamedTensor& nt) { return nt.name == name; }),
+              state.end());
+  ASSERT_EQ(state.size() + 1, before);
   auto st = model->load_state_dict(state);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.error().message.find("missing (1): " + name), std::string::npos) << st.error().message;
+}
+
+TEST_F(StateDictErrors, OldFilesWithoutNumBatchesTrackedAreAccepted) {
+  std::vector<NamedTensor> old;
+  for (const auto& nt : state)
+    if (nt.name.find("num_batches_tracked") == std::string::npos) old.push_back(nt);
+  ASSERT_LT(old.size(), state.size());
+  EXPECT_TRUE(model->load_state_dict(old).ok());
+  // Any other missing buffer is still an error.
+  old.erase(std::remove_if(old.begin(), old.end(),
+                           [](const NamedTensor& nt) { return nt.name == "bn1.running_mean"; }),
+            old.end());
+  auto st = model->load_state_dict(old);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("bn1.running_mean"), std::string::npos);
 }
 
 TEST_F(StateDictErrors, ExtraParameterIsNamed) {
@@ -166,9 +187,13 @@ TEST(Weights, UnreadableFilesAreErrorsNamingTheFile) {
   EXPECT_FALSE(create_model("resnet18", cfg).ok());
 }
 
-TEST(TorchScript, NestedSequentialIsFlattenedAndMatchesPyTorch) {
+class TorchScript : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TorchScript, NestedSequentialIsFlattenedAndMatchesPyTorch) {
   TempDir dir;
-  ASSERT_EQ(test::run_python(test::script("tracr_reference.py") + " torchscript " + dir.path()), 0);
+  ASSERT_EQ(test::run_python(test::script("tracr_reference.py") + " torchscript " + dir.path() +
+                             (GetParam() ? " --trace" : "")),
+            0);
   ModelConfig cfg;
   cfg.input_shape = {3, 32, 32};
   cfg.device = "cpu";
@@ -198,11 +223,21 @@ TEST(TorchScript, NestedSequentialIsFlattenedAndMatchesPyTorch) {
   EXPECT_TRUE(found);
 }
 
-TEST(TorchScript, MissingOrNonSequentialFileIsAnError) {
+INSTANTIATE_TEST_SUITE_P(ScriptedAndTraced, TorchScript, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "traced" : "scripted"; });
+
+TEST(TorchScriptFile, MissingOrNonSequentialFileIsAnError) {
   TempDir dir;
   auto m = create_model("torchscript:" + dir.file("absent.ts"), {});
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().message.find("absent.ts"), std::string::npos);
+  ASSERT_EQ(test::run_python(test::script("tracr_reference.py") + " torchscript " + dir.path() +
+                             " --not-sequential"),
+            0);
+  auto lin = create_model("torchscript:" + dir.file("linear.ts"), {});
+  ASSERT_FALSE(lin.ok());
+  EXPECT_NE(lin.error().message.find("top-level module is Linear"), std::string::npos)
+      << lin.error().message;
 }
 
 }  // namespace

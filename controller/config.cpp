@@ -1,0 +1,1311 @@
+#include "controller/config.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace tracr::controller {
+
+namespace fs = std::filesystem;
+
+std::string SourcePos::str() const {
+  if (file.empty()) return "default";
+  if (line <= 0) return file;
+  return fmt::format("{}:{}:{}", file, line, column);
+}
+
+std::string_view device_role_name(DeviceRole r) { return r == DeviceRole::server ? "SERVER" : "PARTICIPANT"; }
+
+std::string_view transport_name(Transport t) { return t == Transport::local ? "local" : "ssh"; }
+
+std::string_view dataset_kind_name(DatasetKind k) {
+  switch (k) {
+    case DatasetKind::synthetic: return "synthetic";
+    case DatasetKind::imagefolder: return "imagefolder";
+    case DatasetKind::fashion_mnist: return "fashion_mnist";
+  }
+  return "synthetic";
+}
+
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+  // Optimal string alignment distance (Levenshtein plus adjacent transposition).
+  auto lower = [](std::string_view s) {
+    std::string o(s);
+    for (auto& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return o;
+  };
+  const std::string a = lower(word);
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const auto& cand : candidates) {
+    const std::string b = lower(cand);
+    const size_t n = a.size(), m = b.size();
+    std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
+    for (size_t i = 0; i <= n; ++i) d[i][0] = i;
+    for (size_t j = 0; j <= m; ++j) d[0][j] = j;
+    for (size_t i = 1; i <= n; ++i) {
+      for (size_t j = 1; j <= m; ++j) {
+        const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+    size_t dist = d[n][m];
+    // A word that contains the candidate or is contained in it (pkey vs pkey_fp)
+    // counts as close.
+    if (!a.empty() && !b.empty() && (a.find(b) != std::string::npos || b.find(a) != std::string::npos))
+      dist = std::min(dist, size_t{1} + (std::max(n, m) - std::min(n, m)) / 4);
+    if (dist < best_d) {
+      best_d = dist;
+      best = cand;
+    }
+  }
+  const size_t limit = std::max<size_t>(2, a.size() / 3);
+  return best_d <= limit ? best : std::string();
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Reading and reporting
+
+Result<std::string> read_text(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    return make_error(Errc::io, fmt::format("{}: {} file does not exist", path, what));
+  if (fs::is_directory(path, ec))
+    return make_error(Errc::io, fmt::format("{}: expected a {} file, found a directory", path, what));
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return make_error(Errc::io, fmt::format("{}: cannot open {} file: {}", path, what, std::strerror(errno)));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return make_error(Errc::io, fmt::format("{}: error reading {} file", path, what));
+  return ss.str();
+}
+
+struct Ctx {
+  std::string file;  // name used in messages
+  bool env = false;  // values come from an environment variable (no positions)
+};
+
+SourcePos pos_of(const Ctx& c, const YAML::Node& n) {
+  SourcePos p;
+  p.file = c.file;
+  if (c.env) return p;
+  const YAML::Mark m = n.Mark();
+  if (!m.is_null()) {
+    p.line = m.line + 1;
+    p.column = m.column + 1;
+  }
+  return p;
+}
+
+SourcePos pos_of_mark(const Ctx& c, const YAML::Mark& m) {
+  SourcePos p;
+  p.file = c.file;
+  if (!c.env && !m.is_null()) {
+    p.line = m.line + 1;
+    p.column = m.column + 1;
+  }
+  return p;
+}
+
+// Short description of what a node holds, for "got ..." in messages.
+std::string describe(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "nothing (null)";
+  if (n.IsMap()) return "a map";
+  if (n.IsSequence()) return "a list";
+  std::string s = n.Scalar();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return "'" + s + "'";
+}
+
+Error err_at(const SourcePos& p, const std::string& key, const std::string& msg) {
+  if (key.empty()) return make_error(Errc::config, fmt::format("{}: {}", p.str(), msg));
+  return make_error(Errc::config, fmt::format("{}: {}: {}", p.str(), key, msg));
+}
+
+Error expected(const Ctx& c, const YAML::Node& n, const std::string& key, const std::string& what) {
+  return err_at(pos_of(c, n), key, fmt::format("expected {}, got {}", what, describe(n)));
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string o;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) o += sep;
+    o += v[i];
+  }
+  return o;
+}
+
+// The map's keys must be scalars, unique and among `allowed`.
+Status check_keys(const Ctx& c, const YAML::Node& map, const std::string& where,
+                  const std::vector<std::string>& allowed) {
+  std::set<std::string> seen;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const YAML::Node k = it->first;
+    const std::string path_prefix = where.empty() ? "" : where + ".";
+    if (!k.IsScalar())
+      return err_at(pos_of(c, k), where.empty() ? "key" : where, "expected a key name, got " + describe(k));
+    const std::string name = k.Scalar();
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+      std::string hint = did_you_mean(name, allowed);
+      return err_at(pos_of(c, k), path_prefix + name,
+                    fmt::format("unknown key{}; expected one of: {}",
+                                hint.empty() ? "" : " (did you mean '" + hint + "'?)", join(allowed)));
+    }
+    if (!seen.insert(name).second)
+      return err_at(pos_of(c, k), path_prefix + name, "duplicate key; each key may appear once");
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------------------
+// Typed scalar readers. Each returns an error naming the key and what was
+// expected.
+
+Result<std::string> get_string(const Ctx& c, const YAML::Node& n, const std::string& key,
+                               const std::string& what = "a string") {
+  if (!n.IsScalar()) return expected(c, n, key, what);
+  return n.Scalar();
+}
+
+Result<std::string> get_nonempty(const Ctx& c, const YAML::Node& n, const std::string& key,
+                                 const std::string& what) {
+  auto s = get_string(c, n, key, what);
+  if (!s) return s;
+  if (s->empty()) return expected(c, n, key, what);
+  return s;
+}
+
+bool parse_int_text(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  const char* b = s.c_str();
+  char* e = nullptr;
+  errno = 0;
+  long long v = std::strtoll(b, &e, 10);
+  if (errno == ERANGE || e == b || *e != '\0') return false;
+  if (std::isspace(static_cast<unsigned char>(s.front()))) return false;
+  *out = v;
+  return true;
+}
+
+Result<int64_t> get_int(const Ctx& c, const YAML::Node& n, const std::string& key, int64_t lo, int64_t hi,
+                        const std::string& what) {
+  int64_t v = 0;
+  if (!n.IsScalar() || !parse_int_text(n.Scalar(), &v)) return expected(c, n, key, what);
+  if (v < lo || v > hi) return expected(c, n, key, what);
+  return v;
+}
+
+Result<double> get_double(const Ctx& c, const YAML::Node& n, const std::string& key, double lo,
+                          const std::string& what) {
+  if (!n.IsScalar() || n.Scalar().empty()) return expected(c, n, key, what);
+  const std::string& s = n.Scalar();
+  char* e = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &e);
+  if (errno == ERANGE || *e != '\0' || !std::isfinite(v) || v < lo) return expected(c, n, key, what);
+  return v;
+}
+
+Result<bool> get_bool(const Ctx& c, const YAML::Node& n, const std::string& key) {
+  if (n.IsScalar()) {
+    std::string s = n.Scalar();
+    for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (s == "true" || s == "yes" || s == "on") return true;
+    if (s == "false" || s == "no" || s == "off") return false;
+  }
+  return expected(c, n, key, "true or false");
+}
+
+Result<std::string> get_choice(const Ctx& c, const YAML::Node& n, const std::string& key,
+                               const std::vector<std::string>& choices) {
+  const std::string what = "one of " + join(choices, " | ");
+  if (!n.IsScalar()) return expected(c, n, key, what);
+  const std::string s = n.Scalar();
+  if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
+  std::string hint = did_you_mean(s, choices);
+  return err_at(
+      pos_of(c, n), key,
+      fmt::format("expected {}, got '{}'{}", what, s, hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+}
+
+std::string json_quote(std::string_view s) {
+  std::string o = "\"";
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (ch < 0x20)
+          o += fmt::format("\\u{:04x}", ch);
+        else
+          o += static_cast<char>(ch);
+    }
+  }
+  return o + "\"";
+}
+
+// YAML flow text of a string: plain when unambiguous, double-quoted otherwise
+// (JSON escapes are valid YAML double-quoted escapes).
+std::string yaml_str(const std::string& s) {
+  static const char* special = ":#{}[],&*!|>'\"%@`";
+  bool plain = !s.empty() && s.find_first_of(special) == std::string::npos &&
+               !std::isspace(static_cast<unsigned char>(s.front())) &&
+               !std::isspace(static_cast<unsigned char>(s.back())) && s.front() != '-' && s.front() != '?' &&
+               s.find('\n') == std::string::npos;
+  if (plain) {
+    std::string l = s;
+    for (auto& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    static const std::set<std::string> reserved = {"true", "false", "yes", "no", "on",
+                                                   "off",  "null",  "~",   "y",  "n"};
+    int64_t dummy;
+    if (reserved.count(l) || parse_int_text(s, &dummy)) plain = false;
+    char* e = nullptr;
+    std::strtod(s.c_str(), &e);
+    if (e && *e == '\0') plain = false;
+  }
+  return plain ? s : json_quote(s);
+}
+
+bool is_placeholder(const std::string& s) { return s.size() >= 2 && s.front() == '<' && s.back() == '>'; }
+
+std::string expand_home(const std::string& p) {
+  if (p == "~" || p.rfind("~/", 0) == 0) {
+    const char* home = std::getenv("HOME");
+    if (home) return std::string(home) + p.substr(1);
+  }
+  return p;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Devices
+
+const ConnectionParams& DeviceConfig::connection() const {
+  if (connections.empty()) throw Fatal(make_error(Errc::internal, "device " + name + " has no connection"));
+  if (connections.size() == 1) return connections.front();
+  for (const auto& c : connections)
+    if (c.is_default) return c;
+  throw Fatal(make_error(Errc::internal, "device " + name + " has no default connection"));
+}
+
+const DeviceConfig& DevicesConfig::server() const {
+  for (const auto& d : devices)
+    if (d.role == DeviceRole::server) return d;
+  throw Fatal(make_error(Errc::internal, source + ": no SERVER device"));
+}
+
+std::vector<const DeviceConfig*> DevicesConfig::participants() const {
+  std::vector<const DeviceConfig*> out;
+  for (const auto& d : devices)
+    if (d.role == DeviceRole::participant) out.push_back(&d);
+  return out;
+}
+
+const DeviceConfig* DevicesConfig::find(std::string_view name) const {
+  for (const auto& d : devices)
+    if (d.name == name) return &d;
+  return nullptr;
+}
+
+std::string DevicesConfig::to_json() const {
+  std::string o = "{\"source\":" + json_quote(source) + ",\"embedded\":" + (embedded ? "true" : "false") +
+                  ",\"devices\":[";
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const auto& d = devices[i];
+    const auto& c = d.connection();
+    if (i) o += ",";
+    o += fmt::format(
+        "{{\"name\":{},\"device_type\":{},\"transport\":{},\"host\":{},\"user\":{},\"pkey_fp\":{},"
+        "\"port\":{},\"ssh_port\":{},\"work_dir\":{}",
+        json_quote(d.name), json_quote(device_role_name(d.role)), json_quote(transport_name(d.transport)),
+        json_quote(c.host), json_quote(c.user), json_quote(c.pkey_fp), c.port, c.ssh_port,
+        json_quote(d.work_dir));
+    if (d.power_model)
+      o += fmt::format(",\"power_model\":{{\"idle_w\":{},\"busy_w\":{}}}", d.power_model->idle_w,
+                       d.power_model->busy_w);
+    if (d.link_profile)
+      o += fmt::format(",\"link_profile\":{{\"rate_mbit\":{},\"delay_ms\":{}}}", d.link_profile->rate_mbit,
+                       d.link_profile->delay_ms);
+    o += "}";
+  }
+  return o + "]}";
+}
+
+std::string_view embedded_devices_yaml() {
+  return "# Embedded default devices: both agents run as local processes on loopback.\n"
+         "devices:\n"
+         "  - device_type: SERVER\n"
+         "    name: server\n"
+         "    transport: local\n"
+         "    connection_params:\n"
+         "      - host: 127.0.0.1\n"
+         "        port: 0            # ephemeral; the agent reports the bound port\n"
+         "        default: true\n"
+         "  - device_type: PARTICIPANT\n"
+         "    name: participant\n"
+         "    transport: local\n"
+         "    connection_params:\n"
+         "      - host: 127.0.0.1\n"
+         "        default: true\n";
+}
+
+std::string resolve_pkey(const std::string& pkey_fp, const std::string& devices_file) {
+  if (pkey_fp.empty()) return {};
+  const std::string p = expand_home(pkey_fp);
+  if (fs::path(p).is_absolute()) return p;
+  std::vector<fs::path> candidates;
+  if (const char* env_dir = std::getenv("TRACR_PKEYS_DIR"); env_dir && *env_dir) {
+    candidates.push_back(fs::path(env_dir) / p);
+  } else {
+    fs::path dir = fs::path(devices_file).parent_path();
+    if (dir.empty()) dir = ".";
+    fs::path root = dir.parent_path();
+    if (root.empty()) root = dir / "..";
+    candidates.push_back(root / "pkeys" / p);
+    candidates.push_back(dir / "pkeys" / p);
+  }
+  std::error_code ec;
+  for (const auto& cand : candidates)
+    if (fs::exists(cand, ec)) return cand.lexically_normal().string();
+  return candidates.front().lexically_normal().string();
+}
+
+namespace {
+
+const std::vector<std::string> kDeviceKeys = {"device_type", "connection_params", "name",        "transport",
+                                              "work_dir",    "power_model",       "link_profile"};
+const std::vector<std::string> kConnKeys = {"host", "user", "pkey_fp", "port", "ssh_port", "default"};
+
+bool valid_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (unsigned char ch : s)
+    if (!std::isalnum(ch) && ch != '_' && ch != '-' && ch != '.') return false;
+  return true;
+}
+
+Result<ConnectionParams> parse_connection(const Ctx& c, const YAML::Node& n, const std::string& key,
+                                          Transport transport, const std::string& devices_file) {
+  if (!n.IsMap()) return expected(c, n, key, "a map with host, user, pkey_fp, port, ssh_port, default");
+  TRACR_TRY(check_keys(c, n, key, kConnKeys));
+  ConnectionParams cp;
+  cp.pos = pos_of(c, n);
+  const bool ssh = transport == Transport::ssh;
+  auto need = [&](const char* k) -> Status {
+    if (!n[k])
+      return err_at(
+          cp.pos, key + "." + k,
+          std::string("missing; required for transport: ") + std::string(transport_name(transport)));
+    return {};
+  };
+  if (n["host"]) {
+    auto h = get_nonempty(c, n["host"], key + ".host", "an IP address or host name");
+    if (!h) return h.error();
+    if (is_placeholder(*h))
+      return err_at(
+          pos_of(c, n["host"]), key + ".host",
+          fmt::format("placeholder '{}' was not replaced: expected the device's IP address or host name",
+                      *h));
+    cp.host = *h;
+  } else if (ssh) {
+    TRACR_TRY(need("host"));
+  } else {
+    cp.host = "127.0.0.1";
+  }
+  if (n["user"]) {
+    auto u = get_nonempty(c, n["user"], key + ".user", "an SSH user name");
+    if (!u) return u.error();
+    if (is_placeholder(*u))
+      return err_at(pos_of(c, n["user"]), key + ".user",
+                    fmt::format("placeholder '{}' was not replaced: expected the SSH user name", *u));
+    cp.user = *u;
+  } else if (ssh) {
+    TRACR_TRY(need("user"));
+  }
+  if (n["pkey_fp"]) {
+    auto k = get_nonempty(c, n["pkey_fp"], key + ".pkey_fp", "a private key file name under pkeys/");
+    if (!k) return k.error();
+    if (is_placeholder(*k))
+      return err_at(
+          pos_of(c, n["pkey_fp"]), key + ".pkey_fp",
+          fmt::format("placeholder '{}' was not replaced: expected a private key file name under pkeys/",
+                      *k));
+    cp.pkey_fp = *k;
+    cp.pkey_path = resolve_pkey(cp.pkey_fp, devices_file);
+  } else if (ssh) {
+    TRACR_TRY(need("pkey_fp"));
+  }
+  if (n["port"]) {
+    auto p = get_int(c, n["port"], key + ".port", 0, 65535, "a TCP port 0-65535 (0 = ephemeral)");
+    if (!p) return p.error();
+    cp.port = static_cast<int>(*p);
+  }
+  if (n["ssh_port"]) {
+    auto p = get_int(c, n["ssh_port"], key + ".ssh_port", 1, 65535, "a TCP port 1-65535");
+    if (!p) return p.error();
+    cp.ssh_port = static_cast<int>(*p);
+  }
+  if (n["default"]) {
+    auto b = get_bool(c, n["default"], key + ".default");
+    if (!b) return b.error();
+    cp.is_default = *b;
+  }
+  return cp;
+}
+
+Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::string& key,
+                                  const std::string& map_name, const std::string& devices_file) {
+  if (!n.IsMap()) return expected(c, n, key, "a map with device_type and connection_params");
+  TRACR_TRY(check_keys(c, n, key, kDeviceKeys));
+  DeviceConfig d;
+  d.pos = pos_of(c, n);
+  if (!n["device_type"])
+    return err_at(d.pos, key + ".device_type", "missing; expected SERVER or PARTICIPANT");
+  {
+    auto t = get_choice(c, n["device_type"], key + ".device_type", {"SERVER", "PARTICIPANT"});
+    if (!t) return t.error();
+    d.role = *t == "SERVER" ? DeviceRole::server : DeviceRole::participant;
+  }
+  if (n["transport"]) {
+    auto t = get_choice(c, n["transport"], key + ".transport", {"local", "ssh"});
+    if (!t) return t.error();
+    d.transport = *t == "local" ? Transport::local : Transport::ssh;
+  }
+  d.name = map_name;
+  if (n["name"]) {
+    auto s = get_string(c, n["name"], key + ".name", "a device name of letters, digits, '_', '-', '.'");
+    if (!s) return s.error();
+    if (!valid_name(*s))
+      return expected(c, n["name"], key + ".name", "a device name of 1-64 letters, digits, '_', '-', '.'");
+    d.name = *s;
+  }
+  if (n["work_dir"]) {
+    auto s = get_nonempty(c, n["work_dir"], key + ".work_dir", "a directory path on the device");
+    if (!s) return s.error();
+    d.work_dir = *s;
+  }
+  if (n["power_model"]) {
+    const YAML::Node pm = n["power_model"];
+    const std::string k = key + ".power_model";
+    if (!pm.IsMap()) return expected(c, pm, k, "a map with idle_w and busy_w (watts)");
+    TRACR_TRY(check_keys(c, pm, k, {"idle_w", "busy_w"}));
+    PowerModel m;
+    for (const char* f : {"idle_w", "busy_w"}) {
+      if (!pm[f]) return err_at(pos_of(c, pm), k + "." + f, "missing; expected a power in watts >= 0");
+      auto v = get_double(c, pm[f], k + "." + f, 0.0, "a power in watts >= 0");
+      if (!v) return v.error();
+      (std::string(f) == "idle_w" ? m.idle_w : m.busy_w) = *v;
+    }
+    d.power_model = m;
+  }
+  if (n["link_profile"]) {
+    const YAML::Node lp = n["link_profile"];
+    const std::string k = key + ".link_profile";
+    if (!lp.IsMap()) return expected(c, lp, k, "a map with rate_mbit and delay_ms");
+    TRACR_TRY(check_keys(c, lp, k, {"rate_mbit", "delay_ms"}));
+    LinkProfile l;
+    if (lp["rate_mbit"]) {
+      auto v = get_double(c, lp["rate_mbit"], k + ".rate_mbit", 0.0, "a rate in Mbit/s >= 0 (0 = unlimited)");
+      if (!v) return v.error();
+      l.rate_mbit = *v;
+    }
+    if (lp["delay_ms"]) {
+      auto v = get_double(c, lp["delay_ms"], k + ".delay_ms", 0.0, "a one-way delay in ms >= 0");
+      if (!v) return v.error();
+      l.delay_ms = *v;
+    }
+    d.link_profile = l;
+  }
+  const YAML::Node cps = n["connection_params"];
+  const std::string ck = key + ".connection_params";
+  if (!cps) {
+    if (d.transport == Transport::ssh)
+      return err_at(d.pos, ck,
+                    "missing; expected a list of {host, user, pkey_fp, ...} (required for transport: ssh)");
+    ConnectionParams cp;
+    cp.host = "127.0.0.1";
+    cp.is_default = true;
+    cp.pos = d.pos;
+    d.connections.push_back(cp);
+  } else {
+    if (!cps.IsSequence() || cps.size() == 0)
+      return expected(c, cps, ck, "a non-empty list of {host, user, pkey_fp, port, ssh_port, default}");
+    int defaults = 0;
+    for (size_t i = 0; i < cps.size(); ++i) {
+      auto cp = parse_connection(c, cps[i], fmt::format("{}[{}]", ck, i), d.transport, devices_file);
+      if (!cp) return cp.error();
+      if (cp->is_default && ++defaults > 1)
+        return err_at(pos_of(c, cps[i]["default"]), fmt::format("{}[{}].default", ck, i),
+                      "a second connection marked default: true; expected exactly one default per device");
+      d.connections.push_back(std::move(*cp));
+    }
+    if (d.connections.size() > 1 && defaults == 0)
+      return err_at(pos_of(c, cps), ck,
+                    fmt::format("{} connections and none has default: true; expected exactly one marked "
+                                "default: true (the one to use)",
+                                d.connections.size()));
+  }
+  return d;
+}
+
+}  // namespace
+
+Result<DevicesConfig> parse_devices(const std::string& text, const std::string& source) {
+  Ctx c{source};
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return err_at(pos_of_mark(c, e.mark), "", "YAML syntax error: " + e.msg);
+  }
+  DevicesConfig cfg;
+  cfg.source = source;
+  SourcePos file_pos{source, 0, 0};
+  if (!root.IsMap())
+    return err_at(file_pos, "",
+                  "expected a map with the key 'devices' (a list of devices), got " + describe(root));
+  TRACR_TRY(check_keys(c, root, "", {"devices", "split_inference_network"}));
+  const YAML::Node devs = root["devices"];
+  if (!devs) return err_at(pos_of(c, root), "devices", "missing; expected a list of devices");
+  if (devs.IsSequence()) {
+    for (size_t i = 0; i < devs.size(); ++i) {
+      auto d = parse_device(c, devs[i], fmt::format("devices[{}]", i), "", source);
+      if (!d) return d.error();
+      cfg.devices.push_back(std::move(*d));
+    }
+  } else if (devs.IsMap()) {
+    // Older Python tracr form: devices: {<name>: {device_type: ..., ...}}.
+    for (auto it = devs.begin(); it != devs.end(); ++it) {
+      if (!it->first.IsScalar() || !valid_name(it->first.Scalar()))
+        return expected(c, it->first, "devices", "a device name of letters, digits, '_', '-', '.'");
+      const std::string nm = it->first.Scalar();
+      auto d = parse_device(c, it->second, "devices." + nm, nm, source);
+      if (!d) return d.error();
+      cfg.devices.push_back(std::move(*d));
+    }
+  } else {
+    return expected(c, devs, "devices", "a list of devices");
+  }
+  if (cfg.devices.empty()) return expected(c, devs, "devices", "at least one SERVER and one PARTICIPANT");
+
+  // Default names, then uniqueness.
+  int n_part = 0, n_server = 0;
+  for (const auto& d : cfg.devices) (d.role == DeviceRole::server ? n_server : n_part)++;
+  int pi = 0;
+  for (auto& d : cfg.devices) {
+    if (d.role == DeviceRole::participant) ++pi;  // 1-based index among participants
+    if (!d.name.empty()) continue;
+    if (d.role == DeviceRole::server)
+      d.name = "server";
+    else
+      d.name = n_part == 1 ? "participant" : fmt::format("participant{}", pi);
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < cfg.devices.size(); ++i)
+    if (!names.insert(cfg.devices[i].name).second)
+      return err_at(cfg.devices[i].pos, fmt::format("devices[{}].name", i),
+                    fmt::format("duplicate device name '{}'; expected unique names", cfg.devices[i].name));
+  if (n_server != 1)
+    return err_at(pos_of(c, devs), "devices",
+                  fmt::format("expected exactly one device with device_type: SERVER, found {}", n_server));
+  if (n_part < 1)
+    return err_at(pos_of(c, devs), "devices",
+                  "expected at least one device with device_type: PARTICIPANT, found none");
+
+  // Python tracr compatibility: split_inference_network names the roles; it
+  // is accepted and checked against the devices.
+  if (const YAML::Node sin = root["split_inference_network"]) {
+    const std::string k = "split_inference_network";
+    if (!sin.IsMap()) return expected(c, sin, k, "a map with server and participants");
+    TRACR_TRY(check_keys(c, sin, k, {"server", "participants"}));
+    if (sin["server"]) {
+      auto s = get_string(c, sin["server"], k + ".server", "SERVER or the server's name");
+      if (!s) return s.error();
+      if (*s != "SERVER" && *s != cfg.server().name)
+        return expected(c, sin["server"], k + ".server",
+                        "SERVER or the server device's name '" + cfg.server().name + "'");
+    }
+    if (const YAML::Node ps = sin["participants"]) {
+      if (!ps.IsSequence())
+        return expected(c, ps, k + ".participants", "a list of PARTICIPANT or participant names");
+      for (size_t i = 0; i < ps.size(); ++i) {
+        const std::string pk = fmt::format("{}.participants[{}]", k, i);
+        auto s = get_string(c, ps[i], pk, "PARTICIPANT or a participant's name");
+        if (!s) return s.error();
+        const DeviceConfig* d = cfg.find(*s);
+        if (*s != "PARTICIPANT" && !(d && d->role == DeviceRole::participant))
+          return expected(c, ps[i], pk, "PARTICIPANT or the name of a PARTICIPANT device");
+      }
+    }
+  }
+  return cfg;
+}
+
+Result<DevicesConfig> load_devices(const std::string& path) {
+  auto text = read_text(path, "devices");
+  if (!text) return text.error();
+  return parse_devices(*text, path);
+}
+
+Result<DevicesConfig> load_devices_or_default(const std::string& path) {
+  std::error_code ec;
+  if (!path.empty() && fs::exists(path, ec)) return load_devices(path);
+  auto cfg = parse_devices(std::string(embedded_devices_yaml()), "<embedded default>");
+  if (cfg) cfg->embedded = true;
+  return cfg;
+}
+
+// ---------------------------------------------------------------------------
+// Experiment
+
+namespace {
+
+using Apply = std::function<Status(const Ctx&, const YAML::Node&, const std::string&, ExperimentConfig&)>;
+using Show = std::function<std::string(const ExperimentConfig&)>;
+
+struct Setting {
+  SettingInfo info;
+  Apply apply;
+  Show show;
+  bool nullable = false;  // null resets to the default
+  bool env_yaml = false;  // the env value is parsed as YAML (lists); else taken as one string
+};
+
+std::string flow_ints(const std::vector<int64_t>& v) {
+  std::string o = "[";
+  for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + std::to_string(v[i]);
+  return o + "]";
+}
+
+std::string flow_strs(const std::vector<std::string>& v) {
+  std::string o = "[";
+  for (size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + yaml_str(v[i]);
+  return o + "]";
+}
+
+Result<int64_t> parse_bytes(const Ctx& c, const YAML::Node& n, const std::string& key, int64_t lo, int64_t hi,
+                            const std::string& what) {
+  if (!n.IsScalar()) return expected(c, n, key, what);
+  std::string s = n.Scalar();
+  int64_t mult = 1;
+  for (auto [suf, m] : {std::pair<const char*, int64_t>{"KiB", 1024}, {"MiB", 1024 * 1024}}) {
+    const std::string sf = suf;
+    if (s.size() > sf.size() && s.compare(s.size() - sf.size(), sf.size(), sf) == 0) {
+      s = s.substr(0, s.size() - sf.size());
+      while (!s.empty() && s.back() == ' ') s.pop_back();
+      mult = m;
+      break;
+    }
+  }
+  int64_t v = 0;
+  if (!parse_int_text(s, &v) || v < 0 || v > hi / mult) return expected(c, n, key, what);
+  v *= mult;
+  if (v < lo || v > hi) return expected(c, n, key, what);
+  return v;
+}
+
+Setting int_setting(std::string name, std::string type, std::string def, std::string desc, int64_t lo,
+                    int64_t hi, std::function<void(ExperimentConfig&, int64_t)> set,
+                    std::function<int64_t(const ExperimentConfig&)> get) {
+  Setting s;
+  s.info = {name, type, def, desc, ""};
+  const std::string what = "an integer " + (type.rfind("int ", 0) == 0 ? type.substr(4) : type);
+  s.apply = [lo, hi, what, set](const Ctx& c, const YAML::Node& n, const std::string& key,
+                                ExperimentConfig& cfg) -> Status {
+    auto v = get_int(c, n, key, lo, hi, what);
+    if (!v) return v.error();
+    set(cfg, *v);
+    return {};
+  };
+  s.show = [get](const ExperimentConfig& cfg) { return std::to_string(get(cfg)); };
+  return s;
+}
+
+Setting bool_setting(std::string name, std::string def, std::string desc,
+                     std::function<bool&(ExperimentConfig&)> ref) {
+  Setting s;
+  s.info = {name, "bool", def, desc, ""};
+  s.apply = [ref](const Ctx& c, const YAML::Node& n, const std::string& key,
+                  ExperimentConfig& cfg) -> Status {
+    auto v = get_bool(c, n, key);
+    if (!v) return v.error();
+    ref(cfg) = *v;
+    return {};
+  };
+  s.show = [ref](const ExperimentConfig& cfg) {
+    return std::string(ref(const_cast<ExperimentConfig&>(cfg)) ? "true" : "false");
+  };
+  return s;
+}
+
+Setting string_setting(std::string name, std::string type, std::string def, std::string desc,
+                       std::string what, std::function<std::string&(ExperimentConfig&)> ref, bool nullable) {
+  Setting s;
+  s.info = {name, type, def, desc, ""};
+  s.nullable = nullable;
+  s.apply = [ref, what](const Ctx& c, const YAML::Node& n, const std::string& key,
+                        ExperimentConfig& cfg) -> Status {
+    auto v = get_nonempty(c, n, key, what);
+    if (!v) return v.error();
+    ref(cfg) = *v;
+    return {};
+  };
+  s.show = [ref](const ExperimentConfig& cfg) {
+    const std::string& v = ref(const_cast<ExperimentConfig&>(cfg));
+    return v.empty() ? std::string("~") : yaml_str(v);
+  };
+  return s;
+}
+
+std::vector<Setting> build_settings() {
+  std::vector<Setting> t;
+  t.push_back(string_setting(
+      "name", "string", "<file name>", "Run name stored in the results database.", "a run name",
+      [](ExperimentConfig& c) -> std::string& { return c.name; }, false));
+  t.push_back(string_setting(
+      "model", "string", "(required)",
+      "Model registry id (`tracrctl models`), e.g. alexnet, or torchscript:<path>.",
+      "a model id such as alexnet (see `tracrctl models`)",
+      [](ExperimentConfig& c) -> std::string& { return c.model; }, false));
+  t.push_back(string_setting(
+      "weights", "path", "~ (none)",
+      "Weights file for the model (see the models issue); none = deterministic init.",
+      "a path to a weights file", [](ExperimentConfig& c) -> std::string& { return c.weights; }, true));
+  {
+    Setting s;
+    s.info = {"input_size", "int | [C, H, W]", "~ (model default)",
+              "Input shape per sample; an int n means [3, n, n].", ""};
+    s.nullable = true;
+    s.env_yaml = true;
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      const std::string what = "a positive int n (for [3, n, n]) or a list [C, H, W] of positive ints";
+      if (n.IsScalar()) {
+        auto v = get_int(c, n, key, 1, 65536, what);
+        if (!v) return v.error();
+        cfg.input_size = {3, *v, *v};
+        return {};
+      }
+      if (!n.IsSequence() || n.size() != 3) return expected(c, n, key, what);
+      std::vector<int64_t> dims;
+      for (size_t i = 0; i < 3; ++i) {
+        auto v = get_int(c, n[i], fmt::format("{}[{}]", key, i), 1, 65536, "a positive int");
+        if (!v) return v.error();
+        dims.push_back(*v);
+      }
+      cfg.input_size = dims;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) {
+      return c.input_size.empty() ? std::string("~") : flow_ints(c.input_size);
+    };
+    t.push_back(s);
+  }
+  {
+    Setting s;
+    s.info = {"dataset.type", "synthetic | imagefolder | fashion_mnist", "synthetic",
+              "Where samples come from: generated tensors, a folder of JPEG/PNG images, or Fashion-MNIST IDX "
+              "files.",
+              ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      if (n.IsScalar() && n.Scalar() == "fashion-mnist") {
+        cfg.dataset.kind = DatasetKind::fashion_mnist;
+        return {};
+      }
+      auto v = get_choice(c, n, key, {"synthetic", "imagefolder", "fashion_mnist"});
+      if (!v) return v.error();
+      cfg.dataset.kind = *v == "synthetic"     ? DatasetKind::synthetic
+                         : *v == "imagefolder" ? DatasetKind::imagefolder
+                                               : DatasetKind::fashion_mnist;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return std::string(dataset_kind_name(c.dataset.kind)); };
+    t.push_back(s);
+  }
+  t.push_back(string_setting(
+      "dataset.path", "path", "~ (fashion_mnist: /usr/share/datasets/fashion-mnist)",
+      "imagefolder: the image directory (required); fashion_mnist: the directory of the IDX .gz files.",
+      "a directory path", [](ExperimentConfig& c) -> std::string& { return c.dataset.path; }, true));
+  {
+    Setting s;
+    s.info = {"dataset.class_names", "path | [string]", "~ (built-in names)",
+              "Class names: a file with one name per line, or a list.", ""};
+    s.nullable = true;
+    s.env_yaml = true;
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      if (n.IsSequence()) {
+        std::vector<std::string> names;
+        for (size_t i = 0; i < n.size(); ++i) {
+          auto v = get_string(c, n[i], fmt::format("{}[{}]", key, i), "a class name");
+          if (!v) return v.error();
+          names.push_back(*v);
+        }
+        if (names.empty()) return expected(c, n, key, "a file path or a non-empty list of class names");
+        cfg.dataset.class_names = std::move(names);
+        cfg.dataset.class_names_file.clear();
+        return {};
+      }
+      auto v = get_nonempty(c, n, key, "a file path or a list of class names");
+      if (!v) return v.error();
+      cfg.dataset.class_names_file = *v;
+      cfg.dataset.class_names.clear();
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) {
+      if (!c.dataset.class_names.empty()) return flow_strs(c.dataset.class_names);
+      return c.dataset.class_names_file.empty() ? std::string("~") : yaml_str(c.dataset.class_names_file);
+    };
+    t.push_back(s);
+  }
+  t.push_back(int_setting(
+      "dataset.max_samples", "int >= 0", "0 (all; synthetic: 16)",
+      "Number of samples taken from the dataset, in order.", 0, std::numeric_limits<int32_t>::max(),
+      [](ExperimentConfig& c, int64_t v) { c.dataset.max_samples = v; },
+      [](const ExperimentConfig& c) { return c.dataset.max_samples; }));
+  {
+    Setting s;
+    s.info = {"dataset.split", "train | test", "test", "Fashion-MNIST part to read (fashion_mnist only).",
+              ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      auto v = get_choice(c, n, key, {"train", "test"});
+      if (!v) return v.error();
+      cfg.dataset.split = *v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return c.dataset.split; };
+    t.push_back(s);
+  }
+  {
+    Setting s;
+    s.info = {"split", "int | [int] | all", "all",
+              "Split points: k runs layers [0, k) on the PARTICIPANT and [k, N) on the SERVER; all = 0..N.",
+              ""};
+    s.env_yaml = true;
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      const std::string what = "a split point (int >= 0), a list of split points, or all";
+      if (n.IsScalar()) {
+        if (n.Scalar() == "all") {
+          cfg.split = SplitSpec{};
+          return {};
+        }
+        auto v = get_int(c, n, key, 0, 100000, what);
+        if (!v) return v.error();
+        cfg.split.all = false;
+        cfg.split.points = {static_cast<int>(*v)};
+        return {};
+      }
+      if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, what);
+      SplitSpec sp;
+      sp.all = false;
+      for (size_t i = 0; i < n.size(); ++i) {
+        const std::string k = fmt::format("{}[{}]", key, i);
+        auto v = get_int(c, n[i], k, 0, 100000, "a split point (int >= 0)");
+        if (!v) return v.error();
+        if (std::find(sp.points.begin(), sp.points.end(), *v) != sp.points.end())
+          return err_at(pos_of(c, n[i]), k,
+                        fmt::format("split point {} is listed twice; expected distinct points", *v));
+        sp.points.push_back(static_cast<int>(*v));
+      }
+      cfg.split = sp;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) {
+      if (c.split.all) return std::string("all");
+      if (c.split.points.size() == 1) return std::to_string(c.split.points[0]);
+      return flow_ints(std::vector<int64_t>(c.split.points.begin(), c.split.points.end()));
+    };
+    t.push_back(s);
+  }
+  t.push_back(int_setting(
+      "warmup", "int >= 0", "2", "Untimed inferences per split point before measuring.", 0, 1000000,
+      [](ExperimentConfig& c, int64_t v) { c.warmup = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.warmup}; }));
+  t.push_back(int_setting(
+      "repetitions", "int >= 1", "5", "Timed passes over the samples per split point.", 1, 1000000,
+      [](ExperimentConfig& c, int64_t v) { c.repetitions = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.repetitions}; }));
+  t.push_back(int_setting(
+      "batch_size", "int >= 1", "1", "Samples per frame.", 1, 65536,
+      [](ExperimentConfig& c, int64_t v) { c.batch_size = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.batch_size}; }));
+  {
+    Setting s;
+    s.info = {"compression", "codec text", "none",
+              "Codec for the tensors crossing the split (`tracrctl codecs`), e.g. int8+blosc-zstd:level=5.",
+              ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      auto v = get_nonempty(c, n, key, "a codec text such as none, fp16, blosc-lz4 (see `tracrctl codecs`)");
+      if (!v) return v.error();
+      auto spec = protocol::CodecSpec::parse(*v);
+      if (!spec)
+        return err_at(pos_of(c, n), key,
+                      fmt::format("invalid codec '{}': {}; expected e.g. none, fp16, int8+blosc-zstd:level=5 "
+                                  "(see `tracrctl codecs`)",
+                                  *v, spec.error().message));
+      cfg.codec = *spec;
+      cfg.compression = spec->name();
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return yaml_str(c.compression); };
+    t.push_back(s);
+  }
+  t.push_back(bool_setting("encryption", "true",
+                           "AES-256-GCM on every frame (false: plain frames, named 'none').",
+                           [](ExperimentConfig& c) -> bool& { return c.encryption; }));
+  {
+    Setting s;
+    s.info = {"key_exchange", "x25519 | none", "x25519",
+              "Ephemeral X25519 on top of the session secret (forward secrecy); ignored without encryption.",
+              ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      auto v = get_choice(c, n, key, {"x25519", "none"});
+      if (!v) return v.error();
+      cfg.key_exchange = *v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return c.key_exchange; };
+    t.push_back(s);
+  }
+  {
+    Setting s;
+    s.info = {"chunk_bytes", "int bytes | \"<n>KiB\" | \"<n>MiB\"", "262144 (256KiB)",
+              "Transformed bytes per payload part; chunk n+1 is encoded while chunk n is sent.", ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      auto v = parse_bytes(c, n, key, 4096, int64_t{1} << 30,
+                           "a byte count 4096..1073741824 (an int, or <n>KiB / <n>MiB)");
+      if (!v) return v.error();
+      cfg.chunk_bytes = *v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return std::to_string(c.chunk_bytes); };
+    t.push_back(s);
+  }
+  t.push_back(int_setting(
+      "inflight", "int 1..64", "1",
+      "Frames in flight per participant (1 = one at a time; more pipelines the stages).", 1, 64,
+      [](ExperimentConfig& c, int64_t v) { c.inflight = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.inflight}; }));
+  t.push_back(bool_setting("record.frames", "true", "Store one row per frame (frames table).",
+                           [](ExperimentConfig& c) -> bool& { return c.record.frames; }));
+  t.push_back(bool_setting("record.layers", "true",
+                           "Profile every layer on each device (layer_profiles table).",
+                           [](ExperimentConfig& c) -> bool& { return c.record.layers; }));
+  t.push_back(string_setting(
+      "output", "path", "results/tracr.db", "SQLite results database (created if missing).",
+      "a database file path", [](ExperimentConfig& c) -> std::string& { return c.output; }, false));
+  {
+    Setting s = string_setting(
+        "devices", "path", "config/devices_config.yaml",
+        "Devices file; when not set and the default file is missing, both agents run locally.",
+        "a devices file path", [](ExperimentConfig& c) -> std::string& { return c.devices; }, false);
+    auto inner = s.apply;
+    s.apply = [inner](const Ctx& c, const YAML::Node& n, const std::string& key,
+                      ExperimentConfig& cfg) -> Status {
+      TRACR_TRY(inner(c, n, key, cfg));
+      cfg.devices_explicit = true;
+      return {};
+    };
+    t.push_back(s);
+  }
+  {
+    Setting s;
+    s.info = {"seed", "int >= 0", "0", "Seed for synthetic data and any sampling.", ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      const std::string what = "an integer 0..18446744073709551615";
+      if (!n.IsScalar() || n.Scalar().empty() || !std::isdigit(static_cast<unsigned char>(n.Scalar()[0])))
+        return expected(c, n, key, what);
+      char* e = nullptr;
+      errno = 0;
+      unsigned long long v = std::strtoull(n.Scalar().c_str(), &e, 10);
+      if (errno == ERANGE || *e != '\0') return expected(c, n, key, what);
+      cfg.seed = v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return std::to_string(c.seed); };
+    t.push_back(s);
+  }
+  for (auto& s : t) {
+    std::string env = "TRACR_";
+    for (char ch : s.info.name)
+      env += ch == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    s.info.env = env;
+  }
+  return t;
+}
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> t = build_settings();
+  return t;
+}
+
+const Setting* find_setting(const std::string& name) {
+  for (const auto& s : settings())
+    if (s.info.name == name) return &s;
+  return nullptr;
+}
+
+// Top-level keys in order, and the sub-keys of sections.
+std::vector<std::string> top_keys() {
+  std::vector<std::string> out;
+  for (const auto& s : settings()) {
+    std::string top = s.info.name.substr(0, s.info.name.find('.'));
+    if (std::find(out.begin(), out.end(), top) == out.end()) out.push_back(top);
+  }
+  return out;
+}
+
+std::vector<std::string> section_keys(const std::string& section) {
+  std::vector<std::string> out;
+  const std::string pre = section + ".";
+  for (const auto& s : settings())
+    if (s.info.name.rfind(pre, 0) == 0) out.push_back(s.info.name.substr(pre.size()));
+  return out;
+}
+
+bool is_section(const std::string& top) { return !section_keys(top).empty(); }
+
+Status apply_setting(const Ctx& c, const Setting& s, const YAML::Node& n, ExperimentConfig& cfg,
+                     const SourcePos& origin) {
+  if (n.IsNull() && s.nullable) {
+    // Back to the default.
+    ExperimentConfig def;
+    const std::string& nm = s.info.name;
+    if (nm == "weights")
+      cfg.weights = def.weights;
+    else if (nm == "input_size")
+      cfg.input_size.clear();
+    else if (nm == "dataset.path")
+      cfg.dataset.path.clear();
+    else if (nm == "dataset.class_names") {
+      cfg.dataset.class_names.clear();
+      cfg.dataset.class_names_file.clear();
+    }
+    cfg.origin[nm] = origin;
+    return {};
+  }
+  TRACR_TRY(s.apply(c, n, s.info.name, cfg));
+  cfg.origin[s.info.name] = origin;
+  return {};
+}
+
+Status apply_env(ExperimentConfig& cfg) {
+  for (const auto& s : settings()) {
+    const char* v = std::getenv(s.info.env.c_str());
+    if (!v) continue;
+    Ctx c{"env " + s.info.env, true};
+    YAML::Node n;
+    if (s.env_yaml) {
+      try {
+        n = YAML::Load(v);
+      } catch (const YAML::Exception& e) {
+        return err_at(SourcePos{c.file, 0, 0}, s.info.name, "YAML syntax error: " + e.msg);
+      }
+    } else {
+      n = YAML::Node(std::string(v));
+    }
+    TRACR_TRY(apply_setting(c, s, n, cfg, SourcePos{c.file, 0, 0}));
+  }
+  return {};
+}
+
+Status cross_check(ExperimentConfig& cfg) {
+  if (cfg.model.empty())
+    return err_at(SourcePos{cfg.source.empty() ? "<experiment>" : cfg.source, 0, 0}, "model",
+                  "missing; expected a model id such as alexnet (see `tracrctl models`)");
+  if (cfg.dataset.kind == DatasetKind::imagefolder && cfg.dataset.path.empty())
+    return err_at(
+        cfg.pos_of("dataset.type").known() ? cfg.pos_of("dataset.type") : SourcePos{cfg.source, 0, 0},
+        "dataset.path", "missing; expected the image directory (required for type: imagefolder)");
+  if (cfg.dataset.kind != DatasetKind::fashion_mnist && cfg.origin.count("dataset.split"))
+    return err_at(cfg.pos_of("dataset.split"), "dataset.split",
+                  fmt::format("applies to type: fashion_mnist only; expected no dataset.split for type: {}",
+                              dataset_kind_name(cfg.dataset.kind)));
+  if (cfg.dataset.kind == DatasetKind::fashion_mnist && cfg.dataset.path.empty())
+    cfg.dataset.path = "/usr/share/datasets/fashion-mnist";
+  if (cfg.name.empty()) {
+    cfg.name = cfg.source.empty() ? "experiment" : fs::path(cfg.source).stem().string();
+    if (cfg.name.empty()) cfg.name = "experiment";
+  }
+  return {};
+}
+
+}  // namespace
+
+SourcePos ExperimentConfig::pos_of(const std::string& setting) const {
+  auto it = origin.find(setting);
+  if (it != origin.end()) return it->second;
+  return SourcePos{};
+}
+
+Result<ExperimentConfig> parse_experiment(const std::string& text, const std::string& source, bool use_env) {
+  const std::string file = source.empty() ? "<experiment>" : source;
+  Ctx c{file};
+  ExperimentConfig cfg;
+  cfg.source = source;
+  cfg.source_text = text;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return err_at(pos_of_mark(c, e.mark), "", "YAML syntax error: " + e.msg);
+  }
+  if (!root.IsMap())
+    return err_at(SourcePos{file, 0, 0}, "",
+                  "expected a map of experiment settings (at least 'model'), got " + describe(root));
+  const auto tops = top_keys();
+  TRACR_TRY(check_keys(c, root, "", tops));
+  for (const auto& top : tops) {
+    const YAML::Node n = root[top];
+    if (!n) continue;
+    if (is_section(top)) {
+      const auto subs = section_keys(top);
+      if (n.IsNull()) continue;
+      if (!n.IsMap()) return expected(c, n, top, "a map with keys " + join(subs));
+      TRACR_TRY(check_keys(c, n, top, subs));
+      for (const auto& sub : subs) {
+        const YAML::Node sn = n[sub];
+        if (!sn) continue;
+        const Setting* s = find_setting(top + "." + sub);
+        TRACR_TRY(apply_setting(c, *s, sn, cfg, pos_of(c, sn)));
+      }
+    } else {
+      const Setting* s = find_setting(top);
+      TRACR_TRY(apply_setting(c, *s, n, cfg, pos_of(c, n)));
+    }
+  }
+  if (use_env) TRACR_TRY(apply_env(cfg));
+  TRACR_TRY(cross_check(cfg));
+  return cfg;
+}
+
+Result<ExperimentConfig> load_experiment(const std::string& path) {
+  auto text = read_text(path, "experiment");
+  if (!text) return text.error();
+  return parse_experiment(*text, path, true);
+}
+
+Result<std::vector<int>> resolve_splits(const ExperimentConfig& cfg, int num_layers) {
+  std::vector<int> out;
+  if (cfg.split.all) {
+    for (int k = 0; k <= num_layers; ++k) out.push_back(k);
+    return out;
+  }
+  for (int k : cfg.split.points) {
+    if (k > num_layers)
+      return err_at(cfg.pos_of("split"), "split",
+                    fmt::format("split point {} is beyond model '{}' with {} layers; expected 0..{}", k,
+                                cfg.model, num_layers, num_layers));
+    out.push_back(k);
+  }
+  return out;
+}
+
+Status check_experiment_files(const ExperimentConfig& cfg) {
+  std::error_code ec;
+  auto need = [&](const std::string& setting, const std::string& path, bool dir) -> Status {
+    if (path.empty()) return {};
+    const std::string p = expand_home(path);
+    if (!fs::exists(p, ec))
+      return make_error(Errc::io,
+                        fmt::format("{}: {}: '{}' does not exist; expected an existing {}",
+                                    cfg.pos_of(setting).str(), setting, path, dir ? "directory" : "file"));
+    if (dir != fs::is_directory(p, ec))
+      return make_error(
+          Errc::io, fmt::format("{}: {}: '{}' is {}; expected a {}", cfg.pos_of(setting).str(), setting, path,
+                                dir ? "a file" : "a directory", dir ? "directory" : "file"));
+    return {};
+  };
+  if (cfg.model.rfind("torchscript:", 0) == 0) TRACR_TRY(need("model", cfg.model.substr(12), false));
+  TRACR_TRY(need("weights", cfg.weights, false));
+  if (cfg.dataset.kind != DatasetKind::synthetic) TRACR_TRY(need("dataset.path", cfg.dataset.path, true));
+  TRACR_TRY(need("dataset.class_names", cfg.dataset.class_names_file, false));
+  return {};
+}
+
+Result<DevicesConfig> load_experiment_devices(const ExperimentConfig& cfg) {
+  if (cfg.devices_explicit) {
+    auto d = load_devices(cfg.devices);
+    if (!d && d.error().code == Errc::io)
+      d.error().message = fmt::format("{}: devices: {}", cfg.pos_of("devices").str(), d.error().message);
+    return d;
+  }
+  return load_devices_or_default(cfg.devices);
+}
+
+std::string to_yaml(const ExperimentConfig& cfg) {
+  std::string o = "# effective tracr experiment configuration\n";
+  std::string section;
+  for (const auto& s : settings()) {
+    const auto dot = s.info.name.find('.');
+    const std::string top = s.info.name.substr(0, dot);
+    const std::string value = s.show(cfg);
+    if (dot == std::string::npos) {
+      section.clear();
+      o += top + ": " + value + "\n";
+    } else {
+      if (section != top) {
+        section = top;
+        o += top + ":\n";
+      }
+      o += "  " + s.info.name.substr(dot + 1) + ": " + value + "\n";
+    }
+  }
+  return o;
+}
+
+const std::vector<SettingInfo>& settings_table() {
+  static const std::vector<SettingInfo> t = [] {
+    std::vector<SettingInfo> v;
+    for (const auto& s : settings()) v.push_back(s.info);
+    return v;
+  }();
+  return t;
+}
+
+std::vector<SettingValue> describe_settings(const ExperimentConfig& cfg) {
+  std::vector<SettingValue> out;
+  for (const auto& s : settings()) {
+    SettingValue v;
+    v.info = s.info;
+    v.value = s.show(cfg);
+    auto it = cfg.origin.find(s.info.name);
+    v.origin = it == cfg.origin.end() ? "default" : it->second.str();
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::string format_settings(const ExperimentConfig& cfg) {
+  const auto rows = describe_settings(cfg);
+  size_t w0 = 7, w1 = 5, w2 = 6;
+  for (const auto& r : rows) {
+    w0 = std::max(w0, r.info.name.size());
+    w1 = std::max(w1, r.value.size());
+    w2 = std::max(w2, r.origin.size());
+  }
+  std::string o =
+      fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", "setting", w0, "value", w1, "origin", w2, "env");
+  for (const auto& r : rows)
+    o += fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", r.info.name, w0, r.value, w1, r.origin, w2, r.info.env);
+  return o;
+}
+
+}  // namespace tracr::controller

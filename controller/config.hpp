@@ -1,0 +1,230 @@
+// Configuration: the devices file (devices_config.yaml, the schema of the
+// Python tracr plus documented extensions) and the experiment file
+// (experiment.yaml). Both are parsed with yaml-cpp and validated completely
+// before anything starts: every error is Errc::config (Errc::io when a file
+// cannot be read) with a message of the form
+//   <file>:<line>:<column>: <key path>: expected <what>, got <what was there>
+// Unknown keys are errors with a did-you-mean from the allowed keys.
+// The user-facing reference is config/README.md; the settings table of the
+// experiment file is settings_table() (name, type, default, description, env
+// override), printed by `tracrctl run --show-config`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "protocol/codec.hpp"
+#include "protocol/error.hpp"
+
+namespace tracr::controller {
+
+// Where a value came from: a file position (1-based line and column), an
+// environment variable (file "env TRACR_X", line 0) or nothing (default).
+struct SourcePos {
+  std::string file;
+  int line = 0;    // 1-based; 0 when unknown
+  int column = 0;  // 1-based; 0 when unknown
+  bool known() const { return !file.empty(); }
+  // "config/x.yaml:3:7", "env TRACR_SPLIT", "config/x.yaml" or "default".
+  std::string str() const;
+};
+
+// ---------------------------------------------------------------------------
+// Devices (devices_config.yaml)
+
+enum class DeviceRole { server, participant };
+// "SERVER" / "PARTICIPANT" (the Python tracr's device_type values).
+std::string_view device_role_name(DeviceRole r);
+
+enum class Transport { local, ssh };
+std::string_view transport_name(Transport t);  // "local" / "ssh"
+
+// One entry of a device's connection_params.
+struct ConnectionParams {
+  std::string host;       // IP or host name
+  std::string user;       // SSH user (required for ssh transport)
+  std::string pkey_fp;    // as written: a file name under pkeys/ or an absolute path
+  std::string pkey_path;  // resolved path (see resolve_pkey); empty when pkey_fp is
+  int port = 0;           // SERVER data port; 0 = ephemeral, reported by the agent
+  int ssh_port = 22;
+  bool is_default = false;  // `default: true`
+  SourcePos pos;            // position of this entry
+};
+
+// Reserved extension: a modelled power draw (results label energy
+// "modelled:<device>" when it is used; no meter is read).
+struct PowerModel {
+  double idle_w = 0;
+  double busy_w = 0;
+};
+
+// Reserved extension: a link to emulate towards this device (tc netem/tbf).
+struct LinkProfile {
+  double rate_mbit = 0;  // 0 = unlimited
+  double delay_ms = 0;
+};
+
+struct DeviceConfig {
+  DeviceRole role = DeviceRole::participant;
+  std::string name;  // unique; default "server", "participant", or "participant<N>" (N = position among
+                     // participants, from 1)
+  Transport transport = Transport::ssh;
+  std::string work_dir = "~/.cache/tracr";  // agent directory on the device (ssh)
+  std::optional<PowerModel> power_model;
+  std::optional<LinkProfile> link_profile;
+  std::vector<ConnectionParams> connections;  // never empty after loading
+  SourcePos pos;
+
+  // The selected connection: the one with `default: true`, or the only one.
+  // Loading guarantees that exactly one is selectable.
+  const ConnectionParams& connection() const;
+};
+
+struct DevicesConfig {
+  std::string source;     // file path, or "<embedded default>"
+  bool embedded = false;  // true when no file was found and the default is used
+  std::vector<DeviceConfig> devices;
+
+  // The SERVER device (loading guarantees exactly one).
+  const DeviceConfig& server() const;
+  // The PARTICIPANT devices in file order (loading guarantees at least one).
+  std::vector<const DeviceConfig*> participants() const;
+  // By name; nullptr when absent.
+  const DeviceConfig* find(std::string_view name) const;
+  // Compact JSON for runs.devices_json: names, roles, transports, hosts,
+  // users, ports, extensions. Never contains key material (only pkey_fp).
+  std::string to_json() const;
+};
+
+// Text of the embedded default (config/devices_local.yaml has the same
+// content): SERVER and PARTICIPANT, both transport: local on 127.0.0.1.
+std::string_view embedded_devices_yaml();
+
+// Parses a devices file. Error io when it cannot be read, config for every
+// content problem (position, key, what was expected).
+Result<DevicesConfig> load_devices(const std::string& path);
+// Like load_devices, but a file that does not exist gives the embedded
+// default (DevicesConfig::embedded set). Other errors pass through.
+Result<DevicesConfig> load_devices_or_default(const std::string& path);
+// Parses devices YAML held in memory; `source` names it in messages and is
+// the base for resolving pkey_fp.
+Result<DevicesConfig> parse_devices(const std::string& text, const std::string& source);
+
+// Resolves pkey_fp: absolute paths and ~/ are taken as they are; a relative
+// name is looked up in $TRACR_PKEYS_DIR if set, else in <root>/pkeys/ (root =
+// the parent of the devices file's directory, i.e. the project root for
+// config/devices_config.yaml) and then in <dir>/pkeys/ (the Python tracr's
+// config/pkeys/); the first existing file wins, else the first candidate.
+std::string resolve_pkey(const std::string& pkey_fp, const std::string& devices_file);
+
+// ---------------------------------------------------------------------------
+// Experiment (experiment.yaml)
+
+enum class DatasetKind { synthetic, imagefolder, fashion_mnist };
+std::string_view dataset_kind_name(DatasetKind k);  // "synthetic" "imagefolder" "fashion_mnist"
+
+struct DatasetSpec {
+  DatasetKind kind = DatasetKind::synthetic;
+  std::string path;                      // imagefolder: required; fashion_mnist: IDX .gz directory
+  std::string class_names_file;          // class_names given as a path
+  std::vector<std::string> class_names;  // class_names given as a list
+  int64_t max_samples = 0;               // 0 = all (synthetic: 16)
+  std::string split = "test";            // fashion_mnist: train | test
+};
+
+struct SplitSpec {
+  bool all = true;          // "all": every split point 0..N of the model
+  std::vector<int> points;  // when !all: distinct, >= 0, in the order written
+};
+
+struct RecordSpec {
+  bool frames = true;  // per-frame rows (frames table)
+  bool layers = true;  // per-layer profiles (layer_profiles table)
+};
+
+struct ExperimentConfig {
+  std::string source;               // experiment file path ("" when parsed from memory)
+  std::string source_text;          // the file as written
+  std::string name;                 // default: the file name without extension
+  std::string model;                // registry id, e.g. "alexnet" or "torchscript:<path>"
+  std::string weights;              // optional weights file
+  std::vector<int64_t> input_size;  // [C, H, W]; empty = the model's default
+  DatasetSpec dataset;
+  SplitSpec split;
+  int warmup = 2;
+  int repetitions = 5;
+  int batch_size = 1;
+  std::string compression = "none";  // canonical codec text (CodecSpec::name())
+  protocol::CodecSpec codec;         // parsed compression
+  bool encryption = true;
+  std::string key_exchange = "x25519";  // x25519 | none
+  int64_t chunk_bytes = 256 * 1024;
+  int inflight = 1;
+  RecordSpec record;
+  std::string output = "results/tracr.db";
+  std::string devices = "config/devices_config.yaml";
+  bool devices_explicit = false;  // devices was set (file or env): a missing file is an error
+  uint64_t seed = 0;
+
+  // Where each setting (dotted name, e.g. "dataset.type") was set; settings
+  // left at their default are absent.
+  std::map<std::string, SourcePos> origin;
+  SourcePos pos_of(const std::string& setting) const;
+};
+
+// Reads and validates an experiment file, then applies TRACR_<NAME>
+// environment overrides (each parsed as a YAML scalar or flow value, with the
+// same checks). Error io when the file cannot be read, config otherwise.
+Result<ExperimentConfig> load_experiment(const std::string& path);
+// The same from text held in memory (`source` names it in messages).
+// With use_env false, TRACR_* variables are ignored.
+Result<ExperimentConfig> parse_experiment(const std::string& text, const std::string& source,
+                                          bool use_env = true);
+
+// The split points to run for a model with `num_layers` layers (split k puts
+// layers [0, k) on the PARTICIPANT, so k ranges over 0..num_layers). Error
+// config, with the position of `split`, for a point beyond num_layers.
+Result<std::vector<int>> resolve_splits(const ExperimentConfig& cfg, int num_layers);
+
+// Checks that files the experiment names exist: weights, dataset.path,
+// dataset.class_names (a path). Error io with the key's position.
+Status check_experiment_files(const ExperimentConfig& cfg);
+
+// The devices file the experiment uses: load_devices when `devices` was set
+// explicitly, load_devices_or_default otherwise.
+Result<DevicesConfig> load_experiment_devices(const ExperimentConfig& cfg);
+
+// The effective configuration as YAML (every setting, defaults included), as
+// stored in runs.config_yaml; parse_experiment accepts it back.
+std::string to_yaml(const ExperimentConfig& cfg);
+
+// One row of the settings table.
+struct SettingInfo {
+  std::string name;  // dotted: "warmup", "dataset.type", "record.frames"
+  std::string type;  // "int >= 0", "bool", "codec text", ...
+  std::string default_value;
+  std::string description;
+  std::string env;  // "TRACR_WARMUP", "TRACR_DATASET_TYPE", ...
+};
+// Every setting of experiment.yaml, in documentation order.
+const std::vector<SettingInfo>& settings_table();
+
+struct SettingValue {
+  SettingInfo info;
+  std::string value;   // effective value as YAML flow text
+  std::string origin;  // "default", "file:line:col" or "env TRACR_X"
+};
+// The settings table with the effective values of cfg (for --show-config).
+std::vector<SettingValue> describe_settings(const ExperimentConfig& cfg);
+// describe_settings as an aligned text table.
+std::string format_settings(const ExperimentConfig& cfg);
+
+// Closest candidate by edit distance when it is close enough to be a likely
+// typo; empty otherwise. Exposed for the CLI's option parsing.
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
+
+}  // namespace tracr::controller

@@ -1,0 +1,892 @@
+#include "controller/results.hpp"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace tracr::controller {
+
+namespace fs = std::filesystem;
+
+std::string_view run_status_name(RunStatus s) {
+  switch (s) {
+    case RunStatus::running: return "running";
+    case RunStatus::completed: return "completed";
+    case RunStatus::failed: return "failed";
+    case RunStatus::interrupted: return "interrupted";
+  }
+  return "running";
+}
+
+std::optional<RunStatus> parse_run_status(std::string_view s) {
+  for (auto st : {RunStatus::running, RunStatus::completed, RunStatus::failed, RunStatus::interrupted})
+    if (run_status_name(st) == s) return st;
+  return std::nullopt;
+}
+
+std::string utc_now_iso() {
+  using namespace std::chrono;
+  const auto now = system_clock::now();
+  const auto ms = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
+  const std::time_t t = system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03d}Z", buf, static_cast<int>(ms));
+}
+
+double median_of(std::vector<int64_t>& v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  if (n % 2 == 1) return static_cast<double>(v[n / 2]);
+  // Mean of the two middle values without overflow.
+  const int64_t a = v[n / 2 - 1], b = v[n / 2];
+  return static_cast<double>(a) + (static_cast<double>(b) - static_cast<double>(a)) / 2.0;
+}
+
+double p95_of(std::vector<int64_t>& v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  // Nearest rank: ceil(0.95 n), computed in integers (95 n / 100 rounded up).
+  const size_t n = v.size();
+  size_t rank = (95 * n + 99) / 100;
+  if (rank < 1) rank = 1;
+  return static_cast<double>(v[rank - 1]);
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Migrations: append only. Never edit a released migration; add a new one.
+
+struct Migration {
+  int version;
+  const char* name;
+  const char* sql;
+};
+
+const Migration kMigrations[] = {
+    {1, "runs and frames", R"sql(
+CREATE TABLE runs (
+  id               INTEGER PRIMARY KEY AUTOINCREMENT,
+  name             TEXT NOT NULL,
+  status           TEXT NOT NULL DEFAULT 'running'
+                   CHECK (status IN ('running','completed','failed','interrupted')),
+  started_at       TEXT NOT NULL,
+  ended_at         TEXT,
+  config_yaml      TEXT NOT NULL DEFAULT '',
+  tracr_version    TEXT NOT NULL DEFAULT '',
+  protocol_version INTEGER NOT NULL DEFAULT 0,
+  model            TEXT NOT NULL DEFAULT '',
+  codec            TEXT NOT NULL DEFAULT '',
+  cipher           TEXT NOT NULL DEFAULT '',
+  devices_json     TEXT NOT NULL DEFAULT '{}',
+  controller_host  TEXT NOT NULL DEFAULT '',
+  controller_pid   INTEGER NOT NULL DEFAULT 0,
+  controller_start INTEGER,
+  error            TEXT
+);
+CREATE TABLE frames (
+  id            INTEGER PRIMARY KEY,
+  run_id        INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  participant   TEXT,
+  split         INTEGER NOT NULL,
+  sample        INTEGER NOT NULL,
+  rep           INTEGER NOT NULL,
+  batch         INTEGER NOT NULL DEFAULT 1,
+  warmup        INTEGER NOT NULL DEFAULT 0 CHECK (warmup IN (0, 1)),
+  head_ns       INTEGER NOT NULL DEFAULT 0,
+  encode_ns     INTEGER NOT NULL DEFAULT 0,
+  transfer_ns   INTEGER NOT NULL DEFAULT 0,
+  decode_ns     INTEGER NOT NULL DEFAULT 0,
+  tail_ns       INTEGER NOT NULL DEFAULT 0,
+  return_ns     INTEGER NOT NULL DEFAULT 0,
+  total_ns      INTEGER NOT NULL DEFAULT 0,
+  raw_bytes     INTEGER NOT NULL DEFAULT 0,
+  wire_bytes    INTEGER NOT NULL DEFAULT 0,
+  codec         TEXT NOT NULL DEFAULT '',
+  cipher        TEXT NOT NULL DEFAULT '',
+  result_json   TEXT,
+  ok            INTEGER NOT NULL CHECK (ok IN (0, 1)),
+  error         TEXT,
+  energy_j      REAL,
+  energy_source TEXT CHECK (energy_source IS NULL OR energy_source LIKE 'measured:%'
+                            OR energy_source LIKE 'modelled:%')
+);
+CREATE INDEX frames_by_run_split ON frames(run_id, split);
+CREATE INDEX runs_by_status ON runs(status);
+)sql"},
+    {2, "layer profiles, summaries, events", R"sql(
+CREATE TABLE layer_profiles (
+  run_id         INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  device         TEXT NOT NULL,
+  device_role    TEXT NOT NULL CHECK (device_role IN ('SERVER','PARTICIPANT')),
+  layer_index    INTEGER NOT NULL,
+  name           TEXT NOT NULL DEFAULT '',
+  type           TEXT NOT NULL DEFAULT '',
+  params         INTEGER NOT NULL DEFAULT 0,
+  macs           INTEGER NOT NULL DEFAULT 0,
+  out_bytes      INTEGER NOT NULL DEFAULT 0,
+  median_ns      INTEGER NOT NULL DEFAULT 0,
+  p95_ns         INTEGER NOT NULL DEFAULT 0,
+  reps           INTEGER NOT NULL DEFAULT 0,
+  peak_mem_bytes INTEGER,
+  PRIMARY KEY (run_id, device, layer_index)
+);
+CREATE TABLE summaries (
+  run_id             INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split              INTEGER NOT NULL,
+  frames             INTEGER NOT NULL,
+  failed             INTEGER NOT NULL DEFAULT 0,
+  total_median_ns    REAL, total_p95_ns    REAL,
+  head_median_ns     REAL, head_p95_ns     REAL,
+  encode_median_ns   REAL, encode_p95_ns   REAL,
+  transfer_median_ns REAL, transfer_p95_ns REAL,
+  decode_median_ns   REAL, decode_p95_ns   REAL,
+  tail_median_ns     REAL, tail_p95_ns     REAL,
+  mean_raw_bytes     REAL,
+  mean_wire_bytes    REAL,
+  PRIMARY KEY (run_id, split)
+);
+CREATE TABLE events (
+  id      INTEGER PRIMARY KEY,
+  run_id  INTEGER REFERENCES runs(id) ON DELETE CASCADE,
+  ts      TEXT NOT NULL,
+  level   TEXT NOT NULL CHECK (level IN ('debug','info','warn','error')),
+  kind    TEXT NOT NULL,
+  message TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX events_by_run ON events(run_id, ts);
+)sql"},
+};
+
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
+              "kSchemaVersion must equal the number of migrations");
+
+// ---------------------------------------------------------------------------
+// A prepared statement with RAII finalize.
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &st_, nullptr); }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  bool prepared() const { return rc_ == SQLITE_OK && st_; }
+
+  void bind(int i, int64_t v) { sqlite3_bind_int64(st_, i, v); }
+  void bind(int i, int v) { sqlite3_bind_int64(st_, i, v); }
+  void bind(int i, double v) { sqlite3_bind_double(st_, i, v); }
+  void bind(int i, std::string_view s) {
+    sqlite3_bind_text(st_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void bind_null(int i) { sqlite3_bind_null(st_, i); }
+  // Empty text binds NULL.
+  void bind_text_or_null(int i, std::string_view s) {
+    if (s.empty())
+      bind_null(i);
+    else
+      bind(i, s);
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int step() { return sqlite3_step(st_); }
+  void reset() {
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+  }
+  int64_t i64(int c) const { return sqlite3_column_int64(st_, c); }
+  double dbl(int c) const { return sqlite3_column_double(st_, c); }
+  bool is_null(int c) const { return sqlite3_column_type(st_, c) == SQLITE_NULL; }
+  std::string text(int c) const {
+    const unsigned char* p = sqlite3_column_text(st_, c);
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(st_, c)) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* st_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+Error db_error(sqlite3* db, const std::string& path, const std::string& what) {
+  const int code = db ? sqlite3_errcode(db) : SQLITE_ERROR;
+  std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+  if (code == SQLITE_NOTADB)
+    return make_error(
+        Errc::io,
+        fmt::format("{}: not an SQLite database ({}); expected a tracr results database", path, msg));
+  return make_error(Errc::io, fmt::format("{}: sqlite: {} ({})", path, msg, what));
+}
+
+Status exec(sqlite3* db, const std::string& path, const char* sql, const char* what) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string m = err ? err : "unknown error";
+    sqlite3_free(err);
+    Error e = db_error(db, path, what);
+    if (e.message.find(m) == std::string::npos) e.message += ": " + m;
+    return e;
+  }
+  return {};
+}
+
+// Rolls back unless committed.
+class Transaction {
+ public:
+  Transaction(sqlite3* db, const std::string& path) : db_(db), path_(path) {}
+  Status begin() {
+    TRACR_TRY(exec(db_, path_, "BEGIN IMMEDIATE", "begin transaction"));
+    open_ = true;
+    return {};
+  }
+  Status commit() {
+    TRACR_TRY(exec(db_, path_, "COMMIT", "commit"));
+    open_ = false;
+    return {};
+  }
+  ~Transaction() {
+    if (open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+
+ private:
+  sqlite3* db_;
+  const std::string& path_;
+  bool open_ = false;
+};
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+// Fields of /proc/<pid>/stat after the command name: state (field 3) and
+// starttime (field 22). False when the process does not exist or /proc is
+// unavailable.
+bool proc_stat(int64_t pid, char* state, int64_t* start_ticks) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  if (!in) return false;
+  std::string line;
+  std::getline(in, line);
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream rest(line.substr(close + 1));
+  std::string field;
+  std::vector<std::string> f;
+  while (rest >> field) f.push_back(field);
+  // f[0] = state (field 3), f[19] = starttime (field 22).
+  if (f.size() < 20) return false;
+  *state = f[0].empty() ? '?' : f[0][0];
+  *start_ticks = std::strtoll(f[19].c_str(), nullptr, 10);
+  return true;
+}
+
+int64_t self_start_ticks() {
+  char st;
+  int64_t ticks = 0;
+  return proc_stat(getpid(), &st, &ticks) ? ticks : 0;
+}
+
+// Whether the controller that began a run still exists on this host: the pid
+// exists, is not a zombie and (when recorded) started at the same time.
+bool controller_alive(int64_t pid, int64_t start_ticks) {
+  if (pid <= 0) return false;
+  if (pid == getpid()) return true;
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  char state = '?';
+  int64_t ticks = 0;
+  if (!proc_stat(pid, &state, &ticks)) return true;  // exists (kill said so), no /proc: assume alive
+  if (state == 'Z' || state == 'X') return false;
+  if (start_ticks > 0 && ticks != start_ticks) return false;  // pid reused
+  return true;
+}
+
+void read_summary_row(const Stmt& q, SplitSummary& s) {
+  s.split = static_cast<int>(q.i64(0));
+  s.frames = q.i64(1);
+  s.failed = q.i64(2);
+  StageStats* st[] = {&s.total, &s.head, &s.encode, &s.transfer, &s.decode, &s.tail};
+  for (int i = 0; i < 6; ++i) {
+    st[i]->median_ns = q.dbl(3 + 2 * i);
+    st[i]->p95_ns = q.dbl(4 + 2 * i);
+  }
+  s.mean_raw_bytes = q.dbl(15);
+  s.mean_wire_bytes = q.dbl(16);
+}
+
+}  // namespace
+
+void ResultsDb::Closer::operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+
+ResultsDb::ResultsDb(ResultsDb&&) noexcept = default;
+ResultsDb& ResultsDb::operator=(ResultsDb&&) noexcept = default;
+ResultsDb::~ResultsDb() = default;
+
+Result<ResultsDb> ResultsDb::open(const std::string& path) { return open_impl(path, kSchemaVersion, true); }
+
+Result<ResultsDb> ResultsDb::open_at_version(const std::string& path, int version) {
+  if (version < 0 || version > kSchemaVersion)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("schema version {} out of range; expected 0..{}", version, kSchemaVersion));
+  return open_impl(path, version, false);
+}
+
+Result<ResultsDb> ResultsDb::open_impl(const std::string& path, int version, bool sweep) {
+  if (path.empty()) return make_error(Errc::invalid_argument, "results database path is empty");
+  std::error_code ec;
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::exists(parent, ec)) {
+    fs::create_directories(parent, ec);
+    if (ec)
+      return make_error(
+          Errc::io, fmt::format("{}: cannot create directory {}: {}", path, parent.string(), ec.message()));
+  }
+  if (fs::is_directory(path, ec))
+    return make_error(Errc::io, fmt::format("{}: is a directory; expected a database file", path));
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  ResultsDb db;
+  db.db_.reset(raw);
+  db.path_ = path;
+  if (rc != SQLITE_OK) return db_error(raw, path, "open");
+  sqlite3_extended_result_codes(raw, 0);
+  // busy_timeout first so that the WAL switch waits for other writers.
+  sqlite3_busy_timeout(raw, 5000);
+  {
+    Stmt q(raw, "PRAGMA journal_mode=WAL");
+    if (!q.prepared()) return db_error(raw, path, "enable WAL");
+    if (q.step() != SQLITE_ROW) return db_error(raw, path, "enable WAL");
+  }
+  TRACR_TRY(exec(raw, path, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;", "pragmas"));
+  TRACR_TRY(db.migrate(version));
+  if (sweep) TRACR_TRY(db.sweep_interrupted());
+  return db;
+}
+
+Result<int> ResultsDb::schema_version() {
+  Stmt q(db_.get(), "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+  if (!q.prepared() || q.step() != SQLITE_ROW) return db_error(db_.get(), path_, "read schema version");
+  return static_cast<int>(q.i64(0));
+}
+
+Status ResultsDb::migrate(int target) {
+  sqlite3* db = db_.get();
+  TRACR_TRY(exec(db, path_,
+                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                 " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+                 "create schema_migrations"));
+  auto current = schema_version();
+  if (!current) return current.error();
+  if (*current > kSchemaVersion)
+    return make_error(Errc::config,
+                      fmt::format("{}: database schema version {} is newer than this build supports ({}); "
+                                  "expected a database written by this or an older tracr",
+                                  path_, *current, kSchemaVersion));
+  for (const auto& m : kMigrations) {
+    if (m.version <= *current || m.version > target) continue;
+    Transaction tx(db, path_);
+    TRACR_TRY(tx.begin());
+    // Re-check inside the write lock: another process may have migrated.
+    auto again = schema_version();
+    if (!again) return again.error();
+    if (*again >= m.version) continue;
+    TRACR_TRY(exec(db, path_, m.sql, (std::string("migration ") + m.name).c_str()));
+    Stmt ins(db, "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)");
+    ins.bind(1, m.version);
+    ins.bind(2, std::string_view(m.name));
+    ins.bind(3, std::string_view(utc_now_iso()));
+    if (ins.step() != SQLITE_DONE) return db_error(db, path_, "record migration");
+    TRACR_TRY(exec(db, path_, fmt::format("PRAGMA user_version={}", m.version).c_str(), "user_version"));
+    TRACR_TRY(tx.commit());
+  }
+  return {};
+}
+
+Status ResultsDb::sweep_interrupted() {
+  sqlite3* db = db_.get();
+  const std::string host = host_name();
+  std::vector<std::pair<int64_t, std::string>> dead;
+  {
+    Stmt q(db,
+           "SELECT id, controller_host, controller_pid, COALESCE(controller_start, 0) FROM runs "
+           "WHERE status = 'running'");
+    if (!q.prepared()) return db_error(db, path_, "find running runs");
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      if (q.text(1) != host) continue;  // another host's controller: cannot tell
+      const int64_t pid = q.i64(2);
+      if (!controller_alive(pid, q.i64(3)))
+        dead.emplace_back(
+            q.i64(0), fmt::format("controller process {} on {} ended without finishing the run", pid, host));
+    }
+    if (rc != SQLITE_DONE) return db_error(db, path_, "find running runs");
+  }
+  for (const auto& [id, why] : dead) {
+    {
+      Transaction tx(db, path_);
+      TRACR_TRY(tx.begin());
+      Stmt u(db,
+             "UPDATE runs SET status = 'interrupted', ended_at = ?, error = ? "
+             "WHERE id = ? AND status = 'running'");
+      u.bind(1, std::string_view(utc_now_iso()));
+      u.bind(2, std::string_view(why));
+      u.bind(3, id);
+      if (u.step() != SQLITE_DONE) return db_error(db, path_, "mark run interrupted");
+      if (sqlite3_changes(db) == 0) continue;  // someone else got there first
+      Stmt e(db,
+             "INSERT INTO events(run_id, ts, level, kind, message) VALUES (?, ?, 'error', 'run_interrupted', "
+             "?)");
+      e.bind(1, id);
+      e.bind(2, std::string_view(utc_now_iso()));
+      e.bind(3, std::string_view(why));
+      if (e.step() != SQLITE_DONE) return db_error(db, path_, "record run_interrupted");
+      TRACR_TRY(tx.commit());
+    }
+    interrupted_.push_back(id);
+    auto s = compute_summaries(id);
+    if (!s) return s.error();
+  }
+  return {};
+}
+
+Result<int64_t> ResultsDb::begin_run(const RunInfo& info) {
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  Stmt q(db,
+         "INSERT INTO runs(name, status, started_at, config_yaml, tracr_version, protocol_version, model, "
+         "codec, "
+         "cipher, devices_json, controller_host, controller_pid, controller_start) "
+         "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!q.prepared()) return db_error(db, path_, "insert run");
+  const std::string now = utc_now_iso();
+  q.bind(1, std::string_view(info.name));
+  q.bind(2, std::string_view(now));
+  q.bind(3, std::string_view(info.config_yaml));
+  q.bind(4, std::string_view(info.tracr_version));
+  q.bind(5, info.protocol_version);
+  q.bind(6, std::string_view(info.model));
+  q.bind(7, std::string_view(info.codec));
+  q.bind(8, std::string_view(info.cipher));
+  q.bind(9, std::string_view(info.devices_json.empty() ? "{}" : info.devices_json));
+  q.bind(10, std::string_view(host_name()));
+  q.bind(11, static_cast<int64_t>(getpid()));
+  q.bind(12, self_start_ticks());
+  if (q.step() != SQLITE_DONE) return db_error(db, path_, "insert run");
+  const int64_t id = sqlite3_last_insert_rowid(db);
+  Stmt e(db, "INSERT INTO events(run_id, ts, level, kind, message) VALUES (?, ?, 'info', 'run_started', ?)");
+  e.bind(1, id);
+  e.bind(2, std::string_view(now));
+  e.bind(3, std::string_view(fmt::format("run '{}' started: model {}, codec {}, cipher {}", info.name,
+                                         info.model, info.codec, info.cipher)));
+  if (e.step() != SQLITE_DONE) return db_error(db, path_, "record run_started");
+  TRACR_TRY(tx.commit());
+  return id;
+}
+
+Status ResultsDb::add_frames(const std::vector<FrameRecord>& frames) {
+  if (frames.empty()) return {};
+  for (const auto& f : frames) {
+    if (!f.energy_source.empty() && f.energy_source.rfind("measured:", 0) != 0 &&
+        f.energy_source.rfind("modelled:", 0) != 0)
+      return make_error(
+          Errc::invalid_argument,
+          fmt::format("frame energy_source '{}': expected 'measured:<meter>' or 'modelled:<model>'",
+                      f.energy_source));
+  }
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  Stmt q(db,
+         "INSERT INTO frames(run_id, participant, split, sample, rep, batch, warmup, head_ns, encode_ns, "
+         "transfer_ns, decode_ns, tail_ns, return_ns, total_ns, raw_bytes, wire_bytes, codec, cipher, "
+         "result_json, ok, error, energy_j, energy_source) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!q.prepared()) return db_error(db, path_, "insert frames");
+  for (const auto& f : frames) {
+    q.bind(1, f.run_id);
+    q.bind_text_or_null(2, f.participant);
+    q.bind(3, f.split);
+    q.bind(4, f.sample);
+    q.bind(5, f.rep);
+    q.bind(6, f.batch);
+    q.bind(7, f.warmup ? 1 : 0);
+    q.bind(8, f.head_ns);
+    q.bind(9, f.encode_ns);
+    q.bind(10, f.transfer_ns);
+    q.bind(11, f.decode_ns);
+    q.bind(12, f.tail_ns);
+    q.bind(13, f.return_ns);
+    q.bind(14, f.total_ns);
+    q.bind(15, f.raw_bytes);
+    q.bind(16, f.wire_bytes);
+    q.bind(17, std::string_view(f.codec));
+    q.bind(18, std::string_view(f.cipher));
+    q.bind_text_or_null(19, f.result_json);
+    q.bind(20, f.ok ? 1 : 0);
+    q.bind_text_or_null(21, f.error);
+    if (f.energy_j)
+      q.bind(22, *f.energy_j);
+    else
+      q.bind_null(22);
+    q.bind_text_or_null(23, f.energy_source);
+    if (q.step() != SQLITE_DONE)
+      return db_error(db, path_,
+                      fmt::format("insert frame of run {} split {} sample {}", f.run_id, f.split, f.sample));
+    q.reset();
+  }
+  return tx.commit();
+}
+
+Status ResultsDb::add_layer_profiles(const std::vector<LayerProfileRecord>& layers) {
+  if (layers.empty()) return {};
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  Stmt q(
+      db,
+      "INSERT OR REPLACE INTO layer_profiles(run_id, device, device_role, layer_index, name, type, params, "
+      "macs, out_bytes, median_ns, p95_ns, reps, peak_mem_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+      "?)");
+  if (!q.prepared()) return db_error(db, path_, "insert layer profiles");
+  for (const auto& l : layers) {
+    q.bind(1, l.run_id);
+    q.bind(2, std::string_view(l.device));
+    q.bind(3, std::string_view(l.device_role));
+    q.bind(4, l.layer_index);
+    q.bind(5, std::string_view(l.name));
+    q.bind(6, std::string_view(l.type));
+    q.bind(7, l.params);
+    q.bind(8, l.macs);
+    q.bind(9, l.out_bytes);
+    q.bind(10, l.median_ns);
+    q.bind(11, l.p95_ns);
+    q.bind(12, l.reps);
+    if (l.peak_mem_bytes)
+      q.bind(13, *l.peak_mem_bytes);
+    else
+      q.bind_null(13);
+    if (q.step() != SQLITE_DONE)
+      return db_error(db, path_, fmt::format("insert layer profile {} of {}", l.layer_index, l.device));
+    q.reset();
+  }
+  return tx.commit();
+}
+
+Status ResultsDb::add_event(int64_t run_id, std::string_view level, std::string_view kind,
+                            std::string_view message) {
+  if (level != "debug" && level != "info" && level != "warn" && level != "error")
+    return make_error(Errc::invalid_argument,
+                      fmt::format("event level '{}': expected debug, info, warn or error", level));
+  Stmt q(db_.get(), "INSERT INTO events(run_id, ts, level, kind, message) VALUES (?, ?, ?, ?, ?)");
+  if (!q.prepared()) return db_error(db_.get(), path_, "insert event");
+  if (run_id > 0)
+    q.bind(1, run_id);
+  else
+    q.bind_null(1);
+  q.bind(2, std::string_view(utc_now_iso()));
+  q.bind(3, level);
+  q.bind(4, kind);
+  q.bind(5, message);
+  if (q.step() != SQLITE_DONE) return db_error(db_.get(), path_, fmt::format("insert event {}", kind));
+  return {};
+}
+
+Status ResultsDb::finish_run(int64_t run_id, RunStatus status, const std::string& error) {
+  sqlite3* db = db_.get();
+  {
+    Transaction tx(db, path_);
+    TRACR_TRY(tx.begin());
+    Stmt q(db, "UPDATE runs SET status = ?, ended_at = ?, error = ? WHERE id = ?");
+    q.bind(1, run_status_name(status));
+    q.bind(2, std::string_view(utc_now_iso()));
+    q.bind_text_or_null(3, error);
+    q.bind(4, run_id);
+    if (q.step() != SQLITE_DONE) return db_error(db, path_, "finish run");
+    if (sqlite3_changes(db) == 0)
+      return make_error(Errc::not_found, fmt::format("{}: no run with id {}", path_, run_id));
+    Stmt e(db, "INSERT INTO events(run_id, ts, level, kind, message) VALUES (?, ?, ?, 'run_finished', ?)");
+    e.bind(1, run_id);
+    e.bind(2, std::string_view(utc_now_iso()));
+    e.bind(3, std::string_view(status == RunStatus::completed ? "info" : "error"));
+    e.bind(4, std::string_view(error.empty() ? std::string(run_status_name(status))
+                                             : std::string(run_status_name(status)) + ": " + error));
+    if (e.step() != SQLITE_DONE) return db_error(db, path_, "record run_finished");
+    TRACR_TRY(tx.commit());
+  }
+  auto s = compute_summaries(run_id);
+  if (!s) return s.error();
+  return {};
+}
+
+Result<std::vector<SplitSummary>> ResultsDb::compute_summaries(int64_t run_id) {
+  sqlite3* db = db_.get();
+  struct Acc {
+    int64_t failed = 0;
+    std::vector<int64_t> total, head, encode, transfer, decode, tail;
+    long double raw = 0, wire = 0;
+  };
+  std::map<int, Acc> by_split;
+  {
+    Stmt q(db,
+           "SELECT split, ok, total_ns, head_ns, encode_ns, transfer_ns, decode_ns, tail_ns, raw_bytes, "
+           "wire_bytes "
+           "FROM frames WHERE run_id = ? AND warmup = 0");
+    if (!q.prepared()) return db_error(db, path_, "read frames");
+    q.bind(1, run_id);
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      Acc& a = by_split[static_cast<int>(q.i64(0))];
+      if (!q.i64(1)) {
+        ++a.failed;
+        continue;
+      }
+      a.total.push_back(q.i64(2));
+      a.head.push_back(q.i64(3));
+      a.encode.push_back(q.i64(4));
+      a.transfer.push_back(q.i64(5));
+      a.decode.push_back(q.i64(6));
+      a.tail.push_back(q.i64(7));
+      a.raw += q.i64(8);
+      a.wire += q.i64(9);
+    }
+    if (rc != SQLITE_DONE) return db_error(db, path_, "read frames");
+  }
+  std::vector<SplitSummary> out;
+  for (auto& [split, a] : by_split) {
+    SplitSummary s;
+    s.split = split;
+    s.frames = static_cast<int64_t>(a.total.size());
+    s.failed = a.failed;
+    auto stats = [](std::vector<int64_t>& v) { return StageStats{median_of(v), p95_of(v)}; };
+    s.total = stats(a.total);
+    s.head = stats(a.head);
+    s.encode = stats(a.encode);
+    s.transfer = stats(a.transfer);
+    s.decode = stats(a.decode);
+    s.tail = stats(a.tail);
+    if (s.frames > 0) {
+      s.mean_raw_bytes = static_cast<double>(a.raw / s.frames);
+      s.mean_wire_bytes = static_cast<double>(a.wire / s.frames);
+    }
+    out.push_back(s);
+  }
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  {
+    Stmt d(db, "DELETE FROM summaries WHERE run_id = ?");
+    d.bind(1, run_id);
+    if (d.step() != SQLITE_DONE) return db_error(db, path_, "replace summaries");
+  }
+  Stmt ins(
+      db,
+      "INSERT INTO summaries(run_id, split, frames, failed, total_median_ns, total_p95_ns, head_median_ns, "
+      "head_p95_ns, encode_median_ns, encode_p95_ns, transfer_median_ns, transfer_p95_ns, decode_median_ns, "
+      "decode_p95_ns, tail_median_ns, tail_p95_ns, mean_raw_bytes, mean_wire_bytes) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!ins.prepared()) return db_error(db, path_, "insert summaries");
+  for (const auto& s : out) {
+    ins.bind(1, run_id);
+    ins.bind(2, s.split);
+    ins.bind(3, s.frames);
+    ins.bind(4, s.failed);
+    const StageStats* st[] = {&s.total, &s.head, &s.encode, &s.transfer, &s.decode, &s.tail};
+    for (int i = 0; i < 6; ++i) {
+      ins.bind(5 + 2 * i, st[i]->median_ns);
+      ins.bind(6 + 2 * i, st[i]->p95_ns);
+    }
+    ins.bind(17, s.mean_raw_bytes);
+    ins.bind(18, s.mean_wire_bytes);
+    if (ins.step() != SQLITE_DONE) return db_error(db, path_, "insert summaries");
+    ins.reset();
+  }
+  TRACR_TRY(tx.commit());
+  return out;
+}
+
+Result<std::vector<SplitSummary>> ResultsDb::split_table(int64_t run_id) {
+  auto run = get_run(run_id);
+  if (!run) return run.error();
+  std::vector<SplitSummary> out;
+  {
+    Stmt q(db_.get(),
+           "SELECT split, frames, failed, total_median_ns, total_p95_ns, head_median_ns, head_p95_ns, "
+           "encode_median_ns, encode_p95_ns, transfer_median_ns, transfer_p95_ns, decode_median_ns, "
+           "decode_p95_ns, "
+           "tail_median_ns, tail_p95_ns, mean_raw_bytes, mean_wire_bytes FROM summaries WHERE run_id = ? "
+           "ORDER BY split");
+    if (!q.prepared()) return db_error(db_.get(), path_, "read summaries");
+    q.bind(1, run_id);
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      SplitSummary s;
+      read_summary_row(q, s);
+      out.push_back(s);
+    }
+    if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read summaries");
+  }
+  if (run->status == RunStatus::running || (out.empty() && run->frame_count > 0))
+    return compute_summaries(run_id);
+  return out;
+}
+
+namespace {
+const char* kRunColumns =
+    "SELECT id, name, status, started_at, COALESCE(ended_at, ''), config_yaml, tracr_version, "
+    "protocol_version, "
+    "model, codec, cipher, devices_json, controller_host, controller_pid, COALESCE(error, ''), "
+    "(SELECT COUNT(*) FROM frames WHERE frames.run_id = runs.id) FROM runs ";
+
+RunRow read_run(const Stmt& q) {
+  RunRow r;
+  r.id = q.i64(0);
+  r.name = q.text(1);
+  r.status = parse_run_status(q.text(2)).value_or(RunStatus::failed);
+  r.started_at = q.text(3);
+  r.ended_at = q.text(4);
+  r.config_yaml = q.text(5);
+  r.tracr_version = q.text(6);
+  r.protocol_version = static_cast<int>(q.i64(7));
+  r.model = q.text(8);
+  r.codec = q.text(9);
+  r.cipher = q.text(10);
+  r.devices_json = q.text(11);
+  r.controller_host = q.text(12);
+  r.controller_pid = q.i64(13);
+  r.error = q.text(14);
+  r.frame_count = q.i64(15);
+  return r;
+}
+}  // namespace
+
+Result<std::vector<RunRow>> ResultsDb::list_runs(int limit) {
+  std::string sql = std::string(kRunColumns) + "ORDER BY id DESC";
+  if (limit > 0) sql += " LIMIT " + std::to_string(limit);
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "list runs");
+  std::vector<RunRow> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) out.push_back(read_run(q));
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "list runs");
+  return out;
+}
+
+Result<RunRow> ResultsDb::get_run(int64_t run_id) {
+  Stmt q(db_.get(), (std::string(kRunColumns) + "WHERE id = ?").c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read run");
+  q.bind(1, run_id);
+  const int rc = q.step();
+  if (rc == SQLITE_ROW) return read_run(q);
+  if (rc == SQLITE_DONE)
+    return make_error(Errc::not_found,
+                      fmt::format("{}: no run with id {} (see `tracrctl results list`)", path_, run_id));
+  return db_error(db_.get(), path_, "read run");
+}
+
+Result<int64_t> ResultsDb::latest_run() {
+  Stmt q(db_.get(), "SELECT MAX(id) FROM runs");
+  if (!q.prepared() || q.step() != SQLITE_ROW) return db_error(db_.get(), path_, "find latest run");
+  if (q.is_null(0)) return make_error(Errc::not_found, fmt::format("{}: no runs recorded yet", path_));
+  return q.i64(0);
+}
+
+Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
+  Stmt q(db_.get(),
+         "SELECT run_id, COALESCE(participant, ''), split, sample, rep, batch, warmup, head_ns, encode_ns, "
+         "transfer_ns, decode_ns, tail_ns, return_ns, total_ns, raw_bytes, wire_bytes, codec, cipher, "
+         "COALESCE(result_json, ''), ok, COALESCE(error, ''), energy_j, COALESCE(energy_source, '') "
+         "FROM frames WHERE run_id = ? ORDER BY id");
+  if (!q.prepared()) return db_error(db_.get(), path_, "read frames");
+  q.bind(1, run_id);
+  std::vector<FrameRecord> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    FrameRecord f;
+    f.run_id = q.i64(0);
+    f.participant = q.text(1);
+    f.split = static_cast<int>(q.i64(2));
+    f.sample = q.i64(3);
+    f.rep = static_cast<int>(q.i64(4));
+    f.batch = static_cast<int>(q.i64(5));
+    f.warmup = q.i64(6) != 0;
+    f.head_ns = q.i64(7);
+    f.encode_ns = q.i64(8);
+    f.transfer_ns = q.i64(9);
+    f.decode_ns = q.i64(10);
+    f.tail_ns = q.i64(11);
+    f.return_ns = q.i64(12);
+    f.total_ns = q.i64(13);
+    f.raw_bytes = q.i64(14);
+    f.wire_bytes = q.i64(15);
+    f.codec = q.text(16);
+    f.cipher = q.text(17);
+    f.result_json = q.text(18);
+    f.ok = q.i64(19) != 0;
+    f.error = q.text(20);
+    if (!q.is_null(21)) f.energy_j = q.dbl(21);
+    f.energy_source = q.text(22);
+    out.push_back(std::move(f));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read frames");
+  return out;
+}
+
+Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id) {
+  Stmt q(db_.get(),
+         "SELECT run_id, device, device_role, layer_index, name, type, params, macs, out_bytes, median_ns, "
+         "p95_ns, "
+         "reps, peak_mem_bytes FROM layer_profiles WHERE run_id = ? ORDER BY device_role DESC, device, "
+         "layer_index");
+  if (!q.prepared()) return db_error(db_.get(), path_, "read layer profiles");
+  q.bind(1, run_id);
+  std::vector<LayerProfileRecord> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    LayerProfileRecord l;
+    l.run_id = q.i64(0);
+    l.device = q.text(1);
+    l.device_role = q.text(2);
+    l.layer_index = static_cast<int>(q.i64(3));
+    l.name = q.text(4);
+    l.type = q.text(5);
+    l.params = q.i64(6);
+    l.macs = q.i64(7);
+    l.out_bytes = q.i64(8);
+    l.median_ns = q.i64(9);
+    l.p95_ns = q.i64(10);
+    l.reps = static_cast<int>(q.i64(11));
+    if (!q.is_null(12)) l.peak_mem_bytes = q.i64(12);
+    out.push_back(std::move(l));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read layer profiles");
+  return out;
+}
+
+Result<std::vector<EventRecord>> ResultsDb::events(int64_t run_id) {
+  Stmt q(db_.get(),
+         "SELECT id, COALESCE(run_id, 0), ts, level, kind, message FROM events WHERE run_id = ? ORDER BY id");
+  if (!q.prepared()) return db_error(db_.get(), path_, "read events");
+  q.bind(1, run_id);
+  std::vector<EventRecord> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW)
+    out.push_back(EventRecord{q.i64(0), q.i64(1), q.text(2), q.text(3), q.text(4), q.text(5)});
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read events");
+  return out;
+}
+
+}  // namespace tracr::controller

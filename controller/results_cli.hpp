@@ -1,0 +1,44 @@
+// `tracrctl results ...`: reading the results database back.
+//
+//   tracrctl results list    [--db PATH] [--limit N]
+//   tracrctl results show    RUN [--db PATH]
+//   tracrctl results compare RUN RUN [--db PATH]
+//   tracrctl results export  RUN (--csv FILE | --json FILE)... [--db PATH]
+//
+// RUN is a run id or `last`. The database is --db, else $TRACR_OUTPUT, else
+// results/tracr.db. Times are printed in milliseconds (median and p95 over
+// the ok, non-warm-up frames of each split), sizes in bytes.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "controller/results.hpp"
+#include "protocol/error.hpp"
+
+namespace tracr::controller {
+
+// Entry point of `tracrctl results` (args after "results"). Returns 0 on
+// success, 1 when the database or run cannot be read, 2 on usage errors;
+// messages go to stderr.
+int cmd_results(const std::vector<std::string>& args);
+
+// Prints the per-split table of a run (as `results show` does, without the
+// run header) to `out`; `tracrctl run` calls it at the end of a sweep.
+// Errors from the database pass through (not_found for an unknown run).
+Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
+
+// The aligned per-split table text for a set of summaries; the split with the
+// lowest median total time is marked with '*'.
+std::string format_split_table(const std::vector<SplitSummary>& rows);
+
+// Writes the run's frames as CSV (RFC 4180, a header row, one row per frame).
+// Error io naming the file when it cannot be written.
+Status export_run_csv(ResultsDb& db, int64_t run_id, const std::string& file);
+// Writes {"run": {...}, "summaries": [...], "frames": [...],
+// "layer_profiles": [...], "events": [...]} as JSON. Error io naming the file.
+Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file);
+
+}  // namespace tracr::controller

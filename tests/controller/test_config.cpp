@@ -1,0 +1,869 @@
+// Devices and experiment configuration: real files in temporary directories,
+// every error class (unknown key with line:column and suggestion, wrong type,
+// bad split, bad codec text, missing file) and the templates in config/.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "controller/config.hpp"
+#include "protocol/codec.hpp"
+
+namespace tracr::controller {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "tracr-config-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& rel) const { return path_ + "/" + rel; }
+  // Writes `text` to <dir>/<rel> (creating directories); returns the path.
+  std::string write(const std::string& rel, const std::string& text) const {
+    const std::string p = file(rel);
+    fs::create_directories(fs::path(p).parent_path());
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+
+ private:
+  std::string path_;
+};
+
+// Sets (or, with value nullptr, unsets) an environment variable for the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+std::string source_dir() { return TRACR_SOURCE_DIR; }
+
+// Unsets every TRACR_<SETTING> override for the scope, so tests that load
+// files with overrides enabled see the files' values only.
+class NoSettingOverrides {
+ public:
+  NoSettingOverrides() {
+    for (const auto& s : settings_table()) envs_.push_back(std::make_unique<ScopedEnv>(s.env.c_str(), nullptr));
+  }
+
+ private:
+  std::vector<std::unique_ptr<ScopedEnv>> envs_;
+};
+
+// The example of the Python tracr README (Quick Start, step 2), verbatim.
+const char* kPythonReadmeDevices = R"(devices:
+  - device_type: SERVER           # REQUIRED
+    connection_params:
+      - host: 192.0.0.123         # Your server's IP (REQUIRED)
+        user: user1               # Your username (REQUIRED)
+        pkey_fp: server.rsa       # Will create this key next (REQUIRED)
+        port: 12345               # Communication port (REQUIRED)
+        default: true
+
+  - device_type: PARTICIPANT     # REQUIRED
+    connection_params:
+      - host: 192.0.0.124        # Your edge device's IP (REQUIRED)
+        user: user2              # Your username (REQUIRED)
+        pkey_fp: edge.rsa        # Will create this key next (REQUIRED)
+        port: 12345              # Must match server's port (REQUIRED)
+        default: true
+)";
+
+Error devices_error(const std::string& yaml, const std::string& name = "devices.yaml") {
+  auto r = parse_devices(yaml, name);
+  EXPECT_FALSE(r.ok()) << "expected an error for:\n" << yaml;
+  return r ? Error{} : r.error();
+}
+
+Error experiment_error(const std::string& yaml, const std::string& name = "exp.yaml") {
+  auto r = parse_experiment(yaml, name, false);
+  EXPECT_FALSE(r.ok()) << "expected an error for:\n" << yaml;
+  return r ? Error{} : r.error();
+}
+
+// ---------------------------------------------------------------------------
+// Devices
+
+TEST(DevicesConfig, PythonTracrReadmeExampleParses) {
+  TempDir dir;
+  auto r = load_devices(dir.write("config/devices_config.yaml", kPythonReadmeDevices));
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  ASSERT_EQ(r->devices.size(), 2u);
+  const DeviceConfig& s = r->server();
+  EXPECT_EQ(s.name, "server");
+  EXPECT_EQ(s.transport, Transport::ssh);
+  EXPECT_EQ(s.work_dir, "~/.cache/tracr");
+  EXPECT_EQ(s.connection().host, "192.0.0.123");
+  EXPECT_EQ(s.connection().user, "user1");
+  EXPECT_EQ(s.connection().pkey_fp, "server.rsa");
+  EXPECT_EQ(s.connection().port, 12345);
+  EXPECT_EQ(s.connection().ssh_port, 22);
+  EXPECT_TRUE(s.connection().is_default);
+  ASSERT_EQ(r->participants().size(), 1u);
+  EXPECT_EQ(r->participants()[0]->name, "participant");
+  EXPECT_EQ(r->participants()[0]->connection().host, "192.0.0.124");
+  EXPECT_FALSE(r->embedded);
+}
+
+TEST(DevicesConfig, PythonTemplateShapeWithSplitInferenceNetworkParses) {
+  auto r = parse_devices(R"(devices:
+  - device_type: SERVER
+    connection_params:
+      - host: 10.0.0.2
+        user: me
+        pkey_fp: /abs/server_key.rsa
+        default: true
+  - device_type: PARTICIPANT
+    connection_params:
+      - host: 10.0.0.3
+        user: me
+        pkey_fp: participant_key.rsa
+        default: true
+split_inference_network:
+  server: SERVER
+  participants:
+    - PARTICIPANT
+)",
+                         "devices.yaml");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->server().connection().pkey_path, "/abs/server_key.rsa");
+}
+
+TEST(DevicesConfig, SplitInferenceNetworkMustMatchDevices) {
+  Error e = devices_error(R"(devices:
+  - {device_type: SERVER, transport: local}
+  - {device_type: PARTICIPANT, transport: local}
+split_inference_network:
+  server: PARTICIPANT
+)");
+  EXPECT_EQ(e.code, Errc::config);
+  EXPECT_NE(e.message.find("devices.yaml:5:11: split_inference_network.server"), std::string::npos)
+      << e.message;
+}
+
+TEST(DevicesConfig, UnknownKeyNamesLineColumnAndSuggestion) {
+  Error e = devices_error(R"(devices:
+  - device_type: SERVER
+    connection_params:
+      - host: 10.0.0.2
+        user: me
+        pkey_fp: k
+        ssh_prot: 2222
+  - device_type: PARTICIPANT
+    transport: local
+)");
+  EXPECT_EQ(e.code, Errc::config);
+  EXPECT_NE(e.message.find("devices.yaml:7:9: devices[0].connection_params[0].ssh_prot: unknown key"),
+            std::string::npos)
+      << e.message;
+  EXPECT_NE(e.message.find("did you mean 'ssh_port'?"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("expected one of: host, user, pkey_fp, port, ssh_port, default"),
+            std::string::npos)
+      << e.message;
+}
+
+TEST(DevicesConfig, UnknownDeviceKeySuggestsExtension) {
+  Error e = devices_error("devices:\n  - device_type: SERVER\n    transprt: local\n");
+  EXPECT_NE(e.message.find("devices.yaml:3:5: devices[0].transprt: unknown key (did you mean 'transport'?)"),
+            std::string::npos)
+      << e.message;
+}
+
+TEST(DevicesConfig, WrongTypesAreRejectedWithExpectation) {
+  const std::string head =
+      "devices:\n  - device_type: PARTICIPANT\n    transport: local\n  - device_type: SERVER\n";
+  Error port =
+      devices_error(head + "    connection_params:\n      - {host: h, user: u, pkey_fp: k, port: abc}\n");
+  EXPECT_NE(port.message.find("devices.yaml:6:46: devices[1].connection_params[0].port: expected a TCP port "
+                              "0-65535 (0 = ephemeral), got 'abc'"),
+            std::string::npos)
+      << port.message;
+  Error ssh_port = devices_error(
+      head + "    connection_params:\n      - {host: h, user: u, pkey_fp: k, ssh_port: 70000}\n");
+  EXPECT_NE(ssh_port.message.find("ssh_port: expected a TCP port 1-65535, got '70000'"), std::string::npos)
+      << ssh_port.message;
+  Error def = devices_error(
+      head + "    connection_params:\n      - {host: h, user: u, pkey_fp: k, default: maybe}\n");
+  EXPECT_NE(def.message.find("default: expected true or false, got 'maybe'"), std::string::npos)
+      << def.message;
+  Error type = devices_error("devices:\n  - device_type: EDGE\n");
+  EXPECT_NE(
+      type.message.find("devices.yaml:2:18: devices[0].device_type: expected one of SERVER | PARTICIPANT, "
+                        "got 'EDGE'"),
+      std::string::npos)
+      << type.message;
+  Error list = devices_error("devices: SERVER\n");
+  EXPECT_NE(list.message.find("devices.yaml:1:10: devices: expected a list of devices, got 'SERVER'"),
+            std::string::npos)
+      << list.message;
+  Error transport = devices_error(head + "    transport: telnet\n");
+  EXPECT_NE(transport.message.find("transport: expected one of local | ssh, got 'telnet'"), std::string::npos)
+      << transport.message;
+}
+
+TEST(DevicesConfig, SshDevicesNeedHostUserAndKey) {
+  Error e = devices_error(
+      "devices:\n  - device_type: PARTICIPANT\n    transport: local\n  - device_type: SERVER\n"
+      "    connection_params:\n      - host: 10.0.0.1\n        pkey_fp: k\n");
+  EXPECT_NE(e.message.find("devices.yaml:6:9: devices[1].connection_params[0].user: missing; required for "
+                           "transport: ssh"),
+            std::string::npos)
+      << e.message;
+  Error none = devices_error(
+      "devices:\n  - device_type: SERVER\n  - device_type: PARTICIPANT\n    transport: local\n");
+  EXPECT_NE(none.message.find("devices[0].connection_params: missing"), std::string::npos) << none.message;
+}
+
+TEST(DevicesConfig, TemplatePlaceholdersMustBeReplaced) {
+  Error e = devices_error(R"(devices:
+  - device_type: SERVER
+    connection_params:
+      - host: <server_ip_address>
+        user: me
+        pkey_fp: k
+        default: true
+  - {device_type: PARTICIPANT, transport: local}
+)");
+  EXPECT_NE(e.message.find("devices.yaml:4:15: devices[0].connection_params[0].host: placeholder "
+                           "'<server_ip_address>' was not replaced"),
+            std::string::npos)
+      << e.message;
+}
+
+TEST(DevicesConfig, DefaultConnectionIsSelected) {
+  auto r = parse_devices(R"(devices:
+  - device_type: SERVER
+    connection_params:
+      - {host: 10.0.0.1, user: a, pkey_fp: k1}
+      - {host: 10.0.0.9, user: b, pkey_fp: k2, ssh_port: 2222, default: true}
+  - {device_type: PARTICIPANT, transport: local}
+)",
+                         "devices.yaml");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->server().connection().host, "10.0.0.9");
+  EXPECT_EQ(r->server().connection().ssh_port, 2222);
+
+  Error none = devices_error(R"(devices:
+  - device_type: SERVER
+    connection_params:
+      - {host: 10.0.0.1, user: a, pkey_fp: k1}
+      - {host: 10.0.0.9, user: b, pkey_fp: k2}
+  - {device_type: PARTICIPANT, transport: local}
+)");
+  EXPECT_NE(none.message.find("devices.yaml:4:7: devices[0].connection_params: 2 connections and none has "
+                              "default: true"),
+            std::string::npos)
+      << none.message;
+  Error two = devices_error(R"(devices:
+  - device_type: SERVER
+    connection_params:
+      - {host: 10.0.0.1, user: a, pkey_fp: k1, default: true}
+      - {host: 10.0.0.9, user: b, pkey_fp: k2, default: true}
+  - {device_type: PARTICIPANT, transport: local}
+)");
+  EXPECT_NE(
+      two.message.find("devices.yaml:5:57: devices[0].connection_params[1].default: a second connection"),
+      std::string::npos)
+      << two.message;
+}
+
+TEST(DevicesConfig, ExtensionsParse) {
+  auto r = parse_devices(R"(devices:
+  - device_type: SERVER
+    name: gpu-box
+    transport: ssh
+    work_dir: /opt/tracr
+    power_model: {idle_w: 25, busy_w: 180.5}
+    link_profile: {rate_mbit: 100, delay_ms: 2.5}
+    connection_params:
+      - {host: gpu.lan, user: u, pkey_fp: gpu.key, port: 5555}
+  - device_type: PARTICIPANT
+    name: pi-1
+    transport: local
+  - device_type: PARTICIPANT
+    transport: local
+)",
+                         "devices.yaml");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  const auto& s = r->server();
+  EXPECT_EQ(s.name, "gpu-box");
+  EXPECT_EQ(s.work_dir, "/opt/tracr");
+  ASSERT_TRUE(s.power_model.has_value());
+  EXPECT_DOUBLE_EQ(s.power_model->idle_w, 25);
+  EXPECT_DOUBLE_EQ(s.power_model->busy_w, 180.5);
+  ASSERT_TRUE(s.link_profile.has_value());
+  EXPECT_DOUBLE_EQ(s.link_profile->rate_mbit, 100);
+  EXPECT_DOUBLE_EQ(s.link_profile->delay_ms, 2.5);
+  EXPECT_EQ(s.connection().port, 5555);
+  auto parts = r->participants();
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0]->name, "pi-1");
+  EXPECT_EQ(parts[0]->transport, Transport::local);
+  EXPECT_EQ(parts[0]->connection().host, "127.0.0.1");
+  EXPECT_EQ(parts[1]->name, "participant2");
+  ASSERT_NE(r->find("pi-1"), nullptr);
+
+  Error neg = devices_error(
+      "devices:\n  - device_type: SERVER\n    transport: local\n    power_model: {idle_w: -1, busy_w: 2}\n"
+      "  - {device_type: PARTICIPANT, transport: local}\n");
+  EXPECT_NE(
+      neg.message.find("devices.yaml:4:27: devices[0].power_model.idle_w: expected a power in watts >= 0, "
+                       "got '-1'"),
+      std::string::npos)
+      << neg.message;
+  Error dup = devices_error(
+      "devices:\n  - {device_type: SERVER, transport: local, name: a}\n"
+      "  - {device_type: PARTICIPANT, transport: local, name: a}\n");
+  EXPECT_NE(dup.message.find("duplicate device name 'a'"), std::string::npos) << dup.message;
+}
+
+TEST(DevicesConfig, NeedsExactlyOneServerAndAParticipant) {
+  Error two = devices_error(
+      "devices:\n  - {device_type: SERVER, transport: local}\n  - {device_type: SERVER, transport: local, "
+      "name: s2}\n"
+      "  - {device_type: PARTICIPANT, transport: local}\n");
+  EXPECT_NE(
+      two.message.find("devices.yaml:2:3: devices: expected exactly one device with device_type: SERVER, "
+                       "found 2"),
+      std::string::npos)
+      << two.message;
+  Error none = devices_error("devices:\n  - {device_type: SERVER, transport: local}\n");
+  EXPECT_NE(none.message.find("expected at least one device with device_type: PARTICIPANT"),
+            std::string::npos)
+      << none.message;
+}
+
+TEST(DevicesConfig, MissingFileIsIoErrorOrEmbeddedDefault) {
+  TempDir dir;
+  auto missing = load_devices(dir.file("nope.yaml"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, Errc::io);
+  EXPECT_NE(missing.error().message.find("nope.yaml: devices file does not exist"), std::string::npos)
+      << missing.error().message;
+
+  auto def = load_devices_or_default(dir.file("nope.yaml"));
+  ASSERT_TRUE(def.ok()) << def.error().str();
+  EXPECT_TRUE(def->embedded);
+  EXPECT_EQ(def->server().transport, Transport::local);
+  EXPECT_EQ(def->server().connection().host, "127.0.0.1");
+  ASSERT_EQ(def->participants().size(), 1u);
+  EXPECT_EQ(def->participants()[0]->transport, Transport::local);
+  EXPECT_EQ(def->participants()[0]->connection().host, "127.0.0.1");
+
+  // An existing but broken file is not replaced by the default.
+  auto broken = load_devices_or_default(dir.write("bad.yaml", "devices: [\n"));
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.error().code, Errc::config);
+}
+
+TEST(DevicesConfig, YamlSyntaxErrorHasPosition) {
+  Error e = devices_error("devices:\n  - device_type: SERVER\n   bad indent: [\n");
+  EXPECT_EQ(e.code, Errc::config);
+  EXPECT_NE(e.message.find("devices.yaml:"), std::string::npos);
+  EXPECT_NE(e.message.find("YAML syntax error"), std::string::npos) << e.message;
+}
+
+TEST(DevicesConfig, PkeyIsResolvedUnderProjectPkeysThenConfigPkeys) {
+  TempDir dir;
+  const std::string devfile = dir.write("config/devices_config.yaml", kPythonReadmeDevices);
+  // Neither exists: the project's pkeys/ is the answer.
+  EXPECT_EQ(resolve_pkey("server.rsa", devfile),
+            fs::path(dir.file("pkeys/server.rsa")).lexically_normal().string());
+  // The Python tracr's config/pkeys/ is used when the key is there.
+  dir.write("config/pkeys/edge.rsa", "key");
+  EXPECT_EQ(resolve_pkey("edge.rsa", devfile),
+            fs::path(dir.file("config/pkeys/edge.rsa")).lexically_normal().string());
+  // pkeys/ wins when both exist.
+  dir.write("pkeys/edge.rsa", "key");
+  EXPECT_EQ(resolve_pkey("edge.rsa", devfile),
+            fs::path(dir.file("pkeys/edge.rsa")).lexically_normal().string());
+  EXPECT_EQ(resolve_pkey("/abs/k", devfile), "/abs/k");
+  auto r = load_devices(devfile);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->participants()[0]->connection().pkey_path,
+            fs::path(dir.file("pkeys/edge.rsa")).lexically_normal().string());
+}
+
+TEST(DevicesConfig, JsonNamesKeysButHoldsNoKeyMaterial) {
+  TempDir dir;
+  dir.write("pkeys/server.rsa", "-----BEGIN SECRET-----");
+  auto r = load_devices(dir.write("config/devices_config.yaml", kPythonReadmeDevices));
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  const std::string j = r->to_json();
+  EXPECT_NE(j.find("\"pkey_fp\":\"server.rsa\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"device_type\":\"SERVER\""), std::string::npos) << j;
+  EXPECT_EQ(j.find("BEGIN"), std::string::npos) << j;
+}
+
+// ---------------------------------------------------------------------------
+// Experiment
+
+TEST(ExperimentConfig, MinimalFileGetsDocumentedDefaults) {
+  NoSettingOverrides no_env;
+  TempDir dir;
+  auto r = load_experiment(dir.write("exp/alex.yaml", "model: alexnet\n"));
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->name, "alex");
+  EXPECT_EQ(r->model, "alexnet");
+  EXPECT_TRUE(r->input_size.empty());
+  EXPECT_EQ(r->dataset.kind, DatasetKind::synthetic);
+  EXPECT_TRUE(r->split.all);
+  EXPECT_EQ(r->warmup, 2);
+  EXPECT_EQ(r->repetitions, 5);
+  EXPECT_EQ(r->batch_size, 1);
+  EXPECT_EQ(r->compression, "none");
+  EXPECT_TRUE(r->encryption);
+  EXPECT_EQ(r->key_exchange, "x25519");
+  EXPECT_EQ(r->chunk_bytes, 256 * 1024);
+  EXPECT_EQ(r->inflight, 1);
+  EXPECT_TRUE(r->record.frames);
+  EXPECT_TRUE(r->record.layers);
+  EXPECT_EQ(r->output, "results/tracr.db");
+  EXPECT_EQ(r->devices, "config/devices_config.yaml");
+  EXPECT_FALSE(r->devices_explicit);
+  EXPECT_EQ(r->seed, 0u);
+  EXPECT_EQ(r->source_text, "model: alexnet\n");
+}
+
+TEST(ExperimentConfig, FullFileParses) {
+  auto r = parse_experiment(R"(name: sweep-1
+model: resnet18
+weights: w/resnet18.pt
+input_size: 160
+dataset:
+  type: imagefolder
+  path: data/images
+  class_names: [cat, dog]
+  max_samples: 8
+split: [0, 4, 9]
+warmup: 0
+repetitions: 10
+batch_size: 4
+compression: "int8_channel+blosc-zstd:level=5,shuffle=bit"
+encryption: false
+key_exchange: none
+chunk_bytes: 1MiB
+inflight: 4
+record: {frames: true, layers: false}
+output: /tmp/r.db
+devices: config/lab.yaml
+seed: 42
+)",
+                            "exp.yaml", false);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->name, "sweep-1");
+  EXPECT_EQ(r->weights, "w/resnet18.pt");
+  EXPECT_EQ(r->input_size, (std::vector<int64_t>{3, 160, 160}));
+  EXPECT_EQ(r->dataset.kind, DatasetKind::imagefolder);
+  EXPECT_EQ(r->dataset.class_names, (std::vector<std::string>{"cat", "dog"}));
+  EXPECT_EQ(r->dataset.max_samples, 8);
+  EXPECT_FALSE(r->split.all);
+  EXPECT_EQ(r->split.points, (std::vector<int>{0, 4, 9}));
+  EXPECT_EQ(r->warmup, 0);
+  EXPECT_EQ(r->codec.lossy, protocol::Lossy::int8_channel);
+  EXPECT_EQ(r->codec.comp, protocol::Compressor::blosc);
+  EXPECT_EQ(r->codec.level, 5);
+  EXPECT_EQ(r->compression, r->codec.name());
+  EXPECT_FALSE(r->encryption);
+  EXPECT_EQ(r->key_exchange, "none");
+  EXPECT_EQ(r->chunk_bytes, 1024 * 1024);
+  EXPECT_EQ(r->inflight, 4);
+  EXPECT_FALSE(r->record.layers);
+  EXPECT_TRUE(r->devices_explicit);
+  EXPECT_EQ(r->seed, 42u);
+  EXPECT_EQ(r->pos_of("split").str(), "exp.yaml:10:8");
+  EXPECT_EQ(r->pos_of("record.layers").str(), "exp.yaml:19:32");
+  EXPECT_EQ(r->pos_of("seed").str(), "exp.yaml:22:7");
+}
+
+TEST(ExperimentConfig, UnknownKeyNamesLineColumnAndSuggestion) {
+  Error e = experiment_error("model: alexnet\nwarmpu: 3\n");
+  EXPECT_EQ(e.code, Errc::config);
+  EXPECT_NE(
+      e.message.find("exp.yaml:2:1: warmpu: unknown key (did you mean 'warmup'?); expected one of: name, "
+                     "model,"),
+      std::string::npos)
+      << e.message;
+  Error nested = experiment_error("model: alexnet\ndataset:\n  tpye: synthetic\n");
+  EXPECT_NE(nested.message.find("exp.yaml:3:3: dataset.tpye: unknown key (did you mean 'type'?)"),
+            std::string::npos)
+      << nested.message;
+  Error far = experiment_error("model: alexnet\nqwertyuiop: 1\n");
+  EXPECT_NE(far.message.find("exp.yaml:2:1: qwertyuiop: unknown key; expected one of"), std::string::npos)
+      << far.message;
+  Error dup = experiment_error("model: alexnet\nwarmup: 1\nwarmup: 2\n");
+  EXPECT_NE(dup.message.find("exp.yaml:3:1: warmup: duplicate key"), std::string::npos) << dup.message;
+}
+
+TEST(ExperimentConfig, WrongTypesNameKeyAndExpectation) {
+  struct Case {
+    std::string yaml, want;
+  };
+  const Case cases[] = {
+      {"model: alexnet\nrepetitions: 0\n", "exp.yaml:2:14: repetitions: expected an integer >= 1, got '0'"},
+      {"model: alexnet\nwarmup: lots\n", "exp.yaml:2:9: warmup: expected an integer >= 0, got 'lots'"},
+      {"model: alexnet\nbatch_size: 1.5\n", "exp.yaml:2:13: batch_size: expected an integer >= 1, got '1.5'"},
+      {"model: alexnet\nencryption: maybe\n",
+       "exp.yaml:2:13: encryption: expected true or false, got 'maybe'"},
+      {"model: alexnet\nkey_exchange: rsa\n",
+       "exp.yaml:2:15: key_exchange: expected one of x25519 | none, got 'rsa'"},
+      {"model: alexnet\ninflight: 100\n", "exp.yaml:2:11: inflight: expected an integer 1..64, got '100'"},
+      {"model: [alexnet]\n", "exp.yaml:1:8: model: expected a model id such as alexnet"},
+      {"model: alexnet\ninput_size: [3, 224]\n",
+       "exp.yaml:2:13: input_size: expected a positive int n (for [3, n, n]) or a list [C, H, W] of positive "
+       "ints, "
+       "got a list"},
+      {"model: alexnet\ndataset: synthetic\n",
+       "exp.yaml:2:10: dataset: expected a map with keys type, path, class_names, max_samples, split, got "
+       "'synthetic'"},
+      {"model: alexnet\ndataset: {type: mnist}\n",
+       "exp.yaml:2:17: dataset.type: expected one of synthetic | imagefolder | fashion_mnist, got 'mnist'"},
+      {"model: alexnet\nchunk_bytes: 100\n",
+       "exp.yaml:2:14: chunk_bytes: expected a byte count 4096..1073741824"},
+      {"model: alexnet\nrecord: {frames: 1}\n",
+       "exp.yaml:2:18: record.frames: expected true or false, got '1'"},
+      {"model: alexnet\nseed: -1\n",
+       "exp.yaml:2:7: seed: expected an integer 0..18446744073709551615, got '-1'"},
+      {"- model: alexnet\n",
+       "exp.yaml: expected a map of experiment settings (at least 'model'), got a list"},
+      {"warmup: 1\n", "exp.yaml: model: missing; expected a model id such as alexnet"},
+      {"model: alexnet\ndataset: {type: imagefolder}\n",
+       "exp.yaml:2:17: dataset.path: missing; expected the image directory (required for type: imagefolder)"},
+      {"model: alexnet\ndataset: {split: train}\n",
+       "exp.yaml:2:18: dataset.split: applies to type: fashion_mnist only"},
+      {"model: alexnet\ndataset: {type: fashion_mnist, split: validation}\n",
+       "exp.yaml:2:39: dataset.split: expected one of train | test, got 'validation'"},
+  };
+  for (const auto& c : cases) {
+    Error e = experiment_error(c.yaml);
+    EXPECT_EQ(e.code, Errc::config) << c.yaml;
+    EXPECT_NE(e.message.find(c.want), std::string::npos) << "yaml:\n" << c.yaml << "message: " << e.message;
+  }
+}
+
+TEST(ExperimentConfig, SplitAcceptsIndexListOrAll) {
+  auto one = parse_experiment("model: alexnet\nsplit: 3\n", "exp.yaml", false);
+  ASSERT_TRUE(one.ok()) << one.error().str();
+  EXPECT_FALSE(one->split.all);
+  EXPECT_EQ(one->split.points, std::vector<int>{3});
+  auto list = parse_experiment("model: alexnet\nsplit: [5, 0, 2]\n", "exp.yaml", false);
+  ASSERT_TRUE(list.ok()) << list.error().str();
+  EXPECT_EQ(list->split.points, (std::vector<int>{5, 0, 2}));
+  auto all = parse_experiment("model: alexnet\nsplit: all\n", "exp.yaml", false);
+  ASSERT_TRUE(all.ok()) << all.error().str();
+  EXPECT_TRUE(all->split.all);
+
+  auto sweep = resolve_splits(*all, 4);
+  ASSERT_TRUE(sweep.ok());
+  EXPECT_EQ(*sweep, (std::vector<int>{0, 1, 2, 3, 4}));
+  auto chosen = resolve_splits(*list, 5);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(*chosen, (std::vector<int>{5, 0, 2}));
+  auto beyond = resolve_splits(*list, 4);
+  ASSERT_FALSE(beyond.ok());
+  EXPECT_EQ(beyond.error().code, Errc::config);
+  EXPECT_NE(beyond.error().message.find(
+                "exp.yaml:2:8: split: split point 5 is beyond model 'alexnet' with 4 layers; "
+                "expected 0..4"),
+            std::string::npos)
+      << beyond.error().message;
+}
+
+TEST(ExperimentConfig, BadSplitsAreRejected) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"split: -1",
+       "exp.yaml:2:8: split: expected a split point (int >= 0), a list of split points, or all, got '-1'"},
+      {"split: some", "split: expected a split point (int >= 0), a list of split points, or all, got 'some'"},
+      {"split: []",
+       "exp.yaml:2:8: split: expected a split point (int >= 0), a list of split points, or all, got a list"},
+      {"split: [1, x]", "exp.yaml:2:12: split[1]: expected a split point (int >= 0), got 'x'"},
+      {"split: [1, 2, 1]",
+       "exp.yaml:2:15: split[2]: split point 1 is listed twice; expected distinct points"},
+      {"split: {k: 1}",
+       "split: expected a split point (int >= 0), a list of split points, or all, got a map"},
+  };
+  for (const auto& [line, want] : cases) {
+    Error e = experiment_error("model: alexnet\n" + line + "\n");
+    EXPECT_EQ(e.code, Errc::config);
+    EXPECT_NE(e.message.find(want), std::string::npos) << line << " -> " << e.message;
+  }
+}
+
+TEST(ExperimentConfig, BadCodecTextReportsCodecMessageWithPosition) {
+  const std::string bad = "blosc-snappy";
+  auto parsed = protocol::CodecSpec::parse(bad);
+  ASSERT_FALSE(parsed.ok());
+  Error e = experiment_error("model: alexnet\ncompression: " + bad + "\n");
+  EXPECT_EQ(e.code, Errc::config);
+  EXPECT_NE(
+      e.message.find("exp.yaml:2:14: compression: invalid codec 'blosc-snappy': " + parsed.error().message),
+      std::string::npos)
+      << e.message;
+  Error level = experiment_error("model: alexnet\ncompression: \"blosc-lz4:level=12\"\n");
+  EXPECT_NE(level.message.find("exp.yaml:2:14: compression: invalid codec 'blosc-lz4:level=12'"),
+            std::string::npos)
+      << level.message;
+
+  auto ok = parse_experiment("model: alexnet\ncompression: fp16+blosc-lz4\n", "exp.yaml", false);
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  EXPECT_EQ(ok->compression, protocol::CodecSpec::parse("fp16+blosc-lz4")->name());
+}
+
+TEST(ExperimentConfig, MissingFileIsIoError) {
+  TempDir dir;
+  auto r = load_experiment(dir.file("missing.yaml"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::io);
+  EXPECT_NE(r.error().message.find("missing.yaml: experiment file does not exist"), std::string::npos)
+      << r.error().message;
+  auto d = load_experiment(dir.file(""));
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().code, Errc::io);
+}
+
+TEST(ExperimentConfig, ExplicitDevicesFileMustExistDefaultOneMayNot) {
+  TempDir dir;
+  auto implicit = parse_experiment("model: alexnet\n", "exp.yaml", false);
+  ASSERT_TRUE(implicit.ok());
+  implicit->devices = dir.file("config/devices_config.yaml");  // the default path, absent
+  auto d = load_experiment_devices(*implicit);
+  ASSERT_TRUE(d.ok()) << d.error().str();
+  EXPECT_TRUE(d->embedded);
+
+  auto expl = parse_experiment("model: alexnet\ndevices: " + dir.file("lab.yaml") + "\n", "exp.yaml", false);
+  ASSERT_TRUE(expl.ok());
+  auto e = load_experiment_devices(*expl);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, Errc::io);
+  EXPECT_NE(e.error().message.find("exp.yaml:2:10: devices: "), std::string::npos) << e.error().message;
+}
+
+TEST(ExperimentConfig, CheckFilesNamesTheKeyOfAMissingFile) {
+  TempDir dir;
+  auto r = parse_experiment("model: alexnet\nweights: " + dir.file("none.pt") + "\n", "exp.yaml", false);
+  ASSERT_TRUE(r.ok());
+  Status s = check_experiment_files(*r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Errc::io);
+  EXPECT_NE(s.error().message.find("exp.yaml:2:10: weights: '" + dir.file("none.pt") + "' does not exist"),
+            std::string::npos)
+      << s.error().message;
+  dir.write("none.pt", "x");
+  EXPECT_TRUE(check_experiment_files(*r).ok());
+
+  auto folder = parse_experiment(
+      "model: alexnet\ndataset:\n  type: imagefolder\n  path: " + dir.file("imgs") + "\n", "exp.yaml", false);
+  ASSERT_TRUE(folder.ok()) << folder.error().str();
+  Status fs_ = check_experiment_files(*folder);
+  ASSERT_FALSE(fs_.ok());
+  EXPECT_NE(fs_.error().message.find("exp.yaml:4:9: dataset.path:"), std::string::npos)
+      << fs_.error().message;
+}
+
+TEST(ExperimentConfig, EnvironmentOverridesFileWithSameChecks) {
+  NoSettingOverrides no_env;
+  const std::string yaml = "model: alexnet\nwarmup: 3\nsplit: all\n";
+  {
+    ScopedEnv w("TRACR_WARMUP", "7");
+    ScopedEnv s("TRACR_SPLIT", "[1, 2]");
+    ScopedEnv c("TRACR_COMPRESSION", "int8+blosc-zstd:level=5,shuffle=bit");
+    ScopedEnv o("TRACR_RECORD_LAYERS", "false");
+    auto r = parse_experiment(yaml, "exp.yaml", true);
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    EXPECT_EQ(r->warmup, 7);
+    EXPECT_EQ(r->split.points, (std::vector<int>{1, 2}));
+    EXPECT_EQ(r->codec.lossy, protocol::Lossy::int8);
+    EXPECT_FALSE(r->record.layers);
+    EXPECT_EQ(r->pos_of("warmup").str(), "env TRACR_WARMUP");
+    auto no_env = parse_experiment(yaml, "exp.yaml", false);
+    ASSERT_TRUE(no_env.ok());
+    EXPECT_EQ(no_env->warmup, 3);
+  }
+  {
+    ScopedEnv bad("TRACR_REPETITIONS", "0");
+    auto r = parse_experiment(yaml, "exp.yaml", true);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, Errc::config);
+    EXPECT_NE(r.error().message.find("env TRACR_REPETITIONS: repetitions: expected an integer >= 1, got '0'"),
+              std::string::npos)
+        << r.error().message;
+  }
+}
+
+TEST(ExperimentConfig, EffectiveYamlRoundTrips) {
+  auto r = parse_experiment(R"(model: "torchscript:/m/x.pt"
+name: "odd: name #1"
+input_size: [1, 28, 28]
+dataset: {type: fashion_mnist, class_names: [a, "b, c", "true"], max_samples: 3, split: train}
+split: [2, 1]
+compression: "bf16+blosc-zlib:level=9"
+encryption: false
+chunk_bytes: 8192
+seed: 18446744073709551615
+)",
+                            "exp.yaml", false);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  const std::string y = to_yaml(*r);
+  auto back = parse_experiment(y, "effective.yaml", false);
+  ASSERT_TRUE(back.ok()) << back.error().str() << "\n" << y;
+  EXPECT_EQ(to_yaml(*back), y);
+  EXPECT_EQ(back->name, "odd: name #1");
+  EXPECT_EQ(back->dataset.class_names, (std::vector<std::string>{"a", "b, c", "true"}));
+  EXPECT_EQ(back->dataset.path, "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(back->seed, 18446744073709551615ull);
+  EXPECT_EQ(back->compression, r->compression);
+}
+
+TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
+  const auto& t = settings_table();
+  std::set<std::string> names, envs;
+  for (const auto& s : t) {
+    EXPECT_TRUE(names.insert(s.name).second) << s.name;
+    EXPECT_TRUE(envs.insert(s.env).second) << s.env;
+    EXPECT_EQ(s.env.rfind("TRACR_", 0), 0u) << s.env;
+    EXPECT_FALSE(s.type.empty()) << s.name;
+    EXPECT_FALSE(s.default_value.empty()) << s.name;
+    EXPECT_FALSE(s.description.empty()) << s.name;
+  }
+  for (const char* n : {"name",
+                        "model",
+                        "weights",
+                        "input_size",
+                        "dataset.type",
+                        "dataset.path",
+                        "dataset.class_names",
+                        "dataset.max_samples",
+                        "dataset.split",
+                        "split",
+                        "warmup",
+                        "repetitions",
+                        "batch_size",
+                        "compression",
+                        "encryption",
+                        "key_exchange",
+                        "chunk_bytes",
+                        "inflight",
+                        "record.frames",
+                        "record.layers",
+                        "output",
+                        "devices",
+                        "seed"})
+    EXPECT_TRUE(names.count(n)) << n;
+  EXPECT_EQ(names.size(), 23u);
+
+  auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
+  ASSERT_TRUE(r.ok());
+  auto rows = describe_settings(*r);
+  ASSERT_EQ(rows.size(), t.size());
+  for (const auto& v : rows) {
+    if (v.info.name == "warmup") {
+      EXPECT_EQ(v.value, "4");
+      EXPECT_EQ(v.origin, "exp.yaml:2:9");
+    }
+    if (v.info.name == "repetitions") {
+      EXPECT_EQ(v.value, "5");
+      EXPECT_EQ(v.origin, "default");
+    }
+  }
+  const std::string text = format_settings(*r);
+  EXPECT_NE(text.find("TRACR_WARMUP"), std::string::npos);
+  EXPECT_NE(text.find("exp.yaml:2:9"), std::string::npos);
+}
+
+TEST(ExperimentConfig, DidYouMeanPicksCloseCandidatesOnly) {
+  EXPECT_EQ(did_you_mean("warmpu", {"warmup", "model"}), "warmup");
+  EXPECT_EQ(did_you_mean("Compresion", {"compression", "encryption"}), "compression");
+  EXPECT_EQ(did_you_mean("pkey", {"host", "pkey_fp"}), "pkey_fp");
+  EXPECT_EQ(did_you_mean("zzzzzz", {"host", "user"}), "");
+}
+
+// ---------------------------------------------------------------------------
+// Templates in config/
+
+TEST(ConfigTemplates, DevicesTemplatesParse) {
+  auto tmpl = load_devices(source_dir() + "/config/devices_template.yaml");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.error().str();
+  EXPECT_EQ(tmpl->server().transport, Transport::ssh);
+  EXPECT_EQ(tmpl->participants().size(), 1u);
+
+  auto local = load_devices(source_dir() + "/config/devices_local.yaml");
+  ASSERT_TRUE(local.ok()) << local.error().str();
+  auto embedded = load_devices_or_default("/nonexistent/devices_config.yaml");
+  ASSERT_TRUE(embedded.ok());
+  // The file is the embedded default written out.
+  DevicesConfig a = *local, b = *embedded;
+  a.source = b.source = "";
+  a.embedded = b.embedded = false;
+  EXPECT_EQ(a.to_json(), b.to_json());
+}
+
+TEST(ConfigTemplates, ExperimentTemplatesParse) {
+  NoSettingOverrides no_env;
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(source_dir() + "/config/experiments")) {
+    if (e.path().extension() != ".yaml") continue;
+    ++n;
+    auto r = load_experiment(e.path().string());
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    EXPECT_FALSE(r->model.empty());
+  }
+  EXPECT_GE(n, 2);
+  auto q = load_experiment(source_dir() + "/config/experiments/quickstart.yaml");
+  ASSERT_TRUE(q.ok()) << q.error().str();
+  EXPECT_EQ(q->model, "alexnet");
+  EXPECT_EQ(q->dataset.kind, DatasetKind::synthetic);
+  EXPECT_TRUE(q->split.all);
+  EXPECT_EQ(q->compression, "none");
+  EXPECT_TRUE(q->encryption);
+  auto f = load_experiment(source_dir() + "/config/experiments/fashion_mnist.yaml");
+  ASSERT_TRUE(f.ok()) << f.error().str();
+  EXPECT_EQ(f->dataset.kind, DatasetKind::fashion_mnist);
+  EXPECT_EQ(f->dataset.split, "test");
+}
+
+TEST(ConfigTemplates, ReadmeDocumentsEverySetting) {
+  std::ifstream in(source_dir() + "/config/README.md");
+  ASSERT_TRUE(in.good());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& s : settings_table()) {
+    EXPECT_NE(text.find("`" + s.name + "`"), std::string::npos) << s.name << " is not documented";
+    EXPECT_NE(text.find(s.env), std::string::npos) << s.env << " is not documented";
+  }
+  for (const char* k :
+       {"device_type", "connection_params", "host", "user", "pkey_fp", "port", "ssh_port", "default",
+        "transport", "work_dir", "name", "power_model", "link_profile", "split_inference_network"})
+    EXPECT_NE(text.find(std::string("`") + k), std::string::npos) << k << " is not documented";
+}
+
+}  // namespace
+}  // namespace tracr::controller

@@ -1,0 +1,655 @@
+// Results database on real files: schema and migrations, batched inserts,
+// exact summaries, a controller killed mid-run (fork + SIGKILL), exports.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "controller/results.hpp"
+#include "controller/results_cli.hpp"
+
+namespace tracr::controller {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "tracr-results-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// First column of the first row of `sql` as text.
+std::string scalar(ResultsDb& db, const std::string& sql) {
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db.handle(), sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sql;
+  std::string out;
+  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+    out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+  sqlite3_finalize(st);
+  return out;
+}
+
+RunInfo info(const std::string& name = "test-run") {
+  RunInfo i;
+  i.name = name;
+  i.config_yaml = "model: alexnet\n";
+  i.tracr_version = "0.1.0";
+  i.protocol_version = 1;
+  i.model = "alexnet";
+  i.codec = "none";
+  i.cipher = "aes-256-gcm";
+  i.devices_json = "{\"devices\":[]}";
+  return i;
+}
+
+FrameRecord frame(int64_t run, int split, int64_t sample, int64_t total_ns) {
+  FrameRecord f;
+  f.run_id = run;
+  f.participant = "participant";
+  f.split = split;
+  f.sample = sample;
+  f.rep = 0;
+  f.head_ns = total_ns / 4;
+  f.encode_ns = 10;
+  f.transfer_ns = total_ns / 2;
+  f.decode_ns = 20;
+  f.tail_ns = total_ns / 4;
+  f.return_ns = 5;
+  f.total_ns = total_ns;
+  f.raw_bytes = 1000;
+  f.wire_bytes = 250;
+  f.codec = "none";
+  f.cipher = "aes-256-gcm";
+  return f;
+}
+
+TEST(ResultsStats, MedianAndP95AreExact) {
+  std::vector<int64_t> odd = {5, 1, 3};
+  EXPECT_DOUBLE_EQ(median_of(odd), 3);
+  std::vector<int64_t> even = {4, 1, 3, 2};
+  EXPECT_DOUBLE_EQ(median_of(even), 2.5);
+  std::vector<int64_t> one = {7};
+  EXPECT_DOUBLE_EQ(median_of(one), 7);
+  EXPECT_DOUBLE_EQ(p95_of(one), 7);
+  std::vector<int64_t> empty;
+  EXPECT_DOUBLE_EQ(median_of(empty), 0);
+  EXPECT_DOUBLE_EQ(p95_of(empty), 0);
+  std::vector<int64_t> hundred;
+  for (int i = 100; i >= 1; --i) hundred.push_back(i);
+  EXPECT_DOUBLE_EQ(p95_of(hundred), 95);  // rank ceil(95) = 95
+  std::vector<int64_t> twenty;
+  for (int i = 1; i <= 20; ++i) twenty.push_back(i * 10);
+  EXPECT_DOUBLE_EQ(p95_of(twenty), 190);  // rank ceil(19) = 19
+  std::vector<int64_t> twentyone;
+  for (int i = 1; i <= 21; ++i) twentyone.push_back(i);
+  EXPECT_DOUBLE_EQ(p95_of(twentyone), 20);  // rank ceil(19.95) = 20
+  std::vector<int64_t> big = {INT64_MAX - 1, INT64_MAX - 3};
+  EXPECT_DOUBLE_EQ(median_of(big), static_cast<double>(INT64_MAX - 2));
+}
+
+TEST(ResultsDb, NewDatabaseHasSchemaWalAndForeignKeys) {
+  TempDir dir;
+  const std::string path = dir.file("nested/dir/tracr.db");
+  auto db = ResultsDb::open(path);
+  ASSERT_TRUE(db.ok()) << db.error().str();
+  EXPECT_TRUE(fs::exists(path));
+  auto v = db->schema_version();
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, ResultsDb::kSchemaVersion);
+  EXPECT_EQ(scalar(*db, "PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(scalar(*db, "PRAGMA foreign_keys"), "1");
+  EXPECT_NE(scalar(*db, "PRAGMA busy_timeout"), "0");
+  EXPECT_EQ(scalar(*db, "PRAGMA user_version"), std::to_string(ResultsDb::kSchemaVersion));
+  for (const char* t : {"schema_migrations", "runs", "frames", "layer_profiles", "summaries", "events"})
+    EXPECT_EQ(
+        scalar(*db, std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + t + "'"),
+        t);
+  EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"), "1,2");
+  // Reopening is a no-op.
+  auto again = ResultsDb::open(path);
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), "2");
+}
+
+TEST(ResultsDb, EmptyV0FileIsMigrated) {
+  TempDir dir;
+  const std::string path = dir.file("v0.db");
+  std::ofstream(path).close();  // zero bytes: an SQLite database with no schema
+  ASSERT_EQ(fs::file_size(path), 0u);
+  auto db = ResultsDb::open(path);
+  ASSERT_TRUE(db.ok()) << db.error().str();
+  EXPECT_EQ(*db->schema_version(), ResultsDb::kSchemaVersion);
+  auto id = db->begin_run(info());
+  ASSERT_TRUE(id.ok()) << id.error().str();
+}
+
+TEST(ResultsDb, OlderSchemaIsUpgradedKeepingRows) {
+  TempDir dir;
+  const std::string path = dir.file("v1.db");
+  {
+    auto v1 = ResultsDb::open_at_version(path, 1);
+    ASSERT_TRUE(v1.ok()) << v1.error().str();
+    EXPECT_EQ(*v1->schema_version(), 1);
+    EXPECT_EQ(scalar(*v1, "SELECT COUNT(*) FROM sqlite_master WHERE name='events'"), "0");
+    // A run and frames as a version-1 build wrote them.
+    ASSERT_EQ(sqlite3_exec(
+                  v1->handle(),
+                  "INSERT INTO runs(name, status, started_at, ended_at, model, controller_host, "
+                  "controller_pid) VALUES ('old', 'completed', '2024-01-01T00:00:00.000Z', "
+                  "'2024-01-01T00:00:01.000Z', 'vgg11', 'elsewhere', 1);"
+                  "INSERT INTO frames(run_id, split, sample, rep, total_ns, ok) VALUES (1, 2, 0, 0, 100, 1);"
+                  "INSERT INTO frames(run_id, split, sample, rep, total_ns, ok) VALUES (1, 2, 1, 0, 300, 1);",
+                  nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  auto db = ResultsDb::open(path);
+  ASSERT_TRUE(db.ok()) << db.error().str();
+  EXPECT_EQ(*db->schema_version(), ResultsDb::kSchemaVersion);
+  auto run = db->get_run(1);
+  ASSERT_TRUE(run.ok()) << run.error().str();
+  EXPECT_EQ(run->name, "old");
+  EXPECT_EQ(run->model, "vgg11");
+  EXPECT_EQ(run->frame_count, 2);
+  auto table = db->split_table(1);
+  ASSERT_TRUE(table.ok()) << table.error().str();
+  ASSERT_EQ(table->size(), 1u);
+  EXPECT_EQ((*table)[0].split, 2);
+  EXPECT_DOUBLE_EQ((*table)[0].total.median_ns, 200);
+}
+
+TEST(ResultsDb, NewerSchemaAndNonDatabasesAreRefused) {
+  TempDir dir;
+  const std::string path = dir.file("future.db");
+  {
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    ASSERT_EQ(sqlite3_exec(db->handle(), "INSERT INTO schema_migrations VALUES (99, 'future', 'x')", nullptr,
+                           nullptr, nullptr),
+              SQLITE_OK);
+  }
+  auto future = ResultsDb::open(path);
+  ASSERT_FALSE(future.ok());
+  EXPECT_EQ(future.error().code, Errc::config);
+  EXPECT_NE(future.error().message.find("schema version 99 is newer"), std::string::npos)
+      << future.error().message;
+
+  const std::string junk = dir.file("junk.db");
+  std::ofstream(junk) << std::string(4096, 'x');
+  auto bad = ResultsDb::open(junk);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, Errc::io);
+  EXPECT_NE(bad.error().message.find("junk.db: not an SQLite database"), std::string::npos)
+      << bad.error().message;
+
+  auto dirpath = ResultsDb::open(dir.file(""));
+  ASSERT_FALSE(dirpath.ok());
+  EXPECT_EQ(dirpath.error().code, Errc::io);
+}
+
+TEST(ResultsDb, BatchInsertAndExactSummaries) {
+  TempDir dir;
+  auto db = ResultsDb::open(dir.file("r.db"));
+  ASSERT_TRUE(db.ok()) << db.error().str();
+  auto run = db->begin_run(info());
+  ASSERT_TRUE(run.ok()) << run.error().str();
+  std::vector<FrameRecord> batch;
+  // Split 0: totals 1..10 ms (even count).
+  for (int i = 1; i <= 10; ++i) batch.push_back(frame(*run, 0, i, i * 1000000LL));
+  // Split 3: totals 1..21 ms (odd count), wire bytes vary.
+  for (int i = 1; i <= 21; ++i) {
+    auto f = frame(*run, 3, i, i * 1000000LL);
+    f.wire_bytes = i * 10;
+    batch.push_back(f);
+  }
+  // Warm-up frames and failed frames stay out of the statistics.
+  for (int i = 0; i < 3; ++i) {
+    auto w = frame(*run, 0, i, 999000000000LL);
+    w.warmup = true;
+    batch.push_back(w);
+  }
+  auto bad = frame(*run, 3, 99, 5);
+  bad.ok = false;
+  bad.error = "timeout: no INFER_RESULT within 5000 ms";
+  batch.push_back(bad);
+  ASSERT_TRUE(db->add_frames(batch).ok());
+  ASSERT_TRUE(db->finish_run(*run, RunStatus::completed).ok());
+
+  auto table = db->split_table(*run);
+  ASSERT_TRUE(table.ok()) << table.error().str();
+  ASSERT_EQ(table->size(), 2u);
+  const SplitSummary& s0 = (*table)[0];
+  EXPECT_EQ(s0.split, 0);
+  EXPECT_EQ(s0.frames, 10);
+  EXPECT_EQ(s0.failed, 0);
+  EXPECT_DOUBLE_EQ(s0.total.median_ns, 5500000);  // (5 + 6) / 2 ms
+  EXPECT_DOUBLE_EQ(s0.total.p95_ns, 10000000);    // rank ceil(9.5) = 10
+  EXPECT_DOUBLE_EQ(s0.transfer.median_ns, 2750000);
+  EXPECT_DOUBLE_EQ(s0.encode.median_ns, 10);
+  EXPECT_DOUBLE_EQ(s0.mean_raw_bytes, 1000);
+  EXPECT_DOUBLE_EQ(s0.mean_wire_bytes, 250);
+  const SplitSummary& s3 = (*table)[1];
+  EXPECT_EQ(s3.split, 3);
+  EXPECT_EQ(s3.frames, 21);
+  EXPECT_EQ(s3.failed, 1);
+  EXPECT_DOUBLE_EQ(s3.total.median_ns, 11000000);
+  EXPECT_DOUBLE_EQ(s3.total.p95_ns, 20000000);   // rank ceil(19.95) = 20
+  EXPECT_DOUBLE_EQ(s3.head.median_ns, 2750000);  // 11 ms / 4
+  EXPECT_DOUBLE_EQ(s3.mean_wire_bytes, 110);     // mean of 10..210
+
+  // The stored summaries are what split_table returned.
+  EXPECT_EQ(scalar(*db, "SELECT total_median_ns FROM summaries WHERE split = 3"), "11000000.0");
+  EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM frames"), "35");
+  auto frames = db->frames(*run);
+  ASSERT_TRUE(frames.ok());
+  ASSERT_EQ(frames->size(), 35u);
+  EXPECT_EQ(frames->back().error, "timeout: no INFER_RESULT within 5000 ms");
+  EXPECT_FALSE(frames->back().ok);
+  EXPECT_FALSE(frames->back().energy_j.has_value());
+}
+
+TEST(ResultsDb, FrameBatchIsAllOrNothing) {
+  TempDir dir;
+  auto db = ResultsDb::open(dir.file("r.db"));
+  ASSERT_TRUE(db.ok());
+  auto run = db->begin_run(info());
+  ASSERT_TRUE(run.ok());
+  std::vector<FrameRecord> batch = {frame(*run, 1, 0, 100), frame(*run, 1, 1, 100),
+                                    frame(*run + 42, 1, 2, 100)};
+  Status s = db->add_frames(batch);
+  ASSERT_FALSE(s.ok());  // foreign key: run *run + 42 does not exist
+  EXPECT_EQ(s.error().code, Errc::io);
+  EXPECT_NE(s.error().message.find("FOREIGN KEY"), std::string::npos) << s.error().message;
+  EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM frames"), "0");
+
+  auto e = frame(*run, 1, 0, 100);
+  e.energy_j = 1.5;
+  e.energy_source = "guessed";
+  Status es = db->add_frames({e});
+  ASSERT_FALSE(es.ok());
+  EXPECT_EQ(es.error().code, Errc::invalid_argument);
+  e.energy_source = "modelled:server";
+  ASSERT_TRUE(db->add_frames({e}).ok());
+  auto back = db->frames(*run);
+  ASSERT_TRUE(back.ok());
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_DOUBLE_EQ(back->at(0).energy_j.value(), 1.5);
+  EXPECT_EQ(back->at(0).energy_source, "modelled:server");
+}
+
+TEST(ResultsDb, RunLifecycleEventsAndProfiles) {
+  TempDir dir;
+  auto db = ResultsDb::open(dir.file("r.db"));
+  ASSERT_TRUE(db.ok());
+  auto a = db->begin_run(info("first"));
+  auto b = db->begin_run(info("second"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto running = db->get_run(*a);
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->status, RunStatus::running);
+  EXPECT_EQ(running->controller_pid, getpid());
+  EXPECT_EQ(running->config_yaml, "model: alexnet\n");
+  EXPECT_EQ(running->devices_json, "{\"devices\":[]}");
+  EXPECT_TRUE(running->ended_at.empty());
+
+  ASSERT_TRUE(db->add_event(*a, "warn", "split_switched", "split 3 -> 4").ok());
+  ASSERT_TRUE(db->add_event(0, "info", "note", "outside any run").ok());
+  EXPECT_EQ(db->add_event(*a, "loud", "x", "y").error().code, Errc::invalid_argument);
+
+  LayerProfileRecord l;
+  l.run_id = *a;
+  l.device = "server";
+  l.device_role = "SERVER";
+  l.layer_index = 0;
+  l.name = "features.0";
+  l.type = "Conv2d";
+  l.params = 23296;
+  l.macs = 70276800;
+  l.out_bytes = 774400;
+  l.median_ns = 1200000;
+  l.p95_ns = 1500000;
+  l.reps = 10;
+  LayerProfileRecord l2 = l;
+  l2.layer_index = 1;
+  l2.peak_mem_bytes = 4096;
+  ASSERT_TRUE(db->add_layer_profiles({l, l2}).ok());
+  auto layers = db->layer_profiles(*a);
+  ASSERT_TRUE(layers.ok());
+  ASSERT_EQ(layers->size(), 2u);
+  EXPECT_EQ(layers->at(0).macs, 70276800);
+  EXPECT_FALSE(layers->at(0).peak_mem_bytes.has_value());
+  EXPECT_EQ(layers->at(1).peak_mem_bytes.value(), 4096);
+
+  ASSERT_TRUE(db->finish_run(*a, RunStatus::failed, "agent lost: participant").ok());
+  auto failed = db->get_run(*a);
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->status, RunStatus::failed);
+  EXPECT_EQ(failed->error, "agent lost: participant");
+  EXPECT_FALSE(failed->ended_at.empty());
+  auto ev = db->events(*a);
+  ASSERT_TRUE(ev.ok());
+  ASSERT_EQ(ev->size(), 3u);
+  EXPECT_EQ(ev->at(0).kind, "run_started");
+  EXPECT_EQ(ev->at(1).kind, "split_switched");
+  EXPECT_EQ(ev->at(2).kind, "run_finished");
+  EXPECT_EQ(ev->at(2).level, "error");
+
+  auto runs = db->list_runs();
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 2u);
+  EXPECT_EQ(runs->at(0).name, "second");  // newest first
+  EXPECT_EQ(*db->latest_run(), *b);
+  auto limited = db->list_runs(1);
+  ASSERT_TRUE(limited.ok());
+  EXPECT_EQ(limited->size(), 1u);
+
+  auto missing = db->get_run(12345);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, Errc::not_found);
+  EXPECT_EQ(db->finish_run(12345, RunStatus::completed).error().code, Errc::not_found);
+  EXPECT_EQ(db->split_table(12345).error().code, Errc::not_found);
+}
+
+// A controller that begins a run, writes frames in batches and is killed
+// with SIGKILL mid-run: reopening marks the run interrupted, the frames
+// committed before the kill are all there and intact.
+TEST(ResultsDb, KilledControllerRunIsMarkedInterruptedAndKeepsFrames) {
+  TempDir dir;
+  const std::string path = dir.file("killed.db");
+  { ASSERT_TRUE(ResultsDb::open(path).ok()); }
+  int to_parent[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  // Never leave the child running, whatever assertion fails below.
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{child};
+  if (child == 0) {
+    reaper.pid = 0;
+    close(to_parent[0]);
+    auto db = ResultsDb::open(path);
+    if (!db) _exit(10);
+    auto run = db->begin_run(info("doomed"));
+    if (!run) _exit(11);
+    for (int batch = 0;; ++batch) {
+      std::vector<FrameRecord> frames;
+      for (int i = 0; i < 50; ++i) {
+        const int64_t sample = batch * 50 + i;
+        auto f = frame(*run, batch % 4, sample, 1000 + sample);
+        f.result_json = "{\"top1\":" + std::to_string(sample) + "}";
+        frames.push_back(f);
+      }
+      if (!db->add_frames(frames)) _exit(12);
+      // Report (run id, batches committed) after each commit.
+      int64_t msg[2] = {*run, batch + 1};
+      if (write(to_parent[1], msg, sizeof msg) != sizeof msg) _exit(13);
+    }
+  }
+  close(to_parent[1]);
+  int64_t msg[2] = {0, 0};
+  // Wait until at least 5 batches are committed, then check the run is still
+  // 'running' while its controller lives.
+  while (msg[1] < 5) ASSERT_EQ(read(to_parent[0], msg, sizeof msg), static_cast<ssize_t>(sizeof msg));
+  const int64_t run_id = msg[0];
+  {
+    auto live = ResultsDb::open(path);
+    ASSERT_TRUE(live.ok()) << live.error().str();
+    EXPECT_TRUE(live->interrupted_on_open().empty());
+    EXPECT_EQ(live->get_run(run_id)->status, RunStatus::running);
+  }
+  // Read the latest report, kill, reap.
+  while (true) {
+    ssize_t n = read(to_parent[0], msg, sizeof msg);
+    ASSERT_EQ(n, static_cast<ssize_t>(sizeof msg));
+    if (msg[1] >= 8) break;
+  }
+  const int64_t committed = msg[1];
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  reaper.pid = 0;
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  close(to_parent[0]);
+
+  auto db = ResultsDb::open(path);
+  ASSERT_TRUE(db.ok()) << db.error().str();
+  ASSERT_EQ(db->interrupted_on_open(), std::vector<int64_t>{run_id});
+  auto run = db->get_run(run_id);
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->status, RunStatus::interrupted);
+  EXPECT_FALSE(run->ended_at.empty());
+  EXPECT_NE(run->error.find("controller process " + std::to_string(child)), std::string::npos) << run->error;
+  EXPECT_EQ(scalar(*db, "PRAGMA integrity_check"), "ok");
+
+  // Every committed batch is complete; at most the batch in flight is
+  // missing, never half of one.
+  auto frames = db->frames(run_id);
+  ASSERT_TRUE(frames.ok());
+  ASSERT_GE(static_cast<int64_t>(frames->size()), committed * 50);
+  EXPECT_EQ(frames->size() % 50, 0u);
+  for (size_t i = 0; i < frames->size(); ++i) {
+    const auto& f = (*frames)[i];
+    ASSERT_EQ(f.sample, static_cast<int64_t>(i));
+    EXPECT_EQ(f.total_ns, 1000 + f.sample);
+    EXPECT_EQ(f.split, static_cast<int>((f.sample / 50) % 4));
+    EXPECT_EQ(f.result_json, "{\"top1\":" + std::to_string(f.sample) + "}");
+  }
+  // Summaries were computed for the interrupted run, and the event recorded.
+  auto table = db->split_table(run_id);
+  ASSERT_TRUE(table.ok());
+  EXPECT_EQ(table->size(), 4u);
+  auto ev = db->events(run_id);
+  ASSERT_TRUE(ev.ok());
+  ASSERT_FALSE(ev->empty());
+  EXPECT_EQ(ev->back().kind, "run_interrupted");
+
+  // Opening again changes nothing.
+  auto again = ResultsDb::open(path);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->interrupted_on_open().empty());
+}
+
+// ---------------------------------------------------------------------------
+// results CLI
+
+class ResultsCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path = dir.file("cli.db");
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    auto a = db->begin_run(info("baseline"));
+    ASSERT_TRUE(a.ok());
+    run = *a;
+    auto f1 = frame(run, 0, 0, 2000000);
+    f1.result_json = "{\"top1\":\"a, \\\"quoted\\\" class\"}";
+    auto f2 = frame(run, 2, 0, 1000000);
+    f2.wire_bytes = 100;
+    auto f3 = frame(run, 2, 1, 3000000);
+    f3.ok = false;
+    f3.error = "decompress_failed: bad block, \"x\"";
+    f3.energy_j = 0.25;
+    f3.energy_source = "measured:rapl";
+    ASSERT_TRUE(db->add_frames({f1, f2, f3}).ok());
+    ASSERT_TRUE(db->finish_run(run, RunStatus::completed).ok());
+    auto b = db->begin_run(info("fp16"));
+    ASSERT_TRUE(b.ok());
+    run2 = *b;
+    ASSERT_TRUE(db->add_frames({frame(run2, 0, 0, 1000000), frame(run2, 2, 0, 500000)}).ok());
+    ASSERT_TRUE(db->finish_run(run2, RunStatus::completed).ok());
+  }
+  // Runs cmd_results with stdout captured into *out.
+  int run_cli(std::vector<std::string> args, std::string* out) {
+    const std::string cap = dir.file("stdout.txt");
+    std::fflush(stdout);
+    int saved = dup(1);
+    FILE* f = std::fopen(cap.c_str(), "w");
+    dup2(fileno(f), 1);
+    int rc = cmd_results(args);
+    std::fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    std::fclose(f);
+    *out = read_all(cap);
+    return rc;
+  }
+  TempDir dir;
+  std::string path;
+  int64_t run = 0, run2 = 0;
+};
+
+TEST_F(ResultsCliTest, ExportCsvHasHeaderAndEscapedRows) {
+  const std::string csv = dir.file("out/run.csv");
+  fs::create_directories(dir.file("out"));
+  std::string out;
+  ASSERT_EQ(run_cli({"export", std::to_string(run), "--csv", csv, "--db", path}, &out), 0) << out;
+  const std::string text = read_all(csv);
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l.substr(0, l.size() - (l.back() == '\r')));
+  ASSERT_EQ(lines.size(), 4u) << text;
+  EXPECT_EQ(
+      lines[0],
+      "run_id,participant,split,sample,rep,batch,warmup,head_ns,encode_ns,transfer_ns,decode_ns,tail_ns,"
+      "return_ns,total_ns,raw_bytes,wire_bytes,codec,cipher,ok,error,energy_j,energy_source,result_json");
+  EXPECT_EQ(lines[1],
+            std::to_string(run) +
+                ",participant,0,0,0,1,0,500000,10,1000000,20,500000,5,2000000,1000,250,none,aes-256-gcm,1,,,,"
+                "\"{\"\"top1\"\":\"\"a, \\\"\"quoted\\\"\" class\"\"}\"");
+  EXPECT_EQ(lines[3],
+            std::to_string(run) +
+                ",participant,2,1,0,1,0,750000,10,1500000,20,750000,5,3000000,1000,250,none,aes-256-gcm,0,"
+                "\"decompress_failed: bad block, \"\"x\"\"\",0.25,measured:rapl,");
+}
+
+TEST_F(ResultsCliTest, ExportJsonHoldsRunSummariesFramesAndEvents) {
+  const std::string js = dir.file("run.json");
+  std::string out;
+  ASSERT_EQ(run_cli({"export", "--db", path, std::to_string(run), "--json", js}, &out), 0) << out;
+  const std::string text = read_all(js);
+  EXPECT_NE(text.find("\"run\": {\"id\":" + std::to_string(run) +
+                      ",\"name\":\"baseline\",\"status\":\"completed\""),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find(
+          "{\"split\":2,\"frames\":1,\"failed\":1,\"total_median_ns\":1000000,\"total_p95_ns\":1000000"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\"error\":\"decompress_failed: bad block, \\\"x\\\"\",\"energy_j\":0.25,"
+                      "\"energy_source\":\"measured:rapl\""),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\"result_json\":\"{\\\"top1\\\":\\\"a, \\\\\\\"quoted\\\\\\\" class\\\"}\""),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\"kind\":\"run_started\""), std::string::npos);
+  EXPECT_NE(text.find("\"layer_profiles\": []"), std::string::npos);
+  EXPECT_NE(text.find("\"config_yaml\":\"model: alexnet\\n\""), std::string::npos);
+  // Well-formed JSON, checked by an independent parser when one is installed.
+  if (fs::exists("/usr/bin/python3")) {
+    const std::string cmd =
+        "/usr/bin/python3 -c \"import json,sys; d=json.load(open(sys.argv[1])); "
+        "assert len(d['frames'])==3 and d['summaries'][1]['failed']==1\" " +
+        js;
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+  }
+}
+
+TEST_F(ResultsCliTest, ListShowCompareAndUsageErrors) {
+  std::string out;
+  ASSERT_EQ(run_cli({"list", "--db", path}, &out), 0);
+  EXPECT_NE(out.find("baseline"), std::string::npos) << out;
+  EXPECT_NE(out.find("fp16"), std::string::npos) << out;
+  EXPECT_LT(out.find("fp16"), out.find("baseline")) << out;  // newest first
+
+  ASSERT_EQ(run_cli({"show", "last", "--db", path}, &out), 0);
+  EXPECT_NE(out.find("run " + std::to_string(run2) + "  fp16  [completed]"), std::string::npos) << out;
+  EXPECT_NE(out.find("total med"), std::string::npos) << out;
+  EXPECT_NE(out.find("run_started"), std::string::npos) << out;
+
+  ASSERT_EQ(run_cli({"compare", std::to_string(run), std::to_string(run2), "--db", path}, &out), 0);
+  EXPECT_NE(out.find("-50.0%"), std::string::npos) << out;  // split 0: 2 ms -> 1 ms
+
+  EXPECT_EQ(run_cli({"show", "999", "--db", path}, &out), 1);
+  EXPECT_EQ(run_cli({"show", "abc", "--db", path}, &out), 2);
+  EXPECT_EQ(run_cli({"export", std::to_string(run), "--db", path}, &out), 2);
+  EXPECT_EQ(run_cli({"frobnicate"}, &out), 2);
+  EXPECT_EQ(run_cli({"list", "--bogus", "--db", path}, &out), 2);
+  EXPECT_EQ(
+      run_cli({"export", std::to_string(run), "--csv", dir.file("no/such/dir/x.csv"), "--db", path}, &out),
+      1);
+}
+
+TEST(ResultsTable, SplitTableIsAlignedAndMarksTheFastestSplit) {
+  std::vector<SplitSummary> rows(3);
+  for (int i = 0; i < 3; ++i) {
+    rows[i].split = i * 5;
+    rows[i].frames = 10;
+    rows[i].total = {1e6 * (3 - i) + 123456, 2e6 * (3 - i)};
+    rows[i].head = {1e5, 2e5};
+    rows[i].transfer = {5e5, 6e5};
+    rows[i].tail = {2e5, 3e5};
+    rows[i].mean_raw_bytes = 602112;
+    rows[i].mean_wire_bytes = 150528;
+  }
+  rows[2].frames = 0;  // no data: shown with dashes, never the best
+  const std::string t = format_split_table(rows);
+  std::vector<std::string> lines;
+  std::istringstream in(t);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 6u) << t;
+  EXPECT_NE(lines[0].find("split"), std::string::npos);
+  EXPECT_NE(lines[0].find("total p95"), std::string::npos);
+  EXPECT_EQ(lines[2][0], ' ');
+  EXPECT_EQ(lines[3][0], '*');  // split 5: 2.123 ms
+  EXPECT_NE(lines[3].find("2.123"), std::string::npos) << t;
+  EXPECT_NE(lines[3].find("4.000"), std::string::npos) << t;
+  EXPECT_NE(lines[3].find("602112"), std::string::npos) << t;
+  EXPECT_NE(lines[3].find("4.00x"), std::string::npos) << t;
+  EXPECT_NE(lines[4].find(" - "), std::string::npos) << t;
+  EXPECT_EQ(lines[5], "* lowest median total time: split 5");
+  // Columns align: every data row has the split column ending at the same place.
+  const size_t end = lines[0].find("split") + 5;
+  for (int i = 2; i < 5; ++i) EXPECT_NE(lines[i][end - 1], ' ') << lines[i];
+}
+
+}  // namespace
+}  // namespace tracr::controller
