@@ -1,0 +1,108 @@
+// Helpers for end-to-end tests: temp dirs, running tracrctl, reading the DB.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+namespace tracr::testing {
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::random_device rd;
+    path = std::filesystem::temp_directory_path() / ("tracr-sys-" + std::to_string(rd()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string file(const std::string& name, const std::string& content) const {
+    auto p = path / name;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << content;
+    return p.string();
+  }
+};
+
+struct CmdResult {
+  int status = -1;
+  std::string out;
+};
+
+// Runs a shell command, capturing stdout+stderr.
+inline CmdResult sh(const std::string& cmd) {
+  CmdResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+inline std::string tracrctl() { return std::string(TRACR_BIN_DIR) + "/tracrctl"; }
+
+// First column of the first row of a query, as text ("" when none).
+inline std::string query(const std::string& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(h);
+    return "";
+  }
+  sqlite3_busy_timeout(h, 5000);
+  sqlite3_stmt* st = nullptr;
+  std::string out;
+  if (sqlite3_prepare_v2(h, sql.c_str(), -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+    const unsigned char* t = sqlite3_column_text(st, 0);
+    if (t) out = reinterpret_cast<const char*>(t);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  return out;
+}
+
+inline std::vector<std::string> query_col(const std::string& db, const std::string& sql) {
+  sqlite3* h = nullptr;
+  std::vector<std::string> out;
+  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(h);
+    return out;
+  }
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(h, sql.c_str(), -1, &st, nullptr) == SQLITE_OK)
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      const unsigned char* t = sqlite3_column_text(st, 0);
+      out.push_back(t ? reinterpret_cast<const char*>(t) : "");
+    }
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  return out;
+}
+
+// A small, fast experiment: AlexNet at 64x64 on synthetic data.
+inline std::string small_experiment(const std::string& db, const std::string& extra = "",
+                                    const std::string& devices = "") {
+  std::string y = "name: system\nmodel: alexnet\ninput_size: [3, 64, 64]\n"
+                  "dataset:\n  type: synthetic\n  max_samples: 2\n"
+                  "split: all\nwarmup: 0\nrepetitions: 1\nbatch_size: 1\n"
+                  "compression: blosc-lz4\nencryption: true\nseed: 7\n"
+                  "output: " + db + "\n";
+  if (!devices.empty()) y += "devices: " + devices + "\n";
+  return y + extra;
+}
+
+}  // namespace tracr::testing

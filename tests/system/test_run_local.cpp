@@ -1,0 +1,95 @@
+// tracrctl run end to end with local agents on loopback and in-process.
+#include <csignal>
+
+#include "system/system_util.hpp"
+
+using namespace tracr::testing;
+
+namespace {
+const int kAlexNetLayers = 22;  // splits 0..22
+}
+
+TEST(RunLocal, SweepsEverySplitAndPrintsTableFromSqlite) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string exp = d.file("exp.yaml", small_experiment(db));
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("completed: per-split table read back from"), std::string::npos) << r.out;
+  EXPECT_EQ(query(db, "select status from runs where id = 1"), "completed");
+  EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1"), std::to_string((kAlexNetLayers + 1) * 2));
+  EXPECT_EQ(query(db, "select count(distinct split) from summaries where run_id = 1"),
+            std::to_string(kAlexNetLayers + 1));
+  EXPECT_EQ(query(db, "select count(*) from frames where ok = 0"), "0");
+  // Per-layer profiles from both devices, every layer.
+  EXPECT_EQ(query(db, "select count(*) from layer_profiles where device_role = 'SERVER'"), std::to_string(kAlexNetLayers));
+  EXPECT_EQ(query(db, "select count(*) from layer_profiles where device_role = 'PARTICIPANT'"),
+            std::to_string(kAlexNetLayers));
+  // Split 0 sends the input (3x64x64 float32), split N the 1000 logits.
+  EXPECT_EQ(query(db, "select raw_bytes from frames where split = 0 limit 1"), std::to_string(3 * 64 * 64 * 4));
+  EXPECT_EQ(query(db, "select raw_bytes from frames where split = 22 limit 1"), "4000");
+  EXPECT_EQ(query(db, "select cipher from frames limit 1"), "aes-256-gcm");
+  EXPECT_EQ(query(db, "select codec from frames limit 1"), "blosc-lz4");
+  // The printed table lists every split.
+  for (int k : {0, 11, 22}) EXPECT_NE(r.out.find("\n" + std::string(8 - std::to_string(k).size(), ' ') + std::to_string(k) + " "), std::string::npos) << k;
+}
+
+TEST(RunLocal, InProcessMatchesNetworkedNumerics) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string exp = d.file("exp.yaml", small_experiment(db, "record:\n  layers: false\n"));
+  auto a = sh(tracrctl() + " run " + exp + " --no-progress");
+  ASSERT_EQ(a.status, 0) << a.out;
+  auto b = sh(tracrctl() + " run " + exp + " --no-progress --in-process");
+  ASSERT_EQ(b.status, 0) << b.out;
+  auto net = query_col(db, "select split || '/' || sample || '=' || result_json from frames where run_id = 1 order by split, sample");
+  auto loc = query_col(db, "select split || '/' || sample || '=' || result_json from frames where run_id = 2 order by split, sample");
+  ASSERT_EQ(net.size(), size_t((kAlexNetLayers + 1) * 2));
+  EXPECT_EQ(net, loc);
+  // Same recorded fields: wire bytes agree too (same frames, same codec).
+  EXPECT_EQ(query_col(db, "select raw_bytes from frames where run_id = 1 order by split, sample"),
+            query_col(db, "select raw_bytes from frames where run_id = 2 order by split, sample"));
+}
+
+TEST(RunLocal, BadExperimentNamesFileLineAndColumn) {
+  TempDir d;
+  const std::string exp = d.file("bad.yaml", "model: alexnet\nsplitt: all\n");
+  auto r = sh(tracrctl() + " run " + exp);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("bad.yaml:2:1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("split"), std::string::npos) << r.out;
+}
+
+TEST(RunLocal, KilledServerFailsRunCleanlyAndKeepsRows) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  // Many repetitions so the run is still going when the server dies; a
+  // unique seed lets pkill find this test's server agent.
+  const std::string exp = d.file(
+      "exp.yaml", "name: kill\nmodel: alexnet\ninput_size: [3, 64, 64]\ndataset:\n  type: synthetic\n  max_samples: 4\n"
+                  "split: all\nwarmup: 0\nrepetitions: 200\nseed: 424242\noutput: " + db + "\nrecord:\n  layers: false\n");
+  std::string out_file = (d.path / "out.txt").string();
+  std::thread runner([&] { sh(tracrctl() + " run " + exp + " --no-progress > " + out_file + " 2>&1; echo $? > " + out_file + ".rc"); });
+  // Wait until frames are being recorded, then kill the SERVER agent.
+  bool saw_frames = false;
+  for (int i = 0; i < 600 && !saw_frames; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto n = query(db, "select count(*) from frames");
+    saw_frames = !n.empty() && std::stoi(n) > 5;
+  }
+  ASSERT_TRUE(saw_frames);
+  sh("pkill -KILL -f 'tracr-agen[t] --role SERVER.*--seed 424242'");
+  runner.join();
+  std::ifstream rc(out_file + ".rc");
+  int code = -1;
+  rc >> code;
+  std::ifstream o(out_file);
+  std::string out((std::istreambuf_iterator<char>(o)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("SERVER"), std::string::npos) << out;
+  EXPECT_EQ(query(db, "select status from runs where id = 1"), "failed");
+  EXPECT_GT(std::stoi(query(db, "select count(*) from frames where run_id = 1")), 5);
+  EXPECT_EQ(query(db, "pragma integrity_check"), "ok");
+  // No agent is left behind.
+  EXPECT_NE(sh("pgrep -f 'tracr-agen[t].*--seed 424242'").status, 0);
+}
