@@ -723,9 +723,10 @@ Result<int64_t> parse_bytes(const Ctx& c, const YAML::Node& n, const std::string
   return v;
 }
 
-Setting int_setting(std::string name, std::string type, std::string def, std::string desc, int64_t lo,
-                    int64_t hi, std::function<void(ExperimentConfig&, int64_t)> set,
-                    std::function<int64_t(const ExperimentConfig&)> get) {
+Setting int_setting(const std::string& name, const std::string& type, const std::string& def,
+                    const std::string& desc, int64_t lo, int64_t hi,
+                    const std::function<void(ExperimentConfig&, int64_t)>& set,
+                    const std::function<int64_t(const ExperimentConfig&)>& get) {
   Setting s;
   s.info = {name, type, def, desc, ""};
   const std::string what = "an integer " + (type.rfind("int ", 0) == 0 ? type.substr(4) : type);
@@ -740,8 +741,8 @@ Setting int_setting(std::string name, std::string type, std::string def, std::st
   return s;
 }
 
-Setting bool_setting(std::string name, std::string def, std::string desc,
-                     std::function<bool&(ExperimentConfig&)> ref) {
+Setting bool_setting(const std::string& name, const std::string& def, const std::string& desc,
+                     const std::function<bool&(ExperimentConfig&)>& ref) {
   Setting s;
   s.info = {name, "bool", def, desc, ""};
   s.apply = [ref](const Ctx& c, const YAML::Node& n, const std::string& key,
@@ -757,8 +758,9 @@ Setting bool_setting(std::string name, std::string def, std::string desc,
   return s;
 }
 
-Setting string_setting(std::string name, std::string type, std::string def, std::string desc,
-                       std::string what, std::function<std::string&(ExperimentConfig&)> ref, bool nullable) {
+Setting string_setting(const std::string& name, const std::string& type, const std::string& def,
+                       const std::string& desc, const std::string& what,
+                       const std::function<std::string&(ExperimentConfig&)>& ref, bool nullable) {
   Setting s;
   s.info = {name, type, def, desc, ""};
   s.nullable = nullable;
