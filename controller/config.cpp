@@ -340,6 +340,7 @@ std::string DevicesConfig::to_json() const {
         json_quote(d.name), json_quote(device_role_name(d.role)), json_quote(transport_name(d.transport)),
         json_quote(c.host), json_quote(c.user), json_quote(c.pkey_fp), c.port, c.ssh_port,
         json_quote(d.work_dir));
+    if (!d.netns.empty()) o += ",\"netns\":" + json_quote(d.netns);
     if (d.power_model)
       o += fmt::format(",\"power_model\":{{\"idle_w\":{},\"busy_w\":{}}}", d.power_model->idle_w,
                        d.power_model->busy_w);
@@ -393,7 +394,7 @@ std::string resolve_pkey(const std::string& pkey_fp, const std::string& devices_
 namespace {
 
 const std::vector<std::string> kDeviceKeys = {"device_type", "connection_params", "name",        "transport",
-                                              "work_dir",    "power_model",       "link_profile"};
+                                              "work_dir",    "power_model",       "link_profile", "netns"};
 const std::vector<std::string> kConnKeys = {"host", "user", "pkey_fp", "port", "ssh_port", "default"};
 
 bool valid_name(const std::string& s) {
@@ -502,6 +503,14 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
     auto s = get_nonempty(c, n["work_dir"], key + ".work_dir", "a directory path on the device");
     if (!s) return s.error();
     d.work_dir = *s;
+  }
+  if (n["netns"]) {
+    auto s = get_string(c, n["netns"], key + ".netns", "a network namespace name");
+    if (!s) return s.error();
+    if (!valid_name(*s)) return expected(c, n["netns"], key + ".netns", "a network namespace name of letters, digits, '_', '-', '.'");
+    if (d.transport != Transport::local)
+      return expected(c, n["netns"], key + ".netns", "netns only with transport: local (the agent runs in that namespace)");
+    d.netns = *s;
   }
   if (n["power_model"]) {
     const YAML::Node pm = n["power_model"];

@@ -74,6 +74,7 @@ struct DeviceConfig {
                      // participants, from 1)
   Transport transport = Transport::ssh;
   std::string work_dir = "~/.cache/tracr";  // agent directory on the device (ssh)
+  std::string netns;  // transport local: run the agent in this network namespace (`ip netns exec`)
   std::optional<PowerModel> power_model;
   std::optional<LinkProfile> link_profile;
   std::vector<ConnectionParams> connections;  // never empty after loading

@@ -1,5 +1,6 @@
 #include "controller/deploy.hpp"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 
@@ -10,8 +11,6 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
-
-#include <fmt/format.h>
 
 #include "agent/control.hpp"
 #include "protocol/crypto.hpp"
@@ -103,22 +102,35 @@ Result<std::string> elf_arch(const std::string& path) {
   }
   unsigned char h[20] = {};
   in.read(reinterpret_cast<char*>(h), sizeof h);
-  if (in.gcount() != sizeof h || std::memcmp(h, "\x7f" "ELF", 4) != 0)
+  if (in.gcount() != sizeof h || std::memcmp(h,
+                                             "\x7f"
+                                             "ELF",
+                                             4) != 0)
     return make_error(Errc::invalid_argument, fmt::format("{} is not an ELF executable", path));
   const bool is64 = h[4] == 2;
   const bool big_endian = h[5] == 2;
   const unsigned machine = big_endian ? (h[18] << 8 | h[19]) : (h[19] << 8 | h[18]);
   switch (machine) {
-    case 3: return std::string("i686");
-    case 62: return std::string("x86_64");
-    case 40: return std::string("arm");
-    case 183: return std::string("aarch64");
-    case 243: return std::string(is64 ? "riscv64" : "riscv32");
-    case 8: return std::string(is64 ? "mips64" : "mips");
-    case 20: return std::string("ppc");
-    case 21: return std::string(big_endian ? "ppc64" : "ppc64le");
-    case 22: return std::string("s390x");
-    default: return fmt::format("elf-machine-{}", machine);
+    case 3:
+      return std::string("i686");
+    case 62:
+      return std::string("x86_64");
+    case 40:
+      return std::string("arm");
+    case 183:
+      return std::string("aarch64");
+    case 243:
+      return std::string(is64 ? "riscv64" : "riscv32");
+    case 8:
+      return std::string(is64 ? "mips64" : "mips");
+    case 20:
+      return std::string("ppc");
+    case 21:
+      return std::string(big_endian ? "ppc64" : "ppc64le");
+    case 22:
+      return std::string("s390x");
+    default:
+      return fmt::format("elf-machine-{}", machine);
   }
 }
 
@@ -158,8 +170,8 @@ Result<DeployInfo> deploy_agent(SshSession& s, const std::string& local_agent_pa
   if (probe->exit_status == 91)
     return make_error(Errc::io, fmt::format("cannot create {} on {}: {}", dir, s.label(), trim(probe->err)));
   if (probe->exit_status != 0)
-    return make_error(Errc::io, fmt::format("cannot hash {} on {} (exit status {}): {}", info.remote_path,
-                                            s.label(), probe->exit_status, trim(probe->err)));
+    return make_error(Errc::io, fmt::format("cannot hash {} on {} (exit status {}): {}", info.remote_path, s.label(),
+                                            probe->exit_status, trim(probe->err)));
   const std::string out = trim(probe->out);
   const auto nl = out.find('\n');
   info.remote_arch = trim(out.substr(0, nl));
@@ -168,8 +180,7 @@ Result<DeployInfo> deploy_agent(SshSession& s, const std::string& local_agent_pa
     return make_error(Errc::config,
                       fmt::format("{} is {} but the agent {} is built for {}; build tracr-agent for {} and "
                                   "deploy that binary",
-                                  s.label(), info.remote_arch, local_agent_path, info.local_arch,
-                                  info.remote_arch));
+                                  s.label(), info.remote_arch, local_agent_path, info.local_arch, info.remote_arch));
   if (have == info.sha256) return Result<DeployInfo>(std::move(info));  // identical agent already there
 
   TRACR_TRY(s.upload(local_agent_path, info.remote_path, 0755));
@@ -267,8 +278,10 @@ Result<RemoteAgent> launch_agent(SshSession& s, const std::string& remote_path, 
                                         log.empty() ? " is empty" : " ends with:\n", log));
   };
   if (!secret_hex.empty()) {
-    if (auto w = a.proc_->write_stdin(secret_hex + "\n"); !w)
+    if (auto w = a.proc_->write_stdin(secret_hex + "\n"); !w) {
+      if (!a.proc_->running()) return fail(Errc::peer_closed, "exited before READY");
       return fail(w.error().code, "did not take the session secret: " + w.error().message);
+    }
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ready_timeout_ms);
   for (;;) {
@@ -278,8 +291,7 @@ Result<RemoteAgent> launch_agent(SshSession& s, const std::string& remote_path, 
       if (line.error().code == Errc::timeout)
         return fail(Errc::timeout, fmt::format("did not print READY within {} ms", ready_timeout_ms));
       if (line.error().code == Errc::peer_closed)
-        return fail(Errc::peer_closed,
-                    a.proc_->running() ? "closed its stdout before READY" : "exited before READY");
+        return fail(Errc::peer_closed, a.proc_->running() ? "closed its stdout before READY" : "exited before READY");
       return fail(line.error().code, line.error().message);
     }
     if (is_ready_line(*line)) {

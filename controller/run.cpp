@@ -114,8 +114,10 @@ struct Launched {
 };
 
 Result<std::unique_ptr<AgentProc>> start_local(const std::string& agent_path, const std::vector<std::string>& args,
-                                               const std::string& log_path) {
-  std::vector<std::string> argv{agent_path};
+                                               const std::string& log_path, const std::string& netns) {
+  std::vector<std::string> argv;
+  if (!netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", netns};  // a namespaced test host
+  argv.push_back(agent_path);
   argv.insert(argv.end(), args.begin(), args.end());
   // Local agents share this machine's cores: OpenMP threads that spin while
   // idle would steal them from the other agent and distort every timing.
@@ -327,7 +329,8 @@ int run_experiment(const RunOptions& ro) {
     args.insert(args.begin(), {"--role", role});
     Result<std::unique_ptr<AgentProc>> p = make_error(Errc::internal, "");
     if (dev.transport == Transport::local)
-      p = start_local(agent_path, args, fmt::format("{}/run-{}-{}.log", log_dir.empty() ? "." : log_dir, *run_id, dev.name));
+      p = start_local(agent_path, args, fmt::format("{}/run-{}-{}.log", log_dir.empty() ? "." : log_dir, *run_id, dev.name),
+                      dev.netns);
     else
       p = start_ssh(dev, agent_path, args, ro, devices->source);
     if (!p) return std::move(p.error());
@@ -464,7 +467,11 @@ int run_experiment(const RunOptions& ro) {
 
   Status st;
   if (!ro.in_process) {
-    std::string bind_host = server.transport == Transport::local ? "127.0.0.1" : "0.0.0.0";
+    // A local agent binds loopback, or its own address inside its namespace;
+    // a remote one binds every interface.
+    std::string bind_host = server.transport == Transport::ssh ? "0.0.0.0"
+                            : server.netns.empty()             ? "127.0.0.1"
+                                                               : server.connection().host;
     auto args = model_args(*cfg);
     args.insert(args.end(), {"--bind", fmt::format("tcp://{}:{}", bind_host, server.connection().port)});
     st = launch(server, "SERVER", args);
@@ -486,7 +493,7 @@ int run_experiment(const RunOptions& ro) {
       args.insert(args.end(), pa.begin(), pa.end());
       if (ro.in_process) args.push_back("--in-process");
       else
-        args.insert(args.end(), {"--connect", server.transport == Transport::local
+        args.insert(args.end(), {"--connect", server.transport == Transport::local && server.netns.empty()
                                                   ? server_endpoint
                                                   : reachable_endpoint(server_endpoint, server.connection().host)});
       st = launch(*p, "PARTICIPANT", args);

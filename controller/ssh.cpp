@@ -1,20 +1,21 @@
 #include "controller/ssh.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <libssh/callbacks.h>
 #include <libssh/libssh.h>
 #include <libssh/sftp.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
-
-#include <fmt/format.h>
+#include <thread>
 
 #include "protocol/crypto.hpp"
 
@@ -32,6 +33,7 @@ struct SessionCore {
   std::string who;  // user@host:port
   ssh_session s = nullptr;
   std::recursive_mutex mu;
+  std::atomic<int> waiting{0};  // threads blocked on mu (see read_line)
   ~SessionCore() {
     if (s) {
       ssh_disconnect(s);
@@ -46,10 +48,10 @@ struct ProcessState {
   ssh_channel ch = nullptr;
   ssh_channel_callbacks_struct cb{};
   std::string cmd;
-  long pid = -1;            // from the "TRACR_PID <n>" line the wrapper prints first
+  long pid = -1;  // from the "TRACR_PID <n>" line the wrapper prints first
   bool pid_line_done = false;
-  std::string out;          // stdout not yet returned
-  std::string err;          // stderr (capped at err_cap, keeping the end)
+  std::string out;  // stdout not yet returned
+  std::string err;  // stderr (capped at err_cap, keeping the end)
   size_t err_cap = SIZE_MAX;
   bool stdin_closed = false;
   bool stdout_eof = false;  // remote EOF and both libssh buffers drained
@@ -57,7 +59,7 @@ struct ProcessState {
   bool closed = false;      // channel closed (by either side) or failed
   int status = -1;
   std::string exit_signal;
-  std::string failure;      // libssh error that ended the channel
+  std::string failure;  // libssh error that ended the channel
 
   bool finished() const { return exit_known || closed; }
 };
@@ -66,6 +68,25 @@ struct ProcessState {
 
 using detail::ProcessState;
 using detail::SessionCore;
+
+namespace {
+// Locks a session; counts waiters so that a thread polling in slices
+// (read_line) lets them in between slices.
+class CoreLock {
+ public:
+  explicit CoreLock(SessionCore& c) : c_(c) {
+    ++c_.waiting;
+    c_.mu.lock();
+    --c_.waiting;
+  }
+  ~CoreLock() { c_.mu.unlock(); }
+  CoreLock(const CoreLock&) = delete;
+  CoreLock& operator=(const CoreLock&) = delete;
+
+ private:
+  SessionCore& c_;
+};
+}  // namespace
 
 namespace {
 
@@ -77,10 +98,12 @@ std::mutex g_known_hosts_mu;
 constexpr size_t kChunk = 32 * 1024;
 
 int signal_number(const std::string& name) {
-  static const struct { const char* n; int v; } table[] = {
-      {"HUP", 1},   {"INT", 2},   {"QUIT", 3},  {"ILL", 4},   {"TRAP", 5},  {"ABRT", 6},
-      {"BUS", 7},   {"FPE", 8},   {"KILL", 9},  {"USR1", 10}, {"SEGV", 11}, {"USR2", 12},
-      {"PIPE", 13}, {"ALRM", 14}, {"TERM", 15},
+  static const struct {
+    const char* n;
+    int v;
+  } table[] = {
+      {"HUP", 1},  {"INT", 2},   {"QUIT", 3},  {"ILL", 4},   {"TRAP", 5},  {"ABRT", 6},  {"BUS", 7},   {"FPE", 8},
+      {"KILL", 9}, {"USR1", 10}, {"SEGV", 11}, {"USR2", 12}, {"PIPE", 13}, {"ALRM", 14}, {"TERM", 15},
   };
   for (const auto& e : table)
     if (name == e.n) return e.v;
@@ -93,8 +116,7 @@ void on_exit_status(ssh_session, ssh_channel, int exit_status, void* userdata) {
   p->status = exit_status;
 }
 
-void on_exit_signal(ssh_session, ssh_channel, const char* signal, int, const char*, const char*,
-                    void* userdata) {
+void on_exit_signal(ssh_session, ssh_channel, const char* signal, int, const char*, const char*, void* userdata) {
   auto* p = static_cast<ProcessState*>(userdata);
   p->exit_known = true;
   p->exit_signal = signal ? signal : "";
@@ -106,16 +128,14 @@ std::string ssh_err(SessionCore& c) {
   return e && *e ? e : "unknown libssh error";
 }
 
-std::string short_cmd(const std::string& cmd) {
-  return cmd.size() > 120 ? cmd.substr(0, 117) + "..." : cmd;
-}
+std::string short_cmd(const std::string& cmd) { return cmd.size() > 120 ? cmd.substr(0, 117) + "..." : cmd; }
 
 // An error from a libssh call on an established session: peer_closed when
 // the connection is gone, io otherwise.
 Error session_error(SessionCore& c, const std::string& what) {
   if (!ssh_is_connected(c.s))
-    return make_error(Errc::peer_closed, fmt::format("connection to {} lost while trying to {}: {}", c.who,
-                                                     what, ssh_err(c)));
+    return make_error(Errc::peer_closed,
+                      fmt::format("connection to {} lost while trying to {}: {}", c.who, what, ssh_err(c)));
   return make_error(Errc::io, fmt::format("{} on {}: {}", what, c.who, ssh_err(c)));
 }
 
@@ -280,8 +300,7 @@ std::string expand_home(const std::string& path) {
 
 // Refuses a private key that group or others may read or write (as OpenSSH does).
 Status check_key_file(const std::string& path, const std::string& who) {
-  if (path.empty())
-    return make_error(Errc::invalid_argument, fmt::format("no private key given for {}", who));
+  if (path.empty()) return make_error(Errc::invalid_argument, fmt::format("no private key given for {}", who));
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT)
@@ -373,8 +392,8 @@ Status verify_host_key(SessionCore& c) {
       return unknown_or_add();
     case SSH_KNOWN_HOSTS_ERROR:
     default:
-      return make_error(Errc::io, fmt::format("cannot check the host key of {} against {}: {}", c.who, file,
-                                              ssh_err(c)));
+      return make_error(Errc::io,
+                        fmt::format("cannot check the host key of {} against {}: {}", c.who, file, ssh_err(c)));
   }
 }
 
@@ -432,8 +451,10 @@ std::string shell_quote(const std::string& s) {
   if (!s.empty() && std::all_of(s.begin(), s.end(), is_safe_shell_char)) return s;
   std::string q = "'";
   for (char ch : s) {
-    if (ch == '\'') q += "'\\''";
-    else q += ch;
+    if (ch == '\'')
+      q += "'\\''";
+    else
+      q += ch;
   }
   q += "'";
   return q;
@@ -501,8 +522,8 @@ Result<std::unique_ptr<SshSession>> SshSession::connect(const SshTarget& target_
                                     "~/.ssh/authorized_keys on the device?",
                                     t.user, t.host, t.key_path, key_fingerprint(key), who, t.user));
     default:
-      return make_error(Errc::peer_closed, fmt::format("authentication of {}@{} with key {} failed ({}): {}",
-                                                       t.user, t.host, t.key_path, who, ssh_err(*core)));
+      return make_error(Errc::peer_closed, fmt::format("authentication of {}@{} with key {} failed ({}): {}", t.user,
+                                                       t.host, t.key_path, who, ssh_err(*core)));
   }
   return std::unique_ptr<SshSession>(new SshSession(std::move(core)));
 }
@@ -511,7 +532,7 @@ namespace {
 Result<ExecResult> run_on(SessionCore& c, const std::string& cmd, const std::string& stdin_data, int timeout_ms) {
   if (timeout_ms <= 0) timeout_ms = c.target.timeout_ms;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  std::lock_guard<std::recursive_mutex> lk(c.mu);
+  CoreLock lk(c);
   ProcessState p;
   struct Guard {
     SessionCore& c;
@@ -528,8 +549,8 @@ Result<ExecResult> run_on(SessionCore& c, const std::string& cmd, const std::str
       while (p.pid < 0 && !p.pid_line_done && !p.stdout_eof && remaining_ms(pid_deadline) > 0) pump(c, p, 50);
       kill_remote(c, p, "KILL");
     }
-    return make_error(Errc::timeout, fmt::format("`{}` on {} did not finish within {} ms", short_cmd(cmd), c.who,
-                                                 timeout_ms));
+    return make_error(Errc::timeout,
+                      fmt::format("`{}` on {} did not finish within {} ms", short_cmd(cmd), c.who, timeout_ms));
   };
   size_t off = 0;
   while (off < stdin_data.size() && !p.stdout_eof) {
@@ -580,7 +601,7 @@ Result<std::unique_ptr<RemoteProcess>> SshSession::start(const std::string& cmd)
   SessionCore& c = *core_;
   auto st = std::make_unique<ProcessState>();
   st->err_cap = 64 * 1024;
-  std::lock_guard<std::recursive_mutex> lk(c.mu);
+  CoreLock lk(c);
   Status s = open_exec(c, *st, wrap_with_pid(cmd, true));
   st->cmd = cmd;
   if (!s) {
@@ -608,10 +629,10 @@ Status SshSession::upload(const std::string& local_path, const std::string& remo
   if (!in) {
     struct stat st {};
     if (::stat(local_path.c_str(), &st) != 0 && errno == ENOENT)
-      return make_error(Errc::not_found, fmt::format("cannot upload {}: no such file", local_path));
-    return make_error(Errc::io, fmt::format("cannot upload {}: cannot open it for reading", local_path));
+      return make_error(Errc::not_found, fmt::format("cannot upload {} to {}: no such file", local_path, c.who));
+    return make_error(Errc::io, fmt::format("cannot upload {} to {}: cannot open it for reading", local_path, c.who));
   }
-  std::lock_guard<std::recursive_mutex> lk(c.mu);
+  CoreLock lk(c);
   auto sftp_r = open_sftp(c);
   if (!sftp_r) return std::move(sftp_r.error());
   SftpHandle h{*sftp_r};
@@ -631,29 +652,28 @@ Status SshSession::upload(const std::string& local_path, const std::string& remo
     if (n <= 0) break;
     if (sftp_write(f, buf.data(), static_cast<size_t>(n)) != n) return fail(sftp_error(c, h.sftp, "write", tmp));
   }
-  if (in.bad()) return fail(make_error(Errc::io, fmt::format("reading {} failed", local_path)));
+  if (in.bad()) return fail(make_error(Errc::io, fmt::format("reading {} for upload to {} failed", local_path, c.who)));
   if (sftp_extension_supported(h.sftp, "fsync@openssh.com", "1") && sftp_fsync(f) != 0)
     return fail(sftp_error(c, h.sftp, "fsync", tmp));
   int rc = sftp_close(f);
   f = nullptr;
   if (rc != 0) return fail(sftp_error(c, h.sftp, "close", tmp));
-  if (sftp_chmod(h.sftp, tmp.c_str(), static_cast<mode_t>(mode)) != 0)
-    return fail(sftp_error(c, h.sftp, "chmod", tmp));
+  if (sftp_chmod(h.sftp, tmp.c_str(), static_cast<mode_t>(mode)) != 0) return fail(sftp_error(c, h.sftp, "chmod", tmp));
   // SFTPv3 rename (OpenSSH) refuses an existing target; replace it with
   // rename(2) through the shell then, which is atomic as well.
   if (sftp_rename(h.sftp, tmp.c_str(), remote_path.c_str()) != 0) {
     auto mv = run_on(c, "mv -f " + shell_quote(tmp) + " " + shell_quote(remote_path), "", 0);
     if (!mv) return fail(mv.error());
     if (mv->exit_status != 0)
-      return fail(make_error(Errc::io, fmt::format("cannot move {} over {} on {}: {}", tmp, remote_path, c.who,
-                                                   mv->err)));
+      return fail(
+          make_error(Errc::io, fmt::format("cannot move {} over {} on {}: {}", tmp, remote_path, c.who, mv->err)));
   }
   return {};
 }
 
 namespace {
 Result<std::string> read_remote(SessionCore& c, const std::string& path, size_t max_bytes, bool tail) {
-  std::lock_guard<std::recursive_mutex> lk(c.mu);
+  CoreLock lk(c);
   auto sftp_r = open_sftp(c);
   if (!sftp_r) return std::move(sftp_r.error());
   SftpHandle h{*sftp_r};
@@ -670,8 +690,8 @@ Result<std::string> read_remote(SessionCore& c, const std::string& path, size_t 
   }
   if (size > max_bytes) {
     if (!tail)
-      return make_error(Errc::limit_exceeded, fmt::format("{} on {} has {} bytes, more than the {} allowed", path,
-                                                          c.who, size, max_bytes));
+      return make_error(Errc::limit_exceeded,
+                        fmt::format("{} on {} has {} bytes, more than the {} allowed", path, c.who, size, max_bytes));
     if (sftp_seek64(f, size - max_bytes) != 0) return sftp_error(c, h.sftp, "seek", path);
   }
   std::string out;
@@ -709,7 +729,7 @@ RemoteProcess::RemoteProcess(std::shared_ptr<SessionCore> core, std::unique_ptr<
 RemoteProcess::~RemoteProcess() {
   if (!st_) return;
   if (!st_->finished()) (void)stop(1000);
-  std::lock_guard<std::recursive_mutex> lk(core_->mu);
+  CoreLock lk(*core_);
   release(*core_, *st_);
 }
 
@@ -717,7 +737,7 @@ long RemoteProcess::pid() const { return st_->pid; }
 const std::string& RemoteProcess::command() const { return st_->cmd; }
 
 std::string RemoteProcess::stderr_tail() {
-  std::lock_guard<std::recursive_mutex> lk(core_->mu);
+  CoreLock lk(*core_);
   pump(*core_, *st_, 0);
   return st_->err;
 }
@@ -726,21 +746,28 @@ Status RemoteProcess::write_stdin(const std::string& data) {
   SessionCore& c = *core_;
   ProcessState& p = *st_;
   const auto deadline = Clock::now() + std::chrono::milliseconds(c.target.timeout_ms);
-  std::lock_guard<std::recursive_mutex> lk(c.mu);
-  if (p.stdin_closed || !p.ch || p.closed)
-    return make_error(Errc::io, fmt::format("stdin of `{}` on {} is closed", short_cmd(p.cmd), c.who));
+  CoreLock lk(c);
+  if (p.stdin_closed)
+    return make_error(Errc::io, fmt::format("stdin of `{}` on {} was closed", short_cmd(p.cmd), c.who));
+  if (!p.stdout_eof) pump(c, p, 0);
+  if (!p.ch || p.finished())
+    return make_error(Errc::peer_closed, fmt::format("`{}` on {} has exited ({})", short_cmd(p.cmd), c.who,
+                                                     p.exit_known ? fmt::format("exit status {}", p.status)
+                                                                  : std::string("channel closed")));
   size_t off = 0;
   while (off < data.size()) {
     if (remaining_ms(deadline) == 0)
-      return make_error(Errc::timeout, fmt::format("`{}` on {} did not read its stdin within {} ms",
-                                                   short_cmd(p.cmd), c.who, c.target.timeout_ms));
+      return make_error(Errc::timeout, fmt::format("`{}` on {} did not read its stdin within {} ms", short_cmd(p.cmd),
+                                                   c.who, c.target.timeout_ms));
     uint32_t window = ssh_channel_window_size(p.ch);
     if (window == 0) {
-      if (p.stdout_eof) wait_exit(c, p, 20);
-      else pump(c, p, 20);
+      if (p.stdout_eof)
+        wait_exit(c, p, 20);
+      else
+        pump(c, p, 20);
       if (p.finished())
-        return make_error(Errc::peer_closed, fmt::format("`{}` on {} exited before reading its stdin",
-                                                         short_cmd(p.cmd), c.who));
+        return make_error(Errc::peer_closed,
+                          fmt::format("`{}` on {} exited before reading its stdin", short_cmd(p.cmd), c.who));
       continue;
     }
     size_t n = std::min<size_t>({window, kChunk, data.size() - off});
@@ -752,7 +779,7 @@ Status RemoteProcess::write_stdin(const std::string& data) {
 }
 
 void RemoteProcess::close_stdin() {
-  std::lock_guard<std::recursive_mutex> lk(core_->mu);
+  CoreLock lk(*core_);
   if (st_->stdin_closed) return;
   st_->stdin_closed = true;
   if (st_->ch && !st_->closed && ssh_is_connected(core_->s)) ssh_channel_send_eof(st_->ch);
@@ -764,7 +791,7 @@ Result<std::string> RemoteProcess::read_line(int timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
   for (;;) {
     {
-      std::lock_guard<std::recursive_mutex> lk(c.mu);
+      CoreLock lk(c);
       auto nl = p.out.find('\n');
       if (nl != std::string::npos) {
         std::string line = p.out.substr(0, nl);
@@ -787,16 +814,17 @@ Result<std::string> RemoteProcess::read_line(int timeout_ms) {
       }
       int rem = remaining_ms(deadline);
       if (rem == 0)
-        return make_error(Errc::timeout, fmt::format("no line from `{}` on {} within {} ms", short_cmd(p.cmd),
-                                                     c.who, timeout_ms));
+        return make_error(Errc::timeout,
+                          fmt::format("no line from `{}` on {} within {} ms", short_cmd(p.cmd), c.who, timeout_ms));
       // Short slices so that other threads get the session in between.
       pump(c, p, std::min(rem, 50));
     }
+    for (int i = 0; i < 1000 && c.waiting.load() > 0; ++i) std::this_thread::yield();
   }
 }
 
 std::optional<int> RemoteProcess::exit_status() {
-  std::lock_guard<std::recursive_mutex> lk(core_->mu);
+  CoreLock lk(*core_);
   ProcessState& p = *st_;
   if (!p.finished()) {
     if (!p.stdout_eof) pump(*core_, p, 0);
@@ -809,7 +837,7 @@ std::optional<int> RemoteProcess::exit_status() {
 Result<int> RemoteProcess::stop(int grace_ms) {
   SessionCore& c = *core_;
   ProcessState& p = *st_;
-  std::lock_guard<std::recursive_mutex> lk(c.mu);
+  CoreLock lk(c);
   if (!p.ch || p.finished()) return p.status;
   close_stdin();
   if (wait_finished(c, p, grace_ms)) return p.status;

@@ -26,19 +26,19 @@ struct SshTarget {
   std::string host;
   int port = 22;
   std::string user;
-  std::string key_path;          // private key (OpenSSH or PEM), mode 0600 or stricter
-  std::string known_hosts_path;  // checked for the host key; empty: ~/.ssh/known_hosts
+  std::string key_path;             // private key (OpenSSH or PEM), mode 0600 or stricter
+  std::string known_hosts_path;     // checked for the host key; empty: ~/.ssh/known_hosts
   bool trust_on_first_use = false;  // add an unknown host's key (never a changed one)
-  int timeout_ms = 10000;        // connect, key exchange, auth and each blocking step
+  int timeout_ms = 10000;           // connect, key exchange, auth and each blocking step
 
   // "user@host:port", as used in every error message.
   std::string label() const;
 };
 
 struct ExecResult {
-  std::string out;       // remote stdout
-  std::string err;       // remote stderr
-  int exit_status = -1;  // exit code; 128+N when killed by signal N; -1 unknown
+  std::string out;          // remote stdout
+  std::string err;          // remote stderr
+  int exit_status = -1;     // exit code; 128+N when killed by signal N; -1 unknown
   std::string exit_signal;  // "TERM", "KILL", ... when killed by a signal
 };
 

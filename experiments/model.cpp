@@ -114,14 +114,8 @@ int64_t SplitModel::num_params() const {
 
 std::vector<TensorSpec> SplitModel::crossing(int k) const {
   std::vector<TensorSpec> out;
-  const int n = num_layers();
-  if (k < 0 || k > n) return out;
-  // Value v is produced "at" v - 1 (input at -1) and crosses k when it is
-  // produced before k and still needed at or after k.
-  for (size_t v = 0; v < value_specs_.size(); ++v) {
-    const int produced = static_cast<int>(v) - 1;
-    if (produced < k && last_use_[v] >= k) out.push_back(value_specs_[v]);
-  }
+  if (k < 0 || k > num_layers()) return out;
+  for (int v : crossing_ids_[k]) out.push_back(value_specs_[v]);
   return out;
 }
 
@@ -144,19 +138,17 @@ Result<Bundle> SplitModel::run(int a, int b, Bundle in) const {
                       name_ + ": layer range [" + std::to_string(a) + ", " + std::to_string(b) +
                           ") is not within [0, " + std::to_string(n) + "]");
   torch::NoGradGuard no_grad;
-  std::map<std::string, int> by_name;
-  for (size_t v = 0; v < value_specs_.size(); ++v) by_name[value_specs_[v].name] = static_cast<int>(v);
-
   std::vector<at::Tensor> values(value_specs_.size());
-  std::set<std::string> expected;
-  for (const auto& s : crossing(a)) expected.insert(s.name);
+  const auto& expected = crossing_ids_[a];
   int64_t batch = -1;
   for (auto& nt : in) {
-    if (!expected.count(nt.name))
+    auto id = value_ids_.find(nt.name);
+    if (id == value_ids_.end() ||
+        std::find(expected.begin(), expected.end(), id->second) == expected.end())
       return make_error(Errc::invalid_argument,
                         name_ + ": tensor '" + nt.name + "' does not cross split " +
                             std::to_string(a));
-    const int v = by_name.at(nt.name);
+    const int v = id->second;
     if (values[v].defined())
       return make_error(Errc::invalid_argument, name_ + ": tensor '" + nt.name + "' given twice");
     if (!nt.tensor.defined())
@@ -182,11 +174,11 @@ Result<Bundle> SplitModel::run(int a, int b, Bundle in) const {
                             std::string(protocol::dtype_name(spec.dtype)));
     values[v] = nt.tensor.device() == device_ ? std::move(nt.tensor) : nt.tensor.to(device_);
   }
-  for (const auto& e : expected)
-    if (!values[by_name.at(e)].defined())
+  for (int v : expected)
+    if (!values[v].defined())
       return make_error(Errc::invalid_argument,
-                        name_ + ": tensor '" + e + "' crosses split " + std::to_string(a) +
-                            " but is missing from the bundle");
+                        name_ + ": tensor '" + value_specs_[v].name + "' crosses split " +
+                            std::to_string(a) + " but is missing from the bundle");
   in.clear();
 
   std::vector<at::Tensor> args;
@@ -206,7 +198,8 @@ Result<Bundle> SplitModel::run(int a, int b, Bundle in) const {
       if (last_use_[v] <= i) values[v] = at::Tensor();
   }
   Bundle out;
-  for (const auto& s : crossing(b)) out.push_back({s.name, values[by_name.at(s.name)]});
+  out.reserve(crossing_ids_[b].size());
+  for (int v : crossing_ids_[b]) out.push_back({value_specs_[v].name, std::move(values[v])});
   return out;
 }
 
@@ -420,6 +413,13 @@ Result<std::unique_ptr<SplitModel>> GraphBuilder::build(const std::vector<std::s
     if (m->last_use_[v] < 0)
       return make_error(Errc::internal, model_name_ + ": output of '" + m->value_specs_[v].name +
                                             "' is never used");
+  // Value v is produced "at" v - 1 (input at -1) and crosses split k when it
+  // is produced before k and still needed at or after k.
+  m->crossing_ids_.assign(n + 1, {});
+  for (int k = 0; k <= n; ++k)
+    for (int v = 0; v <= n; ++v)
+      if (v - 1 < k && m->last_use_[v] >= k) m->crossing_ids_[k].push_back(v);
+  m->value_ids_ = ids;
 
   // Parameters, per layer and as a state dict keyed "<layer>.<param>".
   std::vector<std::shared_ptr<torch::nn::Module>> modules;

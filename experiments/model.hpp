@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -145,6 +146,8 @@ class SplitModel {
   std::vector<int> output_ids_;
   std::vector<TensorSpec> value_specs_;  // per value id
   std::vector<int> last_use_;            // per value id; N for outputs
+  std::vector<std::vector<int>> crossing_ids_;  // per split k, value ids in order
+  std::map<std::string, int> value_ids_;        // tensor name -> value id
   std::optional<DetectionHeadInfo> detection_;
   c10::Device device_ = c10::Device(c10::kCPU);
   std::function<std::vector<NamedTensor>()> state_fn_;

@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
@@ -30,8 +31,6 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "controller/ssh.hpp"
 
 extern char** environ;
@@ -43,8 +42,7 @@ inline constexpr const char* kSshKeygen = "/usr/bin/ssh-keygen";
 
 // Why the sshd tests cannot run here ("" when they can).
 inline std::string sshd_skip_reason() {
-  if (::geteuid() != 0)
-    return "the sshd fixture needs root (sshd privilege separation, /run/sshd); CI runs as root";
+  if (::geteuid() != 0) return "the sshd fixture needs root (sshd privilege separation, /run/sshd); CI runs as root";
   if (::access(kSshd, X_OK) != 0) return std::string(kSshd) + " not found: apt-get install openssh-server";
   if (::access(kSshKeygen, X_OK) != 0) return std::string(kSshKeygen) + " not found: apt-get install openssh-client";
   return {};

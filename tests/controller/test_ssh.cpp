@@ -1,4 +1,5 @@
 // SshSession and RemoteProcess against a real sshd on loopback.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -6,8 +7,6 @@
 #include <filesystem>
 #include <random>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "controller/ssh.hpp"
 #include "tests/controller/sshd_fixture.hpp"
@@ -201,9 +200,9 @@ TEST_F(SshSessionTest, UploadReplacesAtomicallyAndReadsBack) {
   spit(local, data);
   auto st = s->upload(local, remote, 0640);
   ASSERT_TRUE(st.ok()) << st.error().str();
-  EXPECT_EQ(std::filesystem::status(remote).permissions() & std::filesystem::perms::all,
-            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
-                std::filesystem::perms::group_read);
+  EXPECT_EQ(
+      std::filesystem::status(remote).permissions() & std::filesystem::perms::all,
+      std::filesystem::perms::owner_read | std::filesystem::perms::owner_write | std::filesystem::perms::group_read);
   auto back = s->read_file(remote);
   ASSERT_TRUE(back.ok()) << back.error().str();
   EXPECT_TRUE(*back == data);
@@ -280,6 +279,27 @@ TEST_F(SshSessionTest, StopKillsAProcessThatIgnoresStdin) {
   auto left = s->run("ps -eo pid=,pgid=,stat=,args= | awk '$2 == " + std::to_string(pid) + " && $3 !~ /^Z/'");
   ASSERT_TRUE(left.ok());
   EXPECT_EQ(left->out, "");
+}
+
+TEST_F(SshSessionTest, ProcessAndCommandsShareTheSessionAcrossThreads) {
+  auto s = connect_trusted();
+  ASSERT_TRUE(s);
+  auto p = s->start("cat");
+  ASSERT_TRUE(p.ok()) << p.error().str();
+  std::string got;
+  std::thread reader([&] {
+    auto l = (*p)->read_line(20000);  // waits while the main thread uses the session
+    got = l ? *l : l.error().str();
+  });
+  auto r = s->run("echo side");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->out, "side\n");
+  ASSERT_TRUE((*p)->write_stdin("through cat\n").ok());
+  reader.join();
+  EXPECT_EQ(got, "through cat");
+  auto st = (*p)->stop(5000);
+  ASSERT_TRUE(st.ok()) << st.error().str();
+  EXPECT_EQ(*st, 0);
 }
 
 TEST_F(SshSessionTest, ConcurrentConnectsFromFourThreads) {

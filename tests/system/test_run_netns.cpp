@@ -1,0 +1,90 @@
+// Two namespaced test hosts joined by a veth pair whose both ends are rate
+// limited with tc tbf; the SERVER agent runs in one, the PARTICIPANT in the
+// other, and the experiment's frames cross that link.
+#include <unistd.h>
+
+#include "system/system_util.hpp"
+
+using namespace tracr::testing;
+
+namespace {
+
+struct NetnsPair {
+  std::string a, b, va, vb, subnet;
+  bool ok = false;
+  std::string why;
+  explicit NetnsPair(const std::string& rate) {
+    const std::string id = std::to_string(getpid() % 100000);
+    a = "trs" + id;
+    b = "trp" + id;
+    va = "vs" + id;
+    vb = "vp" + id;
+    subnet = "10.231." + std::to_string(getpid() % 250) + ".";
+    if (geteuid() != 0) {
+      why = "network namespaces need root";
+      return;
+    }
+    const std::string cmds[] = {
+        "ip netns add " + a,
+        "ip netns add " + b,
+        "ip link add " + va + " type veth peer name " + vb,
+        "ip link set " + va + " netns " + a,
+        "ip link set " + vb + " netns " + b,
+        "ip -n " + a + " addr add " + subnet + "1/24 dev " + va,
+        "ip -n " + b + " addr add " + subnet + "2/24 dev " + vb,
+        "ip -n " + a + " link set " + va + " up",
+        "ip -n " + b + " link set " + vb + " up",
+        "ip -n " + a + " link set lo up",
+        "ip -n " + b + " link set lo up",
+        "ip netns exec " + a + " tc qdisc add dev " + va + " root tbf rate " + rate + " burst 32kbit latency 400ms",
+        "ip netns exec " + b + " tc qdisc add dev " + vb + " root tbf rate " + rate + " burst 32kbit latency 400ms",
+    };
+    for (const auto& c : cmds) {
+      auto r = sh(c);
+      if (r.status != 0) {
+        why = "'" + c + "' failed: " + r.out;
+        return;
+      }
+    }
+    ok = true;
+  }
+  ~NetnsPair() {
+    sh("ip netns del " + a);
+    sh("ip netns del " + b);
+  }
+};
+
+}  // namespace
+
+TEST(RunNetns, ExperimentCrossesRateLimitedVethLink) {
+  NetnsPair net("40mbit");
+  if (!net.ok) {
+    // CI runs as root where namespaces work: there this must not skip.
+    if (std::getenv("CI")) FAIL() << "network namespaces unavailable on CI: " << net.why;
+    GTEST_SKIP() << net.why;
+  }
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml",
+                                     "devices:\n"
+                                     "  - device_type: SERVER\n    transport: local\n    netns: " + net.a + "\n"
+                                     "    connection_params:\n      - host: " + net.subnet + "1\n        port: 0\n"
+                                     "  - device_type: PARTICIPANT\n    transport: local\n    netns: " + net.b + "\n"
+                                     "    connection_params:\n      - host: " + net.subnet + "2\n");
+  std::string y = small_experiment(db, "record:\n  layers: false\n", devices);
+  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  y.replace(y.find("compression: blosc-lz4"), 22, "compression: none");
+  const std::string exp = d.file("exp.yaml", y);
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select status from runs"), "completed");
+  EXPECT_EQ(query(db, "select count(*) from frames"), "4");
+  EXPECT_NE(query(db, "select devices_json from runs"), "");
+  EXPECT_NE(query(db, "select devices_json from runs").find(net.a), std::string::npos);
+  // Split 0 ships the 49,152-byte input across a 40 Mbit/s link: its transfer
+  // time cannot be below the serialisation time (a physical lower bound of
+  // the link, with 30% slack for tbf's burst).
+  const double min_ns = 49152 * 8 / 40e6 * 1e9 * 0.7;
+  for (const auto& v : query_col(db, "select transfer_ns from frames where split = 0"))
+    EXPECT_GT(std::stod(v), min_ns) << "transfer " << v << " ns";
+}
