@@ -15,6 +15,7 @@
 namespace tracr::controller {
 
 int cmd_models(const std::vector<std::string>& args);
+int cmd_profile(const std::vector<std::string>& args);
 
 namespace {
 
@@ -28,6 +29,9 @@ void usage() {
       "        print the per-split table read back from the database\n"
       "  results list|show RUN|compare RUN RUN|export RUN --csv F|--json F [--db PATH]\n"
       "  models            list the splittable models of the registry\n"
+      "  profile MODEL [--input-shape C,H,W] [--batch B] [--reps N] [--weights F] [--device D]\n"
+      "        per-layer latency (median, p95), bytes and memory on this machine, and the\n"
+      "        per-split head/tail estimate\n"
       "  demo [--quick] [--reps N] [--csv FILE] [--agent PATH]\n"
       "        start tracr-agent SERVER processes on loopback, send real tensors\n"
       "        under each codec and cipher, print the measured table beside raw ZeroMQ\n"
@@ -106,6 +110,7 @@ int tracrctl_main(int argc, char** argv) {
     if (cmd == "run") return cmd_run(rest);
     if (cmd == "results") return cmd_results(rest);
     if (cmd == "models") return cmd_models(rest);
+    if (cmd == "profile") return cmd_profile(rest);
     if (cmd == "bench") {
       if (rest.empty() || rest[0] != "protocol") {
         std::fputs("tracrctl bench: expected 'protocol'\n", stderr);
