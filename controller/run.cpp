@@ -139,7 +139,12 @@ Result<std::unique_ptr<AgentProc>> start_ssh(const DeviceConfig& dev, const std:
   if (const char* kh = std::getenv("TRACR_KNOWN_HOSTS")) t.known_hosts_path = kh;
   t.trust_on_first_use = ro.trust_new_hosts;
   auto s = SshSession::connect(t);
-  if (!s) return make_error(s.error().code, "device " + dev.name + ": " + s.error().message);
+  if (!s) {
+    std::string hint;
+    if (s.error().code == Errc::host_key_unknown)
+      hint = " (check the key, then pass --trust-new-hosts to record it in " + t.known_hosts_path + ")";
+    return make_error(s.error().code, "device " + dev.name + ": " + s.error().message + hint);
+  }
   auto d = deploy_agent(**s, agent_path, dev.work_dir);
   if (!d) return make_error(d.error().code, "device " + dev.name + ": deploy: " + d.error().message);
   std::string cmd = shell_quote(d->remote_path);
