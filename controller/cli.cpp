@@ -16,6 +16,8 @@ namespace tracr::controller {
 
 int cmd_models(const std::vector<std::string>& args);
 int cmd_profile(const std::vector<std::string>& args);
+int cmd_devices(const std::vector<std::string>& args);
+int cmd_agents(const std::vector<std::string>& args);
 
 namespace {
 
@@ -28,6 +30,10 @@ void usage() {
       "        bring up agents (local processes or SSH), sweep the splits, record in SQLite,\n"
       "        print the per-split table read back from the database\n"
       "  results list|show RUN|compare RUN RUN|export RUN --csv F|--json F [--db PATH]\n"
+      "  devices check [--devices FILE] [--trust-new-hosts]\n"
+      "        reachability, authentication, key permissions, architecture, agent version\n"
+      "  agents deploy|status|logs|stop [--devices FILE] [--trust-new-hosts] [--tail BYTES]\n"
+      "        upload the agent (by content hash), list deployed/running agents, fetch logs, stop them\n"
       "  models            list the splittable models of the registry\n"
       "  profile MODEL [--input-shape C,H,W] [--batch B] [--reps N] [--weights F] [--device D]\n"
       "        per-layer latency (median, p95), bytes and memory on this machine, and the\n"
@@ -111,6 +117,8 @@ int tracrctl_main(int argc, char** argv) {
     if (cmd == "results") return cmd_results(rest);
     if (cmd == "models") return cmd_models(rest);
     if (cmd == "profile") return cmd_profile(rest);
+    if (cmd == "devices") return cmd_devices(rest);
+    if (cmd == "agents") return cmd_agents(rest);
     if (cmd == "bench") {
       if (rest.empty() || rest[0] != "protocol") {
         std::fputs("tracrctl bench: expected 'protocol'\n", stderr);

@@ -73,18 +73,23 @@ class LocalProc : public AgentProc {
 
 class SshProc : public AgentProc {
  public:
-  SshProc(std::unique_ptr<SshSession> s, std::unique_ptr<RemoteProcess> p) : s_(std::move(s)), p_(std::move(p)) {}
+  SshProc(std::unique_ptr<SshSession> s, std::unique_ptr<RemoteProcess> p, std::string log)
+      : s_(std::move(s)), p_(std::move(p)), log_(std::move(log)) {}
   Status write(const std::string& d) override { return p_->write_stdin(d); }
   Result<std::string> read_line(int t) override { return p_->read_line(t); }
   int stop(int grace_ms) override {
     auto r = p_->stop(grace_ms);
     return r ? *r : -1;
   }
-  std::string log_tail() override { return p_->stderr_tail(); }
+  std::string log_tail() override {
+    auto t = s_->read_file_tail(log_, 4000);
+    return t ? *t : p_->stderr_tail();
+  }
 
  private:
   std::unique_ptr<SshSession> s_;
   std::unique_ptr<RemoteProcess> p_;
+  std::string log_;
 };
 
 std::string json_escape(const std::string& s) {
@@ -128,7 +133,7 @@ Result<std::unique_ptr<AgentProc>> start_local(const std::string& agent_path, co
 
 Result<std::unique_ptr<AgentProc>> start_ssh(const DeviceConfig& dev, const std::string& agent_path,
                                              const std::vector<std::string>& args, const RunOptions& ro,
-                                             const std::string& devices_file) {
+                                             const std::string& devices_file, const std::string& log_name) {
   const auto& c = dev.connection();
   SshTarget t;
   t.host = c.host;
@@ -147,11 +152,14 @@ Result<std::unique_ptr<AgentProc>> start_ssh(const DeviceConfig& dev, const std:
   }
   auto d = deploy_agent(**s, agent_path, dev.work_dir);
   if (!d) return make_error(d.error().code, "device " + dev.name + ": deploy: " + d.error().message);
+  // The agent's stderr goes to a log beside it (tracrctl agents logs).
+  const std::string log = d->remote_path.substr(0, d->remote_path.rfind('/') + 1) + log_name;
   std::string cmd = shell_quote(d->remote_path);
   for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += " 2>> " + shell_quote(log);
   auto p = (*s)->start(cmd);
   if (!p) return make_error(p.error().code, "device " + dev.name + ": start agent: " + p.error().message);
-  return std::unique_ptr<AgentProc>(new SshProc(std::move(*s), std::move(*p)));
+  return std::unique_ptr<AgentProc>(new SshProc(std::move(*s), std::move(*p), log));
 }
 
 // Reads control lines of every agent on its own thread into one queue.
@@ -337,7 +345,7 @@ int run_experiment(const RunOptions& ro) {
       p = start_local(agent_path, args, fmt::format("{}/run-{}-{}.log", log_dir.empty() ? "." : log_dir, *run_id, dev.name),
                       dev.netns);
     else
-      p = start_ssh(dev, agent_path, args, ro, devices->source);
+      p = start_ssh(dev, agent_path, args, ro, devices->source, fmt::format("run-{}-{}.log", *run_id, dev.name));
     if (!p) return std::move(p.error());
     TRACR_TRY((*p)->write(secret_line));
     Launched l;

@@ -87,3 +87,30 @@ TEST_F(RunSsh, UnreachableHostFailsClearly) {
   EXPECT_NE(r.out.find("unreachable"), std::string::npos) << r.out;
   EXPECT_EQ(query(db(), "select status from runs"), "failed");
 }
+
+TEST_F(RunSsh, DevicesCheckAndAgentsCommands) {
+  const std::string dev = devices(sshd().user_key(), sshd().port());
+  const std::string env = "TRACR_KNOWN_HOSTS=" + sshd().known_hosts() + " ";
+  auto refused = sh(env + tracrctl() + " devices check --devices " + dev);
+  EXPECT_EQ(refused.status, 1) << refused.out;
+  EXPECT_NE(refused.out.find("host_key_unknown"), std::string::npos) << refused.out;
+  auto check = sh(env + tracrctl() + " devices check --trust-new-hosts --devices " + dev);
+  ASSERT_EQ(check.status, 0) << check.out;
+  EXPECT_NE(check.out.find("auth ok, agent not deployed"), std::string::npos) << check.out;
+  auto deploy = sh(env + tracrctl() + " agents deploy --devices " + dev);
+  ASSERT_EQ(deploy.status, 0) << deploy.out;
+  EXPECT_NE(deploy.out.find("uploaded"), std::string::npos) << deploy.out;
+  auto again = sh(env + tracrctl() + " agents deploy --devices " + dev);
+  EXPECT_NE(again.out.find("already there"), std::string::npos) << again.out;
+  auto check2 = sh(env + tracrctl() + " devices check --devices " + dev);
+  EXPECT_NE(check2.out.find("protocol 1 deployed"), std::string::npos) << check2.out;
+  auto status = sh(env + tracrctl() + " agents status --devices " + dev);
+  ASSERT_EQ(status.status, 0) << status.out;
+  EXPECT_NE(status.out.find("tracr-agent-"), std::string::npos) << status.out;
+  // A run leaves its agents' logs beside them.
+  auto r = run(dev);
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto logs = sh(env + tracrctl() + " agents logs --devices " + dev);
+  EXPECT_NE(logs.out.find("run-1-server.log"), std::string::npos) << logs.out;
+  EXPECT_EQ(sh(env + tracrctl() + " agents stop --devices " + dev).status, 0);
+}

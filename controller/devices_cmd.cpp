@@ -1,0 +1,213 @@
+// `tracrctl devices check` and `tracrctl agents deploy|status|logs|stop`:
+// reachability, authentication, key permissions, architecture and agent
+// version of every device in the devices file, and the agents on them.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "controller/config.hpp"
+#include "controller/deploy.hpp"
+#include "controller/process.hpp"
+#include "controller/ssh.hpp"
+
+namespace tracr::controller {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Common {
+  std::string devices = "config/devices_config.yaml";
+  bool trust = false;
+  std::string agent;
+  size_t tail = 4000;
+};
+
+Common parse_common(const std::vector<std::string>& args, size_t from) {
+  Common c;
+  for (size_t i = from; i < args.size(); ++i) {
+    auto next = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw Fatal(make_error(Errc::invalid_argument, args[i] + " needs a value"));
+      return args[++i];
+    };
+    if (args[i] == "--devices") c.devices = next();
+    else if (args[i] == "--trust-new-hosts") c.trust = true;
+    else if (args[i] == "--agent") c.agent = next();
+    else if (args[i] == "--tail") c.tail = std::stoull(next());
+    else throw Fatal(make_error(Errc::invalid_argument, "unknown option '" + args[i] + "'"));
+  }
+  if (c.agent.empty()) c.agent = self_dir() + "/tracr-agent";
+  return c;
+}
+
+SshTarget target_of(const DeviceConfig& d, const Common& c, const std::string& devices_file) {
+  const auto& p = d.connection();
+  SshTarget t;
+  t.host = p.host;
+  t.port = p.ssh_port;
+  t.user = p.user;
+  t.key_path = p.pkey_path;
+  t.known_hosts_path = (fs::path(devices_file).parent_path().parent_path() / "pkeys" / "known_hosts").string();
+  if (const char* kh = std::getenv("TRACR_KNOWN_HOSTS")) t.known_hosts_path = kh;
+  t.trust_on_first_use = c.trust;
+  return t;
+}
+
+// Runs fn for every device concurrently; rows come back in device order.
+template <class F>
+std::vector<std::string> for_each_device(const DevicesConfig& devs, F fn) {
+  std::vector<std::string> rows(devs.devices.size());
+  std::vector<std::thread> ts;
+  for (size_t i = 0; i < devs.devices.size(); ++i) ts.emplace_back([&, i] { rows[i] = fn(devs.devices[i]); });
+  for (auto& t : ts) t.join();
+  return rows;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+int cmd_devices(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "check") {
+    std::fputs("usage: tracrctl devices check [--devices FILE] [--trust-new-hosts] [--agent PATH]\n", stderr);
+    return 2;
+  }
+  Common c = parse_common(args, 1);
+  auto devs = load_devices_or_default(c.devices);
+  if (!devs) {
+    fmt::print(stderr, "tracrctl devices: {}\n", devs.error().str());
+    return 2;
+  }
+  auto local_arch = elf_arch(c.agent);
+  auto local_hash = sha256_file(c.agent);
+  if (!local_arch || !local_hash) {
+    fmt::print(stderr, "tracrctl devices: agent {}: {}\n", c.agent,
+               (!local_arch ? local_arch.error() : local_hash.error()).str());
+    return 2;
+  }
+  fmt::print("devices from {}; local agent {} ({}, sha256 {})\n", devs->source, c.agent, *local_arch,
+             local_hash->substr(0, 16));
+  int bad = 0;
+  auto rows = for_each_device(*devs, [&](const DeviceConfig& d) -> std::string {
+    const std::string head = fmt::format("{:<14} {:<12} {:<6}", d.name, device_role_name(d.role), transport_name(d.transport));
+    if (d.transport == Transport::local) {
+      std::string cmd = (d.netns.empty() ? "" : "ip netns exec " + d.netns + " ") + c.agent + " --version 2>&1";
+      FILE* p = popen(cmd.c_str(), "r");
+      char buf[256] = {0};
+      std::string v = p && fgets(buf, sizeof buf, p) ? trim(buf) : "";
+      int st = p ? pclose(p) : -1;
+      if (st != 0) {
+        ++bad;
+        return head + " FAIL  cannot run the agent locally: " + v;
+      }
+      return head + " ok    " + v + (d.netns.empty() ? "" : " (netns " + d.netns + ")");
+    }
+    auto s = SshSession::connect(target_of(d, c, devs->source));
+    if (!s) {
+      ++bad;
+      return head + " FAIL  " + s.error().str();
+    }
+    auto un = (*s)->run("uname -m");
+    if (!un || un->exit_status != 0) {
+      ++bad;
+      return head + " FAIL  " + (*s)->label() + ": uname -m failed";
+    }
+    const std::string arch = trim(un->out);
+    if (!arch_compatible(*local_arch, arch)) {
+      ++bad;
+      return head + fmt::format(" FAIL  {}: device is {}, agent is built for {}", (*s)->label(), arch, *local_arch);
+    }
+    const std::string remote = d.work_dir + "/tracr-agent-" + local_hash->substr(0, 16);
+    auto ver = (*s)->run("test -x " + remote + " && " + remote + " --version");
+    std::string agent = ver && ver->exit_status == 0 ? trim(ver->out) + " deployed" : "not deployed (tracrctl agents deploy)";
+    return head + fmt::format(" ok    {} {}, auth ok, agent {}", (*s)->label(), arch, agent);
+  });
+  for (const auto& r : rows) fmt::print("{}\n", r);
+  return bad ? 1 : 0;
+}
+
+int cmd_agents(const std::vector<std::string>& args) {
+  const std::string usage =
+      "usage: tracrctl agents deploy|status|logs|stop [--devices FILE] [--trust-new-hosts] [--agent PATH] [--tail BYTES]\n";
+  if (args.empty()) {
+    std::fputs(usage.c_str(), stderr);
+    return 2;
+  }
+  const std::string verb = args[0];
+  if (verb != "deploy" && verb != "status" && verb != "logs" && verb != "stop") {
+    fmt::print(stderr, "tracrctl agents: unknown action '{}'\n{}", verb, usage);
+    return 2;
+  }
+  Common c = parse_common(args, 1);
+  auto devs = load_devices_or_default(c.devices);
+  if (!devs) {
+    fmt::print(stderr, "tracrctl agents: {}\n", devs.error().str());
+    return 2;
+  }
+  int bad = 0;
+  auto rows = for_each_device(*devs, [&](const DeviceConfig& d) -> std::string {
+    const std::string head = fmt::format("{:<14} {:<12}", d.name, device_role_name(d.role));
+    if (d.transport == Transport::local) {
+      if (verb == "deploy") return head + " local: runs " + c.agent + " in place";
+      if (verb == "logs") return head + " local: logs are in results/logs/run-<id>-" + d.name + ".log";
+      std::string pat = "'" + c.agent.substr(0, c.agent.size() - 1) + "[" + c.agent.back() + "] --role'";
+      FILE* p = popen(((verb == "stop" ? "pkill -TERM -f " : "pgrep -af ") + pat + " 2>&1").c_str(), "r");
+      std::string out;
+      char buf[512];
+      while (p && fgets(buf, sizeof buf, p)) out += buf;
+      if (p) pclose(p);
+      return head + (verb == "stop" ? " local agents signalled" : " local agents:\n" + (out.empty() ? "  none\n" : out));
+    }
+    auto s = SshSession::connect(target_of(d, c, devs->source));
+    if (!s) {
+      ++bad;
+      return head + " FAIL  " + s.error().str();
+    }
+    if (verb == "deploy") {
+      auto info = deploy_agent(**s, c.agent, d.work_dir);
+      if (!info) {
+        ++bad;
+        return head + " FAIL  " + info.error().str();
+      }
+      return head + fmt::format(" {} {} ({})", info->uploaded ? "uploaded" : "already there", info->remote_path,
+                                info->remote_arch);
+    }
+    const std::string pat = "'" + d.work_dir + "/tracr-agen[t]'";
+    if (verb == "status") {
+      auto r = (*s)->run("ls -1 " + d.work_dir + "/tracr-agent-* 2>/dev/null; echo '--'; pgrep -af " + pat + " || true");
+      if (!r) {
+        ++bad;
+        return head + " FAIL  " + r.error().str();
+      }
+      return head + " " + (*s)->label() + "\n" + r->out;
+    }
+    if (verb == "logs") {
+      auto r = (*s)->run("for f in " + d.work_dir + "/*.log; do [ -f \"$f\" ] && echo \"== $f\" && tail -c " +
+                         std::to_string(c.tail) + " \"$f\"; done; true");
+      if (!r) {
+        ++bad;
+        return head + " FAIL  " + r.error().str();
+      }
+      return head + " " + (*s)->label() + "\n" + (r->out.empty() ? "  no logs\n" : r->out);
+    }
+    auto r = (*s)->run("pkill -TERM -f " + pat + "; sleep 1; pkill -KILL -f " + pat + "; true");
+    if (!r) {
+      ++bad;
+      return head + " FAIL  " + r.error().str();
+    }
+    return head + " agents under " + d.work_dir + " stopped";
+  });
+  for (const auto& r : rows) fmt::print("{}\n", r);
+  return bad ? 1 : 0;
+}
+
+}  // namespace tracr::controller
