@@ -102,15 +102,6 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
-
 struct Launched {
   const DeviceConfig* dev = nullptr;
   std::unique_ptr<AgentProc> proc;

@@ -251,8 +251,16 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
       }
     }
     if (it == peers_.end()) {
+      // Most likely this server restarted under a live participant: tell it
+      // (unauthenticated, since there are no keys) instead of leaving it waiting.
+      FrameWriter w;
+      Header e;
+      e.type = MsgType::error;
+      e.error = make_error(Errc::wrong_session, "this server has no session with you (it may have restarted); "
+                                                "reconnect with HELLO");
+      (void)w.write(e, {}, opt_.send, [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
       return make_error(Errc::unexpected_message,
-                        "peer " + peer_name(peer) + " sent a frame before HELLO; dropped");
+                        "peer " + peer_name(peer) + " sent a frame before HELLO; told it to reconnect");
     }
     Peer& p = *it->second;
     for (auto& r : p.reader.feed(seg)) {

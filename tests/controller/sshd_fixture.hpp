@@ -124,6 +124,8 @@ class Sshd {
       return;
     }
     dir_ = tmpl;
+    const passwd* pw = ::getpwuid(::geteuid());
+    user_ = pw ? pw->pw_name : "root";
     if (!keygen(host_key_path(), "ed25519") || !keygen(user_key(), "ed25519")) return;
     spit(dir_ + "/authorized_keys", slurp(user_key() + ".pub"));
     spit(known_hosts(), "");
@@ -143,10 +145,8 @@ class Sshd {
   const std::string& error() const { return error_; }
   const std::string& dir() const { return dir_; }
   int port() const { return port_; }
-  std::string user() const {
-    const passwd* pw = ::getpwuid(::geteuid());
-    return pw ? pw->pw_name : "root";
-  }
+  // The login user: the current user (looked up once; getpwuid is not thread-safe).
+  const std::string& user() const { return user_; }
   std::string user_key() const { return dir_ + "/id_ed25519"; }
   std::string known_hosts() const { return dir_ + "/known_hosts"; }
   std::string host_key_path() const { return dir_ + "/host_ed25519"; }
@@ -272,6 +272,7 @@ class Sshd {
   }
 
   std::string dir_;
+  std::string user_;
   std::string error_;
   int port_ = -1;
   pid_t pid_ = -1;

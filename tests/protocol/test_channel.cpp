@@ -155,3 +155,32 @@ TEST(Channel, InjectedGarbageIsRejectedAndSessionCarriesOn) {
   srv.join();
   EXPECT_EQ(srv.server->rejected().malformed, 1u);
 }
+
+TEST(Channel, ServerRestartIsReportedToClientAtOnce) {
+  zmq::context_t ctx;
+  std::string ep;
+  std::unique_ptr<Client> client;
+  {
+    EchoServer first(ctx, options(true));
+    ep = first.server->endpoint();
+    auto c = Client::connect(ctx, ep, options(true));
+    ASSERT_TRUE(c.ok()) << c.error().str();
+    client = std::move(*c);
+  }
+  // A new server on the same endpoint knows nothing of the session. ZeroMQ
+  // releases the old port asynchronously: retry the bind briefly.
+  auto rebound = Server::bind(ctx, ep, options(true));
+  for (int i = 0; i < 100 && !rebound.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    rebound = Server::bind(ctx, ep, options(true));
+  }
+  ASSERT_TRUE(rebound.ok()) << rebound.error().str();
+  std::thread th([&] { (void)(*rebound)->recv(3000); });
+  Bundle b{random_tensor("x", DType::float32, {16}, 1)};
+  ASSERT_TRUE(client->send(MsgType::infer_request, 0, b).ok());
+  auto r = client->recv(5000);
+  th.join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::remote) << r.error().str();
+  EXPECT_NE(r.error().message.find("restarted"), std::string::npos) << r.error().message;
+}
