@@ -92,6 +92,8 @@ struct Row {
   uint64_t wire = 0;
   double stream_mbs = 0, raw_stream_mbs = 0;
   double max_err = 0;
+  double enc_us = 0;  // participant: frame encode (codec, cipher, hand-off), median
+  double srv_us = 0;  // server: frame decode (verify, decrypt, decompress), median
   std::string check;
 };
 
@@ -157,10 +159,16 @@ Result<Row> framed(Client& c, const Tensor& t, const std::string& codec_text, co
     r.check = lossless ? (std::memcmp(t.data, e, t.nbytes) == 0 ? "exact" : "MISMATCH") : "lossy";
     if (lossless && r.check != "exact") return make_error(Errc::internal, "lossless codec changed the bytes");
   }
+  std::vector<double> enc_us, srv_us;
   auto once = [&]() -> Status {
-    TRACR_TRY(c.send_with(so, MsgType::infer_request, 0, b));
+    FrameStats fs;
+    TRACR_TRY(c.send_with(so, MsgType::infer_request, 0, b, {}, &fs));
     auto res = c.recv(10000);
     if (!res) return std::move(res.error());
+    enc_us.push_back(fs.total_ns / 1e3);
+    auto it = res->header.meta.find("srv_decode_ns");
+    if (it != res->header.meta.end())
+      if (auto* ns = std::get_if<int64_t>(&it->second)) srv_us.push_back(static_cast<double>(*ns) / 1e3);
     return {};
   };
   for (int i = 0; i < o.warmup; ++i) TRACR_TRY(once());
@@ -171,6 +179,8 @@ Result<Row> framed(Client& c, const Tensor& t, const std::string& codec_text, co
     v.push_back(us_since(t0));
   }
   r.rtt = percentiles(v);
+  r.enc_us = percentiles(enc_us).median;
+  r.srv_us = percentiles(srv_us).median;
   auto t0 = Clock::now();
   int sent = 0, got = 0;
   while (got < o.stream_frames) {
@@ -222,8 +232,9 @@ int run_demo(const DemoOptions& o) {
              "{} warm-up + {} timed; stream = {} frames, {} in flight\n\n",
              o.warmup, o.reps, o.stream_frames, o.window);
   std::vector<Row> rows;
-  fmt::print("{:>9} {:<28} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>8}\n", "bytes", "codec/cipher",
-             "rtt_us", "p95_us", "raw_us", "x_raw", "wire_B", "MB/s", "raw_MB/s", "x_raw", "max_err", "check");
+  fmt::print("{:>9} {:<28} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>8}\n", "bytes",
+             "codec/cipher", "rtt_us", "p95_us", "enc_us", "dec_us", "raw_us", "x_raw", "wire_B", "MB/s", "raw_MB/s",
+             "x_raw", "max_err", "check");
   int rc = 0;
   for (size_t bytes : o.sizes) {
     Tensor t = make_activations(bytes, static_cast<uint32_t>(bytes));
@@ -242,8 +253,8 @@ int run_demo(const DemoOptions& o) {
       r->config = cfg;
       r->raw_rtt = raw_rtt;
       r->raw_stream_mbs = raw_mbs;
-      fmt::print("{:>9} {:<28} {:>9.1f} {:>9.1f} {:>9.1f} {:>6.2f} {:>9} {:>9.0f} {:>9.0f} {:>6.2f} {:>9.2g} {:>8}\n",
-                 bytes, cfg, r->rtt.median, r->rtt.p95, raw_rtt, r->rtt.median / raw_rtt, r->wire,
+      fmt::print("{:>9} {:<28} {:>9.1f} {:>9.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>6.2f} {:>9} {:>9.0f} {:>9.0f} {:>6.2f} {:>9.2g} {:>8}\n",
+                 bytes, cfg, r->rtt.median, r->rtt.p95, r->enc_us, r->srv_us, raw_rtt, r->rtt.median / raw_rtt, r->wire,
                  r->stream_mbs, raw_mbs, r->stream_mbs / raw_mbs, r->max_err, r->check);
       rows.push_back(*r);
     }
