@@ -238,8 +238,10 @@ int run_demo(const DemoOptions& o) {
   int rc = 0;
   for (size_t bytes : o.sizes) {
     Tensor t = make_activations(bytes, static_cast<uint32_t>(bytes));
-    auto [raw_rtt, raw_mbs] = raw_zmq(ctx, enc_agent->raw_endpoint, t, o);
     for (const auto& cfg : o.configs) {
+      // The baseline is measured right before each row, so both share the
+      // machine's conditions of the moment.
+      auto [raw_rtt, raw_mbs] = raw_zmq(ctx, enc_agent->raw_endpoint, t, o);
       auto slash = cfg.find('/');
       std::string codec = cfg.substr(0, slash);
       bool aes = slash != std::string::npos && cfg.substr(slash + 1) == "aes";
