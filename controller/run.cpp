@@ -316,6 +316,7 @@ int run_experiment(const RunOptions& ro) {
   }
   fmt::print("run {} '{}': model {}, codec {}, cipher {}, devices {}{}\n", *run_id, cfg->name, cfg->model,
              cfg->compression, info.cipher, devices->source, ro.in_process ? " (in-process)" : "");
+  std::fflush(stdout);  // before the progress lines on stderr
 
   std::vector<uint8_t> secret(32);
   (void)protocol::random_bytes(secret.data(), secret.size());
