@@ -244,24 +244,6 @@ Result<std::string> get_choice(const Ctx& c, const YAML::Node& n, const std::str
       fmt::format("expected {}, got '{}'{}", what, s, hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
 }
 
-std::string json_quote(std::string_view s) {
-  std::string o = "\"";
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (ch < 0x20)
-          o += fmt::format("\\u{:04x}", ch);
-        else
-          o += static_cast<char>(ch);
-    }
-  }
-  return o + "\"";
-}
 
 // YAML flow text of a string: plain when unambiguous, double-quoted otherwise
 // (JSON escapes are valid YAML double-quoted escapes).
@@ -296,6 +278,25 @@ std::string expand_home(const std::string& p) {
 }
 
 }  // namespace
+
+std::string json_quote(std::string_view s) {
+  std::string o = "\"";
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (ch < 0x20)
+          o += fmt::format("\\u{:04x}", ch);
+        else
+          o += static_cast<char>(ch);
+    }
+  }
+  return o + "\"";
+}
 
 // ---------------------------------------------------------------------------
 // Devices

@@ -224,6 +224,9 @@ std::vector<SettingValue> describe_settings(const ExperimentConfig& cfg);
 // describe_settings as an aligned text table.
 std::string format_settings(const ExperimentConfig& cfg);
 
+// `s` as a JSON string literal, quotes included, with escapes.
+std::string json_quote(std::string_view s);
+
 // Closest candidate by edit distance when it is close enough to be a likely
 // typo; empty otherwise. Exposed for the CLI's option parsing.
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);

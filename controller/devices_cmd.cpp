@@ -14,6 +14,7 @@
 #include "controller/config.hpp"
 #include "controller/deploy.hpp"
 #include "controller/process.hpp"
+#include "controller/run.hpp"
 #include "controller/ssh.hpp"
 
 namespace tracr::controller {
@@ -44,19 +45,6 @@ Common parse_common(const std::vector<std::string>& args, size_t from) {
   }
   if (c.agent.empty()) c.agent = self_dir() + "/tracr-agent";
   return c;
-}
-
-SshTarget target_of(const DeviceConfig& d, const Common& c, const std::string& devices_file) {
-  const auto& p = d.connection();
-  SshTarget t;
-  t.host = p.host;
-  t.port = p.ssh_port;
-  t.user = p.user;
-  t.key_path = p.pkey_path;
-  t.known_hosts_path = (fs::path(devices_file).parent_path().parent_path() / "pkeys" / "known_hosts").string();
-  if (const char* kh = std::getenv("TRACR_KNOWN_HOSTS")) t.known_hosts_path = kh;
-  t.trust_on_first_use = c.trust;
-  return t;
 }
 
 // Runs fn for every device concurrently; rows come back in device order.
@@ -111,7 +99,7 @@ int cmd_devices(const std::vector<std::string>& args) {
       }
       return head + " ok    " + v + (d.netns.empty() ? "" : " (netns " + d.netns + ")");
     }
-    auto s = SshSession::connect(target_of(d, c, devs->source));
+    auto s = SshSession::connect(device_ssh_target(d, devs->source, c.trust));
     if (!s) {
       ++bad;
       return head + " FAIL  " + s.error().str();
@@ -167,7 +155,7 @@ int cmd_agents(const std::vector<std::string>& args) {
       if (p) pclose(p);
       return head + (verb == "stop" ? " local agents signalled" : " local agents:\n" + (out.empty() ? "  none\n" : out));
     }
-    auto s = SshSession::connect(target_of(d, c, devs->source));
+    auto s = SshSession::connect(device_ssh_target(d, devs->source, c.trust));
     if (!s) {
       ++bad;
       return head + " FAIL  " + s.error().str();

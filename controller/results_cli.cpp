@@ -1,5 +1,7 @@
 #include "controller/results_cli.hpp"
 
+#include "controller/config.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,24 +21,6 @@ namespace {
 
 std::string ms(double ns) { return fmt::format("{:.3f}", ns / 1e6); }
 
-std::string json_quote(std::string_view s) {
-  std::string o = "\"";
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (ch < 0x20)
-          o += fmt::format("\\u{:04x}", ch);
-        else
-          o += static_cast<char>(ch);
-    }
-  }
-  return o + "\"";
-}
 
 // Integral values print as integers ("1500000", not "1.5e+06").
 std::string json_num(double v) {

@@ -92,16 +92,6 @@ class SshProc : public AgentProc {
   std::string log_;
 };
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out;
-}
-
 struct Launched {
   const DeviceConfig* dev = nullptr;
   std::unique_ptr<AgentProc> proc;
@@ -125,15 +115,7 @@ Result<std::unique_ptr<AgentProc>> start_local(const std::string& agent_path, co
 Result<std::unique_ptr<AgentProc>> start_ssh(const DeviceConfig& dev, const std::string& agent_path,
                                              const std::vector<std::string>& args, const RunOptions& ro,
                                              const std::string& devices_file, const std::string& log_name) {
-  const auto& c = dev.connection();
-  SshTarget t;
-  t.host = c.host;
-  t.port = c.ssh_port;
-  t.user = c.user;
-  t.key_path = c.pkey_path;
-  t.known_hosts_path = (fs::path(devices_file).parent_path().parent_path() / "pkeys" / "known_hosts").string();
-  if (const char* kh = std::getenv("TRACR_KNOWN_HOSTS")) t.known_hosts_path = kh;
-  t.trust_on_first_use = ro.trust_new_hosts;
+  const SshTarget t = device_ssh_target(dev, devices_file, ro.trust_new_hosts);
   auto s = SshSession::connect(t);
   if (!s) {
     std::string hint;
@@ -269,6 +251,19 @@ void draw_progress(int64_t done, int64_t total, int split, Clock::time_point t0,
 }
 
 }  // namespace
+
+SshTarget device_ssh_target(const DeviceConfig& dev, const std::string& devices_file, bool trust_new_hosts) {
+  const auto& c = dev.connection();
+  SshTarget t;
+  t.host = c.host;
+  t.port = c.ssh_port;
+  t.user = c.user;
+  t.key_path = c.pkey_path;
+  t.known_hosts_path = (fs::path(devices_file).parent_path().parent_path() / "pkeys" / "known_hosts").string();
+  if (const char* kh = std::getenv("TRACR_KNOWN_HOSTS")) t.known_hosts_path = kh;
+  t.trust_on_first_use = trust_new_hosts;
+  return t;
+}
 
 int run_experiment(const RunOptions& ro) {
   auto cfg = load_experiment(ro.experiment);
@@ -437,7 +432,7 @@ int run_experiment(const RunOptions& ro) {
       r.wire_bytes = gi("wire_bytes");
       r.codec = m.get_or("codec", "");
       r.cipher = m.get_or("cipher", "");
-      r.result_json = fmt::format("{{\"top1\":\"{}\",\"correct\":{}}}", json_escape(m.get_or("result", "")), gi("correct"));
+      r.result_json = fmt::format("{{\"top1\":{},\"correct\":{}}}", json_quote(m.get_or("result", "")), gi("correct"));
       if (cfg->record.frames) batch.push_back(std::move(r));
       frames_done = gi("done");
       frames_total = gi("total");

@@ -6,7 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "controller/config.hpp"
+#include "controller/ssh.hpp"
+
 namespace tracr::controller {
+
+// The SSH target of a device: its default connection, its key, and the
+// known_hosts file pkeys/known_hosts beside the devices file (or
+// $TRACR_KNOWN_HOSTS).
+SshTarget device_ssh_target(const DeviceConfig& dev, const std::string& devices_file, bool trust_new_hosts);
 
 struct RunOptions {
   std::string experiment;       // experiment YAML
