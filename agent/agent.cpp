@@ -41,8 +41,9 @@ ControlOut::ControlOut(const std::vector<uint8_t>& secret)
 ControlOut::~ControlOut() { stop_heartbeat(); }
 
 void ControlOut::send(const std::string& kind, const std::map<std::string, std::string>& fields) {
-  std::string line = codec_.encode(kind, fields);
+  // One lock over numbering and writing: lines leave in sequence order.
   std::lock_guard<std::mutex> lock(out_mu_);
+  std::string line = codec_.encode(kind, fields);
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);
 }

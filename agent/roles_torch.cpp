@@ -143,7 +143,8 @@ int run_model_role(const AgentOptions& o, ControlOut& ctl) {
       [&](int64_t d, int64_t t) {
         done = d;
         total = t;
-      });
+      },
+      [&] { return ctl.stop_requested(); });
   if (!st) {
     ctl.send("FAIL", {{"error", st.error().str()}});
     return 1;

@@ -209,7 +209,7 @@ Status finish(Pending& p, const Frame& f, const ex::SplitModel& model, const std
 
 Status run_participant(const ParticipantSpec& spec, ex::SplitModel& model, Link& link,
                        const std::function<void(const FrameRecord&)>& emit,
-                       const std::function<void(int64_t, int64_t)>& progress) {
+                       const std::function<void(int64_t, int64_t)>& progress, const std::function<bool()>& stop) {
   torch::NoGradGuard ng;
   auto ds = ex::open_dataset(spec.dataset);
   if (!ds) return std::move(ds.error());
@@ -231,14 +231,18 @@ Status run_participant(const ParticipantSpec& spec, ex::SplitModel& model, Link&
   ex::BatchLoader probe(**ds, spec.batch, spec.max_samples);
   const int64_t total = static_cast<int64_t>(splits.size()) * spec.reps * probe.num_batches();
   int64_t done = 0;
-  const int window = std::max(1, spec.inflight);
+  // An in-process link runs the tail inside send(): frames cannot overlap.
+  const int window = link.tail_in_send() ? 1 : std::max(1, spec.inflight);
 
   for (int k : splits) {
     std::deque<Pending> pending;
-    auto drain_one = [&]() -> Status {
-      auto f = link.recv(spec.timeout_ms);
+    auto drain_one = [&](int timeout_ms) -> Status {
+      auto f = link.recv(timeout_ms);
       if (!f) return make_error(f.error().code, fmt::format("split {}: {}", k, f.error().message));
-      auto t3 = Clock::now();
+      // When the reply was complete, not when this loop got to it.
+      const auto t3 = f->stats.completed_at_ns > 0
+                          ? Clock::time_point(std::chrono::nanoseconds(f->stats.completed_at_ns))
+                          : Clock::now();
       Pending p = std::move(pending.front());
       pending.pop_front();
       p.rec.return_ns = f->stats.total_ns;
@@ -255,7 +259,17 @@ Status run_participant(const ParticipantSpec& spec, ex::SplitModel& model, Link&
       }
       return {};
     };
+    // Replies already here are taken right away, so with several frames in
+    // flight they are not held behind the next head.
+    auto drain_ready = [&]() -> Status {
+      while (!pending.empty()) {
+        auto st = drain_one(0);
+        if (!st) return st.error().code == Errc::timeout ? Status{} : st;
+      }
+      return {};
+    };
     auto one_batch = [&](const ex::Batch& b, int64_t sample, int rep, bool recorded) -> Status {
+      if (stop && stop()) return make_error(Errc::peer_closed, "stopped by the controller");
       Pending p;
       p.recorded = recorded;
       p.labels = b.labels;
@@ -283,7 +297,8 @@ Status run_participant(const ParticipantSpec& spec, ex::SplitModel& model, Link&
       p.rec.raw_bytes = st.raw_bytes;
       p.rec.wire_bytes = st.wire_bytes;
       pending.push_back(std::move(p));
-      while (static_cast<int>(pending.size()) >= window) TRACR_TRY(drain_one());
+      if (window > 1) TRACR_TRY(drain_ready());
+      while (static_cast<int>(pending.size()) >= window) TRACR_TRY(drain_one(spec.timeout_ms));
       return {};
     };
     // Warm-up on the first batch: runs the whole path, not recorded.
@@ -293,7 +308,7 @@ Status run_participant(const ParticipantSpec& spec, ex::SplitModel& model, Link&
       if (!b) return std::move(b.error());
       if (*b)
         for (int w = 0; w < spec.warmup; ++w) TRACR_TRY(one_batch(**b, 0, -1, false));
-      while (!pending.empty()) TRACR_TRY(drain_one());
+      while (!pending.empty()) TRACR_TRY(drain_one(spec.timeout_ms));
     }
     for (int rep = 0; rep < spec.reps; ++rep) {
       ex::BatchLoader loader(**ds, spec.batch, spec.max_samples);
@@ -306,7 +321,7 @@ Status run_participant(const ParticipantSpec& spec, ex::SplitModel& model, Link&
         sample += (*b)->images.size(0);
       }
     }
-    while (!pending.empty()) TRACR_TRY(drain_one());
+    while (!pending.empty()) TRACR_TRY(drain_one(spec.timeout_ms));
   }
   return {};
 }

@@ -110,6 +110,9 @@ struct ParticipantSpec {
 
 // One recorded frame; durations in ns from this process's steady clock
 // (server-side durations come back in the reply's meta).
+// With inflight > 1 frames overlap: transfer_ns then also holds the time a
+// reply waited behind other frames' heads (the participant reads replies
+// between heads), so compare stage columns at inflight 1.
 struct FrameRecord {
   int split = 0;
   int64_t sample = 0;   // index of the first sample of the batch
@@ -134,8 +137,11 @@ struct FrameRecord {
 
 // Runs the sweep; calls `emit` for each recorded frame and `progress(done,
 // total)`. Errors (model, dataset, link, remote) end the run.
+// `stop` is polled before every batch; when it returns true the sweep ends
+// with Errc::peer_closed ("stopped by the controller").
 Status run_participant(const ParticipantSpec& spec, experiments::SplitModel& model, Link& link,
                        const std::function<void(const FrameRecord&)>& emit,
-                       const std::function<void(int64_t, int64_t)>& progress);
+                       const std::function<void(int64_t, int64_t)>& progress,
+                       const std::function<bool()>& stop = {});
 
 }  // namespace tracr::agent

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -103,11 +105,15 @@ std::pair<double, double> raw_zmq(zmq::context_t& ctx, const std::string& ep, co
                                   const DemoOptions& o) {
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::rcvtimeo, 10000);  // a dead agent ends the demo instead of hanging it
   s.connect(ep);
+  auto recv_ack = [&] {
+    zmq::message_t ack;
+    if (!s.recv(ack)) throw Fatal(make_error(Errc::timeout, "raw ZeroMQ baseline: no ack within 10 s"));
+  };
   auto once = [&] {
     s.send(zmq::message_t(t.data, t.nbytes), zmq::send_flags::none);
-    zmq::message_t ack;
-    (void)s.recv(ack);
+    recv_ack();
   };
   for (int i = 0; i < o.warmup; ++i) once();
   std::vector<double> v;
@@ -124,8 +130,7 @@ std::pair<double, double> raw_zmq(zmq::context_t& ctx, const std::string& ep, co
       s.send(zmq::message_t(t.data, t.nbytes), zmq::send_flags::none);
       ++sent;
     }
-    zmq::message_t ack;
-    (void)s.recv(ack);
+    recv_ack();
     ++got;
   }
   double secs = us_since(t0) / 1e6;
@@ -225,6 +230,24 @@ int run_demo(const DemoOptions& o) {
     fmt::print(stderr, "tracrctl: {}\n", (!enc ? enc.error() : plain.error()).str());
     return 1;
   }
+  // Keep reading the agents' control lines (heartbeats): a full pipe would
+  // block an agent.
+  std::atomic<bool> draining{true};
+  auto drain = [&](ChildProcess& p) {
+    return std::thread([&] {
+      while (draining) (void)p.read_line(200);
+    });
+  };
+  std::thread d1 = drain(enc_agent->proc), d2 = drain(plain_agent->proc);
+  struct Joiner {
+    std::atomic<bool>& flag;
+    std::thread &a, &b;
+    ~Joiner() {
+      flag = false;
+      if (a.joinable()) a.join();
+      if (b.joinable()) b.join();
+    }
+  } joiner{draining, d1, d2};
   fmt::print("tracr protocol demo: tracr-agent SERVER pid {} (aes-256-gcm, x25519) and pid {} (plain) "
              "on loopback TCP\n",
              enc_agent->proc.pid(), plain_agent->proc.pid());
@@ -233,7 +256,7 @@ int run_demo(const DemoOptions& o) {
              o.warmup, o.reps, o.stream_frames, o.window);
   std::vector<Row> rows;
   fmt::print("{:>9} {:<28} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>8}\n", "bytes",
-             "codec/cipher", "rtt_us", "p95_us", "enc_us", "dec_us", "raw_us", "x_raw", "wire_B", "MB/s", "raw_MB/s",
+             "codec/cipher", "rtt_us", "p95_us", "enc_us", "dec_us", "raw_us", "x_raw", "payload_B", "MB/s", "raw_MB/s",
              "x_raw", "max_err", "check");
   int rc = 0;
   for (size_t bytes : o.sizes) {
@@ -249,6 +272,13 @@ int run_demo(const DemoOptions& o) {
       if (!r) {
         fmt::print(stderr, "tracrctl: {} at {} bytes: {}\n", cfg, bytes, r.error().str());
         rc = 1;
+        // Replies of the failed row may still be in flight: start a fresh session.
+        auto fresh = connect(aes);
+        if (!fresh) {
+          fmt::print(stderr, "tracrctl: reconnect: {}\n", fresh.error().str());
+          break;
+        }
+        (aes ? enc : plain) = std::move(fresh);
         continue;
       }
       r->bytes = bytes;
@@ -266,12 +296,15 @@ int run_demo(const DemoOptions& o) {
              (*enc)->rejected().total() + (*plain)->rejected().total());
   if (!o.csv_path.empty()) {
     std::ofstream f(o.csv_path);
-    f << "bytes,config,rtt_median_us,rtt_p95_us,raw_rtt_us,rtt_ratio,wire_bytes,stream_MBps,raw_stream_MBps,max_abs_err\n";
+    f << "bytes,config,rtt_median_us,rtt_p95_us,raw_rtt_us,rtt_ratio,payload_bytes,stream_MBps,raw_stream_MBps,max_abs_err\n";
     for (const auto& r : rows)
       f << fmt::format("{},{},{:.2f},{:.2f},{:.2f},{:.3f},{},{:.1f},{:.1f},{:.3g}\n", r.bytes, r.config, r.rtt.median,
                        r.rtt.p95, r.raw_rtt, r.rtt.median / r.raw_rtt, r.wire, r.stream_mbs, r.raw_stream_mbs,
                        r.max_err);
   }
+  draining = false;
+  if (d1.joinable()) d1.join();
+  if (d2.joinable()) d2.join();
   enc_agent->proc.stop();
   plain_agent->proc.stop();
   return rc;

@@ -3,6 +3,7 @@
 // version of every device in the devices file, and the agents on them.
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -40,7 +41,13 @@ Common parse_common(const std::vector<std::string>& args, size_t from) {
     if (args[i] == "--devices") c.devices = next();
     else if (args[i] == "--trust-new-hosts") c.trust = true;
     else if (args[i] == "--agent") c.agent = next();
-    else if (args[i] == "--tail") c.tail = std::stoull(next());
+    else if (args[i] == "--tail") {
+      const std::string v = next();
+      char* end = nullptr;
+      c.tail = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0')
+        throw Fatal(make_error(Errc::invalid_argument, "--tail expects a byte count, got '" + v + "'"));
+    }
     else throw Fatal(make_error(Errc::invalid_argument, "unknown option '" + args[i] + "'"));
   }
   if (c.agent.empty()) c.agent = self_dir() + "/tracr-agent";
@@ -56,6 +63,14 @@ std::vector<std::string> for_each_device(const DevicesConfig& devs, F fn) {
   for (auto& t : ts) t.join();
   return rows;
 }
+
+// A remote path as one shell word; a leading "~/" stays expandable.
+std::string remote_word(const std::string& p) {
+  return p.rfind("~/", 0) == 0 ? "~/" + shell_quote(p.substr(2)) : shell_quote(p);
+}
+// The same path as it appears in a remote command line (deploy resolves
+// "~/x" to "x", relative to the login directory).
+std::string as_in_cmdline(const std::string& p) { return p.rfind("~/", 0) == 0 ? p.substr(2) : p; }
 
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
@@ -84,11 +99,12 @@ int cmd_devices(const std::vector<std::string>& args) {
   }
   fmt::print("devices from {}; local agent {} ({}, sha256 {})\n", devs->source, c.agent, *local_arch,
              local_hash->substr(0, 16));
-  int bad = 0;
+  std::atomic<int> bad{0};
   auto rows = for_each_device(*devs, [&](const DeviceConfig& d) -> std::string {
     const std::string head = fmt::format("{:<14} {:<12} {:<6}", d.name, device_role_name(d.role), transport_name(d.transport));
     if (d.transport == Transport::local) {
-      std::string cmd = (d.netns.empty() ? "" : "ip netns exec " + d.netns + " ") + c.agent + " --version 2>&1";
+      std::string cmd = (d.netns.empty() ? "" : "ip netns exec " + shell_quote(d.netns) + " ") + shell_quote(c.agent) +
+                        " --version 2>&1";
       FILE* p = popen(cmd.c_str(), "r");
       char buf[256] = {0};
       std::string v = p && fgets(buf, sizeof buf, p) ? trim(buf) : "";
@@ -114,13 +130,13 @@ int cmd_devices(const std::vector<std::string>& args) {
       ++bad;
       return head + fmt::format(" FAIL  {}: device is {}, agent is built for {}", (*s)->label(), arch, *local_arch);
     }
-    const std::string remote = d.work_dir + "/tracr-agent-" + local_hash->substr(0, 16);
+    const std::string remote = remote_word(d.work_dir + "/tracr-agent-" + local_hash->substr(0, 16));
     auto ver = (*s)->run("test -x " + remote + " && " + remote + " --version");
     std::string agent = ver && ver->exit_status == 0 ? trim(ver->out) + " deployed" : "not deployed (tracrctl agents deploy)";
     return head + fmt::format(" ok    {} {}, auth ok, agent {}", (*s)->label(), arch, agent);
   });
   for (const auto& r : rows) fmt::print("{}\n", r);
-  return bad ? 1 : 0;
+  return bad.load() ? 1 : 0;
 }
 
 int cmd_agents(const std::vector<std::string>& args) {
@@ -141,7 +157,7 @@ int cmd_agents(const std::vector<std::string>& args) {
     fmt::print(stderr, "tracrctl agents: {}\n", devs.error().str());
     return 2;
   }
-  int bad = 0;
+  std::atomic<int> bad{0};
   auto rows = for_each_device(*devs, [&](const DeviceConfig& d) -> std::string {
     const std::string head = fmt::format("{:<14} {:<12}", d.name, device_role_name(d.role));
     if (d.transport == Transport::local) {
@@ -169,9 +185,10 @@ int cmd_agents(const std::vector<std::string>& args) {
       return head + fmt::format(" {} {} ({})", info->uploaded ? "uploaded" : "already there", info->remote_path,
                                 info->remote_arch);
     }
-    const std::string pat = "'" + d.work_dir + "/tracr-agen[t]'";
+    const std::string pat = shell_quote(as_in_cmdline(d.work_dir) + "/tracr-agen[t]");
+    const std::string dir = remote_word(d.work_dir);
     if (verb == "status") {
-      auto r = (*s)->run("ls -1 " + d.work_dir + "/tracr-agent-* 2>/dev/null; echo '--'; pgrep -af " + pat + " || true");
+      auto r = (*s)->run("ls -1 " + dir + "/tracr-agent-* 2>/dev/null; echo '--'; pgrep -af " + pat + " || true");
       if (!r) {
         ++bad;
         return head + " FAIL  " + r.error().str();
@@ -179,7 +196,7 @@ int cmd_agents(const std::vector<std::string>& args) {
       return head + " " + (*s)->label() + "\n" + r->out;
     }
     if (verb == "logs") {
-      auto r = (*s)->run("for f in " + d.work_dir + "/*.log; do [ -f \"$f\" ] && echo \"== $f\" && tail -c " +
+      auto r = (*s)->run("for f in " + dir + "/*.log; do [ -f \"$f\" ] && echo \"== $f\" && tail -c " +
                          std::to_string(c.tail) + " \"$f\"; done; true");
       if (!r) {
         ++bad;
@@ -195,7 +212,7 @@ int cmd_agents(const std::vector<std::string>& args) {
     return head + " agents under " + d.work_dir + " stopped";
   });
   for (const auto& r : rows) fmt::print("{}\n", r);
-  return bad ? 1 : 0;
+  return bad.load() ? 1 : 0;
 }
 
 }  // namespace tracr::controller

@@ -19,8 +19,18 @@ namespace tracr::controller {
 Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& argv, const std::string& stderr_path,
                                          const std::vector<std::string>& env) {
   int inp[2], outp[2];
-  if (pipe2(inp, O_CLOEXEC) != 0 || pipe2(outp, O_CLOEXEC) != 0)
+  if (pipe2(inp, O_CLOEXEC) != 0) return make_error(Errc::io, std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(outp, O_CLOEXEC) != 0) {
+    ::close(inp[0]);
+    ::close(inp[1]);
     return make_error(Errc::io, std::string("pipe: ") + std::strerror(errno));
+  }
+  // The child gets its own process group: a Ctrl-C at the terminal reaches
+  // tracrctl, which then stops its agents in order, not the agents directly.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, inp[0], 0);
@@ -35,8 +45,9 @@ Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& argv, c
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data());
+  int rc = posix_spawn(&pid, args[0], &fa, &attr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
   ::close(inp[0]);
   ::close(outp[1]);
   if (rc != 0) {
@@ -62,6 +73,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
 }
 ChildProcess::~ChildProcess() {
   if (pid_ > 0) stop(1000);
+  close_stdin();
   if (out_ >= 0) ::close(out_);
 }
 

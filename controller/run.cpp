@@ -309,6 +309,14 @@ int run_experiment(const RunOptions& ro) {
     fmt::print(stderr, "tracrctl run: {}\n", run_id.error().str());
     return 1;
   }
+  // Whatever ends this function (an exception included), the run row is finished.
+  bool finished_row = false;
+  struct FinishGuard {
+    std::function<void()> fn;
+    ~FinishGuard() { fn(); }
+  } finish_guard{[&] {
+    if (!finished_row) (void)db->finish_run(*run_id, RunStatus::failed, "tracrctl run ended abnormally");
+  }};
   fmt::print("run {} '{}': model {}, codec {}, cipher {}, devices {}{}\n", *run_id, cfg->name, cfg->model,
              cfg->compression, info.cipher, devices->source, ro.in_process ? " (in-process)" : "");
   std::fflush(stdout);  // before the progress lines on stderr
@@ -379,7 +387,7 @@ int run_experiment(const RunOptions& ro) {
     Launched& a = (*all)[e.agent];
     last_seen[e.agent] = Clock::now();
     if (e.closed) {
-      if (!finished[e.agent])
+      if (!finished[e.agent] && !g_interrupted)
         fail(fmt::format("{} agent on {} exited unexpectedly ({}); log tail:\n{}", a.role, a.dev->name,
                          e.msg.error().message, a.proc->log_tail()));
       return;
@@ -528,6 +536,7 @@ int run_experiment(const RunOptions& ro) {
                            : g_interrupted ? RunStatus::interrupted
                                            : RunStatus::failed;
   if (!failure.empty()) (void)db->add_event(*run_id, "error", "run_failed", failure);
+  finished_row = true;
   if (auto fs2 = db->finish_run(*run_id, status, failure); !fs2)
     fmt::print(stderr, "tracrctl run: {}\n", fs2.error().str());
   if (!failure.empty()) {

@@ -72,9 +72,18 @@ std::string peer_name(const std::string& id) {
 
 // ---- Client ----------------------------------------------------------------
 
+namespace {
+// ZeroMQ buffers a whole message before we see it: cap it at the largest
+// legal segment (a frame's raw bytes plus headers, tags and blosc overhead).
+int64_t max_message_bytes(const Limits& lim) {
+  return static_cast<int64_t>(lim.max_frame_bytes + lim.max_frame_bytes / 64 + (16u << 20));
+}
+}  // namespace
+
 Client::Client(zmq::context_t& ctx, ChannelOptions opt)
     : opt_(std::move(opt)), sock_(ctx, zmq::socket_type::dealer), reader_(opt_.limits) {
   sock_.set(zmq::sockopt::linger, 0);
+  sock_.set(zmq::sockopt::maxmsgsize, max_message_bytes(opt_.limits));
 }
 Client::~Client() = default;
 
@@ -159,6 +168,7 @@ Server::Server(zmq::context_t& ctx, ChannelOptions opt)
     : opt_(std::move(opt)), sock_(ctx, zmq::socket_type::router) {
   sock_.set(zmq::sockopt::linger, 0);
   sock_.set(zmq::sockopt::router_mandatory, 1);
+  sock_.set(zmq::sockopt::maxmsgsize, max_message_bytes(opt_.limits));
 }
 Server::~Server() = default;
 
@@ -205,6 +215,19 @@ Status Server::handle_hello(const std::string& peer, Segment& seg) {
     e.error = acc.error();
     (void)w.write(e, {}, opt_.send, sink);
     return make_error(Errc::handshake_failed, "peer " + peer_name(peer) + ": " + acc.error().message);
+  }
+  if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers) {
+    // HELLO needs no secret: evict peers that never confirmed their keys in
+    // time, so strangers cannot fill the table and lock participants out.
+    const auto stale = Clock::now() - std::chrono::milliseconds(opt_.handshake_timeout_ms);
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      if (!it->second->confirmed && it->second->last_seen < stale) {
+        rejected_closed_ += it->second->reader.rejected();
+        it = peers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
   if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers)
     return make_error(Errc::limit_exceeded, "too many peers; refusing " + peer_name(peer));
@@ -265,6 +288,15 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
     Peer& p = *it->second;
     for (auto& r : p.reader.feed(seg)) {
       if (!r) {
+        // Tell the participant at once (over its authenticated session)
+        // rather than leave it waiting for a reply that will never come.
+        if (p.confirmed) {
+          Header eh;
+          eh.type = MsgType::error;
+          eh.error = r.error();
+          (void)p.writer.write(eh, {}, opt_.send,
+                               [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+        }
         Error e = std::move(r.error());
         e.message = "peer " + peer_name(peer) + ": " + e.message;
         ready_.push_back(std::move(e));

@@ -350,6 +350,7 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
   }
   Header& h = *hr;
   const bool enc = cipher_ != Cipher::none;
+  int64_t seal_ns = 0;
   auto fail = [&](Error e) {
     out.emplace_back(reject(std::move(e)));
     return std::move(out);
@@ -391,7 +392,7 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
       return fail(make_error(st.error().code, "seal of frame " + std::to_string(h.seq) + " segment " +
                                                   std::to_string(h.seg) + ": " + st.error().message));
     last_ctr_ = h.ctr + h.nparts;  // the header is authentic: its counters are spent
-    if (pending_) pending_->frame.stats.crypto_ns += ns_since(t1);
+    seal_ns = ns_since(t1);
   }
 
   if (h.seg == 0) {
@@ -403,9 +404,20 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
                                                std::to_string(last_seq_) + " (replayed or reordered)"));
     last_seq_ = h.seq;
     auto total = validate_descs(h.tensors, lim_);
-    if (!total) return fail(std::move(total.error()));
-    if (h.last && h.wire.size() != h.tensors.size())
-      return fail(make_error(Errc::size_mismatch, "last segment must list wire bytes of every tensor"));
+    Error bad;
+    if (!total) bad = std::move(total.error());
+    else if (h.last && h.wire.size() != h.tensors.size())
+      bad = make_error(Errc::size_mismatch, "last segment must list wire bytes of every tensor");
+    if (!total || (h.last && h.wire.size() != h.tensors.size())) {
+      if (!h.last) {  // absorb the frame's remaining segments silently
+        auto p = std::make_shared<Pending>();
+        p->failed = true;
+        p->frame.header.seq = h.seq;
+        p->next_seg = 1;
+        pending_ = std::move(p);
+      }
+      return fail(std::move(bad));
+    }
     auto p = std::make_shared<Pending>();
     p->started = t0;
     p->total_parts = *total;
@@ -416,6 +428,7 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
     p->frame.stats.raw_bytes = 0;
     for (const auto& d : p->descs) p->frame.stats.raw_bytes += d.raw_bytes;
     p->frame.stats.tensor_wire.assign(p->descs.size(), 0);
+    p->frame.stats.crypto_ns += seal_ns;
     pending_ = std::move(p);
   } else {
     if (!pending_ || pending_->frame.header.seq != h.seq || pending_->next_seg != h.seg) {
@@ -428,6 +441,7 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
                                  " does not continue the frame in progress"));
     }
     pending_->next_seg++;
+    pending_->frame.stats.crypto_ns += seal_ns;
     if (h.last) pending_->frame.header.wire = h.wire;
   }
 
@@ -474,6 +488,8 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
   if (done->frame.header.wire != done->frame.stats.tensor_wire)
     return fail(make_error(Errc::size_mismatch, "frame " + std::to_string(done->frame.header.seq) +
                                                     " wire byte totals disagree with its parts"));
+  done->frame.stats.completed_at_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   out.emplace_back(std::move(done->frame));
   return out;
 }

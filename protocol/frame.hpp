@@ -40,6 +40,7 @@ struct FrameStats {
   int64_t codec_ns = 0;        // lossy + compression (or their inverses)
   int64_t crypto_ns = 0;       // AES-GCM seal/open
   int64_t total_ns = 0;        // whole write/feed time on this side, sink included
+  int64_t completed_at_ns = 0; // reader: steady_clock time (ns since its epoch) the frame completed
   std::vector<uint64_t> tensor_wire;  // payload bytes per tensor
 };
 

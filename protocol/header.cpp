@@ -310,6 +310,7 @@ Result<Header> decode_root(const Obj& root, const Limits& lim) {
   if (root.type != msgpack::type::MAP) return make_error(Errc::malformed_header, "header is not a msgpack map");
   Header h;
   bool have_magic = false, have_v = false, have_type = false;
+  unsigned seen = 0;  // bit per required field, in the order of `names` below
   // Magic and version are checked before anything else is interpreted.
   for (uint32_t i = 0; i < root.via.map.size; ++i) {
     const auto& kv = root.via.map.ptr[i];
@@ -338,8 +339,13 @@ Result<Header> decode_root(const Obj& root, const Limits& lim) {
         return make_error(Errc::unknown_message_type, "message type " + std::to_string(t) + " is unknown");
       h.type = static_cast<MsgType>(t);
       have_type = true;
-    } else if (key_is(kv, "sid")) ASSIGN_OR_RETURN(h.session, as_uint(v, "sid"));
-    else if (key_is(kv, "seq")) ASSIGN_OR_RETURN(h.seq, as_uint(v, "seq"));
+    } else if (key_is(kv, "sid")) {
+      ASSIGN_OR_RETURN(h.session, as_uint(v, "sid"));
+      seen |= 1;
+    } else if (key_is(kv, "seq")) {
+      ASSIGN_OR_RETURN(h.seq, as_uint(v, "seq"));
+      seen |= 2;
+    }
     else if (key_is(kv, "split")) {
       int64_t s = 0;
       ASSIGN_OR_RETURN(s, as_int(v, "split"));
@@ -350,19 +356,28 @@ Result<Header> decode_root(const Obj& root, const Limits& lim) {
       ASSIGN_OR_RETURN(s, as_uint(v, "seg"));
       if (s > lim.max_parts) return make_error(Errc::limit_exceeded, "segment index too large");
       h.seg = static_cast<uint32_t>(s);
-    } else if (key_is(kv, "last")) ASSIGN_OR_RETURN(h.last, as_bool(v, "last"));
+      seen |= 4;
+    } else if (key_is(kv, "last")) {
+      ASSIGN_OR_RETURN(h.last, as_bool(v, "last"));
+      seen |= 8;
+    }
     else if (key_is(kv, "np")) {
       uint64_t s = 0;
       ASSIGN_OR_RETURN(s, as_uint(v, "np"));
       if (s > lim.max_parts) return make_error(Errc::limit_exceeded, "too many parts in segment");
       h.nparts = static_cast<uint32_t>(s);
+      seen |= 16;
     } else if (key_is(kv, "cipher")) {
       std::string s;
       ASSIGN_OR_RETURN(s, as_str(v, "cipher", lim));
       auto c = cipher_from_name(s);
       if (!c) return make_error(Errc::cipher_mismatch, "unknown cipher '" + s + "'");
       h.cipher = *c;
-    } else if (key_is(kv, "ctr")) ASSIGN_OR_RETURN(h.ctr, as_uint(v, "ctr"));
+      seen |= 32;
+    } else if (key_is(kv, "ctr")) {
+      ASSIGN_OR_RETURN(h.ctr, as_uint(v, "ctr"));
+      seen |= 64;
+    }
     else if (key_is(kv, "tensors")) {
       TRACR_TRY(each<TensorDesc>(v, "tensors", lim.max_tensors, [&](const Obj& e) -> Status {
         TensorDesc d;
@@ -423,6 +438,13 @@ Result<Header> decode_root(const Obj& root, const Limits& lim) {
     // Unknown keys are ignored: fields are only ever appended (PROTOCOL.md).
   }
   if (!have_type) return make_error(Errc::missing_field, "header has no message type field 'type'");
+  // Fields PROTOCOL.md marks "always" (and ctr whenever a cipher is used).
+  const char* names[] = {"sid", "seq", "seg", "last", "np", "cipher"};
+  for (int i = 0; i < 6; ++i)
+    if (!(seen & (1u << i)))
+      return make_error(Errc::missing_field, std::string("header has no '") + names[i] + "' field");
+  if (h.cipher != Cipher::none && !(seen & 64))
+    return make_error(Errc::missing_field, "encrypted header has no 'ctr' field");
   return h;
 }
 

@@ -149,8 +149,15 @@ TEST(Channel, InjectedGarbageIsRejectedAndSessionCarriesOn) {
   ASSERT_TRUE((*c)->send_raw(std::move(junk)).ok());
   Bundle b{random_tensor("x", DType::float32, {1000}, 3)};
   ASSERT_TRUE((*c)->send(MsgType::infer_request, 1, b).ok());
+  // The server reports the rejection over the session, then answers the good frame.
+  auto e = (*c)->recv(5000);
+  ASSERT_TRUE(e.ok()) << e.error().str();
+  ASSERT_EQ(e->header.type, MsgType::error);
+  ASSERT_TRUE(e->header.error.has_value());
+  EXPECT_EQ(e->header.error->code, Errc::bad_magic);
   auto r = (*c)->recv(5000);
   ASSERT_TRUE(r.ok()) << r.error().str();
+  ASSERT_EQ(r->tensors.size(), 1u);
   EXPECT_EQ(0, std::memcmp(r->tensors[0].data, b[0].data, b[0].nbytes));
   srv.join();
   EXPECT_EQ(srv.server->rejected().malformed, 1u);
