@@ -93,3 +93,21 @@ TEST(RunLocal, KilledServerFailsRunCleanlyAndKeepsRows) {
   // No agent is left behind.
   EXPECT_NE(sh("pgrep -f 'tracr-agen[t].*--seed 424242'").status, 0);
 }
+
+TEST(RunLocal, FashionMnistTemplateRunsWithFramesInFlight) {
+  // The shipped template: real Fashion-MNIST files, batches of 8, int8+zstd,
+  // two frames in flight.
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  auto r = sh(tracrctl() + " run " + std::string(TRACR_SOURCE_DIR) +
+              "/config/experiments/fashion_mnist.yaml --no-progress --db " + db);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select status from runs"), "completed");
+  // 3 splits x 5 repetitions x 4 batches of 8.
+  EXPECT_EQ(query(db, "select count(*) from frames"), "60");
+  EXPECT_EQ(query(db, "select min(batch) || '/' || max(batch) from frames"), "8/8");
+  EXPECT_EQ(query(db, "select codec from frames limit 1"), "int8+blosc-zstd:level=5");
+  EXPECT_EQ(query(db, "select count(*) from frames where transfer_ns < 0 or total_ns <= 0"), "0");
+  // int8 shrinks the crossing tensors about 4x before zstd.
+  EXPECT_LT(std::stod(query(db, "select avg(wire_bytes * 1.0 / raw_bytes) from frames")), 0.3);
+}
