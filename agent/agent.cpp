@@ -1,7 +1,11 @@
 #include "agent/agent.hpp"
 
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <fstream>
 
 #include <chrono>
 #include <condition_variable>
@@ -35,8 +39,18 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
 
 // ---- ControlOut -------------------------------------------------------------
 
-ControlOut::ControlOut(const std::vector<uint8_t>& secret)
-    : codec_(secret, ControlDir::agent_to_controller), in_(secret, ControlDir::controller_to_agent) {}
+namespace {
+std::atomic<bool> g_signalled{false};
+void on_term(int) { g_signalled = true; }
+}  // namespace
+
+ControlOut::ControlOut(const std::vector<uint8_t>& secret, bool watch_stdin)
+    : codec_(secret, ControlDir::agent_to_controller),
+      in_(secret, ControlDir::controller_to_agent),
+      watch_stdin_(watch_stdin) {
+  std::signal(SIGTERM, on_term);
+  std::signal(SIGINT, on_term);
+}
 
 ControlOut::~ControlOut() { stop_heartbeat(); }
 
@@ -70,7 +84,8 @@ void ControlOut::stop_heartbeat() {
 }
 
 bool ControlOut::stop_requested() {
-  if (stopped_) return true;
+  if (stopped_ || g_signalled) return stopped_ = true;
+  if (!watch_stdin_) return false;
   pollfd p{0, POLLIN, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
   if ((p.revents & POLLIN) == 0 && (p.revents & (POLLHUP | POLLERR))) return stopped_ = true;
@@ -230,7 +245,17 @@ int agent_main(int argc, char** argv) {
     return 2;
   }
   std::string line;
-  if (!std::getline(std::cin, line)) {
+  if (!opt.secret_file.empty()) {
+    // A detached agent: the secret sits in a file only its owner can read.
+    struct stat st {};
+    if (::stat(opt.secret_file.c_str(), &st) != 0 || (st.st_mode & 077) != 0) {
+      std::fprintf(stderr, "tracr-agent: --secret-file %s must exist and be readable by its owner only (chmod 600)\n",
+                   opt.secret_file.c_str());
+      return 2;
+    }
+    std::ifstream f(opt.secret_file);
+    std::getline(f, line);
+  } else if (!std::getline(std::cin, line)) {
     std::fprintf(stderr, "tracr-agent: expected the session secret (hex) on the first line of stdin\n");
     return 2;
   }
@@ -240,7 +265,7 @@ int agent_main(int argc, char** argv) {
     return 2;
   }
   opt.secret = *secret;
-  ControlOut ctl(opt.secret);
+  ControlOut ctl(opt.secret, opt.secret_file.empty());
   ctl.start_heartbeat(1000);
   int rc = 0;
   try {

@@ -70,6 +70,7 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
     STR_OPT("--dataset-split", dataset_split)
     STR_OPT("--class-names", class_names)
     STR_OPT("--codec", codec)
+    STR_OPT("--secret-file", secret_file)
     INT_OPT("--num-classes", num_classes, 0, 1 << 24)
     INT_OPT("--seed", seed, 0, INT64_MAX)
     INT_OPT("--profile-layers", profile_reps, 0, 100000)

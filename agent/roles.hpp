@@ -25,6 +25,7 @@ struct AgentOptions {
   bool encrypt = true;
   bool x25519 = true;
   std::vector<uint8_t> secret;      // from stdin, never argv
+  std::string secret_file;          // detached agents: secret from this 0600 file; stdin not watched
   // Model (both roles).
   std::string model;                // empty: SERVER echoes (protocol demo)
   std::string weights;
@@ -57,7 +58,8 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& opt)
 // detection on stdin.
 class ControlOut {
  public:
-  explicit ControlOut(const std::vector<uint8_t>& secret);
+  // watch_stdin false (detached agents): only SIGTERM/SIGINT stop the agent.
+  explicit ControlOut(const std::vector<uint8_t>& secret, bool watch_stdin = true);
   ~ControlOut();
   void send(const std::string& kind, const std::map<std::string, std::string>& fields);
   void start_heartbeat(int period_ms);
@@ -73,6 +75,7 @@ class ControlOut {
   std::condition_variable hb_cv_;
   bool hb_stop_ = false;
   bool stopped_ = false;
+  bool watch_stdin_ = true;
   std::string pending_;
 };
 

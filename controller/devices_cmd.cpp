@@ -29,6 +29,7 @@ struct Common {
   bool trust = false;
   std::string agent;
   size_t tail = 4000;
+  std::string state_dir = "results/agents";  // detached agents started by `agents start`
 };
 
 Common parse_common(const std::vector<std::string>& args, size_t from) {
@@ -41,6 +42,7 @@ Common parse_common(const std::vector<std::string>& args, size_t from) {
     if (args[i] == "--devices") c.devices = next();
     else if (args[i] == "--trust-new-hosts") c.trust = true;
     else if (args[i] == "--agent") c.agent = next();
+    else if (args[i] == "--state-dir") c.state_dir = next();
     else if (args[i] == "--tail") {
       const std::string v = next();
       char* end = nullptr;
@@ -141,12 +143,15 @@ int cmd_devices(const std::vector<std::string>& args) {
 
 int cmd_agents(const std::vector<std::string>& args) {
   const std::string usage =
-      "usage: tracrctl agents deploy|status|logs|stop [--devices FILE] [--trust-new-hosts] [--agent PATH] [--tail BYTES]\n";
+      "usage: tracrctl agents start EXPERIMENT.yaml [--trust-new-hosts] [--agent PATH]\n"
+      "       tracrctl agents deploy|status|logs|stop [--devices FILE] [--trust-new-hosts] [--agent PATH] [--tail BYTES]\n"
+      "                                               [--state-dir results/agents]\n";
   if (args.empty()) {
     std::fputs(usage.c_str(), stderr);
     return 2;
   }
   const std::string verb = args[0];
+  if (verb == "start") return cmd_agents_start(std::vector<std::string>(args.begin() + 1, args.end()));
   if (verb != "deploy" && verb != "status" && verb != "logs" && verb != "stop") {
     fmt::print(stderr, "tracrctl agents: unknown action '{}'\n{}", verb, usage);
     return 2;
@@ -163,13 +168,16 @@ int cmd_agents(const std::vector<std::string>& args) {
     if (d.transport == Transport::local) {
       if (verb == "deploy") return head + " local: runs " + c.agent + " in place";
       if (verb == "logs") return head + " local: logs are in results/logs/run-<id>-" + d.name + ".log";
+      // Local agents of a run belong to that tracrctl process and stop with it;
+      // `stop` ends only detached agents (listed in the state directory).
+      if (verb == "stop") return head + " local: run agents stop with their run";
       std::string pat = "'" + c.agent.substr(0, c.agent.size() - 1) + "[" + c.agent.back() + "] --role'";
-      FILE* p = popen(((verb == "stop" ? "pkill -TERM -f " : "pgrep -af ") + pat + " 2>&1").c_str(), "r");
+      FILE* p = popen(("pgrep -af " + pat + " 2>&1").c_str(), "r");
       std::string out;
       char buf[512];
       while (p && fgets(buf, sizeof buf, p)) out += buf;
       if (p) pclose(p);
-      return head + (verb == "stop" ? " local agents signalled" : " local agents:\n" + (out.empty() ? "  none\n" : out));
+      return head + " local agents:\n" + (out.empty() ? "  none\n" : out);
     }
     auto s = SshSession::connect(device_ssh_target(d, devs->source, c.trust));
     if (!s) {
@@ -212,7 +220,16 @@ int cmd_agents(const std::vector<std::string>& args) {
     return head + " agents under " + d.work_dir + " stopped";
   });
   for (const auto& r : rows) fmt::print("{}\n", r);
-  return bad.load() ? 1 : 0;
+  int rc = bad.load() ? 1 : 0;
+  if (verb == "stop" && stop_detached_agents(c.state_dir, c.trust, c.devices) != 0) rc = 1;
+  if (verb == "status") {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(c.state_dir, ec))
+      if (e.path().extension() == ".state")
+        if (auto d = read_detached(e.path().string()))
+          fmt::print("detached SERVER agent on {}: pid {}, {}\n", d->device, d->pid, d->endpoint);
+  }
+  return rc;
 }
 
 }  // namespace tracr::controller

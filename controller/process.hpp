@@ -39,6 +39,11 @@ class ChildProcess {
   int status_ = -1;
 };
 
+// Starts argv detached (new session, stdin /dev/null, stdout and stderr
+// appended to log_path); returns its pid. The caller does not wait for it.
+Result<pid_t> spawn_detached(const std::vector<std::string>& argv, const std::string& log_path,
+                             const std::vector<std::string>& env = {});
+
 // Directory of the running executable.
 std::string self_dir();
 

@@ -27,6 +27,22 @@ struct RunOptions {
   int heartbeat_timeout_ms = 5000;
 };
 
+// A SERVER agent started by `tracrctl agents start`, outliving tracrctl.
+// Its state (endpoint, pid, session secret) is kept owner-only in
+// <dir of the experiment's output DB>/agents/<device>.state.
+struct DetachedServer {
+  std::string device, transport, endpoint, secret_hex, identity, log;
+  long pid = 0;
+};
+std::string detached_state_path(const std::string& output_db, const std::string& device);
+Result<DetachedServer> read_detached(const std::string& path);
+Status write_detached(const std::string& path, const DetachedServer& d);
+
+// tracrctl agents start EXPERIMENT.yaml [--trust-new-hosts] [--agent PATH]
+int cmd_agents_start(const std::vector<std::string>& args);
+// tracrctl agents stop for detached agents recorded under `state_dir`.
+int stop_detached_agents(const std::string& state_dir, bool trust_new_hosts, const std::string& devices_file);
+
 // Returns the process exit code (0 on a completed run).
 int run_experiment(const RunOptions& opt);
 int cmd_run(const std::vector<std::string>& args);

@@ -1,4 +1,6 @@
 // tracrctl run end to end with local agents on loopback and in-process.
+#include <sys/stat.h>
+
 #include <csignal>
 #include <regex>
 
@@ -113,4 +115,32 @@ TEST(RunLocal, FashionMnistTemplateRunsWithFramesInFlight) {
   EXPECT_EQ(query(db, "select count(*) from frames where transfer_ns < 0 or total_ns <= 0"), "0");
   // int8 shrinks the crossing tensors about 4x before zstd.
   EXPECT_LT(std::stod(query(db, "select avg(wire_bytes * 1.0 / raw_bytes) from frames")), 0.3);
+}
+
+TEST(RunLocal, DetachedServerStartedOnceServesSeveralRunsUntilStopped) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "record:\n  layers: false\n");
+  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  y.replace(y.find("seed: 7"), 7, "seed: 777123");
+  const std::string exp = d.file("exp.yaml", y);
+  auto start = sh(tracrctl() + " agents start " + exp);
+  ASSERT_EQ(start.status, 0) << start.out;
+  const std::string state = (d.path / "agents" / "server.state").string();
+  struct stat st {};
+  ASSERT_EQ(::stat(state.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u) << "the state holds the session secret";
+  for (int i = 0; i < 2; ++i) {
+    auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("using the detached SERVER agent"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(query(db, "select count(*) from runs where status = 'completed'"), "2");
+  EXPECT_EQ(query(db, "select count(*) from events where kind = 'agent_reused'"), "2");
+  // The detached server outlived both runs; stop ends it and forgets its state.
+  EXPECT_EQ(sh("pgrep -f 'tracr-agen[t] --role SERVER.*--seed 777123'").status, 0);
+  auto stop = sh(tracrctl() + " agents stop --state-dir " + (d.path / "agents").string());
+  EXPECT_EQ(stop.status, 0) << stop.out;
+  EXPECT_NE(sh("pgrep -f 'tracr-agen[t] --role SERVER.*--seed 777123'").status, 0);
+  EXPECT_NE(::stat(state.c_str(), &st), 0);
 }

@@ -114,3 +114,25 @@ TEST_F(RunSsh, DevicesCheckAndAgentsCommands) {
   EXPECT_NE(logs.out.find("run-1-server.log"), std::string::npos) << logs.out;
   EXPECT_EQ(sh(env + tracrctl() + " agents stop --devices " + dev).status, 0);
 }
+
+TEST_F(RunSsh, DetachedServerOverSshServesRunsUntilStopped) {
+  sshd().trust();
+  const std::string dev = devices(sshd().user_key(), sshd().port());
+  const std::string env = "TRACR_KNOWN_HOSTS=" + sshd().known_hosts() + " ";
+  std::string y = small_experiment(db(), "record:\n  layers: false\n", dev);
+  y.replace(y.find("split: all"), 10, "split: [3]");
+  const std::string exp = d.file("exp.yaml", y);
+  auto start = sh(env + tracrctl() + " agents start " + exp);
+  ASSERT_EQ(start.status, 0) << start.out << "\nsshd log:\n" << sshd().log();
+  auto r = sh(env + tracrctl() + " run " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("using the detached SERVER agent"), std::string::npos) << r.out;
+  EXPECT_EQ(query(db(), "select count(*) from frames"), "2");
+  // The secret file on the device is owner-only.
+  auto perm = sh("stat -c %a " + (d.path / "srv").string() + "/server.secret");
+  EXPECT_EQ(perm.out, "600\n") << perm.out;
+  auto stop = sh(env + tracrctl() + " agents stop --devices " + dev + " --state-dir " + (d.path / "agents").string());
+  EXPECT_EQ(stop.status, 0) << stop.out;
+  EXPECT_NE(sh("pgrep -f '" + (d.path / "srv").string() + "/tracr-agen[t]'").status, 0);
+  EXPECT_NE(sh("ls " + (d.path / "srv").string() + "/server.secret").status, 0);
+}
