@@ -190,14 +190,6 @@ RejectCounters Server::rejected() const {
   return t;
 }
 
-std::vector<std::string> Server::silent_peers(int ms) const {
-  std::vector<std::string> out;
-  auto limit = Clock::now() - std::chrono::milliseconds(ms);
-  for (const auto& [id, p] : peers_)
-    if (p->last_seen < limit) out.push_back(id);
-  return out;
-}
-
 Status Server::handle_hello(const std::string& peer, Segment& seg) {
   // A HELLO is never encrypted: decode it with a fresh reader.
   FrameReader r(opt_.limits);

@@ -84,9 +84,6 @@ class Server {
   const std::string& last_error_peer() const { return last_error_peer_; }
   size_t peers() const { return peers_.size(); }
   RejectCounters rejected() const;
-  // Peers not heard from within `ms` (heartbeats count).
-  std::vector<std::string> silent_peers(int ms) const;
-  void drop_peer(const std::string& peer) { peers_.erase(peer); }
 
  private:
   struct Peer {
