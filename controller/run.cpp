@@ -478,49 +478,64 @@ int run_experiment(const RunOptions& ro) {
       fail(fmt::format("{} agent on {} failed: {}", a.role, a.dev->name, m.get_or("error", "?")));
     } else if (m.kind == "LOG") {
       (void)db->add_event(*run_id, m.get_or("level", "info"), "agent_log", a.dev->name + ": " + m.get_or("msg", ""));
-    } else if (m.kind == "PROFILE") {
-      LayerProfileRecord r;
-      r.run_id = *run_id;
-      r.device = a.dev->name;
-      r.device_role = a.role;
-      r.layer_index = static_cast<int>(m.get_int("index").ok() ? *m.get_int("index") : 0);
-      r.name = m.get_or("name", "");
-      r.type = m.get_or("type", "");
-      r.params = m.get_int("params").ok() ? *m.get_int("params") : 0;
-      r.macs = m.get_int("macs").ok() ? *m.get_int("macs") : 0;
-      r.out_bytes = m.get_int("output_bytes").ok() ? *m.get_int("output_bytes") : 0;
-      r.median_ns = static_cast<int64_t>((m.get_double("median_ms").ok() ? *m.get_double("median_ms") : 0) * 1e6);
-      r.p95_ns = static_cast<int64_t>((m.get_double("p95_ms").ok() ? *m.get_double("p95_ms") : 0) * 1e6);
-      r.reps = static_cast<int>(m.get_int("reps").ok() ? *m.get_int("reps") : 0);
-      if (auto pk = m.get_int("peak_rss_delta"); pk && *pk >= 0) r.peak_mem_bytes = *pk;
-      profiles.push_back(std::move(r));
-    } else if (m.kind == "FRAME") {
-      FrameRecord r;
-      r.run_id = *run_id;
-      r.participant = a.dev->name;
-      auto gi = [&](const char* k) { auto v = m.get_int(k); return v ? *v : int64_t{0}; };
-      r.split = static_cast<int>(gi("split"));
-      r.sample = gi("sample");
-      r.rep = static_cast<int>(gi("rep"));
-      r.batch = static_cast<int>(gi("batch"));
-      r.head_ns = gi("head_ns");
-      r.encode_ns = gi("encode_ns");
-      r.transfer_ns = gi("transfer_ns");
-      r.decode_ns = gi("decode_ns");
-      r.tail_ns = gi("tail_ns");
-      r.return_ns = gi("return_ns");
-      r.total_ns = gi("total_ns");
-      r.raw_bytes = gi("raw_bytes");
-      r.wire_bytes = gi("wire_bytes");
-      r.codec = m.get_or("codec", "");
-      r.cipher = m.get_or("cipher", "");
-      r.result_json = fmt::format("{{\"top1\":{},\"correct\":{}}}", json_quote(m.get_or("result", "")), gi("correct"));
-      if (cfg->record.frames) batch.push_back(std::move(r));
-      frames_done = gi("done");
-      frames_total = gi("total");
-      current_split = static_cast<int>(gi("split"));
-      if (batch.size() >= 64) flush();
-      if (ro.progress) draw_progress(frames_done, frames_total, current_split, t0, tty);
+    } else if (m.kind == "PROFILE" || m.kind == "FRAME") {
+      // Every numeric field must parse: a malformed record fails the run
+      // instead of being stored with zeros.
+      std::string bad;
+      auto gi = [&](const char* k) -> int64_t {
+        auto v = m.get_int(k);
+        if (!v && bad.empty()) bad = v.error().message;
+        return v ? *v : 0;
+      };
+      auto gd = [&](const char* k) -> double {
+        auto v = m.get_double(k);
+        if (!v && bad.empty()) bad = v.error().message;
+        return v ? *v : 0;
+      };
+      if (m.kind == "PROFILE") {
+        LayerProfileRecord r;
+        r.run_id = *run_id;
+        r.device = a.dev->name;
+        r.device_role = a.role;
+        r.layer_index = static_cast<int>(gi("index"));
+        r.name = m.get_or("name", "");
+        r.type = m.get_or("type", "");
+        r.params = gi("params");
+        r.macs = gi("macs");
+        r.out_bytes = gi("output_bytes");
+        r.median_ns = static_cast<int64_t>(gd("median_ms") * 1e6);
+        r.p95_ns = static_cast<int64_t>(gd("p95_ms") * 1e6);
+        r.reps = static_cast<int>(gi("reps"));
+        if (int64_t pk = gi("peak_rss_delta"); pk >= 0) r.peak_mem_bytes = pk;  // -1: not measurable here
+        if (bad.empty()) profiles.push_back(std::move(r));
+      } else {
+        FrameRecord r;
+        r.run_id = *run_id;
+        r.participant = a.dev->name;
+        r.split = static_cast<int>(gi("split"));
+        r.sample = gi("sample");
+        r.rep = static_cast<int>(gi("rep"));
+        r.batch = static_cast<int>(gi("batch"));
+        r.head_ns = gi("head_ns");
+        r.encode_ns = gi("encode_ns");
+        r.transfer_ns = gi("transfer_ns");
+        r.decode_ns = gi("decode_ns");
+        r.tail_ns = gi("tail_ns");
+        r.return_ns = gi("return_ns");
+        r.total_ns = gi("total_ns");
+        r.raw_bytes = gi("raw_bytes");
+        r.wire_bytes = gi("wire_bytes");
+        r.codec = m.get_or("codec", "");
+        r.cipher = m.get_or("cipher", "");
+        r.result_json = fmt::format("{{\"top1\":{},\"correct\":{}}}", json_quote(m.get_or("result", "")), gi("correct"));
+        frames_done = gi("done");
+        frames_total = gi("total");
+        current_split = r.split;
+        if (bad.empty() && cfg->record.frames) batch.push_back(std::move(r));
+        if (batch.size() >= 64) flush();
+        if (bad.empty() && ro.progress) draw_progress(frames_done, frames_total, current_split, t0, tty);
+      }
+      if (!bad.empty()) fail(fmt::format("{} agent on {} sent a malformed {}: {}", a.role, a.dev->name, m.kind, bad));
     } else if (m.kind == "DONE") {
       finished[e.agent] = true;
     }
