@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "agent/control.hpp"
+#include "agent/record.hpp"
 #include "agent/roles.hpp"
 #include "protocol/channel.hpp"
 
@@ -85,13 +86,31 @@ void ControlOut::stop_heartbeat() {
 
 bool ControlOut::stop_requested() {
   if (stopped_ || g_signalled) return stopped_ = true;
-  if (!watch_stdin_) return false;
+  read_stdin();
+  return stopped_;
+}
+
+std::vector<ControlMsg> ControlOut::take_commands() {
+  read_stdin();
+  std::vector<ControlMsg> out;
+  out.swap(commands_);
+  return out;
+}
+
+void ControlOut::read_stdin() {
+  if (!watch_stdin_ || stopped_) return;
   pollfd p{0, POLLIN, 0};
-  if (::poll(&p, 1, 0) <= 0) return false;
-  if ((p.revents & POLLIN) == 0 && (p.revents & (POLLHUP | POLLERR))) return stopped_ = true;
+  if (::poll(&p, 1, 0) <= 0) return;
+  if ((p.revents & POLLIN) == 0 && (p.revents & (POLLHUP | POLLERR))) {
+    stopped_ = true;
+    return;
+  }
   char buf[4096];
   ssize_t n = ::read(0, buf, sizeof buf);
-  if (n <= 0) return stopped_ = true;
+  if (n <= 0) {
+    stopped_ = true;
+    return;
+  }
   pending_.append(buf, static_cast<size_t>(n));
   size_t nl;
   while ((nl = pending_.find('\n')) != std::string::npos) {
@@ -103,8 +122,9 @@ bool ControlOut::stop_requested() {
       continue;
     }
     if (m->kind == "STOP") stopped_ = true;
+    else if (m->kind == "CMD") commands_.push_back(std::move(*m));
+    else std::fprintf(stderr, "tracr-agent: ignored control line of kind %s\n", m->kind.c_str());
   }
-  return stopped_;
 }
 
 // ---- echo SERVER (protocol demo and benchmarks) -----------------------------
@@ -158,7 +178,12 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
   std::map<std::string, std::string> ready{{"role", "SERVER"}, {"endpoint", (*server)->endpoint()},
                                            {"cipher", opt.encrypt ? "aes-256-gcm" : "none"}};
   if (!raw_ep.empty()) ready["raw"] = raw_ep;
-  if (tail) ready["model"] = tail->describe();
+  if (tail) {
+    ready["model"] = tail->describe();
+    for (auto& [k, v] : tail->ready_fields()) ready[k] = v;
+  } else {
+    for (auto& [k, v] : to_control(local_hw_identity())) ready[k] = v;
+  }
   ctl.send("READY", ready);
 
   int rc = 0;
@@ -191,6 +216,9 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     } else {
       // Echo server: the demo verifies what was decoded.
       meta["srv_decode_ns"] = f.stats.total_ns;
+      meta["srv_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now().time_since_epoch()).count() -
+                       f.stats.last_segment_at_ns;
       meta["srv_raw_bytes"] = static_cast<int64_t>(f.stats.raw_bytes);
       meta["srv_wire_bytes"] = static_cast<int64_t>(f.stats.wire_bytes);
       if (f.header.meta.count("echo")) out = f.tensors;
@@ -230,7 +258,7 @@ int agent_main(int argc, char** argv) {
         return 0;
       }
       if (a == "--version") {
-        std::puts("tracr-agent 0.1.0 protocol 1");
+        std::printf("tracr-agent %s protocol 1\n", kAgentVersion);
         return 0;
       }
     }

@@ -8,8 +8,14 @@
 // k = HKDF-SHA256(secret, salt = "", info = "tracr/1 control a2c" or
 // "tracr/1 control c2a", 32). A line with a bad MAC, a repeated or skipped
 // seq, or bad syntax is rejected with a typed error naming the agent.
-// Kinds: READY, HEARTBEAT, STATUS, LOG, FRAME, PROFILE, DONE, FAIL (agent ->
-// controller); STOP (controller -> agent).
+// Kinds, agent -> controller: READY (role, endpoint/link, cipher, and the
+// hardware identity fields of record_fields.def), HEARTBEAT, LOG, PROFILE and
+// FRAME (every field of record_fields.def, see record.hpp), EVENT (kind,
+// frame, cmd, op, message: commands applied or rejected, pause, resume,
+// stop), DONE (frames, stopped), FAIL (error).
+// Controller -> agent: STOP (end now, after the frames in flight), CMD (id,
+// op = set_split split=K | set_codec codec=TEXT | pause | resume | stop),
+// applied by a PARTICIPANT between frames and answered with an EVENT.
 #pragma once
 
 #include <cstdint>

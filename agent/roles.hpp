@@ -64,8 +64,11 @@ class ControlOut {
   void send(const std::string& kind, const std::map<std::string, std::string>& fields);
   void start_heartbeat(int period_ms);
   void stop_heartbeat();
-  // True once stdin closed or a valid STOP arrived (non-blocking).
+  // True once stdin closed, a valid STOP line arrived or the agent was
+  // signalled (non-blocking).
   bool stop_requested();
+  // CMD lines received since the last call (non-blocking).
+  std::vector<ControlMsg> take_commands();
 
  private:
   ControlCodec codec_, in_;
@@ -77,6 +80,8 @@ class ControlOut {
   bool stopped_ = false;
   bool watch_stdin_ = true;
   std::string pending_;
+  std::vector<ControlMsg> commands_;
+  void read_stdin();
 };
 
 // Runs tails for the SERVER loop (implemented with LibTorch).
@@ -85,6 +90,8 @@ class TailHandler {
   virtual ~TailHandler() = default;
   virtual Result<std::pair<protocol::Bundle, protocol::Meta>> handle(const protocol::Frame& f) = 0;
   virtual std::string describe() const = 0;
+  // Extra READY fields (the hardware identity).
+  virtual std::map<std::string, std::string> ready_fields() const { return {}; }
 };
 
 // The SERVER loop: echo when `tail` is null, else tails. Returns exit code.

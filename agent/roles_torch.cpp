@@ -8,6 +8,9 @@
 #include "agent/runner.hpp"
 #include "experiments/profile.hpp"
 
+#include <cmath>
+#include <torch/version.h>
+
 namespace tracr::agent {
 
 namespace ex = tracr::experiments;
@@ -17,7 +20,9 @@ namespace {
 
 class ModelTail : public TailHandler {
  public:
-  explicit ModelTail(std::shared_ptr<ex::SplitModel> m) : exec_(m), model_(std::move(m)) {}
+  ModelTail(std::shared_ptr<ex::SplitModel> m, std::map<std::string, std::string> hw)
+      : exec_(m), model_(std::move(m)), hw_(std::move(hw)) {}
+  std::map<std::string, std::string> ready_fields() const override { return hw_; }
   Result<std::pair<Bundle, Meta>> handle(const Frame& f) override { return exec_.handle(f); }
   std::string describe() const override {
     return fmt::format("{} layers={} device={}", model_->name(), model_->num_layers(), model_->device().str());
@@ -26,9 +31,8 @@ class ModelTail : public TailHandler {
  private:
   TailExecutor exec_;
   std::shared_ptr<ex::SplitModel> model_;
+  std::map<std::string, std::string> hw_;
 };
-
-std::string fmt_d(double v) { return fmt::format("{:.6f}", v); }
 
 Status profile(const AgentOptions& o, ex::SplitModel& m, ControlOut& ctl) {
   const auto& s = m.input_shape();
@@ -37,34 +41,45 @@ Status profile(const AgentOptions& o, ex::SplitModel& m, ControlOut& ctl) {
   po.repetitions = o.profile_reps;
   auto prof = ex::profile_layers(m, input.to(m.device()), po);
   if (!prof) return std::move(prof.error());
-  for (const auto& p : *prof)
-    ctl.send("PROFILE", {{"role", o.role},
-                         {"index", std::to_string(p.index)},
-                         {"name", p.name},
-                         {"type", p.type},
-                         {"device", p.device},
-                         {"reps", std::to_string(p.repetitions)},
-                         {"batch", std::to_string(o.profile_batch)},
-                         {"median_ms", fmt_d(p.median_ms)},
-                         {"p95_ms", fmt_d(p.p95_ms)},
-                         {"params", std::to_string(p.params)},
-                         {"macs", std::to_string(p.macs)},
-                         {"output_bytes", std::to_string(p.output_bytes)},
-                         {"peak_rss_delta", std::to_string(p.peak_rss_delta_bytes)}});
+  const std::string fp = model_fingerprint(m);
+  const std::string shape = fmt::format("{},{},{}", s[0], s[1], s[2]);
+  for (const auto& p : *prof) {
+    ProfileRecord r;
+    r.layer_index = p.index;
+    r.name = p.name;
+    r.type = p.type;
+    r.model_fp = fp;
+    r.input_shape = shape;
+    r.batch = o.profile_batch;
+    r.device_kind = p.device;
+    r.reps = p.repetitions;
+    r.median_ns = static_cast<int64_t>(std::llround(p.median_ms * 1e6));
+    r.p95_ns = static_cast<int64_t>(std::llround(p.p95_ms * 1e6));
+    r.params = p.params;
+    r.macs = p.macs;
+    r.out_bytes = p.output_bytes;
+    if (p.peak_rss_delta_bytes >= 0) r.peak_mem_bytes = p.peak_rss_delta_bytes;  // -1: not measurable here
+    auto fields = to_control(r);
+    fields["role"] = o.role;
+    ctl.send("PROFILE", fields);
+  }
   return {};
 }
 
-std::map<std::string, std::string> frame_fields(const FrameRecord& r, int64_t done, int64_t total) {
-  return {{"split", std::to_string(r.split)},       {"sample", std::to_string(r.sample)},
-          {"rep", std::to_string(r.rep)},           {"batch", std::to_string(r.batch)},
-          {"head_ns", std::to_string(r.head_ns)},   {"encode_ns", std::to_string(r.encode_ns)},
-          {"transfer_ns", std::to_string(r.transfer_ns)}, {"decode_ns", std::to_string(r.decode_ns)},
-          {"tail_ns", std::to_string(r.tail_ns)},   {"return_ns", std::to_string(r.return_ns)},
-          {"post_ns", std::to_string(r.post_ns)},   {"total_ns", std::to_string(r.total_ns)},
-          {"raw_bytes", std::to_string(r.raw_bytes)}, {"wire_bytes", std::to_string(r.wire_bytes)},
-          {"codec", r.codec},                       {"cipher", r.cipher},
-          {"result", r.result},                     {"correct", std::to_string(r.correct)},
-          {"done", std::to_string(done)},           {"total", std::to_string(total)}};
+// This machine, plus what only LibTorch knows (its version, the GPU in use).
+HwIdentity hw_identity(const ex::SplitModel& m) {
+  HwIdentity h = local_hw_identity();
+  h.libtorch = TORCH_VERSION;
+  // The device index; its marketing name needs the CUDA runtime, which this
+  // build does not link.
+  if (m.device().is_cuda()) h.gpu = "cuda:" + std::to_string(m.device().index());
+  finish_hw_id(h);
+  return h;
+}
+
+std::map<std::string, std::string> ready_fields(std::map<std::string, std::string> base, const HwIdentity& h) {
+  for (auto& [k, v] : to_control(h)) base[k] = v;
+  return base;
 }
 
 }  // namespace
@@ -85,7 +100,7 @@ int run_model_role(const AgentOptions& o, ControlOut& ctl) {
     }
   }
   if (o.role == "SERVER") {
-    std::unique_ptr<TailHandler> tail = std::make_unique<ModelTail>(model);
+    std::unique_ptr<TailHandler> tail = std::make_unique<ModelTail>(model, to_control(hw_identity(*model)));
     return serve(o, ctl, tail);
   }
 
@@ -132,24 +147,59 @@ int run_model_role(const AgentOptions& o, ControlOut& ctl) {
   ps.chunk_bytes = o.chunk_bytes;
   ps.inflight = o.inflight;
   ps.topk = o.topk;
-  ctl.send("READY", {{"role", "PARTICIPANT"},
-                     {"model", model->name()},
-                     {"layers", std::to_string(model->num_layers())},
-                     {"link", o.in_process ? "in-process" : o.connect},
-                     {"cipher", link->cipher()}});
-  int64_t done = 0, total = 0;
-  auto st = run_participant(
-      ps, *model, *link, [&](const FrameRecord& r) { ctl.send("FRAME", frame_fields(r, done, total)); },
-      [&](int64_t d, int64_t t) {
-        done = d;
-        total = t;
-      },
-      [&] { return ctl.stop_requested(); });
+  const HwIdentity hw = hw_identity(*model);
+  ctl.send("READY", ready_fields({{"role", "PARTICIPANT"},
+                                  {"model", model->name()},
+                                  {"layers", std::to_string(model->num_layers())},
+                                  {"link", o.in_process ? "in-process" : o.connect},
+                                  {"cipher", link->cipher()}},
+                                 hw));
+  std::vector<int> splits = o.splits;
+  if (splits.empty())
+    for (int k = 0; k <= model->num_layers(); ++k) splits.push_back(k);
+  SweepPolicy policy(splits, o.warmup, o.reps);
+  int64_t done = 0, total = 0, frames = 0;
+  PipelineHooks hooks;
+  hooks.emit = [&](const FrameRecord& r) {
+    auto f = to_control(r);
+    f["done"] = std::to_string(done);  // progress, not a field
+    f["total"] = std::to_string(total);
+    ctl.send("FRAME", f);
+    ++frames;
+  };
+  hooks.progress = [&](int64_t d, int64_t t) {
+    done = d;
+    total = t;
+  };
+  hooks.poll = [&] {
+    std::vector<Command> out;
+    for (const auto& m : ctl.take_commands()) {
+      auto c = parse_command(m);
+      if (!c) {
+        ctl.send("EVENT", {{"kind", "command_rejected"}, {"cmd", m.get_or("id", "")}, {"op", m.get_or("op", "")},
+                           {"frame", "-1"}, {"message", c.error().str()}});
+        continue;
+      }
+      out.push_back(*c);
+    }
+    return out;
+  };
+  hooks.stop = [&] { return ctl.stop_requested(); };
+  hooks.event = [&](const std::string& kind, int64_t frame, const Command* c, const std::string& msg) {
+    static const char* ops[] = {"set_split", "set_codec", "pause", "resume", "stop"};
+    ctl.send("EVENT", {{"kind", kind},
+                       {"frame", std::to_string(frame)},
+                       {"cmd", c ? std::to_string(c->id) : ""},
+                       {"op", c ? ops[static_cast<int>(c->kind)] : ""},
+                       {"message", msg}});
+  };
+  bool stopped = false;
+  auto st = run_pipeline(ps, *model, *link, policy, hooks, &stopped);
   if (!st) {
     ctl.send("FAIL", {{"error", st.error().str()}});
     return 1;
   }
-  ctl.send("DONE", {{"frames", std::to_string(done)}});
+  ctl.send("DONE", {{"frames", std::to_string(frames)}, {"stopped", stopped ? "1" : "0"}});
   return 0;
 }
 

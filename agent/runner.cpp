@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <deque>
+#include <thread>
 #include <fmt/format.h>
 
 #include "agent/agent.hpp"
@@ -82,6 +83,8 @@ Result<std::pair<Bundle, Meta>> TailExecutor::handle(const Frame& f) {
   Meta meta;
   meta["srv_decode_ns"] = f.stats.total_ns;
   meta["srv_tail_ns"] = ns_between(t0, t1);
+  // From the request's last segment to here, just before the reply is encoded.
+  meta["srv_ns"] = ns_between(Clock::time_point(std::chrono::nanoseconds(f.stats.last_segment_at_ns)), Clock::now());
   return std::make_pair(std::move(*pb), std::move(meta));
 }
 
@@ -160,22 +163,54 @@ Result<Frame> InProcessLink::recv(int) {
   return r;
 }
 
+Result<Command> parse_command(const ControlMsg& m) {
+  Command c;
+  auto id = m.get_int("id");
+  if (!id) return std::move(id.error());
+  c.id = *id;
+  auto op = m.get_str("op");
+  if (!op) return std::move(op.error());
+  if (*op == "set_split") {
+    c.kind = Command::Kind::set_split;
+    auto k = m.get_int("split");
+    if (!k) return std::move(k.error());
+    if (*k < 0 || *k > 1000000)
+      return make_error(Errc::field_type, fmt::format("CMD set_split: split {} is not a split point", *k));
+    c.split = static_cast<int>(*k);
+  } else if (*op == "set_codec") {
+    c.kind = Command::Kind::set_codec;
+    auto t = m.get_str("codec");
+    if (!t) return std::move(t.error());
+    auto spec = CodecSpec::parse(*t);
+    if (!spec) return make_error(spec.error().code, "CMD set_codec: " + spec.error().message);
+    c.codec = spec->name();
+  } else if (*op == "pause") {
+    c.kind = Command::Kind::pause;
+  } else if (*op == "resume") {
+    c.kind = Command::Kind::resume;
+  } else if (*op == "stop") {
+    c.kind = Command::Kind::stop;
+  } else {
+    return make_error(Errc::field_type,
+                      "CMD op '" + *op + "': expected set_split, set_codec, pause, resume or stop");
+  }
+  return c;
+}
+
 namespace {
 
 struct Pending {
   FrameRecord rec;
-  Clock::time_point t0, sent;
+  Clock::time_point t0, t_head, t_sent;
   at::Tensor labels;
   std::vector<ex::ImageTransform> transforms;
-  bool recorded = true;
 };
 
-// Post-processes the reply; fills result/correct/post_ns.
+// Post-processes the reply; fills result/correct.
 Status finish(Pending& p, const Frame& f, const ex::SplitModel& model, const std::vector<std::string>& classes,
               int topk) {
   if (f.header.type == MsgType::error)
     return make_error(Errc::remote, "server: " + (f.header.error ? f.header.error->str() : std::string("error")));
-  auto t0 = Clock::now();
   auto outs = ex::from_protocol(f.tensors);
   if (!outs) return std::move(outs.error());
   std::string result;
@@ -201,129 +236,266 @@ Status finish(Pending& p, const Frame& f, const ex::SplitModel& model, const std
     }
   }
   p.rec.result = std::move(result);
-  p.rec.post_ns = ns_between(t0, Clock::now());
   return {};
 }
 
+std::string join_ids(const std::vector<std::string>& ids) {
+  std::string s;
+  for (const auto& id : ids) s += (s.empty() ? "" : ";") + id;
+  return s;
+}
+
+std::string join_labels(const at::Tensor& labels) {
+  if (!labels.defined()) return "";
+  std::string s;
+  auto l = labels.to(torch::kLong).contiguous();
+  for (int64_t i = 0; i < l.numel(); ++i) s += (i ? ";" : "") + std::to_string(l.data_ptr<int64_t>()[i]);
+  return s;
+}
+
+// The frame pipeline: heads, frames in flight, replies, post-processing, one
+// FrameRecord per frame with the timing identity of record_fields.def.
+class Pipeline {
+ public:
+  Pipeline(const ParticipantSpec& spec, ex::SplitModel& model, Link& link, const PipelineHooks& hooks,
+           ex::Dataset& ds, SendOptions so)
+      : spec_(spec), model_(model), link_(link), hooks_(hooks), ds_(ds), so_(std::move(so)),
+        fp_(model_fingerprint(model)), window_(link.tail_in_send() ? 1 : std::max(1, spec.inflight)),
+        run_t0_(Clock::now()), last_empty_(run_t0_) {}
+
+  Status run(SplitPolicy& policy, bool* stopped) {
+    ex::BatchLoader probe(ds_, spec_.batch, spec_.max_samples);
+    planned_ = policy.planned_frames(probe.num_batches());
+    const int n = model_.num_layers();
+    while (auto step = policy.next()) {
+      if (step->split < 0 || step->split > n)
+        return make_error(Errc::config, fmt::format("split {} is outside [0, {}] for {}", step->split, n, model_.name()));
+      split_ = step->split;
+      policy_name_ = policy.name();
+      TRACR_TRY(run_step(*step));
+      if (stop_) break;
+    }
+    while (!pending_.empty()) TRACR_TRY(drain(true));
+    if (stopped) *stopped = stop_;
+    return {};
+  }
+
+ private:
+  static int64_t ns(Clock::time_point a, Clock::time_point b) { return ns_between(a, b); }
+
+  Status run_step(const PolicyStep& step) {
+    if (step.warmup > 0) {
+      ex::BatchLoader wl(ds_, spec_.batch, spec_.max_samples);
+      auto b = wl.next();
+      if (!b) return std::move(b.error());
+      if (*b)
+        for (int w = 0; w < step.warmup && !stop_; ++w) TRACR_TRY(frame(**b, 0, -1, true));
+      // Warm-up replies come back before timed frames start.
+      while (!pending_.empty()) TRACR_TRY(drain(true));
+    }
+    for (int rep = 0; rep < step.passes && !stop_; ++rep) {
+      ex::BatchLoader loader(ds_, spec_.batch, spec_.max_samples);
+      int64_t sample = 0;
+      while (!stop_) {
+        auto b = loader.next();
+        if (!b) return std::move(b.error());
+        if (!*b) break;
+        TRACR_TRY(frame(**b, sample, rep, false));
+        sample += (*b)->images.size(0);
+      }
+    }
+    return {};
+  }
+
+  // Applies the controller's commands; blocks while paused.
+  Status commands() {
+    bool paused = false;
+    while (true) {
+      if (hooks_.stop && hooks_.stop()) {
+        if (!stop_) event("stopped", nullptr, "the controller closed the control channel or the agent was signalled");
+        stop_ = true;
+        return {};
+      }
+      std::vector<Command> cmds = hooks_.poll ? hooks_.poll() : std::vector<Command>{};
+      for (const auto& c : cmds) {
+        switch (c.kind) {
+          case Command::Kind::set_split:
+            if (c.split > model_.num_layers()) {
+              event("command_rejected", &c,
+                    fmt::format("split {} is outside [0, {}] for {}", c.split, model_.num_layers(), model_.name()));
+              break;
+            }
+            split_ = c.split;
+            policy_name_ = "command";
+            event("command_applied", &c, fmt::format("split {} from frame {}", c.split, next_frame_));
+            break;
+          case Command::Kind::set_codec: {
+            auto spec = CodecSpec::parse(c.codec);
+            if (!spec) {
+              event("command_rejected", &c, spec.error().str());
+              break;
+            }
+            so_.codec = *spec;
+            policy_name_ = "command";
+            event("command_applied", &c, fmt::format("codec {} from frame {}", spec->name(), next_frame_));
+            break;
+          }
+          case Command::Kind::pause:
+            if (!paused) {
+              // Frames in flight come back before the pause takes effect.
+              while (!pending_.empty()) TRACR_TRY(drain(true));
+              event("paused", &c, fmt::format("paused before frame {}", next_frame_));
+            }
+            paused = true;
+            break;
+          case Command::Kind::resume:
+            event("resumed", &c, fmt::format("resumed at frame {}", next_frame_));
+            paused = false;
+            break;
+          case Command::Kind::stop:
+            event("stopped", &c, fmt::format("stop before frame {}", next_frame_));
+            stop_ = true;
+            return {};
+        }
+      }
+      if (!paused) return {};
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      last_empty_ = Clock::now();  // nothing was read while paused: no reply is pending
+    }
+  }
+
+  void event(const std::string& kind, const Command* c, const std::string& msg) {
+    if (hooks_.event) hooks_.event(kind, next_frame_, c, msg);
+  }
+
+  Status frame(const ex::Batch& b, int64_t sample, int rep, bool warmup) {
+    TRACR_TRY(commands());
+    if (stop_) return {};
+    Pending p;
+    p.labels = b.labels;
+    p.transforms = b.transforms;
+    FrameRecord& r = p.rec;
+    r.frame = next_frame_++;
+    r.split = split_;
+    r.sample = sample;
+    r.sample_id = join_ids(b.ids);
+    r.label = join_labels(b.labels);
+    r.rep = rep;
+    r.batch = b.images.size(0);
+    r.warmup = warmup ? 1 : 0;
+    r.policy = policy_name_;
+    r.codec = so_.codec.name();
+    r.cipher = link_.cipher();
+    p.t0 = Clock::now();
+    auto head = model_.run(0, split_, ex::SplitModel::input_bundle(b.images.to(model_.device())));
+    if (!head) return std::move(head.error());
+    sync(model_.device());
+    p.t_head = Clock::now();
+    auto pb = ex::to_protocol(*head);
+    if (!pb) return std::move(pb.error());
+    FrameStats st;
+    TRACR_TRY(link_.send(so_, split_, *pb, {{"model_fp", fp_}}, &st));
+    // The round trip starts when the last segment was handed to the link:
+    // the server cannot start on it earlier, so whatever the writer does
+    // after that (or an in-process link's tail) is part of the round trip.
+    p.t_sent = st.last_handoff_at_ns > 0 ? Clock::time_point(std::chrono::nanoseconds(st.last_handoff_at_ns))
+                                         : Clock::now();
+    r.raw_bytes = static_cast<int64_t>(st.raw_bytes);
+    r.wire_bytes = static_cast<int64_t>(st.wire_bytes);
+    pending_.push_back(std::move(p));
+    pending_.back().rec.inflight = static_cast<int64_t>(pending_.size());
+    // Replies already here are taken right away (not held behind the next head).
+    if (window_ > 1)
+      while (!pending_.empty()) {
+        bool got = false;
+        TRACR_TRY(drain(false, &got));
+        if (!got) break;
+      }
+    while (static_cast<int>(pending_.size()) >= window_) TRACR_TRY(drain(true));
+    return {};
+  }
+
+  // Takes the oldest frame's reply. A non-blocking check comes first: a reply
+  // found there may have waited since the last check that found nothing
+  // (queue_ns); one that arrives during a blocking wait did not wait.
+  Status drain(bool block, bool* got = nullptr) {
+    if (pending_.empty()) return {};
+    const auto t_check = Clock::now();
+    auto f = link_.recv(0);
+    bool waited = false;
+    if (!f && f.error().code == Errc::timeout) {
+      last_empty_ = Clock::now();
+      if (!block) return {};
+      f = link_.recv(spec_.timeout_ms);
+      waited = true;
+    }
+    if (!f) return make_error(f.error().code, fmt::format("split {}: {}", pending_.front().rec.split, f.error().message));
+    const auto t_got = Clock::now();
+    if (got) *got = true;
+    Pending p = std::move(pending_.front());
+    pending_.pop_front();
+    FrameRecord& r = p.rec;
+    r.return_ns = f->stats.total_ns;
+    r.reply_bytes = static_cast<int64_t>(f->stats.wire_bytes);
+    r.decode_ns = meta_int(f->header.meta, "srv_decode_ns");
+    r.tail_ns = meta_int(f->header.meta, "srv_tail_ns");
+    r.server_ns = meta_int(f->header.meta, "srv_ns");
+    r.queue_ns = waited ? 0 : std::max<int64_t>(0, ns(std::max(p.t_sent, last_empty_before(t_check)), t_check));
+    TRACR_TRY(finish(p, *f, model_, ds_.class_names(), spec_.topk));
+    const auto t_end = Clock::now();
+    r.head_ns = ns(p.t0, p.t_head);
+    r.encode_ns = ns(p.t_head, p.t_sent);
+    r.post_ns = ns(t_got, t_end);
+    r.total_ns = ns(p.t0, t_end);
+    r.start_ns = ns(run_t0_, p.t0);
+    r.end_ns = ns(run_t0_, t_end);
+    // Whatever the round trip holds beyond the server's, the queue's and the
+    // reply decoding's measured time: stored as measured, never clamped.
+    r.network_ns = ns(p.t_sent, t_got) - r.server_ns - r.queue_ns - r.return_ns;
+    if (r.network_ns < 0) r.flags = "negative_network";
+    if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
+    if (hooks_.emit) hooks_.emit(r);
+    return {};
+  }
+
+  // last_empty_ as it was when the check at t_check began (a check that
+  // found nothing updates it afterwards).
+  Clock::time_point last_empty_before(Clock::time_point t_check) const {
+    return last_empty_ <= t_check ? last_empty_ : t_check;
+  }
+
+  const ParticipantSpec& spec_;
+  ex::SplitModel& model_;
+  Link& link_;
+  const PipelineHooks& hooks_;
+  ex::Dataset& ds_;
+  SendOptions so_;
+  const std::string fp_;
+  const int window_;
+  const Clock::time_point run_t0_;
+  Clock::time_point last_empty_;
+  std::deque<Pending> pending_;
+  int split_ = 0;
+  std::string policy_name_ = "sweep";
+  int64_t next_frame_ = 0, done_ = 0, planned_ = 0;
+  bool stop_ = false;
+};
+
 }  // namespace
 
-Status run_participant(const ParticipantSpec& spec, ex::SplitModel& model, Link& link,
-                       const std::function<void(const FrameRecord&)>& emit,
-                       const std::function<void(int64_t, int64_t)>& progress, const std::function<bool()>& stop) {
+Status run_pipeline(const ParticipantSpec& spec, ex::SplitModel& model, Link& link, SplitPolicy& policy,
+                    const PipelineHooks& hooks, bool* stopped) {
   torch::NoGradGuard ng;
   auto ds = ex::open_dataset(spec.dataset);
   if (!ds) return std::move(ds.error());
-  const int n = model.num_layers();
-  std::vector<int> splits = spec.splits;
-  if (splits.empty())
-    for (int k = 0; k <= n; ++k) splits.push_back(k);
-  for (int k : splits)
-    if (k < 0 || k > n)
-      return make_error(Errc::config, fmt::format("split {} is outside [0, {}] for {}", k, n, model.name()));
   auto codec = CodecSpec::parse(spec.codec);
   if (!codec) return std::move(codec.error());
   SendOptions so;
   so.codec = *codec;
   so.chunk_bytes = spec.chunk_bytes;
   so.segment_bytes = spec.chunk_bytes;
-  const std::string fp = model_fingerprint(model);
-  const auto& classes = (*ds)->class_names();
-  ex::BatchLoader probe(**ds, spec.batch, spec.max_samples);
-  const int64_t total = static_cast<int64_t>(splits.size()) * spec.reps * probe.num_batches();
-  int64_t done = 0;
-  // An in-process link runs the tail inside send(): frames cannot overlap.
-  const int window = link.tail_in_send() ? 1 : std::max(1, spec.inflight);
-
-  for (int k : splits) {
-    std::deque<Pending> pending;
-    auto drain_one = [&](int timeout_ms) -> Status {
-      auto f = link.recv(timeout_ms);
-      if (!f) return make_error(f.error().code, fmt::format("split {}: {}", k, f.error().message));
-      // When the reply was complete, not when this loop got to it.
-      const auto t3 = f->stats.completed_at_ns > 0
-                          ? Clock::time_point(std::chrono::nanoseconds(f->stats.completed_at_ns))
-                          : Clock::now();
-      Pending p = std::move(pending.front());
-      pending.pop_front();
-      p.rec.return_ns = f->stats.total_ns;
-      p.rec.decode_ns = meta_int(f->header.meta, "srv_decode_ns");
-      p.rec.tail_ns = meta_int(f->header.meta, "srv_tail_ns");
-      TRACR_TRY(finish(p, *f, model, classes, spec.topk));
-      auto t4 = Clock::now();
-      p.rec.total_ns = ns_between(p.t0, t4);
-      p.rec.transfer_ns = std::max<int64_t>(
-          0, ns_between(p.sent, t3) - p.rec.decode_ns - p.rec.tail_ns - p.rec.return_ns);
-      if (p.recorded) {
-        progress(++done, total);
-        emit(p.rec);
-      }
-      return {};
-    };
-    // Replies already here are taken right away, so with several frames in
-    // flight they are not held behind the next head.
-    auto drain_ready = [&]() -> Status {
-      while (!pending.empty()) {
-        auto st = drain_one(0);
-        if (!st) return st.error().code == Errc::timeout ? Status{} : st;
-      }
-      return {};
-    };
-    auto one_batch = [&](const ex::Batch& b, int64_t sample, int rep, bool recorded) -> Status {
-      if (stop && stop()) return make_error(Errc::peer_closed, "stopped by the controller");
-      Pending p;
-      p.recorded = recorded;
-      p.labels = b.labels;
-      p.transforms = b.transforms;
-      p.rec.split = k;
-      p.rec.sample = sample;
-      p.rec.rep = rep;
-      p.rec.batch = b.images.size(0);
-      p.rec.codec = so.codec.name();
-      p.rec.cipher = link.cipher();
-      p.t0 = Clock::now();
-      auto head = model.run(0, k, ex::SplitModel::input_bundle(b.images.to(model.device())));
-      if (!head) return std::move(head.error());
-      sync(model.device());
-      auto t1 = Clock::now();
-      p.rec.head_ns = ns_between(p.t0, t1);
-      auto pb = ex::to_protocol(*head);
-      if (!pb) return std::move(pb.error());
-      FrameStats st;
-      TRACR_TRY(link.send(so, k, *pb, {{"model_fp", fp}}, &st));
-      // The writer's own time (codec, cipher, hand-off to ZeroMQ); an
-      // in-process link also runs the tail inside send(), which is not encoding.
-      p.rec.encode_ns = st.total_ns;
-      p.sent = link.tail_in_send() ? t1 + std::chrono::nanoseconds(st.total_ns) : Clock::now();
-      p.rec.raw_bytes = st.raw_bytes;
-      p.rec.wire_bytes = st.wire_bytes;
-      pending.push_back(std::move(p));
-      if (window > 1) TRACR_TRY(drain_ready());
-      while (static_cast<int>(pending.size()) >= window) TRACR_TRY(drain_one(spec.timeout_ms));
-      return {};
-    };
-    // Warm-up on the first batch: runs the whole path, not recorded.
-    if (spec.warmup > 0) {
-      ex::BatchLoader wl(**ds, spec.batch, spec.max_samples);
-      auto b = wl.next();
-      if (!b) return std::move(b.error());
-      if (*b)
-        for (int w = 0; w < spec.warmup; ++w) TRACR_TRY(one_batch(**b, 0, -1, false));
-      while (!pending.empty()) TRACR_TRY(drain_one(spec.timeout_ms));
-    }
-    for (int rep = 0; rep < spec.reps; ++rep) {
-      ex::BatchLoader loader(**ds, spec.batch, spec.max_samples);
-      int64_t sample = 0;
-      while (true) {
-        auto b = loader.next();
-        if (!b) return std::move(b.error());
-        if (!*b) break;
-        TRACR_TRY(one_batch(**b, sample, rep, true));
-        sample += (*b)->images.size(0);
-      }
-    }
-    while (!pending.empty()) TRACR_TRY(drain_one(spec.timeout_ms));
-  }
-  return {};
+  Pipeline p(spec, model, link, hooks, **ds, so);
+  return p.run(policy, stopped);
 }
 
 }  // namespace tracr::agent

@@ -12,8 +12,11 @@
 #include <memory>
 #include <string>
 #include <deque>
+#include <optional>
 #include <vector>
 
+#include "agent/control.hpp"
+#include "agent/record.hpp"
 #include "experiments/datasets.hpp"
 #include "experiments/model.hpp"
 #include "protocol/channel.hpp"
@@ -99,7 +102,7 @@ struct ParticipantSpec {
   int64_t batch = 1;
   int64_t max_samples = 0;       // 0 = all
   std::vector<int> splits;       // empty = every split 0..N
-  int warmup = 1;                // unrecorded passes per split (first batch)
+  int warmup = 1;                // warm-up passes per split (first batch), stored with warmup = 1
   int reps = 1;                  // recorded passes over the data per split
   std::string codec = "none";
   size_t chunk_bytes = 256 * 1024;
@@ -108,40 +111,72 @@ struct ParticipantSpec {
   int timeout_ms = 60000;        // per result
 };
 
-// One recorded frame; durations in ns from this process's steady clock
-// (server-side durations come back in the reply's meta).
-// With inflight > 1 frames overlap: transfer_ns then also holds the time a
-// reply waited behind other frames' heads (the participant reads replies
-// between heads), so compare stage columns at inflight 1.
-struct FrameRecord {
+// A command from the controller, applied between frames (control.hpp lists
+// the line kinds). id is the controller's number for it, echoed in events.
+struct Command {
+  enum class Kind { set_split, set_codec, pause, resume, stop } kind = Kind::stop;
+  int64_t id = 0;
+  int split = -1;     // set_split
+  std::string codec;  // set_codec
+};
+// Parses a CMD control line: op=set_split split=K | op=set_codec codec=TEXT |
+// op=pause | op=resume | op=stop, id=N. Error names the field.
+Result<Command> parse_command(const ControlMsg& m);
+
+// One step of a split policy: a split, its warm-up frames and its passes
+// over the data.
+struct PolicyStep {
   int split = 0;
-  int64_t sample = 0;   // index of the first sample of the batch
-  int rep = 0;
-  int64_t batch = 0;
-  int64_t head_ns = 0;      // layers [0, k) on the participant
-  int64_t encode_ns = 0;    // participant: codec + cipher + hand-off to ZeroMQ
-  int64_t transfer_ns = 0;  // round trip minus every measured compute stage (wire, both ways)
-  int64_t decode_ns = 0;    // server: verify + decrypt + decompress
-  int64_t tail_ns = 0;      // server: layers [k, N)
-  int64_t return_ns = 0;    // participant: decoding the reply
-  int64_t post_ns = 0;      // participant: post-processing
-  int64_t total_ns = 0;     // head start to post-processing end
-  uint64_t raw_bytes = 0;   // crossing tensors, before codec
-  uint64_t wire_bytes = 0;  // request frame on the wire (headers, payload, seal)
-  std::string codec, cipher;
-  std::string result;       // top-1 "label:confidence;..." per sample, or detections count
-  int64_t correct = -1;     // samples whose top-1 matched the label (-1 unknown)
-  bool ok = true;
-  std::string error;
+  int warmup = 0;
+  int passes = 1;
 };
 
-// Runs the sweep; calls `emit` for each recorded frame and `progress(done,
-// total)`. Errors (model, dataset, link, remote) end the run.
-// `stop` is polled before every batch; when it returns true the sweep ends
-// with Errc::peer_closed ("stopped by the controller").
-Status run_participant(const ParticipantSpec& spec, experiments::SplitModel& model, Link& link,
-                       const std::function<void(const FrameRecord&)>& emit,
-                       const std::function<void(int64_t, int64_t)>& progress,
-                       const std::function<bool()>& stop = {});
+// Decides what the pipeline runs next. The sweep (today's default and a
+// fixed split list alike) is one step per split. Controller commands change
+// the split of the current step (set_split) and the codec of every later
+// frame (set_codec); the policy's next step starts as it planned.
+class SplitPolicy {
+ public:
+  virtual ~SplitPolicy() = default;
+  virtual std::string name() const = 0;
+  virtual std::optional<PolicyStep> next() = 0;
+  virtual int64_t planned_frames(int64_t batches_per_pass) const = 0;  // recorded frames, for progress
+};
+
+class SweepPolicy : public SplitPolicy {
+ public:
+  SweepPolicy(std::vector<int> splits, int warmup, int passes)
+      : splits_(std::move(splits)), warmup_(warmup), passes_(passes) {}
+  std::string name() const override { return "sweep"; }
+  std::optional<PolicyStep> next() override {
+    if (i_ >= splits_.size()) return std::nullopt;
+    return PolicyStep{splits_[i_++], warmup_, passes_};
+  }
+  int64_t planned_frames(int64_t b) const override {
+    return static_cast<int64_t>(splits_.size()) * passes_ * b;
+  }
+
+ private:
+  std::vector<int> splits_;
+  int warmup_, passes_;
+  size_t i_ = 0;
+};
+
+// What the pipeline reports and asks while it runs.
+struct PipelineHooks {
+  std::function<void(const FrameRecord&)> emit;              // every frame, warm-up included
+  std::function<void(int64_t, int64_t)> progress;            // recorded frames done, planned
+  std::function<std::vector<Command>()> poll;                // controller commands (may be empty)
+  std::function<bool()> stop;                                // controller gone or signalled: end now
+  // kind (command_applied, command_rejected, paused, resumed, stopped), the
+  // frame number the next frame will have, the command, and a message.
+  std::function<void(const std::string&, int64_t, const Command*, const std::string&)> event;
+};
+
+// Runs a policy through the link. Errors (model, dataset, link, remote) end
+// the run; a stop command or hooks.stop ends it cleanly after the frames in
+// flight came back (Status ok, *stopped set).
+Status run_pipeline(const ParticipantSpec& spec, experiments::SplitModel& model, Link& link,
+                    SplitPolicy& policy, const PipelineHooks& hooks, bool* stopped = nullptr);
 
 }  // namespace tracr::agent

@@ -1015,6 +1015,89 @@ std::vector<Setting> build_settings() {
       "Frames in flight per participant (1 = one at a time; more pipelines the stages).", 1, 64,
       [](ExperimentConfig& c, int64_t v) { c.inflight = static_cast<int>(v); },
       [](const ExperimentConfig& c) { return int64_t{c.inflight}; }));
+  {
+    Setting s;
+    s.info = {"commands", "[{at_frame, set_split | set_codec | pause_ms | stop}]", "[]",
+              "Commands sent to each PARTICIPANT mid-run once it has delivered at_frame timed frames: set_split: K, "
+              "set_codec: TEXT, pause_ms: M (pause, resume after M ms), stop: true. Each is applied between frames "
+              "and recorded as an event with the frame it took effect at.",
+              ""};
+    s.env_yaml = true;
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      const std::string what = "a list of {at_frame: N, set_split: K | set_codec: TEXT | pause_ms: M | stop: true}";
+      if (!n.IsSequence()) return expected(c, n, key, what);
+      std::vector<ScheduledCommand> out;
+      for (size_t i = 0; i < n.size(); ++i) {
+        const std::string k = fmt::format("{}[{}]", key, i);
+        const YAML::Node& e = n[i];
+        if (!e.IsMap()) return expected(c, e, k, "a map {at_frame: N, set_split: K | set_codec: TEXT | pause_ms: M | stop: true}");
+        ScheduledCommand sc;
+        bool have_at = false;
+        for (const auto& kv : e) {
+          const std::string name = kv.first.Scalar();
+          const std::string kk = k + "." + name;
+          if (name == "at_frame") {
+            auto v = get_int(c, kv.second, kk, 0, std::numeric_limits<int32_t>::max(), "a frame count >= 0");
+            if (!v) return v.error();
+            sc.at_frame = *v;
+            have_at = true;
+            continue;
+          }
+          if (!sc.op.empty())
+            return err_at(pos_of(c, kv.first), kk,
+                          fmt::format("a command has one action; this one already has {}", sc.op));
+          if (name == "set_split") {
+            auto v = get_int(c, kv.second, kk, 0, 100000, "a split point (int >= 0)");
+            if (!v) return v.error();
+            sc.op = "set_split";
+            sc.split = static_cast<int>(*v);
+          } else if (name == "set_codec") {
+            auto v = get_string(c, kv.second, kk, "a codec text such as fp16 or blosc-lz4");
+            if (!v) return v.error();
+            auto spec = protocol::CodecSpec::parse(*v);
+            if (!spec)
+              return err_at(pos_of(c, kv.second), kk, fmt::format("invalid codec '{}': {}", *v, spec.error().message));
+            sc.op = "set_codec";
+            sc.codec = spec->name();
+          } else if (name == "pause_ms") {
+            auto v = get_int(c, kv.second, kk, 0, 86400000, "a pause in ms");
+            if (!v) return v.error();
+            sc.op = "pause";
+            sc.pause_ms = *v;
+          } else if (name == "stop") {
+            if (!kv.second.IsScalar() || kv.second.Scalar() != "true") return expected(c, kv.second, kk, "true");
+            sc.op = "stop";
+          } else {
+            std::string dym = did_you_mean(name, {"at_frame", "set_split", "set_codec", "pause_ms", "stop"});
+            return err_at(pos_of(c, kv.first), kk,
+                          "unknown command key '" + name + "'; expected at_frame, set_split, set_codec, pause_ms or stop" +
+                              (dym.empty() ? "" : " (did you mean '" + dym + "'?)"));
+          }
+        }
+        if (!have_at) return expected(c, e, k, "at_frame: N (timed frames delivered before the command is sent)");
+        if (sc.op.empty()) return expected(c, e, k, "one of set_split, set_codec, pause_ms, stop");
+        out.push_back(sc);
+      }
+      std::stable_sort(out.begin(), out.end(),
+                       [](const ScheduledCommand& a, const ScheduledCommand& b) { return a.at_frame < b.at_frame; });
+      cfg.commands = std::move(out);
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) {
+      std::string o = "[";
+      for (size_t i = 0; i < c.commands.size(); ++i) {
+        const auto& x = c.commands[i];
+        o += i ? ", " : "";
+        o += fmt::format("{{at_frame: {}, ", x.at_frame);
+        if (x.op == "set_split") o += fmt::format("set_split: {}}}", x.split);
+        else if (x.op == "set_codec") o += "set_codec: " + yaml_str(x.codec) + "}";
+        else if (x.op == "pause") o += fmt::format("pause_ms: {}}}", x.pause_ms);
+        else o += "stop: true}";
+      }
+      return o + "]";
+    };
+    t.push_back(s);
+  }
   t.push_back(bool_setting("record.frames", "true", "Store one row per frame (frames table).",
                            [](ExperimentConfig& c) -> bool& { return c.record.frames; }));
   t.push_back(bool_setting("record.layers", "true",

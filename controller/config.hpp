@@ -147,6 +147,17 @@ struct RecordSpec {
   bool layers = true;  // per-layer profiles (layer_profiles table)
 };
 
+// A controller command sent to every PARTICIPANT once it has delivered
+// `at_frame` recorded (non-warm-up) frames; the participant applies it at its
+// next frame boundary and the event records the frame it took effect at.
+struct ScheduledCommand {
+  int64_t at_frame = 0;
+  std::string op;        // set_split | set_codec | pause | stop
+  int split = -1;        // set_split
+  std::string codec;     // set_codec (canonical CodecSpec text)
+  int64_t pause_ms = 0;  // pause: resumed after this long
+};
+
 struct ExperimentConfig {
   std::string source;               // experiment file path ("" when parsed from memory)
   std::string source_text;          // the file as written
@@ -166,6 +177,7 @@ struct ExperimentConfig {
   int64_t chunk_bytes = 256 * 1024;
   int inflight = 1;
   RecordSpec record;
+  std::vector<ScheduledCommand> commands;  // in at_frame order
   std::string output = "results/tracr.db";
   std::string devices = "config/devices_config.yaml";
   bool devices_explicit = false;  // devices was set (file or env): a missing file is an error

@@ -172,6 +172,77 @@ CREATE TABLE events (
 );
 CREATE INDEX events_by_run ON events(run_id, ts);
 )sql"},
+    {3, "one measurement record: timing identity, sample identity, hardware identity, stage stats", R"sql(
+ALTER TABLE frames ADD COLUMN legacy_transfer_ns INTEGER;
+UPDATE frames SET legacy_transfer_ns = transfer_ns;
+ALTER TABLE frames DROP COLUMN transfer_ns;
+ALTER TABLE frames ADD COLUMN result TEXT;
+ALTER TABLE frames ADD COLUMN correct INTEGER;
+UPDATE frames SET result = json_extract(result_json, '$.top1'), correct = json_extract(result_json, '$.correct')
+  WHERE result_json IS NOT NULL AND json_valid(result_json);
+ALTER TABLE frames DROP COLUMN result_json;
+ALTER TABLE frames ADD COLUMN frame INTEGER;
+ALTER TABLE frames ADD COLUMN sample_id TEXT;
+ALTER TABLE frames ADD COLUMN label TEXT;
+ALTER TABLE frames ADD COLUMN policy TEXT;
+ALTER TABLE frames ADD COLUMN inflight INTEGER;
+ALTER TABLE frames ADD COLUMN start_ns INTEGER;
+ALTER TABLE frames ADD COLUMN end_ns INTEGER;
+ALTER TABLE frames ADD COLUMN network_ns INTEGER;
+ALTER TABLE frames ADD COLUMN server_ns INTEGER;
+ALTER TABLE frames ADD COLUMN queue_ns INTEGER;
+ALTER TABLE frames ADD COLUMN post_ns INTEGER;
+ALTER TABLE frames ADD COLUMN reply_bytes INTEGER;
+ALTER TABLE frames ADD COLUMN flags TEXT;
+ALTER TABLE layer_profiles ADD COLUMN model_fp TEXT;
+ALTER TABLE layer_profiles ADD COLUMN input_shape TEXT;
+ALTER TABLE layer_profiles ADD COLUMN batch INTEGER;
+ALTER TABLE layer_profiles ADD COLUMN device_kind TEXT;
+ALTER TABLE layer_profiles ADD COLUMN hw_id TEXT;
+CREATE INDEX layer_profiles_by_key ON layer_profiles(model_fp, input_shape, batch, device_kind, hw_id);
+CREATE TABLE devices (
+  run_id        INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  device        TEXT NOT NULL,
+  role          TEXT NOT NULL,
+  hw_id         TEXT,
+  cpu_model     TEXT,
+  cores         INTEGER,
+  memory_bytes  INTEGER,
+  gpu           TEXT,
+  kernel        TEXT,
+  libtorch      TEXT,
+  agent_version TEXT,
+  PRIMARY KEY (run_id, device)
+);
+ALTER TABLE events ADD COLUMN device TEXT;
+ALTER TABLE events ADD COLUMN frame INTEGER;
+DROP TABLE summaries;
+CREATE TABLE summaries (
+  run_id           INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split            INTEGER NOT NULL,
+  frames           INTEGER NOT NULL,
+  failed           INTEGER NOT NULL DEFAULT 0,
+  warmup_frames    INTEGER NOT NULL DEFAULT 0,
+  flagged          INTEGER NOT NULL DEFAULT 0,
+  slow_frames      INTEGER NOT NULL DEFAULT 0,
+  throughput_fps   REAL,
+  mean_raw_bytes   REAL,
+  mean_wire_bytes  REAL,
+  mean_reply_bytes REAL,
+  PRIMARY KEY (run_id, split)
+);
+CREATE TABLE stage_stats (
+  run_id    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split     INTEGER NOT NULL,
+  field     TEXT NOT NULL,
+  median_ns REAL,
+  p95_ns    REAL,
+  mean_ns   REAL,
+  min_ns    REAL,
+  max_ns    REAL,
+  PRIMARY KEY (run_id, split, field)
+);
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
@@ -221,6 +292,40 @@ class Stmt {
   sqlite3_stmt* st_ = nullptr;
   int rc_ = SQLITE_ERROR;
 };
+
+// Field values to and from statement columns (record_fields.def kinds).
+// Text "" is stored as NULL and read back as "".
+void bind_value(Stmt& q, int i, int64_t v) { q.bind(i, v); }
+void bind_value(Stmt& q, int i, const std::optional<int64_t>& v) {
+  if (v) q.bind(i, *v);
+  else q.bind_null(i);
+}
+void bind_value(Stmt& q, int i, const std::string& v) { q.bind_text_or_null(i, v); }
+void bind_value(Stmt& q, int i, const std::optional<double>& v) {
+  if (v) q.bind(i, *v);
+  else q.bind_null(i);
+}
+void read_value(const Stmt& q, int c, int64_t& v) { v = q.i64(c); }
+void read_value(const Stmt& q, int c, std::optional<int64_t>& v) {
+  if (q.is_null(c)) v.reset();
+  else v = q.i64(c);
+}
+void read_value(const Stmt& q, int c, std::string& v) { v = q.text(c); }
+void read_value(const Stmt& q, int c, std::optional<double>& v) {
+  if (q.is_null(c)) v.reset();
+  else v = q.dbl(c);
+}
+
+std::string field_list(const std::vector<agent::FieldInfo>& fields) {
+  std::string s;
+  for (const auto& f : fields) s += std::string(", ") + f.name;
+  return s;
+}
+std::string placeholders(size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += i ? ", ?" : "?";
+  return s;
+}
 
 Error db_error(sqlite3* db, const std::string& path, const std::string& what) {
   const int code = db ? sqlite3_errcode(db) : SQLITE_ERROR;
@@ -315,19 +420,6 @@ bool controller_alive(int64_t pid, int64_t start_ticks) {
   return true;
 }
 
-void read_summary_row(const Stmt& q, SplitSummary& s) {
-  s.split = static_cast<int>(q.i64(0));
-  s.frames = q.i64(1);
-  s.failed = q.i64(2);
-  StageStats* st[] = {&s.total, &s.head, &s.encode, &s.transfer, &s.decode, &s.tail};
-  for (int i = 0; i < 6; ++i) {
-    st[i]->median_ns = q.dbl(3 + 2 * i);
-    st[i]->p95_ns = q.dbl(4 + 2 * i);
-  }
-  s.mean_raw_bytes = q.dbl(15);
-  s.mean_wire_bytes = q.dbl(16);
-}
-
 }  // namespace
 
 void ResultsDb::Closer::operator()(sqlite3* db) const { sqlite3_close_v2(db); }
@@ -337,6 +429,47 @@ ResultsDb& ResultsDb::operator=(ResultsDb&&) noexcept = default;
 ResultsDb::~ResultsDb() = default;
 
 Result<ResultsDb> ResultsDb::open(const std::string& path) { return open_impl(path, kSchemaVersion, true); }
+
+Result<ResultsDb> ResultsDb::open_readonly(const std::string& path) {
+  std::error_code ec;
+  if (path.empty()) return make_error(Errc::invalid_argument, "results database path is empty");
+  if (!fs::exists(path, ec))
+    return make_error(Errc::not_found, fmt::format("{}: no such results database (check --db or $TRACR_OUTPUT)", path));
+  if (fs::is_directory(path, ec))
+    return make_error(Errc::io, fmt::format("{}: is a directory; expected a database file", path));
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
+  ResultsDb db;
+  db.db_.reset(raw);
+  db.path_ = path;
+  db.read_only_ = true;
+  if (rc != SQLITE_OK) return db_error(raw, path, "open read-only");
+  sqlite3_busy_timeout(raw, 5000);
+  int version = 0;
+  {
+    Stmt q(raw, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+    if (!q.prepared()) {
+      Stmt probe(raw, "SELECT COUNT(*) FROM sqlite_master");
+      if (!probe.prepared() || probe.step() != SQLITE_ROW) return db_error(raw, path, "read schema");
+      return make_error(Errc::config, fmt::format("{}: not a tracr results database (no schema_migrations table)", path));
+    }
+    if (q.step() != SQLITE_ROW) return db_error(raw, path, "read schema version");
+    version = static_cast<int>(q.i64(0));
+  }
+  if (version > kSchemaVersion)
+    return make_error(Errc::config, fmt::format("{}: database schema version {} is newer than this build supports ({})",
+                                                path, version, kSchemaVersion));
+  if (version < kSchemaVersion)
+    return make_error(Errc::config,
+                      fmt::format("{}: written by an older tracr (schema {}, this build reads {}); upgrade it once with "
+                                  "`tracrctl results migrate --db {}`",
+                                  path, version, kSchemaVersion, path));
+  return db;
+}
+
+std::string failure_note_path(const std::string& db_path, int64_t run_id) {
+  return fmt::format("{}.run{}.error", db_path, run_id);
+}
 
 Result<ResultsDb> ResultsDb::open_at_version(const std::string& path, int version) {
   if (version < 0 || version > kSchemaVersion)
@@ -429,9 +562,15 @@ Status ResultsDb::sweep_interrupted() {
     while ((rc = q.step()) == SQLITE_ROW) {
       if (q.text(1) != host) continue;  // another host's controller: cannot tell
       const int64_t pid = q.i64(2);
-      if (!controller_alive(pid, q.i64(3)))
-        dead.emplace_back(
-            q.i64(0), fmt::format("controller process {} on {} ended without finishing the run", pid, host));
+      if (!controller_alive(pid, q.i64(3))) {
+        std::string why = fmt::format("controller process {} on {} ended without finishing the run", pid, host);
+        // A controller that could not write its database left the cause beside it.
+        std::ifstream note(failure_note_path(path_, q.i64(0)));
+        std::string cause((std::istreambuf_iterator<char>(note)), std::istreambuf_iterator<char>());
+        while (!cause.empty() && (cause.back() == '\n' || cause.back() == ' ')) cause.pop_back();
+        if (!cause.empty()) why += ": " + cause;
+        dead.emplace_back(q.i64(0), why);
+      }
     }
     if (rc != SQLITE_DONE) return db_error(db, path_, "find running runs");
   }
@@ -457,6 +596,8 @@ Status ResultsDb::sweep_interrupted() {
       TRACR_TRY(tx.commit());
     }
     interrupted_.push_back(id);
+    std::error_code ec;
+    fs::remove(failure_note_path(path_, id), ec);
     auto s = compute_summaries(id);
     if (!s) return s.error();
   }
@@ -511,42 +652,20 @@ Status ResultsDb::add_frames(const std::vector<FrameRecord>& frames) {
   sqlite3* db = db_.get();
   Transaction tx(db, path_);
   TRACR_TRY(tx.begin());
-  Stmt q(db,
-         "INSERT INTO frames(run_id, participant, split, sample, rep, batch, warmup, head_ns, encode_ns, "
-         "transfer_ns, decode_ns, tail_ns, return_ns, total_ns, raw_bytes, wire_bytes, codec, cipher, "
-         "result_json, ok, error, energy_j, energy_source) "
-         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  const auto& fields = agent::frame_fields();
+  static const std::string sql = "INSERT INTO frames(run_id, participant" + field_list(fields) +
+                                 ", legacy_transfer_ns) VALUES (" + placeholders(fields.size() + 3) + ")";
+  Stmt q(db, sql.c_str());
   if (!q.prepared()) return db_error(db, path_, "insert frames");
   for (const auto& f : frames) {
     q.bind(1, f.run_id);
     q.bind_text_or_null(2, f.participant);
-    q.bind(3, f.split);
-    q.bind(4, f.sample);
-    q.bind(5, f.rep);
-    q.bind(6, f.batch);
-    q.bind(7, f.warmup ? 1 : 0);
-    q.bind(8, f.head_ns);
-    q.bind(9, f.encode_ns);
-    q.bind(10, f.transfer_ns);
-    q.bind(11, f.decode_ns);
-    q.bind(12, f.tail_ns);
-    q.bind(13, f.return_ns);
-    q.bind(14, f.total_ns);
-    q.bind(15, f.raw_bytes);
-    q.bind(16, f.wire_bytes);
-    q.bind(17, std::string_view(f.codec));
-    q.bind(18, std::string_view(f.cipher));
-    q.bind_text_or_null(19, f.result_json);
-    q.bind(20, f.ok ? 1 : 0);
-    q.bind_text_or_null(21, f.error);
-    if (f.energy_j)
-      q.bind(22, *f.energy_j);
-    else
-      q.bind_null(22);
-    q.bind_text_or_null(23, f.energy_source);
+    int i = 3;
+    agent::visit_frame(f, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+    bind_value(q, i, f.legacy_transfer_ns);
     if (q.step() != SQLITE_DONE)
       return db_error(db, path_,
-                      fmt::format("insert frame of run {} split {} sample {}", f.run_id, f.split, f.sample));
+                      fmt::format("insert frame {} of run {} split {} sample {}", f.frame, f.run_id, f.split, f.sample));
     q.reset();
   }
   return tx.commit();
@@ -557,29 +676,18 @@ Status ResultsDb::add_layer_profiles(const std::vector<LayerProfileRecord>& laye
   sqlite3* db = db_.get();
   Transaction tx(db, path_);
   TRACR_TRY(tx.begin());
-  Stmt q(
-      db,
-      "INSERT OR REPLACE INTO layer_profiles(run_id, device, device_role, layer_index, name, type, params, "
-      "macs, out_bytes, median_ns, p95_ns, reps, peak_mem_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-      "?)");
+  const auto& fields = agent::profile_fields();
+  static const std::string sql = "INSERT OR REPLACE INTO layer_profiles(run_id, device, device_role" +
+                                 field_list(fields) + ", hw_id) VALUES (" + placeholders(fields.size() + 4) + ")";
+  Stmt q(db, sql.c_str());
   if (!q.prepared()) return db_error(db, path_, "insert layer profiles");
   for (const auto& l : layers) {
     q.bind(1, l.run_id);
     q.bind(2, std::string_view(l.device));
     q.bind(3, std::string_view(l.device_role));
-    q.bind(4, l.layer_index);
-    q.bind(5, std::string_view(l.name));
-    q.bind(6, std::string_view(l.type));
-    q.bind(7, l.params);
-    q.bind(8, l.macs);
-    q.bind(9, l.out_bytes);
-    q.bind(10, l.median_ns);
-    q.bind(11, l.p95_ns);
-    q.bind(12, l.reps);
-    if (l.peak_mem_bytes)
-      q.bind(13, *l.peak_mem_bytes);
-    else
-      q.bind_null(13);
+    int i = 4;
+    agent::visit_profile(l, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+    bind_value(q, i, l.hw_id);
     if (q.step() != SQLITE_DONE)
       return db_error(db, path_, fmt::format("insert layer profile {} of {}", l.layer_index, l.device));
     q.reset();
@@ -587,12 +695,27 @@ Status ResultsDb::add_layer_profiles(const std::vector<LayerProfileRecord>& laye
   return tx.commit();
 }
 
+Status ResultsDb::add_device(const DeviceRecord& d) {
+  const auto& fields = agent::hw_fields();
+  static const std::string sql = "INSERT OR REPLACE INTO devices(run_id, device, role" + field_list(fields) +
+                                 ") VALUES (" + placeholders(fields.size() + 3) + ")";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "insert device");
+  q.bind(1, d.run_id);
+  q.bind(2, std::string_view(d.device));
+  q.bind(3, std::string_view(d.role));
+  int i = 4;
+  agent::visit_hw(d, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+  if (q.step() != SQLITE_DONE) return db_error(db_.get(), path_, "insert device " + d.device);
+  return {};
+}
+
 Status ResultsDb::add_event(int64_t run_id, std::string_view level, std::string_view kind,
-                            std::string_view message) {
+                            std::string_view message, std::string_view device, std::optional<int64_t> frame) {
   if (level != "debug" && level != "info" && level != "warn" && level != "error")
     return make_error(Errc::invalid_argument,
                       fmt::format("event level '{}': expected debug, info, warn or error", level));
-  Stmt q(db_.get(), "INSERT INTO events(run_id, ts, level, kind, message) VALUES (?, ?, ?, ?, ?)");
+  Stmt q(db_.get(), "INSERT INTO events(run_id, ts, level, kind, message, device, frame) VALUES (?, ?, ?, ?, ?, ?, ?)");
   if (!q.prepared()) return db_error(db_.get(), path_, "insert event");
   if (run_id > 0)
     q.bind(1, run_id);
@@ -602,6 +725,8 @@ Status ResultsDb::add_event(int64_t run_id, std::string_view level, std::string_
   q.bind(3, level);
   q.bind(4, kind);
   q.bind(5, message);
+  q.bind_text_or_null(6, device);
+  bind_value(q, 7, frame);
   if (q.step() != SQLITE_DONE) return db_error(db_.get(), path_, fmt::format("insert event {}", kind));
   return {};
 }
@@ -633,114 +758,223 @@ Status ResultsDb::finish_run(int64_t run_id, RunStatus status, const std::string
   return {};
 }
 
+const StageStats& SplitSummary::stage(const std::string& field) const {
+  static const StageStats none;
+  auto it = stages.find(field);
+  return it == stages.end() ? none : it->second;
+}
+
 Result<std::vector<SplitSummary>> ResultsDb::compute_summaries(int64_t run_id) {
   sqlite3* db = db_.get();
+  std::vector<std::string> fields;
+  for (const auto& f : agent::frame_fields())
+    if (f.summarise) fields.push_back(f.name);
+  struct Span {
+    int64_t first = INT64_MAX, last = INT64_MIN, n = 0;
+  };
   struct Acc {
-    int64_t failed = 0;
-    std::vector<int64_t> total, head, encode, transfer, decode, tail;
-    long double raw = 0, wire = 0;
+    int64_t ok = 0, failed = 0, warmup = 0, flagged = 0;
+    std::vector<std::vector<int64_t>> values;
+    std::vector<std::pair<int64_t, std::pair<std::string, int64_t>>> totals;  // total_ns, (participant, frame)
+    std::map<std::string, Span> spans;                                       // per participant
+    long double raw = 0, wire = 0, reply = 0;
   };
   std::map<int, Acc> by_split;
   {
-    Stmt q(db,
-           "SELECT split, ok, total_ns, head_ns, encode_ns, transfer_ns, decode_ns, tail_ns, raw_bytes, "
-           "wire_bytes "
-           "FROM frames WHERE run_id = ? AND warmup = 0");
+    std::string cols;
+    for (const auto& f : fields) cols += ", " + f;  // NULL in rows written before the column existed
+    const std::string sql =
+        "SELECT split, ok, warmup, COALESCE(flags, ''), COALESCE(participant, ''), COALESCE(frame, -1), start_ns, end_ns, "
+        "raw_bytes, wire_bytes, COALESCE(reply_bytes, 0)" +
+        cols + " FROM frames WHERE run_id = ? ORDER BY id";
+    Stmt q(db, sql.c_str());
     if (!q.prepared()) return db_error(db, path_, "read frames");
     q.bind(1, run_id);
     int rc;
+    const size_t total_idx = std::find(fields.begin(), fields.end(), "total_ns") - fields.begin();
     while ((rc = q.step()) == SQLITE_ROW) {
       Acc& a = by_split[static_cast<int>(q.i64(0))];
+      if (a.values.empty()) a.values.resize(fields.size());
+      if (q.i64(2)) {
+        ++a.warmup;
+        continue;
+      }
       if (!q.i64(1)) {
         ++a.failed;
         continue;
       }
-      a.total.push_back(q.i64(2));
-      a.head.push_back(q.i64(3));
-      a.encode.push_back(q.i64(4));
-      a.transfer.push_back(q.i64(5));
-      a.decode.push_back(q.i64(6));
-      a.tail.push_back(q.i64(7));
+      ++a.ok;
+      if (!q.text(3).empty()) ++a.flagged;
+      for (size_t i = 0; i < fields.size(); ++i)
+        if (!q.is_null(11 + static_cast<int>(i))) a.values[i].push_back(q.i64(11 + static_cast<int>(i)));
+      if (total_idx < fields.size())
+        a.totals.push_back({q.i64(11 + static_cast<int>(total_idx)), {q.text(4), q.i64(5)}});
+      if (!q.is_null(6) && !q.is_null(7)) {
+        Span& sp = a.spans[q.text(4)];
+        sp.first = std::min(sp.first, q.i64(6));
+        sp.last = std::max(sp.last, q.i64(7));
+        sp.n++;
+      }
       a.raw += q.i64(8);
       a.wire += q.i64(9);
+      a.reply += q.i64(10);
     }
     if (rc != SQLITE_DONE) return db_error(db, path_, "read frames");
   }
   std::vector<SplitSummary> out;
+  std::vector<EventRecord> slow;
   for (auto& [split, a] : by_split) {
     SplitSummary s;
     s.split = split;
-    s.frames = static_cast<int64_t>(a.total.size());
+    s.frames = a.ok;
     s.failed = a.failed;
-    auto stats = [](std::vector<int64_t>& v) { return StageStats{median_of(v), p95_of(v)}; };
-    s.total = stats(a.total);
-    s.head = stats(a.head);
-    s.encode = stats(a.encode);
-    s.transfer = stats(a.transfer);
-    s.decode = stats(a.decode);
-    s.tail = stats(a.tail);
+    s.warmup_frames = a.warmup;
+    s.flagged = a.flagged;
+    for (size_t i = 0; i < fields.size() && s.frames > 0; ++i) {
+      auto& v = a.values[i];
+      if (v.empty()) continue;  // a column this run's rows do not have
+      StageStats st;
+      long double sum = 0;
+      for (auto x : v) sum += x;
+      st.mean_ns = static_cast<double>(sum / static_cast<long double>(v.size()));
+      st.median_ns = median_of(v);  // sorts v
+      st.p95_ns = p95_of(v);
+      st.min_ns = static_cast<double>(v.front());
+      st.max_ns = static_cast<double>(v.back());
+      s.stages[fields[i]] = st;
+    }
+    for (const auto& [who, sp] : a.spans)
+      if (sp.n > 0 && sp.last > sp.first) s.throughput_fps += static_cast<double>(sp.n) * 1e9 / static_cast<double>(sp.last - sp.first);
     if (s.frames > 0) {
       s.mean_raw_bytes = static_cast<double>(a.raw / s.frames);
       s.mean_wire_bytes = static_cast<double>(a.wire / s.frames);
+      s.mean_reply_bytes = static_cast<double>(a.reply / s.frames);
+      const double med = s.stage("total_ns").median_ns;
+      for (const auto& [total, who] : a.totals)
+        if (med > 0 && static_cast<double>(total) > 10.0 * med) {
+          ++s.slow_frames;
+          EventRecord e;
+          e.run_id = run_id;
+          e.level = "warn";
+          e.kind = "slow_frame";
+          e.device = who.first;
+          if (who.second >= 0) e.frame = who.second;
+          e.message = fmt::format("frame {} at split {}: total {:.3f} ms, {:.1f}x the split's median {:.3f} ms",
+                                  who.second, split, total / 1e6, total / med, med / 1e6);
+          slow.push_back(std::move(e));
+        }
     }
     out.push_back(s);
   }
+  if (!read_only_) TRACR_TRY(store_summaries(run_id, out, slow));
+  return out;
+}
+
+Status ResultsDb::store_summaries(int64_t run_id, const std::vector<SplitSummary>& out,
+                                  const std::vector<EventRecord>& slow) {
+  sqlite3* db = db_.get();
   Transaction tx(db, path_);
   TRACR_TRY(tx.begin());
-  {
-    Stmt d(db, "DELETE FROM summaries WHERE run_id = ?");
+  for (const char* sql : {"DELETE FROM summaries WHERE run_id = ?", "DELETE FROM stage_stats WHERE run_id = ?",
+                          "DELETE FROM events WHERE run_id = ? AND kind = 'slow_frame'"}) {
+    Stmt d(db, sql);
     d.bind(1, run_id);
     if (d.step() != SQLITE_DONE) return db_error(db, path_, "replace summaries");
   }
-  Stmt ins(
-      db,
-      "INSERT INTO summaries(run_id, split, frames, failed, total_median_ns, total_p95_ns, head_median_ns, "
-      "head_p95_ns, encode_median_ns, encode_p95_ns, transfer_median_ns, transfer_p95_ns, decode_median_ns, "
-      "decode_p95_ns, tail_median_ns, tail_p95_ns, mean_raw_bytes, mean_wire_bytes) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  if (!ins.prepared()) return db_error(db, path_, "insert summaries");
+  Stmt ins(db,
+           "INSERT INTO summaries(run_id, split, frames, failed, warmup_frames, flagged, slow_frames, throughput_fps, "
+           "mean_raw_bytes, mean_wire_bytes, mean_reply_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Stmt st(db,
+          "INSERT INTO stage_stats(run_id, split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!ins.prepared() || !st.prepared()) return db_error(db, path_, "insert summaries");
   for (const auto& s : out) {
     ins.bind(1, run_id);
     ins.bind(2, s.split);
     ins.bind(3, s.frames);
     ins.bind(4, s.failed);
-    const StageStats* st[] = {&s.total, &s.head, &s.encode, &s.transfer, &s.decode, &s.tail};
-    for (int i = 0; i < 6; ++i) {
-      ins.bind(5 + 2 * i, st[i]->median_ns);
-      ins.bind(6 + 2 * i, st[i]->p95_ns);
-    }
-    ins.bind(17, s.mean_raw_bytes);
-    ins.bind(18, s.mean_wire_bytes);
+    ins.bind(5, s.warmup_frames);
+    ins.bind(6, s.flagged);
+    ins.bind(7, s.slow_frames);
+    ins.bind(8, s.throughput_fps);
+    ins.bind(9, s.mean_raw_bytes);
+    ins.bind(10, s.mean_wire_bytes);
+    ins.bind(11, s.mean_reply_bytes);
     if (ins.step() != SQLITE_DONE) return db_error(db, path_, "insert summaries");
     ins.reset();
+    for (const auto& [field, v] : s.stages) {
+      st.bind(1, run_id);
+      st.bind(2, s.split);
+      st.bind(3, std::string_view(field));
+      st.bind(4, v.median_ns);
+      st.bind(5, v.p95_ns);
+      st.bind(6, v.mean_ns);
+      st.bind(7, v.min_ns);
+      st.bind(8, v.max_ns);
+      if (st.step() != SQLITE_DONE) return db_error(db, path_, "insert stage stats");
+      st.reset();
+    }
   }
-  TRACR_TRY(tx.commit());
-  return out;
+  Stmt ev(db, "INSERT INTO events(run_id, ts, level, kind, message, device, frame) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  for (const auto& e : slow) {
+    ev.bind(1, run_id);
+    ev.bind(2, std::string_view(utc_now_iso()));
+    ev.bind(3, std::string_view(e.level));
+    ev.bind(4, std::string_view(e.kind));
+    ev.bind(5, std::string_view(e.message));
+    ev.bind_text_or_null(6, e.device);
+    bind_value(ev, 7, e.frame);
+    if (ev.step() != SQLITE_DONE) return db_error(db, path_, "record slow_frame");
+    ev.reset();
+  }
+  return tx.commit();
 }
 
 Result<std::vector<SplitSummary>> ResultsDb::split_table(int64_t run_id) {
   auto run = get_run(run_id);
   if (!run) return run.error();
-  std::vector<SplitSummary> out;
+  if (run->status == RunStatus::running) return compute_summaries(run_id);
+  std::map<int, SplitSummary> by_split;
   {
     Stmt q(db_.get(),
-           "SELECT split, frames, failed, total_median_ns, total_p95_ns, head_median_ns, head_p95_ns, "
-           "encode_median_ns, encode_p95_ns, transfer_median_ns, transfer_p95_ns, decode_median_ns, "
-           "decode_p95_ns, "
-           "tail_median_ns, tail_p95_ns, mean_raw_bytes, mean_wire_bytes FROM summaries WHERE run_id = ? "
-           "ORDER BY split");
+           "SELECT split, frames, failed, warmup_frames, flagged, slow_frames, COALESCE(throughput_fps, 0), "
+           "COALESCE(mean_raw_bytes, 0), COALESCE(mean_wire_bytes, 0), COALESCE(mean_reply_bytes, 0) "
+           "FROM summaries WHERE run_id = ? ORDER BY split");
     if (!q.prepared()) return db_error(db_.get(), path_, "read summaries");
     q.bind(1, run_id);
     int rc;
     while ((rc = q.step()) == SQLITE_ROW) {
       SplitSummary s;
-      read_summary_row(q, s);
-      out.push_back(s);
+      s.split = static_cast<int>(q.i64(0));
+      s.frames = q.i64(1);
+      s.failed = q.i64(2);
+      s.warmup_frames = q.i64(3);
+      s.flagged = q.i64(4);
+      s.slow_frames = q.i64(5);
+      s.throughput_fps = q.dbl(6);
+      s.mean_raw_bytes = q.dbl(7);
+      s.mean_wire_bytes = q.dbl(8);
+      s.mean_reply_bytes = q.dbl(9);
+      by_split[s.split] = s;
     }
     if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read summaries");
   }
-  if (run->status == RunStatus::running || (out.empty() && run->frame_count > 0))
-    return compute_summaries(run_id);
+  if (by_split.empty() && run->frame_count > 0) return compute_summaries(run_id);
+  {
+    Stmt q(db_.get(),
+           "SELECT split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns FROM stage_stats WHERE run_id = ?");
+    if (!q.prepared()) return db_error(db_.get(), path_, "read stage stats");
+    q.bind(1, run_id);
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      auto it = by_split.find(static_cast<int>(q.i64(0)));
+      if (it == by_split.end()) continue;
+      it->second.stages[q.text(1)] = StageStats{q.dbl(2), q.dbl(3), q.dbl(4), q.dbl(5), q.dbl(6)};
+    }
+    if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read stage stats");
+  }
+  std::vector<SplitSummary> out;
+  for (auto& [k, v] : by_split) out.push_back(std::move(v));
   return out;
 }
 
@@ -805,11 +1039,9 @@ Result<int64_t> ResultsDb::latest_run() {
 }
 
 Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
-  Stmt q(db_.get(),
-         "SELECT run_id, COALESCE(participant, ''), split, sample, rep, batch, warmup, head_ns, encode_ns, "
-         "transfer_ns, decode_ns, tail_ns, return_ns, total_ns, raw_bytes, wire_bytes, codec, cipher, "
-         "COALESCE(result_json, ''), ok, COALESCE(error, ''), energy_j, COALESCE(energy_source, '') "
-         "FROM frames WHERE run_id = ? ORDER BY id");
+  static const std::string sql = "SELECT run_id, COALESCE(participant, '')" + field_list(agent::frame_fields()) +
+                                 ", legacy_transfer_ns FROM frames WHERE run_id = ? ORDER BY id";
+  Stmt q(db_.get(), sql.c_str());
   if (!q.prepared()) return db_error(db_.get(), path_, "read frames");
   q.bind(1, run_id);
   std::vector<FrameRecord> out;
@@ -818,27 +1050,9 @@ Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
     FrameRecord f;
     f.run_id = q.i64(0);
     f.participant = q.text(1);
-    f.split = static_cast<int>(q.i64(2));
-    f.sample = q.i64(3);
-    f.rep = static_cast<int>(q.i64(4));
-    f.batch = static_cast<int>(q.i64(5));
-    f.warmup = q.i64(6) != 0;
-    f.head_ns = q.i64(7);
-    f.encode_ns = q.i64(8);
-    f.transfer_ns = q.i64(9);
-    f.decode_ns = q.i64(10);
-    f.tail_ns = q.i64(11);
-    f.return_ns = q.i64(12);
-    f.total_ns = q.i64(13);
-    f.raw_bytes = q.i64(14);
-    f.wire_bytes = q.i64(15);
-    f.codec = q.text(16);
-    f.cipher = q.text(17);
-    f.result_json = q.text(18);
-    f.ok = q.i64(19) != 0;
-    f.error = q.text(20);
-    if (!q.is_null(21)) f.energy_j = q.dbl(21);
-    f.energy_source = q.text(22);
+    int c = 2;
+    agent::visit_frame(f, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    read_value(q, c, f.legacy_transfer_ns);
     out.push_back(std::move(f));
   }
   if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read frames");
@@ -846,11 +1060,10 @@ Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
 }
 
 Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id) {
-  Stmt q(db_.get(),
-         "SELECT run_id, device, device_role, layer_index, name, type, params, macs, out_bytes, median_ns, "
-         "p95_ns, "
-         "reps, peak_mem_bytes FROM layer_profiles WHERE run_id = ? ORDER BY device_role DESC, device, "
-         "layer_index");
+  static const std::string sql = "SELECT run_id, device, device_role" + field_list(agent::profile_fields()) +
+                                 ", COALESCE(hw_id, '') FROM layer_profiles WHERE run_id = ? "
+                                 "ORDER BY device_role DESC, device, layer_index";
+  Stmt q(db_.get(), sql.c_str());
   if (!q.prepared()) return db_error(db_.get(), path_, "read layer profiles");
   q.bind(1, run_id);
   std::vector<LayerProfileRecord> out;
@@ -860,32 +1073,82 @@ Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id
     l.run_id = q.i64(0);
     l.device = q.text(1);
     l.device_role = q.text(2);
-    l.layer_index = static_cast<int>(q.i64(3));
-    l.name = q.text(4);
-    l.type = q.text(5);
-    l.params = q.i64(6);
-    l.macs = q.i64(7);
-    l.out_bytes = q.i64(8);
-    l.median_ns = q.i64(9);
-    l.p95_ns = q.i64(10);
-    l.reps = static_cast<int>(q.i64(11));
-    if (!q.is_null(12)) l.peak_mem_bytes = q.i64(12);
+    int c = 3;
+    agent::visit_profile(l, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    l.hw_id = q.text(c);
     out.push_back(std::move(l));
   }
   if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read layer profiles");
   return out;
 }
 
+Result<std::vector<DeviceRecord>> ResultsDb::devices(int64_t run_id) {
+  static const std::string sql = "SELECT run_id, device, role" + field_list(agent::hw_fields()) +
+                                 " FROM devices WHERE run_id = ? ORDER BY role DESC, device";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read devices");
+  q.bind(1, run_id);
+  std::vector<DeviceRecord> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    DeviceRecord d;
+    d.run_id = q.i64(0);
+    d.device = q.text(1);
+    d.role = q.text(2);
+    int c = 3;
+    agent::visit_hw(d, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    out.push_back(std::move(d));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read devices");
+  return out;
+}
+
 Result<std::vector<EventRecord>> ResultsDb::events(int64_t run_id) {
   Stmt q(db_.get(),
-         "SELECT id, COALESCE(run_id, 0), ts, level, kind, message FROM events WHERE run_id = ? ORDER BY id");
+         "SELECT id, COALESCE(run_id, 0), ts, level, kind, message, COALESCE(device, ''), frame FROM events "
+         "WHERE run_id = ? ORDER BY id");
   if (!q.prepared()) return db_error(db_.get(), path_, "read events");
   q.bind(1, run_id);
   std::vector<EventRecord> out;
   int rc;
-  while ((rc = q.step()) == SQLITE_ROW)
-    out.push_back(EventRecord{q.i64(0), q.i64(1), q.text(2), q.text(3), q.text(4), q.text(5)});
+  while ((rc = q.step()) == SQLITE_ROW) {
+    EventRecord e{q.i64(0), q.i64(1), q.text(2), q.text(3), q.text(4), q.text(5), q.text(6), std::nullopt};
+    read_value(q, 7, e.frame);
+    out.push_back(std::move(e));
+  }
   if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read events");
+  return out;
+}
+
+Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(const std::string& table,
+                                                                             int64_t run_id) {
+  const TableInfo* t = nullptr;
+  for (const auto& x : schema_tables())
+    if (x.name == table) t = &x;
+  if (!t) return make_error(Errc::invalid_argument, "no table '" + table + "' in the results schema");
+  std::string cols;
+  for (const auto& c : t->columns) cols += (cols.empty() ? "" : ", ") + c.name;
+  const std::string key = table == "runs" ? "id" : "run_id";
+  std::string order = table == "frames" || table == "events" ? "id" : table == "layer_profiles" ? "device, layer_index"
+                      : table == "stage_stats" ? "split, field" : table == "runs" ? "id" : table == "devices" ? "device"
+                      : "split";
+  const std::string sql = "SELECT " + cols + " FROM " + table + " WHERE " + key + " = ? ORDER BY " + order;
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read " + table);
+  q.bind(1, run_id);
+  std::vector<std::vector<std::optional<std::string>>> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    std::vector<std::optional<std::string>> row;
+    for (size_t i = 0; i < t->columns.size(); ++i) {
+      const int c = static_cast<int>(i);
+      if (q.is_null(c)) row.emplace_back(std::nullopt);
+      else if (t->columns[i].type == "REAL") row.emplace_back(fmt::format("{}", q.dbl(c)));
+      else row.emplace_back(q.text(c));
+    }
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read " + table);
   return out;
 }
 

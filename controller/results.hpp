@@ -6,42 +6,12 @@
 //
 // Schema (version kSchemaVersion; migrations are an ordered list, each
 // applied in its own transaction and recorded in schema_migrations; opening
-// an older database upgrades it, a newer one is refused):
-//
-//   schema_migrations(version INTEGER PRIMARY KEY, name TEXT, applied_at TEXT)
-//
-//   runs            one row per `tracrctl run`
-//     id INTEGER PRIMARY KEY, name, status (running|completed|failed|
-//     interrupted), started_at, ended_at (ISO-8601 UTC, ms), config_yaml (the
-//     effective experiment configuration), tracr_version, protocol_version,
-//     model, codec, cipher, devices_json (devices used, no key material),
-//     controller_host, controller_pid, controller_start (the controller
-//     process's start time in clock ticks since boot, from /proc, to tell a
-//     reused pid apart), error (message of a failed/interrupted run).
-//
-//   frames          one row per inference frame
-//     id, run_id -> runs(id), participant (device name), split, sample
-//     (index of the first sample of the frame), rep (repetition, 0-based),
-//     batch (samples in the frame), warmup (1 = untimed warm-up frame,
-//     excluded from summaries), head_ns, encode_ns, transfer_ns, decode_ns,
-//     tail_ns, return_ns, total_ns, raw_bytes (crossing tensors before the
-//     codec), wire_bytes (after), codec, cipher, result_json, ok, error,
-//     energy_j (NULL; reserved), energy_source (NULL, 'measured:<meter>' or
-//     'modelled:<model>'; reserved).
-//
-//   layer_profiles  one row per (run, device, layer)
-//     run_id, device, device_role (SERVER|PARTICIPANT), layer_index, name,
-//     type, params, macs, out_bytes, median_ns, p95_ns, reps, peak_mem_bytes.
-//
-//   summaries       one row per (run, split), computed by compute_summaries
-//     run_id, split, frames (ok, non-warm-up), failed, and for total, head,
-//     encode, transfer, decode, tail: <stage>_median_ns, <stage>_p95_ns;
-//     mean_raw_bytes, mean_wire_bytes.
-//
-//   events          structured events: run started, agent lost, split switched...
-//     id, run_id (NULL for events outside a run), ts, level (debug|info|warn|
-//     error), kind (run_started, split_switched, agent_lost, run_finished,
-//     run_interrupted, ...), message.
+// an older database upgrades it, a newer one is refused). Every table and
+// column, with type, unit, meaning and who measures it, is schema_tables()
+// below: `tracrctl results schema` prints it and docs/SCHEMA.md is generated
+// from it. The frame, layer-profile and hardware columns come from
+// agent/record_fields.def; a test checks that a fresh database has exactly
+// the columns schema_tables() lists.
 //
 // Statistics are computed exactly in C++ over the stored values: median =
 // middle value (mean of the two middle values for an even count); p95 =
@@ -52,12 +22,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "agent/record.hpp"
 #include "protocol/error.hpp"
 
 struct sqlite3;
@@ -97,56 +69,72 @@ struct RunRow {
   int64_t frame_count = 0;  // rows in frames (warm-up included)
 };
 
-struct FrameRecord {
+// A stored frame: the agent's record plus where it came from.
+struct FrameRecord : agent::FrameRecord {
   int64_t run_id = 0;
-  std::string participant;  // device name; "" = NULL
-  int split = 0;
-  int64_t sample = 0;
-  int rep = 0;
-  int batch = 1;
-  bool warmup = false;
-  int64_t head_ns = 0, encode_ns = 0, transfer_ns = 0, decode_ns = 0, tail_ns = 0, return_ns = 0,
-          total_ns = 0;
-  int64_t raw_bytes = 0, wire_bytes = 0;
-  std::string codec, cipher;
-  std::string result_json;  // "" = NULL
-  bool ok = true;
-  std::string error;               // "" = NULL
-  std::optional<double> energy_j;  // reserved
-  std::string energy_source;       // "measured:<meter>" | "modelled:<model>" | "" (NULL)
+  std::string participant;                   // device name; "" = NULL
+  std::optional<int64_t> legacy_transfer_ns;  // schema <= 2 rows only (clamped round trip minus stages)
 };
 
-struct LayerProfileRecord {
+// A stored layer profile: the agent's record plus the device it ran on.
+struct LayerProfileRecord : agent::ProfileRecord {
   int64_t run_id = 0;
   std::string device;       // device name
   std::string device_role;  // "SERVER" | "PARTICIPANT"
-  int layer_index = 0;
-  std::string name, type;
-  int64_t params = 0, macs = 0, out_bytes = 0;
-  int64_t median_ns = 0, p95_ns = 0;
-  int reps = 0;
-  std::optional<int64_t> peak_mem_bytes;
+  std::string hw_id;        // the device's hardware identity (devices.hw_id)
+};
+
+// The hardware identity of one device in one run.
+struct DeviceRecord : agent::HwIdentity {
+  int64_t run_id = 0;
+  std::string device;  // device name
+  std::string role;    // "SERVER" | "PARTICIPANT"
 };
 
 struct EventRecord {
   int64_t id = 0;
   int64_t run_id = 0;  // 0 = not tied to a run (NULL)
   std::string ts, level, kind, message;
+  std::string device;               // "" = NULL
+  std::optional<int64_t> frame;     // frame position on that device, where the event has one
 };
 
 // Per-split statistics over the run's ok, non-warm-up frames (ns, bytes).
 struct StageStats {
   double median_ns = 0;
   double p95_ns = 0;
+  double mean_ns = 0;
+  double min_ns = 0;
+  double max_ns = 0;
 };
 struct SplitSummary {
   int split = 0;
-  int64_t frames = 0;  // ok, non-warm-up frames the statistics cover
-  int64_t failed = 0;  // non-warm-up frames with ok = 0
-  StageStats total, head, encode, transfer, decode, tail;
+  int64_t frames = 0;         // ok, non-warm-up frames the statistics cover
+  int64_t failed = 0;         // non-warm-up frames with ok = 0
+  int64_t warmup_frames = 0;  // stored warm-up frames (not in the statistics)
+  int64_t flagged = 0;        // frames with flags (e.g. negative_network), included in the statistics
+  int64_t slow_frames = 0;    // frames slower than 10x the split's median total
+  double throughput_fps = 0;  // frames / (last end - first start), summed over participants
   double mean_raw_bytes = 0;
   double mean_wire_bytes = 0;
+  double mean_reply_bytes = 0;
+  // Per summarised field of record_fields.def ("total_ns", "head_ns", ...).
+  std::map<std::string, StageStats> stages;
+  const StageStats& stage(const std::string& field) const;
 };
+
+// One column or table of the schema, for `tracrctl results schema`.
+struct ColumnInfo {
+  std::string name, type, unit, side, meaning;
+};
+struct TableInfo {
+  std::string name, meaning;
+  std::vector<ColumnInfo> columns;
+};
+const std::vector<TableInfo>& schema_tables();
+// schema_tables() as aligned text (one block per table) or Markdown.
+std::string format_schema_text();
+std::string format_schema_markdown();
 
 // Exact median (mean of the middle two for even counts) and nearest-rank p95
 // of `v` (sorted in place); 0 for an empty vector.
@@ -155,7 +143,7 @@ double p95_of(std::vector<int64_t>& v);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process
@@ -163,6 +151,12 @@ class ResultsDb {
   // Error io when the file cannot be opened or is not an SQLite database,
   // config when its schema is newer than this build knows.
   static Result<ResultsDb> open(const std::string& path);
+  // Opens an existing database read-only (for commands that only read): no
+  // file is created, nothing is migrated or swept, summaries are computed
+  // without being stored. Error not_found when the file does not exist,
+  // config when its schema is older or newer than this build's (an older one
+  // names `tracrctl results migrate`).
+  static Result<ResultsDb> open_readonly(const std::string& path);
   // Like open but migrates only up to `version` (0..kSchemaVersion) and skips
   // the interrupted-run sweep: for tests and tooling that need an older schema.
   static Result<ResultsDb> open_at_version(const std::string& path, int version);
@@ -184,14 +178,19 @@ class ResultsDb {
   // for an energy_source not starting with measured: / modelled:.
   Status add_frames(const std::vector<FrameRecord>& frames);
   Status add_layer_profiles(const std::vector<LayerProfileRecord>& layers);
+  // Records (or replaces) the hardware identity of a device in a run.
+  Status add_device(const DeviceRecord& d);
   // run_id 0 records an event outside any run. level: debug|info|warn|error.
-  Status add_event(int64_t run_id, std::string_view level, std::string_view kind, std::string_view message);
+  Status add_event(int64_t run_id, std::string_view level, std::string_view kind, std::string_view message,
+                   std::string_view device = {}, std::optional<int64_t> frame = std::nullopt);
   // Sets status, ended_at and error, computes the summaries, records a
   // run_finished event. Error not_found for an unknown run.
   Status finish_run(int64_t run_id, RunStatus status, const std::string& error = {});
 
-  // Recomputes the run's summaries from its frames (replacing stored ones)
-  // and returns them ordered by split.
+  // Recomputes the run's summaries from its frames and returns them ordered
+  // by split. Unless the database is read-only, the stored summaries and
+  // stage_stats are replaced and every frame slower than 10x its split's
+  // median total is recorded as a slow_frame event (replacing earlier ones).
   Result<std::vector<SplitSummary>> compute_summaries(int64_t run_id);
   // The stored summaries of a run, ordered by split; computed first when the
   // run is still running or has none stored. Error not_found for an unknown run.
@@ -205,9 +204,15 @@ class ResultsDb {
   Result<int64_t> latest_run();
   Result<std::vector<FrameRecord>> frames(int64_t run_id);
   Result<std::vector<LayerProfileRecord>> layer_profiles(int64_t run_id);
+  Result<std::vector<DeviceRecord>> devices(int64_t run_id);
+  // Rows of `table` for a run (every column of schema_tables(), in order) as
+  // text cells, NULL as nullopt: the exports read through this, so nothing
+  // stored is left out of them.
+  Result<std::vector<std::vector<std::optional<std::string>>>> rows(const std::string& table, int64_t run_id);
   Result<std::vector<EventRecord>> events(int64_t run_id);
 
   sqlite3* handle() { return db_.get(); }
+  bool read_only() const { return read_only_; }
 
  private:
   struct Closer {
@@ -215,13 +220,20 @@ class ResultsDb {
   };
   ResultsDb() = default;
   static Result<ResultsDb> open_impl(const std::string& path, int version, bool sweep);
+  Status store_summaries(int64_t run_id, const std::vector<SplitSummary>& out,
+                         const std::vector<EventRecord>& slow);
   Status migrate(int target);
   Status sweep_interrupted();
 
   std::unique_ptr<sqlite3, Closer> db_;
   std::string path_;
   std::vector<int64_t> interrupted_;
+  bool read_only_ = false;
 };
+
+// Where a controller that cannot write its database leaves the cause, for the
+// next open's interruption reason: <db>.run<id>.error beside the database.
+std::string failure_note_path(const std::string& db_path, int64_t run_id);
 
 // Current time as ISO-8601 UTC with milliseconds ("2025-05-01T12:00:00.123Z").
 std::string utc_now_iso();

@@ -86,6 +86,7 @@ struct Opts {
   std::vector<std::string> positional;
   std::vector<std::string> csv, json;
   int limit = 0;
+  bool markdown = false;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -104,6 +105,8 @@ Opts parse_opts(const std::vector<std::string>& args) {
       o.db = next();
     else if (a.rfind("--db=", 0) == 0)
       o.db = a.substr(5);
+    else if (a == "--markdown")
+      o.markdown = true;
     else if (a == "--csv")
       o.csv.push_back(next());
     else if (a == "--json")
@@ -115,7 +118,7 @@ Opts parse_opts(const std::vector<std::string>& args) {
       if (v.empty() || *e || n < 0) usage_error("--limit: expected a count >= 0, got '" + v + "'");
       o.limit = static_cast<int>(n);
     } else if (a.size() > 1 && a[0] == '-') {
-      usage_error("unknown option '" + a + "'; expected --db, --csv, --json or --limit");
+      usage_error("unknown option '" + a + "'; expected --db, --csv, --json, --limit or --markdown");
     } else {
       o.positional.push_back(a);
     }
@@ -144,7 +147,10 @@ void usage() {
       "       tracrctl results show RUN [--db PATH]\n"
       "       tracrctl results compare RUN RUN [--db PATH]\n"
       "       tracrctl results export RUN (--csv FILE | --json FILE)... [--db PATH]\n"
-      "RUN is a run id or 'last'; the database defaults to $TRACR_OUTPUT or results/tracr.db\n",
+      "       tracrctl results schema [--markdown]\n"
+      "       tracrctl results migrate [--db PATH]\n"
+      "RUN is a run id or 'last'; the database defaults to $TRACR_OUTPUT or results/tracr.db.\n"
+      "Every command but migrate opens the database read-only and never creates it.\n",
       stderr);
 }
 
@@ -184,13 +190,26 @@ int cmd_show(ResultsDb& db, const Opts& o) {
   std::fputs(run_header(*run).c_str(), stdout);
   std::fputs("\n", stdout);
   check_or_throw(print_split_table(db, *id, stdout));
+  auto devs = db.devices(*id);
+  if (!devs) throw Fatal(devs.error());
+  if (!devs->empty()) {
+    std::fputs("\ndevices\n", stdout);
+    std::vector<std::vector<std::string>> rows = {{"  device", "role", "hw_id", "cpu", "cores", "memory", "gpu", "kernel", "libtorch", "agent"}};
+    for (const auto& d : *devs)
+      rows.push_back({"  " + d.device, d.role, d.hw_id, d.cpu_model, std::to_string(d.cores),
+                      fmt::format("{:.1f} GiB", d.memory_bytes / 1073741824.0), d.gpu.empty() ? "-" : d.gpu, d.kernel,
+                      d.libtorch.empty() ? "-" : d.libtorch, d.agent_version});
+    std::fputs(align(rows, {0, 1, 2, 3, 6, 7, 8, 9}).c_str(), stdout);
+  }
   auto ev = db.events(*id);
   if (!ev) throw Fatal(ev.error());
   if (!ev->empty()) {
     std::fputs("\nevents\n", stdout);
     std::vector<std::vector<std::string>> rows;
-    for (const auto& e : *ev) rows.push_back({"  " + e.ts, e.level, e.kind, e.message});
-    std::fputs(align(rows, {0, 1, 2, 3}).c_str(), stdout);
+    for (const auto& e : *ev)
+      rows.push_back({"  " + e.ts, e.level, e.kind, e.device.empty() ? "-" : e.device,
+                      e.frame ? "frame " + std::to_string(*e.frame) : "-", e.message});
+    std::fputs(align(rows, {0, 1, 2, 3, 4, 5}).c_str(), stdout);
   }
   return 0;
 }
@@ -225,12 +244,12 @@ int cmd_compare(ResultsDb& db, const Opts& o) {
     const SplitSummary* b = tab[1].count(k) ? &tab[1][k] : nullptr;
     auto cell = [](const SplitSummary* s, auto f) { return s && s->frames > 0 ? f(*s) : std::string("-"); };
     std::string delta = "-";
-    if (a && b && a->frames > 0 && b->frames > 0 && a->total.median_ns > 0)
-      delta = fmt::format("{:+.1f}%", (b->total.median_ns - a->total.median_ns) / a->total.median_ns * 100.0);
-    rows.push_back({std::to_string(k), cell(a, [](const SplitSummary& s) { return ms(s.total.median_ns); }),
-                    cell(b, [](const SplitSummary& s) { return ms(s.total.median_ns); }), delta,
-                    cell(a, [](const SplitSummary& s) { return ms(s.total.p95_ns); }),
-                    cell(b, [](const SplitSummary& s) { return ms(s.total.p95_ns); }),
+    if (a && b && a->frames > 0 && b->frames > 0 && a->stage("total_ns").median_ns > 0)
+      delta = fmt::format("{:+.1f}%", (b->stage("total_ns").median_ns - a->stage("total_ns").median_ns) / a->stage("total_ns").median_ns * 100.0);
+    rows.push_back({std::to_string(k), cell(a, [](const SplitSummary& s) { return ms(s.stage("total_ns").median_ns); }),
+                    cell(b, [](const SplitSummary& s) { return ms(s.stage("total_ns").median_ns); }), delta,
+                    cell(a, [](const SplitSummary& s) { return ms(s.stage("total_ns").p95_ns); }),
+                    cell(b, [](const SplitSummary& s) { return ms(s.stage("total_ns").p95_ns); }),
                     cell(a, [](const SplitSummary& s) { return fmt::format("{:.0f}", s.mean_wire_bytes); }),
                     cell(b, [](const SplitSummary& s) { return fmt::format("{:.0f}", s.mean_wire_bytes); }),
                     a ? std::to_string(a->frames) : "-", b ? std::to_string(b->frames) : "-"});
@@ -271,40 +290,61 @@ Status write_file(const std::string& file, const std::string& text) {
   return {};
 }
 
-const char* kFrameCsvHeader =
-    "run_id,participant,split,sample,rep,batch,warmup,head_ns,encode_ns,transfer_ns,decode_ns,tail_ns,return_"
-    "ns,"
-    "total_ns,raw_bytes,wire_bytes,codec,cipher,ok,error,energy_j,energy_source,result_json";
-
 }  // namespace
 
 std::string format_split_table(const std::vector<SplitSummary>& rows) {
-  std::vector<std::vector<std::string>> cells = {
-      {"", "split", "frames", "failed", "total med", "total p95", "head med", "encode med", "transfer med",
-       "transfer p95", "decode med", "tail med", "raw bytes", "wire bytes", "ratio"}};
-  cells.push_back({"", "", "", "", "ms", "ms", "ms", "ms", "ms", "ms", "ms", "ms", "", "", ""});
+  // Medians of each term; per frame the terms add up to total exactly
+  // (record_fields.def), medians of the terms need not.
+  static const std::vector<std::pair<const char*, const char*>> terms = {
+      {"head_ns", "head"},     {"encode_ns", "encode"}, {"network_ns", "network"}, {"server_ns", "server"},
+      {"queue_ns", "queue"},   {"return_ns", "return"}, {"post_ns", "post"}};
+  std::vector<std::string> h1 = {"", "split", "frames", "failed", "flagged", "total med", "total p95"};
+  std::vector<std::string> h2 = {"", "", "", "", "", "ms", "ms"};
+  for (const auto& t : terms) {
+    h1.push_back(std::string(t.second) + " med");
+    h2.push_back("ms");
+  }
+  for (const char* x : {"network p95", "frames/s", "raw bytes", "wire bytes", "ratio"}) {
+    h1.push_back(x);
+    h2.push_back(std::string(x) == "network p95" ? "ms" : "");
+  }
+  std::vector<std::vector<std::string>> cells = {h1, h2};
   int best = -1;
   double best_v = 0;
-  for (const auto& s : rows)
-    if (s.frames > 0 && (best < 0 || s.total.median_ns < best_v)) {
+  int64_t flagged = 0, slow = 0;
+  for (const auto& s : rows) {
+    flagged += s.flagged;
+    slow += s.slow_frames;
+    if (s.frames > 0 && (best < 0 || s.stage("total_ns").median_ns < best_v)) {
       best = s.split;
-      best_v = s.total.median_ns;
+      best_v = s.stage("total_ns").median_ns;
     }
+  }
   for (const auto& s : rows) {
     const bool any = s.frames > 0;
-    auto t = [&](double ns) { return any ? ms(ns) : std::string("-"); };
+    auto t = [&](const char* f, bool p95 = false) {
+      if (!any || !s.stages.count(f)) return std::string("-");
+      return ms(p95 ? s.stage(f).p95_ns : s.stage(f).median_ns);
+    };
     std::string ratio = any && s.mean_wire_bytes > 0
                             ? fmt::format("{:.2f}x", s.mean_raw_bytes / s.mean_wire_bytes)
                             : std::string("-");
-    cells.push_back({s.split == best ? "*" : "", std::to_string(s.split), std::to_string(s.frames),
-                     std::to_string(s.failed), t(s.total.median_ns), t(s.total.p95_ns), t(s.head.median_ns),
-                     t(s.encode.median_ns), t(s.transfer.median_ns), t(s.transfer.p95_ns),
-                     t(s.decode.median_ns), t(s.tail.median_ns),
-                     any ? fmt::format("{:.0f}", s.mean_raw_bytes) : "-",
-                     any ? fmt::format("{:.0f}", s.mean_wire_bytes) : "-", ratio});
+    std::vector<std::string> row = {s.split == best ? "*" : "", std::to_string(s.split), std::to_string(s.frames),
+                                    std::to_string(s.failed), std::to_string(s.flagged), t("total_ns"),
+                                    t("total_ns", true)};
+    for (const auto& term : terms) row.push_back(t(term.first));
+    row.push_back(t("network_ns", true));
+    row.push_back(any && s.throughput_fps > 0 ? fmt::format("{:.1f}", s.throughput_fps) : "-");
+    row.push_back(any ? fmt::format("{:.0f}", s.mean_raw_bytes) : "-");
+    row.push_back(any ? fmt::format("{:.0f}", s.mean_wire_bytes) : "-");
+    row.push_back(ratio);
+    cells.push_back(row);
   }
   std::string out = align(cells, {0});
   if (best >= 0) out += fmt::format("* lowest median total time: split {}\n", best);
+  if (flagged > 0)
+    out += fmt::format("{} frame(s) flagged (negative network time: an assumption broke; see frames.flags)\n", flagged);
+  if (slow > 0) out += fmt::format("{} frame(s) slower than 10x their split's median (slow_frame events)\n", slow);
   return out;
 }
 
@@ -323,96 +363,92 @@ Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
 Status export_run_csv(ResultsDb& db, int64_t run_id, const std::string& file) {
   auto run = db.get_run(run_id);
   if (!run) return run.error();
-  auto frames = db.frames(run_id);
-  if (!frames) return frames.error();
-  std::string o = std::string(kFrameCsvHeader) + "\r\n";
-  for (const auto& f : *frames) {
-    o += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\r\n", f.run_id,
-                     csv_field(f.participant), f.split, f.sample, f.rep, f.batch, f.warmup ? 1 : 0, f.head_ns,
-                     f.encode_ns, f.transfer_ns, f.decode_ns, f.tail_ns, f.return_ns, f.total_ns, f.raw_bytes,
-                     f.wire_bytes, csv_field(f.codec), csv_field(f.cipher), f.ok ? 1 : 0, csv_field(f.error),
-                     f.energy_j ? json_num(*f.energy_j) : "", csv_field(f.energy_source),
-                     csv_field(f.result_json));
+  auto rows = db.rows("frames", run_id);
+  if (!rows) return rows.error();
+  const TableInfo* t = nullptr;
+  for (const auto& x : schema_tables())
+    if (x.name == "frames") t = &x;
+  std::string o;
+  for (size_t i = 0; i < t->columns.size(); ++i) o += (i ? "," : "") + t->columns[i].name;
+  o += "\r\n";
+  for (const auto& r : *rows) {
+    for (size_t i = 0; i < r.size(); ++i) o += (i ? "," : "") + (r[i] ? csv_field(*r[i]) : std::string());
+    o += "\r\n";
   }
   return write_file(file, o);
 }
 
+namespace {
+// One table's rows for a run as a JSON array of objects (every column, NULL as null).
+Result<std::string> json_rows(ResultsDb& db, const std::string& table, int64_t run_id) {
+  auto rows = db.rows(table, run_id);
+  if (!rows) return rows.error();
+  const TableInfo* t = nullptr;
+  for (const auto& x : schema_tables())
+    if (x.name == table) t = &x;
+  std::string o = "[";
+  for (size_t r = 0; r < rows->size(); ++r) {
+    o += r ? ",\n  {" : "\n  {";
+    for (size_t i = 0; i < t->columns.size(); ++i) {
+      const auto& v = (*rows)[r][i];
+      o += fmt::format("{}\"{}\":", i ? "," : "", t->columns[i].name);
+      if (!v) o += "null";
+      else if (t->columns[i].type == "TEXT") o += json_quote(*v);
+      else o += *v;
+    }
+    o += "}";
+  }
+  return o + "]";
+}
+}  // namespace
+
 Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file) {
   auto run = db.get_run(run_id);
   if (!run) return run.error();
+  // Stored summaries, or computed now for a run that has none stored (a
+  // running run, or a read-only database).
   auto sums = db.split_table(run_id);
   if (!sums) return sums.error();
-  auto frames = db.frames(run_id);
-  if (!frames) return frames.error();
-  auto layers = db.layer_profiles(run_id);
-  if (!layers) return layers.error();
-  auto events = db.events(run_id);
-  if (!events) return events.error();
-  const RunRow& r = *run;
-  std::string o = "{\n\"run\": ";
-  o += fmt::format(
-      "{{\"id\":{},\"name\":{},\"status\":{},\"started_at\":{},\"ended_at\":{},\"tracr_version\":{},"
-      "\"protocol_version\":{},\"model\":{},\"codec\":{},\"cipher\":{},\"controller_host\":{},"
-      "\"controller_pid\":{},\"error\":{},\"frame_count\":{},\"devices_json\":{},\"config_yaml\":{}}}",
-      r.id, json_quote(r.name), json_quote(run_status_name(r.status)), json_quote(r.started_at),
-      r.ended_at.empty() ? "null" : json_quote(r.ended_at), json_quote(r.tracr_version), r.protocol_version,
-      json_quote(r.model), json_quote(r.codec), json_quote(r.cipher), json_quote(r.controller_host),
-      r.controller_pid, r.error.empty() ? "null" : json_quote(r.error), r.frame_count,
-      json_quote(r.devices_json), json_quote(r.config_yaml));
-  o += ",\n\"summaries\": [";
-  for (size_t i = 0; i < sums->size(); ++i) {
-    const auto& s = (*sums)[i];
-    o += i ? ",\n  " : "\n  ";
-    o += fmt::format("{{\"split\":{},\"frames\":{},\"failed\":{}", s.split, s.frames, s.failed);
-    const std::pair<const char*, const StageStats*> st[] = {{"total", &s.total},   {"head", &s.head},
-                                                            {"encode", &s.encode}, {"transfer", &s.transfer},
-                                                            {"decode", &s.decode}, {"tail", &s.tail}};
-    for (const auto& [name, v] : st)
-      o += fmt::format(",\"{}_median_ns\":{},\"{}_p95_ns\":{}", name, json_num(v->median_ns), name,
-                       json_num(v->p95_ns));
-    o += fmt::format(",\"mean_raw_bytes\":{},\"mean_wire_bytes\":{}}}", json_num(s.mean_raw_bytes),
-                     json_num(s.mean_wire_bytes));
+  std::string summaries = "[", stages = "[";
+  for (const auto& x : *sums) {
+    summaries += fmt::format(
+        "{}\n  {{\"split\":{},\"frames\":{},\"failed\":{},\"warmup_frames\":{},\"flagged\":{},\"slow_frames\":{},"
+        "\"throughput_fps\":{},\"mean_raw_bytes\":{},\"mean_wire_bytes\":{},\"mean_reply_bytes\":{}}}",
+        summaries.size() > 1 ? "," : "", x.split, x.frames, x.failed, x.warmup_frames, x.flagged, x.slow_frames,
+        json_num(x.throughput_fps), json_num(x.mean_raw_bytes), json_num(x.mean_wire_bytes),
+        json_num(x.mean_reply_bytes));
+    for (const auto& [field, v] : x.stages)
+      stages += fmt::format(
+          "{}\n  {{\"split\":{},\"field\":{},\"median_ns\":{},\"p95_ns\":{},\"mean_ns\":{},\"min_ns\":{},\"max_ns\":{}}}",
+          stages.size() > 1 ? "," : "", x.split, json_quote(field), json_num(v.median_ns), json_num(v.p95_ns),
+          json_num(v.mean_ns), json_num(v.min_ns), json_num(v.max_ns));
   }
-  o += "],\n\"frames\": [";
-  for (size_t i = 0; i < frames->size(); ++i) {
-    const auto& f = (*frames)[i];
-    o += i ? ",\n  " : "\n  ";
-    o += fmt::format(
-        "{{\"participant\":{},\"split\":{},\"sample\":{},\"rep\":{},\"batch\":{},\"warmup\":{},\"head_ns\":{}"
-        ","
-        "\"encode_ns\":{},\"transfer_ns\":{},\"decode_ns\":{},\"tail_ns\":{},\"return_ns\":{},\"total_ns\":{}"
-        ","
-        "\"raw_bytes\":{},\"wire_bytes\":{},\"codec\":{},\"cipher\":{},\"ok\":{},\"error\":{},\"energy_j\":{}"
-        ","
-        "\"energy_source\":{},\"result_json\":{}}}",
-        f.participant.empty() ? "null" : json_quote(f.participant), f.split, f.sample, f.rep, f.batch,
-        f.warmup ? "true" : "false", f.head_ns, f.encode_ns, f.transfer_ns, f.decode_ns, f.tail_ns,
-        f.return_ns, f.total_ns, f.raw_bytes, f.wire_bytes, json_quote(f.codec), json_quote(f.cipher),
-        f.ok ? "true" : "false", f.error.empty() ? "null" : json_quote(f.error),
-        f.energy_j ? json_num(*f.energy_j) : "null",
-        f.energy_source.empty() ? "null" : json_quote(f.energy_source),
-        f.result_json.empty() ? "null" : json_quote(f.result_json));
+  std::string o = "{";
+  bool first = true;
+  auto add = [&](const std::string& key, const std::string& body) {
+    o += fmt::format("{}\n\"{}\": {}", first ? "" : ",", key, body);
+    first = false;
+  };
+  for (const char* table : {"runs", "devices", "summaries", "stage_stats", "frames", "layer_profiles", "events"}) {
+    const std::string t = table;
+    if (t == "summaries") {
+      add(t, summaries + "]");
+      continue;
+    }
+    if (t == "stage_stats") {
+      add(t, stages + "]");
+      continue;
+    }
+    auto rows = json_rows(db, table, run_id);
+    if (!rows) return rows.error();
+    std::string body = *rows;
+    if (t == "runs") {  // one run: an object, not an array
+      auto a = body.find('{'), b = body.rfind('}');
+      body = a == std::string::npos ? "null" : body.substr(a, b - a + 1);
+    }
+    add(t == "runs" ? "run" : t, body);
   }
-  o += "],\n\"layer_profiles\": [";
-  for (size_t i = 0; i < layers->size(); ++i) {
-    const auto& l = (*layers)[i];
-    o += i ? ",\n  " : "\n  ";
-    o += fmt::format(
-        "{{\"device\":{},\"device_role\":{},\"layer_index\":{},\"name\":{},\"type\":{},\"params\":{},"
-        "\"macs\":{},"
-        "\"out_bytes\":{},\"median_ns\":{},\"p95_ns\":{},\"reps\":{},\"peak_mem_bytes\":{}}}",
-        json_quote(l.device), json_quote(l.device_role), l.layer_index, json_quote(l.name),
-        json_quote(l.type), l.params, l.macs, l.out_bytes, l.median_ns, l.p95_ns, l.reps,
-        l.peak_mem_bytes ? std::to_string(*l.peak_mem_bytes) : "null");
-  }
-  o += "],\n\"events\": [";
-  for (size_t i = 0; i < events->size(); ++i) {
-    const auto& e = (*events)[i];
-    o += i ? ",\n  " : "\n  ";
-    o += fmt::format("{{\"ts\":{},\"level\":{},\"kind\":{},\"message\":{}}}", json_quote(e.ts),
-                     json_quote(e.level), json_quote(e.kind), json_quote(e.message));
-  }
-  o += "]\n}\n";
+  o += "\n}\n";
   return write_file(file, o);
 }
 
@@ -423,10 +459,10 @@ int cmd_results(const std::vector<std::string>& args) {
       return args.empty() ? 2 : 0;
     }
     const std::string sub = args[0];
-    static const std::vector<std::string> subs = {"list", "show", "compare", "export"};
+    static const std::vector<std::string> subs = {"list", "show", "compare", "export", "schema", "migrate"};
     if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
       fmt::print(stderr,
-                 "tracrctl results: unknown subcommand '{}'; expected list, show, compare or export\n", sub);
+                 "tracrctl results: unknown subcommand '{}'; expected list, show, compare, export, schema or migrate\n", sub);
       usage();
       return 2;
     }
@@ -435,7 +471,27 @@ int cmd_results(const std::vector<std::string>& args) {
       usage_error("results list: unexpected argument '" + o.positional[0] + "'");
     if (sub != "export" && (!o.csv.empty() || !o.json.empty()))
       usage_error("--csv/--json belong to `results export`");
-    auto db = ResultsDb::open(o.db);
+    if (sub == "schema") {
+      if (!o.positional.empty()) usage_error("results schema: unexpected argument '" + o.positional[0] + "'");
+      std::fputs((o.markdown ? format_schema_markdown() : format_schema_text()).c_str(), stdout);
+      return 0;
+    }
+    if (o.markdown) usage_error("--markdown belongs to `results schema`");
+    if (sub == "migrate") {
+      if (!o.positional.empty()) usage_error("results migrate: unexpected argument '" + o.positional[0] + "'");
+      if (!std::ifstream(o.db)) {
+        fmt::print(stderr, "tracrctl results: {}: no such results database\n", o.db);
+        return 1;
+      }
+      auto db = ResultsDb::open(o.db);
+      if (!db) {
+        fmt::print(stderr, "tracrctl results: {}\n", db.error().str());
+        return 1;
+      }
+      fmt::print("{}: schema version {}\n", o.db, *db->schema_version());
+      return 0;
+    }
+    auto db = ResultsDb::open_readonly(o.db);
     if (!db) {
       fmt::print(stderr, "tracrctl results: {}\n", db.error().str());
       return 1;

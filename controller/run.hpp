@@ -7,14 +7,17 @@
 #include <vector>
 
 #include "controller/config.hpp"
+#include "controller/launcher.hpp"
 #include "controller/ssh.hpp"
 
 namespace tracr::controller {
 
-// The SSH target of a device: its default connection, its key, and the
-// known_hosts file pkeys/known_hosts beside the devices file (or
-// $TRACR_KNOWN_HOSTS).
-SshTarget device_ssh_target(const DeviceConfig& dev, const std::string& devices_file, bool trust_new_hosts);
+// Agent arguments for the experiment's model (both roles) and, for a
+// PARTICIPANT, its run.
+std::vector<std::string> model_args(const ExperimentConfig& cfg);
+std::vector<std::string> participant_args(const ExperimentConfig& cfg);
+// What a SERVER agent must have been started with to serve this experiment.
+std::string server_identity(const ExperimentConfig& cfg);
 
 struct RunOptions {
   std::string experiment;       // experiment YAML
@@ -43,7 +46,8 @@ int cmd_agents_start(const std::vector<std::string>& args);
 // tracrctl agents stop for detached agents recorded under `state_dir`.
 int stop_detached_agents(const std::string& state_dir, bool trust_new_hosts, const std::string& devices_file);
 
-// Returns the process exit code (0 on a completed run).
+// Returns the process exit code: 0 completed, 1 failed, 2 configuration
+// error, 128 + signal when interrupted (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
 int run_experiment(const RunOptions& opt);
 int cmd_run(const std::vector<std::string>& args);
 

@@ -138,6 +138,10 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
     seg[0] = zmq::message_t(hdr_bytes.data(), hdr_bytes.size());
     for (const auto& m : seg) st.wire_bytes += m.size();
     st.segments++;
+    // The last segment is handed to the transport from here on: the peer
+    // cannot start on it earlier (the sender's round trip starts here).
+    if (last) st.last_handoff_at_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          Clock::now().time_since_epoch()).count();
     TRACR_TRY(sink(std::move(seg)));
     seg.clear();
     seg.emplace_back();
@@ -480,6 +484,8 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
   }
   p.frame.stats.total_ns += ns_since(t0);
   if (!h.last) return out;
+  p.frame.stats.last_segment_at_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
   auto done = std::move(pending_);
   if (done->consumed != done->total_parts)
     return fail(make_error(Errc::truncated, "frame " + std::to_string(done->frame.header.seq) +

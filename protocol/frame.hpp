@@ -41,6 +41,8 @@ struct FrameStats {
   int64_t crypto_ns = 0;       // AES-GCM seal/open
   int64_t total_ns = 0;        // whole write/feed time on this side, sink included
   int64_t completed_at_ns = 0; // reader: steady_clock time (ns since its epoch) the frame completed
+  int64_t last_segment_at_ns = 0; // reader: steady_clock time its last segment began to be processed
+  int64_t last_handoff_at_ns = 0; // writer: steady_clock time the last segment went to the sink
   std::vector<uint64_t> tensor_wire;  // payload bytes per tensor
 };
 

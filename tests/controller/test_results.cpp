@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -79,13 +81,19 @@ FrameRecord frame(int64_t run, int split, int64_t sample, int64_t total_ns) {
   f.split = split;
   f.sample = sample;
   f.rep = 0;
+  // The timing identity holds: total = head + encode + network + server + queue + return + post.
   f.head_ns = total_ns / 4;
   f.encode_ns = 10;
-  f.transfer_ns = total_ns / 2;
+  f.server_ns = total_ns / 4;
+  f.queue_ns = 0;
+  f.return_ns = 5;
+  f.post_ns = 0;
+  f.network_ns = total_ns - f.head_ns - f.encode_ns - f.server_ns - f.return_ns;
   f.decode_ns = 20;
   f.tail_ns = total_ns / 4;
-  f.return_ns = 5;
   f.total_ns = total_ns;
+  f.start_ns = sample * 10 * total_ns;
+  f.end_ns = f.start_ns + total_ns;
   f.raw_bytes = 1000;
   f.wire_bytes = 250;
   f.codec = "none";
@@ -134,11 +142,50 @@ TEST(ResultsDb, NewDatabaseHasSchemaWalAndForeignKeys) {
     EXPECT_EQ(
         scalar(*db, std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + t + "'"),
         t);
-  EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"), "1,2");
+  EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"), "1,2,3");
   // Reopening is a no-op.
   auto again = ResultsDb::open(path);
   ASSERT_TRUE(again.ok()) << again.error().str();
-  EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), "2");
+  EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), "3");
+}
+
+// The field table and the schema description are the database: every table
+// has exactly the columns schema_tables() lists, with their types. Adding a
+// field to record_fields.def without a migration (or the reverse) fails here.
+TEST(ResultsDb, DatabaseColumnsAreExactlyTheSchemaTable) {
+  TempDir dir;
+  auto db = ResultsDb::open(dir.file("s.db"));
+  ASSERT_TRUE(db.ok()) << db.error().str();
+  size_t tables = 0;
+  for (const auto& t : schema_tables()) {
+    ++tables;
+    std::map<std::string, std::string> want, have;
+    for (const auto& c : t.columns) want[c.name] = c.type;
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db->handle(), ("PRAGMA table_info(" + t.name + ")").c_str(), -1, &st, nullptr),
+              SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW)
+      have[reinterpret_cast<const char*>(sqlite3_column_text(st, 1))] =
+          reinterpret_cast<const char*>(sqlite3_column_text(st, 2));
+    sqlite3_finalize(st);
+    EXPECT_EQ(have, want) << "table " << t.name;
+  }
+  EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"),
+            std::to_string(tables));
+  // Every agent field is a frames / layer_profiles / devices column.
+  for (const auto& f : agent::frame_fields())
+    EXPECT_EQ(scalar(*db, std::string("SELECT COUNT(*) FROM pragma_table_info('frames') WHERE name = '") + f.name + "'"), "1")
+        << f.name;
+}
+
+TEST(ResultsDb, SchemaDocumentIsGeneratedFromTheTable) {
+  // docs/SCHEMA.md is `tracrctl results schema --markdown`: regenerate it when this fails.
+  const std::string doc = read_all(std::string(TRACR_SOURCE_DIR) + "/docs/SCHEMA.md");
+  EXPECT_EQ(doc, format_schema_markdown())
+      << "docs/SCHEMA.md is stale: run ./build/bin/tracrctl results schema --markdown > docs/SCHEMA.md";
+  const std::string text = format_schema_text();
+  for (const auto& t : schema_tables())
+    for (const auto& c : t.columns) EXPECT_NE(text.find(c.name), std::string::npos) << t.name << "." << c.name;
 }
 
 TEST(ResultsDb, EmptyV0FileIsMigrated) {
@@ -167,7 +214,8 @@ TEST(ResultsDb, OlderSchemaIsUpgradedKeepingRows) {
                   "INSERT INTO runs(name, status, started_at, ended_at, model, controller_host, "
                   "controller_pid) VALUES ('old', 'completed', '2024-01-01T00:00:00.000Z', "
                   "'2024-01-01T00:00:01.000Z', 'vgg11', 'elsewhere', 1);"
-                  "INSERT INTO frames(run_id, split, sample, rep, total_ns, ok) VALUES (1, 2, 0, 0, 100, 1);"
+                  "INSERT INTO frames(run_id, split, sample, rep, total_ns, transfer_ns, result_json, ok) "
+                  "VALUES (1, 2, 0, 0, 100, 42, '{\"top1\":\"cat:0.9\",\"correct\":1}', 1);"
                   "INSERT INTO frames(run_id, split, sample, rep, total_ns, ok) VALUES (1, 2, 1, 0, 300, 1);",
                   nullptr, nullptr, nullptr),
               SQLITE_OK);
@@ -184,7 +232,16 @@ TEST(ResultsDb, OlderSchemaIsUpgradedKeepingRows) {
   ASSERT_TRUE(table.ok()) << table.error().str();
   ASSERT_EQ(table->size(), 1u);
   EXPECT_EQ((*table)[0].split, 2);
-  EXPECT_DOUBLE_EQ((*table)[0].total.median_ns, 200);
+  EXPECT_DOUBLE_EQ((*table)[0].stage("total_ns").median_ns, 200);
+  // Old rows keep their clamped transfer figure apart from the new columns.
+  auto old = db->frames(1);
+  ASSERT_TRUE(old.ok());
+  ASSERT_EQ(old->size(), 2u);
+  ASSERT_TRUE((*old)[0].legacy_transfer_ns.has_value());
+  EXPECT_EQ(*(*old)[0].legacy_transfer_ns, 42);
+  EXPECT_EQ((*old)[0].result, "cat:0.9");
+  EXPECT_EQ((*old)[0].correct, 1);
+  EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM frames WHERE network_ns IS NULL"), "2");
 }
 
 TEST(ResultsDb, NewerSchemaAndNonDatabasesAreRefused) {
@@ -251,23 +308,29 @@ TEST(ResultsDb, BatchInsertAndExactSummaries) {
   EXPECT_EQ(s0.split, 0);
   EXPECT_EQ(s0.frames, 10);
   EXPECT_EQ(s0.failed, 0);
-  EXPECT_DOUBLE_EQ(s0.total.median_ns, 5500000);  // (5 + 6) / 2 ms
-  EXPECT_DOUBLE_EQ(s0.total.p95_ns, 10000000);    // rank ceil(9.5) = 10
-  EXPECT_DOUBLE_EQ(s0.transfer.median_ns, 2750000);
-  EXPECT_DOUBLE_EQ(s0.encode.median_ns, 10);
+  EXPECT_EQ(s0.warmup_frames, 3);
+  EXPECT_DOUBLE_EQ(s0.stage("total_ns").median_ns, 5500000);  // (5 + 6) / 2 ms
+  EXPECT_DOUBLE_EQ(s0.stage("total_ns").p95_ns, 10000000);    // rank ceil(9.5) = 10
+  EXPECT_DOUBLE_EQ(s0.stage("network_ns").median_ns, 2749985);  // total/2 - 15
+  EXPECT_DOUBLE_EQ(s0.stage("encode_ns").median_ns, 10);
+  EXPECT_DOUBLE_EQ(s0.stage("total_ns").min_ns, 1000000);
+  EXPECT_DOUBLE_EQ(s0.stage("total_ns").max_ns, 10000000);
+  // Frame i starts at 10 i^2 ms and lasts i ms: 10 frames from 10 ms to 1010 ms.
+  EXPECT_NEAR(s0.throughput_fps, 10.0, 1e-9);
   EXPECT_DOUBLE_EQ(s0.mean_raw_bytes, 1000);
   EXPECT_DOUBLE_EQ(s0.mean_wire_bytes, 250);
   const SplitSummary& s3 = (*table)[1];
   EXPECT_EQ(s3.split, 3);
   EXPECT_EQ(s3.frames, 21);
   EXPECT_EQ(s3.failed, 1);
-  EXPECT_DOUBLE_EQ(s3.total.median_ns, 11000000);
-  EXPECT_DOUBLE_EQ(s3.total.p95_ns, 20000000);   // rank ceil(19.95) = 20
-  EXPECT_DOUBLE_EQ(s3.head.median_ns, 2750000);  // 11 ms / 4
+  EXPECT_DOUBLE_EQ(s3.stage("total_ns").median_ns, 11000000);
+  EXPECT_DOUBLE_EQ(s3.stage("total_ns").p95_ns, 20000000);   // rank ceil(19.95) = 20
+  EXPECT_DOUBLE_EQ(s3.stage("head_ns").median_ns, 2750000);  // 11 ms / 4
   EXPECT_DOUBLE_EQ(s3.mean_wire_bytes, 110);     // mean of 10..210
 
   // The stored summaries are what split_table returned.
-  EXPECT_EQ(scalar(*db, "SELECT total_median_ns FROM summaries WHERE split = 3"), "11000000.0");
+  EXPECT_EQ(scalar(*db, "SELECT median_ns FROM stage_stats WHERE split = 3 AND field = 'total_ns'"), "11000000.0");
+  EXPECT_EQ(scalar(*db, "SELECT warmup_frames FROM summaries WHERE split = 0"), "3");
   EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM frames"), "35");
   auto frames = db->frames(*run);
   ASSERT_TRUE(frames.ok());
@@ -412,7 +475,7 @@ TEST(ResultsDb, KilledControllerRunIsMarkedInterruptedAndKeepsFrames) {
       for (int i = 0; i < 50; ++i) {
         const int64_t sample = batch * 50 + i;
         auto f = frame(*run, batch % 4, sample, 1000 + sample);
-        f.result_json = "{\"top1\":" + std::to_string(sample) + "}";
+        f.result = "top1:" + std::to_string(sample);
         frames.push_back(f);
       }
       if (!db->add_frames(frames)) _exit(12);
@@ -469,7 +532,7 @@ TEST(ResultsDb, KilledControllerRunIsMarkedInterruptedAndKeepsFrames) {
     ASSERT_EQ(f.sample, static_cast<int64_t>(i));
     EXPECT_EQ(f.total_ns, 1000 + f.sample);
     EXPECT_EQ(f.split, static_cast<int>((f.sample / 50) % 4));
-    EXPECT_EQ(f.result_json, "{\"top1\":" + std::to_string(f.sample) + "}");
+    EXPECT_EQ(f.result, "top1:" + std::to_string(f.sample));
   }
   // Summaries were computed for the interrupted run, and the event recorded.
   auto table = db->split_table(run_id);
@@ -499,7 +562,7 @@ class ResultsCliTest : public ::testing::Test {
     ASSERT_TRUE(a.ok());
     run = *a;
     auto f1 = frame(run, 0, 0, 2000000);
-    f1.result_json = "{\"top1\":\"a, \\\"quoted\\\" class\"}";
+    f1.result = "a, \"quoted\" class:0.5";
     auto f2 = frame(run, 2, 0, 1000000);
     f2.wire_bytes = 100;
     auto f3 = frame(run, 2, 1, 3000000);
@@ -535,7 +598,7 @@ class ResultsCliTest : public ::testing::Test {
   int64_t run = 0, run2 = 0;
 };
 
-TEST_F(ResultsCliTest, ExportCsvHasHeaderAndEscapedRows) {
+TEST_F(ResultsCliTest, ExportCsvHasEveryColumnAndEscapedRows) {
   const std::string csv = dir.file("out/run.csv");
   fs::create_directories(dir.file("out"));
   std::string out;
@@ -545,18 +608,38 @@ TEST_F(ResultsCliTest, ExportCsvHasHeaderAndEscapedRows) {
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) lines.push_back(l.substr(0, l.size() - (l.back() == '\r')));
   ASSERT_EQ(lines.size(), 4u) << text;
-  EXPECT_EQ(
-      lines[0],
-      "run_id,participant,split,sample,rep,batch,warmup,head_ns,encode_ns,transfer_ns,decode_ns,tail_ns,"
-      "return_ns,total_ns,raw_bytes,wire_bytes,codec,cipher,ok,error,energy_j,energy_source,result_json");
-  EXPECT_EQ(lines[1],
-            std::to_string(run) +
-                ",participant,0,0,0,1,0,500000,10,1000000,20,500000,5,2000000,1000,250,none,aes-256-gcm,1,,,,"
-                "\"{\"\"top1\"\":\"\"a, \\\"\"quoted\\\"\" class\"\"}\"");
-  EXPECT_EQ(lines[3],
-            std::to_string(run) +
-                ",participant,2,1,0,1,0,750000,10,1500000,20,750000,5,3000000,1000,250,none,aes-256-gcm,0,"
-                "\"decompress_failed: bad block, \"\"x\"\"\",0.25,measured:rapl,");
+  // The header is every frames column of the schema, in order.
+  std::string header;
+  for (const auto& t : schema_tables())
+    if (t.name == "frames")
+      for (const auto& c : t.columns) header += (header.empty() ? "" : ",") + c.name;
+  EXPECT_EQ(lines[0], header);
+  // Values, by column name (cells parsed with an RFC 4180 reader of our own).
+  auto cells = [](const std::string& line) {
+    std::vector<std::string> v(1);
+    bool q = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+      char ch = line[i];
+      if (q && ch == '"' && i + 1 < line.size() && line[i + 1] == '"') v.back() += '"', ++i;
+      else if (ch == '"') q = !q;
+      else if (ch == ',' && !q) v.emplace_back();
+      else v.back() += ch;
+    }
+    return v;
+  };
+  auto col = [&](const std::string& name) {
+    auto h = cells(lines[0]);
+    return static_cast<size_t>(std::find(h.begin(), h.end(), name) - h.begin());
+  };
+  auto r1 = cells(lines[1]), r3 = cells(lines[3]);
+  ASSERT_EQ(r1.size(), cells(lines[0]).size());
+  EXPECT_EQ(r1[col("result")], "a, \"quoted\" class:0.5");
+  EXPECT_EQ(r1[col("network_ns")], std::to_string(2000000 - 500000 - 10 - 500000 - 5));
+  EXPECT_EQ(r1[col("energy_j")], "");  // NULL stays empty, never 0
+  EXPECT_EQ(r3[col("error")], "decompress_failed: bad block, \"x\"");
+  EXPECT_EQ(r3[col("energy_j")], "0.25");
+  EXPECT_EQ(r3[col("energy_source")], "measured:rapl");
+  EXPECT_EQ(r3[col("ok")], "0");
 }
 
 TEST_F(ResultsCliTest, ExportJsonHoldsRunSummariesFramesAndEvents) {
@@ -568,18 +651,13 @@ TEST_F(ResultsCliTest, ExportJsonHoldsRunSummariesFramesAndEvents) {
                       ",\"name\":\"baseline\",\"status\":\"completed\""),
             std::string::npos)
       << text;
-  EXPECT_NE(
-      text.find(
-          "{\"split\":2,\"frames\":1,\"failed\":1,\"total_median_ns\":1000000,\"total_p95_ns\":1000000"),
-      std::string::npos)
-      << text;
-  EXPECT_NE(text.find("\"error\":\"decompress_failed: bad block, \\\"x\\\"\",\"energy_j\":0.25,"
-                      "\"energy_source\":\"measured:rapl\""),
+  EXPECT_NE(text.find("{\"split\":2,\"frames\":1,\"failed\":1,"), std::string::npos) << text;
+  EXPECT_NE(text.find("{\"split\":2,\"field\":\"total_ns\",\"median_ns\":1000000,\"p95_ns\":1000000"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("\"result_json\":\"{\\\"top1\\\":\\\"a, \\\\\\\"quoted\\\\\\\" class\\\"}\""),
-            std::string::npos)
-      << text;
+  EXPECT_NE(text.find("\"error\":\"decompress_failed: bad block, \\\"x\\\"\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"energy_j\":0.25,\"energy_source\":\"measured:rapl\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"result\":\"a, \\\"quoted\\\" class:0.5\""), std::string::npos) << text;
   EXPECT_NE(text.find("\"kind\":\"run_started\""), std::string::npos);
   EXPECT_NE(text.find("\"layer_profiles\": []"), std::string::npos);
   EXPECT_NE(text.find("\"config_yaml\":\"model: alexnet\\n\""), std::string::npos);
@@ -623,10 +701,10 @@ TEST(ResultsTable, SplitTableIsAlignedAndMarksTheFastestSplit) {
   for (int i = 0; i < 3; ++i) {
     rows[i].split = i * 5;
     rows[i].frames = 10;
-    rows[i].total = {1e6 * (3 - i) + 123456, 2e6 * (3 - i)};
-    rows[i].head = {1e5, 2e5};
-    rows[i].transfer = {5e5, 6e5};
-    rows[i].tail = {2e5, 3e5};
+    rows[i].stages["total_ns"] = {1e6 * (3 - i) + 123456, 2e6 * (3 - i)};
+    rows[i].stages["head_ns"] = {1e5, 2e5};
+    rows[i].stages["network_ns"] = {5e5, 6e5};
+    rows[i].stages["server_ns"] = {2e5, 3e5};
     rows[i].mean_raw_bytes = 602112;
     rows[i].mean_wire_bytes = 150528;
   }

@@ -1,0 +1,115 @@
+// The measurement record: frames, layer profiles and hardware identity, each
+// generated from agent/record_fields.def (one definition per field). The
+// agent emits them as control lines (to_control), the controller parses them
+// back (from_control) and stores them column by column (visit); nothing the
+// agent measures can be dropped on the way, because every step iterates the
+// same list. No LibTorch here: the controller links it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/control.hpp"
+#include "protocol/error.hpp"
+
+namespace tracr::agent {
+
+enum class FieldKind { integer, opt_integer, text, opt_real };
+
+struct FieldInfo {
+  const char* name;
+  FieldKind kind;
+  const char* unit;
+  const char* side;
+  bool summarise;
+  const char* meaning;
+  // SQL type and nullability as stored: "INTEGER NOT NULL", "INTEGER", "TEXT NOT NULL", "REAL".
+  const char* sql_type() const;
+};
+
+#define TRACR_FT_I int64_t
+#define TRACR_FT_N std::optional<int64_t>
+#define TRACR_FT_T std::string
+#define TRACR_FT_R std::optional<double>
+
+// One frame (one batch through head, link, tail and post-processing).
+struct FrameRecord {
+#define TRACR_FRAME_FIELD(n, k, ...) TRACR_FT_##k n{};
+#include "agent/record_fields.def"
+#undef TRACR_FRAME_FIELD
+  FrameRecord() {
+    correct = -1;
+    ok = 1;
+  }
+};
+
+// One layer's profile on one device.
+struct ProfileRecord {
+#define TRACR_PROFILE_FIELD(n, k, ...) TRACR_FT_##k n{};
+#include "agent/record_fields.def"
+#undef TRACR_PROFILE_FIELD
+};
+
+// What machine an agent runs on.
+struct HwIdentity {
+#define TRACR_HW_FIELD(n, k, ...) TRACR_FT_##k n{};
+#include "agent/record_fields.def"
+#undef TRACR_HW_FIELD
+};
+
+const std::vector<FieldInfo>& frame_fields();
+const std::vector<FieldInfo>& profile_fields();
+const std::vector<FieldInfo>& hw_fields();
+
+// Calls f(const FieldInfo&, member&) for every field, in table order.
+template <class R, class F>
+void visit_frame(R& r, F&& f) {
+  const auto& info = frame_fields();
+  size_t i = 0;
+#define TRACR_FRAME_FIELD(n, ...) f(info[i++], r.n);
+#include "agent/record_fields.def"
+#undef TRACR_FRAME_FIELD
+}
+template <class R, class F>
+void visit_profile(R& r, F&& f) {
+  const auto& info = profile_fields();
+  size_t i = 0;
+#define TRACR_PROFILE_FIELD(n, ...) f(info[i++], r.n);
+#include "agent/record_fields.def"
+#undef TRACR_PROFILE_FIELD
+}
+template <class R, class F>
+void visit_hw(R& r, F&& f) {
+  const auto& info = hw_fields();
+  size_t i = 0;
+#define TRACR_HW_FIELD(n, ...) f(info[i++], r.n);
+#include "agent/record_fields.def"
+#undef TRACR_HW_FIELD
+}
+
+// Control-line fields of a record (every field, always present).
+std::map<std::string, std::string> to_control(const FrameRecord& r);
+std::map<std::string, std::string> to_control(const ProfileRecord& r);
+std::map<std::string, std::string> to_control(const HwIdentity& r);
+
+// Parses a record back from a control line. Every field must be present
+// and well-formed: error missing_field / field_type naming the field and the
+// message kind. Keys that are not fields are ignored (e.g. progress counters).
+Result<FrameRecord> frame_from_control(const ControlMsg& m);
+Result<ProfileRecord> profile_from_control(const ControlMsg& m);
+Result<HwIdentity> hw_from_control(const ControlMsg& m);
+
+// The names of the identity terms: total = sum of these (see record_fields.def).
+const std::vector<std::string>& identity_terms();
+// total_ns minus the sum of the identity terms (0 when the identity holds).
+int64_t identity_residual(const FrameRecord& r);
+
+// This machine's identity (no LibTorch fields: the caller adds libtorch/gpu),
+// with hw_id computed by finish_hw_id.
+HwIdentity local_hw_identity();
+void finish_hw_id(HwIdentity& h);
+
+}  // namespace tracr::agent

@@ -1,0 +1,264 @@
+// Detached SERVER agents: `tracrctl agents start` leaves a SERVER running
+// (local or over SSH) with its secret in an owner-only file; later runs of the
+// same model reuse it until `tracrctl agents stop`.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "agent/control.hpp"
+#include "controller/deploy.hpp"
+#include "controller/launcher.hpp"
+#include "controller/process.hpp"
+#include "controller/run.hpp"
+#include "protocol/crypto.hpp"
+
+namespace tracr::controller {
+
+using agent::ControlCodec;
+using agent::ControlDir;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+std::string detached_state_path(const std::string& output_db, const std::string& device) {
+  return (fs::path(output_db).parent_path() / "agents" / (device + ".state")).string();
+}
+
+Result<DetachedServer> read_detached(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return make_error(Errc::not_found, "no detached agent state at " + path);
+  DetachedServer d;
+  std::string line;
+  while (std::getline(f, line)) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    auto k = line.substr(0, eq);
+    auto v = agent::pct_decode(line.substr(eq + 1));
+    if (!v) return make_error(Errc::config, path + ": bad value for " + k);
+    if (k == "device") d.device = *v;
+    else if (k == "transport") d.transport = *v;
+    else if (k == "endpoint") d.endpoint = *v;
+    else if (k == "secret") d.secret_hex = *v;
+    else if (k == "identity") d.identity = *v;
+    else if (k == "log") d.log = *v;
+    else if (k == "pid") d.pid = std::atol(v->c_str());
+  }
+  if (d.endpoint.empty() || d.secret_hex.empty() || d.pid <= 0)
+    return make_error(Errc::config, path + ": incomplete detached agent state");
+  return d;
+}
+
+Status write_detached(const std::string& path, const DetachedServer& d) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  // The state holds the session secret: owner-only, like a private key.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) return make_error(Errc::io, "cannot write " + tmp);
+    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, ec);
+    f << "device=" << agent::pct_encode(d.device) << "\ntransport=" << agent::pct_encode(d.transport)
+      << "\nendpoint=" << agent::pct_encode(d.endpoint) << "\nsecret=" << d.secret_hex
+      << "\nidentity=" << agent::pct_encode(d.identity) << "\nlog=" << agent::pct_encode(d.log)
+      << "\npid=" << d.pid << "\n";
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) return make_error(Errc::io, "cannot write " + path + ": " + ec.message());
+  return {};
+}
+
+
+namespace {
+
+// Reads control lines from an agent's log, in order, until READY or FAIL.
+Result<std::string> wait_ready_in_log(const std::function<Result<std::string>()>& read_log,
+                                      const std::vector<uint8_t>& secret, int timeout_ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (Clock::now() < deadline) {
+    auto text = read_log();
+    if (text) {
+      ControlCodec ctl(secret, ControlDir::agent_to_controller);
+      size_t pos = 0, nl;
+      while ((nl = text->find('\n', pos)) != std::string::npos) {
+        const std::string line = text->substr(pos, nl - pos);
+        pos = nl + 1;
+        auto m = ctl.decode(line);
+        if (!m) continue;  // stderr lines share the log
+        if (m->kind == "FAIL") return make_error(Errc::remote, "agent failed: " + m->get_or("error", "?"));
+        if (m->kind == "READY") return m->get_or("endpoint", "");
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return make_error(Errc::timeout, "the detached agent did not report READY in time");
+}
+
+std::string read_local(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+int cmd_agents_start(const std::vector<std::string>& args) {
+  std::string exp, agent_path;
+  bool trust = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--trust-new-hosts") trust = true;
+    else if (args[i] == "--agent" && i + 1 < args.size()) agent_path = args[++i];
+    else if (!args[i].empty() && args[i][0] != '-' && exp.empty()) exp = args[i];
+    else throw Fatal(make_error(Errc::invalid_argument, "agents start: unexpected '" + args[i] + "'"));
+  }
+  if (exp.empty()) throw Fatal(make_error(Errc::invalid_argument, "agents start: expected an experiment YAML file"));
+  if (agent_path.empty()) agent_path = self_dir() + "/tracr-agent";
+  auto cfg = load_experiment(exp);
+  if (!cfg) {
+    fmt::print(stderr, "tracrctl agents start: {}\n", cfg.error().str());
+    return 2;
+  }
+  auto devices = load_experiment_devices(*cfg);
+  if (!devices) {
+    fmt::print(stderr, "tracrctl agents start: {}\n", devices.error().str());
+    return 2;
+  }
+  const DeviceConfig& server = devices->server();
+  const std::string state = detached_state_path(cfg->output, server.name);
+  if (auto old = read_detached(state); old && (old->transport != "local" || ::kill(static_cast<pid_t>(old->pid), 0) == 0)) {
+    fmt::print("SERVER agent on {} already running (pid {}, {}); `tracrctl agents stop` first\n", server.name, old->pid,
+               old->endpoint);
+    return old->identity == server_identity(*cfg) ? 0 : 1;
+  }
+  std::vector<uint8_t> secret(32);
+  (void)protocol::random_bytes(secret.data(), secret.size());
+  const std::string secret_hex = protocol::to_hex(secret.data(), secret.size());
+  ExperimentConfig no_profile = *cfg;
+  no_profile.record.layers = false;
+  std::vector<std::string> a = model_args(no_profile);
+  a.insert(a.begin(), {"--role", "SERVER"});
+  a.insert(a.end(), {"--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)});
+
+  DetachedServer d;
+  d.device = server.name;
+  d.transport = std::string(transport_name(server.transport));
+  d.identity = server_identity(*cfg);
+  Result<std::string> endpoint = make_error(Errc::internal, "");
+  if (server.transport == Transport::local) {
+    const std::string dir = fs::path(state).parent_path().string();
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const std::string secret_file = dir + "/" + server.name + ".secret";
+    {
+      std::ofstream f(secret_file, std::ios::trunc);
+      fs::permissions(secret_file, fs::perms::owner_read | fs::perms::owner_write, ec);
+      f << secret_hex << "\n";
+    }
+    d.log = dir + "/" + server.name + ".log";
+    std::vector<std::string> argv;
+    if (!server.netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", server.netns};
+    argv.push_back(agent_path);
+    argv.insert(argv.end(), a.begin(), a.end());
+    argv.insert(argv.end(), {"--secret-file", secret_file});
+    auto pid = spawn_detached(argv, d.log, {"OMP_WAIT_POLICY=PASSIVE"});
+    if (!pid) {
+      fmt::print(stderr, "tracrctl agents start: {}\n", pid.error().str());
+      return 1;
+    }
+    d.pid = *pid;
+    endpoint = wait_ready_in_log([&]() -> Result<std::string> { return read_local(d.log); }, secret, 600000);
+  } else {
+    auto s = SshSession::connect(device_ssh_target(server, devices->source, trust));
+    if (!s) {
+      fmt::print(stderr, "tracrctl agents start: device {}: {}\n", server.name, s.error().str());
+      return 1;
+    }
+    auto dep = deploy_agent(**s, agent_path, server.work_dir);
+    if (!dep) {
+      fmt::print(stderr, "tracrctl agents start: device {}: deploy: {}\n", server.name, dep.error().str());
+      return 1;
+    }
+    const std::string dir = dep->remote_path.substr(0, dep->remote_path.rfind('/') + 1);
+    const std::string secret_file = dir + server.name + ".secret";
+    d.log = dir + server.name + "-detached.log";
+    auto w = (*s)->run("umask 077 && cat > " + shell_quote(secret_file), secret_hex + "\n");
+    if (!w || w->exit_status != 0) {
+      fmt::print(stderr, "tracrctl agents start: device {}: cannot write the secret file\n", server.name);
+      return 1;
+    }
+    std::string cmd = "setsid nohup " + shell_quote(dep->remote_path);
+    for (const auto& x : a) cmd += " " + shell_quote(x);
+    cmd += " --secret-file " + shell_quote(secret_file) + " > " + shell_quote(d.log) + " 2>&1 < /dev/null & echo $!";
+    auto r = (*s)->run(cmd);
+    if (!r || r->exit_status != 0) {
+      fmt::print(stderr, "tracrctl agents start: device {}: cannot start the agent: {}\n", server.name,
+                 r ? r->err : r.error().str());
+      return 1;
+    }
+    d.pid = std::atol(r->out.c_str());
+    endpoint = wait_ready_in_log([&]() { return (*s)->read_file_tail(d.log, 1u << 20); }, secret, 600000);
+    if (endpoint) endpoint = reachable_endpoint(*endpoint, server.connection().host);
+  }
+  if (!endpoint) {
+    fmt::print(stderr, "tracrctl agents start: {}: {}\n", server.name, endpoint.error().str());
+    return 1;
+  }
+  d.endpoint = *endpoint;
+  d.secret_hex = secret_hex;
+  if (auto st = write_detached(state, d); !st) {
+    fmt::print(stderr, "tracrctl agents start: {}\n", st.error().str());
+    return 1;
+  }
+  fmt::print("SERVER agent on {} running detached: pid {}, {}, serving {}; runs of this model reuse it until "
+             "`tracrctl agents stop`\n",
+             server.name, d.pid, d.endpoint, cfg->model);
+  return 0;
+}
+
+int stop_detached_agents(const std::string& state_dir, bool trust, const std::string& devices_file) {
+  std::error_code ec;
+  if (!fs::is_directory(state_dir, ec)) return 0;
+  int bad = 0;
+  for (const auto& e : fs::directory_iterator(state_dir, ec)) {
+    if (e.path().extension() != ".state") continue;
+    auto d = read_detached(e.path().string());
+    if (!d) {
+      fmt::print(stderr, "{}\n", d.error().str());
+      ++bad;
+      continue;
+    }
+    if (d->transport == "local") {
+      ::kill(static_cast<pid_t>(d->pid), SIGTERM);
+      for (int i = 0; i < 50 && ::kill(static_cast<pid_t>(d->pid), 0) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (::kill(static_cast<pid_t>(d->pid), 0) == 0) ::kill(static_cast<pid_t>(d->pid), SIGKILL);
+      fs::remove(fs::path(state_dir) / (d->device + ".secret"), ec);
+    } else {
+      auto devs = load_devices_or_default(devices_file);
+      const DeviceConfig* dev = devs ? devs->find(d->device) : nullptr;
+      if (!dev) {
+        fmt::print(stderr, "detached agent on {}: device not in {}\n", d->device, devices_file);
+        ++bad;
+        continue;
+      }
+      auto s = SshSession::connect(device_ssh_target(*dev, devs->source, trust));
+      if (!s) {
+        fmt::print(stderr, "detached agent on {}: {}\n", d->device, s.error().str());
+        ++bad;
+        continue;
+      }
+      const std::string pid = std::to_string(d->pid);
+      (void)(*s)->run("kill " + pid + " 2>/dev/null; sleep 1; kill -9 " + pid + " 2>/dev/null; rm -f " +
+                      shell_quote(d->log.substr(0, d->log.size() - std::string("-detached.log").size()) + ".secret"));
+    }
+    fs::remove(e.path(), ec);
+    fmt::print("stopped the detached SERVER agent on {} (pid {})\n", d->device, d->pid);
+  }
+  return bad ? 1 : 0;
+}
+
+}  // namespace tracr::controller

@@ -1,0 +1,180 @@
+#include "controller/launcher.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "controller/deploy.hpp"
+#include "controller/process.hpp"
+#include "controller/run.hpp"
+#include "protocol/crypto.hpp"
+
+namespace tracr::controller {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+class LocalProc : public AgentProc {
+ public:
+  LocalProc(ChildProcess p, std::string log) : p_(std::move(p)), log_(std::move(log)) {}
+  Status write(const std::string& s) override { return p_.write_stdin(s); }
+  Result<std::string> read_line(int t) override { return p_.read_line(t); }
+  int stop(int grace_ms) override { return p_.stop(grace_ms); }
+  std::string log_tail() override {
+    std::FILE* f = std::fopen(log_.c_str(), "r");
+    if (!f) return "";
+    std::string s;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    std::fclose(f);
+    return s.size() > 4000 ? s.substr(s.size() - 4000) : s;
+  }
+
+ private:
+  ChildProcess p_;
+  std::string log_;
+};
+
+class SshProc : public AgentProc {
+ public:
+  SshProc(std::unique_ptr<SshSession> s, std::unique_ptr<RemoteProcess> p, std::string log)
+      : s_(std::move(s)), p_(std::move(p)), log_(std::move(log)) {}
+  Status write(const std::string& d) override { return p_->write_stdin(d); }
+  Result<std::string> read_line(int t) override { return p_->read_line(t); }
+  int stop(int grace_ms) override {
+    auto r = p_->stop(grace_ms);
+    return r ? *r : -1;
+  }
+  std::string log_tail() override {
+    auto t = s_->read_file_tail(log_, 4000);
+    return t ? *t : p_->stderr_tail();
+  }
+
+ private:
+  std::unique_ptr<SshSession> s_;
+  std::unique_ptr<RemoteProcess> p_;
+  std::string log_;
+};
+
+Result<std::unique_ptr<AgentProc>> start_local(const std::string& agent_path, const std::vector<std::string>& args,
+                                               const std::string& log_path, const std::string& netns) {
+  std::vector<std::string> argv;
+  if (!netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", netns};  // a namespaced test host
+  argv.push_back(agent_path);
+  argv.insert(argv.end(), args.begin(), args.end());
+  // Local agents share this machine's cores: OpenMP threads that spin while
+  // idle would steal them from the other agent and distort every timing.
+  auto p = ChildProcess::spawn(argv, log_path, {"OMP_WAIT_POLICY=PASSIVE"});
+  if (!p) return std::move(p.error());
+  return std::unique_ptr<AgentProc>(new LocalProc(std::move(*p), log_path));
+}
+
+Result<std::unique_ptr<AgentProc>> start_ssh(const DeviceConfig& dev, const std::string& agent_path,
+                                             const std::vector<std::string>& args, bool trust_new_hosts,
+                                             const std::string& devices_file, const std::string& log_name) {
+  const SshTarget t = device_ssh_target(dev, devices_file, trust_new_hosts);
+  auto s = SshSession::connect(t);
+  if (!s) {
+    std::string hint;
+    if (s.error().code == Errc::host_key_unknown)
+      hint = " (check the key, then pass --trust-new-hosts to record it in " + t.known_hosts_path + ")";
+    return make_error(s.error().code, "device " + dev.name + ": " + s.error().message + hint);
+  }
+  auto d = deploy_agent(**s, agent_path, dev.work_dir);
+  if (!d) return make_error(d.error().code, "device " + dev.name + ": deploy: " + d.error().message);
+  // The agent's stderr goes to a log beside it (tracrctl agents logs).
+  const std::string log = d->remote_path.substr(0, d->remote_path.rfind('/') + 1) + log_name;
+  std::string cmd = shell_quote(d->remote_path);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += " 2>> " + shell_quote(log);
+  auto p = (*s)->start(cmd);
+  if (!p) return make_error(p.error().code, "device " + dev.name + ": start agent: " + p.error().message);
+  return std::unique_ptr<AgentProc>(new SshProc(std::move(*s), std::move(*p), log));
+}
+
+}  // namespace
+
+AgentConn::AgentConn(const DeviceConfig* dev, std::string role, std::unique_ptr<AgentProc> proc,
+                     const std::vector<uint8_t>& secret)
+    : dev_(dev),
+      role_(std::move(role)),
+      proc_(std::move(proc)),
+      in_(secret, agent::ControlDir::agent_to_controller),
+      out_(secret, agent::ControlDir::controller_to_agent) {}
+
+Status AgentConn::send(const std::string& kind, const std::map<std::string, std::string>& fields) {
+  auto st = proc_->write(out_.encode(kind, fields));
+  if (!st) return make_error(st.error().code, fmt::format("{} agent on {}: cannot send {}: {}", role_, dev_->name, kind,
+                                                          st.error().message));
+  return {};
+}
+
+Result<agent::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0)
+      return make_error(Errc::timeout, fmt::format("{} agent on {} did not report READY within {} ms", role_,
+                                                   dev_->name, timeout_ms));
+    auto line = proc_->read_line(static_cast<int>(left));
+    if (!line) {
+      if (line.error().code == Errc::timeout) continue;
+      return make_error(line.error().code, fmt::format("{} agent on {} exited before READY ({}); log tail:\n{}", role_,
+                                                       dev_->name, line.error().message, proc_->log_tail()));
+    }
+    auto m = decode(*line);
+    if (!m) return make_error(m.error().code, fmt::format("{} agent on {}: {}", role_, dev_->name, m.error().message));
+    if (m->kind == "FAIL")
+      return make_error(Errc::remote, fmt::format("{} agent on {} failed: {}", role_, dev_->name, m->get_or("error", "?")));
+    if (m->kind == "READY") return std::move(*m);
+  }
+}
+
+Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
+  std::vector<std::string> args = {"--role", s.role};
+  args.insert(args.end(), s.args.begin(), s.args.end());
+  Result<std::unique_ptr<AgentProc>> p = make_error(Errc::internal, "");
+  const DeviceConfig& dev = *s.device;
+  if (dev.transport == Transport::local) {
+    const std::string dir = s.log_dir.empty() ? "." : s.log_dir;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    p = start_local(s.agent_path, args, dir + "/" + s.log_name, dev.netns);
+  } else {
+    p = start_ssh(dev, s.agent_path, args, s.trust_new_hosts, s.devices_file, s.log_name);
+  }
+  if (!p) return std::move(p.error());
+  auto conn = std::make_unique<AgentConn>(s.device, s.role, std::move(*p), s.secret);
+  TRACR_TRY(conn->proc().write(protocol::to_hex(s.secret.data(), s.secret.size()) + "\n"));
+  return conn;
+}
+
+std::string server_bind_host(const DeviceConfig& dev) {
+  return dev.transport == Transport::ssh ? "0.0.0.0" : dev.netns.empty() ? "127.0.0.1" : dev.connection().host;
+}
+
+std::string reachable_endpoint(const std::string& bound, const std::string& host) {
+  auto colon = bound.rfind(':');
+  if (colon == std::string::npos) return bound;
+  return "tcp://" + host + bound.substr(colon);
+}
+
+SshTarget device_ssh_target(const DeviceConfig& dev, const std::string& devices_file, bool trust_new_hosts) {
+  const auto& c = dev.connection();
+  SshTarget t;
+  t.host = c.host;
+  t.port = c.ssh_port;
+  t.user = c.user;
+  t.key_path = c.pkey_path;
+  t.known_hosts_path = (fs::path(devices_file).parent_path().parent_path() / "pkeys" / "known_hosts").string();
+  if (const char* kh = std::getenv("TRACR_KNOWN_HOSTS")) t.known_hosts_path = kh;
+  t.trust_on_first_use = trust_new_hosts;
+  return t;
+}
+
+}  // namespace tracr::controller

@@ -1,0 +1,84 @@
+// The one way tracrctl starts a tracr-agent it talks to: a local process
+// (optionally inside a network namespace) or a process over SSH (deployed
+// first). The agent's stdin/stdout are its control channel: the session
+// secret goes in as the first stdin line (never argv), authenticated control
+// lines come back (agent -> controller) and go in (controller -> agent:
+// STOP, CMD). Used by `tracrctl run`, `tracrctl demo` and the tests;
+// detached SERVER agents (`tracrctl agents start`) share its device and
+// argument helpers.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/control.hpp"
+#include "controller/config.hpp"
+#include "controller/ssh.hpp"
+
+namespace tracr::controller {
+
+// One agent process; its stdin/stdout are the control channel.
+class AgentProc {
+ public:
+  virtual ~AgentProc() = default;
+  virtual Status write(const std::string& s) = 0;
+  virtual Result<std::string> read_line(int timeout_ms) = 0;
+  // Closes stdin (the agent ends its run and exits), waits up to grace_ms,
+  // then kills it; returns its exit status (-1 when unknown).
+  virtual int stop(int grace_ms) = 0;
+  virtual std::string log_tail() = 0;
+};
+
+struct LaunchSpec {
+  const DeviceConfig* device = nullptr;
+  std::string role;                 // SERVER | PARTICIPANT
+  std::vector<std::string> args;    // after --role
+  std::string agent_path;           // tracr-agent on this machine
+  std::vector<uint8_t> secret;      // session secret
+  std::string log_dir;              // local agents: stderr log directory
+  std::string log_name;             // file name of the stderr log (local dir or beside the remote agent)
+  std::string devices_file;         // for SSH targets (known_hosts beside it)
+  bool trust_new_hosts = false;
+};
+
+// A started agent: the process and both directions of its control channel.
+class AgentConn {
+ public:
+  AgentConn(const DeviceConfig* dev, std::string role, std::unique_ptr<AgentProc> proc,
+            const std::vector<uint8_t>& secret);
+  const DeviceConfig& device() const { return *dev_; }
+  const std::string& role() const { return role_; }
+  AgentProc& proc() { return *proc_; }
+  // Decodes one line from the agent (MAC, sequence).
+  Result<agent::ControlMsg> decode(const std::string& line) { return in_.decode(line); }
+  // Sends an authenticated line to the agent (STOP, CMD).
+  Status send(const std::string& kind, const std::map<std::string, std::string>& fields);
+  // Reads lines until READY (returned) or FAIL (error remote), skipping
+  // others; timeout after timeout_ms.
+  Result<agent::ControlMsg> wait_ready(int timeout_ms);
+
+ private:
+  const DeviceConfig* dev_;
+  std::string role_;
+  std::unique_ptr<AgentProc> proc_;
+  agent::ControlCodec in_, out_;
+};
+
+// Starts the agent on spec.device (local or SSH, deploying it first), writes
+// the secret. Errors name the device and what failed (SSH hints included).
+Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& spec);
+
+// The SSH target of a device: its default connection, its key, and the
+// known_hosts file pkeys/known_hosts beside the devices file (or
+// $TRACR_KNOWN_HOSTS).
+SshTarget device_ssh_target(const DeviceConfig& dev, const std::string& devices_file, bool trust_new_hosts);
+
+// The address a SERVER agent binds on this device: loopback for a local
+// agent, its own address inside its namespace, every interface over SSH.
+std::string server_bind_host(const DeviceConfig& dev);
+// "tcp://0.0.0.0:PORT" as seen from a participant that reaches the server at `host`.
+std::string reachable_endpoint(const std::string& bound, const std::string& host);
+
+}  // namespace tracr::controller

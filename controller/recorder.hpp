@@ -1,0 +1,61 @@
+// The recorder of one run: turns the agents' control lines into rows (frames,
+// layer profiles, device identities, events) and owns every database write of
+// the run. Frames are committed in batches of 64 and at least once a second;
+// a failed write keeps its rows in memory, keeps the first cause (never a
+// generic message) and is retried at the next flush.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/control.hpp"
+#include "controller/results.hpp"
+
+namespace tracr::controller {
+
+class Recorder {
+ public:
+  Recorder(ResultsDb& db, int64_t run_id, bool record_frames, bool record_layers);
+
+  // Handles READY (hardware identity), PROFILE, FRAME, EVENT and LOG lines
+  // from the agent `role` on `device`. Error field_type / missing_field
+  // naming the device and field for a malformed record (nothing stored of it).
+  Status on_message(const std::string& device, const std::string& role, const agent::ControlMsg& m);
+  // Records an event now (written at once, not batched).
+  void event(std::string_view level, std::string_view kind, const std::string& message,
+             const std::string& device = {}, std::optional<int64_t> frame = std::nullopt);
+
+  // Writes pending rows when 64 are waiting or a second has passed.
+  void maybe_flush();
+  // Writes every pending row now.
+  void flush();
+
+  // The first write failure ("" when none) and how many rows are still unwritten.
+  const std::string& write_error() const { return write_error_; }
+  size_t unwritten() const { return frames_.size() + profiles_.size(); }
+
+  // Progress as the participant reported it, and its timed frames so far.
+  int64_t frames_done() const { return done_; }
+  int64_t frames_total() const { return total_; }
+  int current_split() const { return split_; }
+  int64_t timed_frames(const std::string& device) const;
+  int64_t frames_received() const { return received_; }
+
+ private:
+  ResultsDb& db_;
+  int64_t run_id_;
+  bool record_frames_, record_layers_;
+  std::vector<FrameRecord> frames_;
+  std::vector<LayerProfileRecord> profiles_;
+  std::map<std::string, std::string> hw_by_device_;
+  std::map<std::string, int64_t> timed_by_device_;
+  std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
+  std::string write_error_;
+  int64_t done_ = 0, total_ = 0, received_ = 0;
+  int split_ = 0;
+};
+
+}  // namespace tracr::controller

@@ -1,0 +1,187 @@
+// The results schema as data: every table and column with type, unit,
+// meaning and who measures it. Frame, layer-profile and hardware columns
+// come from agent/record_fields.def; the controller's own columns are listed
+// here. `tracrctl results schema` prints it, docs/SCHEMA.md is generated from
+// it, and a test checks a fresh database against it column by column.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "controller/results.hpp"
+
+namespace tracr::controller {
+
+namespace {
+
+std::string sql_type(agent::FieldKind k) {
+  switch (k) {
+    case agent::FieldKind::integer:
+    case agent::FieldKind::opt_integer: return "INTEGER";
+    case agent::FieldKind::text: return "TEXT";
+    case agent::FieldKind::opt_real: return "REAL";
+  }
+  return "TEXT";
+}
+
+void add_fields(TableInfo& t, const std::vector<agent::FieldInfo>& fields) {
+  for (const auto& f : fields) t.columns.push_back({f.name, sql_type(f.kind), f.unit, f.side, f.meaning});
+}
+
+std::vector<TableInfo> build() {
+  std::vector<TableInfo> v;
+  {
+    TableInfo t{"runs", "one row per `tracrctl run`", {}};
+    t.columns = {
+        {"id", "INTEGER", "", "controller", "run id"},
+        {"name", "TEXT", "", "config", "experiment name"},
+        {"status", "TEXT", "", "controller", "running | completed | failed | interrupted"},
+        {"started_at", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms, controller's wall clock"},
+        {"ended_at", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms; NULL while running"},
+        {"config_yaml", "TEXT", "", "config", "the effective experiment configuration (as --show-config)"},
+        {"tracr_version", "TEXT", "", "controller", "tracrctl version"},
+        {"protocol_version", "INTEGER", "", "controller", "tensor-frame protocol version"},
+        {"model", "TEXT", "", "config", "model registry id"},
+        {"codec", "TEXT", "", "config", "codec the run started with (frames name the one they used)"},
+        {"cipher", "TEXT", "", "config", "aes-256-gcm or none"},
+        {"devices_json", "TEXT", "", "config", "devices used (no key material)"},
+        {"controller_host", "TEXT", "", "controller", "host name of the controller"},
+        {"controller_pid", "INTEGER", "", "controller", "controller process id"},
+        {"controller_start", "INTEGER", "ticks", "controller",
+         "controller process start time (clock ticks since boot, /proc) to tell a reused pid apart"},
+        {"error", "TEXT", "", "controller", "why a failed or interrupted run ended (the first cause, kept as is)"},
+    };
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"frames", "one row per frame (one batch through head, link, tail, post-processing); warm-up frames included with warmup = 1", {}};
+    t.columns = {{"id", "INTEGER", "", "controller", "row id"},
+                 {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+                 {"participant", "TEXT", "", "controller", "device name of the participant that sent the frame"}};
+    add_fields(t, agent::frame_fields());
+    t.columns.push_back({"legacy_transfer_ns", "INTEGER", "ns", "participant",
+                         "rows written before schema 3 only: round trip minus every stage, clamped at 0 (not comparable "
+                         "with network_ns); NULL for newer rows"});
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"layer_profiles",
+                "one row per (run, device, layer); reusable across runs by (model_fp, input_shape, batch, device_kind, hw_id)",
+                {}};
+    t.columns = {{"run_id", "INTEGER", "", "controller", "-> runs.id"},
+                 {"device", "TEXT", "", "controller", "device name"},
+                 {"device_role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
+    add_fields(t, agent::profile_fields());
+    t.columns.push_back({"hw_id", "TEXT", "", "agent", "hardware identity of the device (devices.hw_id)"});
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"devices", "hardware identity of every device in a run (reported by its agent at READY)", {}};
+    t.columns = {{"run_id", "INTEGER", "", "controller", "-> runs.id"},
+                 {"device", "TEXT", "", "controller", "device name"},
+                 {"role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
+    add_fields(t, agent::hw_fields());
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"summaries", "one row per (run, split), computed from frames when a run ends (or on demand)", {}};
+    t.columns = {
+        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+        {"split", "INTEGER", "", "controller", "split point"},
+        {"frames", "INTEGER", "", "controller", "ok, non-warm-up frames the statistics cover"},
+        {"failed", "INTEGER", "", "controller", "non-warm-up frames with ok = 0"},
+        {"warmup_frames", "INTEGER", "", "controller", "stored warm-up frames (left out of the statistics)"},
+        {"flagged", "INTEGER", "", "controller", "frames whose flags are set (e.g. negative_network); kept in the statistics"},
+        {"slow_frames", "INTEGER", "", "controller", "frames slower than 10x the split's median total (each also a slow_frame event)"},
+        {"throughput_fps", "REAL", "frames/s", "controller",
+         "frames / (last end_ns - first start_ns) per participant, summed over participants"},
+        {"mean_raw_bytes", "REAL", "bytes", "controller", "mean raw_bytes"},
+        {"mean_wire_bytes", "REAL", "bytes", "controller", "mean wire_bytes"},
+        {"mean_reply_bytes", "REAL", "bytes", "controller", "mean reply_bytes"},
+    };
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"stage_stats", "per (run, split, field): statistics of every summarised frame field", {}};
+    t.columns = {
+        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+        {"split", "INTEGER", "", "controller", "split point"},
+        {"field", "TEXT", "", "controller", "frames column (a field with summarise = 1 in record_fields.def)"},
+        {"median_ns", "REAL", "ns", "controller", "exact median over ok, non-warm-up frames"},
+        {"p95_ns", "REAL", "ns", "controller", "nearest-rank 95th percentile"},
+        {"mean_ns", "REAL", "ns", "controller", "mean"},
+        {"min_ns", "REAL", "ns", "controller", "minimum (negative network_ns stays negative)"},
+        {"max_ns", "REAL", "ns", "controller", "maximum"},
+    };
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"events", "structured events: agents started and lost, commands applied, pauses, slow frames, run finished", {}};
+    t.columns = {
+        {"id", "INTEGER", "", "controller", "row id"},
+        {"run_id", "INTEGER", "", "controller", "-> runs.id (NULL outside a run)"},
+        {"ts", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms, when the controller recorded it"},
+        {"level", "TEXT", "", "controller", "debug | info | warn | error"},
+        {"kind", "TEXT", "", "controller",
+         "run_started, agent_started, agent_ready, command_sent, command_applied, command_rejected, paused, resumed, "
+         "stopped, slow_frame, agent_log, run_failed, run_finished, run_interrupted, ..."},
+        {"message", "TEXT", "", "controller", "human-readable detail"},
+        {"device", "TEXT", "", "controller", "device the event concerns (NULL when none)"},
+        {"frame", "INTEGER", "", "agent", "frame position on that device: the frame number the event precedes or concerns"},
+    };
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"schema_migrations", "applied schema migrations", {}};
+    t.columns = {{"version", "INTEGER", "", "controller", "migration number"},
+                 {"name", "TEXT", "", "controller", "what it changed"},
+                 {"applied_at", "TEXT", "UTC", "controller", "when"}};
+    v.push_back(t);
+  }
+  return v;
+}
+
+}  // namespace
+
+const std::vector<TableInfo>& schema_tables() {
+  static const std::vector<TableInfo> v = build();
+  return v;
+}
+
+std::string format_schema_text() {
+  std::string o;
+  for (const auto& t : schema_tables()) {
+    o += fmt::format("{}: {}\n", t.name, t.meaning);
+    size_t w[4] = {0, 0, 0, 0};
+    for (const auto& c : t.columns) {
+      w[0] = std::max(w[0], c.name.size());
+      w[1] = std::max(w[1], c.type.size());
+      w[2] = std::max(w[2], c.unit.size());
+      w[3] = std::max(w[3], c.side.size());
+    }
+    for (const auto& c : t.columns)
+      o += fmt::format("  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", c.name, w[0], c.type, w[1], c.unit.empty() ? "-" : c.unit,
+                       std::max<size_t>(w[2], 1), c.side, w[3], c.meaning);
+    o += "\n";
+  }
+  return o;
+}
+
+std::string format_schema_markdown() {
+  std::string o =
+      "# Results database schema\n\n"
+      "Generated by `tracrctl results schema --markdown` from the field table (agent/record_fields.def) and\n"
+      "controller/results_schema.cpp; a test keeps this file and the database in step with them.\n"
+      "`side` says who measures or sets the value.\n\n";
+  for (const auto& t : schema_tables()) {
+    o += fmt::format("## {}\n\n{}\n\n| column | type | unit | side | meaning |\n|---|---|---|---|---|\n", t.name, t.meaning);
+    for (const auto& c : t.columns) {
+      std::string m = c.meaning;
+      for (size_t i = 0; (i = m.find('|', i)) != std::string::npos; i += 2) m.replace(i, 1, "\\|");
+      o += fmt::format("| `{}` | {} | {} | {} | {} |\n", c.name, c.type, c.unit.empty() ? "" : c.unit, c.side, m);
+    }
+    o += "\n";
+  }
+  return o;
+}
+
+}  // namespace tracr::controller
