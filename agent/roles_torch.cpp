@@ -34,6 +34,17 @@ class ModelTail : public TailHandler {
   std::map<std::string, std::string> hw_;
 };
 
+// This machine, plus what only LibTorch knows (its version, the GPU in use).
+HwIdentity hw_identity(const ex::SplitModel& m) {
+  HwIdentity h = local_hw_identity();
+  h.libtorch = TORCH_VERSION;
+  // The device index; its marketing name needs the CUDA runtime, which this
+  // build does not link.
+  if (m.device().is_cuda()) h.gpu = "cuda:" + std::to_string(m.device().index());
+  finish_hw_id(h);
+  return h;
+}
+
 Status profile(const AgentOptions& o, ex::SplitModel& m, ControlOut& ctl) {
   const auto& s = m.input_shape();
   auto input = torch::rand({o.profile_batch, s[0], s[1], s[2]}, torch::TensorOptions().dtype(torch::kFloat));
@@ -43,6 +54,7 @@ Status profile(const AgentOptions& o, ex::SplitModel& m, ControlOut& ctl) {
   if (!prof) return std::move(prof.error());
   const std::string fp = model_fingerprint(m);
   const std::string shape = fmt::format("{},{},{}", s[0], s[1], s[2]);
+  const std::string hw_id = hw_identity(m).hw_id;
   for (const auto& p : *prof) {
     ProfileRecord r;
     r.layer_index = p.index;
@@ -59,22 +71,12 @@ Status profile(const AgentOptions& o, ex::SplitModel& m, ControlOut& ctl) {
     r.macs = p.macs;
     r.out_bytes = p.output_bytes;
     if (p.peak_rss_delta_bytes >= 0) r.peak_mem_bytes = p.peak_rss_delta_bytes;  // -1: not measurable here
+    r.hw_id = hw_id;
     auto fields = to_control(r);
     fields["role"] = o.role;
     ctl.send("PROFILE", fields);
   }
   return {};
-}
-
-// This machine, plus what only LibTorch knows (its version, the GPU in use).
-HwIdentity hw_identity(const ex::SplitModel& m) {
-  HwIdentity h = local_hw_identity();
-  h.libtorch = TORCH_VERSION;
-  // The device index; its marketing name needs the CUDA runtime, which this
-  // build does not link.
-  if (m.device().is_cuda()) h.gpu = "cuda:" + std::to_string(m.device().index());
-  finish_hw_id(h);
-  return h;
 }
 
 std::map<std::string, std::string> ready_fields(std::map<std::string, std::string> base, const HwIdentity& h) {

@@ -440,7 +440,11 @@ class Pipeline {
     r.decode_ns = meta_int(f->header.meta, "srv_decode_ns");
     r.tail_ns = meta_int(f->header.meta, "srv_tail_ns");
     r.server_ns = meta_int(f->header.meta, "srv_ns");
-    r.queue_ns = waited ? 0 : std::max<int64_t>(0, ns(std::max(p.t_sent, last_empty_before(t_check)), t_check));
+    // The reply cannot exist before the hand-off plus the server's time, nor
+    // before the last check that found nothing: it waited at most since the
+    // later of the two. Not clamped: negative means an assumption broke.
+    const auto earliest = p.t_sent + std::chrono::nanoseconds(r.server_ns);
+    r.queue_ns = waited ? 0 : ns(std::max(earliest, last_empty_before(t_check)), t_check);
     TRACR_TRY(finish(p, *f, model_, ds_.class_names(), spec_.topk));
     const auto t_end = Clock::now();
     r.head_ns = ns(p.t0, p.t_head);
@@ -453,6 +457,7 @@ class Pipeline {
     // reply decoding's measured time: stored as measured, never clamped.
     r.network_ns = ns(p.t_sent, t_got) - r.server_ns - r.queue_ns - r.return_ns;
     if (r.network_ns < 0) r.flags = "negative_network";
+    if (r.queue_ns < 0) r.flags += std::string(r.flags.empty() ? "" : ",") + "negative_queue";
     if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
     if (hooks_.emit) hooks_.emit(r);
     return {};

@@ -1,5 +1,7 @@
 #include "controller/demo.hpp"
 
+#include "controller/launcher.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,33 +59,30 @@ Tensor make_activations(size_t bytes, uint32_t seed) {
 }
 
 struct Agent {
-  ChildProcess proc;
+  std::unique_ptr<AgentConn> conn;
   std::string endpoint, raw_endpoint;
 };
 
+// An echo SERVER agent on loopback with a raw ZeroMQ socket beside it.
 Result<Agent> start_agent(const std::string& path, bool encrypt, const std::vector<uint8_t>& secret) {
-  std::vector<std::string> argv = {path, "--role", "SERVER", "--bind", "tcp://127.0.0.1:0",
-                                   "--raw-bind", "tcp://127.0.0.1:0"};
-  if (!encrypt) argv.push_back("--no-encrypt");
-  auto p = ChildProcess::spawn(argv);
-  if (!p) return std::move(p.error());
+  static const DeviceConfig local = local_device("local");
+  LaunchSpec ls;
+  ls.device = &local;
+  ls.role = "SERVER";
+  ls.args = {"--bind", "tcp://127.0.0.1:0", "--raw-bind", "tcp://127.0.0.1:0"};
+  if (!encrypt) ls.args.push_back("--no-encrypt");
+  ls.agent_path = path;
+  // The secret also keys the control lines of an agent whose frames are plain.
+  ls.secret = secret;
+  auto conn = launch_agent(ls);
+  if (!conn) return std::move(conn.error());
+  auto ready = (*conn)->wait_ready(10000);
+  if (!ready) return std::move(ready.error());
   Agent a;
-  a.proc = std::move(*p);
-  // The secret goes over the pipe, never on the command line; it also keys
-  // the control lines of an agent whose data frames are not encrypted.
-  TRACR_TRY(a.proc.write_stdin(to_hex(secret.data(), secret.size()) + "\n"));
-  agent::ControlCodec ctl(secret, agent::ControlDir::agent_to_controller);
-  while (true) {
-    auto line = a.proc.read_line(10000);
-    if (!line) return make_error(line.error().code, "tracr-agent did not report READY: " + line.error().message);
-    auto m = ctl.decode(*line);
-    if (!m) return make_error(m.error().code, "tracr-agent: " + m.error().message);
-    if (m->kind == "FAIL") return make_error(Errc::remote, "tracr-agent failed: " + m->get_or("error", "?"));
-    if (m->kind != "READY") continue;
-    a.endpoint = m->get_or("endpoint", "");
-    a.raw_endpoint = m->get_or("raw", "");
-    return a;
-  }
+  a.conn = std::move(*conn);
+  a.endpoint = ready->get_or("endpoint", "");
+  a.raw_endpoint = ready->get_or("raw", "");
+  return a;
 }
 
 struct Row {
@@ -233,12 +232,12 @@ int run_demo(const DemoOptions& o) {
   // Keep reading the agents' control lines (heartbeats): a full pipe would
   // block an agent.
   std::atomic<bool> draining{true};
-  auto drain = [&](ChildProcess& p) {
+  auto drain = [&](AgentProc& p) {
     return std::thread([&] {
       while (draining) (void)p.read_line(200);
     });
   };
-  std::thread d1 = drain(enc_agent->proc), d2 = drain(plain_agent->proc);
+  std::thread d1 = drain(enc_agent->conn->proc()), d2 = drain(plain_agent->conn->proc());
   struct Joiner {
     std::atomic<bool>& flag;
     std::thread &a, &b;
@@ -250,7 +249,7 @@ int run_demo(const DemoOptions& o) {
   } joiner{draining, d1, d2};
   fmt::print("tracr protocol demo: tracr-agent SERVER pid {} (aes-256-gcm, x25519) and pid {} (plain) "
              "on loopback TCP\n",
-             enc_agent->proc.pid(), plain_agent->proc.pid());
+             enc_agent->conn->proc().pid(), plain_agent->conn->proc().pid());
   fmt::print("round trip = request frame with the tensor, reply frame with the server's measurements; "
              "{} warm-up + {} timed; stream = {} frames, {} in flight\n\n",
              o.warmup, o.reps, o.stream_frames, o.window);
@@ -305,8 +304,8 @@ int run_demo(const DemoOptions& o) {
   draining = false;
   if (d1.joinable()) d1.join();
   if (d2.joinable()) d2.join();
-  enc_agent->proc.stop();
-  plain_agent->proc.stop();
+  enc_agent->conn->proc().stop(3000);
+  plain_agent->conn->proc().stop(3000);
   return rc;
 }
 

@@ -24,7 +24,9 @@ class LocalProc : public AgentProc {
   Status write(const std::string& s) override { return p_.write_stdin(s); }
   Result<std::string> read_line(int t) override { return p_.read_line(t); }
   int stop(int grace_ms) override { return p_.stop(grace_ms); }
+  long pid() const override { return static_cast<long>(p_.pid()); }
   std::string log_tail() override {
+    if (log_.empty()) return "";
     std::FILE* f = std::fopen(log_.c_str(), "r");
     if (!f) return "";
     std::string s;
@@ -50,6 +52,7 @@ class SshProc : public AgentProc {
     auto r = p_->stop(grace_ms);
     return r ? *r : -1;
   }
+  long pid() const override { return static_cast<long>(p_->pid()); }
   std::string log_tail() override {
     auto t = s_->read_file_tail(log_, 4000);
     return t ? *t : p_->stderr_tail();
@@ -144,7 +147,7 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
     const std::string dir = s.log_dir.empty() ? "." : s.log_dir;
     std::error_code ec;
     fs::create_directories(dir, ec);
-    p = start_local(s.agent_path, args, dir + "/" + s.log_name, dev.netns);
+    p = start_local(s.agent_path, args, s.log_name.empty() ? std::string() : dir + "/" + s.log_name, dev.netns);
   } else {
     p = start_ssh(dev, s.agent_path, args, s.trust_new_hosts, s.devices_file, s.log_name);
   }
@@ -152,6 +155,18 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
   auto conn = std::make_unique<AgentConn>(s.device, s.role, std::move(*p), s.secret);
   TRACR_TRY(conn->proc().write(protocol::to_hex(s.secret.data(), s.secret.size()) + "\n"));
   return conn;
+}
+
+DeviceConfig local_device(const std::string& name) {
+  DeviceConfig d;
+  d.name = name;
+  d.role = DeviceRole::server;
+  d.transport = Transport::local;
+  ConnectionParams c;
+  c.host = "127.0.0.1";
+  c.is_default = true;
+  d.connections.push_back(c);
+  return d;
 }
 
 std::string server_bind_host(const DeviceConfig& dev) {

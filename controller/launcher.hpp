@@ -29,6 +29,7 @@ class AgentProc {
   // then kills it; returns its exit status (-1 when unknown).
   virtual int stop(int grace_ms) = 0;
   virtual std::string log_tail() = 0;
+  virtual long pid() const = 0;  // on its own machine
 };
 
 struct LaunchSpec {
@@ -38,7 +39,8 @@ struct LaunchSpec {
   std::string agent_path;           // tracr-agent on this machine
   std::vector<uint8_t> secret;      // session secret
   std::string log_dir;              // local agents: stderr log directory
-  std::string log_name;             // file name of the stderr log (local dir or beside the remote agent)
+  std::string log_name;             // file name of the stderr log (local dir or beside the remote agent);
+                                    // empty: a local agent shares tracrctl's stderr
   std::string devices_file;         // for SSH targets (known_hosts beside it)
   bool trust_new_hosts = false;
 };
@@ -74,6 +76,9 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& spec);
 // known_hosts file pkeys/known_hosts beside the devices file (or
 // $TRACR_KNOWN_HOSTS).
 SshTarget device_ssh_target(const DeviceConfig& dev, const std::string& devices_file, bool trust_new_hosts);
+
+// A device that runs agents as local processes on loopback (tracrctl demo).
+DeviceConfig local_device(const std::string& name);
 
 // The address a SERVER agent binds on this device: loopback for a local
 // agent, its own address inside its namespace, every interface over SSH.

@@ -33,7 +33,6 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
       d.run_id = run_id_;
       d.device = device;
       d.role = role;
-      hw_by_device_[device] = hw->hw_id;
       if (auto st = db_.add_device(d); !st && write_error_.empty()) write_error_ = st.error().str();
     }
     event("info", "agent_ready",
@@ -46,7 +45,6 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     r.run_id = run_id_;
     r.device = device;
     r.device_role = role;
-    r.hw_id = hw_by_device_.count(device) ? hw_by_device_[device] : "";
     if (record_layers_) profiles_.push_back(std::move(r));
   } else if (m.kind == "FRAME") {
     auto f = agent::frame_from_control(m);

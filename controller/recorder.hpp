@@ -50,7 +50,6 @@ class Recorder {
   bool record_frames_, record_layers_;
   std::vector<FrameRecord> frames_;
   std::vector<LayerProfileRecord> profiles_;
-  std::map<std::string, std::string> hw_by_device_;
   std::map<std::string, int64_t> timed_by_device_;
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
   std::string write_error_;

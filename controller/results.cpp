@@ -678,7 +678,7 @@ Status ResultsDb::add_layer_profiles(const std::vector<LayerProfileRecord>& laye
   TRACR_TRY(tx.begin());
   const auto& fields = agent::profile_fields();
   static const std::string sql = "INSERT OR REPLACE INTO layer_profiles(run_id, device, device_role" +
-                                 field_list(fields) + ", hw_id) VALUES (" + placeholders(fields.size() + 4) + ")";
+                                 field_list(fields) + ") VALUES (" + placeholders(fields.size() + 3) + ")";
   Stmt q(db, sql.c_str());
   if (!q.prepared()) return db_error(db, path_, "insert layer profiles");
   for (const auto& l : layers) {
@@ -687,7 +687,6 @@ Status ResultsDb::add_layer_profiles(const std::vector<LayerProfileRecord>& laye
     q.bind(3, std::string_view(l.device_role));
     int i = 4;
     agent::visit_profile(l, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
-    bind_value(q, i, l.hw_id);
     if (q.step() != SQLITE_DONE)
       return db_error(db, path_, fmt::format("insert layer profile {} of {}", l.layer_index, l.device));
     q.reset();
@@ -1061,7 +1060,7 @@ Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
 
 Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id) {
   static const std::string sql = "SELECT run_id, device, device_role" + field_list(agent::profile_fields()) +
-                                 ", COALESCE(hw_id, '') FROM layer_profiles WHERE run_id = ? "
+                                 " FROM layer_profiles WHERE run_id = ? "
                                  "ORDER BY device_role DESC, device, layer_index";
   Stmt q(db_.get(), sql.c_str());
   if (!q.prepared()) return db_error(db_.get(), path_, "read layer profiles");
@@ -1075,7 +1074,6 @@ Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id
     l.device_role = q.text(2);
     int c = 3;
     agent::visit_profile(l, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
-    l.hw_id = q.text(c);
     out.push_back(std::move(l));
   }
   if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read layer profiles");

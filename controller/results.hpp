@@ -81,7 +81,6 @@ struct LayerProfileRecord : agent::ProfileRecord {
   int64_t run_id = 0;
   std::string device;       // device name
   std::string device_role;  // "SERVER" | "PARTICIPANT"
-  std::string hw_id;        // the device's hardware identity (devices.hw_id)
 };
 
 // The hardware identity of one device in one run.

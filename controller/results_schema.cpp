@@ -71,7 +71,6 @@ std::vector<TableInfo> build() {
                  {"device", "TEXT", "", "controller", "device name"},
                  {"device_role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
     add_fields(t, agent::profile_fields());
-    t.columns.push_back({"hw_id", "TEXT", "", "agent", "hardware identity of the device (devices.hw_id)"});
     v.push_back(t);
   }
   {

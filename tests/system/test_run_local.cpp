@@ -47,8 +47,8 @@ TEST(RunLocal, InProcessMatchesNetworkedNumerics) {
   ASSERT_EQ(a.status, 0) << a.out;
   auto b = sh(tracrctl() + " run " + exp + " --no-progress --in-process");
   ASSERT_EQ(b.status, 0) << b.out;
-  auto net = query_col(db, "select split || '/' || sample || '=' || result_json from frames where run_id = 1 order by split, sample");
-  auto loc = query_col(db, "select split || '/' || sample || '=' || result_json from frames where run_id = 2 order by split, sample");
+  auto net = query_col(db, "select split || '/' || sample || '=' || result from frames where run_id = 1 order by split, sample");
+  auto loc = query_col(db, "select split || '/' || sample || '=' || result from frames where run_id = 2 order by split, sample");
   ASSERT_EQ(net.size(), size_t((kAlexNetLayers + 1) * 2));
   EXPECT_EQ(net, loc);
   // Same recorded fields: wire bytes agree too (same frames, same codec).
@@ -109,10 +109,14 @@ TEST(RunLocal, FashionMnistTemplateRunsWithFramesInFlight) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(query(db, "select status from runs"), "completed");
   // 3 splits x 5 repetitions x 4 batches of 8.
-  EXPECT_EQ(query(db, "select count(*) from frames"), "60");
+  EXPECT_EQ(query(db, "select count(*) from frames where warmup = 0"), "60");
+  EXPECT_EQ(query(db, "select count(*) from frames where warmup = 1"), "6");  // 2 per split, stored
   EXPECT_EQ(query(db, "select min(batch) || '/' || max(batch) from frames"), "8/8");
   EXPECT_EQ(query(db, "select codec from frames limit 1"), "int8+blosc-zstd:level=5");
-  EXPECT_EQ(query(db, "select count(*) from frames where transfer_ns < 0 or total_ns <= 0"), "0");
+  EXPECT_EQ(query(db, "select count(*) from frames where (network_ns < 0) <> (flags is not null) or total_ns <= 0"), "0");
+  // The label and sample identity of every sample travel with the frame.
+  EXPECT_EQ(query(db, "select count(*) from frames where length(label) - length(replace(label, ';', '')) <> 7"), "0");
+  EXPECT_EQ(query(db, "select sample_id like 'fashion-mnist/test/%' from frames limit 1"), "1");
   // int8 shrinks the crossing tensors about 4x before zstd.
   EXPECT_LT(std::stod(query(db, "select avg(wire_bytes * 1.0 / raw_bytes) from frames")), 0.3);
 }
