@@ -731,3 +731,126 @@ TEST(ResultsTable, SplitTableIsAlignedAndMarksTheFastestSplit) {
 
 }  // namespace
 }  // namespace tracr::controller
+
+namespace tracr::controller {
+namespace {
+
+TEST(ResultsDb, SlowFramesBecomeEventsWithTheirPosition) {
+  TempDir dir;
+  auto db = ResultsDb::open(dir.file("slow.db"));
+  ASSERT_TRUE(db.ok());
+  auto run = db->begin_run(info());
+  ASSERT_TRUE(run.ok());
+  std::vector<FrameRecord> batch;
+  for (int i = 0; i < 9; ++i) {
+    auto f = frame(*run, 4, i, 1000000);
+    f.frame = i;
+    batch.push_back(f);
+  }
+  auto stall = frame(*run, 4, 9, 11000000);  // 11x the median: a link stall
+  stall.frame = 9;
+  batch.push_back(stall);
+  auto flagged = frame(*run, 4, 10, 1000000);
+  flagged.frame = 10;
+  flagged.network_ns = -1;
+  flagged.flags = "negative_network";
+  batch.push_back(flagged);
+  ASSERT_TRUE(db->add_frames(batch).ok());
+  ASSERT_TRUE(db->finish_run(*run, RunStatus::completed).ok());
+  auto ev = db->events(*run);
+  ASSERT_TRUE(ev.ok());
+  int slow = 0;
+  for (const auto& e : *ev)
+    if (e.kind == "slow_frame") {
+      ++slow;
+      ASSERT_TRUE(e.frame.has_value());
+      EXPECT_EQ(*e.frame, 9);
+      EXPECT_EQ(e.device, "participant");
+      EXPECT_NE(e.message.find("11.0x"), std::string::npos) << e.message;
+    }
+  EXPECT_EQ(slow, 1);
+  auto t = db->split_table(*run);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)[0].slow_frames, 1);
+  EXPECT_EQ((*t)[0].flagged, 1);
+  // The negative value is in the statistics as measured, not clamped.
+  EXPECT_DOUBLE_EQ((*t)[0].stage("network_ns").min_ns, -1);
+  // Recomputing replaces the events instead of adding copies.
+  ASSERT_TRUE(db->compute_summaries(*run).ok());
+  EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM events WHERE kind = 'slow_frame'"), "1");
+}
+
+TEST(ResultsDb, ReadOnlyOpenNeverCreatesOrChanges) {
+  TempDir dir;
+  const std::string missing = dir.file("nope/none.db");
+  auto r = ResultsDb::open_readonly(missing);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::not_found);
+  EXPECT_NE(r.error().message.find("none.db"), std::string::npos);
+  EXPECT_FALSE(fs::exists(missing));
+  EXPECT_FALSE(fs::exists(dir.file("nope")));
+
+  const std::string path = dir.file("ro.db");
+  int64_t id = 0;
+  {
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    id = *db->begin_run(info());
+    ASSERT_TRUE(db->add_frames({frame(id, 1, 0, 500), frame(id, 1, 1, 700)}).ok());
+    // still running: no summaries stored
+  }
+  fs::permissions(path, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  auto ro = ResultsDb::open_readonly(path);
+  ASSERT_TRUE(ro.ok()) << ro.error().str();
+  EXPECT_TRUE(ro->read_only());
+  auto t = ro->split_table(id);  // computed in memory, nothing written
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  EXPECT_DOUBLE_EQ((*t)[0].stage("total_ns").median_ns, 600);
+  EXPECT_EQ(scalar(*ro, "SELECT COUNT(*) FROM summaries"), "0");
+  EXPECT_EQ(ro->get_run(id)->status, RunStatus::running);  // no sweep either
+
+  // An older schema is named, with the command that upgrades it.
+  const std::string old = dir.file("old.db");
+  { ASSERT_TRUE(ResultsDb::open_at_version(old, 2).ok()); }
+  auto o = ResultsDb::open_readonly(old);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.error().message.find("tracrctl results migrate"), std::string::npos) << o.error().message;
+}
+
+TEST(ResultsDb, CauseOfAnUnfinishedRunIsKeptForTheNextOpen) {
+  TempDir dir;
+  const std::string path = dir.file("c.db");
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto db = ResultsDb::open(path);
+    if (!db) _exit(10);
+    auto run = db->begin_run(info());
+    if (!run) _exit(11);
+    // The controller could not write its database: it leaves the cause beside it.
+    std::ofstream(failure_note_path(path, *run)) << "database: disk I/O error (insert frames)\n";
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  auto db = ResultsDb::open(path);
+  ASSERT_TRUE(db.ok());
+  ASSERT_EQ(db->interrupted_on_open().size(), 1u);
+  auto run = db->get_run(db->interrupted_on_open()[0]);
+  EXPECT_NE(run->error.find("disk I/O error (insert frames)"), std::string::npos) << run->error;
+  EXPECT_FALSE(fs::exists(failure_note_path(path, run->id)));
+}
+
+TEST(ResultsCli, ReadCommandsRefuseAMissingDatabase) {
+  TempDir dir;
+  const std::string path = dir.file("missing.db");
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"list", "--db", path}, {"show", "1", "--db", path}, {"export", "1", "--csv", dir.file("x.csv"), "--db", path}}) {
+    EXPECT_EQ(cmd_results(args), 1) << args[0];
+    EXPECT_FALSE(fs::exists(path)) << args[0] << " created the database";
+  }
+}
+
+}  // namespace
+}  // namespace tracr::controller

@@ -1,0 +1,146 @@
+// The measurement record through the control channel: every field of
+// record_fields.def survives the emitter and the parser unchanged, a missing
+// or malformed field is an error naming it, and the identity helper.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "agent/control.hpp"
+#include "agent/record.hpp"
+
+using namespace tracr;
+using namespace tracr::agent;
+
+namespace {
+
+std::string strip(std::string s) {
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+// Distinct, awkward values in every field: negatives, large numbers, text
+// that needs escaping, NULLs and non-NULLs.
+FrameRecord awkward_frame() {
+  FrameRecord r;
+  int64_t n = -3;
+  visit_frame(r, [&](const FieldInfo& f, auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, int64_t>) v = (n *= -7) + 1;
+    else if constexpr (std::is_same_v<T, std::string>) v = std::string(f.name) + " a=b #c%d;\ne";
+    else if constexpr (std::is_same_v<T, std::optional<double>>) v = 0.1 + static_cast<double>(n);
+    else v = n;
+  });
+  return r;
+}
+
+Result<ControlMsg> through_the_channel(const std::string& kind, const std::map<std::string, std::string>& fields) {
+  std::vector<uint8_t> secret(32, 9);
+  ControlCodec tx(secret, ControlDir::agent_to_controller), rx(secret, ControlDir::agent_to_controller);
+  return rx.decode(strip(tx.encode(kind, fields)));
+}
+
+}  // namespace
+
+TEST(Record, EveryFrameFieldSurvivesEmitterAndParser) {
+  const FrameRecord in = awkward_frame();
+  auto m = through_the_channel("FRAME", to_control(in));
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  auto out = frame_from_control(*m);
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  // Field by field, in table order.
+  std::vector<std::string> a, b;
+  visit_frame(in, [&](const FieldInfo& f, const auto& v) { a.push_back(f.name + ("=" + to_control(in).at(f.name))); (void)v; });
+  visit_frame(*out, [&](const FieldInfo& f, const auto& v) { b.push_back(f.name + ("=" + to_control(*out).at(f.name))); (void)v; });
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(in.network_ns, out->network_ns);
+  EXPECT_EQ(in.energy_j, out->energy_j);
+  EXPECT_EQ(in.sample_id, out->sample_id);
+  // The line carries exactly the table's fields.
+  std::set<std::string> names;
+  for (const auto& f : frame_fields()) names.insert(f.name);
+  std::set<std::string> keys;
+  for (const auto& [k, v] : m->fields) keys.insert(k);
+  EXPECT_EQ(names, keys);
+}
+
+TEST(Record, ProfileAndHardwareFieldsSurviveToo) {
+  ProfileRecord p;
+  p.layer_index = 7;
+  p.name = "features.3";
+  p.median_ns = 123456789;
+  p.peak_mem_bytes = std::nullopt;  // not measurable: stays NULL, never 0
+  p.hw_id = "abc";
+  auto m = through_the_channel("PROFILE", to_control(p));
+  ASSERT_TRUE(m.ok());
+  auto q = profile_from_control(*m);
+  ASSERT_TRUE(q.ok()) << q.error().str();
+  EXPECT_EQ(q->median_ns, 123456789);
+  EXPECT_FALSE(q->peak_mem_bytes.has_value());
+  EXPECT_EQ(q->hw_id, "abc");
+
+  HwIdentity h = local_hw_identity();
+  EXPECT_GT(h.cores, 0);
+  EXPECT_GT(h.memory_bytes, 0);
+  EXPECT_EQ(h.hw_id.size(), 16u);
+  auto hm = through_the_channel("READY", to_control(h));
+  ASSERT_TRUE(hm.ok());
+  auto h2 = hw_from_control(*hm);
+  ASSERT_TRUE(h2.ok());
+  EXPECT_EQ(h2->hw_id, h.hw_id);
+  // The id follows the identity: another kernel is another machine kind.
+  HwIdentity other = h;
+  other.kernel += "-other";
+  finish_hw_id(other);
+  EXPECT_NE(other.hw_id, h.hw_id);
+}
+
+TEST(Record, MissingOrMalformedFieldIsAnErrorNamingIt) {
+  auto fields = to_control(awkward_frame());
+  fields.erase("network_ns");
+  auto m = through_the_channel("FRAME", fields);
+  ASSERT_TRUE(m.ok());
+  auto r = frame_from_control(*m);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::missing_field);
+  EXPECT_NE(r.error().message.find("'network_ns'"), std::string::npos) << r.error().message;
+
+  fields = to_control(awkward_frame());
+  fields["total_ns"] = "12x";
+  r = frame_from_control(*through_the_channel("FRAME", fields));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::field_type);
+  EXPECT_NE(r.error().message.find("'total_ns'"), std::string::npos) << r.error().message;
+
+  fields = to_control(awkward_frame());
+  fields["energy_j"] = "nan";
+  r = frame_from_control(*through_the_channel("FRAME", fields));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("'energy_j'"), std::string::npos);
+
+  // Extra keys (progress counters) are not fields and do not matter.
+  fields = to_control(awkward_frame());
+  fields["done"] = "3";
+  EXPECT_TRUE(frame_from_control(*through_the_channel("FRAME", fields)).ok());
+}
+
+TEST(Record, IdentityResidualIsTotalMinusTheTerms) {
+  FrameRecord r;
+  r.head_ns = 10;
+  r.encode_ns = 20;
+  r.network_ns = -5;  // kept as measured
+  r.server_ns = 100;
+  r.queue_ns = 0;
+  r.return_ns = 3;
+  r.post_ns = 2;
+  r.total_ns = 130;
+  EXPECT_EQ(identity_residual(r), 0);
+  r.total_ns = 131;
+  EXPECT_EQ(identity_residual(r), 1);
+  EXPECT_EQ(identity_terms().size(), 7u);
+  for (const auto& t : identity_terms()) {
+    bool summarised = false;
+    for (const auto& f : frame_fields())
+      if (t == f.name) summarised = f.summarise;
+    EXPECT_TRUE(summarised) << t << " is an identity term: it must be a summarised field";
+  }
+}
