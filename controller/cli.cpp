@@ -14,6 +14,8 @@
 
 namespace tracr::controller {
 
+using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
+
 int cmd_models(const std::vector<std::string>& args);
 int cmd_profile(const std::vector<std::string>& args);
 int cmd_devices(const std::vector<std::string>& args);

@@ -21,6 +21,8 @@
 
 namespace tracr::controller {
 
+using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
+
 using namespace tracr::protocol;
 using Clock = std::chrono::steady_clock;
 

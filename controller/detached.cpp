@@ -21,6 +21,8 @@
 
 namespace tracr::controller {
 
+using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
+
 using agent::ControlCodec;
 using agent::ControlDir;
 using Clock = std::chrono::steady_clock;

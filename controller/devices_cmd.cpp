@@ -12,13 +12,15 @@
 
 #include <fmt/format.h>
 
-#include "controller/config.hpp"
+#include "settings/config.hpp"
 #include "controller/deploy.hpp"
 #include "controller/process.hpp"
 #include "controller/run.hpp"
 #include "controller/ssh.hpp"
 
 namespace tracr::controller {
+
+using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
 namespace fs = std::filesystem;
 

@@ -13,6 +13,8 @@
 
 namespace tracr::controller {
 
+using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 

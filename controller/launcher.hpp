@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "agent/control.hpp"
-#include "controller/config.hpp"
+#include "settings/config.hpp"
 #include "controller/ssh.hpp"
 
 namespace tracr::controller {
@@ -33,7 +33,7 @@ class AgentProc {
 };
 
 struct LaunchSpec {
-  const DeviceConfig* device = nullptr;
+  const settings::DeviceConfig* device = nullptr;
   std::string role;                 // SERVER | PARTICIPANT
   std::vector<std::string> args;    // after --role
   std::string agent_path;           // tracr-agent on this machine
@@ -48,9 +48,9 @@ struct LaunchSpec {
 // A started agent: the process and both directions of its control channel.
 class AgentConn {
  public:
-  AgentConn(const DeviceConfig* dev, std::string role, std::unique_ptr<AgentProc> proc,
+  AgentConn(const settings::DeviceConfig* dev, std::string role, std::unique_ptr<AgentProc> proc,
             const std::vector<uint8_t>& secret);
-  const DeviceConfig& device() const { return *dev_; }
+  const settings::DeviceConfig& device() const { return *dev_; }
   const std::string& role() const { return role_; }
   AgentProc& proc() { return *proc_; }
   // Decodes one line from the agent (MAC, sequence).
@@ -62,7 +62,7 @@ class AgentConn {
   Result<agent::ControlMsg> wait_ready(int timeout_ms);
 
  private:
-  const DeviceConfig* dev_;
+  const settings::DeviceConfig* dev_;
   std::string role_;
   std::unique_ptr<AgentProc> proc_;
   agent::ControlCodec in_, out_;
@@ -75,14 +75,14 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& spec);
 // The SSH target of a device: its default connection, its key, and the
 // known_hosts file pkeys/known_hosts beside the devices file (or
 // $TRACR_KNOWN_HOSTS).
-SshTarget device_ssh_target(const DeviceConfig& dev, const std::string& devices_file, bool trust_new_hosts);
+SshTarget device_ssh_target(const settings::DeviceConfig& dev, const std::string& devices_file, bool trust_new_hosts);
 
 // A device that runs agents as local processes on loopback (tracrctl demo).
-DeviceConfig local_device(const std::string& name);
+settings::DeviceConfig local_device(const std::string& name);
 
 // The address a SERVER agent binds on this device: loopback for a local
 // agent, its own address inside its namespace, every interface over SSH.
-std::string server_bind_host(const DeviceConfig& dev);
+std::string server_bind_host(const settings::DeviceConfig& dev);
 // "tcp://0.0.0.0:PORT" as seen from a participant that reaches the server at `host`.
 std::string reachable_endpoint(const std::string& bound, const std::string& host);
 

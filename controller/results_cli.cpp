@@ -1,6 +1,6 @@
 #include "controller/results_cli.hpp"
 
-#include "controller/config.hpp"
+#include "settings/config.hpp"
 
 #include <fmt/format.h>
 
@@ -16,6 +16,8 @@
 #include <set>
 
 namespace tracr::controller {
+
+using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
 namespace {
 

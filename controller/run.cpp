@@ -26,7 +26,7 @@
 
 #include "agent/agent.hpp"
 #include "agent/control.hpp"
-#include "controller/config.hpp"
+#include "settings/config.hpp"
 #include "controller/launcher.hpp"
 #include "controller/process.hpp"
 #include "controller/recorder.hpp"
@@ -36,6 +36,8 @@
 #include "protocol/header.hpp"
 
 namespace tracr::controller {
+
+using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
 using agent::ControlMsg;
 using Clock = std::chrono::steady_clock;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "controller/config.hpp"
+#include "settings/config.hpp"
 #include "controller/launcher.hpp"
 #include "controller/ssh.hpp"
 
@@ -14,10 +14,10 @@ namespace tracr::controller {
 
 // Agent arguments for the experiment's model (both roles) and, for a
 // PARTICIPANT, its run.
-std::vector<std::string> model_args(const ExperimentConfig& cfg);
-std::vector<std::string> participant_args(const ExperimentConfig& cfg);
+std::vector<std::string> model_args(const settings::ExperimentConfig& cfg);
+std::vector<std::string> participant_args(const settings::ExperimentConfig& cfg);
 // What a SERVER agent must have been started with to serve this experiment.
-std::string server_identity(const ExperimentConfig& cfg);
+std::string server_identity(const settings::ExperimentConfig& cfg);
 
 struct RunOptions {
   std::string experiment;       // experiment YAML

@@ -1,4 +1,4 @@
-// Configuration: the devices file (devices_config.yaml, the schema of the
+// settings/ (tracr::settings, no LibTorch): the devices file (devices_config.yaml, the schema of the
 // Python tracr plus documented extensions) and the experiment file
 // (experiment.yaml). Both are parsed with yaml-cpp and validated completely
 // before anything starts: every error is Errc::config (Errc::io when a file
@@ -20,7 +20,7 @@
 #include "protocol/codec.hpp"
 #include "protocol/error.hpp"
 
-namespace tracr::controller {
+namespace tracr::settings {
 
 // Where a value came from: a file position (1-based line and column), an
 // environment variable (file "env TRACR_X", line 0) or nothing (default).
@@ -243,4 +243,4 @@ std::string json_quote(std::string_view s);
 // typo; empty otherwise. Exposed for the CLI's option parsing.
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
 
-}  // namespace tracr::controller
+}  // namespace tracr::settings

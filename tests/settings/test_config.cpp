@@ -10,10 +10,10 @@
 #include <set>
 #include <string>
 
-#include "controller/config.hpp"
+#include "settings/config.hpp"
 #include "protocol/codec.hpp"
 
-namespace tracr::controller {
+namespace tracr::settings {
 namespace {
 
 namespace fs = std::filesystem;
@@ -866,4 +866,4 @@ TEST(ConfigTemplates, ReadmeDocumentsEverySetting) {
 }
 
 }  // namespace
-}  // namespace tracr::controller
+}  // namespace tracr::settings

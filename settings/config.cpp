@@ -1,4 +1,4 @@
-#include "controller/config.hpp"
+#include "settings/config.hpp"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -15,7 +15,7 @@
 #include <set>
 #include <sstream>
 
-namespace tracr::controller {
+namespace tracr::settings {
 
 namespace fs = std::filesystem;
 
@@ -1403,4 +1403,4 @@ std::string format_settings(const ExperimentConfig& cfg) {
   return o;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::settings
