@@ -7,6 +7,7 @@
 #include <csignal>
 #include <fstream>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -97,6 +98,19 @@ std::vector<ControlMsg> ControlOut::take_commands() {
   return out;
 }
 
+Result<std::string> ControlOut::wait_config(int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!config_) {
+    if (stopped_ || g_signalled) return make_error(Errc::peer_closed, "the controller closed stdin before sending CONFIG");
+    if (std::chrono::steady_clock::now() > deadline)
+      return make_error(Errc::timeout, "no CONFIG line from the controller within " + std::to_string(timeout_ms) + " ms");
+    pollfd p{0, POLLIN, 0};
+    (void)::poll(&p, 1, 100);
+    read_stdin();
+  }
+  return *config_;
+}
+
 void ControlOut::read_stdin() {
   if (!watch_stdin_ || stopped_) return;
   pollfd p{0, POLLIN, 0};
@@ -123,6 +137,7 @@ void ControlOut::read_stdin() {
     }
     if (m->kind == "STOP") stopped_ = true;
     else if (m->kind == "CMD") commands_.push_back(std::move(*m));
+    else if (m->kind == "CONFIG") config_ = m->get_or("yaml", "");
     else std::fprintf(stderr, "tracr-agent: ignored control line of kind %s\n", m->kind.c_str());
   }
 }
@@ -235,15 +250,27 @@ namespace {
 
 void usage() {
   std::puts(
-      "usage: tracr-agent --role SERVER      [--bind EP] [--raw-bind EP] [model options]\n"
-      "       tracr-agent --role PARTICIPANT (--connect EP | --in-process) [model options] [run options]\n"
-      "security:  [--no-encrypt] [--no-x25519]   (the hex session secret is the first line of stdin)\n"
-      "model:     --model NAME [--weights FILE] [--input-shape C,H,W] [--num-classes N]\n"
-      "           [--device cpu|cuda|auto] [--seed S] [--profile-layers REPS] [--profile-batch B]\n"
-      "run:       [--dataset synthetic|imagefolder|fashion-mnist] [--dataset-path P] [--dataset-split S]\n"
-      "           [--class-names FILE] [--max-samples N] [--batch B] [--splits all|K,K,...]\n"
-      "           [--warmup W] [--reps R] [--codec TEXT] [--chunk BYTES] [--inflight N] [--topk K]\n"
+      "usage: tracr-agent --role SERVER      [--bind EP] [--raw-bind EP] [--config stdin | --experiment FILE]\n"
+      "       tracr-agent --role PARTICIPANT (--connect EP | --in-process) (--config stdin | --experiment FILE)\n"
+      "The hex session secret is the first line of stdin (or --secret-file FILE, owner-only, for a detached agent).\n"
+      "--config stdin: the controller sends the effective experiment (the YAML `tracrctl run --show-config`\n"
+      "describes) as an authenticated CONFIG line; --experiment FILE reads the same YAML from a file.\n"
+      "Without either, a SERVER echoes frames (protocol demo; --no-encrypt, --no-x25519 apply to it).\n"
       "stdout carries authenticated control lines; the agent exits when stdin closes.");
+}
+
+// The first stdin line, read byte by byte so nothing after it is buffered
+// away from the control channel.
+bool read_first_line(std::string& line) {
+  char c;
+  while (true) {
+    ssize_t n = ::read(0, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return !line.empty();
+    if (c == '\n') return true;
+    line += c;
+    if (line.size() > 4096) return false;
+  }
 }
 
 }  // namespace
@@ -283,7 +310,7 @@ int agent_main(int argc, char** argv) {
     }
     std::ifstream f(opt.secret_file);
     std::getline(f, line);
-  } else if (!std::getline(std::cin, line)) {
+  } else if (!read_first_line(line)) {
     std::fprintf(stderr, "tracr-agent: expected the session secret (hex) on the first line of stdin\n");
     return 2;
   }
@@ -295,6 +322,35 @@ int agent_main(int argc, char** argv) {
   opt.secret = *secret;
   ControlOut ctl(opt.secret, opt.secret_file.empty());
   ctl.start_heartbeat(1000);
+  // The experiment: parsed with the controller's own parser (no environment
+  // overrides here: the controller already applied its own).
+  if (opt.config_from_stdin || !opt.experiment_file.empty()) {
+    Result<settings::ExperimentConfig> cfg = make_error(Errc::internal, "");
+    if (opt.config_from_stdin) {
+      auto yaml = ctl.wait_config(60000);
+      if (!yaml) {
+        ctl.send("FAIL", {{"error", yaml.error().str()}});
+        ctl.stop_heartbeat();
+        return 2;
+      }
+      cfg = settings::parse_experiment(*yaml, "CONFIG from the controller", false);
+    } else {
+      std::ifstream f(opt.experiment_file);
+      if (!f) {
+        ctl.send("FAIL", {{"error", "cannot read --experiment " + opt.experiment_file}});
+        ctl.stop_heartbeat();
+        return 2;
+      }
+      std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      cfg = settings::parse_experiment(text, opt.experiment_file, false);
+    }
+    if (!cfg) {
+      ctl.send("FAIL", {{"error", cfg.error().str()}});
+      ctl.stop_heartbeat();
+      return 2;
+    }
+    opt.experiment = std::move(*cfg);
+  }
   int rc = 0;
   try {
     rc = run_role(opt, ctl);

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -13,6 +14,7 @@
 
 #include "agent/control.hpp"
 #include "protocol/frame.hpp"
+#include "settings/config.hpp"
 
 namespace tracr::agent {
 
@@ -22,33 +24,18 @@ struct AgentOptions {
   std::string raw_bind;             // SERVER: raw ZeroMQ ack socket (benchmark baseline)
   std::string connect;              // PARTICIPANT: the SERVER's data endpoint
   bool in_process = false;          // PARTICIPANT: run tails in this process, no socket
-  bool encrypt = true;
+  bool encrypt = true;              // echo SERVER only: model roles follow the experiment
   bool x25519 = true;
   std::vector<uint8_t> secret;      // from stdin, never argv
   std::string secret_file;          // detached agents: secret from this 0600 file; stdin not watched
-  // Model (both roles).
-  std::string model;                // empty: SERVER echoes (protocol demo)
-  std::string weights;
-  std::vector<int64_t> input_shape;
-  int64_t num_classes = 0;
-  std::string device = "auto";
-  uint64_t seed = 0;
-  int profile_reps = 0;             // > 0: profile every layer first, emit PROFILE lines
-  int64_t profile_batch = 1;
-  // Run (PARTICIPANT).
-  std::string dataset = "synthetic";
-  std::string dataset_path;
-  std::string dataset_split = "test";
-  std::string class_names;
-  int64_t max_samples = 0;
-  int64_t batch = 1;
-  std::vector<int> splits;          // empty: all
-  int warmup = 1;
-  int reps = 1;
-  std::string codec = "none";
-  size_t chunk_bytes = 256 * 1024;
-  int inflight = 1;
-  int topk = 5;
+  // Where the experiment comes from: "stdin" (a CONFIG control line from the
+  // controller, --config stdin) or a file (--experiment FILE: detached or
+  // standalone agents). Neither: a SERVER echoes frames (protocol demo).
+  bool config_from_stdin = false;
+  std::string experiment_file;
+  // The effective experiment, parsed by settings::parse_experiment, the
+  // controller's own parser: one set of names and limits.
+  std::optional<settings::ExperimentConfig> experiment;
 };
 
 // Parses the command line; errors name the option and what was expected.
@@ -69,6 +56,9 @@ class ControlOut {
   bool stop_requested();
   // CMD lines received since the last call (non-blocking).
   std::vector<ControlMsg> take_commands();
+  // Waits up to timeout_ms for the CONFIG line and returns its yaml field.
+  // Error timeout, or peer_closed when stdin closes first.
+  Result<std::string> wait_config(int timeout_ms);
 
  private:
   ControlCodec codec_, in_;
@@ -81,6 +71,7 @@ class ControlOut {
   bool watch_stdin_ = true;
   std::string pending_;
   std::vector<ControlMsg> commands_;
+  std::optional<std::string> config_;
   void read_stdin();
 };
 

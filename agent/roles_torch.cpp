@@ -45,11 +45,11 @@ HwIdentity hw_identity(const ex::SplitModel& m) {
   return h;
 }
 
-Status profile(const AgentOptions& o, ex::SplitModel& m, ControlOut& ctl) {
+Status profile(const std::string& role, int reps, int64_t batch, ex::SplitModel& m, ControlOut& ctl) {
   const auto& s = m.input_shape();
-  auto input = torch::rand({o.profile_batch, s[0], s[1], s[2]}, torch::TensorOptions().dtype(torch::kFloat));
+  auto input = torch::rand({batch, s[0], s[1], s[2]}, torch::TensorOptions().dtype(torch::kFloat));
   ex::ProfileOptions po;
-  po.repetitions = o.profile_reps;
+  po.repetitions = reps;
   auto prof = ex::profile_layers(m, input.to(m.device()), po);
   if (!prof) return std::move(prof.error());
   const std::string fp = model_fingerprint(m);
@@ -62,7 +62,7 @@ Status profile(const AgentOptions& o, ex::SplitModel& m, ControlOut& ctl) {
     r.type = p.type;
     r.model_fp = fp;
     r.input_shape = shape;
-    r.batch = o.profile_batch;
+    r.batch = batch;
     r.device_kind = p.device;
     r.reps = p.repetitions;
     r.median_ns = static_cast<int64_t>(std::llround(p.median_ms * 1e6));
@@ -73,7 +73,7 @@ Status profile(const AgentOptions& o, ex::SplitModel& m, ControlOut& ctl) {
     if (p.peak_rss_delta_bytes >= 0) r.peak_mem_bytes = p.peak_rss_delta_bytes;  // -1: not measurable here
     r.hw_id = hw_id;
     auto fields = to_control(r);
-    fields["role"] = o.role;
+    fields["role"] = role;
     ctl.send("PROFILE", fields);
   }
   return {};
@@ -84,18 +84,67 @@ std::map<std::string, std::string> ready_fields(std::map<std::string, std::strin
   return base;
 }
 
+// What the agent does, from the experiment (the controller's own parse).
+ModelSpec model_spec(const settings::ExperimentConfig& c) {
+  ModelSpec ms;
+  ms.name = c.model;
+  ms.weights = c.weights;
+  ms.input_shape = c.input_size;
+  ms.seed = c.seed;
+  return ms;
+}
+
+ParticipantSpec participant_spec(const settings::ExperimentConfig& c, const ex::SplitModel& model) {
+  ParticipantSpec ps;
+  ps.model = model_spec(c);
+  const auto& d = c.dataset;
+  ps.dataset.kind = d.kind == settings::DatasetKind::fashion_mnist ? "fashion-mnist"
+                    : d.kind == settings::DatasetKind::imagefolder ? "imagefolder"
+                                                                   : "synthetic";
+  ps.dataset.path = d.path;
+  if (ps.dataset.path.empty() && d.kind == settings::DatasetKind::fashion_mnist)
+    ps.dataset.path = "/usr/share/datasets/fashion-mnist";
+  ps.dataset.split = d.split;
+  ps.dataset.class_names_file = d.class_names_file;
+  ps.dataset.class_names = d.class_names;
+  ps.dataset.input_shape = model.input_shape();
+  ps.dataset.seed = c.seed;
+  if (d.kind == settings::DatasetKind::fashion_mnist) {
+    const auto& s = model.input_shape();
+    ps.dataset.resize_mode = (s[1] == 28 && s[2] == 28) ? "none" : "stretch";
+    ps.dataset.mean = {0.2860f};  // Fashion-MNIST training-set statistics
+    ps.dataset.std = {0.3530f};
+  }
+  // Synthetic data: max_samples 0 means its documented default of 16.
+  ps.max_samples = d.kind == settings::DatasetKind::synthetic && d.max_samples == 0 ? 16 : d.max_samples;
+  if (d.kind == settings::DatasetKind::synthetic) ps.dataset.num_samples = ps.max_samples;
+  ps.batch = c.batch_size;
+  if (!c.split.all) ps.splits = c.split.points;
+  ps.warmup = c.warmup;
+  ps.reps = c.repetitions;
+  ps.codec = c.compression;
+  ps.chunk_bytes = static_cast<size_t>(c.chunk_bytes);
+  ps.inflight = c.inflight;
+  return ps;
+}
+
 }  // namespace
 
-int run_model_role(const AgentOptions& o, ControlOut& ctl) {
-  ModelSpec ms{o.model, o.weights, o.input_shape, o.num_classes, o.device, o.seed};
+int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
+  const settings::ExperimentConfig& cfg = *opt.experiment;
+  AgentOptions o = opt;
+  o.encrypt = cfg.encryption;
+  o.x25519 = cfg.key_exchange != "none";
+  ModelSpec ms = model_spec(cfg);
   auto loaded = load_model(ms);
   if (!loaded) {
     ctl.send("FAIL", {{"error", loaded.error().str()}});
     return 1;
   }
   std::shared_ptr<ex::SplitModel> model(std::move(*loaded));
-  if (o.profile_reps > 0) {
-    auto st = profile(o, *model, ctl);
+  // Layers profiled with at least 3 repetitions, at the experiment's batch.
+  if (cfg.record.layers) {
+    auto st = profile(o.role, std::max(3, cfg.repetitions), cfg.batch_size, *model, ctl);
     if (!st) {
       ctl.send("FAIL", {{"error", "profiling: " + st.error().str()}});
       return 1;
@@ -125,30 +174,7 @@ int run_model_role(const AgentOptions& o, ControlOut& ctl) {
     }
     link = std::make_unique<NetworkLink>(std::move(*c));
   }
-  ParticipantSpec ps;
-  ps.model = ms;
-  ps.dataset.kind = o.dataset;
-  ps.dataset.path = o.dataset_path;
-  ps.dataset.split = o.dataset_split;
-  ps.dataset.class_names_file = o.class_names;
-  ps.dataset.input_shape = model->input_shape();
-  ps.dataset.seed = o.seed;
-  if (o.dataset == "fashion-mnist") {
-    const auto& s = model->input_shape();
-    ps.dataset.resize_mode = (s[1] == 28 && s[2] == 28) ? "none" : "stretch";
-    ps.dataset.mean = {0.2860f};  // Fashion-MNIST training-set statistics
-    ps.dataset.std = {0.3530f};
-  }
-  if (o.dataset == "synthetic" && o.max_samples > 0) ps.dataset.num_samples = o.max_samples;
-  ps.batch = o.batch;
-  ps.max_samples = o.max_samples;
-  ps.splits = o.splits;
-  ps.warmup = o.warmup;
-  ps.reps = o.reps;
-  ps.codec = o.codec;
-  ps.chunk_bytes = o.chunk_bytes;
-  ps.inflight = o.inflight;
-  ps.topk = o.topk;
+  const ParticipantSpec ps = participant_spec(cfg, *model);
   const HwIdentity hw = hw_identity(*model);
   ctl.send("READY", ready_fields({{"role", "PARTICIPANT"},
                                   {"model", model->name()},
@@ -156,10 +182,10 @@ int run_model_role(const AgentOptions& o, ControlOut& ctl) {
                                   {"link", o.in_process ? "in-process" : o.connect},
                                   {"cipher", link->cipher()}},
                                  hw));
-  std::vector<int> splits = o.splits;
+  std::vector<int> splits = ps.splits;
   if (splits.empty())
     for (int k = 0; k <= model->num_layers(); ++k) splits.push_back(k);
-  SweepPolicy policy(splits, o.warmup, o.reps);
+  SweepPolicy policy(splits, ps.warmup, ps.reps);
   int64_t done = 0, total = 0, frames = 0;
   PipelineHooks hooks;
   hooks.emit = [&](const FrameRecord& r) {

@@ -139,11 +139,13 @@ int cmd_agents_start(const std::vector<std::string>& args) {
   std::vector<uint8_t> secret(32);
   (void)protocol::random_bytes(secret.data(), secret.size());
   const std::string secret_hex = protocol::to_hex(secret.data(), secret.size());
+  // The detached agent reads the effective experiment from a file beside its
+  // secret (no layer profiling: it serves many runs).
   ExperimentConfig no_profile = *cfg;
   no_profile.record.layers = false;
-  std::vector<std::string> a = model_args(no_profile);
-  a.insert(a.begin(), {"--role", "SERVER"});
-  a.insert(a.end(), {"--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)});
+  const std::string config_yaml = agent_config_yaml(no_profile);
+  std::vector<std::string> a = {"--role", "SERVER", "--bind",
+                                fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)};
 
   DetachedServer d;
   d.device = server.name;
@@ -160,6 +162,13 @@ int cmd_agents_start(const std::vector<std::string>& args) {
       fs::permissions(secret_file, fs::perms::owner_read | fs::perms::owner_write, ec);
       f << secret_hex << "\n";
     }
+    const std::string exp_file = dir + "/" + server.name + ".experiment.yaml";
+    {
+      std::ofstream f(exp_file, std::ios::trunc);
+      fs::permissions(exp_file, fs::perms::owner_read | fs::perms::owner_write, ec);
+      f << config_yaml;
+    }
+    a.insert(a.end(), {"--experiment", exp_file});
     d.log = dir + "/" + server.name + ".log";
     std::vector<std::string> argv;
     if (!server.netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", server.netns};
@@ -192,6 +201,13 @@ int cmd_agents_start(const std::vector<std::string>& args) {
       fmt::print(stderr, "tracrctl agents start: device {}: cannot write the secret file\n", server.name);
       return 1;
     }
+    const std::string exp_file = dir + server.name + ".experiment.yaml";
+    auto we = (*s)->run("umask 077 && cat > " + shell_quote(exp_file), config_yaml);
+    if (!we || we->exit_status != 0) {
+      fmt::print(stderr, "tracrctl agents start: device {}: cannot write the experiment file\n", server.name);
+      return 1;
+    }
+    a.insert(a.end(), {"--experiment", exp_file});
     std::string cmd = "setsid nohup " + shell_quote(dep->remote_path);
     for (const auto& x : a) cmd += " " + shell_quote(x);
     cmd += " --secret-file " + shell_quote(secret_file) + " > " + shell_quote(d.log) + " 2>&1 < /dev/null & echo $!";
@@ -239,6 +255,7 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (::kill(static_cast<pid_t>(d->pid), 0) == 0) ::kill(static_cast<pid_t>(d->pid), SIGKILL);
       fs::remove(fs::path(state_dir) / (d->device + ".secret"), ec);
+      fs::remove(fs::path(state_dir) / (d->device + ".experiment.yaml"), ec);
     } else {
       auto devs = load_devices_or_default(devices_file);
       const DeviceConfig* dev = devs ? devs->find(d->device) : nullptr;
@@ -255,7 +272,10 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
       }
       const std::string pid = std::to_string(d->pid);
       (void)(*s)->run("kill " + pid + " 2>/dev/null; sleep 1; kill -9 " + pid + " 2>/dev/null; rm -f " +
-                      shell_quote(d->log.substr(0, d->log.size() - std::string("-detached.log").size()) + ".secret"));
+                      shell_quote(d->log.substr(0, d->log.size() - std::string("-detached.log").size()) + ".secret") +
+                      " " +
+                      shell_quote(d->log.substr(0, d->log.size() - std::string("-detached.log").size()) +
+                                  ".experiment.yaml"));
     }
     fs::remove(e.path(), ec);
     fmt::print("stopped the detached SERVER agent on {} (pid {})\n", d->device, d->pid);

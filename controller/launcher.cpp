@@ -142,6 +142,7 @@ Result<agent::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
 
 Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
   std::vector<std::string> args = {"--role", s.role};
+  if (!s.config_yaml.empty()) args.insert(args.end(), {"--config", "stdin"});
   args.insert(args.end(), s.args.begin(), s.args.end());
   Result<std::unique_ptr<AgentProc>> p = make_error(Errc::internal, "");
   const DeviceConfig& dev = *s.device;
@@ -156,6 +157,7 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
   if (!p) return std::move(p.error());
   auto conn = std::make_unique<AgentConn>(s.device, s.role, std::move(*p), s.secret);
   TRACR_TRY(conn->proc().write(protocol::to_hex(s.secret.data(), s.secret.size()) + "\n"));
+  if (!s.config_yaml.empty()) TRACR_TRY(conn->send("CONFIG", {{"yaml", s.config_yaml}}));
   return conn;
 }
 

@@ -43,6 +43,10 @@ struct LaunchSpec {
                                     // empty: a local agent shares tracrctl's stderr
   std::string devices_file;         // for SSH targets (known_hosts beside it)
   bool trust_new_hosts = false;
+  // The effective experiment YAML, sent as the CONFIG control line right
+  // after the secret (the agent is started with --config stdin); empty for
+  // an echo SERVER.
+  std::string config_yaml;
 };
 
 // A started agent: the process and both directions of its control channel.

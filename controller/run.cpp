@@ -146,50 +146,25 @@ void keep_cause(const std::string& db_path, int64_t run_id, const std::string& c
 
 }  // namespace
 
-std::vector<std::string> model_args(const ExperimentConfig& cfg) {
-  std::vector<std::string> a{"--model", cfg.model, "--seed", std::to_string(cfg.seed)};
-  if (!cfg.weights.empty()) a.insert(a.end(), {"--weights", fs::absolute(cfg.weights).string()});
-  if (!cfg.input_size.empty())
-    a.insert(a.end(), {"--input-shape", fmt::format("{},{},{}", cfg.input_size[0], cfg.input_size[1], cfg.input_size[2])});
-  if (!cfg.encryption) a.push_back("--no-encrypt");
-  if (cfg.key_exchange == "none") a.push_back("--no-x25519");
-  if (cfg.record.layers)
-    a.insert(a.end(), {"--profile-layers", std::to_string(std::max(3, cfg.repetitions)), "--profile-batch",
-                       std::to_string(cfg.batch_size)});
-  return a;
+ExperimentConfig agent_experiment(const ExperimentConfig& cfg) {
+  ExperimentConfig c = cfg;
+  auto abs = [](std::string& p) {
+    if (!p.empty()) p = fs::absolute(p).string();
+  };
+  abs(c.weights);
+  abs(c.dataset.path);
+  abs(c.dataset.class_names_file);
+  return c;
 }
 
-std::vector<std::string> participant_args(const ExperimentConfig& cfg) {
-  std::vector<std::string> a;
-  const char* kind = cfg.dataset.kind == DatasetKind::fashion_mnist ? "fashion-mnist"
-                     : cfg.dataset.kind == DatasetKind::imagefolder ? "imagefolder"
-                                                                    : "synthetic";
-  a.insert(a.end(), {"--dataset", kind});
-  if (!cfg.dataset.path.empty()) a.insert(a.end(), {"--dataset-path", fs::absolute(cfg.dataset.path).string()});
-  if (cfg.dataset.kind == DatasetKind::fashion_mnist) a.insert(a.end(), {"--dataset-split", cfg.dataset.split});
-  if (!cfg.dataset.class_names_file.empty())
-    a.insert(a.end(), {"--class-names", fs::absolute(cfg.dataset.class_names_file).string()});
-  int64_t max_samples = cfg.dataset.max_samples;
-  if (cfg.dataset.kind == DatasetKind::synthetic && max_samples == 0) max_samples = 16;
-  a.insert(a.end(), {"--max-samples", std::to_string(max_samples), "--batch", std::to_string(cfg.batch_size),
-                     "--warmup", std::to_string(cfg.warmup), "--reps", std::to_string(cfg.repetitions),
-                     "--codec", cfg.compression, "--chunk", std::to_string(cfg.chunk_bytes), "--inflight",
-                     std::to_string(cfg.inflight)});
-  std::string splits = "all";
-  if (!cfg.split.all) {
-    splits.clear();
-    for (size_t i = 0; i < cfg.split.points.size(); ++i) splits += (i ? "," : "") + std::to_string(cfg.split.points[i]);
-  }
-  a.insert(a.end(), {"--splits", splits});
-  return a;
-}
+std::string agent_config_yaml(const ExperimentConfig& cfg) { return to_yaml(agent_experiment(cfg)); }
 
 std::string server_identity(const ExperimentConfig& cfg) {
-  ExperimentConfig c = cfg;
-  c.record.layers = false;
-  std::string id;
-  for (const auto& a : model_args(c)) id += a + "\x1f";
-  return id;
+  const ExperimentConfig c = agent_experiment(cfg);
+  std::string shape;
+  for (auto d : c.input_size) shape += std::to_string(d) + ",";
+  return fmt::format("model={}\x1fweights={}\x1finput={}\x1fseed={}\x1fencryption={}\x1fkey_exchange={}", c.model,
+                     c.weights, shape, c.seed, c.encryption, c.key_exchange);
 }
 
 int run_experiment(const RunOptions& ro) {
@@ -285,6 +260,8 @@ int run_experiment(const RunOptions& ro) {
   const std::string log_dir = (fs::path(cfg->output).parent_path() / "logs").string();
 
   Recorder rec(*db, *run_id, cfg->record.frames, cfg->record.layers);
+  // Every agent gets the effective experiment and parses it with the same code.
+  const std::string config_yaml = agent_config_yaml(*cfg);
   std::vector<std::unique_ptr<AgentConn>> agents;
   std::string failure;
   auto fail = [&](const std::string& why) {
@@ -301,11 +278,13 @@ int run_experiment(const RunOptions& ro) {
     ls.log_name = fmt::format("run-{}-{}.log", *run_id, dev.name);
     ls.devices_file = devices->source;
     ls.trust_new_hosts = ro.trust_new_hosts;
+    ls.config_yaml = config_yaml;
     auto conn = launch_agent(ls);
     if (!conn) return std::move(conn.error());
+    const long pid = (*conn)->proc().pid();
     agents.push_back(std::move(*conn));
-    rec.event("info", "agent_started", fmt::format("{} {} ({})", role, dev.name, transport_name(dev.transport)),
-              dev.name);
+    rec.event("info", "agent_started",
+              fmt::format("{} {} ({}, pid {})", role, dev.name, transport_name(dev.transport), pid), dev.name);
     return {};
   };
 
@@ -432,9 +411,7 @@ int run_experiment(const RunOptions& ro) {
               server.name);
     fmt::print("using the detached SERVER agent on {} (pid {}, {})\n", server.name, detached->pid, detached->endpoint);
   } else if (!ro.in_process) {
-    auto args = model_args(*cfg);
-    args.insert(args.end(), {"--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)});
-    st = launch(server, "SERVER", args);
+    st = launch(server, "SERVER", {"--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)});
     if (!st) fail("SERVER " + server.name + ": " + st.error().str());
   }
   if (failure.empty() && !ro.in_process && !detached) {
@@ -446,9 +423,7 @@ int run_experiment(const RunOptions& ro) {
   const size_t first_participant = agents.size();
   if (failure.empty() && !g_signal) {
     for (const DeviceConfig* p : devices->participants()) {
-      auto args = model_args(*cfg);
-      auto pa = participant_args(*cfg);
-      args.insert(args.end(), pa.begin(), pa.end());
+      std::vector<std::string> args;
       if (ro.in_process) args.push_back("--in-process");
       else
         args.insert(args.end(), {"--connect", server.transport == Transport::local && server.netns.empty()

@@ -12,10 +12,11 @@
 
 namespace tracr::controller {
 
-// Agent arguments for the experiment's model (both roles) and, for a
-// PARTICIPANT, its run.
-std::vector<std::string> model_args(const settings::ExperimentConfig& cfg);
-std::vector<std::string> participant_args(const settings::ExperimentConfig& cfg);
+// The experiment as agents get it: paths made absolute (agents may run in
+// another directory or on another machine with the same paths).
+settings::ExperimentConfig agent_experiment(const settings::ExperimentConfig& cfg);
+// to_yaml(agent_experiment(cfg)): what the CONFIG line and --experiment files hold.
+std::string agent_config_yaml(const settings::ExperimentConfig& cfg);
 // What a SERVER agent must have been started with to serve this experiment.
 std::string server_identity(const settings::ExperimentConfig& cfg);
 

@@ -67,6 +67,7 @@ class SyntheticDataset : public Dataset {
  public:
   explicit SyntheticDataset(DatasetConfig cfg) : cfg_(std::move(cfg)) {
     for (int64_t i = 0; i < cfg_.num_classes; ++i) names_.push_back("class_" + std::to_string(i));
+    if (!cfg_.class_names.empty()) names_ = cfg_.class_names;
   }
   std::string name() const override { return "synthetic"; }
   int64_t size() const override { return cfg_.num_samples; }
@@ -127,7 +128,9 @@ class ImageFolderDataset : public Dataset {
     for (auto& p : files) ds->items_.push_back({p.string(), -1});
     if (ds->items_.empty())
       return make_error(Errc::not_found, "imagefolder: no .jpg/.jpeg/.png files under '" + cfg.path + "'");
-    if (!cfg.class_names_file.empty()) {
+    if (!cfg.class_names.empty()) {
+      ds->names_ = cfg.class_names;
+    } else if (!cfg.class_names_file.empty()) {
       auto names = read_class_names(cfg.class_names_file);
       if (!names) return names.error();
       ds->names_ = std::move(*names);
@@ -221,7 +224,9 @@ class FashionMnistDataset : public Dataset {
       if (ds->labels_[i] >= ds->names_.size())
         return make_error(Errc::invalid_argument, lbl_path + ": label " + std::to_string(ds->labels_[i]) +
                                                       " at index " + std::to_string(i - 8) + " is not in 0..9");
-    if (!cfg.class_names_file.empty()) {
+    if (!cfg.class_names.empty()) {
+      ds->names_ = cfg.class_names;
+    } else if (!cfg.class_names_file.empty()) {
       auto names = read_class_names(cfg.class_names_file);
       if (!names) return names.error();
       ds->names_ = std::move(*names);

@@ -63,6 +63,7 @@ struct DatasetConfig {
   std::string path;                 // image folder / directory of the IDX .gz files
   std::string split = "test";       // fashion-mnist: "train" or "test"
   std::string class_names_file;     // optional, one name per line (overrides built-ins)
+  std::vector<std::string> class_names;  // optional, the names themselves (override the file and built-ins)
   std::vector<int64_t> input_shape = {3, 224, 224};  // C, H, W produced
   // "shorter": resize shorter side to resize_size, center crop H x W
   // (ImageClassification preset). "stretch": resize to exactly H x W

@@ -1349,6 +1349,9 @@ std::string to_yaml(const ExperimentConfig& cfg) {
   std::string o = "# effective tracr experiment configuration\n";
   std::string section;
   for (const auto& s : settings()) {
+    // A setting that only applies to another dataset type is left out, as a
+    // user would: the parser rejects it there.
+    if (s.info.name == "dataset.split" && cfg.dataset.kind != DatasetKind::fashion_mnist) continue;
     const auto dot = s.info.name.find('.');
     const std::string top = s.info.name.substr(0, dot);
     const std::string value = s.show(cfg);

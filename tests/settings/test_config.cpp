@@ -720,6 +720,29 @@ TEST(ExperimentConfig, EnvironmentOverridesFileWithSameChecks) {
   }
 }
 
+// Agents parse the controller's to_yaml with the same parser: every shipped
+// template and every dataset type must come back identical.
+TEST(ExperimentConfig, EffectiveYamlOfEveryTemplateAndDatasetTypeRoundTrips) {
+  std::vector<std::pair<std::string, std::string>> cases;
+  for (const auto& e : fs::directory_iterator(source_dir() + "/config/experiments")) {
+    std::ifstream f(e.path());
+    cases.emplace_back(e.path().string(), std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()));
+  }
+  cases.emplace_back("synthetic", "model: alexnet\ncommands: [{at_frame: 3, set_split: 2}, {at_frame: 5, set_codec: fp16}, "
+                                  "{at_frame: 6, pause_ms: 10}, {at_frame: 9, stop: true}]\n");
+  cases.emplace_back("imagefolder", "model: alexnet\ndataset: {type: imagefolder, path: /tmp/imgs, class_names: /tmp/n.txt}\n");
+  ASSERT_GE(cases.size(), 4u);
+  for (const auto& [name, text] : cases) {
+    auto r = parse_experiment(text, name, false);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.error().str();
+    const std::string y = to_yaml(*r);
+    auto back = parse_experiment(y, "effective.yaml", false);
+    ASSERT_TRUE(back.ok()) << name << ": " << back.error().str() << "\n" << y;
+    EXPECT_EQ(to_yaml(*back), y) << name;
+    EXPECT_EQ(back->commands.size(), r->commands.size()) << name;
+  }
+}
+
 TEST(ExperimentConfig, EffectiveYamlRoundTrips) {
   auto r = parse_experiment(R"(model: "torchscript:/m/x.pt"
 name: "odd: name #1"

@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -91,6 +92,27 @@ inline std::vector<std::string> query_col(const std::string& db, const std::stri
   sqlite3_finalize(st);
   sqlite3_close(h);
   return out;
+}
+
+// Process ids of a run's agents of `role` (SERVER | PARTICIPANT), from the
+// agent_started events ("... (local, pid N)").
+inline std::vector<long> agent_pids(const std::string& db, const std::string& role) {
+  std::vector<long> out;
+  for (const auto& m : query_col(db, "select message from events where kind = 'agent_started'")) {
+    if (m.rfind(role + " ", 0) != 0) continue;
+    auto p = m.rfind("pid ");
+    if (p != std::string::npos) out.push_back(std::atol(m.c_str() + p + 4));
+  }
+  return out;
+}
+
+// True while a process with this pid exists (and is not a zombie).
+inline bool alive(long pid) {
+  std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(st, line)) return false;
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
 }
 
 // A small, fast experiment: AlexNet at 64x64 on synthetic data.

@@ -165,7 +165,10 @@ TEST(Record, SigtermKeepsEveryReceivedFrameAndMarksTheRunInterrupted) {
   EXPECT_EQ(query(db, "select count(*) from events where kind = 'stopped' and frame is not null"), "1");
   EXPECT_EQ(query(db, "pragma integrity_check"), "ok");
   // No agent of this run is left behind.
-  EXPECT_NE(sh("pgrep -f 'tracr-agen[t].*--seed 515151'").status, 0);
+  const auto pids = agent_pids(db, "SERVER"), ppids = agent_pids(db, "PARTICIPANT");
+  ASSERT_EQ(pids.size() + ppids.size(), 2u);
+  for (long p : pids) EXPECT_FALSE(alive(p)) << "SERVER pid " << p;
+  for (long p : ppids) EXPECT_FALSE(alive(p)) << "PARTICIPANT pid " << p;
 }
 
 TEST(Record, CommandsChangeSplitAndCodecMidRun) {

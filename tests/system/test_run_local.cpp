@@ -68,8 +68,8 @@ TEST(RunLocal, BadExperimentNamesFileLineAndColumn) {
 TEST(RunLocal, KilledServerFailsRunCleanlyAndKeepsRows) {
   TempDir d;
   const std::string db = (d.path / "r.db").string();
-  // Many repetitions so the run is still going when the server dies; a
-  // unique seed lets pkill find this test's server agent.
+  // Many repetitions so the run is still going when the server dies; the
+  // agent_started events name the agents' pids.
   const std::string exp = d.file(
       "exp.yaml", "name: kill\nmodel: alexnet\ninput_size: [3, 64, 64]\ndataset:\n  type: synthetic\n  max_samples: 4\n"
                   "split: all\nwarmup: 0\nrepetitions: 200\nseed: 424242\noutput: " + db + "\nrecord:\n  layers: false\n");
@@ -83,7 +83,11 @@ TEST(RunLocal, KilledServerFailsRunCleanlyAndKeepsRows) {
     saw_frames = !n.empty() && std::stoi(n) > 5;
   }
   ASSERT_TRUE(saw_frames);
-  sh("pkill -KILL -f 'tracr-agen[t] --role SERVER.*--seed 424242'");
+  const auto servers = agent_pids(db, "SERVER");
+  const auto participants = agent_pids(db, "PARTICIPANT");
+  ASSERT_EQ(servers.size(), 1u);
+  ASSERT_EQ(participants.size(), 1u);
+  ASSERT_EQ(::kill(static_cast<pid_t>(servers[0]), SIGKILL), 0);
   runner.join();
   std::ifstream rc(out_file + ".rc");
   int code = -1;
@@ -96,7 +100,8 @@ TEST(RunLocal, KilledServerFailsRunCleanlyAndKeepsRows) {
   EXPECT_GT(std::stoi(query(db, "select count(*) from frames where run_id = 1")), 5);
   EXPECT_EQ(query(db, "pragma integrity_check"), "ok");
   // No agent is left behind.
-  EXPECT_NE(sh("pgrep -f 'tracr-agen[t].*--seed 424242'").status, 0);
+  EXPECT_FALSE(alive(servers[0]));
+  EXPECT_FALSE(alive(participants[0]));
 }
 
 TEST(RunLocal, FashionMnistTemplateRunsWithFramesInFlight) {
@@ -142,9 +147,10 @@ TEST(RunLocal, DetachedServerStartedOnceServesSeveralRunsUntilStopped) {
   EXPECT_EQ(query(db, "select count(*) from runs where status = 'completed'"), "2");
   EXPECT_EQ(query(db, "select count(*) from events where kind = 'agent_reused'"), "2");
   // The detached server outlived both runs; stop ends it and forgets its state.
-  EXPECT_EQ(sh("pgrep -f 'tracr-agen[t] --role SERVER.*--seed 777123'").status, 0);
+  const std::string agent_cmd = "pgrep -f 'tracr-agen[t] --role SERVER.*" + (d.path / "agents").string() + "/server.experiment.yaml'";
+  EXPECT_EQ(sh(agent_cmd).status, 0);
   auto stop = sh(tracrctl() + " agents stop --state-dir " + (d.path / "agents").string());
   EXPECT_EQ(stop.status, 0) << stop.out;
-  EXPECT_NE(sh("pgrep -f 'tracr-agen[t] --role SERVER.*--seed 777123'").status, 0);
+  EXPECT_NE(sh(agent_cmd).status, 0);
   EXPECT_NE(::stat(state.c_str(), &st), 0);
 }
