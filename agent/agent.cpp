@@ -248,15 +248,17 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
 
 namespace {
 
-void usage() {
-  std::puts(
+// Usage goes to stderr on errors: stdout is the control channel.
+void usage(std::FILE* out) {
+  std::fputs(
       "usage: tracr-agent --role SERVER      [--bind EP] [--raw-bind EP] [--config stdin | --experiment FILE]\n"
       "       tracr-agent --role PARTICIPANT (--connect EP | --in-process) (--config stdin | --experiment FILE)\n"
       "The hex session secret is the first line of stdin (or --secret-file FILE, owner-only, for a detached agent).\n"
       "--config stdin: the controller sends the effective experiment (the YAML `tracrctl run --show-config`\n"
       "describes) as an authenticated CONFIG line; --experiment FILE reads the same YAML from a file.\n"
       "Without either, a SERVER echoes frames (protocol demo; --no-encrypt, --no-x25519 apply to it).\n"
-      "stdout carries authenticated control lines; the agent exits when stdin closes.");
+      "stdout carries authenticated control lines; the agent exits when stdin closes.\n",
+      out);
 }
 
 // The first stdin line, read byte by byte so nothing after it is buffered
@@ -281,7 +283,7 @@ int agent_main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     for (const auto& a : args) {
       if (a == "--help" || a == "-h") {
-        usage();
+        usage(stdout);
         return 0;
       }
       if (a == "--version") {
@@ -292,7 +294,7 @@ int agent_main(int argc, char** argv) {
     auto parsed = parse_agent_args(args, opt);
     if (!parsed) {
       std::fprintf(stderr, "tracr-agent: %s\n", parsed.error().str().c_str());
-      usage();
+      usage(stderr);
       return 2;
     }
   } catch (const std::exception& e) {

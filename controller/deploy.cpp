@@ -19,14 +19,6 @@ namespace tracr::controller {
 
 namespace {
 
-// "READY ..." or "<seq> READY ..." (control channel line).
-bool is_ready_line(const std::string& line) {
-  if (line.rfind("READY", 0) == 0 && (line.size() == 5 || line[5] == ' ')) return true;
-  size_t i = 0;
-  while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
-  return i > 0 && line.compare(i, 7, " READY ") == 0;
-}
-
 std::string trim(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   size_t i = 0;
@@ -52,21 +44,6 @@ std::string normalize_remote_dir(std::string d) {
   if (d.rfind("~/", 0) == 0) d = d.substr(2);
   while (d.size() > 1 && d.back() == '/') d.pop_back();
   return d.empty() ? "." : d;
-}
-
-std::string dirname_of(const std::string& p) {
-  auto slash = p.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return p.substr(0, slash);
-}
-
-std::string last_lines(const std::string& s, size_t max_chars) {
-  std::string t = trim(s);
-  if (t.size() <= max_chars) return t;
-  t = t.substr(t.size() - max_chars);
-  auto nl = t.find('\n');
-  return nl == std::string::npos ? t : t.substr(nl + 1);
 }
 
 // Shell snippet printing the sha256 of a remote file (nothing when it does
@@ -193,121 +170,9 @@ Result<DeployInfo> deploy_agent(SshSession& s, const std::string& local_agent_pa
   return Result<DeployInfo>(std::move(info));
 }
 
-// ---------------------------------------------------------------- RemoteAgent
-
-RemoteAgent& RemoteAgent::operator=(RemoteAgent&& o) noexcept {
-  if (this != &o) {
-    if (proc_ && !stopped_) (void)stop(1000);
-    proc_ = std::move(o.proc_);
-    ready_line_ = std::move(o.ready_line_);
-    remote_path_ = std::move(o.remote_path_);
-    log_path_ = std::move(o.log_path_);
-    preamble_ = std::move(o.preamble_);
-    pid_ = o.pid_;
-    stopped_ = o.stopped_;
-    status_ = o.status_;
-  }
-  return *this;
-}
-
-RemoteAgent::~RemoteAgent() {
-  if (proc_ && !stopped_) (void)stop(1000);
-}
-
-std::string RemoteAgent::endpoint() const {
-  std::vector<std::string> words;
-  for (size_t i = 0; i < ready_line_.size();) {
-    size_t j = ready_line_.find(' ', i);
-    if (j == std::string::npos) j = ready_line_.size();
-    if (j > i) words.push_back(ready_line_.substr(i, j - i));
-    i = j + 1;
-  }
-  for (const auto& w : words)
-    if (w.rfind("endpoint=", 0) == 0) {
-      auto v = agent::pct_decode(w.substr(9));
-      return v ? *v : w.substr(9);
-    }
-  if (words.size() >= 2 && words[0] == "READY" && words[1].find('=') == std::string::npos) return words[1];
-  return {};
-}
-
-long RemoteAgent::pid() const { return pid_; }
-
-bool RemoteAgent::running() { return proc_ && !stopped_ && proc_->running(); }
-
-Result<int> RemoteAgent::stop(int grace_ms) {
-  if (stopped_ || !proc_) return status_;
-  auto r = proc_->stop(grace_ms);
-  if (!r) return std::move(r.error());
-  stopped_ = true;
-  status_ = *r;
-  return status_;
-}
-
-Result<RemoteAgent> launch_agent(SshSession& s, const std::string& remote_path, const std::vector<std::string>& args,
-                                 const std::string& secret_hex, int ready_timeout_ms) {
-  for (char ch : secret_hex)
-    if (!std::isxdigit(static_cast<unsigned char>(ch)))
-      return make_error(Errc::invalid_argument, "the session secret must be hex digits only");
-
-  RemoteAgent a;
-  a.remote_path_ = remote_path;
-  char stamp[32];
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
-  uint8_t rnd[3] = {};
-  (void)protocol::random_bytes(rnd, sizeof rnd);
-  a.log_path_ = fmt::format("{}/tracr-agent-{}-{}.log", dirname_of(remote_path), stamp, protocol::to_hex(rnd, 3));
-
-  std::string cmd = shell_quote(remote_path);
-  for (const auto& arg : args) cmd += " " + shell_quote(arg);
-  cmd += " 2>>" + shell_quote(a.log_path_);
-  auto proc = s.start(cmd);
-  if (!proc) return std::move(proc.error());
-  a.proc_ = std::move(*proc);
-  a.pid_ = a.proc_->pid();
-
-  auto fail = [&](Errc code, const std::string& what) -> Error {
-    auto st = a.stop(500);
-    std::string status = st ? fmt::format(" (exit status {})", *st) : "";
-    std::string log;
-    if (auto l = s.read_file_tail(a.log_path_, 4096)) log = last_lines(*l, 1500);
-    return make_error(code, fmt::format("tracr-agent on {} {}{}; log {}{}{}", s.label(), what, status, a.log_path_,
-                                        log.empty() ? " is empty" : " ends with:\n", log));
-  };
-  if (!secret_hex.empty()) {
-    if (auto w = a.proc_->write_stdin(secret_hex + "\n"); !w) {
-      if (!a.proc_->running()) return fail(Errc::peer_closed, "exited before READY");
-      return fail(w.error().code, "did not take the session secret: " + w.error().message);
-    }
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ready_timeout_ms);
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    auto line = a.proc_->read_line(static_cast<int>(std::max<long long>(left.count(), 0)));
-    if (!line) {
-      if (line.error().code == Errc::timeout)
-        return fail(Errc::timeout, fmt::format("did not print READY within {} ms", ready_timeout_ms));
-      if (line.error().code == Errc::peer_closed)
-        return fail(Errc::peer_closed, a.proc_->running() ? "closed its stdout before READY" : "exited before READY");
-      return fail(line.error().code, line.error().message);
-    }
-    if (is_ready_line(*line)) {
-      a.ready_line_ = *line;
-      return Result<RemoteAgent>(std::move(a));
-    }
-    if (a.preamble_.size() < 1000) a.preamble_.push_back(*line);
-  }
-}
-
 Result<std::string> fetch_logs(SshSession& s, const std::string& log_path, size_t max_bytes) {
   return s.read_file_tail(log_path, max_bytes);
 }
 
-Result<std::string> fetch_logs(SshSession& s, const RemoteAgent& agent, size_t max_bytes) {
-  return fetch_logs(s, agent.log_path(), max_bytes);
-}
 
 }  // namespace tracr::controller

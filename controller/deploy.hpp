@@ -1,11 +1,10 @@
-// Deploying and launching tracr-agent on a device over SSH.
-//
-// deploy_agent puts the agent binary on the device under a name derived
-// from its content hash (so an identical agent is never uploaded twice and
-// different versions never overwrite each other); launch_agent starts it with
-// the session secret on stdin and waits for its READY line. The agent exits
-// when its stdin closes, so a controller that dies (and its SSH connection
-// with it) never leaves agents behind.
+// Deploying tracr-agent on a device over SSH: deploy_agent puts the agent
+// binary on the device under a name derived from its content hash (so an
+// identical agent is never uploaded twice and different versions never
+// overwrite each other). Starting it is the launcher's job
+// (controller/launcher.hpp): the secret on stdin, READY awaited; the agent
+// exits when its stdin closes, so a controller that dies (and its SSH
+// connection with it) never leaves agents behind.
 #pragma once
 
 #include <cstddef>
@@ -37,60 +36,7 @@ struct DeployInfo {
 Result<DeployInfo> deploy_agent(SshSession& session, const std::string& local_agent_path,
                                 const std::string& remote_dir);
 
-// An agent started by launch_agent. Stops the agent when destroyed.
-class RemoteAgent {
- public:
-  RemoteAgent() = default;
-  RemoteAgent(RemoteAgent&&) noexcept = default;
-  RemoteAgent& operator=(RemoteAgent&&) noexcept;
-  ~RemoteAgent();
-
-  // The READY line as the agent printed it: "READY <endpoint> ..." or, with
-  // the authenticated control channel (agent/control.hpp), "<seq> READY
-  // endpoint=<endpoint> ... #<mac>", which the caller verifies with its
-  // ControlCodec (feed it preamble() first, then this line).
-  const std::string& ready_line() const { return ready_line_; }
-  // Lines the agent printed before READY, in order (usually none).
-  const std::vector<std::string>& preamble() const { return preamble_; }
-  // The endpoint the agent bound: the endpoint= field of the READY line, or
-  // its second word. Empty when neither is there.
-  std::string endpoint() const;
-  const std::string& remote_path() const { return remote_path_; }
-  const std::string& log_path() const { return log_path_; }  // remote stderr log
-  long pid() const;
-  // The agent's stdin/stdout (for a line control channel). Valid until stop.
-  RemoteProcess* process() { return proc_.get(); }
-  bool running();
-  // Closes the agent's stdin (it exits on EOF), waits up to grace_ms, then
-  // TERM/KILL (see RemoteProcess::stop). Returns the exit status (0 after a
-  // clean exit). Idempotent: later calls return the same status.
-  Result<int> stop(int grace_ms = 2000);
-
- private:
-  friend Result<RemoteAgent> launch_agent(SshSession&, const std::string&, const std::vector<std::string>&,
-                                          const std::string&, int);
-  std::unique_ptr<RemoteProcess> proc_;
-  std::string ready_line_, remote_path_, log_path_;
-  std::vector<std::string> preamble_;
-  long pid_ = -1;
-  bool stopped_ = false;
-  int status_ = -1;
-};
-
-// Starts remote_path with args (each shell-quoted), hands secret_hex to the
-// agent on stdin (never on its command line; empty: nothing is sent, e.g.
-// with --no-encrypt), sends its stderr to a log file beside remote_path,
-// and waits up to ready_timeout_ms for its READY line (first word READY, or
-// second word READY after a control-channel sequence number).
-// Errors (the agent is stopped and the log tail included in the message):
-// invalid_argument (secret not hex), timeout (no READY in time), peer_closed
-// (agent exited before READY, with its exit status), plus session errors.
-Result<RemoteAgent> launch_agent(SshSession& session, const std::string& remote_path,
-                                 const std::vector<std::string>& args, const std::string& secret_hex,
-                                 int ready_timeout_ms = 15000);
-
 // The last max_bytes of an agent's remote log (its stderr).
-Result<std::string> fetch_logs(SshSession& session, const RemoteAgent& agent, size_t max_bytes = 64u << 10);
 Result<std::string> fetch_logs(SshSession& session, const std::string& log_path, size_t max_bytes = 64u << 10);
 
 // Local helpers, exposed for tests and `tracrctl devices check`.

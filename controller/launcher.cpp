@@ -79,10 +79,10 @@ Result<std::unique_ptr<AgentProc>> start_local(const std::string& agent_path, co
   return std::unique_ptr<AgentProc>(new LocalProc(std::move(*p), log_path));
 }
 
-Result<std::unique_ptr<AgentProc>> start_ssh(const DeviceConfig& dev, const std::string& agent_path,
-                                             const std::vector<std::string>& args, bool trust_new_hosts,
-                                             const std::string& devices_file, const std::string& log_name) {
-  const SshTarget t = device_ssh_target(dev, devices_file, trust_new_hosts);
+Result<std::unique_ptr<AgentProc>> start_ssh(const LaunchSpec& ls, const std::vector<std::string>& args) {
+  const DeviceConfig& dev = *ls.device;
+  const SshTarget t = ls.ssh_target ? *ls.ssh_target : device_ssh_target(dev, ls.devices_file, ls.trust_new_hosts);
+  const std::string log_name = ls.log_name.empty() ? "tracr-agent.log" : ls.log_name;
   auto s = SshSession::connect(t);
   if (!s) {
     std::string hint;
@@ -90,11 +90,15 @@ Result<std::unique_ptr<AgentProc>> start_ssh(const DeviceConfig& dev, const std:
       hint = " (check the key, then pass --trust-new-hosts to record it in " + t.known_hosts_path + ")";
     return make_error(s.error().code, "device " + dev.name + ": " + s.error().message + hint);
   }
-  auto d = deploy_agent(**s, agent_path, dev.work_dir);
-  if (!d) return make_error(d.error().code, "device " + dev.name + ": deploy: " + d.error().message);
+  std::string remote_path = ls.installed_path;
+  if (remote_path.empty()) {
+    auto d = deploy_agent(**s, ls.agent_path, dev.work_dir);
+    if (!d) return make_error(d.error().code, "device " + dev.name + ": deploy: " + d.error().message);
+    remote_path = d->remote_path;
+  }
   // The agent's stderr goes to a log beside it (tracrctl agents logs).
-  const std::string log = d->remote_path.substr(0, d->remote_path.rfind('/') + 1) + log_name;
-  std::string cmd = shell_quote(d->remote_path);
+  const std::string log = remote_path.substr(0, remote_path.rfind('/') + 1) + log_name;
+  std::string cmd = shell_quote(remote_path);
   for (const auto& a : args) cmd += " " + shell_quote(a);
   cmd += " 2>> " + shell_quote(log);
   auto p = (*s)->start(cmd);
@@ -119,21 +123,29 @@ Status AgentConn::send(const std::string& kind, const std::map<std::string, std:
   return {};
 }
 
+Error AgentConn::abandon(Errc code, const std::string& what) {
+  const int status = proc_->stop(500);
+  const std::string log = proc_->log_tail();
+  return make_error(code, fmt::format("{} agent on {} {}{}; {}", role_, dev_->name, what,
+                                      status >= 0 ? fmt::format(" (exit status {})", status) : "",
+                                      log.empty() ? "its log is empty" : "its log ends with:\n" + log));
+}
+
+// An agent that will not become ready is stopped; the error says how it
+// ended and what its log says.
 Result<agent::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto give_up = [&](Errc code, const std::string& what) { return abandon(code, what); };
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0)
-      return make_error(Errc::timeout, fmt::format("{} agent on {} did not report READY within {} ms", role_,
-                                                   dev_->name, timeout_ms));
+    if (left <= 0) return give_up(Errc::timeout, fmt::format("did not report READY within {} ms", timeout_ms));
     auto line = proc_->read_line(static_cast<int>(left));
     if (!line) {
       if (line.error().code == Errc::timeout) continue;
-      return make_error(line.error().code, fmt::format("{} agent on {} exited before READY ({}); log tail:\n{}", role_,
-                                                       dev_->name, line.error().message, proc_->log_tail()));
+      return give_up(Errc::peer_closed, "exited before READY (" + line.error().message + ")");
     }
     auto m = decode(*line);
-    if (!m) return make_error(m.error().code, fmt::format("{} agent on {}: {}", role_, dev_->name, m.error().message));
+    if (!m) return give_up(m.error().code, "sent a line that is not an authenticated control line (" + m.error().message + ")");
     if (m->kind == "FAIL")
       return make_error(Errc::remote, fmt::format("{} agent on {} failed: {}", role_, dev_->name, m->get_or("error", "?")));
     if (m->kind == "READY") return std::move(*m);
@@ -152,12 +164,15 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
     fs::create_directories(dir, ec);
     p = start_local(s.agent_path, args, s.log_name.empty() ? std::string() : dir + "/" + s.log_name, dev.netns);
   } else {
-    p = start_ssh(dev, s.agent_path, args, s.trust_new_hosts, s.devices_file, s.log_name);
+    p = start_ssh(s, args);
   }
   if (!p) return std::move(p.error());
   auto conn = std::make_unique<AgentConn>(s.device, s.role, std::move(*p), s.secret);
-  TRACR_TRY(conn->proc().write(protocol::to_hex(s.secret.data(), s.secret.size()) + "\n"));
-  if (!s.config_yaml.empty()) TRACR_TRY(conn->send("CONFIG", {{"yaml", s.config_yaml}}));
+  if (auto w = conn->proc().write(protocol::to_hex(s.secret.data(), s.secret.size()) + "\n"); !w)
+    return conn->abandon(Errc::peer_closed, "exited before READY (could not take the session secret: " + w.error().message + ")");
+  if (!s.config_yaml.empty())
+    if (auto w = conn->send("CONFIG", {{"yaml", s.config_yaml}}); !w)
+      return conn->abandon(Errc::peer_closed, "exited before READY (could not take the experiment: " + w.error().message + ")");
   return conn;
 }
 

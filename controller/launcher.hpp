@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ struct LaunchSpec {
                                     // empty: a local agent shares tracrctl's stderr
   std::string devices_file;         // for SSH targets (known_hosts beside it)
   bool trust_new_hosts = false;
+  // SSH only: connect with this target instead of the device's (tests, or a
+  // caller that already resolved one), and run an agent already installed at
+  // this remote path instead of deploying agent_path.
+  std::optional<SshTarget> ssh_target;
+  std::string installed_path;
   // The effective experiment YAML, sent as the CONFIG control line right
   // after the secret (the agent is started with --config stdin); empty for
   // an echo SERVER.
@@ -62,8 +68,12 @@ class AgentConn {
   // Sends an authenticated line to the agent (STOP, CMD).
   Status send(const std::string& kind, const std::map<std::string, std::string>& fields);
   // Reads lines until READY (returned) or FAIL (error remote), skipping
-  // others; timeout after timeout_ms.
+  // others. Error timeout after timeout_ms, peer_closed when the agent exits
+  // first (with its exit status); both stop the agent and carry its log tail.
   Result<agent::ControlMsg> wait_ready(int timeout_ms);
+  // Stops the agent and returns `code` with "<role> agent on <device> <what>",
+  // its exit status and the tail of its log.
+  Error abandon(Errc code, const std::string& what);
 
  private:
   const settings::DeviceConfig* dev_;

@@ -163,8 +163,9 @@ std::string server_identity(const ExperimentConfig& cfg) {
   const ExperimentConfig c = agent_experiment(cfg);
   std::string shape;
   for (auto d : c.input_size) shape += std::to_string(d) + ",";
-  return fmt::format("model={}\x1fweights={}\x1finput={}\x1fseed={}\x1fencryption={}\x1fkey_exchange={}", c.model,
-                     c.weights, shape, c.seed, c.encryption, c.key_exchange);
+  // Percent-encoded values joined by spaces: unambiguous for any path.
+  return fmt::format("model={} weights={} input={} seed={} encryption={} key_exchange={}", agent::pct_encode(c.model),
+                     agent::pct_encode(c.weights), shape, c.seed, c.encryption, c.key_exchange);
 }
 
 int run_experiment(const RunOptions& ro) {

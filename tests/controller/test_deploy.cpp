@@ -1,4 +1,4 @@
-// deploy_agent / launch_agent with the real tracr-agent through a real sshd.
+// deploy_agent, and the launcher over SSH, with the real tracr-agent through a real sshd.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "controller/deploy.hpp"
+#include "controller/launcher.hpp"
 #include "tests/controller/sshd_fixture.hpp"
 
 namespace tracr::controller {
@@ -76,38 +77,51 @@ TEST_F(DeployTest, ReplacesACorruptedCopy) {
   EXPECT_EQ(slurp(again->remote_path), slurp(kAgent));
 }
 
+// Starts `remote_path` on the fixture's sshd through the launcher (the one
+// way tracrctl starts agents), as the SERVER of an echo run.
+Result<std::unique_ptr<AgentConn>> launch(const SshTarget& target, const std::string& remote_path,
+                                          const std::vector<std::string>& args) {
+  static settings::DeviceConfig dev;
+  dev.name = "sshd";
+  dev.transport = settings::Transport::ssh;
+  LaunchSpec ls;
+  ls.device = &dev;
+  ls.role = "SERVER";
+  ls.args = args;
+  ls.secret = std::vector<uint8_t>(32, 0xaa);
+  ls.ssh_target = target;
+  ls.installed_path = remote_path;
+  ls.log_name = "tracr-agent-test.log";
+  return launch_agent(ls);
+}
+
 TEST_F(DeployTest, LaunchedAgentIsReadyAndGoneAfterStop) {
   auto s = connect_trusted();
   ASSERT_TRUE(s);
   auto d = deploy_agent(*s, kAgent, sshd().dir() + "/agents");
   ASSERT_TRUE(d.ok()) << d.error().str();
-  auto a = launch_agent(*s, d->remote_path, {"--role", "SERVER", "--bind", "tcp://127.0.0.1:0"}, kSecret, 15000);
+  auto a = launch(sshd().target(true), d->remote_path, {"--bind", "tcp://127.0.0.1:0"});
   ASSERT_TRUE(a.ok()) << a.error().str();
-  EXPECT_TRUE(contains(a->ready_line(), "READY")) << a->ready_line();
-  EXPECT_EQ(a->endpoint().rfind("tcp://127.0.0.1:", 0), 0u) << a->endpoint();
-  EXPECT_NE(a->endpoint(), "tcp://127.0.0.1:0");
-  const long pid = a->pid();
+  auto ready = (*a)->wait_ready(15000);
+  ASSERT_TRUE(ready.ok()) << ready.error().str();
+  const std::string ep = ready->get_or("endpoint", "");
+  EXPECT_EQ(ep.rfind("tcp://127.0.0.1:", 0), 0u) << ep;
+  EXPECT_NE(ep, "tcp://127.0.0.1:0");
+  const long pid = (*a)->proc().pid();
   ASSERT_GT(pid, 0);
-  EXPECT_TRUE(a->running());
   EXPECT_TRUE(remote_pid_alive(*s, pid));
 
   // The secret went over stdin, not the command line.
   auto cmdline = s->run("tr '\\0' ' ' < /proc/" + std::to_string(pid) + "/cmdline");
   ASSERT_TRUE(cmdline.ok()) << cmdline.error().str();
   EXPECT_TRUE(contains(cmdline->out, "--role SERVER")) << cmdline->out;
-  EXPECT_FALSE(contains(cmdline->out, kSecret));
-  EXPECT_EQ(std::filesystem::path(a->log_path()).parent_path(), std::filesystem::path(d->remote_path).parent_path());
+  EXPECT_FALSE(contains(cmdline->out, std::string(64, 'a')));
+  // Its stderr log sits beside the agent.
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(d->remote_path).parent_path() / "tracr-agent-test.log"));
 
-  auto st = a->stop(5000);
-  ASSERT_TRUE(st.ok()) << st.error().str();
-  EXPECT_EQ(*st, 0);  // exited by itself on stdin EOF
-  EXPECT_FALSE(a->running());
+  EXPECT_EQ((*a)->proc().stop(5000), 0);  // exited by itself on stdin EOF
   EXPECT_TRUE(remote_pid_gone_eventually(*s, pid));
-  auto again = a->stop();
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, 0);
-  auto logs = fetch_logs(*s, *a);
-  ASSERT_TRUE(logs.ok()) << logs.error().str();
+  EXPECT_EQ((*a)->proc().stop(5000), 0);  // idempotent
 }
 
 TEST_F(DeployTest, AgentExitsWhenTheConnectionDies) {
@@ -115,12 +129,11 @@ TEST_F(DeployTest, AgentExitsWhenTheConnectionDies) {
   ASSERT_TRUE(s);
   auto d = deploy_agent(*s, kAgent, sshd().dir() + "/agents");
   ASSERT_TRUE(d.ok()) << d.error().str();
-  auto owner = SshSession::connect(sshd().target());
-  ASSERT_TRUE(owner.ok()) << owner.error().str();
-  auto a = launch_agent(**owner, d->remote_path, {"--role", "SERVER"}, kSecret, 15000);
+  auto a = launch(sshd().target(true), d->remote_path, {});
   ASSERT_TRUE(a.ok()) << a.error().str();
-  const long pid = a->pid();
-  // Kill the sshd process serving the owner's connection, as if the
+  ASSERT_TRUE((*a)->wait_ready(15000).ok());
+  const long pid = (*a)->proc().pid();
+  // Kill the sshd process serving the launcher's connection, as if the
   // controller's machine vanished: the agent's stdin closes and it exits.
   auto ppid = s->run("awk '{print $4}' /proc/" + std::to_string(pid) + "/stat");
   ASSERT_TRUE(ppid.ok() && ppid->exit_status == 0);
@@ -128,7 +141,7 @@ TEST_F(DeployTest, AgentExitsWhenTheConnectionDies) {
   ASSERT_TRUE(killed.ok() && killed->exit_status == 0) << (killed ? killed->err : killed.error().str());
   EXPECT_TRUE(remote_pid_gone_eventually(*s, pid));
   // Stopping over the dead connection neither hangs nor throws.
-  (void)a->stop(200);
+  (void)(*a)->proc().stop(200);
 }
 
 TEST_F(DeployTest, AgentThatExitsBeforeReadyReportsItsLog) {
@@ -140,44 +153,48 @@ TEST_F(DeployTest, AgentThatExitsBeforeReadyReportsItsLog) {
     const std::string fake = sshd().dir() + "/failing-agent";
     tracr::testing::spit(fake, std::string("#!/bin/sh\n") + body + "\n");
     ::chmod(fake.c_str(), 0755);
-    auto a = launch_agent(*s, fake, {}, kSecret, 15000);
-    ASSERT_FALSE(a.ok());
-    EXPECT_EQ(a.error().code, Errc::peer_closed) << a.error().str();
-    EXPECT_TRUE(contains(a.error().message, "exited before READY")) << a.error().message;
-    EXPECT_TRUE(contains(a.error().message, "fatal: bad config")) << a.error().message;
-    EXPECT_TRUE(contains(a.error().message, "exit status 3")) << a.error().message;
+    auto a = launch(sshd().target(true), fake, {});
+    Result<agent::ControlMsg> r = a ? (*a)->wait_ready(15000) : Result<agent::ControlMsg>(a.error());
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, Errc::peer_closed) << r.error().str();
+    EXPECT_TRUE(contains(r.error().message, "exited before READY")) << r.error().message;
+    EXPECT_TRUE(contains(r.error().message, "fatal: bad config")) << r.error().message;
+    EXPECT_TRUE(contains(r.error().message, "exit status 3")) << r.error().message;
   }
-  // The real agent with a bad option.
+  // The real agent with a bad option: its own complaint, from its log.
   auto d = deploy_agent(*s, kAgent, sshd().dir() + "/agents");
   ASSERT_TRUE(d.ok()) << d.error().str();
-  auto a = launch_agent(*s, d->remote_path, {"--role", "NOPE"}, kSecret, 15000);
-  ASSERT_FALSE(a.ok());
-  EXPECT_EQ(a.error().code, Errc::peer_closed) << a.error().str();
-  EXPECT_TRUE(contains(a.error().message, "NOPE")) << a.error().message;  // the agent's complaint, from its log
+  auto a = launch(sshd().target(true), d->remote_path, {"--frobnicate"});
+  ASSERT_TRUE(a.ok());
+  auto r = (*a)->wait_ready(15000);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::peer_closed) << r.error().str();
+  EXPECT_TRUE(contains(r.error().message, "frobnicate")) << r.error().message;
 }
 
-TEST_F(DeployTest, AgentWithoutReadyLineTimesOut) {
+TEST_F(DeployTest, AgentWithoutReadyLineTimesOutAndIsStopped) {
   auto s = connect_trusted();
   ASSERT_TRUE(s);
   // A stand-in "agent" that never prints READY.
   const std::string fake = sshd().dir() + "/silent-agent";
-  tracr::testing::spit(fake, "#!/bin/sh\necho starting >&2\nexec cat\n");
+  tracr::testing::spit(fake, "#!/bin/sh\necho starting >&2\nwhile :; do sleep 1; done\n");
   ::chmod(fake.c_str(), 0755);
-  auto a = launch_agent(*s, fake, {}, kSecret, 300);
-  ASSERT_FALSE(a.ok());
-  EXPECT_EQ(a.error().code, Errc::timeout) << a.error().str();
-  EXPECT_TRUE(contains(a.error().message, "starting")) << a.error().message;
-  auto left = s->run("pgrep -f " + fake);
+  auto a = launch(sshd().target(true), fake, {});
+  ASSERT_TRUE(a.ok()) << a.error().str();
+  auto r = (*a)->wait_ready(300);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::timeout) << r.error().str();
+  EXPECT_TRUE(contains(r.error().message, "starting")) << r.error().message;
+  auto left = s->run("pgrep -f 'silent-agen[t]'");
   ASSERT_TRUE(left.ok());
   EXPECT_NE(left->exit_status, 0) << left->out;
 }
 
-TEST_F(DeployTest, SecretMustBeHex) {
-  auto s = connect_trusted();
-  ASSERT_TRUE(s);
-  auto a = launch_agent(*s, "/bin/true", {}, "zz\nrm -rf /", 1000);
+TEST_F(DeployTest, UnknownHostKeyIsRefusedWithAHint) {
+  auto a = launch(sshd().target(/*tofu=*/false), "/bin/true", {});
   ASSERT_FALSE(a.ok());
-  EXPECT_EQ(a.error().code, Errc::invalid_argument);
+  EXPECT_EQ(a.error().code, Errc::host_key_unknown) << a.error().str();
+  EXPECT_TRUE(contains(a.error().message, "--trust-new-hosts")) << a.error().message;
 }
 
 TEST(DeployLocal, AgentArchitectureMatchesThisMachine) {
