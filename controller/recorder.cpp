@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <fstream>
+
 #include "agent/record.hpp"
+#include "settings/config.hpp"
 
 namespace tracr::controller {
 
@@ -98,6 +102,35 @@ void Recorder::flush() {
       profiles_.clear();
     }
   }
+}
+
+namespace {
+std::string json_value(int64_t v) { return std::to_string(v); }
+std::string json_value(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "null"; }
+std::string json_value(const std::string& v) { return settings::json_quote(v); }
+std::string json_value(const std::optional<double>& v) {
+  return v && std::isfinite(*v) ? fmt::format("{}", *v) : "null";
+}
+}  // namespace
+
+Result<std::string> Recorder::save_unwritten(const std::string& path) const {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return make_error(Errc::io, "cannot write " + path);
+  for (const auto& f : frames_) {
+    std::string o = fmt::format("{{\"table\":\"frames\",\"run_id\":{},\"participant\":{}", f.run_id,
+                                settings::json_quote(f.participant));
+    agent::visit_frame(f, [&](const agent::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
+    out << o << "}\n";
+  }
+  for (const auto& p : profiles_) {
+    std::string o = fmt::format("{{\"table\":\"layer_profiles\",\"run_id\":{},\"device\":{},\"device_role\":{}", p.run_id,
+                                settings::json_quote(p.device), settings::json_quote(p.device_role));
+    agent::visit_profile(p, [&](const agent::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
+    out << o << "}\n";
+  }
+  out.flush();
+  if (!out) return make_error(Errc::io, "writing " + path + " failed");
+  return path;
 }
 
 }  // namespace tracr::controller

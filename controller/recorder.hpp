@@ -36,6 +36,9 @@ class Recorder {
   // The first write failure ("" when none) and how many rows are still unwritten.
   const std::string& write_error() const { return write_error_; }
   size_t unwritten() const { return frames_.size() + profiles_.size(); }
+  // Writes the rows the database did not take as JSON lines (one object per
+  // row: {"table": ..., every column}) to `path`; returns the path written.
+  Result<std::string> save_unwritten(const std::string& path) const;
 
   // Progress as the participant reported it, and its timed frames so far.
   int64_t frames_done() const { return done_; }

@@ -464,6 +464,11 @@ Result<ResultsDb> ResultsDb::open_readonly(const std::string& path) {
                       fmt::format("{}: written by an older tracr (schema {}, this build reads {}); upgrade it once with "
                                   "`tracrctl results migrate --db {}`",
                                   path, version, kSchemaVersion, path));
+  // Runs whose controller is gone are shown as interrupted (the next
+  // read-write open records it); nothing is written here.
+  auto dead = db.find_dead_runs();
+  if (!dead) return dead.error();
+  for (auto& [id, why] : *dead) db.dead_[id] = why;
   return db;
 }
 
@@ -549,31 +554,37 @@ Status ResultsDb::migrate(int target) {
   return {};
 }
 
-Status ResultsDb::sweep_interrupted() {
+Result<std::vector<std::pair<int64_t, std::string>>> ResultsDb::find_dead_runs() {
   sqlite3* db = db_.get();
   const std::string host = host_name();
   std::vector<std::pair<int64_t, std::string>> dead;
-  {
-    Stmt q(db,
-           "SELECT id, controller_host, controller_pid, COALESCE(controller_start, 0) FROM runs "
-           "WHERE status = 'running'");
-    if (!q.prepared()) return db_error(db, path_, "find running runs");
-    int rc;
-    while ((rc = q.step()) == SQLITE_ROW) {
-      if (q.text(1) != host) continue;  // another host's controller: cannot tell
-      const int64_t pid = q.i64(2);
-      if (!controller_alive(pid, q.i64(3))) {
-        std::string why = fmt::format("controller process {} on {} ended without finishing the run", pid, host);
-        // A controller that could not write its database left the cause beside it.
-        std::ifstream note(failure_note_path(path_, q.i64(0)));
-        std::string cause((std::istreambuf_iterator<char>(note)), std::istreambuf_iterator<char>());
-        while (!cause.empty() && (cause.back() == '\n' || cause.back() == ' ')) cause.pop_back();
-        if (!cause.empty()) why += ": " + cause;
-        dead.emplace_back(q.i64(0), why);
-      }
+  Stmt q(db,
+         "SELECT id, controller_host, controller_pid, COALESCE(controller_start, 0) FROM runs "
+         "WHERE status = 'running'");
+  if (!q.prepared()) return db_error(db, path_, "find running runs");
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    if (q.text(1) != host) continue;  // another host's controller: cannot tell
+    const int64_t pid = q.i64(2);
+    if (!controller_alive(pid, q.i64(3))) {
+      std::string why = fmt::format("controller process {} on {} ended without finishing the run", pid, host);
+      // A controller that could not write its database left the cause beside it.
+      std::ifstream note(failure_note_path(path_, q.i64(0)));
+      std::string cause((std::istreambuf_iterator<char>(note)), std::istreambuf_iterator<char>());
+      while (!cause.empty() && (cause.back() == '\n' || cause.back() == ' ')) cause.pop_back();
+      if (!cause.empty()) why += ": " + cause;
+      dead.emplace_back(q.i64(0), why);
     }
-    if (rc != SQLITE_DONE) return db_error(db, path_, "find running runs");
   }
+  if (rc != SQLITE_DONE) return db_error(db, path_, "find running runs");
+  return dead;
+}
+
+Status ResultsDb::sweep_interrupted() {
+  sqlite3* db = db_.get();
+  auto found = find_dead_runs();
+  if (!found) return found.error();
+  const auto& dead = *found;
   for (const auto& [id, why] : dead) {
     {
       Transaction tx(db, path_);
@@ -1006,6 +1017,15 @@ RunRow read_run(const Stmt& q) {
 }
 }  // namespace
 
+RunRow ResultsDb::shown(RunRow r) const {
+  auto it = dead_.find(r.id);
+  if (it != dead_.end()) {
+    r.status = RunStatus::interrupted;
+    r.error = it->second + " (seen read-only; recorded at the next read-write open)";
+  }
+  return r;
+}
+
 Result<std::vector<RunRow>> ResultsDb::list_runs(int limit) {
   std::string sql = std::string(kRunColumns) + "ORDER BY id DESC";
   if (limit > 0) sql += " LIMIT " + std::to_string(limit);
@@ -1013,7 +1033,7 @@ Result<std::vector<RunRow>> ResultsDb::list_runs(int limit) {
   if (!q.prepared()) return db_error(db_.get(), path_, "list runs");
   std::vector<RunRow> out;
   int rc;
-  while ((rc = q.step()) == SQLITE_ROW) out.push_back(read_run(q));
+  while ((rc = q.step()) == SQLITE_ROW) out.push_back(shown(read_run(q)));
   if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "list runs");
   return out;
 }
@@ -1023,7 +1043,7 @@ Result<RunRow> ResultsDb::get_run(int64_t run_id) {
   if (!q.prepared()) return db_error(db_.get(), path_, "read run");
   q.bind(1, run_id);
   const int rc = q.step();
-  if (rc == SQLITE_ROW) return read_run(q);
+  if (rc == SQLITE_ROW) return shown(read_run(q));
   if (rc == SQLITE_DONE)
     return make_error(Errc::not_found,
                       fmt::format("{}: no run with id {} (see `tracrctl results list`)", path_, run_id));

@@ -223,6 +223,11 @@ class ResultsDb {
                          const std::vector<EventRecord>& slow);
   Status migrate(int target);
   Status sweep_interrupted();
+  // Runs still 'running' whose controller no longer exists on this host, with the reason.
+  Result<std::vector<std::pair<int64_t, std::string>>> find_dead_runs();
+  // A run as shown: read-only opens show dead runs as interrupted.
+  RunRow shown(RunRow r) const;
+  std::map<int64_t, std::string> dead_;
 
   std::unique_ptr<sqlite3, Closer> db_;
   std::string path_;

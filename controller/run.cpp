@@ -138,10 +138,20 @@ const char* signal_name(int sig) {
 
 // Writes the cause of a run that could not be finished in its database
 // beside it, for the next open's interruption reason; stderr always.
+// The note is created with its space reserved when the run starts, so that it
+// can still be written in place when the disk is full.
+constexpr size_t kNoteBytes = 4096;
+void reserve_cause_note(const std::string& db_path, int64_t run_id) {
+  std::ofstream f(failure_note_path(db_path, run_id), std::ios::trunc);
+  if (f) f << std::string(kNoteBytes, ' ');
+}
 void keep_cause(const std::string& db_path, int64_t run_id, const std::string& cause) {
   fmt::print(stderr, "tracrctl run: run {} could not be finished in {}: {}\n", run_id, db_path, cause);
-  std::ofstream f(failure_note_path(db_path, run_id), std::ios::trunc);
-  if (f) f << cause << "\n";
+  std::string text = cause.substr(0, kNoteBytes - 1) + "\n";
+  if (std::FILE* f = std::fopen(failure_note_path(db_path, run_id).c_str(), "r+")) {  // in place, no truncation
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
 }
 
 }  // namespace
@@ -220,6 +230,7 @@ int run_experiment(const RunOptions& ro) {
   } finish_guard{[&] {
     if (!finished_row) (void)db->finish_run(*run_id, RunStatus::failed, "tracrctl run ended abnormally");
   }};
+  reserve_cause_note(cfg->output, *run_id);
   fmt::print("run {} '{}': model {}, codec {}, cipher {}, devices {}{}\n", *run_id, cfg->name, cfg->model,
              cfg->compression, info.cipher, devices->source, ro.in_process ? " (in-process)" : "");
   std::fflush(stdout);  // before the progress lines on stderr
@@ -393,6 +404,11 @@ int run_experiment(const RunOptions& ro) {
       auto e = pump.pop(100);
       if (e) handle(*e);
       rec.maybe_flush();
+      // A database that cannot take the rows ends the run: nothing more could be recorded.
+      if (!rec.write_error().empty()) {
+        fail("database: " + rec.write_error());
+        break;
+      }
       if (!stopping) schedule(first_participant);
       for (size_t i = 0; i < agents.size(); ++i)
         if (!finished[i] && last_seen.count(i) &&
@@ -458,16 +474,29 @@ int run_experiment(const RunOptions& ro) {
   while (auto e = pump.pop(0)) handle(*e);
   rec.flush();
   if (!rec.write_error().empty()) {
-    const std::string cause = fmt::format("database: {}{}", rec.write_error(),
-                                          rec.unwritten() ? fmt::format(" ({} received rows could not be written)", rec.unwritten()) : "");
-    failure = failure.empty() ? cause : failure + "; " + cause;
+    std::string cause = "database: " + rec.write_error();
+    if (rec.unwritten()) {
+      // Received rows the database did not take are saved elsewhere, not dropped.
+      const char* tmp = std::getenv("TMPDIR");
+      const std::string path = fmt::format("{}/tracr-run{}-unwritten-{}.jsonl", tmp && *tmp ? tmp : "/tmp", *run_id, getpid());
+      auto saved = rec.save_unwritten(path);
+      cause += saved ? fmt::format(" ({} received rows the database did not take are saved in {})", rec.unwritten(), *saved)
+                     : fmt::format(" ({} received rows could not be written anywhere: {})", rec.unwritten(), saved.error().str());
+    }
+    if (failure.empty() || failure == "database: " + rec.write_error()) failure = cause;
+    else failure += "; " + cause;
   }
   const int sig = g_signal.load();
   if (sig && failure.empty()) failure = fmt::format("interrupted by {}", signal_name(sig));
   const RunStatus status = failure.empty() ? RunStatus::completed : sig ? RunStatus::interrupted : RunStatus::failed;
   if (!failure.empty()) (void)db->add_event(*run_id, "error", sig ? "run_interrupted" : "run_failed", failure);
   finished_row = true;
-  if (auto fs2 = db->finish_run(*run_id, status, failure); !fs2) keep_cause(cfg->output, *run_id, failure.empty() ? fs2.error().str() : failure + "; " + fs2.error().str());
+  if (auto fs2 = db->finish_run(*run_id, status, failure); !fs2) {
+    keep_cause(cfg->output, *run_id, failure.empty() ? fs2.error().str() : failure + "; " + fs2.error().str());
+  } else {
+    std::error_code ec;
+    fs::remove(failure_note_path(cfg->output, *run_id), ec);
+  }
   if (!failure.empty()) {
     fmt::print(stderr, "tracrctl run: run {} {}: {}\n", *run_id, run_status_name(status), failure);
     fmt::print(stderr, "tracrctl run: {} frames received, rows written are kept in {} (tracrctl results show {})\n",

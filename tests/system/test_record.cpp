@@ -213,3 +213,54 @@ TEST(Record, CommandsChangeSplitAndCodecMidRun) {
   // The split table groups frames by the split they ran at.
   EXPECT_EQ(query(db, "select group_concat(split) from summaries"), "2,9");
 }
+
+TEST(Record, FullDiskKeepsTheCauseAndEveryReceivedFrame) {
+  TempDir d;
+  const std::string mnt = (d.path / "small").string();
+  std::filesystem::create_directories(mnt);
+  // A 256 KiB file system for the database: it fills within a few dozen frames.
+  if (sh("mount -t tmpfs -o size=256k tmpfs " + mnt).status != 0) {
+    if (std::getenv("TRACR_REQUIRE_SSHD")) FAIL() << "cannot mount a tmpfs (root needed)";
+    GTEST_SKIP() << "cannot mount a tmpfs here (root needed)";
+  }
+  struct Unmount {
+    std::string m;
+    ~Unmount() { sh("umount " + m); }
+  } unmount{mnt};
+  const std::string db = mnt + "/r.db";
+  const std::string tmp = (d.path / "tmp").string();
+  std::filesystem::create_directories(tmp);
+  const std::string exp = d.file(
+      "exp.yaml", "name: full\nmodel: alexnet\ninput_size: [3, 64, 64]\ndataset: {type: synthetic, max_samples: 4}\n"
+                  "split: [3]\nwarmup: 0\nrepetitions: 400\noutput: " + db + "\nrecord: {layers: false}\n");
+  auto r = sh("TMPDIR=" + tmp + " " + tracrctl() + " run " + exp + " --no-progress");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("database or disk is full"), std::string::npos) << r.out;
+  // Every received frame is in the database or in the file named on stderr.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("(\\d+) frames received"))) << r.out;
+  const int64_t received = std::stoll(m[1]);
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("saved in (\\S+\\.jsonl)"))) << r.out;
+  const std::string saved = m[1];
+  EXPECT_EQ(saved.rfind(tmp, 0), 0u) << saved;
+  std::ifstream in(saved);
+  std::set<int64_t> frames;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch f;
+    ASSERT_TRUE(std::regex_search(line, f, std::regex("\"frame\":(\\d+)"))) << line;
+    frames.insert(std::stoll(f[1]));
+  }
+  for (const auto& v : query_col(db, "select frame from frames")) frames.insert(std::stoll(v));
+  EXPECT_EQ(static_cast<int64_t>(frames.size()), received);
+  EXPECT_EQ(*frames.rbegin() + 1, received);  // frame numbers 0..received-1, none missing
+  // The cause survives for the next read-write open, which records it (on a
+  // copy, with room to write).
+  const std::string copy = (d.path / "copy").string();
+  std::filesystem::create_directories(copy);
+  sh("cp -a " + mnt + "/. " + copy + "/");
+  auto mig = sh(tracrctl() + " results migrate --db " + copy + "/r.db");
+  ASSERT_EQ(mig.status, 0) << mig.out;
+  EXPECT_EQ(query(copy + "/r.db", "select status from runs where id = 1"), "interrupted");
+  EXPECT_NE(query(copy + "/r.db", "select error from runs where id = 1").find("database or disk is full"), std::string::npos)
+      << query(copy + "/r.db", "select error from runs where id = 1");
+}
