@@ -1100,6 +1100,38 @@ Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id
   return out;
 }
 
+Result<std::vector<LayerProfileRecord>> ResultsDb::find_profiles(const std::string& model_fp,
+                                                                   const std::string& input_shape, int64_t batch,
+                                                                   const std::string& device_kind,
+                                                                   const std::string& hw_id) {
+  static const std::string key = "model_fp = ? AND input_shape = ? AND batch = ? AND device_kind = ? AND hw_id = ?";
+  int64_t run = 0;
+  std::string device;
+  {
+    Stmt q(db_.get(), ("SELECT run_id, device FROM layer_profiles WHERE " + key + " ORDER BY run_id DESC LIMIT 1").c_str());
+    if (!q.prepared()) return db_error(db_.get(), path_, "find layer profiles");
+    q.bind(1, std::string_view(model_fp));
+    q.bind(2, std::string_view(input_shape));
+    q.bind(3, batch);
+    q.bind(4, std::string_view(device_kind));
+    q.bind(5, std::string_view(hw_id));
+    const int rc = q.step();
+    if (rc == SQLITE_DONE) return std::vector<LayerProfileRecord>{};
+    if (rc != SQLITE_ROW) return db_error(db_.get(), path_, "find layer profiles");
+    run = q.i64(0);
+    device = q.text(1);
+  }
+  auto all = layer_profiles(run);
+  if (!all) return all.error();
+  std::vector<LayerProfileRecord> out;
+  for (auto& l : *all)
+    if (l.device == device && l.model_fp == model_fp && l.input_shape == input_shape && l.batch == batch &&
+        l.device_kind == device_kind && l.hw_id == hw_id)
+      out.push_back(std::move(l));
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.layer_index < b.layer_index; });
+  return out;
+}
+
 Result<std::vector<DeviceRecord>> ResultsDb::devices(int64_t run_id) {
   static const std::string sql = "SELECT run_id, device, role" + field_list(agent::hw_fields()) +
                                  " FROM devices WHERE run_id = ? ORDER BY role DESC, device";

@@ -204,6 +204,12 @@ class ResultsDb {
   Result<std::vector<FrameRecord>> frames(int64_t run_id);
   Result<std::vector<LayerProfileRecord>> layer_profiles(int64_t run_id);
   Result<std::vector<DeviceRecord>> devices(int64_t run_id);
+  // Reusing profiles across runs: the layer profiles of the newest run that
+  // profiled this model (fingerprint), input shape, batch, device kind and
+  // hardware identity, in layer order; empty when no run did.
+  Result<std::vector<LayerProfileRecord>> find_profiles(const std::string& model_fp, const std::string& input_shape,
+                                                        int64_t batch, const std::string& device_kind,
+                                                        const std::string& hw_id);
   // Rows of `table` for a run (every column of schema_tables(), in order) as
   // text cells, NULL as nullopt: the exports read through this, so nothing
   // stored is left out of them.

@@ -780,6 +780,38 @@ TEST(ResultsDb, SlowFramesBecomeEventsWithTheirPosition) {
   EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM events WHERE kind = 'slow_frame'"), "1");
 }
 
+TEST(ResultsDb, ProfilesAreFoundAgainByModelShapeBatchDeviceAndHardware) {
+  TempDir dir;
+  auto db = ResultsDb::open(dir.file("p.db"));
+  ASSERT_TRUE(db.ok());
+  auto layer = [](int64_t run, int idx, int64_t ns, const std::string& hw) {
+    LayerProfileRecord l;
+    l.run_id = run;
+    l.device = "edge";
+    l.device_role = "PARTICIPANT";
+    l.layer_index = idx;
+    l.model_fp = "fp1";
+    l.input_shape = "3,224,224";
+    l.batch = 1;
+    l.device_kind = "cpu";
+    l.hw_id = hw;
+    l.median_ns = ns;
+    return l;
+  };
+  const int64_t a = *db->begin_run(info("a")), b = *db->begin_run(info("b")), c = *db->begin_run(info("c"));
+  ASSERT_TRUE(db->add_layer_profiles({layer(a, 1, 100, "hw1"), layer(a, 0, 50, "hw1")}).ok());
+  ASSERT_TRUE(db->add_layer_profiles({layer(b, 0, 60, "hw1"), layer(b, 1, 110, "hw1")}).ok());
+  ASSERT_TRUE(db->add_layer_profiles({layer(c, 0, 999, "hw2")}).ok());  // another machine
+  auto p = db->find_profiles("fp1", "3,224,224", 1, "cpu", "hw1");
+  ASSERT_TRUE(p.ok()) << p.error().str();
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_EQ((*p)[0].run_id, b);  // the newest run with that key
+  EXPECT_EQ((*p)[0].median_ns, 60);
+  EXPECT_EQ((*p)[1].layer_index, 1);
+  EXPECT_TRUE(db->find_profiles("fp1", "3,224,224", 8, "cpu", "hw1")->empty());  // another batch
+  EXPECT_TRUE(db->find_profiles("fp1", "3,224,224", 1, "cuda:0", "hw1")->empty());
+}
+
 TEST(ResultsDb, ReadOnlyOpenNeverCreatesOrChanges) {
   TempDir dir;
   const std::string missing = dir.file("nope/none.db");
