@@ -63,6 +63,19 @@ at::Tensor normalize(at::Tensor x01, const DatasetConfig& cfg) {
 
 // --------------------------------------------------------------- synthetic
 
+// Class names given in the configuration (a list, else a file) replace the
+// dataset's own.
+Status override_class_names(const DatasetConfig& cfg, std::vector<std::string>& names) {
+  if (!cfg.class_names.empty()) {
+    names = cfg.class_names;
+  } else if (!cfg.class_names_file.empty()) {
+    auto read = read_class_names(cfg.class_names_file);
+    if (!read) return read.error();
+    names = std::move(*read);
+  }
+  return {};
+}
+
 class SyntheticDataset : public Dataset {
  public:
   explicit SyntheticDataset(DatasetConfig cfg) : cfg_(std::move(cfg)) {
@@ -128,13 +141,7 @@ class ImageFolderDataset : public Dataset {
     for (auto& p : files) ds->items_.push_back({p.string(), -1});
     if (ds->items_.empty())
       return make_error(Errc::not_found, "imagefolder: no .jpg/.jpeg/.png files under '" + cfg.path + "'");
-    if (!cfg.class_names.empty()) {
-      ds->names_ = cfg.class_names;
-    } else if (!cfg.class_names_file.empty()) {
-      auto names = read_class_names(cfg.class_names_file);
-      if (!names) return names.error();
-      ds->names_ = std::move(*names);
-    }
+    TRACR_TRY(override_class_names(cfg, ds->names_));
     return std::unique_ptr<Dataset>(std::move(ds));
   }
 
@@ -224,13 +231,7 @@ class FashionMnistDataset : public Dataset {
       if (ds->labels_[i] >= ds->names_.size())
         return make_error(Errc::invalid_argument, lbl_path + ": label " + std::to_string(ds->labels_[i]) +
                                                       " at index " + std::to_string(i - 8) + " is not in 0..9");
-    if (!cfg.class_names.empty()) {
-      ds->names_ = cfg.class_names;
-    } else if (!cfg.class_names_file.empty()) {
-      auto names = read_class_names(cfg.class_names_file);
-      if (!names) return names.error();
-      ds->names_ = std::move(*names);
-    }
+    TRACR_TRY(override_class_names(cfg, ds->names_));
     return std::unique_ptr<Dataset>(std::move(ds));
   }
 
