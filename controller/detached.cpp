@@ -50,6 +50,7 @@ Result<DetachedServer> read_detached(const std::string& path) {
     else if (k == "identity") d.identity = *v;
     else if (k == "log") d.log = *v;
     else if (k == "pid") d.pid = std::atol(v->c_str());
+    else if (k.rfind("ready.", 0) == 0) d.ready[k.substr(6)] = *v;
   }
   if (d.endpoint.empty() || d.secret_hex.empty() || d.pid <= 0)
     return make_error(Errc::config, path + ": incomplete detached agent state");
@@ -69,6 +70,7 @@ Status write_detached(const std::string& path, const DetachedServer& d) {
       << "\nendpoint=" << agent::pct_encode(d.endpoint) << "\nsecret=" << d.secret_hex
       << "\nidentity=" << agent::pct_encode(d.identity) << "\nlog=" << agent::pct_encode(d.log)
       << "\npid=" << d.pid << "\n";
+    for (const auto& [k, v] : d.ready) f << "ready." << agent::pct_encode(k) << "=" << agent::pct_encode(v) << "\n";
   }
   fs::rename(tmp, path, ec);
   if (ec) return make_error(Errc::io, "cannot write " + path + ": " + ec.message());
@@ -79,7 +81,7 @@ Status write_detached(const std::string& path, const DetachedServer& d) {
 namespace {
 
 // Reads control lines from an agent's log, in order, until READY or FAIL.
-Result<std::string> wait_ready_in_log(const std::function<Result<std::string>()>& read_log,
+Result<agent::ControlMsg> wait_ready_in_log(const std::function<Result<std::string>()>& read_log,
                                       const std::vector<uint8_t>& secret, int timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (Clock::now() < deadline) {
@@ -93,7 +95,7 @@ Result<std::string> wait_ready_in_log(const std::function<Result<std::string>()>
         auto m = ctl.decode(line);
         if (!m) continue;  // stderr lines share the log
         if (m->kind == "FAIL") return make_error(Errc::remote, "agent failed: " + m->get_or("error", "?"));
-        if (m->kind == "READY") return m->get_or("endpoint", "");
+        if (m->kind == "READY") return std::move(*m);
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -151,7 +153,7 @@ int cmd_agents_start(const std::vector<std::string>& args) {
   d.device = server.name;
   d.transport = std::string(transport_name(server.transport));
   d.identity = server_identity(*cfg);
-  Result<std::string> endpoint = make_error(Errc::internal, "");
+  Result<agent::ControlMsg> ready = make_error(Errc::internal, "");
   if (server.transport == Transport::local) {
     const std::string dir = fs::path(state).parent_path().string();
     std::error_code ec;
@@ -181,7 +183,7 @@ int cmd_agents_start(const std::vector<std::string>& args) {
       return 1;
     }
     d.pid = *pid;
-    endpoint = wait_ready_in_log([&]() -> Result<std::string> { return read_local(d.log); }, secret, 600000);
+    ready = wait_ready_in_log([&]() -> Result<std::string> { return read_local(d.log); }, secret, 600000);
   } else {
     auto s = SshSession::connect(device_ssh_target(server, devices->source, trust));
     if (!s) {
@@ -218,14 +220,15 @@ int cmd_agents_start(const std::vector<std::string>& args) {
       return 1;
     }
     d.pid = std::atol(r->out.c_str());
-    endpoint = wait_ready_in_log([&]() { return (*s)->read_file_tail(d.log, 1u << 20); }, secret, 600000);
-    if (endpoint) endpoint = reachable_endpoint(*endpoint, server.connection().host);
+    ready = wait_ready_in_log([&]() { return (*s)->read_file_tail(d.log, 1u << 20); }, secret, 600000);
   }
-  if (!endpoint) {
-    fmt::print(stderr, "tracrctl agents start: {}: {}\n", server.name, endpoint.error().str());
+  if (!ready) {
+    fmt::print(stderr, "tracrctl agents start: {}: {}\n", server.name, ready.error().str());
     return 1;
   }
-  d.endpoint = *endpoint;
+  d.endpoint = ready->get_or("endpoint", "");
+  if (server.transport != Transport::local) d.endpoint = reachable_endpoint(d.endpoint, server.connection().host);
+  d.ready = ready->fields;
   d.secret_hex = secret_hex;
   if (auto st = write_detached(state, d); !st) {
     fmt::print(stderr, "tracrctl agents start: {}\n", st.error().str());

@@ -427,6 +427,11 @@ int run_experiment(const RunOptions& ro) {
               fmt::format("SERVER {}: detached agent pid {} at {}", server.name, detached->pid, detached->endpoint),
               server.name);
     fmt::print("using the detached SERVER agent on {} (pid {}, {})\n", server.name, detached->pid, detached->endpoint);
+    // Its READY (hardware identity) came when it started: recorded for this run too.
+    ControlMsg ready;
+    ready.kind = "READY";
+    ready.fields = detached->ready;
+    if (auto st = rec.on_message(server.name, "SERVER", ready); !st) fail(st.error().message);
   } else if (!ro.in_process) {
     st = launch(server, "SERVER", {"--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)});
     if (!st) fail("SERVER " + server.name + ": " + st.error().str());

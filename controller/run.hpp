@@ -3,6 +3,7 @@
 // everything in SQLite and prints the per-split table read back from it.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct RunOptions {
 struct DetachedServer {
   std::string device, transport, endpoint, secret_hex, identity, log;
   long pid = 0;
+  // Its READY line's fields (hardware identity): runs that reuse the agent
+  // record them as that run's SERVER device.
+  std::map<std::string, std::string> ready;
 };
 std::string detached_state_path(const std::string& output_db, const std::string& device);
 Result<DetachedServer> read_detached(const std::string& path);

@@ -146,6 +146,8 @@ TEST(RunLocal, DetachedServerStartedOnceServesSeveralRunsUntilStopped) {
   }
   EXPECT_EQ(query(db, "select count(*) from runs where status = 'completed'"), "2");
   EXPECT_EQ(query(db, "select count(*) from events where kind = 'agent_reused'"), "2");
+  // Each run records the reused SERVER's hardware identity (from its READY at start).
+  EXPECT_EQ(query(db, "select count(distinct run_id) from devices where role = 'SERVER' and hw_id <> '' and cores > 0"), "2");
   // The detached server outlived both runs; stop ends it and forgets its state.
   const std::string agent_cmd = "pgrep -f 'tracr-agen[t] --role SERVER.*" + (d.path / "agents").string() + "/server.experiment.yaml'";
   EXPECT_EQ(sh(agent_cmd).status, 0);

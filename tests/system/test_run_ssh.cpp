@@ -128,6 +128,7 @@ TEST_F(RunSsh, DetachedServerOverSshServesRunsUntilStopped) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("using the detached SERVER agent"), std::string::npos) << r.out;
   EXPECT_EQ(query(db(), "select count(*) from frames"), "2");
+  EXPECT_EQ(query(db(), "select count(*) from devices where role = 'SERVER' and hw_id <> ''"), "1");
   // The secret file on the device is owner-only.
   auto perm = sh("stat -c %a " + (d.path / "srv").string() + "/server.secret");
   EXPECT_EQ(perm.out, "600\n") << perm.out;
