@@ -161,6 +161,40 @@ void raw_ack_loop(zmq::socket_t& sock, std::atomic<bool>& stop) {
   }
 }
 
+// Link probe (PROTOCOL.md, message types 32/33): echo answers at once
+// (RTT), sink acknowledges the bytes it received (uplink), source sends the
+// requested number of bytes back (downlink). The reply names the op and the
+// probe's sequence number n.
+Status answer_probe(Server& server, const std::string& peer, const Frame& f) {
+  auto get = [&](const char* k) -> std::optional<MetaValue> {
+    auto it = f.header.meta.find(k);
+    if (it == f.header.meta.end()) return std::nullopt;
+    return it->second;
+  };
+  const auto op = get("op");
+  const std::string* ops = op ? std::get_if<std::string>(&*op) : nullptr;
+  if (!ops || (*ops != "echo" && *ops != "sink" && *ops != "source"))
+    return server.send_error(peer, make_error(Errc::invalid_argument, "probe: meta 'op' must be echo, sink or source"),
+                             f.header.split);
+  Meta meta{{"op", *ops}};
+  if (auto n = get("n")) meta["n"] = *n;
+  Bundle out;
+  if (*ops == "sink") {
+    meta["bytes"] = static_cast<int64_t>(f.stats.raw_bytes);
+  } else if (*ops == "source") {
+    const auto b = get("bytes");
+    const int64_t* want = b ? std::get_if<int64_t>(&*b) : nullptr;
+    constexpr int64_t kMaxSource = int64_t{64} << 20;  // a peer cannot make the server allocate more
+    if (!want || *want < 0 || *want > kMaxSource)
+      return server.send_error(
+          peer, make_error(Errc::invalid_argument, fmt::format("probe source: meta 'bytes' must be 0..{}", kMaxSource)),
+          f.header.split);
+    out.push_back(Tensor::allocate("probe", DType::uint8, {*want}));
+    std::memset(out.back().mutable_data(), 0, static_cast<size_t>(*want));
+  }
+  return server.send(peer, MsgType::probe_reply, f.header.split, out, meta);
+}
+
 }  // namespace
 
 int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHandler>& tail) {
@@ -210,6 +244,11 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     }
     Frame& f = in->frame;
     if (f.header.type == MsgType::shutdown) break;
+    if (f.header.type == MsgType::probe) {
+      auto st = answer_probe(**server, in->peer, f);
+      if (!st) ctl.send("LOG", {{"level", "warn"}, {"msg", "probe: " + st.error().str()}});
+      continue;
+    }
     if (f.header.type != MsgType::infer_request) {
       (void)(*server)->send_error(in->peer,
                                   make_error(Errc::unexpected_message,
@@ -253,6 +292,7 @@ void usage(std::FILE* out) {
   std::fputs(
       "usage: tracr-agent --role SERVER      [--bind EP] [--raw-bind EP] [--config stdin | --experiment FILE]\n"
       "       tracr-agent --role PARTICIPANT (--connect EP | --in-process) (--config stdin | --experiment FILE)\n"
+      "                   [--probe-only]   (measure the link to the SERVER, run no frames)\n"
       "The hex session secret is the first line of stdin (or --secret-file FILE, owner-only, for a detached agent).\n"
       "--config stdin: the controller sends the effective experiment (the YAML `tracrctl run --show-config`\n"
       "describes) as an authenticated CONFIG line; --experiment FILE reads the same YAML from a file.\n"

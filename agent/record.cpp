@@ -46,6 +46,14 @@ const std::vector<FieldInfo>& profile_fields() {
   };
   return v;
 }
+const std::vector<FieldInfo>& probe_fields() {
+  static const std::vector<FieldInfo> v = {
+#define TRACR_PROBE_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
+#include "agent/record_fields.def"
+#undef TRACR_PROBE_FIELD
+  };
+  return v;
+}
 const std::vector<FieldInfo>& hw_fields() {
   static const std::vector<FieldInfo> v = {
 #define TRACR_HW_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
@@ -139,6 +147,11 @@ std::map<std::string, std::string> to_control(const ProfileRecord& r) {
   visit_profile(r, Emit{&out});
   return out;
 }
+std::map<std::string, std::string> to_control(const ProbeRecord& r) {
+  std::map<std::string, std::string> out;
+  visit_probe(r, Emit{&out});
+  return out;
+}
 std::map<std::string, std::string> to_control(const HwIdentity& r) {
   std::map<std::string, std::string> out;
   visit_hw(r, Emit{&out});
@@ -150,6 +163,9 @@ Result<FrameRecord> frame_from_control(const ControlMsg& m) {
 }
 Result<ProfileRecord> profile_from_control(const ControlMsg& m) {
   return parse_record<ProfileRecord>(m, [](ProfileRecord& r, const Parse& p) { visit_profile(r, p); });
+}
+Result<ProbeRecord> probe_from_control(const ControlMsg& m) {
+  return parse_record<ProbeRecord>(m, [](ProbeRecord& r, const Parse& p) { visit_probe(r, p); });
 }
 Result<HwIdentity> hw_from_control(const ControlMsg& m) {
   return parse_record<HwIdentity>(m, [](HwIdentity& r, const Parse& p) { visit_hw(r, p); });

@@ -53,6 +53,13 @@ struct ProfileRecord {
 #undef TRACR_PROFILE_FIELD
 };
 
+// One link probe between a participant and its server.
+struct ProbeRecord {
+#define TRACR_PROBE_FIELD(n, k, ...) TRACR_FT_##k n{};
+#include "agent/record_fields.def"
+#undef TRACR_PROBE_FIELD
+};
+
 // What machine an agent runs on.
 struct HwIdentity {
 #define TRACR_HW_FIELD(n, k, ...) TRACR_FT_##k n{};
@@ -63,6 +70,7 @@ struct HwIdentity {
 const std::vector<FieldInfo>& frame_fields();
 const std::vector<FieldInfo>& profile_fields();
 const std::vector<FieldInfo>& hw_fields();
+const std::vector<FieldInfo>& probe_fields();
 
 // Calls f(const FieldInfo&, member&) for every field, in table order.
 template <class R, class F>
@@ -82,6 +90,14 @@ void visit_profile(R& r, F&& f) {
 #undef TRACR_PROFILE_FIELD
 }
 template <class R, class F>
+void visit_probe(R& r, F&& f) {
+  const auto& info = probe_fields();
+  size_t i = 0;
+#define TRACR_PROBE_FIELD(n, ...) f(info[i++], r.n);
+#include "agent/record_fields.def"
+#undef TRACR_PROBE_FIELD
+}
+template <class R, class F>
 void visit_hw(R& r, F&& f) {
   const auto& info = hw_fields();
   size_t i = 0;
@@ -94,6 +110,7 @@ void visit_hw(R& r, F&& f) {
 std::map<std::string, std::string> to_control(const FrameRecord& r);
 std::map<std::string, std::string> to_control(const ProfileRecord& r);
 std::map<std::string, std::string> to_control(const HwIdentity& r);
+std::map<std::string, std::string> to_control(const ProbeRecord& r);
 
 // Parses a record back from a control line. Every field must be present
 // and well-formed: error missing_field / field_type naming the field and the
@@ -101,6 +118,7 @@ std::map<std::string, std::string> to_control(const HwIdentity& r);
 Result<FrameRecord> frame_from_control(const ControlMsg& m);
 Result<ProfileRecord> profile_from_control(const ControlMsg& m);
 Result<HwIdentity> hw_from_control(const ControlMsg& m);
+Result<ProbeRecord> probe_from_control(const ControlMsg& m);
 
 // The names of the identity terms: total = sum of these (see record_fields.def).
 const std::vector<std::string>& identity_terms();

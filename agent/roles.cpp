@@ -32,6 +32,7 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
     if (a == "--no-encrypt") { o.encrypt = false; continue; }
     if (a == "--no-x25519") { o.x25519 = false; continue; }
     if (a == "--in-process") { o.in_process = true; continue; }
+    if (a == "--probe-only") { o.probe_only = true; continue; }
     return make_error(Errc::invalid_argument, "unknown option '" + a + "'");
   }
   if (o.role != "SERVER" && o.role != "PARTICIPANT")

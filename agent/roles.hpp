@@ -24,6 +24,7 @@ struct AgentOptions {
   std::string raw_bind;             // SERVER: raw ZeroMQ ack socket (benchmark baseline)
   std::string connect;              // PARTICIPANT: the SERVER's data endpoint
   bool in_process = false;          // PARTICIPANT: run tails in this process, no socket
+  bool probe_only = false;          // PARTICIPANT: probe the link, run no frames (tracrctl link probe)
   bool encrypt = true;              // echo SERVER only: model roles follow the experiment
   bool x25519 = true;
   std::vector<uint8_t> secret;      // from stdin, never argv

@@ -174,7 +174,8 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     }
     link = std::make_unique<NetworkLink>(std::move(*c));
   }
-  const ParticipantSpec ps = participant_spec(cfg, *model);
+  ParticipantSpec ps = participant_spec(cfg, *model);
+  ps.run_start = std::chrono::steady_clock::now();
   const HwIdentity hw = hw_identity(*model);
   ctl.send("READY", ready_fields({{"role", "PARTICIPANT"},
                                   {"model", model->name()},
@@ -182,6 +183,30 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
                                   {"link", o.in_process ? "in-process" : o.connect},
                                   {"cipher", link->cipher()}},
                                  hw));
+  // The link probe, over the session the frames will use.
+  if (cfg.probe.enabled || o.probe_only) {
+    if (Client* c = link->client()) {
+      ProbeOptions po;
+      po.rtt_count = cfg.probe.rtt_count;
+      po.duration_ms = cfg.probe.duration_ms;
+      po.chunk_bytes = cfg.probe.chunk_bytes;
+      po.trigger = o.probe_only ? "standalone" : "startup";
+      po.run_start = ps.run_start;
+      auto pr = probe_link(*c, po);
+      if (!pr) {
+        ctl.send("FAIL", {{"error", pr.error().str()}});
+        return 1;
+      }
+      ctl.send("PROBE", to_control(*pr));
+    } else if (o.probe_only) {
+      ctl.send("FAIL", {{"error", "link probe: an in-process participant has no link to probe"}});
+      return 2;
+    }
+  }
+  if (o.probe_only) {
+    ctl.send("DONE", {{"frames", "0"}, {"stopped", "0"}});
+    return 0;
+  }
   std::vector<int> splits = ps.splits;
   if (splits.empty())
     for (int k = 0; k <= model->num_layers(); ++k) splits.push_back(k);

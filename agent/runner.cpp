@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <thread>
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include "experiments/postprocess.hpp"
 #include "experiments/registry.hpp"
 #include "experiments/tensor_bridge.hpp"
+#include "protocol/stats.hpp"
 
 namespace tracr::agent {
 
@@ -261,7 +263,7 @@ class Pipeline {
            ex::Dataset& ds, SendOptions so)
       : spec_(spec), model_(model), link_(link), hooks_(hooks), ds_(ds), so_(std::move(so)),
         fp_(model_fingerprint(model)), window_(link.tail_in_send() ? 1 : std::max(1, spec.inflight)),
-        run_t0_(Clock::now()), last_empty_(run_t0_) {}
+        run_t0_(spec.run_start), last_empty_(Clock::now()) {}
 
   Status run(SplitPolicy& policy, bool* stopped) {
     ex::BatchLoader probe(ds_, spec_.batch, spec_.max_samples);
@@ -456,6 +458,15 @@ class Pipeline {
     // Whatever the round trip holds beyond the server's, the queue's and the
     // reply decoding's measured time: stored as measured, never clamped.
     r.network_ns = ns(p.t_sent, t_got) - r.server_ns - r.queue_ns - r.return_ns;
+    // Running link estimate over this and the previous ok frames.
+    est_.push_back({r.wire_bytes + r.reply_bytes, r.network_ns});
+    if (est_.size() > 8) est_.pop_front();
+    int64_t est_bytes = 0, est_ns = 0;
+    for (const auto& [b, t] : est_) {
+      est_bytes += b;
+      est_ns += t;
+    }
+    if (est_ns > 0) r.link_est_mbps = static_cast<double>(est_bytes) * 8e3 / static_cast<double>(est_ns);
     if (r.network_ns < 0) r.flags = "negative_network";
     if (r.queue_ns < 0) r.flags += std::string(r.flags.empty() ? "" : ",") + "negative_queue";
     if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
@@ -480,6 +491,7 @@ class Pipeline {
   const Clock::time_point run_t0_;
   Clock::time_point last_empty_;
   std::deque<Pending> pending_;
+  std::deque<std::pair<int64_t, int64_t>> est_;  // (bytes both ways, network_ns) of recent frames
   int split_ = 0;
   std::string policy_name_ = "sweep";
   int64_t next_frame_ = 0, done_ = 0, planned_ = 0;
@@ -487,6 +499,83 @@ class Pipeline {
 };
 
 }  // namespace
+
+Result<ProbeRecord> probe_link(Client& c, const ProbeOptions& o) {
+  ProbeRecord r;
+  r.trigger = o.trigger;
+  r.cipher = std::string(cipher_name(c.cipher()));
+  r.chunk_bytes = o.chunk_bytes;
+  r.window = o.window;
+  r.duration_ms = o.duration_ms;
+  const auto t_start = Clock::now();
+  r.start_ns = ns_between(o.run_start, t_start);
+  int64_t n = 0;
+  // Replies come back in order on the session; anything but the expected
+  // probe reply is an error naming what came instead.
+  auto reply = [&](const std::string& op) -> Result<Frame> {
+    auto f = c.recv(o.timeout_ms);
+    if (!f) return make_error(f.error().code, "link probe (" + op + "): " + f.error().message);
+    if (f->header.type == MsgType::error)
+      return make_error(Errc::remote, "link probe (" + op + "): server: " +
+                                          (f->header.error ? f->header.error->str() : std::string("error")));
+    if (f->header.type != MsgType::probe_reply)
+      return make_error(Errc::unexpected_message,
+                        "link probe (" + op + "): got " + std::string(msg_type_name(f->header.type)));
+    return f;
+  };
+  // RTT: small messages, one at a time.
+  std::vector<int64_t> rtts;
+  for (int i = 0; i < o.rtt_count; ++i) {
+    const auto t0 = Clock::now();
+    TRACR_TRY(c.send(MsgType::probe, -1, {}, {{"op", std::string("echo")}, {"n", n++}}));
+    auto f = reply("echo");
+    if (!f) return std::move(f.error());
+    rtts.push_back(ns_between(t0, Clock::now()));
+  }
+  r.rtt_n = static_cast<int64_t>(rtts.size());
+  r.rtt_min_ns = rtts.empty() ? 0 : *std::min_element(rtts.begin(), rtts.end());
+  r.rtt_median_ns = static_cast<int64_t>(median_of(rtts));
+  r.rtt_p95_ns = static_cast<int64_t>(p95_of(rtts));
+  // Bulk both ways, `window` messages in flight for duration_ms.
+  auto bulk = [&](bool up, int64_t* bytes, int64_t* span_ns) -> Status {
+    const std::string op = up ? "sink" : "source";
+    Bundle payload;
+    if (up) {
+      payload.push_back(Tensor::allocate("probe", DType::uint8, {o.chunk_bytes}));
+      std::memset(payload.back().mutable_data(), 0x5a, static_cast<size_t>(o.chunk_bytes));
+    }
+    std::deque<uint64_t> sent_wire;
+    const auto t0 = Clock::now();
+    const auto until = t0 + std::chrono::milliseconds(o.duration_ms);
+    auto t_last = t0;
+    int64_t total = 0;
+    auto take = [&]() -> Status {
+      auto f = reply(op);
+      if (!f) return std::move(f.error());
+      t_last = Clock::now();
+      total += static_cast<int64_t>(up ? sent_wire.front() : f->stats.wire_bytes);
+      sent_wire.pop_front();
+      return {};
+    };
+    while (Clock::now() < until) {
+      while (static_cast<int>(sent_wire.size()) >= o.window) TRACR_TRY(take());
+      FrameStats st;
+      Meta meta{{"op", op}, {"n", n++}};
+      if (!up) meta["bytes"] = o.chunk_bytes;
+      TRACR_TRY(c.send(MsgType::probe, -1, payload, meta, &st));
+      sent_wire.push_back(st.wire_bytes);
+    }
+    while (!sent_wire.empty()) TRACR_TRY(take());
+    *bytes = total;
+    *span_ns = ns_between(t0, t_last) - r.rtt_min_ns;
+    return {};
+  };
+  TRACR_TRY(bulk(true, &r.up_bytes, &r.up_ns));
+  if (r.up_ns > 0) r.up_mbps = static_cast<double>(r.up_bytes) * 8e3 / static_cast<double>(r.up_ns);
+  TRACR_TRY(bulk(false, &r.down_bytes, &r.down_ns));
+  if (r.down_ns > 0) r.down_mbps = static_cast<double>(r.down_bytes) * 8e3 / static_cast<double>(r.down_ns);
+  return r;
+}
 
 Status run_pipeline(const ParticipantSpec& spec, ex::SplitModel& model, Link& link, SplitPolicy& policy,
                     const PipelineHooks& hooks, bool* stopped) {

@@ -7,6 +7,7 @@
 // socket), so local and networked runs have the same numerics and fields.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -63,6 +64,8 @@ class Link {
   // True when send() also runs the tail (in-process): the send's wall time is
   // then not all encoding.
   virtual bool tail_in_send() const { return false; }
+  // The network session, when there is one (link probes use it).
+  virtual protocol::Client* client() { return nullptr; }
 };
 
 class NetworkLink : public Link {
@@ -72,6 +75,7 @@ class NetworkLink : public Link {
               const protocol::Meta& meta, protocol::FrameStats* stats) override;
   Result<protocol::Frame> recv(int timeout_ms) override { return c_->recv(timeout_ms); }
   std::string cipher() const override { return std::string(protocol::cipher_name(c_->cipher())); }
+  protocol::Client* client() override { return c_.get(); }
 
  private:
   std::unique_ptr<protocol::Client> c_;
@@ -109,7 +113,25 @@ struct ParticipantSpec {
   int inflight = 1;              // frames in flight
   int topk = 5;
   int timeout_ms = 60000;        // per result
+  // The participant's run clock origin: frames' start_ns/end_ns count from here.
+  std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
 };
+
+// The link probe (PROTOCOL.md, message types 32/33) over a session with no
+// frames in flight: rtt_count echo round trips, then bulk messages of
+// chunk_bytes kept `window` deep for duration_ms each way (sink: up, source:
+// down). Throughput is wire bytes over the span from the first message to
+// the last reply, less the smallest round trip.
+struct ProbeOptions {
+  int rtt_count = 20;
+  int duration_ms = 1000;
+  int64_t chunk_bytes = 256 * 1024;
+  int window = 4;
+  std::string trigger = "startup";
+  std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
+  int timeout_ms = 60000;  // per reply
+};
+Result<ProbeRecord> probe_link(protocol::Client& client, const ProbeOptions& o);
 
 // A command from the controller, applied between frames (control.hpp lists
 // the line kinds). id is the controller's number for it, echoed in events.

@@ -1,5 +1,7 @@
 #include "controller/cli.hpp"
 
+#include "agent/agent.hpp"
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -31,7 +33,11 @@ void usage() {
       "  run EXPERIMENT.yaml [--show-config] [--in-process] [--db PATH] [--trust-new-hosts] [--no-progress]\n"
       "        bring up agents (local processes or SSH), sweep the splits, record in SQLite,\n"
       "        print the per-split table read back from the database\n"
+      "        (exit 0 done, 1 failed, 2 configuration error, 130/143/129 interrupted)\n"
+      "  link probe EXPERIMENT.yaml [--db PATH] [--trust-new-hosts]\n"
+      "        measure RTT and throughput both ways between each PARTICIPANT and its SERVER\n"
       "  results list|show RUN|compare RUN RUN|export RUN --csv F|--json F [--db PATH]\n"
+      "  results schema [--markdown] | results migrate [--db PATH]\n"
       "  devices check [--devices FILE] [--trust-new-hosts]\n"
       "        reachability, authentication, key permissions, architecture, agent version\n"
       "  agents deploy|status|logs|stop [--devices FILE] [--trust-new-hosts] [--tail BYTES]\n"
@@ -116,6 +122,7 @@ int tracrctl_main(int argc, char** argv) {
     std::vector<std::string> rest(args.begin() + 1, args.end());
     if (cmd == "demo") return cmd_demo(rest, false);
     if (cmd == "run") return cmd_run(rest);
+    if (cmd == "link") return cmd_link(rest);
     if (cmd == "results") return cmd_results(rest);
     if (cmd == "models") return cmd_models(rest);
     if (cmd == "profile") return cmd_profile(rest);
@@ -133,7 +140,7 @@ int tracrctl_main(int argc, char** argv) {
       return 0;
     }
     if (cmd == "version") {
-      std::puts("tracrctl 0.1.0, tensor-frame protocol 1");
+      std::printf("tracrctl %s, tensor-frame protocol 1\n", agent::kAgentVersion);
       return 0;
     }
     fmt::print(stderr, "tracrctl: unknown command '{}'\n", cmd);

@@ -18,6 +18,7 @@
 #include "agent/control.hpp"
 #include "controller/process.hpp"
 #include "protocol/channel.hpp"
+#include "protocol/stats.hpp"
 
 namespace tracr::controller {
 
@@ -37,10 +38,8 @@ struct Percentiles {
 };
 Percentiles percentiles(std::vector<double> v) {
   Percentiles p;
-  if (v.empty()) return p;
-  std::sort(v.begin(), v.end());
-  p.median = v[v.size() / 2];
-  p.p95 = v[std::min(v.size() - 1, static_cast<size_t>(std::ceil(0.95 * v.size())) - 1)];
+  p.median = protocol::median_of(v);
+  p.p95 = protocol::p95_of(v);
   return p;
 }
 

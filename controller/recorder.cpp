@@ -64,6 +64,19 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     if (auto d = m.get_int("done")) done_ = *d;
     if (auto t = m.get_int("total")) total_ = *t;
     if (record_frames_) frames_.push_back(std::move(r));
+  } else if (m.kind == "PROBE") {
+    auto pr = agent::probe_from_control(m);
+    if (!pr) return malformed(pr.error());
+    ProbeRow row;
+    static_cast<agent::ProbeRecord&>(row) = *pr;
+    row.run_id = run_id_;
+    row.participant = device;
+    if (auto st = db_.add_probe(row); !st && write_error_.empty()) write_error_ = st.error().str();
+    event("info", "link_probed",
+          fmt::format("{}: rtt median {:.3f} ms, up {} Mbit/s, down {} Mbit/s", device, pr->rtt_median_ns / 1e6,
+                      pr->up_mbps ? fmt::format("{:.2f}", *pr->up_mbps) : "-",
+                      pr->down_mbps ? fmt::format("{:.2f}", *pr->down_mbps) : "-"),
+          device);
   } else if (m.kind == "EVENT") {
     const std::string kind = m.get_or("kind", "agent_event");
     std::optional<int64_t> frame;

@@ -1,5 +1,7 @@
 #include "controller/results.hpp"
 
+#include "protocol/stats.hpp"
+
 #include <fmt/format.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -48,25 +50,8 @@ std::string utc_now_iso() {
   return fmt::format("{}.{:03d}Z", buf, static_cast<int>(ms));
 }
 
-double median_of(std::vector<int64_t>& v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  if (n % 2 == 1) return static_cast<double>(v[n / 2]);
-  // Mean of the two middle values without overflow.
-  const int64_t a = v[n / 2 - 1], b = v[n / 2];
-  return static_cast<double>(a) + (static_cast<double>(b) - static_cast<double>(a)) / 2.0;
-}
-
-double p95_of(std::vector<int64_t>& v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  // Nearest rank: ceil(0.95 n), computed in integers (95 n / 100 rounded up).
-  const size_t n = v.size();
-  size_t rank = (95 * n + 99) / 100;
-  if (rank < 1) rank = 1;
-  return static_cast<double>(v[rank - 1]);
-}
+double median_of(std::vector<int64_t>& v) { return protocol::median_of(v); }
+double p95_of(std::vector<int64_t>& v) { return protocol::p95_of(v); }
 
 namespace {
 
@@ -242,6 +227,31 @@ CREATE TABLE stage_stats (
   max_ns    REAL,
   PRIMARY KEY (run_id, split, field)
 );
+)sql"},
+    {4, "link probes and the per-frame link estimate", R"sql(
+ALTER TABLE frames ADD COLUMN link_est_mbps REAL;
+CREATE TABLE probes (
+  id            INTEGER PRIMARY KEY,
+  run_id        INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  participant   TEXT,
+  start_ns      INTEGER,
+  trigger       TEXT,
+  cipher        TEXT,
+  rtt_n         INTEGER,
+  rtt_min_ns    INTEGER,
+  rtt_median_ns INTEGER,
+  rtt_p95_ns    INTEGER,
+  chunk_bytes   INTEGER,
+  window        INTEGER,
+  duration_ms   INTEGER,
+  up_bytes      INTEGER,
+  up_ns         INTEGER,
+  up_mbps       REAL,
+  down_bytes    INTEGER,
+  down_ns       INTEGER,
+  down_mbps     REAL
+);
+CREATE INDEX probes_by_run ON probes(run_id);
 )sql"},
 };
 
@@ -1132,6 +1142,40 @@ Result<std::vector<LayerProfileRecord>> ResultsDb::find_profiles(const std::stri
   return out;
 }
 
+Status ResultsDb::add_probe(const ProbeRow& p) {
+  const auto& fields = agent::probe_fields();
+  static const std::string sql = "INSERT INTO probes(run_id, participant" + field_list(fields) + ") VALUES (" +
+                                 placeholders(fields.size() + 2) + ")";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "insert probe");
+  q.bind(1, p.run_id);
+  q.bind_text_or_null(2, p.participant);
+  int i = 3;
+  agent::visit_probe(p, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+  if (q.step() != SQLITE_DONE) return db_error(db_.get(), path_, "insert probe of " + p.participant);
+  return {};
+}
+
+Result<std::vector<ProbeRow>> ResultsDb::probes(int64_t run_id) {
+  static const std::string sql = "SELECT run_id, COALESCE(participant, '')" + field_list(agent::probe_fields()) +
+                                 " FROM probes WHERE run_id = ? ORDER BY id";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read probes");
+  q.bind(1, run_id);
+  std::vector<ProbeRow> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    ProbeRow p;
+    p.run_id = q.i64(0);
+    p.participant = q.text(1);
+    int c = 2;
+    agent::visit_probe(p, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    out.push_back(std::move(p));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read probes");
+  return out;
+}
+
 Result<std::vector<DeviceRecord>> ResultsDb::devices(int64_t run_id) {
   static const std::string sql = "SELECT run_id, device, role" + field_list(agent::hw_fields()) +
                                  " FROM devices WHERE run_id = ? ORDER BY role DESC, device";
@@ -1179,7 +1223,7 @@ Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(con
   std::string cols;
   for (const auto& c : t->columns) cols += (cols.empty() ? "" : ", ") + c.name;
   const std::string key = table == "runs" ? "id" : "run_id";
-  std::string order = table == "frames" || table == "events" ? "id" : table == "layer_profiles" ? "device, layer_index"
+  std::string order = table == "frames" || table == "events" || table == "probes" ? "id" : table == "layer_profiles" ? "device, layer_index"
                       : table == "stage_stats" ? "split, field" : table == "runs" ? "id" : table == "devices" ? "device"
                       : "split";
   const std::string sql = "SELECT " + cols + " FROM " + table + " WHERE " + key + " = ? ORDER BY " + order;

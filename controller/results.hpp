@@ -83,6 +83,12 @@ struct LayerProfileRecord : agent::ProfileRecord {
   std::string device_role;  // "SERVER" | "PARTICIPANT"
 };
 
+// A stored link probe: the participant's record plus where it came from.
+struct ProbeRow : agent::ProbeRecord {
+  int64_t run_id = 0;
+  std::string participant;  // device name
+};
+
 // The hardware identity of one device in one run.
 struct DeviceRecord : agent::HwIdentity {
   int64_t run_id = 0;
@@ -142,7 +148,7 @@ double p95_of(std::vector<int64_t>& v);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process
@@ -177,6 +183,8 @@ class ResultsDb {
   // for an energy_source not starting with measured: / modelled:.
   Status add_frames(const std::vector<FrameRecord>& frames);
   Status add_layer_profiles(const std::vector<LayerProfileRecord>& layers);
+  Status add_probe(const ProbeRow& p);
+  Result<std::vector<ProbeRow>> probes(int64_t run_id);
   // Records (or replaces) the hardware identity of a device in a run.
   Status add_device(const DeviceRecord& d);
   // run_id 0 records an event outside any run. level: debug|info|warn|error.

@@ -192,6 +192,7 @@ int cmd_show(ResultsDb& db, const Opts& o) {
   std::fputs(run_header(*run).c_str(), stdout);
   std::fputs("\n", stdout);
   check_or_throw(print_split_table(db, *id, stdout));
+  check_or_throw(print_probe_table(db, *id, stdout));
   auto devs = db.devices(*id);
   if (!devs) throw Fatal(devs.error());
   if (!devs->empty()) {
@@ -350,6 +351,22 @@ std::string format_split_table(const std::vector<SplitSummary>& rows) {
   return out;
 }
 
+Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
+  auto probes = db.probes(run_id);
+  if (!probes) return probes.error();
+  if (probes->empty()) return {};
+  std::vector<std::vector<std::string>> rows = {{"  participant", "trigger", "rtt med ms", "rtt p95 ms", "rtt min ms",
+                                                 "up Mbit/s", "down Mbit/s", "up bytes", "down bytes", "cipher"}};
+  auto mbps = [](const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : std::string("-"); };
+  for (const auto& p : *probes)
+    rows.push_back({"  " + p.participant, p.trigger, ms(static_cast<double>(p.rtt_median_ns)),
+                    ms(static_cast<double>(p.rtt_p95_ns)), ms(static_cast<double>(p.rtt_min_ns)), mbps(p.up_mbps),
+                    mbps(p.down_mbps), std::to_string(p.up_bytes), std::to_string(p.down_bytes), p.cipher});
+  std::fputs("\nlink probes\n", out);
+  std::fputs(align(rows, {0, 1, 9}).c_str(), out);
+  return {};
+}
+
 Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
   auto rows = db.split_table(run_id);
   if (!rows) return rows.error();
@@ -431,7 +448,8 @@ Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file) {
     o += fmt::format("{}\n\"{}\": {}", first ? "" : ",", key, body);
     first = false;
   };
-  for (const char* table : {"runs", "devices", "summaries", "stage_stats", "frames", "layer_profiles", "events"}) {
+  for (const char* table :
+       {"runs", "devices", "probes", "summaries", "stage_stats", "frames", "layer_profiles", "events"}) {
     const std::string t = table;
     if (t == "summaries") {
       add(t, summaries + "]");

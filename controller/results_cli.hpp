@@ -30,6 +30,9 @@ int cmd_results(const std::vector<std::string>& args);
 // Errors from the database pass through (not_found for an unknown run).
 Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
 
+// Prints the run's link probes (nothing when it has none).
+Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
+
 // The aligned per-split table text for a set of summaries; the split with the
 // lowest median total time is marked with '*'.
 std::string format_split_table(const std::vector<SplitSummary>& rows);
@@ -37,8 +40,9 @@ std::string format_split_table(const std::vector<SplitSummary>& rows);
 // Writes the run's frames as CSV (RFC 4180, a header row, one row per frame).
 // Error io naming the file when it cannot be written.
 Status export_run_csv(ResultsDb& db, int64_t run_id, const std::string& file);
-// Writes {"run": {...}, "summaries": [...], "frames": [...],
-// "layer_profiles": [...], "events": [...]} as JSON. Error io naming the file.
+// Writes {"run": {...}, "devices": [...], "probes": [...], "summaries": [...],
+// "stage_stats": [...], "frames": [...], "layer_profiles": [...],
+// "events": [...]} as JSON, every column of each. Error io naming the file.
 Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file);
 
 }  // namespace tracr::controller

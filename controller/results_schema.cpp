@@ -82,6 +82,14 @@ std::vector<TableInfo> build() {
     v.push_back(t);
   }
   {
+    TableInfo t{"probes", "one row per link probe between a participant and its server (RTT, throughput both ways)", {}};
+    t.columns = {{"id", "INTEGER", "", "controller", "row id"},
+                 {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+                 {"participant", "TEXT", "", "controller", "device name of the participant that probed"}};
+    add_fields(t, agent::probe_fields());
+    v.push_back(t);
+  }
+  {
     TableInfo t{"summaries", "one row per (run, split), computed from frames when a run ends (or on demand)", {}};
     t.columns = {
         {"run_id", "INTEGER", "", "controller", "-> runs.id"},

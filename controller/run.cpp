@@ -185,6 +185,16 @@ int run_experiment(const RunOptions& ro) {
     return 2;
   }
   if (!ro.db.empty()) cfg->output = ro.db;
+  if (ro.probe_only) {
+    // Measure the links only: no layer profiles, no frames, a probe always.
+    cfg->record.layers = false;
+    cfg->probe.enabled = true;
+    cfg->commands.clear();
+    if (ro.in_process) {
+      fmt::print(stderr, "tracrctl link probe: an in-process run has no link to probe\n");
+      return 2;
+    }
+  }
   if (ro.show_config) {
     fmt::print("{}", format_settings(*cfg));
     return 0;
@@ -209,7 +219,7 @@ int run_experiment(const RunOptions& ro) {
     return 1;
   }
   RunInfo info;
-  info.name = cfg->name;
+  info.name = ro.probe_only ? cfg->name + " (link probe)" : cfg->name;
   info.config_yaml = to_yaml(*cfg);
   info.tracr_version = agent::kAgentVersion;
   info.protocol_version = static_cast<int>(protocol::kVersion);
@@ -446,6 +456,7 @@ int run_experiment(const RunOptions& ro) {
   if (failure.empty() && !g_signal) {
     for (const DeviceConfig* p : devices->participants()) {
       std::vector<std::string> args;
+      if (ro.probe_only) args.push_back("--probe-only");
       if (ro.in_process) args.push_back("--in-process");
       else
         args.insert(args.end(), {"--connect", server.transport == Transport::local && server.netns.empty()
@@ -508,6 +519,14 @@ int run_experiment(const RunOptions& ro) {
                rec.frames_received(), cfg->output, *run_id);
     return sig ? signal_exit_code(sig) : 1;
   }
+  if (ro.probe_only) {
+    fmt::print("\nrun {} completed: link probes read back from {}\n", *run_id, cfg->output);
+    if (auto pst = print_probe_table(*db, *run_id); !pst) {
+      fmt::print(stderr, "tracrctl link probe: {}\n", pst.error().str());
+      return 1;
+    }
+    return 0;
+  }
   fmt::print("\nrun {} completed: per-split table read back from {}\n", *run_id, cfg->output);
   if (auto pst = print_split_table(*db, *run_id); !pst) {
     fmt::print(stderr, "tracrctl run: {}\n", pst.error().str());
@@ -516,7 +535,9 @@ int run_experiment(const RunOptions& ro) {
   return 0;
 }
 
-int cmd_run(const std::vector<std::string>& args) {
+namespace {
+// The options `run` and `link probe` share; `run` also takes --show-config and --in-process.
+RunOptions parse_run_options(const std::string& cmd, const std::vector<std::string>& args, bool run_flags) {
   RunOptions ro;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -524,17 +545,29 @@ int cmd_run(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw Fatal(make_error(Errc::invalid_argument, a + " needs a value"));
       return args[++i];
     };
-    if (a == "--show-config") ro.show_config = true;
+    if (run_flags && a == "--show-config") ro.show_config = true;
+    else if (run_flags && a == "--in-process") ro.in_process = true;
     else if (a == "--trust-new-hosts") ro.trust_new_hosts = true;
-    else if (a == "--in-process") ro.in_process = true;
     else if (a == "--no-progress") ro.progress = false;
     else if (a == "--db") ro.db = next();
     else if (a == "--agent") ro.agent_path = next();
-    else if (!a.empty() && a[0] == '-') throw Fatal(make_error(Errc::invalid_argument, "run: unknown option '" + a + "'"));
+    else if (!a.empty() && a[0] == '-') throw Fatal(make_error(Errc::invalid_argument, cmd + ": unknown option '" + a + "'"));
     else if (ro.experiment.empty()) ro.experiment = a;
-    else throw Fatal(make_error(Errc::invalid_argument, "run: more than one experiment file given"));
+    else throw Fatal(make_error(Errc::invalid_argument, cmd + ": more than one experiment file given"));
   }
-  if (ro.experiment.empty()) throw Fatal(make_error(Errc::invalid_argument, "run: expected an experiment YAML file"));
+  if (ro.experiment.empty()) throw Fatal(make_error(Errc::invalid_argument, cmd + ": expected an experiment YAML file"));
+  return ro;
+}
+}  // namespace
+
+int cmd_run(const std::vector<std::string>& args) { return run_experiment(parse_run_options("run", args, true)); }
+
+int cmd_link(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != "probe")
+    throw Fatal(make_error(Errc::invalid_argument, "link: expected `tracrctl link probe EXPERIMENT.yaml [--db PATH] "
+                                                   "[--trust-new-hosts] [--agent PATH]`"));
+  RunOptions ro = parse_run_options("link probe", std::vector<std::string>(args.begin() + 1, args.end()), false);
+  ro.probe_only = true;
   return run_experiment(ro);
 }
 

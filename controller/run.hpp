@@ -30,6 +30,7 @@ struct RunOptions {
   bool progress = true;
   std::string agent_path;       // tracr-agent; next to tracrctl when empty
   int heartbeat_timeout_ms = 5000;
+  bool probe_only = false;      // tracrctl link probe: measure each participant's link, run no frames
 };
 
 // A SERVER agent started by `tracrctl agents start`, outliving tracrctl.
@@ -55,5 +56,7 @@ int stop_detached_agents(const std::string& state_dir, bool trust_new_hosts, con
 // error, 128 + signal when interrupted (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
 int run_experiment(const RunOptions& opt);
 int cmd_run(const std::vector<std::string>& args);
+// tracrctl link probe EXPERIMENT.yaml [--db PATH] [--trust-new-hosts] [--agent PATH]
+int cmd_link(const std::vector<std::string>& args);
 
 }  // namespace tracr::controller

@@ -1,5 +1,7 @@
 #include "experiments/profile.hpp"
 
+#include "protocol/stats.hpp"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -98,10 +100,9 @@ Result<std::vector<LayerProfile>> profile_layers(const SplitModel& model, const 
       ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       if (r + 1 == opts.repetitions) next = std::move(*res);
     }
-    std::sort(ms.begin(), ms.end());
     const size_t n = ms.size();
-    p.median_ms = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
-    p.p95_ms = ms[std::min(n - 1, static_cast<size_t>(std::ceil(0.95 * n)) - 1)];
+    p.median_ms = protocol::median_of(ms);  // sorts ms
+    p.p95_ms = protocol::p95_of(ms);
     p.mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / n;
     p.min_ms = ms.front();
     for (const auto& nt : next)

@@ -1098,6 +1098,22 @@ std::vector<Setting> build_settings() {
     };
     t.push_back(s);
   }
+  t.push_back(bool_setting("probe.enabled", "true",
+                           "Measure RTT and throughput both ways over each participant's session before the first frame "
+                           "(probes table).",
+                           [](ExperimentConfig& c) -> bool& { return c.probe.enabled; }));
+  t.push_back(int_setting(
+      "probe.rtt_count", "int 20..100000", "20", "Echo round trips the probe times (median, p95).", 20, 100000,
+      [](ExperimentConfig& c, int64_t v) { c.probe.rtt_count = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.probe.rtt_count}; }));
+  t.push_back(int_setting(
+      "probe.duration_ms", "int 100..600000", "1000", "How long the probe keeps bulk messages going, each way.", 100,
+      600000, [](ExperimentConfig& c, int64_t v) { c.probe.duration_ms = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.probe.duration_ms}; }));
+  t.push_back(int_setting(
+      "probe.chunk_bytes", "int 1024..67108864", "262144", "Payload per bulk probe message.", 1024, int64_t{64} << 20,
+      [](ExperimentConfig& c, int64_t v) { c.probe.chunk_bytes = v; },
+      [](const ExperimentConfig& c) { return c.probe.chunk_bytes; }));
   t.push_back(bool_setting("record.frames", "true", "Store one row per frame (frames table).",
                            [](ExperimentConfig& c) -> bool& { return c.record.frames; }));
   t.push_back(bool_setting("record.layers", "true",

@@ -147,6 +147,14 @@ struct RecordSpec {
   bool layers = true;  // per-layer profiles (layer_profiles table)
 };
 
+// The link probe each PARTICIPANT runs over its session before the first frame.
+struct ProbeSpec {
+  bool enabled = true;
+  int rtt_count = 20;              // echo round trips timed (at least 20)
+  int duration_ms = 1000;          // bulk transfer time, each way
+  int64_t chunk_bytes = 256 * 1024;  // payload per bulk message
+};
+
 // A controller command sent to every PARTICIPANT once it has delivered
 // `at_frame` recorded (non-warm-up) frames; the participant applies it at its
 // next frame boundary and the event records the frame it took effect at.
@@ -177,6 +185,7 @@ struct ExperimentConfig {
   int64_t chunk_bytes = 256 * 1024;
   int inflight = 1;
   RecordSpec record;
+  ProbeSpec probe;
   std::vector<ScheduledCommand> commands;  // in at_frame order
   std::string output = "results/tracr.db";
   std::string devices = "config/devices_config.yaml";

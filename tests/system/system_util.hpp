@@ -115,6 +115,63 @@ inline bool alive(long pid) {
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
 }
 
+// Two namespaced test hosts joined by a veth pair, both ends rate limited
+// with tc tbf: a (10.231.x.1) and b (10.231.x.2). Removed when destroyed.
+struct NetnsPair {
+  std::string a, b, va, vb, subnet;
+  bool ok = false;
+  std::string why;
+  // Both veth ends shaped with tbf at `rate` (tc syntax, e.g. "40mbit").
+  explicit NetnsPair(const std::string& rate, const std::string& burst = "32kbit") {
+    const std::string id = std::to_string(getpid() % 100000);
+    a = "trs" + id;
+    b = "trp" + id;
+    va = "vs" + id;
+    vb = "vp" + id;
+    subnet = "10.231." + std::to_string(getpid() % 250) + ".";
+    if (geteuid() != 0) {
+      why = "network namespaces need root";
+      return;
+    }
+    const std::string cmds[] = {
+        "ip netns add " + a,
+        "ip netns add " + b,
+        "ip link add " + va + " type veth peer name " + vb,
+        "ip link set " + va + " netns " + a,
+        "ip link set " + vb + " netns " + b,
+        "ip -n " + a + " addr add " + subnet + "1/24 dev " + va,
+        "ip -n " + b + " addr add " + subnet + "2/24 dev " + vb,
+        "ip -n " + a + " link set " + va + " up",
+        "ip -n " + b + " link set " + vb + " up",
+        "ip -n " + a + " link set lo up",
+        "ip -n " + b + " link set lo up",
+        "ip netns exec " + a + " tc qdisc add dev " + va + " root tbf rate " + rate + " burst " + burst + " latency 400ms",
+        "ip netns exec " + b + " tc qdisc add dev " + vb + " root tbf rate " + rate + " burst " + burst + " latency 400ms",
+    };
+    for (const auto& c : cmds) {
+      auto r = sh(c);
+      if (r.status != 0) {
+        why = "'" + c + "' failed: " + r.out;
+        return;
+      }
+    }
+    ok = true;
+  }
+  // A devices file: the SERVER agent in namespace a, the PARTICIPANT in b.
+  std::string devices_yaml() const {
+    return "devices:\n"
+           "  - device_type: SERVER\n    transport: local\n    netns: " + a + "\n"
+           "    connection_params:\n      - host: " + subnet + "1\n        port: 0\n"
+           "  - device_type: PARTICIPANT\n    transport: local\n    netns: " + b + "\n"
+           "    connection_params:\n      - host: " + subnet + "2\n";
+  }
+  ~NetnsPair() {
+    sh("ip netns del " + a);
+    sh("ip netns del " + b);
+  }
+};
+
+
 // A small, fast experiment: AlexNet at 64x64 on synthetic data.
 inline std::string small_experiment(const std::string& db, const std::string& extra = "",
                                     const std::string& devices = "") {

@@ -7,54 +7,6 @@
 
 using namespace tracr::testing;
 
-namespace {
-
-struct NetnsPair {
-  std::string a, b, va, vb, subnet;
-  bool ok = false;
-  std::string why;
-  explicit NetnsPair(const std::string& rate) {
-    const std::string id = std::to_string(getpid() % 100000);
-    a = "trs" + id;
-    b = "trp" + id;
-    va = "vs" + id;
-    vb = "vp" + id;
-    subnet = "10.231." + std::to_string(getpid() % 250) + ".";
-    if (geteuid() != 0) {
-      why = "network namespaces need root";
-      return;
-    }
-    const std::string cmds[] = {
-        "ip netns add " + a,
-        "ip netns add " + b,
-        "ip link add " + va + " type veth peer name " + vb,
-        "ip link set " + va + " netns " + a,
-        "ip link set " + vb + " netns " + b,
-        "ip -n " + a + " addr add " + subnet + "1/24 dev " + va,
-        "ip -n " + b + " addr add " + subnet + "2/24 dev " + vb,
-        "ip -n " + a + " link set " + va + " up",
-        "ip -n " + b + " link set " + vb + " up",
-        "ip -n " + a + " link set lo up",
-        "ip -n " + b + " link set lo up",
-        "ip netns exec " + a + " tc qdisc add dev " + va + " root tbf rate " + rate + " burst 32kbit latency 400ms",
-        "ip netns exec " + b + " tc qdisc add dev " + vb + " root tbf rate " + rate + " burst 32kbit latency 400ms",
-    };
-    for (const auto& c : cmds) {
-      auto r = sh(c);
-      if (r.status != 0) {
-        why = "'" + c + "' failed: " + r.out;
-        return;
-      }
-    }
-    ok = true;
-  }
-  ~NetnsPair() {
-    sh("ip netns del " + a);
-    sh("ip netns del " + b);
-  }
-};
-
-}  // namespace
 
 TEST(RunNetns, ExperimentCrossesRateLimitedVethLink) {
   NetnsPair net("40mbit");
@@ -65,12 +17,7 @@ TEST(RunNetns, ExperimentCrossesRateLimitedVethLink) {
   }
   TempDir d;
   const std::string db = (d.path / "r.db").string();
-  const std::string devices = d.file("devices.yaml",
-                                     "devices:\n"
-                                     "  - device_type: SERVER\n    transport: local\n    netns: " + net.a + "\n"
-                                     "    connection_params:\n      - host: " + net.subnet + "1\n        port: 0\n"
-                                     "  - device_type: PARTICIPANT\n    transport: local\n    netns: " + net.b + "\n"
-                                     "    connection_params:\n      - host: " + net.subnet + "2\n");
+  const std::string devices = d.file("devices.yaml", net.devices_yaml());
   std::string y = small_experiment(db, "record:\n  layers: false\n", devices);
   y.replace(y.find("split: all"), 10, "split: [0, 22]");
   y.replace(y.find("compression: blosc-lz4"), 22, "compression: none");

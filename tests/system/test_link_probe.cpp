@@ -1,0 +1,68 @@
+// The link probe against a real tool: on a tc-tbf-limited veth link between
+// two network namespaces, `tracrctl link probe` must agree with iperf3 and
+// with the configured rate within 10 %, both directions, at 10 and 40 Mbit/s.
+#include <regex>
+
+#include "system/system_util.hpp"
+
+using namespace tracr::testing;
+
+namespace {
+
+std::string fmt_rate(double mbit) { return std::to_string(static_cast<int>(mbit)) + "mbit"; }
+
+// iperf3 goodput in Mbit/s from b to a (reverse: a to b), or -1.
+double iperf3_mbps(const NetnsPair& net, bool reverse) {
+  // A port per direction: the one-off server of the first run may still be exiting.
+  const std::string port = std::to_string(20000 + (getpid() % 10000) * 2 + (reverse ? 1 : 0));
+  auto srv = sh("ip netns exec " + net.a + " iperf3 -s -1 -D -p " + port + " -B " + net.subnet + "1");
+  if (srv.status != 0) return -1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto r = sh("ip netns exec " + net.b + " iperf3 -c " + net.subnet + "1 -p " + port + " -t 3 -J" +
+              (reverse ? " -R" : ""));
+  std::smatch m;
+  // end.sum_received: what arrived at the receiver.
+  auto pos = r.out.find("\"sum_received\"");
+  if (r.status != 0 || pos == std::string::npos) return -1;
+  const std::string rest = r.out.substr(pos);
+  if (!std::regex_search(rest, m, std::regex("\"bits_per_second\":\\s*([0-9.eE+]+)"))) return -1;
+  return std::stod(m[1]) / 1e6;
+}
+
+void probe_matches_iperf3_and_rate(double rate_mbit) {
+  if (sh("command -v iperf3").status != 0) {
+    if (std::getenv("CI")) FAIL() << "iperf3 missing (scripts/setup.sh installs it)";
+    GTEST_SKIP() << "iperf3 not installed";
+  }
+  NetnsPair net(fmt_rate(rate_mbit), "20kb");
+  if (!net.ok) {
+    if (std::getenv("CI")) FAIL() << "network namespaces unavailable on CI: " << net.why;
+    GTEST_SKIP() << net.why;
+  }
+  const double iperf_up = iperf3_mbps(net, false), iperf_down = iperf3_mbps(net, true);
+  ASSERT_GT(iperf_up, 0);
+  ASSERT_GT(iperf_down, 0);
+
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml", net.devices_yaml());
+  const std::string exp = d.file("exp.yaml", small_experiment(db, "probe:\n  duration_ms: 3000\n  chunk_bytes: 65536\n", devices));
+  auto r = sh(tracrctl() + " link probe " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const double up = std::stod(query(db, "select up_mbps from probes"));
+  const double down = std::stod(query(db, "select down_mbps from probes"));
+  const double rtt_ms = std::stod(query(db, "select rtt_median_ns from probes")) / 1e6;
+  std::printf("rate %.0f Mbit/s: probe up %.2f down %.2f, iperf3 up %.2f down %.2f, rtt median %.3f ms\n", rate_mbit,
+              up, down, iperf_up, iperf_down, rtt_ms);
+  EXPECT_NEAR(up, iperf_up, 0.10 * iperf_up);
+  EXPECT_NEAR(down, iperf_down, 0.10 * iperf_down);
+  EXPECT_NEAR(up, rate_mbit, 0.10 * rate_mbit);
+  EXPECT_NEAR(down, rate_mbit, 0.10 * rate_mbit);
+  EXPECT_EQ(query(db, "select rtt_n >= 20 and trigger = 'standalone' from probes"), "1");
+  EXPECT_EQ(query(db, "select count(*) from frames"), "0");
+}
+
+}  // namespace
+
+TEST(LinkProbe, AgreesWithIperf3AndTheRateAt10Mbit) { probe_matches_iperf3_and_rate(10); }
+TEST(LinkProbe, AgreesWithIperf3AndTheRateAt40Mbit) { probe_matches_iperf3_and_rate(40); }
