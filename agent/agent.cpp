@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "agent/control.hpp"
+#include "agent/cpu_limits.hpp"
 #include "agent/record.hpp"
 #include "agent/roles.hpp"
 #include "protocol/channel.hpp"
@@ -231,7 +232,7 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     ready["model"] = tail->describe();
     for (auto& [k, v] : tail->ready_fields()) ready[k] = v;
   } else {
-    for (auto& [k, v] : to_control(local_hw_identity())) ready[k] = v;
+    for (auto& [k, v] : to_control(agent_hw_identity(opt))) ready[k] = v;
   }
   ctl.send("READY", ready);
 
@@ -293,6 +294,7 @@ void usage(std::FILE* out) {
       "usage: tracr-agent --role SERVER      [--bind EP] [--raw-bind EP] [--config stdin | --experiment FILE]\n"
       "       tracr-agent --role PARTICIPANT (--connect EP | --in-process) (--config stdin | --experiment FILE)\n"
       "                   [--probe-only]   (measure the link to the SERVER, run no frames)\n"
+      "either role: [--cpu-quota CORES] [--cpu-cores N]   (emulate a slower device: cgroup quota, affinity)\n"
       "The hex session secret is the first line of stdin (or --secret-file FILE, owner-only, for a detached agent).\n"
       "--config stdin: the controller sends the effective experiment (the YAML `tracrctl run --show-config`\n"
       "describes) as an authenticated CONFIG line; --experiment FILE reads the same YAML from a file.\n"
@@ -363,6 +365,21 @@ int agent_main(int argc, char** argv) {
   }
   opt.secret = *secret;
   ControlOut ctl(opt.secret, opt.secret_file.empty());
+  // An emulated slower device limits itself before any thread starts.
+  std::string cgroup;
+  if (opt.cpu_quota > 0 || opt.cpu_cores > 0) {
+    const char* root = std::getenv("TRACR_CGROUP_ROOT");
+    auto applied = apply_cpu_limits({opt.cpu_quota, opt.cpu_cores}, root && *root ? root : "/sys/fs/cgroup", &cgroup);
+    if (!applied) {
+      ctl.send("FAIL", {{"error", applied.error().str()}});
+      return 2;
+    }
+    std::fprintf(stderr, "tracr-agent: CPU limited: %s\n", applied->c_str());
+  }
+  struct Release {
+    const std::string& g;
+    ~Release() { release_cpu_limits(g); }
+  } release{cgroup};
   ctl.start_heartbeat(1000);
   // The experiment: parsed with the controller's own parser (no environment
   // overrides here: the controller already applied its own).

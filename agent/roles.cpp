@@ -1,5 +1,7 @@
 #include "agent/roles.hpp"
 
+#include <cstdlib>
+
 namespace tracr::agent {
 
 Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
@@ -33,6 +35,19 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
     if (a == "--no-x25519") { o.x25519 = false; continue; }
     if (a == "--in-process") { o.in_process = true; continue; }
     if (a == "--probe-only") { o.probe_only = true; continue; }
+    if (a == "--cpu-quota" || a == "--cpu-cores") {
+      auto v = val();
+      if (!v) return std::move(v.error());
+      char* end = nullptr;
+      const double x = std::strtod(v->c_str(), &end);
+      const bool quota = a == "--cpu-quota";
+      if (end == v->c_str() || *end != '\0' || !(quota ? x >= 0.01 && x <= 4096 : x >= 1 && x <= 4096 && x == static_cast<int>(x)))
+        return make_error(Errc::invalid_argument, a + (quota ? " expects cores 0.01..4096" : " expects a CPU count 1..4096") +
+                                                      ", got '" + *v + "'");
+      if (quota) o.cpu_quota = x;
+      else o.cpu_cores = static_cast<int>(x);
+      continue;
+    }
     return make_error(Errc::invalid_argument, "unknown option '" + a + "'");
   }
   if (o.role != "SERVER" && o.role != "PARTICIPANT")
@@ -46,6 +61,14 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
       return make_error(Errc::invalid_argument, "PARTICIPANT needs --connect ENDPOINT or --in-process");
   }
   return {};
+}
+
+HwIdentity agent_hw_identity(const AgentOptions& o) {
+  HwIdentity h = local_hw_identity();
+  if (o.cpu_quota > 0) h.cpu_quota = o.cpu_quota;
+  if (o.cpu_cores > 0) h.cpu_cores_limit = o.cpu_cores;
+  finish_hw_id(h);
+  return h;
 }
 
 int run_role(const AgentOptions& opt, ControlOut& ctl) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agent/control.hpp"
+#include "agent/record.hpp"
 #include "protocol/frame.hpp"
 #include "settings/config.hpp"
 
@@ -25,6 +26,8 @@ struct AgentOptions {
   std::string connect;              // PARTICIPANT: the SERVER's data endpoint
   bool in_process = false;          // PARTICIPANT: run tails in this process, no socket
   bool probe_only = false;          // PARTICIPANT: probe the link, run no frames (tracrctl link probe)
+  double cpu_quota = 0;             // emulated slower device: CPU time in cores (cgroup), 0 = none
+  int cpu_cores = 0;                // emulated slower device: pinned to this many CPUs, 0 = none
   bool encrypt = true;              // echo SERVER only: model roles follow the experiment
   bool x25519 = true;
   std::vector<uint8_t> secret;      // from stdin, never argv
@@ -38,6 +41,9 @@ struct AgentOptions {
   // controller's own parser: one set of names and limits.
   std::optional<settings::ExperimentConfig> experiment;
 };
+
+// This machine's identity as this agent runs (CPU limits included).
+HwIdentity agent_hw_identity(const AgentOptions& o);
 
 // Parses the command line; errors name the option and what was expected.
 Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& opt);

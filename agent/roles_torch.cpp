@@ -35,8 +35,8 @@ class ModelTail : public TailHandler {
 };
 
 // This machine, plus what only LibTorch knows (its version, the GPU in use).
-HwIdentity hw_identity(const ex::SplitModel& m) {
-  HwIdentity h = local_hw_identity();
+HwIdentity hw_identity(const AgentOptions& o, const ex::SplitModel& m) {
+  HwIdentity h = agent_hw_identity(o);
   h.libtorch = TORCH_VERSION;
   // The device index; its marketing name needs the CUDA runtime, which this
   // build does not link.
@@ -45,7 +45,7 @@ HwIdentity hw_identity(const ex::SplitModel& m) {
   return h;
 }
 
-Status profile(const std::string& role, int reps, int64_t batch, ex::SplitModel& m, ControlOut& ctl) {
+Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m, ControlOut& ctl) {
   const auto& s = m.input_shape();
   auto input = torch::rand({batch, s[0], s[1], s[2]}, torch::TensorOptions().dtype(torch::kFloat));
   ex::ProfileOptions po;
@@ -54,7 +54,7 @@ Status profile(const std::string& role, int reps, int64_t batch, ex::SplitModel&
   if (!prof) return std::move(prof.error());
   const std::string fp = model_fingerprint(m);
   const std::string shape = fmt::format("{},{},{}", s[0], s[1], s[2]);
-  const std::string hw_id = hw_identity(m).hw_id;
+  const std::string hw_id = hw_identity(o, m).hw_id;
   for (const auto& p : *prof) {
     ProfileRecord r;
     r.layer_index = p.index;
@@ -73,7 +73,7 @@ Status profile(const std::string& role, int reps, int64_t batch, ex::SplitModel&
     if (p.peak_rss_delta_bytes >= 0) r.peak_mem_bytes = p.peak_rss_delta_bytes;  // -1: not measurable here
     r.hw_id = hw_id;
     auto fields = to_control(r);
-    fields["role"] = role;
+    fields["role"] = o.role;
     ctl.send("PROFILE", fields);
   }
   return {};
@@ -144,14 +144,14 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
   std::shared_ptr<ex::SplitModel> model(std::move(*loaded));
   // Layers profiled with at least 3 repetitions, at the experiment's batch.
   if (cfg.record.layers) {
-    auto st = profile(o.role, std::max(3, cfg.repetitions), cfg.batch_size, *model, ctl);
+    auto st = profile(o, std::max(3, cfg.repetitions), cfg.batch_size, *model, ctl);
     if (!st) {
       ctl.send("FAIL", {{"error", "profiling: " + st.error().str()}});
       return 1;
     }
   }
   if (o.role == "SERVER") {
-    std::unique_ptr<TailHandler> tail = std::make_unique<ModelTail>(model, to_control(hw_identity(*model)));
+    std::unique_ptr<TailHandler> tail = std::make_unique<ModelTail>(model, to_control(hw_identity(o, *model)));
     return serve(o, ctl, tail);
   }
 
@@ -176,7 +176,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
   }
   ParticipantSpec ps = participant_spec(cfg, *model);
   ps.run_start = std::chrono::steady_clock::now();
-  const HwIdentity hw = hw_identity(*model);
+  const HwIdentity hw = hw_identity(o, *model);
   ctl.send("READY", ready_fields({{"role", "PARTICIPANT"},
                                   {"model", model->name()},
                                   {"layers", std::to_string(model->num_layers())},

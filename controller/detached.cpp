@@ -148,6 +148,7 @@ int cmd_agents_start(const std::vector<std::string>& args) {
   const std::string config_yaml = agent_config_yaml(no_profile);
   std::vector<std::string> a = {"--role", "SERVER", "--bind",
                                 fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)};
+  for (const auto& x : device_limit_args(server)) a.push_back(x);
 
   DetachedServer d;
   d.device = server.name;

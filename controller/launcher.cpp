@@ -155,6 +155,7 @@ Result<agent::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
 Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
   std::vector<std::string> args = {"--role", s.role};
   if (!s.config_yaml.empty()) args.insert(args.end(), {"--config", "stdin"});
+  for (const auto& a : device_limit_args(*s.device)) args.push_back(a);
   args.insert(args.end(), s.args.begin(), s.args.end());
   Result<std::unique_ptr<AgentProc>> p = make_error(Errc::internal, "");
   const DeviceConfig& dev = *s.device;
@@ -174,6 +175,13 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
     if (auto w = conn->send("CONFIG", {{"yaml", s.config_yaml}}); !w)
       return conn->abandon(Errc::peer_closed, "exited before READY (could not take the experiment: " + w.error().message + ")");
   return conn;
+}
+
+std::vector<std::string> device_limit_args(const DeviceConfig& dev) {
+  std::vector<std::string> a;
+  if (dev.cpu_quota) a.insert(a.end(), {"--cpu-quota", fmt::format("{}", *dev.cpu_quota)});
+  if (dev.cpu_cores) a.insert(a.end(), {"--cpu-cores", std::to_string(*dev.cpu_cores)});
+  return a;
 }
 
 DeviceConfig local_device(const std::string& name) {

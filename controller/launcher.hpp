@@ -91,6 +91,10 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& spec);
 // $TRACR_KNOWN_HOSTS).
 SshTarget device_ssh_target(const settings::DeviceConfig& dev, const std::string& devices_file, bool trust_new_hosts);
 
+// The agent arguments that make it emulate the device's CPU limits
+// (cpu_quota, cpu_cores in the devices file); empty when it has none.
+std::vector<std::string> device_limit_args(const settings::DeviceConfig& dev);
+
 // A device that runs agents as local processes on loopback (tracrctl demo).
 settings::DeviceConfig local_device(const std::string& name);
 

@@ -253,6 +253,10 @@ CREATE TABLE probes (
 );
 CREATE INDEX probes_by_run ON probes(run_id);
 )sql"},
+    {5, "emulated CPU limits in the hardware identity", R"sql(
+ALTER TABLE devices ADD COLUMN cpu_quota REAL;
+ALTER TABLE devices ADD COLUMN cpu_cores_limit INTEGER;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,

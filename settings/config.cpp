@@ -342,6 +342,8 @@ std::string DevicesConfig::to_json() const {
         json_quote(c.host), json_quote(c.user), json_quote(c.pkey_fp), c.port, c.ssh_port,
         json_quote(d.work_dir));
     if (!d.netns.empty()) o += ",\"netns\":" + json_quote(d.netns);
+    if (d.cpu_quota) o += fmt::format(",\"cpu_quota\":{}", *d.cpu_quota);
+    if (d.cpu_cores) o += fmt::format(",\"cpu_cores\":{}", *d.cpu_cores);
     if (d.power_model)
       o += fmt::format(",\"power_model\":{{\"idle_w\":{},\"busy_w\":{}}}", d.power_model->idle_w,
                        d.power_model->busy_w);
@@ -394,8 +396,9 @@ std::string resolve_pkey(const std::string& pkey_fp, const std::string& devices_
 
 namespace {
 
-const std::vector<std::string> kDeviceKeys = {"device_type", "connection_params", "name",        "transport",
-                                              "work_dir",    "power_model",       "link_profile", "netns"};
+const std::vector<std::string> kDeviceKeys = {"device_type", "connection_params", "name",      "transport",
+                                              "work_dir",    "power_model",       "link_profile", "netns",
+                                              "cpu_quota",   "cpu_cores"};
 const std::vector<std::string> kConnKeys = {"host", "user", "pkey_fp", "port", "ssh_port", "default"};
 
 bool valid_name(const std::string& s) {
@@ -512,6 +515,17 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
     if (d.transport != Transport::local)
       return expected(c, n["netns"], key + ".netns", "netns only with transport: local (the agent runs in that namespace)");
     d.netns = *s;
+  }
+  if (n["cpu_quota"]) {
+    auto v = get_double(c, n["cpu_quota"], key + ".cpu_quota", 0.01, "a CPU quota in cores >= 0.01 (e.g. 0.5)");
+    if (!v) return v.error();
+    if (*v > 4096) return expected(c, n["cpu_quota"], key + ".cpu_quota", "a CPU quota in cores, 0.01..4096");
+    d.cpu_quota = *v;
+  }
+  if (n["cpu_cores"]) {
+    auto v = get_int(c, n["cpu_cores"], key + ".cpu_cores", 1, 4096, "a number of CPUs 1..4096");
+    if (!v) return v.error();
+    d.cpu_cores = static_cast<int>(*v);
   }
   if (n["power_model"]) {
     const YAML::Node pm = n["power_model"];

@@ -77,6 +77,10 @@ struct DeviceConfig {
   std::string netns;  // transport local: run the agent in this network namespace (`ip netns exec`)
   std::optional<PowerModel> power_model;
   std::optional<LinkProfile> link_profile;
+  // Emulating a slower device: its agent limits itself to this many cores of
+  // CPU time (cgroup CPU quota) and/or to this many CPUs (affinity).
+  std::optional<double> cpu_quota;
+  std::optional<int> cpu_cores;
   std::vector<ConnectionParams> connections;  // never empty after loading
   SourcePos pos;
 

@@ -264,3 +264,38 @@ TEST(Record, FullDiskKeepsTheCauseAndEveryReceivedFrame) {
   EXPECT_NE(query(copy + "/r.db", "select error from runs where id = 1").find("database or disk is full"), std::string::npos)
       << query(copy + "/r.db", "select error from runs where id = 1");
 }
+
+TEST(Record, CpuLimitedParticipantEmulatesASlowerDevice) {
+  TempDir d;
+  // Split 22 runs the whole network on the participant: its head is all the compute.
+  auto run = [&](const std::string& name, const std::string& limits) {
+    const std::string db = (d.path / (name + ".db")).string();
+    const std::string devices = d.file(name + "-devices.yaml",
+                                       "devices:\n"
+                                       "  - device_type: SERVER\n    transport: local\n"
+                                       "    connection_params:\n      - host: 127.0.0.1\n        port: 0\n"
+                                       "  - device_type: PARTICIPANT\n    transport: local\n" + limits +
+                                       "    connection_params:\n      - host: 127.0.0.1\n");
+    std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n", devices);
+    y.replace(y.find("split: all"), 10, "split: [22]");
+    y.replace(y.find("repetitions: 1"), 14, "repetitions: 4");
+    auto r = sh(tracrctl() + " run " + d.file(name + ".yaml", y) + " --no-progress");
+    EXPECT_EQ(r.status, 0) << r.out;
+    return db;
+  };
+  const std::string base = run("base", "");
+  const std::string slow = run("slow", "    cpu_quota: 0.2\n    cpu_cores: 1\n");
+  const double head_base = std::stod(query(base, "select median_ns from stage_stats where field = 'head_ns'"));
+  const double head_slow = std::stod(query(slow, "select median_ns from stage_stats where field = 'head_ns'"));
+  std::printf("median head at split 22: %.2f ms unlimited, %.2f ms at 0.2 core (%.1fx)\n", head_base / 1e6,
+              head_slow / 1e6, head_slow / head_base);
+  // A fifth of a core for the whole forward pass: several times slower, never faster.
+  EXPECT_GT(head_slow, 2.0 * head_base);
+  // The limit is part of the participant's stored identity, so its profiles are not mixed with the real machine's.
+  EXPECT_EQ(query(slow, "select cpu_quota || '/' || cpu_cores_limit from devices where role = 'PARTICIPANT'"), "0.2/1");
+  EXPECT_EQ(query(slow, "select cpu_quota is null from devices where role = 'SERVER'"), "1");
+  EXPECT_NE(query(slow, "select hw_id from devices where role = 'PARTICIPANT'"),
+            query(slow, "select hw_id from devices where role = 'SERVER'"));
+  // The agent's cgroup is gone after the run.
+  EXPECT_EQ(sh("ls -d /sys/fs/cgroup/cpu/tracr-agent-* /sys/fs/cgroup/tracr-agent-* 2>/dev/null | wc -l").out, "0\n");
+}

@@ -1,0 +1,29 @@
+// Emulating a slower edge device: an agent limits its own CPU before it
+// starts any thread, so a desktop can stand in for a Raspberry Pi-class
+// PARTICIPANT. Quota through a cgroup of its own (v2 cpu.max, or v1
+// cpu.cfs_quota_us), core count through CPU affinity.
+#pragma once
+
+#include <string>
+
+#include "protocol/error.hpp"
+
+namespace tracr::agent {
+
+struct CpuLimits {
+  double quota_cores = 0;  // 0 = none; else CPU time of this many cores per period
+  int cores = 0;           // 0 = none; else the first N CPUs this process may use
+  bool any() const { return quota_cores > 0 || cores > 0; }
+};
+
+// Applies `l` to this process (call before any thread starts: affinity is
+// per thread and inherited). cgroup_root is the cgroup file system
+// ("/sys/fs/cgroup"; tests may point it elsewhere). On success *group is the
+// cgroup directory created ("" when none) and the result describes what was
+// applied. Errors name the file and the cause (e.g. not root, no cpu
+// controller); nothing is left half-applied.
+Result<std::string> apply_cpu_limits(const CpuLimits& l, const std::string& cgroup_root, std::string* group);
+// Moves this process back to the parent cgroup and removes `group`.
+void release_cpu_limits(const std::string& group);
+
+}  // namespace tracr::agent
