@@ -103,6 +103,9 @@ Result<std::string> ControlOut::wait_config(int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (!config_) {
     if (stopped_ || g_signalled) return make_error(Errc::peer_closed, "the controller closed stdin before sending CONFIG");
+    // A line that failed authentication before CONFIG arrived is why it did not.
+    if (!last_rejected_.empty())
+      return make_error(Errc::auth_failed, "the controller's CONFIG line was rejected: " + last_rejected_);
     if (std::chrono::steady_clock::now() > deadline)
       return make_error(Errc::timeout, "no CONFIG line from the controller within " + std::to_string(timeout_ms) + " ms");
     pollfd p{0, POLLIN, 0};
@@ -134,6 +137,7 @@ void ControlOut::read_stdin() {
     auto m = in_.decode(line);
     if (!m) {
       std::fprintf(stderr, "tracr-agent: rejected control line: %s\n", m.error().str().c_str());
+      last_rejected_ = m.error().str();
       continue;
     }
     if (m->kind == "STOP") stopped_ = true;
@@ -320,6 +324,8 @@ bool read_first_line(std::string& line) {
 }  // namespace
 
 int agent_main(int argc, char** argv) {
+  // A controller that went away is seen as an error on write, not a signal.
+  std::signal(SIGPIPE, SIG_IGN);
   AgentOptions opt;
   try {
     std::vector<std::string> args(argv + 1, argv + argc);

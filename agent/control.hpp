@@ -13,7 +13,9 @@
 // FRAME (every field of record_fields.def, see record.hpp), EVENT (kind,
 // frame, cmd, op, message: commands applied or rejected, pause, resume,
 // stop), DONE (frames, stopped), FAIL (error).
-// Controller -> agent: STOP (end now, after the frames in flight), CMD (id,
+// Controller -> agent: CONFIG (yaml: the effective experiment, right after
+// the secret when the agent runs with --config stdin), STOP (end now, after
+// the frames in flight), CMD (id,
 // op = set_split split=K | set_codec codec=TEXT | pause | resume | stop),
 // applied by a PARTICIPANT between frames and answered with an EVENT.
 #pragma once

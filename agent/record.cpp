@@ -20,16 +20,6 @@ namespace tracr::agent {
 #define TRACR_FK_T FieldKind::text
 #define TRACR_FK_R FieldKind::opt_real
 
-const char* FieldInfo::sql_type() const {
-  switch (kind) {
-    case FieldKind::integer: return "INTEGER NOT NULL";
-    case FieldKind::opt_integer: return "INTEGER";
-    case FieldKind::text: return "TEXT NOT NULL";
-    case FieldKind::opt_real: return "REAL";
-  }
-  return "TEXT";
-}
-
 const std::vector<FieldInfo>& frame_fields() {
   static const std::vector<FieldInfo> v = {
 #define TRACR_FRAME_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},

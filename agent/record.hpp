@@ -26,8 +26,6 @@ struct FieldInfo {
   const char* side;
   bool summarise;
   const char* meaning;
-  // SQL type and nullability as stored: "INTEGER NOT NULL", "INTEGER", "TEXT NOT NULL", "REAL".
-  const char* sql_type() const;
 };
 
 #define TRACR_FT_I int64_t

@@ -79,6 +79,7 @@ class ControlOut {
   std::string pending_;
   std::vector<ControlMsg> commands_;
   std::optional<std::string> config_;
+  std::string last_rejected_;  // why the last rejected line was rejected
   void read_stdin();
 };
 

@@ -424,7 +424,9 @@ class Pipeline {
     if (pending_.empty()) return {};
     const auto t_check = Clock::now();
     auto f = link_.recv(0);
-    bool waited = false;
+    // An in-process link produced the reply inside send(): it never waited
+    // behind other work, and its encoding and decoding are measured stages.
+    bool waited = link_.tail_in_send();
     if (!f && f.error().code == Errc::timeout) {
       last_empty_ = Clock::now();
       if (!block) return {};
@@ -441,6 +443,10 @@ class Pipeline {
     r.reply_bytes = static_cast<int64_t>(f->stats.wire_bytes);
     r.decode_ns = meta_int(f->header.meta, "srv_decode_ns");
     r.tail_ns = meta_int(f->header.meta, "srv_tail_ns");
+    if (f->header.type != MsgType::error && !f->header.meta.count("srv_ns"))
+      return make_error(Errc::missing_field,
+                        "the server's reply has no srv_ns (a tracr-agent older than this participant?): the "
+                        "timing identity needs the server's own time");
     r.server_ns = meta_int(f->header.meta, "srv_ns");
     // The reply cannot exist before the hand-off plus the server's time, nor
     // before the last check that found nothing: it waited at most since the

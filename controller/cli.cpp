@@ -2,6 +2,7 @@
 
 #include "agent/agent.hpp"
 
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -112,6 +113,9 @@ int cmd_demo(const std::vector<std::string>& args, bool bench) {
 }  // namespace
 
 int tracrctl_main(int argc, char** argv) {
+  // A pipe to an agent that died must be an error value, not a signal that
+  // kills tracrctl before it has written what it received.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {

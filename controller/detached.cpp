@@ -1,10 +1,14 @@
 // Detached SERVER agents: `tracrctl agents start` leaves a SERVER running
 // (local or over SSH) with its secret in an owner-only file; later runs of the
 // same model reuse it until `tracrctl agents stop`.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -57,21 +61,29 @@ Result<DetachedServer> read_detached(const std::string& path) {
   return d;
 }
 
+// Created owner-only (0600) from the start, never readable in between.
+Status write_owner_only(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return make_error(Errc::io, fmt::format("cannot create {}: {}", path, std::strerror(errno)));
+  ::fchmod(fd, 0600);  // an existing file keeps its mode on O_TRUNC
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size()))
+    return make_error(Errc::io, fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  return {};
+}
+
 Status write_detached(const std::string& path, const DetachedServer& d) {
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   // The state holds the session secret: owner-only, like a private key.
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) return make_error(Errc::io, "cannot write " + tmp);
-    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, ec);
-    f << "device=" << agent::pct_encode(d.device) << "\ntransport=" << agent::pct_encode(d.transport)
-      << "\nendpoint=" << agent::pct_encode(d.endpoint) << "\nsecret=" << d.secret_hex
-      << "\nidentity=" << agent::pct_encode(d.identity) << "\nlog=" << agent::pct_encode(d.log)
-      << "\npid=" << d.pid << "\n";
-    for (const auto& [k, v] : d.ready) f << "ready." << agent::pct_encode(k) << "=" << agent::pct_encode(v) << "\n";
-  }
+  std::string text = "device=" + agent::pct_encode(d.device) + "\ntransport=" + agent::pct_encode(d.transport) +
+                     "\nendpoint=" + agent::pct_encode(d.endpoint) + "\nsecret=" + d.secret_hex +
+                     "\nidentity=" + agent::pct_encode(d.identity) + "\nlog=" + agent::pct_encode(d.log) +
+                     "\npid=" + std::to_string(d.pid) + "\n";
+  for (const auto& [k, v] : d.ready) text += "ready." + agent::pct_encode(k) + "=" + agent::pct_encode(v) + "\n";
+  TRACR_TRY(write_owner_only(tmp, text));
   fs::rename(tmp, path, ec);
   if (ec) return make_error(Errc::io, "cannot write " + path + ": " + ec.message());
   return {};
@@ -160,17 +172,12 @@ int cmd_agents_start(const std::vector<std::string>& args) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     const std::string secret_file = dir + "/" + server.name + ".secret";
-    {
-      std::ofstream f(secret_file, std::ios::trunc);
-      fs::permissions(secret_file, fs::perms::owner_read | fs::perms::owner_write, ec);
-      f << secret_hex << "\n";
-    }
     const std::string exp_file = dir + "/" + server.name + ".experiment.yaml";
-    {
-      std::ofstream f(exp_file, std::ios::trunc);
-      fs::permissions(exp_file, fs::perms::owner_read | fs::perms::owner_write, ec);
-      f << config_yaml;
-    }
+    for (const auto& [file, text] : {std::pair{secret_file, secret_hex + "\n"}, std::pair{exp_file, config_yaml}})
+      if (auto w = write_owner_only(file, text); !w) {
+        fmt::print(stderr, "tracrctl agents start: {}\n", w.error().str());
+        return 1;
+      }
     a.insert(a.end(), {"--experiment", exp_file});
     d.log = dir + "/" + server.name + ".log";
     std::vector<std::string> argv;

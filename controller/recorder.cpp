@@ -53,6 +53,13 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
   } else if (m.kind == "FRAME") {
     auto f = agent::frame_from_control(m);
     if (!f) return malformed(f.error());
+    // What the database would refuse is refused here, naming the field, so
+    // one bad row cannot fail a whole batch of good ones.
+    if (f->warmup != 0 && f->warmup != 1) return malformed(make_error(Errc::field_type, "warmup must be 0 or 1"));
+    if (f->ok != 0 && f->ok != 1) return malformed(make_error(Errc::field_type, "ok must be 0 or 1"));
+    if (!f->energy_source.empty() && f->energy_source.rfind("measured:", 0) != 0 &&
+        f->energy_source.rfind("modelled:", 0) != 0)
+      return malformed(make_error(Errc::field_type, "energy_source must start with measured: or modelled:"));
     FrameRecord r;
     static_cast<agent::FrameRecord&>(r) = *f;
     r.run_id = run_id_;

@@ -165,6 +165,7 @@ ALTER TABLE frames ADD COLUMN result TEXT;
 ALTER TABLE frames ADD COLUMN correct INTEGER;
 UPDATE frames SET result = json_extract(result_json, '$.top1'), correct = json_extract(result_json, '$.correct')
   WHERE result_json IS NOT NULL AND json_valid(result_json);
+UPDATE frames SET result = result_json WHERE result_json IS NOT NULL AND NOT json_valid(result_json);
 ALTER TABLE frames DROP COLUMN result_json;
 ALTER TABLE frames ADD COLUMN frame INTEGER;
 ALTER TABLE frames ADD COLUMN sample_id TEXT;

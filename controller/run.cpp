@@ -64,16 +64,18 @@ class EventPump {
   ~EventPump() { stop(); }
   // Starts reading agents [started_, n).
   void start() {
+    // Each thread gets its agent, not the vector: the main thread appends
+    // agents while earlier ones are being read.
     for (size_t i = started_; i < agents_.size(); ++i)
-      threads_.emplace_back([this, i] {
+      threads_.emplace_back([this, i, a = agents_[i].get()] {
         while (!stop_) {
-          auto line = agents_[i]->proc().read_line(300);
+          auto line = a->proc().read_line(300);
           if (!line) {
             if (line.error().code == Errc::timeout) continue;
             push(Event{i, std::move(line.error()), true});
             return;
           }
-          push(Event{i, agents_[i]->decode(*line), false});
+          push(Event{i, a->decode(*line), false});
         }
       });
     started_ = agents_.size();
@@ -174,8 +176,9 @@ std::string server_identity(const ExperimentConfig& cfg) {
   std::string shape;
   for (auto d : c.input_size) shape += std::to_string(d) + ",";
   // Percent-encoded values joined by spaces: unambiguous for any path.
-  return fmt::format("model={} weights={} input={} seed={} encryption={} key_exchange={}", agent::pct_encode(c.model),
-                     agent::pct_encode(c.weights), shape, c.seed, c.encryption, c.key_exchange);
+  return fmt::format("agent={} model={} weights={} input={} seed={} encryption={} key_exchange={}", agent::kAgentVersion,
+                     agent::pct_encode(c.model), agent::pct_encode(c.weights), shape, c.seed, c.encryption,
+                     c.key_exchange);
 }
 
 int run_experiment(const RunOptions& ro) {
@@ -323,9 +326,13 @@ int run_experiment(const RunOptions& ro) {
     AgentConn& a = *agents[e.agent];
     last_seen[e.agent] = Clock::now();
     if (e.closed) {
-      if (!finished[e.agent] && !g_signal)
-        fail(fmt::format("{} agent on {} exited unexpectedly ({}); log tail:\n{}", a.role(), a.device().name,
-                         e.msg.error().message, a.proc().log_tail()));
+      if (!finished[e.agent]) {
+        const std::string why = fmt::format("{} agent on {} exited unexpectedly ({}); log tail:\n{}", a.role(),
+                                            a.device().name, e.msg.error().message, a.proc().log_tail());
+        // While stopping after a signal the run is interrupted anyway; the crash is still recorded.
+        if (g_signal) rec.event("warn", "agent_lost", why, a.device().name);
+        else fail(why);
+      }
       finished[e.agent] = true;
       return;
     }

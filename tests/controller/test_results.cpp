@@ -181,7 +181,7 @@ TEST(ResultsDb, DatabaseColumnsAreExactlyTheSchemaTable) {
 TEST(ResultsDb, SchemaDocumentIsGeneratedFromTheTable) {
   // docs/SCHEMA.md is `tracrctl results schema --markdown`: regenerate it when this fails.
   const std::string doc = read_all(std::string(TRACR_SOURCE_DIR) + "/docs/SCHEMA.md");
-  EXPECT_EQ(doc, format_schema_markdown())
+  EXPECT_TRUE(doc == format_schema_markdown())
       << "docs/SCHEMA.md is stale: run ./build/bin/tracrctl results schema --markdown > docs/SCHEMA.md";
   const std::string text = format_schema_text();
   for (const auto& t : schema_tables())
@@ -825,11 +825,20 @@ TEST(ResultsDb, ReadOnlyOpenNeverCreatesOrChanges) {
   const std::string path = dir.file("ro.db");
   int64_t id = 0;
   {
-    auto db = ResultsDb::open(path);
-    ASSERT_TRUE(db.ok());
-    id = *db->begin_run(info());
-    ASSERT_TRUE(db->add_frames({frame(id, 1, 0, 500), frame(id, 1, 1, 700)}).ok());
-    // still running: no summaries stored
+    // A run begun by a controller that then died (a child that exits).
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      auto db = ResultsDb::open(path);
+      if (!db) _exit(10);
+      auto run = db->begin_run(info());
+      if (!run || !db->add_frames({frame(*run, 1, 0, 500), frame(*run, 1, 1, 700)})) _exit(11);
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_EQ(WEXITSTATUS(status), 0);
+    id = 1;
   }
   fs::permissions(path, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   auto ro = ResultsDb::open_readonly(path);
@@ -839,7 +848,10 @@ TEST(ResultsDb, ReadOnlyOpenNeverCreatesOrChanges) {
   ASSERT_TRUE(t.ok()) << t.error().str();
   EXPECT_DOUBLE_EQ((*t)[0].stage("total_ns").median_ns, 600);
   EXPECT_EQ(scalar(*ro, "SELECT COUNT(*) FROM summaries"), "0");
-  EXPECT_EQ(ro->get_run(id)->status, RunStatus::running);  // no sweep either
+  // Shown as interrupted, with the reason, but not written: the file still says running.
+  EXPECT_EQ(ro->get_run(id)->status, RunStatus::interrupted);
+  EXPECT_NE(ro->get_run(id)->error.find("seen read-only"), std::string::npos);
+  EXPECT_EQ(scalar(*ro, "SELECT status FROM runs WHERE id = 1"), "running");
 
   // An older schema is named, with the command that upgrades it.
   const std::string old = dir.file("old.db");

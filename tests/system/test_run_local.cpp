@@ -51,6 +51,11 @@ TEST(RunLocal, InProcessMatchesNetworkedNumerics) {
   auto loc = query_col(db, "select split || '/' || sample || '=' || result from frames where run_id = 2 order by split, sample");
   ASSERT_EQ(net.size(), size_t((kAlexNetLayers + 1) * 2));
   EXPECT_EQ(net, loc);
+  // In-process frames keep the identity with nothing negative: the reply was
+  // made inside send(), so it never queued (queue 0) and its decode is return_ns.
+  EXPECT_EQ(query(db, "select count(*) from frames where run_id = 2 and (flags is not null or queue_ns <> 0 or network_ns < 0 "
+                      "or total_ns <> head_ns + encode_ns + network_ns + server_ns + queue_ns + return_ns + post_ns)"),
+            "0");
   // Same recorded fields: wire bytes agree too (same frames, same codec).
   EXPECT_EQ(query_col(db, "select raw_bytes from frames where run_id = 1 order by split, sample"),
             query_col(db, "select raw_bytes from frames where run_id = 2 order by split, sample"));
