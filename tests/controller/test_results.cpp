@@ -735,6 +735,23 @@ TEST(ResultsTable, SplitTableIsAlignedAndMarksTheFastestSplit) {
 namespace tracr::controller {
 namespace {
 
+// Begins a run in a child process (the run's controller), lets `then` add to
+// it, and lets the child exit: the run is left 'running' by a dead controller.
+template <class F>
+bool in_dead_controller(const std::string& path, F then) {
+  pid_t child = fork();
+  if (child < 0) return false;
+  if (child == 0) {
+    auto db = ResultsDb::open(path);
+    if (!db) _exit(10);
+    auto run = db->begin_run(info());
+    if (!run || !then(*db, *run)) _exit(11);
+    _exit(0);
+  }
+  int status = 0;
+  return waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 TEST(ResultsDb, SlowFramesBecomeEventsWithTheirPosition) {
   TempDir dir;
   auto db = ResultsDb::open(dir.file("slow.db"));
@@ -824,22 +841,11 @@ TEST(ResultsDb, ReadOnlyOpenNeverCreatesOrChanges) {
 
   const std::string path = dir.file("ro.db");
   int64_t id = 0;
-  {
-    // A run begun by a controller that then died (a child that exits).
-    pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-      auto db = ResultsDb::open(path);
-      if (!db) _exit(10);
-      auto run = db->begin_run(info());
-      if (!run || !db->add_frames({frame(*run, 1, 0, 500), frame(*run, 1, 1, 700)})) _exit(11);
-      _exit(0);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    ASSERT_EQ(WEXITSTATUS(status), 0);
-    id = 1;
-  }
+  // A run begun by a controller that then died.
+  ASSERT_TRUE(in_dead_controller(path, [&](ResultsDb& db, int64_t run) {
+    return db.add_frames({frame(run, 1, 0, 500), frame(run, 1, 1, 700)}).ok();
+  }));
+  id = 1;
   fs::permissions(path, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   auto ro = ResultsDb::open_readonly(path);
   ASSERT_TRUE(ro.ok()) << ro.error().str();
@@ -864,20 +870,10 @@ TEST(ResultsDb, ReadOnlyOpenNeverCreatesOrChanges) {
 TEST(ResultsDb, CauseOfAnUnfinishedRunIsKeptForTheNextOpen) {
   TempDir dir;
   const std::string path = dir.file("c.db");
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto db = ResultsDb::open(path);
-    if (!db) _exit(10);
-    auto run = db->begin_run(info());
-    if (!run) _exit(11);
-    // The controller could not write its database: it leaves the cause beside it.
-    std::ofstream(failure_note_path(path, *run)) << "database: disk I/O error (insert frames)\n";
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_EQ(WEXITSTATUS(status), 0);
+  // The controller could not write its database: it leaves the cause beside it.
+  ASSERT_TRUE(in_dead_controller(path, [&](ResultsDb&, int64_t run) {
+    return static_cast<bool>(std::ofstream(failure_note_path(path, run)) << "database: disk I/O error (insert frames)\n");
+  }));
   auto db = ResultsDb::open(path);
   ASSERT_TRUE(db.ok());
   ASSERT_EQ(db->interrupted_on_open().size(), 1u);
