@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 
 #include <cerrno>
@@ -298,7 +299,8 @@ void usage(std::FILE* out) {
       "usage: tracr-agent --role SERVER      [--bind EP] [--raw-bind EP] [--config stdin | --experiment FILE]\n"
       "       tracr-agent --role PARTICIPANT (--connect EP | --in-process) (--config stdin | --experiment FILE)\n"
       "                   [--probe-only]   (measure the link to the SERVER, run no frames)\n"
-      "either role: [--cpu-quota CORES] [--cpu-cores N]   (emulate a slower device: cgroup quota, affinity)\n"
+      "either role: [--cpu-quota CORES [--cpu-quota-external]] [--cpu-cores N]\n"
+      "             (emulate a slower device: cgroup quota, affinity; external: the launcher applied the quota)\n"
       "The hex session secret is the first line of stdin (or --secret-file FILE, owner-only, for a detached agent).\n"
       "--config stdin: the controller sends the effective experiment (the YAML `tracrctl run --show-config`\n"
       "describes) as an authenticated CONFIG line; --experiment FILE reads the same YAML from a file.\n"
@@ -373,9 +375,12 @@ int agent_main(int argc, char** argv) {
   ControlOut ctl(opt.secret, opt.secret_file.empty());
   // An emulated slower device limits itself before any thread starts.
   std::string cgroup;
-  if (opt.cpu_quota > 0 || opt.cpu_cores > 0) {
-    const char* root = std::getenv("TRACR_CGROUP_ROOT");
-    auto applied = apply_cpu_limits({opt.cpu_quota, opt.cpu_cores}, root && *root ? root : "/sys/fs/cgroup", &cgroup);
+  if ((opt.cpu_quota > 0 && !opt.cpu_quota_external) || opt.cpu_cores > 0) {
+    const char* env = std::getenv("TRACR_CGROUP_ROOT");
+    const std::string root = env && *env ? env : "/sys/fs/cgroup";
+    // A local launcher already put this process in its quota group (from the
+    // host's cgroup tree, which `ip netns exec` hides): only affinity here.
+    auto applied = apply_cpu_limits({opt.cpu_quota_external ? 0 : opt.cpu_quota, opt.cpu_cores}, root, &cgroup);
     if (!applied) {
       ctl.send("FAIL", {{"error", applied.error().str()}});
       return 2;

@@ -73,42 +73,44 @@ Result<std::string> apply_cpu_limits(const CpuLimits& l, const std::string& root
     what = fmt::format("affinity {} CPU(s) [{}]", l.cores, ids);
   }
   if (l.quota_cores > 0) {
-    const long period = 100000;  // us
-    const long quota = std::max(1000L, static_cast<long>(std::lround(l.quota_cores * period)));
-    const std::string name = "tracr-agent-" + std::to_string(::getpid());
-    std::string dir, limit_file, limit_text, procs;
-    if (has_v2_cpu(root)) {
-      dir = root + "/" + name;
-      limit_file = dir + "/cpu.max";
-      limit_text = fmt::format("{} {}", quota, period);
-    } else if (fs::exists(root + "/cpu/cpu.cfs_quota_us")) {
-      dir = root + "/cpu/" + name;
-      limit_file = dir + "/cpu.cfs_quota_us";
-      limit_text = std::to_string(quota);
-    } else {
-      return make_error(Errc::config, fmt::format("cpu_quota: no cgroup cpu controller under {} (neither v2 "
-                                                  "cgroup.controllers with cpu nor v1 cpu/cpu.cfs_quota_us)",
-                                                  root));
-    }
-    sweep_stale(fs::path(dir).parent_path().string());
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-      return make_error(Errc::io, fmt::format("cpu_quota: cannot create cgroup {}: {} (root or a delegated cgroup "
-                                              "is needed)",
-                                              dir, std::strerror(errno)));
-    Status st;
-    if (limit_file.size() > 15 && limit_file.compare(limit_file.size() - 15, 15, "cfs_quota_us") == 0)
-      st = write_file(dir + "/cpu.cfs_period_us", std::to_string(period));
-    if (st) st = write_file(limit_file, limit_text);
-    if (st) st = write_file(dir + "/cgroup.procs", std::to_string(::getpid()));
-    if (!st) {
-      ::rmdir(dir.c_str());
+    auto dir = create_quota_group(l.quota_cores, root, ::getpid());
+    if (!dir) return std::move(dir.error());
+    if (auto st = write_file(*dir + "/cgroup.procs", std::to_string(::getpid())); !st) {
+      ::rmdir(dir->c_str());
       return make_error(st.error().code, "cpu_quota: " + st.error().message);
     }
-    *group = dir;
-    what += fmt::format("{}cgroup {} quota {:.2f} core(s) ({} of every {} us)", what.empty() ? "" : ", ", dir,
-                        l.quota_cores, quota, period);
+    *group = *dir;
+    what += fmt::format("{}cgroup {} quota {:.2f} core(s)", what.empty() ? "" : ", ", *dir, l.quota_cores);
   }
   return what;
+}
+
+Result<std::string> create_quota_group(double quota_cores, const std::string& root, long owner) {
+  const long period = 100000;  // us
+  const long quota = std::max(1000L, static_cast<long>(std::lround(quota_cores * period)));
+  const std::string name = "tracr-agent-" + std::to_string(owner);
+  std::string dir;
+  std::error_code ec;
+  const bool v2 = has_v2_cpu(root);
+  if (v2) dir = root + "/" + name;
+  else if (fs::exists(root + "/cpu/cpu.cfs_quota_us", ec)) dir = root + "/cpu/" + name;
+  else
+    return make_error(Errc::config, fmt::format("cpu_quota: no cgroup cpu controller under {} (neither v2 "
+                                                "cgroup.controllers with cpu nor v1 cpu/cpu.cfs_quota_us)",
+                                                root));
+  sweep_stale(fs::path(dir).parent_path().string());
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return make_error(Errc::io, fmt::format("cpu_quota: cannot create cgroup {}: {} (root or a delegated cgroup is "
+                                            "needed)",
+                                            dir, std::strerror(errno)));
+  Status st = v2 ? write_file(dir + "/cpu.max", fmt::format("{} {}", quota, period))
+                 : write_file(dir + "/cpu.cfs_period_us", std::to_string(period));
+  if (st && !v2) st = write_file(dir + "/cpu.cfs_quota_us", std::to_string(quota));
+  if (!st) {
+    ::rmdir(dir.c_str());
+    return make_error(st.error().code, "cpu_quota: " + st.error().message);
+  }
+  return dir;
 }
 
 void release_cpu_limits(const std::string& group) {

@@ -23,6 +23,10 @@ struct CpuLimits {
 // applied. Errors name the file and the cause (e.g. not root, no cpu
 // controller); nothing is left half-applied.
 Result<std::string> apply_cpu_limits(const CpuLimits& l, const std::string& cgroup_root, std::string* group);
+// Creates a quota group for `quota_cores` under cgroup_root, named after
+// `owner` (a pid), without moving anything into it; returns its directory
+// (write a pid to <dir>/cgroup.procs to join it). Errors name the file.
+Result<std::string> create_quota_group(double quota_cores, const std::string& cgroup_root, long owner);
 // Moves this process back to the parent cgroup and removes `group`.
 void release_cpu_limits(const std::string& group);
 

@@ -35,6 +35,7 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
     if (a == "--no-x25519") { o.x25519 = false; continue; }
     if (a == "--in-process") { o.in_process = true; continue; }
     if (a == "--probe-only") { o.probe_only = true; continue; }
+    if (a == "--cpu-quota-external") { o.cpu_quota_external = true; continue; }
     if (a == "--cpu-quota" || a == "--cpu-cores") {
       auto v = val();
       if (!v) return std::move(v.error());

@@ -27,6 +27,7 @@ struct AgentOptions {
   bool in_process = false;          // PARTICIPANT: run tails in this process, no socket
   bool probe_only = false;          // PARTICIPANT: probe the link, run no frames (tracrctl link probe)
   double cpu_quota = 0;             // emulated slower device: CPU time in cores (cgroup), 0 = none
+  bool cpu_quota_external = false;  // the launcher applied cpu_quota already (recorded, not applied)
   int cpu_cores = 0;                // emulated slower device: pinned to this many CPUs, 0 = none
   bool encrypt = true;              // echo SERVER only: model roles follow the experiment
   bool x25519 = true;

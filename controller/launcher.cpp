@@ -1,11 +1,15 @@
 #include "controller/launcher.hpp"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
+#include "agent/cpu_limits.hpp"
 #include "controller/deploy.hpp"
 #include "controller/process.hpp"
 #include "controller/run.hpp"
@@ -23,9 +27,17 @@ namespace {
 class LocalProc : public AgentProc {
  public:
   LocalProc(ChildProcess p, std::string log) : p_(std::move(p)), log_(std::move(log)) {}
+  ~LocalProc() override {
+    if (!group_.empty()) ::rmdir(group_.c_str());
+  }
+  void set_group(std::string g) { group_ = std::move(g); }
   Status write(const std::string& s) override { return p_.write_stdin(s); }
   Result<std::string> read_line(int t) override { return p_.read_line(t); }
-  int stop(int grace_ms) override { return p_.stop(grace_ms); }
+  int stop(int grace_ms) override {
+    const int st = p_.stop(grace_ms);
+    if (!group_.empty() && ::rmdir(group_.c_str()) == 0) group_.clear();  // empty once the agent is gone
+    return st;
+  }
   long pid() const override { return static_cast<long>(p_.pid()); }
   std::string log_tail() override {
     if (log_.empty()) return "";
@@ -42,6 +54,7 @@ class LocalProc : public AgentProc {
  private:
   ChildProcess p_;
   std::string log_;
+  std::string group_;  // the quota cgroup this launcher put the agent in
 };
 
 class SshProc : public AgentProc {
@@ -67,7 +80,8 @@ class SshProc : public AgentProc {
 };
 
 Result<std::unique_ptr<AgentProc>> start_local(const std::string& agent_path, const std::vector<std::string>& args,
-                                               const std::string& log_path, const std::string& netns) {
+                                               const std::string& log_path, const std::string& netns,
+                                               double cpu_quota) {
   std::vector<std::string> argv;
   if (!netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", netns};  // a namespaced test host
   argv.push_back(agent_path);
@@ -76,7 +90,27 @@ Result<std::unique_ptr<AgentProc>> start_local(const std::string& agent_path, co
   // idle would steal them from the other agent and distort every timing.
   auto p = ChildProcess::spawn(argv, log_path, {"OMP_WAIT_POLICY=PASSIVE"});
   if (!p) return std::move(p.error());
-  return std::unique_ptr<AgentProc>(new LocalProc(std::move(*p), log_path));
+  auto proc = std::make_unique<LocalProc>(std::move(*p), log_path);
+  if (cpu_quota > 0) {
+    // The quota group is made from here: an agent inside `ip netns exec`
+    // sees a sysfs without the cgroup tree. The agent joins it at once,
+    // before it has loaded its model.
+    const char* env = std::getenv("TRACR_CGROUP_ROOT");
+    auto group = agent::create_quota_group(cpu_quota, env && *env ? env : "/sys/fs/cgroup", proc->pid());
+    Status st = group ? Status{} : Status(group.error());
+    if (st) {
+      proc->set_group(*group);
+      std::ofstream f(*group + "/cgroup.procs");
+      f << proc->pid();
+      f.flush();
+      if (!f) st = make_error(Errc::io, "cpu_quota: cannot move the agent into " + *group);
+    }
+    if (!st) {
+      proc->stop(500);
+      return std::move(st.error());
+    }
+  }
+  return std::unique_ptr<AgentProc>(std::move(proc));
 }
 
 Result<std::unique_ptr<AgentProc>> start_ssh(const LaunchSpec& ls, const std::vector<std::string>& args) {
@@ -163,7 +197,8 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
     const std::string dir = s.log_dir.empty() ? "." : s.log_dir;
     std::error_code ec;
     fs::create_directories(dir, ec);
-    p = start_local(s.agent_path, args, s.log_name.empty() ? std::string() : dir + "/" + s.log_name, dev.netns);
+    p = start_local(s.agent_path, args, s.log_name.empty() ? std::string() : dir + "/" + s.log_name, dev.netns,
+                    dev.cpu_quota.value_or(0));
   } else {
     p = start_ssh(s, args);
   }
@@ -180,6 +215,8 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
 std::vector<std::string> device_limit_args(const DeviceConfig& dev) {
   std::vector<std::string> a;
   if (dev.cpu_quota) a.insert(a.end(), {"--cpu-quota", fmt::format("{}", *dev.cpu_quota)});
+  // A local agent is put in its quota group by the launcher; it records the quota.
+  if (dev.cpu_quota && dev.transport == settings::Transport::local) a.push_back("--cpu-quota-external");
   if (dev.cpu_cores) a.insert(a.end(), {"--cpu-cores", std::to_string(*dev.cpu_cores)});
   return a;
 }

@@ -47,4 +47,11 @@ Result<pid_t> spawn_detached(const std::vector<std::string>& argv, const std::st
 // Directory of the running executable.
 std::string self_dir();
 
+// This process's start time in clock ticks since boot (/proc), 0 when unknown.
+int64_t self_start_ticks();
+// Whether a process (e.g. the controller that began a run, or that shaped a
+// link) still exists on this host: the pid exists, is not a zombie and (when
+// start_ticks > 0) started at that time, so a reused pid is not taken for it.
+bool process_alive(int64_t pid, int64_t start_ticks);
+
 }  // namespace tracr::controller

@@ -64,6 +64,8 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     static_cast<agent::FrameRecord&>(r) = *f;
     r.run_id = run_id_;
     r.participant = device;
+    r.link = link_;
+    r.shaping = shaping_;
     ++received_;
     if (!r.warmup) ++timed_by_device_[device];
     split_ = static_cast<int>(r.split);
@@ -78,6 +80,8 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     static_cast<agent::ProbeRecord&>(row) = *pr;
     row.run_id = run_id_;
     row.participant = device;
+    row.link = link_;
+    row.shaping = shaping_;
     if (auto st = db_.add_probe(row); !st && write_error_.empty()) write_error_ = st.error().str();
     event("info", "link_probed",
           fmt::format("{}: rtt median {:.3f} ms, up {} Mbit/s, down {} Mbit/s", device, pr->rtt_median_ns / 1e6,

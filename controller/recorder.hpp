@@ -19,6 +19,11 @@ namespace tracr::controller {
 class Recorder {
  public:
   Recorder(ResultsDb& db, int64_t run_id, bool record_frames, bool record_layers);
+  // The run's link profile and shaping, stored on every frame and probe row.
+  void set_link(std::string link, std::string shaping) {
+    link_ = std::move(link);
+    shaping_ = std::move(shaping);
+  }
 
   // Handles READY (hardware identity), PROFILE, FRAME, EVENT and LOG lines
   // from the agent `role` on `device`. Error field_type / missing_field
@@ -56,6 +61,7 @@ class Recorder {
   std::map<std::string, int64_t> timed_by_device_;
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
   std::string write_error_;
+  std::string link_, shaping_;
   int64_t done_ = 0, total_ = 0, received_ = 0;
   int split_ = 0;
 };

@@ -1,4 +1,5 @@
 #include "controller/results.hpp"
+#include "controller/process.hpp"
 
 #include "protocol/stats.hpp"
 
@@ -258,6 +259,14 @@ CREATE INDEX probes_by_run ON probes(run_id);
 ALTER TABLE devices ADD COLUMN cpu_quota REAL;
 ALTER TABLE devices ADD COLUMN cpu_cores_limit INTEGER;
 )sql"},
+    {6, "link profiles: which link each run, frame and probe ran under and how it was shaped", R"sql(
+ALTER TABLE runs ADD COLUMN link TEXT;
+ALTER TABLE runs ADD COLUMN shaping TEXT;
+ALTER TABLE frames ADD COLUMN link TEXT;
+ALTER TABLE frames ADD COLUMN shaping TEXT;
+ALTER TABLE probes ADD COLUMN link TEXT;
+ALTER TABLE probes ADD COLUMN shaping TEXT;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
@@ -394,46 +403,6 @@ std::string host_name() {
   return buf;
 }
 
-// Fields of /proc/<pid>/stat after the command name: state (field 3) and
-// starttime (field 22). False when the process does not exist or /proc is
-// unavailable.
-bool proc_stat(int64_t pid, char* state, int64_t* start_ticks) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  if (!in) return false;
-  std::string line;
-  std::getline(in, line);
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return false;
-  std::istringstream rest(line.substr(close + 1));
-  std::string field;
-  std::vector<std::string> f;
-  while (rest >> field) f.push_back(field);
-  // f[0] = state (field 3), f[19] = starttime (field 22).
-  if (f.size() < 20) return false;
-  *state = f[0].empty() ? '?' : f[0][0];
-  *start_ticks = std::strtoll(f[19].c_str(), nullptr, 10);
-  return true;
-}
-
-int64_t self_start_ticks() {
-  char st;
-  int64_t ticks = 0;
-  return proc_stat(getpid(), &st, &ticks) ? ticks : 0;
-}
-
-// Whether the controller that began a run still exists on this host: the pid
-// exists, is not a zombie and (when recorded) started at the same time.
-bool controller_alive(int64_t pid, int64_t start_ticks) {
-  if (pid <= 0) return false;
-  if (pid == getpid()) return true;
-  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
-  char state = '?';
-  int64_t ticks = 0;
-  if (!proc_stat(pid, &state, &ticks)) return true;  // exists (kill said so), no /proc: assume alive
-  if (state == 'Z' || state == 'X') return false;
-  if (start_ticks > 0 && ticks != start_ticks) return false;  // pid reused
-  return true;
-}
 
 }  // namespace
 
@@ -581,7 +550,7 @@ Result<std::vector<std::pair<int64_t, std::string>>> ResultsDb::find_dead_runs()
   while ((rc = q.step()) == SQLITE_ROW) {
     if (q.text(1) != host) continue;  // another host's controller: cannot tell
     const int64_t pid = q.i64(2);
-    if (!controller_alive(pid, q.i64(3))) {
+    if (!process_alive(pid, q.i64(3))) {
       std::string why = fmt::format("controller process {} on {} ended without finishing the run", pid, host);
       // A controller that could not write its database left the cause beside it.
       std::ifstream note(failure_note_path(path_, q.i64(0)));
@@ -637,8 +606,8 @@ Result<int64_t> ResultsDb::begin_run(const RunInfo& info) {
   Stmt q(db,
          "INSERT INTO runs(name, status, started_at, config_yaml, tracr_version, protocol_version, model, "
          "codec, "
-         "cipher, devices_json, controller_host, controller_pid, controller_start) "
-         "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+         "cipher, devices_json, controller_host, controller_pid, controller_start, link, shaping) "
+         "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (!q.prepared()) return db_error(db, path_, "insert run");
   const std::string now = utc_now_iso();
   q.bind(1, std::string_view(info.name));
@@ -653,6 +622,8 @@ Result<int64_t> ResultsDb::begin_run(const RunInfo& info) {
   q.bind(10, std::string_view(host_name()));
   q.bind(11, static_cast<int64_t>(getpid()));
   q.bind(12, self_start_ticks());
+  q.bind_text_or_null(13, info.link);
+  q.bind_text_or_null(14, info.shaping);
   if (q.step() != SQLITE_DONE) return db_error(db, path_, "insert run");
   const int64_t id = sqlite3_last_insert_rowid(db);
   Stmt e(db, "INSERT INTO events(run_id, ts, level, kind, message) VALUES (?, ?, 'info', 'run_started', ?)");
@@ -679,14 +650,16 @@ Status ResultsDb::add_frames(const std::vector<FrameRecord>& frames) {
   Transaction tx(db, path_);
   TRACR_TRY(tx.begin());
   const auto& fields = agent::frame_fields();
-  static const std::string sql = "INSERT INTO frames(run_id, participant" + field_list(fields) +
-                                 ", legacy_transfer_ns) VALUES (" + placeholders(fields.size() + 3) + ")";
+  static const std::string sql = "INSERT INTO frames(run_id, participant, link, shaping" + field_list(fields) +
+                                 ", legacy_transfer_ns) VALUES (" + placeholders(fields.size() + 5) + ")";
   Stmt q(db, sql.c_str());
   if (!q.prepared()) return db_error(db, path_, "insert frames");
   for (const auto& f : frames) {
     q.bind(1, f.run_id);
     q.bind_text_or_null(2, f.participant);
-    int i = 3;
+    q.bind_text_or_null(3, f.link);
+    q.bind_text_or_null(4, f.shaping);
+    int i = 5;
     agent::visit_frame(f, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
     bind_value(q, i, f.legacy_transfer_ns);
     if (q.step() != SQLITE_DONE)
@@ -1008,7 +981,7 @@ const char* kRunColumns =
     "SELECT id, name, status, started_at, COALESCE(ended_at, ''), config_yaml, tracr_version, "
     "protocol_version, "
     "model, codec, cipher, devices_json, controller_host, controller_pid, COALESCE(error, ''), "
-    "(SELECT COUNT(*) FROM frames WHERE frames.run_id = runs.id) FROM runs ";
+    "(SELECT COUNT(*) FROM frames WHERE frames.run_id = runs.id), COALESCE(link, ''), COALESCE(shaping, '') FROM runs ";
 
 RunRow read_run(const Stmt& q) {
   RunRow r;
@@ -1028,6 +1001,8 @@ RunRow read_run(const Stmt& q) {
   r.controller_pid = q.i64(13);
   r.error = q.text(14);
   r.frame_count = q.i64(15);
+  r.link = q.text(16);
+  r.shaping = q.text(17);
   return r;
 }
 }  // namespace
@@ -1073,8 +1048,8 @@ Result<int64_t> ResultsDb::latest_run() {
 }
 
 Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
-  static const std::string sql = "SELECT run_id, COALESCE(participant, '')" + field_list(agent::frame_fields()) +
-                                 ", legacy_transfer_ns FROM frames WHERE run_id = ? ORDER BY id";
+  static const std::string sql = "SELECT run_id, COALESCE(participant, ''), COALESCE(link, ''), COALESCE(shaping, '')" +
+                                 field_list(agent::frame_fields()) + ", legacy_transfer_ns FROM frames WHERE run_id = ? ORDER BY id";
   Stmt q(db_.get(), sql.c_str());
   if (!q.prepared()) return db_error(db_.get(), path_, "read frames");
   q.bind(1, run_id);
@@ -1084,7 +1059,9 @@ Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
     FrameRecord f;
     f.run_id = q.i64(0);
     f.participant = q.text(1);
-    int c = 2;
+    f.link = q.text(2);
+    f.shaping = q.text(3);
+    int c = 4;
     agent::visit_frame(f, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
     read_value(q, c, f.legacy_transfer_ns);
     out.push_back(std::move(f));
@@ -1149,21 +1126,23 @@ Result<std::vector<LayerProfileRecord>> ResultsDb::find_profiles(const std::stri
 
 Status ResultsDb::add_probe(const ProbeRow& p) {
   const auto& fields = agent::probe_fields();
-  static const std::string sql = "INSERT INTO probes(run_id, participant" + field_list(fields) + ") VALUES (" +
-                                 placeholders(fields.size() + 2) + ")";
+  static const std::string sql = "INSERT INTO probes(run_id, participant, link, shaping" + field_list(fields) +
+                                 ") VALUES (" + placeholders(fields.size() + 4) + ")";
   Stmt q(db_.get(), sql.c_str());
   if (!q.prepared()) return db_error(db_.get(), path_, "insert probe");
   q.bind(1, p.run_id);
   q.bind_text_or_null(2, p.participant);
-  int i = 3;
+  q.bind_text_or_null(3, p.link);
+  q.bind_text_or_null(4, p.shaping);
+  int i = 5;
   agent::visit_probe(p, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
   if (q.step() != SQLITE_DONE) return db_error(db_.get(), path_, "insert probe of " + p.participant);
   return {};
 }
 
 Result<std::vector<ProbeRow>> ResultsDb::probes(int64_t run_id) {
-  static const std::string sql = "SELECT run_id, COALESCE(participant, '')" + field_list(agent::probe_fields()) +
-                                 " FROM probes WHERE run_id = ? ORDER BY id";
+  static const std::string sql = "SELECT run_id, COALESCE(participant, ''), COALESCE(link, ''), COALESCE(shaping, '')" +
+                                 field_list(agent::probe_fields()) + " FROM probes WHERE run_id = ? ORDER BY id";
   Stmt q(db_.get(), sql.c_str());
   if (!q.prepared()) return db_error(db_.get(), path_, "read probes");
   q.bind(1, run_id);
@@ -1173,7 +1152,9 @@ Result<std::vector<ProbeRow>> ResultsDb::probes(int64_t run_id) {
     ProbeRow p;
     p.run_id = q.i64(0);
     p.participant = q.text(1);
-    int c = 2;
+    p.link = q.text(2);
+    p.shaping = q.text(3);
+    int c = 4;
     agent::visit_probe(p, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
     out.push_back(std::move(p));
   }

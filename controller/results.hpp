@@ -51,6 +51,8 @@ struct RunInfo {
   std::string codec;         // CodecSpec::name()
   std::string cipher;        // "aes-256-gcm" / "none"
   std::string devices_json;  // DevicesConfig::to_json()
+  std::string link;          // link profile the run ran under ("" = the link as it is)
+  std::string shaping;       // how it was applied (LinkShaper::shaping()), "" = none
 };
 
 struct RunRow {
@@ -67,12 +69,14 @@ struct RunRow {
   int64_t controller_pid = 0;
   std::string error;
   int64_t frame_count = 0;  // rows in frames (warm-up included)
+  std::string link, shaping;
 };
 
 // A stored frame: the agent's record plus where it came from.
 struct FrameRecord : agent::FrameRecord {
   int64_t run_id = 0;
   std::string participant;                   // device name; "" = NULL
+  std::string link, shaping;                 // the run's link profile and how it was shaped ("" = NULL)
   std::optional<int64_t> legacy_transfer_ns;  // schema <= 2 rows only (clamped round trip minus stages)
 };
 
@@ -87,6 +91,7 @@ struct LayerProfileRecord : agent::ProfileRecord {
 struct ProbeRow : agent::ProbeRecord {
   int64_t run_id = 0;
   std::string participant;  // device name
+  std::string link, shaping;
 };
 
 // The hardware identity of one device in one run.
@@ -148,7 +153,7 @@ double p95_of(std::vector<int64_t>& v);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process

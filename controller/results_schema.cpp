@@ -49,6 +49,8 @@ std::vector<TableInfo> build() {
         {"controller_start", "INTEGER", "ticks", "controller",
          "controller process start time (clock ticks since boot, /proc) to tell a reused pid apart"},
         {"error", "TEXT", "", "controller", "why a failed or interrupted run ended (the first cause, kept as is)"},
+        {"link", "TEXT", "", "config", "link profile the run ran under (NULL: the link as it is)"},
+        {"shaping", "TEXT", "", "controller", "how the link was emulated: tc qdiscs and where, or none (NULL: none)"},
     };
     v.push_back(t);
   }
@@ -56,7 +58,9 @@ std::vector<TableInfo> build() {
     TableInfo t{"frames", "one row per frame (one batch through head, link, tail, post-processing); warm-up frames included with warmup = 1", {}};
     t.columns = {{"id", "INTEGER", "", "controller", "row id"},
                  {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-                 {"participant", "TEXT", "", "controller", "device name of the participant that sent the frame"}};
+                 {"participant", "TEXT", "", "controller", "device name of the participant that sent the frame"},
+                 {"link", "TEXT", "", "config", "link profile in force (the run's)"},
+                 {"shaping", "TEXT", "", "controller", "how that link was emulated (tc ..., or NULL: not emulated)"}};
     add_fields(t, agent::frame_fields());
     t.columns.push_back({"legacy_transfer_ns", "INTEGER", "ns", "participant",
                          "rows written before schema 3 only: round trip minus every stage, clamped at 0 (not comparable "
@@ -85,7 +89,9 @@ std::vector<TableInfo> build() {
     TableInfo t{"probes", "one row per link probe between a participant and its server (RTT, throughput both ways)", {}};
     t.columns = {{"id", "INTEGER", "", "controller", "row id"},
                  {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-                 {"participant", "TEXT", "", "controller", "device name of the participant that probed"}};
+                 {"participant", "TEXT", "", "controller", "device name of the participant that probed"},
+                 {"link", "TEXT", "", "config", "link profile in force (the run's)"},
+                 {"shaping", "TEXT", "", "controller", "how that link was emulated (tc ..., or NULL: not emulated)"}};
     add_fields(t, agent::probe_fields());
     v.push_back(t);
   }

@@ -20,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -32,6 +33,7 @@
 #include "controller/recorder.hpp"
 #include "controller/results.hpp"
 #include "controller/results_cli.hpp"
+#include "controller/shaping.hpp"
 #include "protocol/crypto.hpp"
 #include "protocol/header.hpp"
 
@@ -181,6 +183,52 @@ std::string server_identity(const ExperimentConfig& cfg) {
                      c.key_exchange);
 }
 
+namespace {
+
+// The split table of several runs (one per link profile) side by side: the
+// median total per split under each link, the best split of each marked.
+void print_link_comparison(const std::string& db_path, const std::vector<int64_t>& runs) {
+  auto db = ResultsDb::open_readonly(db_path);
+  if (!db) return;
+  std::vector<std::string> names;
+  std::vector<std::map<int, double>> med(runs.size());
+  std::vector<int> best(runs.size(), -1);
+  std::set<int> splits;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    auto r = db->get_run(runs[i]);
+    names.push_back(r ? (r->link.empty() ? "-" : r->link) : "?");
+    auto t = db->split_table(runs[i]);
+    if (!t) continue;
+    double bv = 0;
+    for (const auto& sp : *t) {
+      if (sp.frames == 0) continue;
+      const double m = sp.stage("total_ns").median_ns;
+      med[i][sp.split] = m;
+      splits.insert(sp.split);
+      if (best[i] < 0 || m < bv) {
+        best[i] = sp.split;
+        bv = m;
+      }
+    }
+  }
+  fmt::print("\nmedian total ms per split and link profile (runs");
+  for (auto id : runs) fmt::print(" {}", id);
+  fmt::print("); * = the link's best split\n{:>7}", "split");
+  for (const auto& n : names) fmt::print("  {:>12}", n);
+  fmt::print("\n");
+  for (int k : splits) {
+    fmt::print("{:>7}", k);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      auto it = med[i].find(k);
+      const std::string cell = it == med[i].end() ? "-" : fmt::format("{:.3f}{}", it->second / 1e6, best[i] == k ? "*" : " ");
+      fmt::print("  {:>12}", cell);
+    }
+    fmt::print("\n");
+  }
+}
+
+}  // namespace
+
 int run_experiment(const RunOptions& ro) {
   auto cfg = load_experiment(ro.experiment);
   if (!cfg) {
@@ -202,6 +250,28 @@ int run_experiment(const RunOptions& ro) {
     fmt::print("{}", format_settings(*cfg));
     return 0;
   }
+  // A list of link profiles: the experiment once under each, one run each.
+  if (cfg->link.size() > 1) {
+    std::vector<int64_t> runs;
+    int rc = 0;
+    for (const auto& name : cfg->link) {
+      ExperimentConfig one = *cfg;
+      one.link = {name};
+      fmt::print("\n== link profile {}\n", name);
+      std::fflush(stdout);
+      int64_t id = 0;
+      rc = run_loaded(ro, one, &id);
+      if (id > 0) runs.push_back(id);
+      if (rc != 0) break;  // a failure or an interruption ends the series
+    }
+    if (runs.size() > 1) print_link_comparison(cfg->output, runs);
+    return rc;
+  }
+  return run_loaded(ro, *cfg, nullptr);
+}
+
+int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_out) {
+  ExperimentConfig* cfg = &cfg_value;
   if (auto st = check_experiment_files(*cfg); !st) {
     fmt::print(stderr, "tracrctl run: {}\n", st.error().str());
     return 2;
@@ -221,8 +291,33 @@ int run_experiment(const RunOptions& ro) {
     fmt::print(stderr, "tracrctl run: {}\n", db.error().str());
     return 1;
   }
+  // The link profile: shaping left by a controller that died is removed
+  // first, then this run's is applied (and removed however the run ends).
+  const std::string shaping_dir = (fs::path(cfg->output).parent_path() / "shaping").string();
+  for (const auto& line : sweep_stale_shaping(shaping_dir)) fmt::print(stderr, "tracrctl run: {}\n", line);
+  std::optional<settings::LinkSpec> link;
+  if (!cfg->link.empty()) {
+    auto l = resolve_link(*cfg, cfg->link[0]);
+    if (!l) {
+      fmt::print(stderr, "tracrctl run: {}\n", l.error().str());
+      return 2;
+    }
+    link = *l;
+  }
+  std::unique_ptr<LinkShaper> shaper;
+  if (link) {
+    auto sh = LinkShaper::apply(*link, devices->server(), devices->participants(), shaping_dir);
+    if (!sh) {
+      fmt::print(stderr, "tracrctl run: {}\n", sh.error().str());
+      return 2;
+    }
+    shaper = std::move(*sh);
+  }
   RunInfo info;
+  info.link = link ? link->name : "";
+  info.shaping = shaper ? shaper->shaping() : "";
   info.name = ro.probe_only ? cfg->name + " (link probe)" : cfg->name;
+  if (link) info.name += "@" + link->name;
   info.config_yaml = to_yaml(*cfg);
   info.tracr_version = agent::kAgentVersion;
   info.protocol_version = static_cast<int>(protocol::kVersion);
@@ -235,6 +330,7 @@ int run_experiment(const RunOptions& ro) {
     fmt::print(stderr, "tracrctl run: {}\n", run_id.error().str());
     return 1;
   }
+  if (run_out) *run_out = *run_id;
   // Whatever ends this function (an exception included), the run row is finished.
   bool finished_row = false;
   struct FinishGuard {
@@ -244,8 +340,9 @@ int run_experiment(const RunOptions& ro) {
     if (!finished_row) (void)db->finish_run(*run_id, RunStatus::failed, "tracrctl run ended abnormally");
   }};
   reserve_cause_note(cfg->output, *run_id);
-  fmt::print("run {} '{}': model {}, codec {}, cipher {}, devices {}{}\n", *run_id, cfg->name, cfg->model,
-             cfg->compression, info.cipher, devices->source, ro.in_process ? " (in-process)" : "");
+  fmt::print("run {} '{}': model {}, codec {}, cipher {}, devices {}{}{}\n", *run_id, info.name, cfg->model,
+             cfg->compression, info.cipher, devices->source, ro.in_process ? " (in-process)" : "",
+             link ? fmt::format(", link {} ({})", link->name, info.shaping) : "");
   std::fflush(stdout);  // before the progress lines on stderr
 
   // SIGINT, SIGTERM and SIGHUP all end the run the same clean way.
@@ -285,6 +382,8 @@ int run_experiment(const RunOptions& ro) {
   const std::string log_dir = (fs::path(cfg->output).parent_path() / "logs").string();
 
   Recorder rec(*db, *run_id, cfg->record.frames, cfg->record.layers);
+  rec.set_link(info.link, info.shaping);
+  if (shaper) rec.event("info", "link_shaped", fmt::format("link {}: {}", info.link, info.shaping));
   // Every agent gets the effective experiment and parses it with the same code.
   const std::string config_yaml = agent_config_yaml(*cfg);
   std::vector<std::unique_ptr<AgentConn>> agents;

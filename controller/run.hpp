@@ -55,6 +55,9 @@ int stop_detached_agents(const std::string& state_dir, bool trust_new_hosts, con
 // Returns the process exit code: 0 completed, 1 failed, 2 configuration
 // error, 128 + signal when interrupted (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
 int run_experiment(const RunOptions& opt);
+// One run of an already loaded experiment (its first link profile, if any);
+// *run_id (when not null) gets the run's id once it exists.
+int run_loaded(const RunOptions& opt, settings::ExperimentConfig cfg, int64_t* run_id);
 int cmd_run(const std::vector<std::string>& args);
 // tracrctl link probe EXPERIMENT.yaml [--db PATH] [--trust-new-hosts] [--agent PATH]
 int cmd_link(const std::vector<std::string>& args);

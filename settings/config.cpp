@@ -1128,6 +1128,85 @@ std::vector<Setting> build_settings() {
       "probe.chunk_bytes", "int 1024..67108864", "262144", "Payload per bulk probe message.", 1024, int64_t{64} << 20,
       [](ExperimentConfig& c, int64_t v) { c.probe.chunk_bytes = v; },
       [](const ExperimentConfig& c) { return c.probe.chunk_bytes; }));
+  {
+    Setting s;
+    s.info = {"link", "profile name | [profile name]", "~ (the link as it is)",
+              "Link profile(s) to emulate with tc between the agents: built-in 3g, lte, wifi, gigabit, unlimited, or a "
+              "name from `links`. A list repeats the experiment under each, one run per profile.",
+              ""};
+    s.nullable = true;
+    s.env_yaml = true;
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      std::vector<std::string> names;
+      if (n.IsScalar()) {
+        auto v = get_nonempty(c, n, key, "a link profile name");
+        if (!v) return v.error();
+        names.push_back(*v);
+      } else if (n.IsSequence() && n.size() > 0) {
+        for (size_t i = 0; i < n.size(); ++i) {
+          auto v = get_nonempty(c, n[i], fmt::format("{}[{}]", key, i), "a link profile name");
+          if (!v) return v.error();
+          if (std::find(names.begin(), names.end(), *v) != names.end())
+            return err_at(pos_of(c, n[i]), fmt::format("{}[{}]", key, i), "profile '" + *v + "' is listed twice");
+          names.push_back(*v);
+        }
+      } else {
+        return expected(c, n, key, "a link profile name or a list of them");
+      }
+      cfg.link = names;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) {
+      if (c.link.empty()) return std::string("~");
+      if (c.link.size() == 1) return yaml_str(c.link[0]);
+      return flow_strs(c.link);
+    };
+    t.push_back(s);
+  }
+  {
+    Setting s;
+    s.info = {"links", "{name: {up_mbit, down_mbit, delay_ms, jitter_ms, loss_pct}}", "{}",
+              "User-defined link profiles: rates in Mbit/s each way (0 = not limited), one-way delay and jitter in ms, "
+              "loss in percent (delay, jitter and loss need the kernel's netem).",
+              ""};
+    s.env_yaml = true;
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      if (!n.IsMap()) return expected(c, n, key, "a map of profile names to {up_mbit, down_mbit, delay_ms, jitter_ms, loss_pct}");
+      std::map<std::string, LinkSpec> out;
+      for (const auto& kv : n) {
+        const std::string name = kv.first.Scalar();
+        const std::string k = key + "." + name;
+        if (!valid_name(name)) return err_at(pos_of(c, kv.first), k, "a profile name of letters, digits, '_', '-', '.'");
+        if (!kv.second.IsMap()) return expected(c, kv.second, k, "a map {up_mbit, down_mbit, delay_ms, jitter_ms, loss_pct}");
+        TRACR_TRY(check_keys(c, kv.second, k, {"up_mbit", "down_mbit", "delay_ms", "jitter_ms", "loss_pct"}));
+        LinkSpec l;
+        l.name = name;
+        l.source = "user-defined in the experiment";
+        const std::pair<const char*, double*> fields[] = {{"up_mbit", &l.up_mbit},   {"down_mbit", &l.down_mbit},
+                                                          {"delay_ms", &l.delay_ms}, {"jitter_ms", &l.jitter_ms},
+                                                          {"loss_pct", &l.loss_pct}};
+        for (const auto& [f, dst] : fields) {
+          if (!kv.second[f]) continue;
+          auto v = get_double(c, kv.second[f], k + "." + f, 0.0, "a number >= 0");
+          if (!v) return v.error();
+          if (std::string(f) == "loss_pct" && *v > 100) return expected(c, kv.second[f], k + "." + f, "a loss 0..100 %");
+          *dst = *v;
+        }
+        out[name] = l;
+      }
+      cfg.links = std::move(out);
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) {
+      std::string o = "{";
+      for (const auto& [name, l] : c.links)
+        o += fmt::format("{}{}: {{up_mbit: {}, down_mbit: {}, delay_ms: {}, jitter_ms: {}, loss_pct: {}}}",
+                         o.size() > 1 ? ", " : "", yaml_str(name), l.up_mbit, l.down_mbit, l.delay_ms, l.jitter_ms,
+                         l.loss_pct);
+      return o + "}";
+    };
+    t.push_back(s);
+  }
   t.push_back(bool_setting("record.frames", "true", "Store one row per frame (frames table).",
                            [](ExperimentConfig& c) -> bool& { return c.record.frames; }));
   t.push_back(bool_setting("record.layers", "true",
@@ -1252,6 +1331,10 @@ Status apply_env(ExperimentConfig& cfg) {
 }
 
 Status cross_check(ExperimentConfig& cfg) {
+  for (const auto& l : cfg.link) {
+    auto r = tracr::settings::resolve_link(cfg, l);
+    if (!r) return r.error();
+  }
   if (cfg.model.empty())
     return err_at(SourcePos{cfg.source.empty() ? "<experiment>" : cfg.source, 0, 0}, "model",
                   "missing; expected a model id such as alexnet (see `tracrctl models`)");
@@ -1278,6 +1361,34 @@ SourcePos ExperimentConfig::pos_of(const std::string& setting) const {
   auto it = origin.find(setting);
   if (it != origin.end()) return it->second;
   return SourcePos{};
+}
+
+const std::vector<LinkSpec>& builtin_links() {
+  // Kang et al., "Neurosurgeon: Collaborative Intelligence Between the Cloud
+  // and Mobile Edge", ASPLOS 2017, section 5: average uplink throughput
+  // measured for 3G, LTE and Wi-Fi (1.1, 5.85, 18.88 Mbps); applied both ways.
+  static const std::vector<LinkSpec> v = {
+      {"3g", 1.1, 1.1, 0, 0, 0, "Neurosurgeon (ASPLOS 2017) 3G uplink, 1.1 Mbit/s, both ways"},
+      {"lte", 5.85, 5.85, 0, 0, 0, "Neurosurgeon (ASPLOS 2017) LTE uplink, 5.85 Mbit/s, both ways"},
+      {"wifi", 18.88, 18.88, 0, 0, 0, "Neurosurgeon (ASPLOS 2017) Wi-Fi uplink, 18.88 Mbit/s, both ways"},
+      {"gigabit", 1000, 1000, 0, 0, 0, "nominal Gigabit Ethernet, 1000 Mbit/s both ways"},
+      {"unlimited", 0, 0, 0, 0, 0, "no shaping: the link as it is"},
+  };
+  return v;
+}
+
+Result<LinkSpec> resolve_link(const ExperimentConfig& cfg, const std::string& name) {
+  if (auto it = cfg.links.find(name); it != cfg.links.end()) return it->second;
+  std::vector<std::string> names;
+  for (const auto& l : builtin_links()) {
+    if (l.name == name) return l;
+    names.push_back(l.name);
+  }
+  for (const auto& [n, l] : cfg.links) names.push_back(n);
+  const std::string dym = did_you_mean(name, names);
+  return err_at(cfg.pos_of("link"), "link",
+                fmt::format("unknown link profile '{}'{}; expected one of {} (or define it under links)", name,
+                            dym.empty() ? "" : " (did you mean '" + dym + "'?)", join(names)));
 }
 
 Result<ExperimentConfig> parse_experiment(const std::string& text, const std::string& source, bool use_env) {

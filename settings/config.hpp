@@ -159,6 +159,21 @@ struct ProbeSpec {
   int64_t chunk_bytes = 256 * 1024;  // payload per bulk message
 };
 
+// A link to emulate between the agents (tc on the path between them).
+// Rates in Mbit/s, 0 = not limited; delay, jitter and loss need netem.
+struct LinkSpec {
+  std::string name;
+  double up_mbit = 0;    // PARTICIPANT -> SERVER
+  double down_mbit = 0;  // SERVER -> PARTICIPANT
+  double delay_ms = 0;   // one way, each direction
+  double jitter_ms = 0;
+  double loss_pct = 0;
+  std::string source;    // where the figures come from
+  bool shaped() const { return up_mbit > 0 || down_mbit > 0 || delay_ms > 0 || jitter_ms > 0 || loss_pct > 0; }
+};
+// The built-in profiles: 3g, lte, wifi, gigabit, unlimited.
+const std::vector<LinkSpec>& builtin_links();
+
 // A controller command sent to every PARTICIPANT once it has delivered
 // `at_frame` recorded (non-warm-up) frames; the participant applies it at its
 // next frame boundary and the event records the frame it took effect at.
@@ -191,6 +206,10 @@ struct ExperimentConfig {
   RecordSpec record;
   ProbeSpec probe;
   std::vector<ScheduledCommand> commands;  // in at_frame order
+  // Link profiles to run under, in order (each a run of its own); empty = the
+  // link as it is. Names are built-ins or keys of `links`.
+  std::vector<std::string> link;
+  std::map<std::string, LinkSpec> links;  // user-defined profiles
   std::string output = "results/tracr.db";
   std::string devices = "config/devices_config.yaml";
   bool devices_explicit = false;  // devices was set (file or env): a missing file is an error
@@ -215,6 +234,10 @@ Result<ExperimentConfig> parse_experiment(const std::string& text, const std::st
 // layers [0, k) on the PARTICIPANT, so k ranges over 0..num_layers). Error
 // config, with the position of `split`, for a point beyond num_layers.
 Result<std::vector<int>> resolve_splits(const ExperimentConfig& cfg, int num_layers);
+
+// The profile `name` as the experiment defines it (user-defined first, then
+// built-ins). Error config naming the unknown profile, with a suggestion.
+Result<LinkSpec> resolve_link(const ExperimentConfig& cfg, const std::string& name);
 
 // Checks that files the experiment names exist: weights, dataset.path,
 // dataset.class_names (a path). Error io with the key's position.

@@ -1,0 +1,141 @@
+// Link profiles applied with tc between two namespaced agents: measured by
+// the probe, named on every run, frame and probe row, removed after the run
+// however it ends (a killed controller's by the next run), refused with the
+// reason where the kernel lacks netem, and moving the best split.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "system/system_util.hpp"
+
+using namespace tracr::testing;
+
+namespace {
+
+std::string root_qdisc(const NetnsPair& net, bool participant_side) {
+  return sh("ip netns exec " + (participant_side ? net.b : net.a) + " tc qdisc show dev " +
+            (participant_side ? net.vb : net.va) + " root").out;
+}
+
+#define NEED_NETNS(net)                                                                           \
+  if (!(net).ok) {                                                                                \
+    if (std::getenv("CI")) FAIL() << "network namespaces unavailable on CI: " << (net).why;       \
+    GTEST_SKIP() << (net).why;                                                                    \
+  }
+
+}  // namespace
+
+TEST(LinkProfiles, ShapedRunsAreMeasuredNamedAndCleanedUp) {
+  NetnsPair net("");
+  NEED_NETNS(net);
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml", net.devices_yaml());
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  duration_ms: 1500\n  chunk_bytes: 32768\n"
+                                       "links:\n  slow: {up_mbit: 8, down_mbit: 4}\nlink: [slow, unlimited]\n", devices);
+  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("median total ms per split and link profile"), std::string::npos) << r.out;
+  EXPECT_EQ(query(db, "select group_concat(link) from runs order by id"), "slow,unlimited");
+  EXPECT_NE(query(db, "select shaping from runs where id = 1").find("tbf rate 8000kbit"), std::string::npos);
+  EXPECT_NE(query(db, "select shaping from runs where id = 1").find("tbf rate 4000kbit"), std::string::npos);
+  EXPECT_EQ(query(db, "select shaping from runs where id = 2"), "none");
+  // Every frame and probe row names its link and shaping.
+  EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1 and (link <> 'slow' or shaping not like 'tc:%')"), "0");
+  EXPECT_EQ(query(db, "select count(*) from probes where link is null or shaping is null"), "0");
+  // The probe measured the emulated rates (within 10 %), and far more without them.
+  const double up = std::stod(query(db, "select up_mbps from probes where run_id = 1"));
+  const double down = std::stod(query(db, "select down_mbps from probes where run_id = 1"));
+  std::printf("slow profile (8 up / 4 down Mbit/s): probe up %.2f, down %.2f Mbit/s\n", up, down);
+  EXPECT_NEAR(up, 8, 0.8);
+  EXPECT_NEAR(down, 4, 0.4);
+  EXPECT_GT(std::stod(query(db, "select up_mbps from probes where run_id = 2")), 50);
+  // Nothing is left configured.
+  EXPECT_NE(root_qdisc(net, true).find("noqueue"), std::string::npos) << root_qdisc(net, true);
+  EXPECT_NE(root_qdisc(net, false).find("noqueue"), std::string::npos) << root_qdisc(net, false);
+  EXPECT_TRUE(std::filesystem::is_empty(d.path / "shaping"));
+}
+
+TEST(LinkProfiles, AKilledControllersShapingIsRemovedByTheNextRun) {
+  NetnsPair net("");
+  NEED_NETNS(net);
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml", net.devices_yaml());
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\nlinks:\n  slow: {up_mbit: 20}\n"
+                                       "link: slow\n", devices);
+  y.replace(y.find("repetitions: 1"), 14, "repetitions: 500");
+  const std::string exp = d.file("exp.yaml", y);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string bin = tracrctl();
+    execl(bin.c_str(), bin.c_str(), "run", exp.c_str(), "--no-progress", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool shaped = false;
+  for (int i = 0; i < 600 && !shaped; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    shaped = !query(db, "select 1 from frames limit 1").empty();
+  }
+  ASSERT_TRUE(shaped);
+  ASSERT_NE(root_qdisc(net, true).find("tbf"), std::string::npos);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);  // no chance to clean up
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_NE(root_qdisc(net, true).find("tbf"), std::string::npos) << "shaping outlived its controller";
+  // The next run, with no profile at all, removes it first.
+  std::string y2 = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n", devices);
+  y2.replace(y2.find("split: all"), 10, "split: [22]");
+  auto r = sh(tracrctl() + " run " + d.file("exp2.yaml", y2) + " --no-progress");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("removed shaping on " + net.vb), std::string::npos) << r.out;
+  EXPECT_NE(root_qdisc(net, true).find("noqueue"), std::string::npos) << root_qdisc(net, true);
+}
+
+TEST(LinkProfiles, DelayNeedsNetemAndIsRefusedWithTheReasonWithoutIt) {
+  NetnsPair net("");
+  NEED_NETNS(net);
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml", net.devices_yaml());
+  const bool netem = sh("ip netns exec " + net.a + " tc qdisc add dev " + net.va + " root netem delay 1ms").status == 0;
+  sh("ip netns exec " + net.a + " tc qdisc del dev " + net.va + " root");
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\nlinks:\n  far: {up_mbit: 10, delay_ms: 20}\n"
+                                       "link: far\n", devices);
+  y.replace(y.find("split: all"), 10, "split: [22]");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  if (netem) {
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(query(db, "select shaping from runs").find("netem delay 20ms"), std::string::npos);
+  } else {
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("netem"), std::string::npos) << r.out;
+    EXPECT_EQ(query(db, "select count(*) from runs"), "0");  // refused before anything started
+  }
+  EXPECT_NE(root_qdisc(net, true).find("noqueue"), std::string::npos);
+}
+
+TEST(LinkProfiles, TheBestSplitMovesWithTheLinkForASlowParticipant) {
+  NetnsPair net("");
+  NEED_NETNS(net);
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  // A participant at a quarter of a core: over 3G it should compute locally
+  // rather than ship the 49 kB input; over gigabit, offload everything.
+  std::string devices = net.devices_yaml();
+  devices.replace(devices.find("netns: " + net.b), 7 + net.b.size(), "netns: " + net.b + "\n    cpu_quota: 0.25");
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\nlink: [3g, gigabit]\n",
+                                    d.file("devices.yaml", devices));
+  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  y.replace(y.find("repetitions: 1"), 14, "repetitions: 3");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto best = [&](int run) {
+    return query(db, "select split from stage_stats where field = 'total_ns' and run_id = " + std::to_string(run) +
+                         " order by median_ns limit 1");
+  };
+  std::printf("%s", r.out.substr(r.out.find("median total ms per split")).c_str());
+  EXPECT_EQ(best(1), "22") << "3g: local execution should win";
+  EXPECT_EQ(best(2), "0") << "gigabit: full offload should win";
+}
