@@ -163,6 +163,7 @@ std::string run_header(const RunRow& r) {
   o += fmt::format("  model {}  codec {}  cipher {}  tracr {}  protocol {}\n", r.model, r.codec, r.cipher,
                    r.tracr_version, r.protocol_version);
   o += fmt::format("  controller {}:{}  frames {}\n", r.controller_host, r.controller_pid, r.frame_count);
+  if (!r.link.empty()) o += fmt::format("  link {}: {}\n", r.link, r.shaping);
   if (!r.error.empty()) o += "  error: " + r.error + "\n";
   return o;
 }
@@ -197,12 +198,17 @@ int cmd_show(ResultsDb& db, const Opts& o) {
   if (!devs) throw Fatal(devs.error());
   if (!devs->empty()) {
     std::fputs("\ndevices\n", stdout);
-    std::vector<std::vector<std::string>> rows = {{"  device", "role", "hw_id", "cpu", "cores", "memory", "gpu", "kernel", "libtorch", "agent"}};
-    for (const auto& d : *devs)
+    std::vector<std::vector<std::string>> rows = {
+        {"  device", "role", "hw_id", "cpu", "cores", "memory", "gpu", "kernel", "libtorch", "agent", "emulated limit"}};
+    for (const auto& d : *devs) {
+      std::string limit;
+      if (d.cpu_quota) limit = fmt::format("{} core(s) of CPU time", *d.cpu_quota);
+      if (d.cpu_cores_limit) limit += fmt::format("{}{} CPU(s)", limit.empty() ? "" : ", ", *d.cpu_cores_limit);
       rows.push_back({"  " + d.device, d.role, d.hw_id, d.cpu_model, std::to_string(d.cores),
                       fmt::format("{:.1f} GiB", d.memory_bytes / 1073741824.0), d.gpu.empty() ? "-" : d.gpu, d.kernel,
-                      d.libtorch.empty() ? "-" : d.libtorch, d.agent_version});
-    std::fputs(align(rows, {0, 1, 2, 3, 6, 7, 8, 9}).c_str(), stdout);
+                      d.libtorch.empty() ? "-" : d.libtorch, d.agent_version, limit.empty() ? "-" : limit});
+    }
+    std::fputs(align(rows, {0, 1, 2, 3, 6, 7, 8, 9, 10}).c_str(), stdout);
   }
   auto ev = db.events(*id);
   if (!ev) throw Fatal(ev.error());
@@ -234,8 +240,9 @@ int cmd_compare(ResultsDb& db, const Opts& o) {
     for (const auto& s : *t) tab[i][s.split] = s;
   }
   for (int i = 0; i < 2; ++i)
-    fmt::print("{}: run {} {} [{}]  model {}  codec {}  cipher {}\n", i == 0 ? "A" : "B", runs[i].id,
-               runs[i].name, run_status_name(runs[i].status), runs[i].model, runs[i].codec, runs[i].cipher);
+    fmt::print("{}: run {} {} [{}]  model {}  codec {}  cipher {}  link {}\n", i == 0 ? "A" : "B", runs[i].id,
+               runs[i].name, run_status_name(runs[i].status), runs[i].model, runs[i].codec, runs[i].cipher,
+               runs[i].link.empty() ? "-" : runs[i].link + " (" + runs[i].shaping + ")");
   std::fputs("\n", stdout);
   std::set<int> splits;
   for (auto& t : tab)

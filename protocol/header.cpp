@@ -55,7 +55,17 @@ void pack_bin(Packer& pk, const std::vector<uint8_t>& b) {
   pk.pack_bin_body(reinterpret_cast<const char*>(b.data()), static_cast<uint32_t>(b.size()));
 }
 
-void pack_desc(Packer& pk, const TensorDesc& d) {
+// float32 on the wire as float32 (0xca + big-endian bits): msgpack-c's
+// pack_float writes a whole-number value such as 1.0 as an integer.
+void pack_f32(VecStream& vs, float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  const char b[5] = {static_cast<char>(0xca), static_cast<char>(bits >> 24), static_cast<char>(bits >> 16),
+                     static_cast<char>(bits >> 8), static_cast<char>(bits)};
+  vs.write(b, sizeof b);
+}
+
+void pack_desc(Packer& pk, VecStream& vs, const TensorDesc& d) {
   const bool lossy = d.lossy.kind != Lossy::none;
   const bool int8 = d.lossy.kind == Lossy::int8 || d.lossy.kind == Lossy::int8_channel;
   const bool blosc = d.comp == Compressor::blosc;
@@ -74,7 +84,7 @@ void pack_desc(Packer& pk, const TensorDesc& d) {
   if (int8) {
     pack_str(pk, "scale");
     pk.pack_array(static_cast<uint32_t>(d.lossy.scale.size()));
-    for (float s : d.lossy.scale) pk.pack_float(s);
+    for (float s : d.lossy.scale) pack_f32(vs, s);
     pack_str(pk, "zp");
     pk.pack_array(static_cast<uint32_t>(d.lossy.zero_point.size()));
     for (int32_t z : d.lossy.zero_point) pk.pack_int32(z);
@@ -143,9 +153,13 @@ Result<bool> as_bool(const Obj& o, std::string_view f) {
   if (o.type != msgpack::type::BOOLEAN) return type_err(f, "a boolean");
   return o.via.boolean;
 }
+// A float field also accepts a msgpack integer (PROTOCOL.md section 2):
+// common msgpack writers encode a whole-number float such as 1.0 that way.
 Result<double> as_float(const Obj& o, std::string_view f) {
+  if (o.type == msgpack::type::POSITIVE_INTEGER) return static_cast<double>(o.via.u64);
+  if (o.type == msgpack::type::NEGATIVE_INTEGER) return static_cast<double>(o.via.i64);
   if (o.type != msgpack::type::FLOAT32 && o.type != msgpack::type::FLOAT64)
-    return type_err(f, "a float");
+    return type_err(f, "a float (or an integer)");
   return o.via.f64;
 }
 Result<const msgpack::object_array*> as_array(const Obj& o, std::string_view f, uint32_t max) {
@@ -471,7 +485,7 @@ void encode_header(const Header& h, std::vector<uint8_t>& out) {
   if (!h.tensors.empty()) {
     pack_str(pk, "tensors");
     pk.pack_array(static_cast<uint32_t>(h.tensors.size()));
-    for (const auto& d : h.tensors) pack_desc(pk, d);
+    for (const auto& d : h.tensors) pack_desc(pk, vs, d);
   }
   if (!h.meta.empty()) {
     pack_str(pk, "meta");

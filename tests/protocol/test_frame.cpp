@@ -293,3 +293,45 @@ TEST(Frame, PerChannelInt8OnHugeChannelCountRefusedBySender) {
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.error().code, Errc::limit_exceeded);
 }
+
+// Post-ReLU activations often have dead channels (all zeros) or are constant:
+// an int8 scale of exactly 1.0 used to come back from msgpack as an integer
+// and fail the frame. Every lossy codec, alone and chained with blosc, must
+// carry such tensors within its bound.
+TEST(Frame, DeadChannelsAndConstantTensorsSurviveEveryLossyCodec) {
+  auto make = [](const std::string& kind) {
+    Tensor t = Tensor::allocate("act", DType::float32, {1, 4, 5, 5});
+    auto* f = reinterpret_cast<float*>(t.mutable_data());
+    for (int64_t i = 0; i < 100; ++i) {
+      const int64_t c = i / 25;
+      if (kind == "zeros") f[i] = 0.f;
+      else if (kind == "constant") f[i] = 5.f;
+      else if (kind == "ones") f[i] = 1.f;
+      else f[i] = c == 1 ? 0.f : (c == 2 ? 3.f : static_cast<float>((i * 37) % 11) / 4.f);  // dead + constant channel
+    }
+    return t;
+  };
+  for (const char* codec : {"fp16", "bf16", "int8", "int8_channel", "int8+blosc-zstd", "int8_channel+blosc-lz4",
+                            "fp16+blosc-lz4"})
+    for (const char* kind : {"zeros", "constant", "ones", "dead_channel"}) {
+      for (bool enc : {false, true}) {
+        Pair p(enc);
+        SendOptions so;
+        auto spec = CodecSpec::parse(codec);
+        ASSERT_TRUE(spec.ok()) << codec;
+        so.codec = *spec;
+        const Tensor in = make(kind);
+        auto segs = p.write({in}, so);
+        auto out = p.read(segs);
+        ASSERT_EQ(out.size(), 1u) << codec << " " << kind;
+        ASSERT_TRUE(out[0].ok()) << codec << " " << kind << ": " << out[0].error().str();
+        const auto* a = reinterpret_cast<const float*>(in.data);
+        const auto* b = reinterpret_cast<const float*>(out[0]->tensors[0].data);
+        for (int64_t i = 0; i < 100; ++i) {
+          // fp16/bf16 keep these values exactly; int8 keeps zero and constants within half a step.
+          const float bound = std::string(codec).rfind("int8", 0) == 0 ? 3.f / 255.f : 0.f;
+          ASSERT_NEAR(a[i], b[i], bound + 1e-6f) << codec << " " << kind << " element " << i;
+        }
+      }
+    }
+}
