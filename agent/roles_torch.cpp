@@ -125,6 +125,7 @@ ParticipantSpec participant_spec(const settings::ExperimentConfig& c, const ex::
   ps.codec = c.compression;
   ps.chunk_bytes = static_cast<size_t>(c.chunk_bytes);
   ps.inflight = c.inflight;
+  ps.max_consecutive_failures = c.max_consecutive_failures;
   return ps;
 }
 

@@ -453,7 +453,16 @@ class Pipeline {
     // later of the two. Not clamped: negative means an assumption broke.
     const auto earliest = p.t_sent + std::chrono::nanoseconds(r.server_ns);
     r.queue_ns = waited ? 0 : ns(std::max(earliest, last_empty_before(t_check)), t_check);
-    TRACR_TRY(finish(p, *f, model_, ds_.class_names(), spec_.topk));
+    // A frame the server rejected, or whose reply cannot be post-processed,
+    // fails alone: it is recorded (ok = 0, its error, the times measured) and
+    // the run goes on, unless too many fail in a row.
+    if (auto fin = finish(p, *f, model_, ds_.class_names(), spec_.topk); !fin) {
+      r.ok = 0;
+      r.error = fin.error().str();
+      ++consecutive_failures_;
+    } else {
+      consecutive_failures_ = 0;
+    }
     const auto t_end = Clock::now();
     r.head_ns = ns(p.t0, p.t_head);
     r.encode_ns = ns(p.t_head, p.t_sent);
@@ -465,7 +474,7 @@ class Pipeline {
     // reply decoding's measured time: stored as measured, never clamped.
     r.network_ns = ns(p.t_sent, t_got) - r.server_ns - r.queue_ns - r.return_ns;
     // Running link estimate over this and the previous ok frames.
-    est_.push_back({r.wire_bytes + r.reply_bytes, r.network_ns});
+    if (r.ok) est_.push_back({r.wire_bytes + r.reply_bytes, r.network_ns});
     if (est_.size() > 8) est_.pop_front();
     int64_t est_bytes = 0, est_ns = 0;
     for (const auto& [b, t] : est_) {
@@ -477,6 +486,10 @@ class Pipeline {
     if (r.queue_ns < 0) r.flags += std::string(r.flags.empty() ? "" : ",") + "negative_queue";
     if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
     if (hooks_.emit) hooks_.emit(r);
+    if (consecutive_failures_ > spec_.max_consecutive_failures)
+      return make_error(Errc::remote, fmt::format("{} frames in a row failed (more than max_consecutive_failures = "
+                                                  "{}); the last: {}",
+                                                  consecutive_failures_, spec_.max_consecutive_failures, r.error));
     return {};
   }
 
@@ -501,6 +514,7 @@ class Pipeline {
   int split_ = 0;
   std::string policy_name_ = "sweep";
   int64_t next_frame_ = 0, done_ = 0, planned_ = 0;
+  int consecutive_failures_ = 0;
   bool stop_ = false;
 };
 

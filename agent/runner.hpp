@@ -113,6 +113,7 @@ struct ParticipantSpec {
   int inflight = 1;              // frames in flight
   int topk = 5;
   int timeout_ms = 60000;        // per result
+  int max_consecutive_failures = 3;  // failed frames in a row before the run fails
   // The participant's run clock origin: frames' start_ns/end_ns count from here.
   std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
 };

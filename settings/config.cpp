@@ -1112,6 +1112,12 @@ std::vector<Setting> build_settings() {
     };
     t.push_back(s);
   }
+  t.push_back(int_setting(
+      "max_consecutive_failures", "int 0..1000000", "3",
+      "A frame the server rejects or whose reply cannot be post-processed is stored with ok = 0 and its error; the "
+      "run fails only when more than this many fail in a row.",
+      0, 1000000, [](ExperimentConfig& c, int64_t v) { c.max_consecutive_failures = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.max_consecutive_failures}; }));
   t.push_back(bool_setting("probe.enabled", "true",
                            "Measure RTT and throughput both ways over each participant's session before the first frame "
                            "(probes table).",

@@ -203,6 +203,7 @@ struct ExperimentConfig {
   std::string key_exchange = "x25519";  // x25519 | none
   int64_t chunk_bytes = 256 * 1024;
   int inflight = 1;
+  int max_consecutive_failures = 3;  // failed frames in a row before the run fails
   RecordSpec record;
   ProbeSpec probe;
   std::vector<ScheduledCommand> commands;  // in at_frame order
