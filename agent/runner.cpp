@@ -104,10 +104,10 @@ InProcessLink::InProcessLink(std::unique_ptr<TailExecutor> tail, bool encrypt)
   if (encrypt_) {
     Key256 k1{}, k2{};
     Iv96 i1{}, i2{};
-    (void)random_bytes(k1.data(), k1.size());
-    (void)random_bytes(k2.data(), k2.size());
-    (void)random_bytes(i1.data(), i1.size());
-    (void)random_bytes(i2.data(), i2.size());
+    // Keys from a failed random source would be predictable: fatal.
+    for (auto [p, n] : {std::pair<uint8_t*, size_t>{k1.data(), k1.size()}, {k2.data(), k2.size()}, {i1.data(), i1.size()},
+                        {i2.data(), i2.size()}})
+      if (auto st = random_bytes(p, n); !st) throw Fatal(st.error());
     (void)up_w_.set_key(k1, i1);
     (void)up_r_.set_key(k1, i1);
     (void)down_w_.set_key(k2, i2);

@@ -151,7 +151,11 @@ int cmd_agents_start(const std::vector<std::string>& args) {
     return old->identity == server_identity(*cfg) ? 0 : 1;
   }
   std::vector<uint8_t> secret(32);
-  (void)protocol::random_bytes(secret.data(), secret.size());
+  if (auto rb = protocol::random_bytes(secret.data(), secret.size()); !rb) {
+    // A predictable session secret would authenticate nothing.
+    fmt::print(stderr, "tracrctl agents start: cannot draw the session secret: {}\n", rb.error().str());
+    return 1;
+  }
   const std::string secret_hex = protocol::to_hex(secret.data(), secret.size());
   // The detached agent reads the effective experiment from a file beside its
   // secret (no layer profiling: it serves many runs).

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -374,12 +375,27 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     }
   }
   std::vector<uint8_t> secret(32);
-  (void)protocol::random_bytes(secret.data(), secret.size());
+  if (auto rb = protocol::random_bytes(secret.data(), secret.size()); !rb) {
+    // A predictable session secret would authenticate nothing.
+    fmt::print(stderr, "tracrctl run: cannot draw the session secret: {}\n", rb.error().str());
+    return 1;
+  }
   if (detached) {
     auto sb = protocol::from_hex(detached->secret_hex);
     if (sb) secret = *sb;
   }
   const std::string log_dir = (fs::path(cfg->output).parent_path() / "logs").string();
+  std::string run_stamp;
+  {
+    uint8_t rnd[3] = {};
+    if (auto rb = protocol::random_bytes(rnd, sizeof rnd); !rb) {
+      fmt::print(stderr, "tracrctl run: {}\n", rb.error().str());
+      return 1;
+    }
+    std::string t = utc_now_iso();  // 2026-11-22T16:00:00.123Z
+    t.erase(std::remove_if(t.begin(), t.end(), [](char c) { return c == '-' || c == ':' || c == '.'; }), t.end());
+    run_stamp = t + "-" + protocol::to_hex(rnd, sizeof rnd);
+  }
 
   Recorder rec(*db, *run_id, cfg->record.frames, cfg->record.layers);
   rec.set_link(info.link, info.shaping);
@@ -399,7 +415,8 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     ls.agent_path = agent_path;
     ls.secret = secret;
     ls.log_dir = log_dir.empty() ? "." : log_dir;
-    ls.log_name = fmt::format("run-{}-{}.log", *run_id, dev.name);
+    // Unique per run across databases and controllers (run ids repeat per database).
+    ls.log_name = fmt::format("run-{}-{}-{}.log", run_stamp, *run_id, dev.name);
     ls.devices_file = devices->source;
     ls.trust_new_hosts = ro.trust_new_hosts;
     ls.config_yaml = config_yaml;

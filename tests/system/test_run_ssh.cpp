@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include "controller/sshd_fixture.hpp"
+#include <regex>
+
 #include "system/system_util.hpp"
 
 using namespace tracr::testing;
@@ -111,7 +113,8 @@ TEST_F(RunSsh, DevicesCheckAndAgentsCommands) {
   auto r = run(dev);
   ASSERT_EQ(r.status, 0) << r.out;
   auto logs = sh(env + tracrctl() + " agents logs --devices " + dev);
-  EXPECT_NE(logs.out.find("run-1-server.log"), std::string::npos) << logs.out;
+  // Named per run (time stamp, random tag, run id, device), so runs of different databases never share a log.
+  EXPECT_TRUE(std::regex_search(logs.out, std::regex("run-[0-9T]+Z-[0-9a-f]{6}-1-server\\.log"))) << logs.out;
   EXPECT_EQ(sh(env + tracrctl() + " agents stop --devices " + dev).status, 0);
 }
 
