@@ -1,5 +1,7 @@
 #include "protocol/error.hpp"
 
+#include <cstdint>
+
 namespace tracr {
 
 std::string_view errc_name(Errc c) {
@@ -41,6 +43,38 @@ std::string_view errc_name(Errc c) {
     case Errc::internal: return "internal";
   }
   return "unknown";
+}
+
+std::string utf8_escaped(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  static const char* hex = "0123456789abcdef";
+  auto escape = [&](unsigned char c) {
+    out += "\\x";
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  };
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = n > 0 && i + n <= s.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 0x2;
+    if (ok && n > 1) {
+      // No overlong forms, surrogates or code points past U+10FFFF.
+      uint32_t cp = c & (0x7f >> n);
+      for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+      const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+      ok = cp >= min[n] && cp <= 0x10ffff && (cp < 0xd800 || cp > 0xdfff);
+    }
+    if (!ok || c == 0x7f || (c < 0x20 && c != '\n' && c != '\t')) {
+      escape(c);
+      ++i;
+      continue;
+    }
+    out.append(s.data() + i, n);
+    i += n;
+  }
+  return out;
 }
 
 std::string Error::str() const {

@@ -66,6 +66,10 @@ struct Error {
   std::string str() const;
 };
 
+// `s` as valid UTF-8: well-formed sequences are kept, every other byte
+// (peer bytes quoted in a message, say) becomes the text \xNN.
+std::string utf8_escaped(std::string_view s);
+
 // Minimal expected-like type: holds either a T or an Error.
 template <class T>
 class [[nodiscard]] Result {

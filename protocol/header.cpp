@@ -501,7 +501,8 @@ void encode_header(const Header& h, std::vector<uint8_t>& out) {
     pack_str(pk, "err");
     pk.pack_map(2);
     pack_str(pk, "code"); pk.pack_uint16(static_cast<uint16_t>(h.error->code));
-    pack_str(pk, "msg"); pack_str(pk, h.error->message);
+    // Valid UTF-8 on the wire, whatever peer bytes the message quotes.
+    pack_str(pk, "msg"); pack_str(pk, utf8_escaped(h.error->message));
   }
   if (h.hs) { pack_str(pk, "hs"); pack_hs(pk, *h.hs); }
   if (h.last) {

@@ -335,3 +335,28 @@ TEST(Frame, DeadChannelsAndConstantTensorsSurviveEveryLossyCodec) {
       }
     }
 }
+
+TEST(Frame, ErrorMessagesAreValidUtf8WithPeerBytesEscaped) {
+  EXPECT_EQ(utf8_escaped("plain ascii\n"), "plain ascii\n");
+  EXPECT_EQ(utf8_escaped("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(utf8_escaped(std::string("bad \xff\xfe end")), "bad \\xff\\xfe end");
+  EXPECT_EQ(utf8_escaped(std::string("overlong \xc0\xaf")), "overlong \\xc0\\xaf");
+  EXPECT_EQ(utf8_escaped(std::string("surrogate \xed\xa0\x80")), "surrogate \\xed\\xa0\\x80");
+  EXPECT_EQ(utf8_escaped(std::string("cut \xe2\x82")), "cut \\xe2\\x82");
+  EXPECT_EQ(utf8_escaped(std::string("nul \x00 bell \x07", 12)), "nul \\x00 bell \\x07");
+  // On the wire: an ERROR quoting peer bytes decodes to valid UTF-8.
+  Pair p(true);
+  Header h;
+  h.type = MsgType::error;
+  h.error = make_error(Errc::malformed_header, std::string("peer sent \xff\x80 as a codec name"));
+  std::vector<Segment> segs;
+  ASSERT_TRUE(p.w.write(h, {}, SendOptions{}, [&](Segment&& s) {
+                   segs.push_back(std::move(s));
+                   return Status{};
+                 }).ok());
+  auto out = p.read(segs);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].ok()) << out[0].error().str();
+  ASSERT_TRUE(out[0]->header.error.has_value());
+  EXPECT_EQ(out[0]->header.error->message, "peer sent \\xff\\x80 as a codec name");
+}
