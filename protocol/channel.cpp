@@ -85,7 +85,18 @@ Client::Client(zmq::context_t& ctx, ChannelOptions opt)
   sock_.set(zmq::sockopt::linger, 0);
   sock_.set(zmq::sockopt::maxmsgsize, max_message_bytes(opt_.limits));
 }
-Client::~Client() = default;
+void Client::close() {
+  if (!established_) return;
+  established_ = false;
+  // Tells the server to end the session now rather than after its idle
+  // timeout; given a moment to leave before the socket closes.
+  Header bye;
+  bye.type = MsgType::goodbye;
+  if (writer_.write(bye, {}, opt_.send, [&](Segment&& s) { return send_segment(sock_, nullptr, std::move(s)); }))
+    sock_.set(zmq::sockopt::linger, 200);
+}
+
+Client::~Client() { close(); }
 
 Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::string& endpoint,
                                                 ChannelOptions opt) {
@@ -127,6 +138,7 @@ Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::
                           (ack ? "unexpected " + std::string(msg_type_name(ack->header.type))
                                : ack.error().str()) +
                           " (do both ends hold the same session secret?)");
+  c->established_ = true;
   return c;
 }
 
@@ -254,6 +266,9 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
     std::string peer(static_cast<const char*>(seg[0].data()), seg[0].size());
     seg.erase(seg.begin());
     last_error_peer_ = peer;
+    // Sessions idle past session_idle_ms end first: a peer whose session
+    // ended is told to reconnect below, never silently dropped.
+    sweep_idle();
     // HELLO from an unknown peer starts its session (a known peer's
     // HELLO, after a reconnect with the same routing id, restarts it).
     auto it = peers_.find(peer);
@@ -278,6 +293,7 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
                         "peer " + peer_name(peer) + " sent a frame before HELLO; told it to reconnect");
     }
     Peer& p = *it->second;
+    bool gone = false;
     for (auto& r : p.reader.feed(seg)) {
       if (!r) {
         // Tell the participant at once (over its authenticated session)
@@ -295,6 +311,10 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
         continue;
       }
       p.last_seen = Clock::now();
+      if (r->header.type == MsgType::goodbye && p.confirmed) {
+        gone = true;  // an authenticated goodbye ends the session
+        break;
+      }
       if (r->header.type == MsgType::heartbeat) {
         p.confirmed = true;
         Header hb;
@@ -305,6 +325,25 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
       }
       ready_.push_back(Incoming{peer, std::move(*r)});
     }
+    if (gone) drop_peer(peers_.find(peer));
+  }
+}
+
+void Server::drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it) {
+  if (it == peers_.end()) return;
+  rejected_closed_ += it->second->reader.rejected();
+  peers_.erase(it);
+}
+
+void Server::sweep_idle() {
+  const auto now = Clock::now();
+  if (now - last_sweep_ < std::chrono::seconds(1)) return;
+  last_sweep_ = now;
+  const auto idle = now - std::chrono::milliseconds(opt_.session_idle_ms);
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    auto next = std::next(it);
+    if (it->second->confirmed && it->second->last_seen < idle) drop_peer(it);
+    it = next;
   }
 }
 

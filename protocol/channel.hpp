@@ -27,6 +27,9 @@ struct ChannelOptions {
   std::string agent = "tracr/0.1";
   int handshake_timeout_ms = 5000;
   int max_peers = 1024;  // server: sessions kept at once
+  // server: a confirmed session that sends nothing for this long is ended
+  // (a participant that said GOODBYE or closed cleanly is gone at once).
+  int session_idle_ms = 600000;
 };
 
 class Client {
@@ -52,9 +55,12 @@ class Client {
   zmq::socket_t& socket() { return sock_; }
   // Sends raw bytes as a segment (tests use it to inject hostile input).
   Status send_raw(Segment&& seg);
+  // Ends the session: sends GOODBYE (the destructor does it too).
+  void close();
 
  private:
   Client(zmq::context_t& ctx, ChannelOptions opt);
+  bool established_ = false;
   ChannelOptions opt_;
   zmq::socket_t sock_;
   FrameWriter writer_;
@@ -94,6 +100,9 @@ class Server {
   };
   Server(zmq::context_t& ctx, ChannelOptions opt);
   Status handle_hello(const std::string& peer, Segment& seg);
+  void drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it);
+  void sweep_idle();
+  std::chrono::steady_clock::time_point last_sweep_{};
   ChannelOptions opt_;
   zmq::socket_t sock_;
   std::string endpoint_;

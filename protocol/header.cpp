@@ -16,6 +16,7 @@ std::string_view msg_type_name(MsgType t) {
     case MsgType::error: return "ERROR";
     case MsgType::heartbeat: return "HEARTBEAT";
     case MsgType::shutdown: return "SHUTDOWN";
+    case MsgType::goodbye: return "GOODBYE";
     case MsgType::train_forward: return "TRAIN_FORWARD";
     case MsgType::train_backward: return "TRAIN_BACKWARD";
     case MsgType::profile_request: return "PROFILE_REQUEST";

@@ -27,6 +27,7 @@ enum class MsgType : uint8_t {
   error = 5,
   heartbeat = 6,
   shutdown = 7,
+  goodbye = 8,  // participant -> server: end this session (encrypted when the session is)
   // Reserved for split training: activations forward, gradients backward.
   train_forward = 16,
   train_backward = 17,
