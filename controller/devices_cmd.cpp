@@ -108,12 +108,10 @@ int cmd_devices(const std::vector<std::string>& args) {
     const std::string head = fmt::format("{:<14} {:<12} {:<6}", d.name, device_role_name(d.role), transport_name(d.transport));
     if (d.transport == Transport::local) {
       std::string cmd = (d.netns.empty() ? "" : "ip netns exec " + shell_quote(d.netns) + " ") + shell_quote(c.agent) +
-                        " --version 2>&1";
-      FILE* p = popen(cmd.c_str(), "r");
-      char buf[256] = {0};
-      std::string v = p && fgets(buf, sizeof buf, p) ? trim(buf) : "";
-      int st = p ? pclose(p) : -1;
-      if (st != 0) {
+                        " --version";
+      const auto r = run_local_command(cmd);
+      const std::string v = trim(r.text.substr(0, r.text.find('\n')));
+      if (r.status != 0) {
         ++bad;
         return head + " FAIL  cannot run the agent locally: " + v;
       }
@@ -174,12 +172,8 @@ int cmd_agents(const std::vector<std::string>& args) {
       // `stop` ends only detached agents (listed in the state directory).
       if (verb == "stop") return head + " local: run agents stop with their run";
       std::string pat = "'" + c.agent.substr(0, c.agent.size() - 1) + "[" + c.agent.back() + "] --role'";
-      FILE* p = popen(("pgrep -af " + pat + " 2>&1").c_str(), "r");
-      std::string out;
-      char buf[512];
-      while (p && fgets(buf, sizeof buf, p)) out += buf;
-      if (p) pclose(p);
-      return head + " local agents:\n" + (out.empty() ? "  none\n" : out);
+      const std::string out = run_local_command("pgrep -af " + pat).text;
+      return head + " local agents:\n" + (out.empty() ? "  none\n" : out + "\n");
     }
     auto s = SshSession::connect(device_ssh_target(d, devs->source, c.trust));
     if (!s) {

@@ -1,4 +1,5 @@
 #include "controller/process.hpp"
+#include <cstdio>
 #include <string>
 #include <vector>
 #include <sstream>
@@ -226,6 +227,19 @@ bool process_alive(int64_t pid, int64_t start_ticks) {
   if (state == 'Z' || state == 'X') return false;
   if (start_ticks > 0 && ticks != start_ticks) return false;  // pid reused
   return true;
+}
+
+CommandOutput run_local_command(const std::string& cmd) {
+  CommandOutput o;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return o;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
+  const int st = pclose(p);
+  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  while (!o.text.empty() && (o.text.back() == '\n' || o.text.back() == ' ')) o.text.pop_back();
+  return o;
 }
 
 }  // namespace tracr::controller

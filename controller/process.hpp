@@ -47,6 +47,15 @@ Result<pid_t> spawn_detached(const std::vector<std::string>& argv, const std::st
 // Directory of the running executable.
 std::string self_dir();
 
+// Runs `cmd` through /bin/sh on this machine, stderr folded into stdout.
+// status is the exit code (-1 when it could not run or was killed); text is
+// the output with trailing newlines and spaces removed.
+struct CommandOutput {
+  int status = -1;
+  std::string text;
+};
+CommandOutput run_local_command(const std::string& cmd);
+
 // This process's start time in clock ticks since boot (/proc), 0 when unknown.
 int64_t self_start_ticks();
 // Whether a process (e.g. the controller that began a run, or that shaped a

@@ -21,23 +21,7 @@ using settings::LinkSpec;
 
 namespace {
 
-struct Out {
-  int status = -1;
-  std::string text;
-};
-
-Out run(const std::string& cmd) {
-  Out o;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return o;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  const int st = pclose(p);
-  o.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  while (!o.text.empty() && (o.text.back() == '\n' || o.text.back() == ' ')) o.text.pop_back();
-  return o;
-}
+CommandOutput run(const std::string& cmd) { return run_local_command(cmd); }
 
 std::string in_ns(const std::string& ns, const std::string& cmd) {
   return "/usr/sbin/ip netns exec " + shell_quote(ns) + " " + cmd;
