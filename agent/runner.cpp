@@ -484,6 +484,9 @@ class Pipeline {
     if (est_ns > 0) r.link_est_mbps = static_cast<double>(est_bytes) * 8e3 / static_cast<double>(est_ns);
     if (r.network_ns < 0) r.flags = "negative_network";
     if (r.queue_ns < 0) r.flags += std::string(r.flags.empty() ? "" : ",") + "negative_queue";
+    // An ERROR reply carries no server time: whatever the server spent is
+    // inside network_ns for this frame, and the flag says so.
+    if (!f->header.meta.count("srv_ns")) r.flags += std::string(r.flags.empty() ? "" : ",") + "no_server_time";
     if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
     if (hooks_.emit) hooks_.emit(r);
     if (consecutive_failures_ > spec_.max_consecutive_failures)

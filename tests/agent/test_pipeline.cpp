@@ -78,6 +78,9 @@ TEST(Pipeline, AFailedFrameIsRecordedAndTheRunGoesOn) {
     if (bad) {
       EXPECT_NE(f.error.find("injected"), std::string::npos) << f.error;
       EXPECT_EQ(f.result, "");
+      EXPECT_NE(f.flags.find("no_server_time"), std::string::npos) << f.flags;
+    } else {
+      EXPECT_EQ(f.flags.find("no_server_time"), std::string::npos) << f.flags;
     }
     // Every frame, failed or not, keeps the identity and its measured times.
     EXPECT_EQ(identity_residual(f), 0) << "frame " << f.frame;
