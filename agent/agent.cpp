@@ -1,4 +1,5 @@
 #include "agent/agent.hpp"
+#include "agent/energy.hpp"
 
 #include <poll.h>
 #include <sys/stat.h>
@@ -297,9 +298,12 @@ namespace {
 void usage(std::FILE* out) {
   std::fputs(
       "usage: tracr-agent --role SERVER      [--bind EP] [--raw-bind EP] [--config stdin | --experiment FILE]\n"
+      "       tracr-agent --meters [--power-model IDLE_W,BUSY_W]   (list the energy meters found here)\n"
       "       tracr-agent --role PARTICIPANT (--connect EP | --in-process) (--config stdin | --experiment FILE)\n"
       "                   [--probe-only]   (measure the link to the SERVER, run no frames)\n"
-      "either role: [--cpu-quota CORES [--cpu-quota-external]] [--cpu-cores N]\n"
+      "                   [--link-delay-ms MS [--link-jitter-ms MS]]  (hold every byte each way for MS through\n"
+      "                    a loopback relay: the experiment's link_delay: agent, for kernels without netem)\n"
+      "either role: [--cpu-quota CORES [--cpu-quota-external]] [--cpu-cores N] [--power-model IDLE_W,BUSY_W]\n"
       "             (emulate a slower device: cgroup quota, affinity; external: the launcher applied the quota)\n"
       "The hex session secret is the first line of stdin (or --secret-file FILE, owner-only, for a detached agent).\n"
       "--config stdin: the controller sends the effective experiment (the YAML `tracrctl run --show-config`\n"
@@ -350,6 +354,13 @@ int agent_main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tracr-agent: %s\n", e.what());
     return 2;
+  }
+  if (opt.list_meters) {
+    // What `tracrctl devices check` shows: every energy meter seen here.
+    auto em = EnergyMeter::open(agent_power_model(opt));
+    for (const auto& l : em->describe()) std::printf("meter %s\n", l.c_str());
+    if (!em->any()) std::printf("meter none: no energy meter and no power_model; no energy is recorded here\n");
+    return 0;
   }
   std::string line;
   if (!opt.secret_file.empty()) {

@@ -44,6 +44,14 @@ const std::vector<FieldInfo>& probe_fields() {
   };
   return v;
 }
+const std::vector<FieldInfo>& energy_fields() {
+  static const std::vector<FieldInfo> v = {
+#define TRACR_ENERGY_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
+#include "agent/record_fields.def"
+#undef TRACR_ENERGY_FIELD
+  };
+  return v;
+}
 const std::vector<FieldInfo>& hw_fields() {
   static const std::vector<FieldInfo> v = {
 #define TRACR_HW_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
@@ -142,6 +150,11 @@ std::map<std::string, std::string> to_control(const ProbeRecord& r) {
   visit_probe(r, Emit{&out});
   return out;
 }
+std::map<std::string, std::string> to_control(const EnergyRecord& r) {
+  std::map<std::string, std::string> out;
+  visit_energy(r, Emit{&out});
+  return out;
+}
 std::map<std::string, std::string> to_control(const HwIdentity& r) {
   std::map<std::string, std::string> out;
   visit_hw(r, Emit{&out});
@@ -156,6 +169,13 @@ Result<ProfileRecord> profile_from_control(const ControlMsg& m) {
 }
 Result<ProbeRecord> probe_from_control(const ControlMsg& m) {
   return parse_record<ProbeRecord>(m, [](ProbeRecord& r, const Parse& p) { visit_probe(r, p); });
+}
+Result<EnergyRecord> energy_from_control(const ControlMsg& m) {
+  auto r = parse_record<EnergyRecord>(m, [](EnergyRecord& r, const Parse& p) { visit_energy(r, p); });
+  if (r && r->source.rfind("measured:", 0) != 0 && r->source.rfind("modelled:", 0) != 0)
+    return make_error(Errc::field_type, fmt::format("{} field 'source' must start with measured: or modelled:, got '{}'",
+                                                    m.kind, r->source));
+  return r;
 }
 Result<HwIdentity> hw_from_control(const ControlMsg& m) {
   return parse_record<HwIdentity>(m, [](HwIdentity& r, const Parse& p) { visit_hw(r, p); });

@@ -58,6 +58,14 @@ struct ProbeRecord {
 #undef TRACR_PROBE_FIELD
 };
 
+// Energy of one window on one side from one source (agent/energy.hpp).
+struct EnergyRecord {
+#define TRACR_ENERGY_FIELD(n, k, ...) TRACR_FT_##k n{};
+#include "agent/record_fields.def"
+#undef TRACR_ENERGY_FIELD
+  EnergyRecord() { reps = 1; }
+};
+
 // What machine an agent runs on.
 struct HwIdentity {
 #define TRACR_HW_FIELD(n, k, ...) TRACR_FT_##k n{};
@@ -69,6 +77,7 @@ const std::vector<FieldInfo>& frame_fields();
 const std::vector<FieldInfo>& profile_fields();
 const std::vector<FieldInfo>& hw_fields();
 const std::vector<FieldInfo>& probe_fields();
+const std::vector<FieldInfo>& energy_fields();
 
 // Calls f(const FieldInfo&, member&) for every field, in table order.
 template <class R, class F>
@@ -96,6 +105,14 @@ void visit_probe(R& r, F&& f) {
 #undef TRACR_PROBE_FIELD
 }
 template <class R, class F>
+void visit_energy(R& r, F&& f) {
+  const auto& info = energy_fields();
+  size_t i = 0;
+#define TRACR_ENERGY_FIELD(n, ...) f(info[i++], r.n);
+#include "agent/record_fields.def"
+#undef TRACR_ENERGY_FIELD
+}
+template <class R, class F>
 void visit_hw(R& r, F&& f) {
   const auto& info = hw_fields();
   size_t i = 0;
@@ -109,6 +126,7 @@ std::map<std::string, std::string> to_control(const FrameRecord& r);
 std::map<std::string, std::string> to_control(const ProfileRecord& r);
 std::map<std::string, std::string> to_control(const HwIdentity& r);
 std::map<std::string, std::string> to_control(const ProbeRecord& r);
+std::map<std::string, std::string> to_control(const EnergyRecord& r);
 
 // Parses a record back from a control line. Every field must be present
 // and well-formed: error missing_field / field_type naming the field and the
@@ -117,6 +135,8 @@ Result<FrameRecord> frame_from_control(const ControlMsg& m);
 Result<ProfileRecord> profile_from_control(const ControlMsg& m);
 Result<HwIdentity> hw_from_control(const ControlMsg& m);
 Result<ProbeRecord> probe_from_control(const ControlMsg& m);
+// Also checks source: measured:<meter> or modelled:<model>.
+Result<EnergyRecord> energy_from_control(const ControlMsg& m);
 
 // The names of the identity terms: total = sum of these (see record_fields.def).
 const std::vector<std::string>& identity_terms();

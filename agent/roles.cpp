@@ -1,5 +1,8 @@
 #include "agent/roles.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cstdlib>
 
 namespace tracr::agent {
@@ -36,6 +39,33 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
     if (a == "--in-process") { o.in_process = true; continue; }
     if (a == "--probe-only") { o.probe_only = true; continue; }
     if (a == "--cpu-quota-external") { o.cpu_quota_external = true; continue; }
+    if (a == "--meters") { o.list_meters = true; continue; }
+    if (a == "--power-model") {
+      auto v = val();
+      if (!v) return std::move(v.error());
+      char* end = nullptr;
+      const double idle = std::strtod(v->c_str(), &end);
+      double busy = -1;
+      if (end != v->c_str() && *end == ',') {
+        const char* b = end + 1;
+        busy = std::strtod(b, &end);
+        if (end == b || *end != '\0') busy = -1;
+      }
+      if (!(idle >= 0) || !(busy >= idle))
+        return make_error(Errc::invalid_argument, "--power-model expects IDLE_W,BUSY_W with 0 <= idle <= busy, got '" + *v + "'");
+      o.power_model = std::make_pair(idle, busy);
+      continue;
+    }
+    if (a == "--link-delay-ms" || a == "--link-jitter-ms") {
+      auto v = val();
+      if (!v) return std::move(v.error());
+      char* end = nullptr;
+      const double x = std::strtod(v->c_str(), &end);
+      if (end == v->c_str() || *end != '\0' || !(x >= 0 && x <= 600000))
+        return make_error(Errc::invalid_argument, a + " expects milliseconds 0..600000, got '" + *v + "'");
+      (a == "--link-delay-ms" ? o.link_delay_ms : o.link_jitter_ms) = x;
+      continue;
+    }
     if (a == "--cpu-quota" || a == "--cpu-cores") {
       auto v = val();
       if (!v) return std::move(v.error());
@@ -51,6 +81,7 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
     }
     return make_error(Errc::invalid_argument, "unknown option '" + a + "'");
   }
+  if (o.list_meters) return {};
   if (o.role != "SERVER" && o.role != "PARTICIPANT")
     return make_error(Errc::invalid_argument, "--role must be SERVER or PARTICIPANT, got '" + o.role + "'");
   if (o.config_from_stdin && !o.experiment_file.empty())
@@ -62,6 +93,20 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
       return make_error(Errc::invalid_argument, "PARTICIPANT needs --connect ENDPOINT or --in-process");
   }
   return {};
+}
+
+std::optional<PowerModel> agent_power_model(const AgentOptions& o) {
+  if (!o.power_model) return std::nullopt;
+  PowerModel m;
+  m.idle_w = o.power_model->first;
+  m.busy_w = o.power_model->second;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  double cores = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (o.cpu_cores > 0) cores = std::min<double>(cores, o.cpu_cores);
+  if (o.cpu_quota > 0) cores = std::min(cores, o.cpu_quota);
+  m.cores = cores;
+  return m;
 }
 
 HwIdentity agent_hw_identity(const AgentOptions& o) {

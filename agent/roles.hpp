@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agent/control.hpp"
+#include "agent/energy.hpp"
 #include "agent/record.hpp"
 #include "protocol/frame.hpp"
 #include "settings/config.hpp"
@@ -29,6 +30,10 @@ struct AgentOptions {
   double cpu_quota = 0;             // emulated slower device: CPU time in cores (cgroup), 0 = none
   bool cpu_quota_external = false;  // the launcher applied cpu_quota already (recorded, not applied)
   int cpu_cores = 0;                // emulated slower device: pinned to this many CPUs, 0 = none
+  std::optional<std::pair<double, double>> power_model;  // idle_w, busy_w (devices file power_model)
+  bool list_meters = false;         // --meters: print the energy meters found and exit
+  double link_delay_ms = 0;         // PARTICIPANT: one-way delay its delay relay adds (link_delay: agent)
+  double link_jitter_ms = 0;        // and the uniform jitter around it
   bool encrypt = true;              // echo SERVER only: model roles follow the experiment
   bool x25519 = true;
   std::vector<uint8_t> secret;      // from stdin, never argv
@@ -42,6 +47,10 @@ struct AgentOptions {
   // controller's own parser: one set of names and limits.
   std::optional<settings::ExperimentConfig> experiment;
 };
+
+// The devices file's power model for this agent (cores: the CPUs it may use,
+// or its CPU quota when lower); nullopt without --power-model.
+std::optional<PowerModel> agent_power_model(const AgentOptions& o);
 
 // This machine's identity as this agent runs (CPU limits included).
 HwIdentity agent_hw_identity(const AgentOptions& o);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/delay_relay.hpp"
 #include "agent/roles.hpp"
 #include "agent/runner.hpp"
 #include "experiments/profile.hpp"
@@ -24,6 +25,7 @@ class ModelTail : public TailHandler {
       : exec_(m), model_(std::move(m)), hw_(std::move(hw)) {}
   std::map<std::string, std::string> ready_fields() const override { return hw_; }
   Result<std::pair<Bundle, Meta>> handle(const Frame& f) override { return exec_.handle(f); }
+  void set_energy(EnergyMeter* e) { exec_.set_energy(e); }
   std::string describe() const override {
     return fmt::format("{} layers={} device={}", model_->name(), model_->num_layers(), model_->device().str());
   }
@@ -45,11 +47,33 @@ HwIdentity hw_identity(const AgentOptions& o, const ex::SplitModel& m) {
   return h;
 }
 
-Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m, ControlOut& ctl) {
+std::string side_of(const AgentOptions& o) { return o.role == "SERVER" ? "server" : "participant"; }
+
+Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m, ControlOut& ctl,
+               EnergyMeter* energy, int layer_window_ms) {
   const auto& s = m.input_shape();
   auto input = torch::rand({batch, s[0], s[1], s[2]}, torch::TensorOptions().dtype(torch::kFloat));
   ex::ProfileOptions po;
   po.repetitions = reps;
+  if (energy) {
+    // Per-layer energy: the layer repeated until the window spans the
+    // requested time and at least 10 updates of the slowest meter.
+    po.after_layer = [&](int index, const std::function<void()>& run_once) {
+      const double min_s = std::max(layer_window_ms / 1e3, energy->max_period_s() * 10);
+      const auto a = energy->mark();
+      int64_t n = 0;
+      do {
+        run_once();
+        ++n;
+      } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - a.t).count() < min_s && n < 1000000);
+      for (auto& r : energy->between(a, energy->mark(), n)) {
+        r.side = side_of(o);
+        r.stage = "layer";
+        r.layer_index = index;
+        ctl.send("ENERGY", to_control(r));
+      }
+    };
+  }
   auto prof = ex::profile_layers(m, input.to(m.device()), po);
   if (!prof) return std::move(prof.error());
   const std::string fp = model_fingerprint(m);
@@ -143,20 +167,34 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     return 1;
   }
   std::shared_ptr<ex::SplitModel> model(std::move(*loaded));
+  // Energy: every meter on this machine, else the devices file's power
+  // model, else none (and no energy rows at all).
+  std::unique_ptr<EnergyMeter> energy = EnergyMeter::open(agent_power_model(o));
+  for (const auto& line : energy->describe()) ctl.send("LOG", {{"level", "info"}, {"msg", "energy: " + line}});
+  if (!energy->any()) energy.reset();
+  if (energy)
+    for (auto& r : energy->measure_idle(cfg.energy.idle_ms)) {
+      r.side = side_of(o);
+      ctl.send("ENERGY", to_control(r));
+    }
   // Layers profiled with at least 3 repetitions, at the experiment's batch.
   if (cfg.record.layers) {
-    auto st = profile(o, std::max(3, cfg.repetitions), cfg.batch_size, *model, ctl);
+    auto st = profile(o, std::max(3, cfg.repetitions), cfg.batch_size, *model, ctl, energy.get(),
+                      cfg.energy.layer_window_ms);
     if (!st) {
       ctl.send("FAIL", {{"error", "profiling: " + st.error().str()}});
       return 1;
     }
   }
   if (o.role == "SERVER") {
-    std::unique_ptr<TailHandler> tail = std::make_unique<ModelTail>(model, to_control(hw_identity(o, *model)));
+    auto mt = std::make_unique<ModelTail>(model, to_control(hw_identity(o, *model)));
+    mt->set_energy(energy.get());
+    std::unique_ptr<TailHandler> tail = std::move(mt);
     return serve(o, ctl, tail);
   }
 
   // PARTICIPANT
+  std::unique_ptr<DelayRelay> relay;  // outlives the link that uses it
   zmq::context_t ctx(1);
   std::unique_ptr<Link> link;
   if (o.in_process) {
@@ -168,7 +206,18 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     co.security.x25519 = o.x25519;
     co.security.secret = o.secret;
     co.handshake_timeout_ms = 15000;
-    auto c = Client::connect(ctx, o.connect, co);
+    // link_delay: agent: the session runs through a relay that holds each byte for the delay.
+    std::string endpoint = o.connect;
+    if (o.link_delay_ms > 0 || o.link_jitter_ms > 0) {
+      auto r = DelayRelay::start(o.connect, o.link_delay_ms, o.link_jitter_ms, cfg.seed);
+      if (!r) {
+        ctl.send("FAIL", {{"error", "link delay relay: " + r.error().str()}});
+        return 1;
+      }
+      relay = std::move(*r);
+      endpoint = relay->endpoint();
+    }
+    auto c = Client::connect(ctx, endpoint, co);
     if (!c) {
       ctl.send("FAIL", {{"error", "connect to SERVER " + o.connect + ": " + c.error().str()}});
       return 1;
@@ -181,7 +230,10 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
   ctl.send("READY", ready_fields({{"role", "PARTICIPANT"},
                                   {"model", model->name()},
                                   {"layers", std::to_string(model->num_layers())},
-                                  {"link", o.in_process ? "in-process" : o.connect},
+                                  {"link", o.in_process ? "in-process"
+                                           : relay ? fmt::format("{} via a delay relay ({} ms, jitter {} ms)", o.connect,
+                                                                 o.link_delay_ms, o.link_jitter_ms)
+                                                   : o.connect},
                                   {"cipher", link->cipher()}},
                                  hw));
   // The link probe, over the session the frames will use.
@@ -212,6 +264,10 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
   if (splits.empty())
     for (int k = 0; k <= model->num_layers(); ++k) splits.push_back(k);
   SweepPolicy policy(splits, ps.warmup, ps.reps);
+  ps.energy = energy.get();
+  // Transmission energy from the radio model the experiment names, or its link profile's.
+  const std::string radio = cfg.energy.radio == "auto" ? (cfg.link.size() == 1 ? cfg.link[0] : "") : cfg.energy.radio;
+  if (!o.in_process) ps.radio = find_radio(radio);
   int64_t done = 0, total = 0, frames = 0;
   PipelineHooks hooks;
   hooks.emit = [&](const FrameRecord& r) {
@@ -221,6 +277,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     ctl.send("FRAME", f);
     ++frames;
   };
+  hooks.energy = [&](const EnergyRecord& e) { ctl.send("ENERGY", to_control(e)); };
   hooks.progress = [&](int64_t d, int64_t t) {
     done = d;
     total = t;

@@ -75,16 +75,29 @@ Result<std::pair<Bundle, Meta>> TailExecutor::handle(const Frame& f) {
   auto in = ex::from_protocol(f.tensors);
   if (!in) return std::move(in.error());
   torch::NoGradGuard ng;
+  std::optional<EnergyMeter::Mark> e0;
+  if (energy_) e0 = energy_->mark();
   auto t0 = Clock::now();
   auto out = model_->run(k, n, std::move(*in));
   if (!out) return std::move(out.error());
   sync(model_->device());
   auto t1 = Clock::now();
+  std::string srv_energy;
+  if (energy_) {
+    auto rows = energy_->between(*e0, energy_->mark(), 1);
+    for (auto& r : rows) {
+      r.side = "server";
+      r.stage = "tail";
+      r.split = k;
+    }
+    srv_energy = pack_energy(rows);
+  }
   auto pb = ex::to_protocol(*out);
   if (!pb) return std::move(pb.error());
   Meta meta;
   meta["srv_decode_ns"] = f.stats.total_ns;
   meta["srv_tail_ns"] = ns_between(t0, t1);
+  if (!srv_energy.empty()) meta["srv_energy"] = srv_energy;
   // From the request's last segment to here, just before the reply is encoded.
   meta["srv_ns"] = ns_between(Clock::time_point(std::chrono::nanoseconds(f.stats.last_segment_at_ns)), Clock::now());
   return std::make_pair(std::move(*pb), std::move(meta));
@@ -204,6 +217,7 @@ namespace {
 struct Pending {
   FrameRecord rec;
   Clock::time_point t0, t_head, t_sent;
+  std::optional<EnergyMeter::Mark> e0, e_head;
   at::Tensor labels;
   std::vector<ex::ImageTransform> transforms;
 };
@@ -388,11 +402,13 @@ class Pipeline {
     r.policy = policy_name_;
     r.codec = so_.codec.name();
     r.cipher = link_.cipher();
+    if (spec_.energy) p.e0 = spec_.energy->mark();
     p.t0 = Clock::now();
     auto head = model_.run(0, split_, ex::SplitModel::input_bundle(b.images.to(model_.device())));
     if (!head) return std::move(head.error());
     sync(model_.device());
     p.t_head = Clock::now();
+    if (spec_.energy) p.e_head = spec_.energy->mark();
     auto pb = ex::to_protocol(*head);
     if (!pb) return std::move(pb.error());
     FrameStats st;
@@ -489,11 +505,48 @@ class Pipeline {
     if (!f->header.meta.count("srv_ns")) r.flags += std::string(r.flags.empty() ? "" : ",") + "no_server_time";
     if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
     if (hooks_.emit) hooks_.emit(r);
+    if (hooks_.energy) emit_energy(p, *f);
     if (consecutive_failures_ > spec_.max_consecutive_failures)
       return make_error(Errc::remote, fmt::format("{} frames in a row failed (more than max_consecutive_failures = "
                                                   "{}); the last: {}",
                                                   consecutive_failures_, spec_.max_consecutive_failures, r.error));
     return {};
+  }
+
+  // The frame's energy rows: the participant's head and whole frame, the
+  // server's tail (from the reply), the radio's transmission.
+  void emit_energy(const Pending& p, const Frame& f) {
+    const FrameRecord& r = p.rec;
+    std::vector<EnergyRecord> rows;
+    auto add = [&](std::vector<EnergyRecord> v, const char* side, const char* stage) {
+      for (auto& e : v) {
+        e.side = side;
+        if (e.stage.empty()) e.stage = stage;
+        rows.push_back(std::move(e));
+      }
+    };
+    if (spec_.energy && p.e0 && p.e_head) {
+      add(spec_.energy->between(*p.e0, *p.e_head, 1), "participant", "head");
+      add(spec_.energy->between(*p.e0, spec_.energy->mark(), 1), "participant", "frame");
+      // With frames in flight, a frame's window also holds other frames' work.
+      if (r.inflight > 1)
+        for (auto& e : rows)
+          if (e.stage == "frame") e.flags += std::string(e.flags.empty() ? "" : ",") + "overlapping";
+    }
+    if (auto it = f.header.meta.find("srv_energy"); it != f.header.meta.end()) {
+      if (const auto* text = std::get_if<std::string>(&it->second)) {
+        auto srv = unpack_energy(*text);
+        if (srv) add(std::move(*srv), "server", "tail");
+        else if (hooks_.event) hooks_.event("energy_rejected", r.frame, nullptr, "server energy: " + srv.error().str());
+      }
+    }
+    if (spec_.radio) add({radio_energy(*spec_.radio, r.wire_bytes, r.reply_bytes, r.network_ns)}, "participant", "transmit");
+    for (auto& e : rows) {
+      e.frame = r.frame;
+      e.split = r.split;
+      e.warmup = r.warmup;
+      hooks_.energy(e);
+    }
   }
 
   // last_empty_ as it was when the check at t_check began (a check that

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "agent/control.hpp"
+#include "agent/energy.hpp"
 #include "agent/record.hpp"
 #include "experiments/datasets.hpp"
 #include "experiments/model.hpp"
@@ -47,8 +48,11 @@ class TailExecutor {
   // Handles an INFER_REQUEST frame: checks split and fingerprint, runs
   // [split, N), returns the outputs and meta (srv_decode_ns, srv_tail_ns).
   Result<std::pair<protocol::Bundle, protocol::Meta>> handle(const protocol::Frame& f);
+  // The server's meters: each reply then carries the tail's energy rows (srv_energy).
+  void set_energy(EnergyMeter* e) { energy_ = e; }
 
  private:
+  EnergyMeter* energy_ = nullptr;
   std::shared_ptr<experiments::SplitModel> model_;
   std::string fingerprint_;
 };
@@ -116,6 +120,10 @@ struct ParticipantSpec {
   int max_consecutive_failures = 3;  // failed frames in a row before the run fails
   // The participant's run clock origin: frames' start_ns/end_ns count from here.
   std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
+  // Energy (agent/energy.hpp): the participant's meters or power model, and
+  // the radio model for transmission; either may be absent.
+  EnergyMeter* energy = nullptr;
+  const RadioModel* radio = nullptr;
 };
 
 // The link probe (PROTOCOL.md, message types 32/33) over a session with no
@@ -188,6 +196,7 @@ class SweepPolicy : public SplitPolicy {
 // What the pipeline reports and asks while it runs.
 struct PipelineHooks {
   std::function<void(const FrameRecord&)> emit;              // every frame, warm-up included
+  std::function<void(const EnergyRecord&)> energy;           // energy rows of each frame, both sides
   std::function<void(int64_t, int64_t)> progress;            // recorded frames done, planned
   std::function<std::vector<Command>()> poll;                // controller commands (may be empty)
   std::function<bool()> stop;                                // controller gone or signalled: end now

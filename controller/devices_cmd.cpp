@@ -14,8 +14,10 @@
 
 #include "settings/config.hpp"
 #include "controller/deploy.hpp"
+#include "controller/launcher.hpp"
 #include "controller/process.hpp"
 #include "controller/run.hpp"
+#include "controller/shaping.hpp"
 #include "controller/ssh.hpp"
 
 namespace tracr::controller {
@@ -81,6 +83,20 @@ std::string trim(std::string s) {
   return s;
 }
 
+// The agent's `--meters` lines, indented under the device's row.
+std::string meter_lines(const std::string& out) {
+  std::string o;
+  size_t start = 0;
+  while (start < out.size()) {
+    auto nl = out.find('\n', start);
+    std::string line = trim(out.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+    if (line.rfind("meter ", 0) == 0) o += "\n    energy " + line;
+    if (nl == std::string::npos) break;
+    start = nl + 1;
+  }
+  return o.empty() ? "\n    energy meters: the agent did not list them (" + trim(out) + ")" : o;
+}
+
 }  // namespace
 
 int cmd_devices(const std::vector<std::string>& args) {
@@ -115,7 +131,11 @@ int cmd_devices(const std::vector<std::string>& args) {
         ++bad;
         return head + " FAIL  cannot run the agent locally: " + v;
       }
-      return head + " ok    " + v + (d.netns.empty() ? "" : " (netns " + d.netns + ")");
+      std::string meters_cmd = (d.netns.empty() ? "" : "ip netns exec " + shell_quote(d.netns) + " ") +
+                               shell_quote(c.agent) + " --meters";
+      for (const auto& a : device_limit_args(d)) meters_cmd += " " + shell_quote(a);
+      return head + " ok    " + v + (d.netns.empty() ? "" : " (netns " + d.netns + ")") + "; " +
+             tc_capability(d, devs->source, c.trust) + meter_lines(run_local_command(meters_cmd).text);
     }
     auto s = SshSession::connect(device_ssh_target(d, devs->source, c.trust));
     if (!s) {
@@ -134,8 +154,17 @@ int cmd_devices(const std::vector<std::string>& args) {
     }
     const std::string remote = remote_word(d.work_dir + "/tracr-agent-" + local_hash->substr(0, 16));
     auto ver = (*s)->run("test -x " + remote + " && " + remote + " --version");
-    std::string agent = ver && ver->exit_status == 0 ? trim(ver->out) + " deployed" : "not deployed (tracrctl agents deploy)";
-    return head + fmt::format(" ok    {} {}, auth ok, agent {}", (*s)->label(), arch, agent);
+    const bool deployed = ver && ver->exit_status == 0;
+    std::string agent = deployed ? trim(ver->out) + " deployed" : "not deployed (tracrctl agents deploy)";
+    std::string meters = "\n    energy meters: unknown until the agent is deployed";
+    if (deployed) {
+      std::string cmd = remote + " --meters";
+      for (const auto& a : device_limit_args(d)) cmd += " " + shell_quote(a);
+      auto m = (*s)->run(cmd);
+      meters = meter_lines(m ? m->out : m.error().str());
+    }
+    return head + fmt::format(" ok    {} {}, auth ok, agent {}; {}{}", (*s)->label(), arch, agent,
+                              tc_capability(d, devs->source, c.trust), meters);
   });
   for (const auto& r : rows) fmt::print("{}\n", r);
   return bad.load() ? 1 : 0;

@@ -218,6 +218,9 @@ std::vector<std::string> device_limit_args(const DeviceConfig& dev) {
   // A local agent is put in its quota group by the launcher; it records the quota.
   if (dev.cpu_quota && dev.transport == settings::Transport::local) a.push_back("--cpu-quota-external");
   if (dev.cpu_cores) a.insert(a.end(), {"--cpu-cores", std::to_string(*dev.cpu_cores)});
+  // Energy where the device has no meter: the devices file's power model.
+  if (dev.power_model)
+    a.insert(a.end(), {"--power-model", fmt::format("{},{}", dev.power_model->idle_w, dev.power_model->busy_w)});
   return a;
 }
 

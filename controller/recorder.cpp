@@ -57,9 +57,6 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     // one bad row cannot fail a whole batch of good ones.
     if (f->warmup != 0 && f->warmup != 1) return malformed(make_error(Errc::field_type, "warmup must be 0 or 1"));
     if (f->ok != 0 && f->ok != 1) return malformed(make_error(Errc::field_type, "ok must be 0 or 1"));
-    if (!f->energy_source.empty() && f->energy_source.rfind("measured:", 0) != 0 &&
-        f->energy_source.rfind("modelled:", 0) != 0)
-      return malformed(make_error(Errc::field_type, "energy_source must start with measured: or modelled:"));
     FrameRecord r;
     static_cast<agent::FrameRecord&>(r) = *f;
     r.run_id = run_id_;
@@ -88,6 +85,16 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
                       pr->up_mbps ? fmt::format("{:.2f}", *pr->up_mbps) : "-",
                       pr->down_mbps ? fmt::format("{:.2f}", *pr->down_mbps) : "-"),
           device);
+  } else if (m.kind == "ENERGY") {
+    auto e = agent::energy_from_control(m);
+    if (!e) return malformed(e.error());
+    EnergyRow row;
+    static_cast<agent::EnergyRecord&>(row) = *e;
+    row.run_id = run_id_;
+    // A participant relays its server's tail rows: the energy is the server's.
+    row.device = e->side == "server" && role == "PARTICIPANT" ? server_name_ : device;
+    row.participant = role == "PARTICIPANT" ? device : "";
+    energy_.push_back(std::move(row));
   } else if (m.kind == "EVENT") {
     const std::string kind = m.get_or("kind", "agent_event");
     std::optional<int64_t> frame;
@@ -105,7 +112,7 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
 }
 
 void Recorder::maybe_flush() {
-  if (frames_.size() + profiles_.size() >= 64 ||
+  if (frames_.size() + profiles_.size() + energy_.size() >= 64 ||
       std::chrono::steady_clock::now() - last_flush_ >= std::chrono::seconds(1))
     flush();
 }
@@ -124,6 +131,13 @@ void Recorder::flush() {
       if (write_error_.empty()) write_error_ = st.error().str();
     } else {
       profiles_.clear();
+    }
+  }
+  if (!energy_.empty()) {
+    if (auto st = db_.add_energy(energy_); !st) {
+      if (write_error_.empty()) write_error_ = st.error().str();
+    } else {
+      energy_.clear();
     }
   }
 }
@@ -150,6 +164,12 @@ Result<std::string> Recorder::save_unwritten(const std::string& path) const {
     std::string o = fmt::format("{{\"table\":\"layer_profiles\",\"run_id\":{},\"device\":{},\"device_role\":{}", p.run_id,
                                 settings::json_quote(p.device), settings::json_quote(p.device_role));
     agent::visit_profile(p, [&](const agent::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
+    out << o << "}\n";
+  }
+  for (const auto& e : energy_) {
+    std::string o = fmt::format("{{\"table\":\"energy\",\"run_id\":{},\"device\":{},\"participant\":{}", e.run_id,
+                                settings::json_quote(e.device), settings::json_quote(e.participant));
+    agent::visit_energy(e, [&](const agent::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
     out << o << "}\n";
   }
   out.flush();

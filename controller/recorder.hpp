@@ -25,7 +25,9 @@ class Recorder {
     shaping_ = std::move(shaping);
   }
 
-  // Handles READY (hardware identity), PROFILE, FRAME, EVENT and LOG lines
+  // The SERVER's device name: participants relay its per-frame energy rows.
+  void set_server(std::string name) { server_name_ = std::move(name); }
+  // Handles READY (hardware identity), PROFILE, FRAME, ENERGY, PROBE, EVENT and LOG lines
   // from the agent `role` on `device`. Error field_type / missing_field
   // naming the device and field for a malformed record (nothing stored of it).
   Status on_message(const std::string& device, const std::string& role, const agent::ControlMsg& m);
@@ -40,7 +42,7 @@ class Recorder {
 
   // The first write failure ("" when none) and how many rows are still unwritten.
   const std::string& write_error() const { return write_error_; }
-  size_t unwritten() const { return frames_.size() + profiles_.size(); }
+  size_t unwritten() const { return frames_.size() + profiles_.size() + energy_.size(); }
   // Writes the rows the database did not take as JSON lines (one object per
   // row: {"table": ..., every column}) to `path`; returns the path written.
   Result<std::string> save_unwritten(const std::string& path) const;
@@ -58,6 +60,8 @@ class Recorder {
   bool record_frames_, record_layers_;
   std::vector<FrameRecord> frames_;
   std::vector<LayerProfileRecord> profiles_;
+  std::vector<EnergyRow> energy_;
+  std::string server_name_;
   std::map<std::string, int64_t> timed_by_device_;
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
   std::string write_error_;

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <sstream>
 
 namespace tracr::controller {
@@ -266,6 +267,45 @@ ALTER TABLE frames ADD COLUMN link TEXT;
 ALTER TABLE frames ADD COLUMN shaping TEXT;
 ALTER TABLE probes ADD COLUMN link TEXT;
 ALTER TABLE probes ADD COLUMN shaping TEXT;
+)sql"},
+    {7, "energy rows (meters, power and radio models) and their per-split statistics; frames.energy_j/energy_source, "
+        "reserved and never written, dropped", R"sql(
+CREATE TABLE energy (
+  id          INTEGER PRIMARY KEY,
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  device      TEXT,
+  participant TEXT,
+  side        TEXT,
+  stage       TEXT,
+  frame       INTEGER,
+  split       INTEGER,
+  layer_index INTEGER,
+  warmup      INTEGER,
+  source      TEXT,
+  joules      REAL,
+  net_joules  REAL,
+  idle_w      REAL,
+  window_ns   INTEGER,
+  reps        INTEGER,
+  cpu_ns      INTEGER,
+  flags       TEXT
+);
+CREATE INDEX energy_by_run ON energy(run_id);
+CREATE TABLE energy_stats (
+  run_id       INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split        INTEGER NOT NULL,
+  device       TEXT NOT NULL,
+  stage        TEXT NOT NULL,
+  source       TEXT NOT NULL,
+  n            INTEGER,
+  median_j     REAL,
+  p95_j        REAL,
+  median_net_j REAL,
+  p95_net_j    REAL,
+  PRIMARY KEY (run_id, split, device, stage, source)
+);
+ALTER TABLE frames DROP COLUMN energy_j;
+ALTER TABLE frames DROP COLUMN energy_source;
 )sql"},
 };
 
@@ -638,14 +678,6 @@ Result<int64_t> ResultsDb::begin_run(const RunInfo& info) {
 
 Status ResultsDb::add_frames(const std::vector<FrameRecord>& frames) {
   if (frames.empty()) return {};
-  for (const auto& f : frames) {
-    if (!f.energy_source.empty() && f.energy_source.rfind("measured:", 0) != 0 &&
-        f.energy_source.rfind("modelled:", 0) != 0)
-      return make_error(
-          Errc::invalid_argument,
-          fmt::format("frame energy_source '{}': expected 'measured:<meter>' or 'modelled:<model>'",
-                      f.energy_source));
-  }
   sqlite3* db = db_.get();
   Transaction tx(db, path_);
   TRACR_TRY(tx.begin());
@@ -913,6 +945,32 @@ Status ResultsDb::store_summaries(int64_t run_id, const std::vector<SplitSummary
       st.reset();
     }
   }
+  // Energy per split, device, stage and source.
+  {
+    auto estats = energy_stats(run_id);
+    if (!estats) return std::move(estats.error());
+    Stmt d(db, "DELETE FROM energy_stats WHERE run_id = ?");
+    d.bind(1, run_id);
+    if (d.step() != SQLITE_DONE) return db_error(db, path_, "replace energy_stats");
+    Stmt es(db,
+            "INSERT INTO energy_stats(run_id, split, device, stage, source, n, median_j, p95_j, median_net_j, "
+            "p95_net_j) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    if (!es.prepared()) return db_error(db, path_, "insert energy_stats");
+    for (const auto& e : *estats) {
+      es.bind(1, run_id);
+      es.bind(2, e.split);
+      es.bind(3, std::string_view(e.device));
+      es.bind(4, std::string_view(e.stage));
+      es.bind(5, std::string_view(e.source));
+      es.bind(6, e.n);
+      bind_value(es, 7, e.median_j);
+      bind_value(es, 8, e.p95_j);
+      bind_value(es, 9, e.median_net_j);
+      bind_value(es, 10, e.p95_net_j);
+      if (es.step() != SQLITE_DONE) return db_error(db, path_, "insert energy_stats");
+      es.reset();
+    }
+  }
   Stmt ev(db, "INSERT INTO events(run_id, ts, level, kind, message, device, frame) VALUES (?, ?, ?, ?, ?, ?, ?)");
   for (const auto& e : slow) {
     ev.bind(1, run_id);
@@ -1162,6 +1220,89 @@ Result<std::vector<ProbeRow>> ResultsDb::probes(int64_t run_id) {
   return out;
 }
 
+std::vector<EnergyStat> compute_energy_stats(const std::vector<EnergyRow>& rows) {
+  // Frame rows of timed frames only (idle and layer rows have no split).
+  std::map<std::tuple<int64_t, std::string, std::string, std::string>, std::pair<std::vector<double>, std::vector<double>>> g;
+  std::map<std::tuple<int64_t, std::string, std::string, std::string>, int64_t> n;
+  for (const auto& r : rows) {
+    if (!r.split || r.warmup) continue;
+    const auto key = std::make_tuple(*r.split, r.device, r.stage, r.source);
+    ++n[key];
+    if (r.joules) g[key].first.push_back(*r.joules);
+    if (r.net_joules) g[key].second.push_back(*r.net_joules);
+  }
+  std::vector<EnergyStat> out;
+  for (auto& [key, count] : n) {
+    EnergyStat e;
+    std::tie(e.split, e.device, e.stage, e.source) = key;
+    e.n = count;
+    auto& [gross, net] = g[key];
+    if (!gross.empty()) {
+      e.median_j = protocol::median_of(gross);
+      e.p95_j = protocol::p95_of(gross);
+    }
+    if (!net.empty()) {
+      e.median_net_j = protocol::median_of(net);
+      e.p95_net_j = protocol::p95_of(net);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Status ResultsDb::add_energy(const std::vector<EnergyRow>& rows) {
+  if (rows.empty()) return {};
+  for (const auto& e : rows)
+    if (e.source.rfind("measured:", 0) != 0 && e.source.rfind("modelled:", 0) != 0)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("energy source '{}': expected 'measured:<meter>' or 'modelled:<model>'", e.source));
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  const auto& fields = agent::energy_fields();
+  static const std::string sql = "INSERT INTO energy(run_id, device, participant" + field_list(fields) +
+                                 ") VALUES (" + placeholders(fields.size() + 3) + ")";
+  Stmt q(db, sql.c_str());
+  if (!q.prepared()) return db_error(db, path_, "insert energy");
+  for (const auto& e : rows) {
+    q.bind(1, e.run_id);
+    q.bind_text_or_null(2, e.device);
+    q.bind_text_or_null(3, e.participant);
+    int i = 4;
+    agent::visit_energy(e, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+    if (q.step() != SQLITE_DONE) return db_error(db, path_, "insert energy of " + e.device);
+    q.reset();
+  }
+  return tx.commit();
+}
+
+Result<std::vector<EnergyRow>> ResultsDb::energy(int64_t run_id) {
+  static const std::string sql = "SELECT run_id, COALESCE(device, ''), COALESCE(participant, '')" +
+                                 field_list(agent::energy_fields()) + " FROM energy WHERE run_id = ? ORDER BY id";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read energy");
+  q.bind(1, run_id);
+  std::vector<EnergyRow> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    EnergyRow e;
+    e.run_id = q.i64(0);
+    e.device = q.text(1);
+    e.participant = q.text(2);
+    int c = 3;
+    agent::visit_energy(e, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    out.push_back(std::move(e));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read energy");
+  return out;
+}
+
+Result<std::vector<EnergyStat>> ResultsDb::energy_stats(int64_t run_id) {
+  auto rows = energy(run_id);
+  if (!rows) return std::move(rows.error());
+  return compute_energy_stats(*rows);
+}
+
 Result<std::vector<DeviceRecord>> ResultsDb::devices(int64_t run_id) {
   static const std::string sql = "SELECT run_id, device, role" + field_list(agent::hw_fields()) +
                                  " FROM devices WHERE run_id = ? ORDER BY role DESC, device";
@@ -1209,7 +1350,9 @@ Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(con
   std::string cols;
   for (const auto& c : t->columns) cols += (cols.empty() ? "" : ", ") + c.name;
   const std::string key = table == "runs" ? "id" : "run_id";
-  std::string order = table == "frames" || table == "events" || table == "probes" ? "id" : table == "layer_profiles" ? "device, layer_index"
+  std::string order = table == "frames" || table == "events" || table == "probes" || table == "energy" ? "id"
+                      : table == "energy_stats" ? "split, device, stage, source"
+                      : table == "layer_profiles" ? "device, layer_index"
                       : table == "stage_stats" ? "split, field" : table == "runs" ? "id" : table == "devices" ? "device"
                       : "split";
   const std::string sql = "SELECT " + cols + " FROM " + table + " WHERE " + key + " = ? ORDER BY " + order;

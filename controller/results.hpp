@@ -94,6 +94,25 @@ struct ProbeRow : agent::ProbeRecord {
   std::string link, shaping;
 };
 
+// A stored energy row: the agent's record plus whose energy it is.
+struct EnergyRow : agent::EnergyRecord {
+  int64_t run_id = 0;
+  std::string device;       // the device that used the energy (the server's name for side = server)
+  std::string participant;  // the participant whose frame it was ("" for a server's idle and layer rows)
+};
+
+// Per (run, split, device, stage, source): statistics of the non-warm-up
+// frames' energy (computed with the summaries).
+struct EnergyStat {
+  int64_t split = 0;
+  std::string device, stage, source;
+  int64_t n = 0;
+  std::optional<double> median_j, p95_j, median_net_j, p95_net_j;
+};
+
+// Statistics of energy rows (timed frames' rows, per split, device, stage, source).
+std::vector<EnergyStat> compute_energy_stats(const std::vector<EnergyRow>& rows);
+
 // The hardware identity of one device in one run.
 struct DeviceRecord : agent::HwIdentity {
   int64_t run_id = 0;
@@ -153,7 +172,7 @@ double p95_of(std::vector<int64_t>& v);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 6;
+  static constexpr int kSchemaVersion = 7;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process
@@ -189,6 +208,10 @@ class ResultsDb {
   Status add_frames(const std::vector<FrameRecord>& frames);
   Status add_layer_profiles(const std::vector<LayerProfileRecord>& layers);
   Status add_probe(const ProbeRow& p);
+  // Error invalid_argument for a source not starting with measured: / modelled:.
+  Status add_energy(const std::vector<EnergyRow>& rows);
+  Result<std::vector<EnergyRow>> energy(int64_t run_id);
+  Result<std::vector<EnergyStat>> energy_stats(int64_t run_id);
   Result<std::vector<ProbeRow>> probes(int64_t run_id);
   // Records (or replaces) the hardware identity of a device in a run.
   Status add_device(const DeviceRecord& d);

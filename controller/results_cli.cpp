@@ -194,6 +194,7 @@ int cmd_show(ResultsDb& db, const Opts& o) {
   std::fputs("\n", stdout);
   check_or_throw(print_split_table(db, *id, stdout));
   check_or_throw(print_probe_table(db, *id, stdout));
+  check_or_throw(print_energy_table(db, *id, stdout));
   auto devs = db.devices(*id);
   if (!devs) throw Fatal(devs.error());
   if (!devs->empty()) {
@@ -374,6 +375,22 @@ Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
   return {};
 }
 
+Status print_energy_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
+  auto stats = db.energy_stats(run_id);
+  if (!stats) return stats.error();
+  if (stats->empty()) return {};
+  // Every figure beside its source: measured:<meter> or modelled:<model>.
+  std::vector<std::vector<std::string>> rows = {
+      {"  split", "device", "stage", "source", "frames", "median J", "p95 J", "median net J", "p95 net J"}};
+  auto j = [](const std::optional<double>& v) { return v ? fmt::format("{:.6f}", *v) : std::string("-"); };
+  for (const auto& e : *stats)
+    rows.push_back({"  " + std::to_string(e.split), e.device, e.stage, e.source, std::to_string(e.n), j(e.median_j),
+                    j(e.p95_j), j(e.median_net_j), j(e.p95_net_j)});
+  std::fputs("\nenergy per frame (timed frames; net = idle power subtracted)\n", out);
+  std::fputs(align(rows, {1, 2, 3}).c_str(), out);
+  return {};
+}
+
 Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
   auto rows = db.split_table(run_id);
   if (!rows) return rows.error();
@@ -456,7 +473,8 @@ Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file) {
     first = false;
   };
   for (const char* table :
-       {"runs", "devices", "probes", "summaries", "stage_stats", "frames", "layer_profiles", "events"}) {
+       {"runs", "devices", "probes", "summaries", "stage_stats", "energy_stats", "frames", "energy", "layer_profiles",
+        "events"}) {
     const std::string t = table;
     if (t == "summaries") {
       add(t, summaries + "]");

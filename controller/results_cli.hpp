@@ -32,6 +32,8 @@ Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out = stdout)
 
 // Prints the run's link probes (nothing when it has none).
 Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
+// Per split, device, stage and source: median and p95 energy, each figure beside its source.
+Status print_energy_table(ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
 
 // The aligned per-split table text for a set of summaries; the split with the
 // lowest median total time is marked with '*'.

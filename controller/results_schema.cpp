@@ -128,6 +128,34 @@ std::vector<TableInfo> build() {
     v.push_back(t);
   }
   {
+    TableInfo t{"energy",
+                "one row per energy figure: a frame's head, whole frame, server tail or transmission, a profiled "
+                "layer, or an agent's idle baseline; each names its source (measured:<meter> or modelled:<model>)",
+                {}};
+    t.columns = {{"id", "INTEGER", "", "controller", "row id"},
+                 {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+                 {"device", "TEXT", "", "controller", "device whose energy it is (the SERVER's name for side = server)"},
+                 {"participant", "TEXT", "", "controller", "participant whose frame it was (NULL for a server's idle and layer rows)"}};
+    add_fields(t, agent::energy_fields());
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"energy_stats", "per (run, split, device, stage, source): statistics of the timed frames' energy", {}};
+    t.columns = {
+        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+        {"split", "INTEGER", "", "controller", "split point"},
+        {"device", "TEXT", "", "controller", "device whose energy it is"},
+        {"stage", "TEXT", "", "controller", "head, frame, tail or transmit"},
+        {"source", "TEXT", "", "controller", "measured:<meter> or modelled:<model>: never shown without it"},
+        {"n", "INTEGER", "", "controller", "rows (non-warm-up frames)"},
+        {"median_j", "REAL", "J", "controller", "median gross joules per frame"},
+        {"p95_j", "REAL", "J", "controller", "nearest-rank 95th percentile of gross joules"},
+        {"median_net_j", "REAL", "J", "controller", "median net joules (idle subtracted); NULL without an idle figure"},
+        {"p95_net_j", "REAL", "J", "controller", "95th percentile of net joules"},
+    };
+    v.push_back(t);
+  }
+  {
     TableInfo t{"events", "structured events: agents started and lost, commands applied, pauses, slow frames, run finished", {}};
     t.columns = {
         {"id", "INTEGER", "", "controller", "row id"},

@@ -295,7 +295,8 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   // The link profile: shaping left by a controller that died is removed
   // first, then this run's is applied (and removed however the run ends).
   const std::string shaping_dir = (fs::path(cfg->output).parent_path() / "shaping").string();
-  for (const auto& line : sweep_stale_shaping(shaping_dir)) fmt::print(stderr, "tracrctl run: {}\n", line);
+  for (const auto& line : sweep_stale_shaping(shaping_dir, *devices, ro.trust_new_hosts))
+    fmt::print(stderr, "tracrctl run: {}\n", line);
   std::optional<settings::LinkSpec> link;
   if (!cfg->link.empty()) {
     auto l = resolve_link(*cfg, cfg->link[0]);
@@ -305,9 +306,16 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     }
     link = *l;
   }
+  // The experiment's profile, or else each participant's link_profile from the devices file.
+  const auto plinks = participant_links(link, *devices);
   std::unique_ptr<LinkShaper> shaper;
-  if (link) {
-    auto sh = LinkShaper::apply(*link, devices->server(), devices->participants(), shaping_dir);
+  if (!plinks.empty()) {
+    ShapingContext sctx;
+    sctx.state_dir = shaping_dir;
+    sctx.devices_file = devices->source;
+    sctx.trust_new_hosts = ro.trust_new_hosts;
+    sctx.agent_delay = cfg->link_delay == "agent";
+    auto sh = LinkShaper::apply(devices->server(), plinks, sctx);
     if (!sh) {
       fmt::print(stderr, "tracrctl run: {}\n", sh.error().str());
       return 2;
@@ -315,7 +323,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     shaper = std::move(*sh);
   }
   RunInfo info;
-  info.link = link ? link->name : "";
+  info.link = link ? link->name : plinks.empty() ? "" : "devices-file";
   info.shaping = shaper ? shaper->shaping() : "";
   info.name = ro.probe_only ? cfg->name + " (link probe)" : cfg->name;
   if (link) info.name += "@" + link->name;
@@ -343,7 +351,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   reserve_cause_note(cfg->output, *run_id);
   fmt::print("run {} '{}': model {}, codec {}, cipher {}, devices {}{}{}\n", *run_id, info.name, cfg->model,
              cfg->compression, info.cipher, devices->source, ro.in_process ? " (in-process)" : "",
-             link ? fmt::format(", link {} ({})", link->name, info.shaping) : "");
+             info.link.empty() ? "" : fmt::format(", link {} ({})", info.link, info.shaping));
   std::fflush(stdout);  // before the progress lines on stderr
 
   // SIGINT, SIGTERM and SIGHUP all end the run the same clean way.
@@ -399,6 +407,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
 
   Recorder rec(*db, *run_id, cfg->record.frames, cfg->record.layers);
   rec.set_link(info.link, info.shaping);
+  rec.set_server(devices->server().name);
   if (shaper) rec.event("info", "link_shaped", fmt::format("link {}: {}", info.link, info.shaping));
   // Every agent gets the effective experiment and parses it with the same code.
   const std::string config_yaml = agent_config_yaml(*cfg);
@@ -585,6 +594,12 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
         args.insert(args.end(), {"--connect", server.transport == Transport::local && server.netns.empty()
                                                   ? server_endpoint
                                                   : reachable_endpoint(server_endpoint, server.connection().host)});
+      if (shaper && !ro.in_process) {
+        const auto [delay, jitter] = shaper->agent_delay(p->name);
+        if (delay > 0 || jitter > 0)
+          args.insert(args.end(), {"--link-delay-ms", fmt::format("{}", delay), "--link-jitter-ms",
+                                   fmt::format("{}", jitter)});
+      }
       st = launch(*p, "PARTICIPANT", args);
       if (!st) {
         fail("PARTICIPANT " + p->name + ": " + st.error().str());
@@ -653,6 +668,10 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   fmt::print("\nrun {} completed: per-split table read back from {}\n", *run_id, cfg->output);
   if (auto pst = print_split_table(*db, *run_id); !pst) {
     fmt::print(stderr, "tracrctl run: {}\n", pst.error().str());
+    return 1;
+  }
+  if (auto est = print_energy_table(*db, *run_id); !est) {
+    fmt::print(stderr, "tracrctl run: {}\n", est.error().str());
     return 1;
   }
   return 0;

@@ -100,6 +100,16 @@ Result<std::vector<LayerProfile>> profile_layers(const SplitModel& model, const 
       ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
       if (r + 1 == opts.repetitions) next = std::move(*res);
     }
+    if (opts.after_layer) {
+      // Energy (the agent's meters) repeats the layer as long as it needs.
+      Status failed;
+      opts.after_layer(i, [&] {
+        auto res = model.run(i, i + 1, bundle);
+        sync(dev);
+        if (!res && failed) failed = res.error();
+      });
+      if (!failed) return failed.error();
+    }
     const size_t n = ms.size();
     p.median_ms = protocol::median_of(ms);  // sorts ms
     p.p95_ms = protocol::p95_of(ms);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ struct ProfileOptions {
   int warmup = 2;
   int repetitions = 10;
   bool measure_memory = true;
+  // Called after each layer's timed repetitions with a function that runs
+  // that layer once more, synchronised (the agent measures energy with it,
+  // repeating it until its meters' window is long enough).
+  std::function<void(int index, const std::function<void()>& run_once)> after_layer;
 };
 
 // Profiles every layer of `model` on `input` ([B, C, H, W]). Error when a

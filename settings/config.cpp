@@ -545,6 +545,10 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
     const YAML::Node lp = n["link_profile"];
     const std::string k = key + ".link_profile";
     if (!lp.IsMap()) return expected(c, lp, k, "a map with rate_mbit and delay_ms");
+    if (d.role == DeviceRole::server)
+      return err_at(pos_of(c, lp), k,
+                    "applies to PARTICIPANT devices (the link between each participant and the SERVER); expected no "
+                    "link_profile on the SERVER");
     TRACR_TRY(check_keys(c, lp, k, {"rate_mbit", "delay_ms"}));
     LinkProfile l;
     if (lp["rate_mbit"]) {
@@ -1167,6 +1171,49 @@ std::vector<Setting> build_settings() {
       if (c.link.size() == 1) return yaml_str(c.link[0]);
       return flow_strs(c.link);
     };
+    t.push_back(s);
+  }
+  t.push_back(int_setting(
+      "energy.idle_ms", "int 0..600000", "1000",
+      "Idle power measured over this long at agent start, for every meter (subtracted for net energy; 0 = not "
+      "measured, net energy left empty). Not used by the power model (its idle_w is the idle power).",
+      0, 600000, [](ExperimentConfig& c, int64_t v) { c.energy.idle_ms = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.energy.idle_ms}; }));
+  t.push_back(int_setting(
+      "energy.layer_window_ms", "int 1..60000", "50",
+      "Per-layer energy: each profiled layer is repeated until the meter window is at least this long (and at "
+      "least 10 meter updates).",
+      1, 60000, [](ExperimentConfig& c, int64_t v) { c.energy.layer_window_ms = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.energy.layer_window_ms}; }));
+  {
+    Setting s;
+    s.info = {"energy.radio", "auto | none | 3g | lte | wifi", "auto",
+              "Radio model for the participant's transmission energy (Huang et al., MobiSys 2012): auto uses the "
+              "link profile's when it is 3g, lte or wifi, and none otherwise.",
+              ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      auto v = get_choice(c, n, key, {"auto", "none", "3g", "lte", "wifi"});
+      if (!v) return v.error();
+      cfg.energy.radio = *v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return c.energy.radio; };
+    t.push_back(s);
+  }
+  {
+    Setting s;
+    s.info = {"link_delay", "tc | agent", "tc",
+              "Who applies a link profile's delay and jitter: tc netem (refused where the kernel has no netem), or "
+              "the participant agent's delay relay, which holds every byte each way for the delay (stored as "
+              "'agent' in shaping). Rates are always applied with tc; loss needs netem.",
+              ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      auto v = get_choice(c, n, key, {"tc", "agent"});
+      if (!v) return v.error();
+      cfg.link_delay = *v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return c.link_delay; };
     t.push_back(s);
   }
   {

@@ -159,6 +159,14 @@ struct ProbeSpec {
   int64_t chunk_bytes = 256 * 1024;  // payload per bulk message
 };
 
+// Energy (agent/energy.hpp): meters each agent finds, the devices file's
+// power_model where it has none, and a radio model for transmission.
+struct EnergySpec {
+  int idle_ms = 1000;          // idle baseline at agent start (meters only; 0 = none, net energy not computed)
+  std::string radio = "auto";  // auto (the link profile when it is 3g, lte or wifi) | none | 3g | lte | wifi
+  int layer_window_ms = 50;    // per-layer energy: repeat a layer until the window is at least this long
+};
+
 // A link to emulate between the agents (tc on the path between them).
 // Rates in Mbit/s, 0 = not limited; delay, jitter and loss need netem.
 struct LinkSpec {
@@ -206,11 +214,13 @@ struct ExperimentConfig {
   int max_consecutive_failures = 3;  // failed frames in a row before the run fails
   RecordSpec record;
   ProbeSpec probe;
+  EnergySpec energy;
   std::vector<ScheduledCommand> commands;  // in at_frame order
   // Link profiles to run under, in order (each a run of its own); empty = the
   // link as it is. Names are built-ins or keys of `links`.
   std::vector<std::string> link;
   std::map<std::string, LinkSpec> links;  // user-defined profiles
+  std::string link_delay = "tc";          // tc | agent: who applies delay and jitter
   std::string output = "results/tracr.db";
   std::string devices = "config/devices_config.yaml";
   bool devices_explicit = false;  // devices was set (file or env): a missing file is an error

@@ -53,7 +53,7 @@ TEST(Record, EveryFrameFieldSurvivesEmitterAndParser) {
   visit_frame(*out, [&](const FieldInfo& f, const auto& v) { b.push_back(f.name + ("=" + to_control(*out).at(f.name))); (void)v; });
   EXPECT_EQ(a, b);
   EXPECT_EQ(in.network_ns, out->network_ns);
-  EXPECT_EQ(in.energy_j, out->energy_j);
+  EXPECT_EQ(in.link_est_mbps, out->link_est_mbps);
   EXPECT_EQ(in.sample_id, out->sample_id);
   // The line carries exactly the table's fields.
   std::set<std::string> names;
@@ -112,10 +112,10 @@ TEST(Record, MissingOrMalformedFieldIsAnErrorNamingIt) {
   EXPECT_NE(r.error().message.find("'total_ns'"), std::string::npos) << r.error().message;
 
   fields = to_control(awkward_frame());
-  fields["energy_j"] = "nan";
+  fields["link_est_mbps"] = "nan";
   r = frame_from_control(*through_the_channel("FRAME", fields));
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message.find("'energy_j'"), std::string::npos);
+  EXPECT_NE(r.error().message.find("'link_est_mbps'"), std::string::npos);
 
   // Extra keys (progress counters) are not fields and do not matter.
   fields = to_control(awkward_frame());

@@ -104,11 +104,11 @@ inline int free_loopback_port() {
   return port;
 }
 
-inline bool port_accepts(int port) {
+inline bool port_accepts(int port, const std::string& addr = "127.0.0.1") {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
   a.sin_port = htons(static_cast<uint16_t>(port));
   bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   ::close(fd);
@@ -117,7 +117,9 @@ inline bool port_accepts(int port) {
 
 class Sshd {
  public:
-  Sshd() {
+  // On loopback; or, with `netns`, inside that network namespace listening on
+  // `addr` port 22 (the namespace is the test's own, so the port is free).
+  explicit Sshd(const std::string& netns = "", const std::string& addr = "127.0.0.1") : netns_(netns), addr_(addr) {
     char tmpl[] = "/tmp/tracr-sshd-XXXXXX";
     if (!::mkdtemp(tmpl)) {
       error_ = std::string("mkdtemp: ") + std::strerror(errno);
@@ -129,7 +131,12 @@ class Sshd {
     if (!keygen(host_key_path(), "ed25519") || !keygen(user_key(), "ed25519")) return;
     spit(dir_ + "/authorized_keys", slurp(user_key() + ".pub"));
     spit(known_hosts(), "");
-    start_with_retries();
+    if (netns_.empty()) {
+      start_with_retries();
+    } else {
+      port_ = 22;
+      start();
+    }
   }
   ~Sshd() {
     stop();
@@ -155,7 +162,7 @@ class Sshd {
   // A target for this server; known_hosts starts empty (see trust()).
   controller::SshTarget target(bool tofu = false) const {
     controller::SshTarget t;
-    t.host = "127.0.0.1";
+    t.host = addr_;
     t.port = port_;
     t.user = user();
     t.key_path = user_key();
@@ -168,7 +175,7 @@ class Sshd {
   void trust() const {
     std::string pub = slurp(host_key_path() + ".pub");
     std::ofstream out(known_hosts(), std::ios::app);
-    out << "[127.0.0.1]:" << port_ << " " << pub.substr(0, pub.find('\n')) << "\n";
+    out << "[" << addr_ << "]:" << port_ << " " << pub.substr(0, pub.find('\n')) << "\n";
   }
   // A new key pair `name` in the directory, not authorized on the server.
   std::string make_key(const std::string& name) {
@@ -202,7 +209,7 @@ class Sshd {
 
   void write_config() {
     std::ostringstream c;
-    c << "ListenAddress 127.0.0.1\n"
+    c << "ListenAddress " << addr_ << "\n"
       << "Port " << port_ << "\n"
       << "HostKey " << host_key_path() << "\n"
       << "AuthorizedKeysFile " << dir_ << "/authorized_keys\n"
@@ -245,10 +252,11 @@ class Sshd {
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     std::string cfg = dir_ + "/sshd_config";
     std::vector<std::string> argv = {kSshd, "-D", "-e", "-f", cfg};
+    if (!netns_.empty()) argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", netns_});
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
-    int rc = posix_spawn(&pid_, kSshd, &fa, nullptr, args.data(), environ);
+    int rc = posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
       pid_ = -1;
@@ -263,7 +271,7 @@ class Sshd {
         error_ = "sshd exited at start-up: " + log();
         return false;
       }
-      if (port_accepts(port_)) return true;
+      if (port_accepts(port_, addr_)) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     stop();
@@ -271,6 +279,7 @@ class Sshd {
     return false;
   }
 
+  std::string netns_, addr_;
   std::string dir_;
   std::string user_;
   std::string error_;

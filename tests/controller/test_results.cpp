@@ -138,15 +138,15 @@ TEST(ResultsDb, NewDatabaseHasSchemaWalAndForeignKeys) {
   EXPECT_EQ(scalar(*db, "PRAGMA foreign_keys"), "1");
   EXPECT_NE(scalar(*db, "PRAGMA busy_timeout"), "0");
   EXPECT_EQ(scalar(*db, "PRAGMA user_version"), std::to_string(ResultsDb::kSchemaVersion));
-  for (const char* t : {"schema_migrations", "runs", "frames", "layer_profiles", "summaries", "events", "probes", "devices", "stage_stats"})
+  for (const char* t : {"schema_migrations", "runs", "frames", "layer_profiles", "summaries", "events", "probes", "devices", "stage_stats", "energy", "energy_stats"})
     EXPECT_EQ(
         scalar(*db, std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + t + "'"),
         t);
-  EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"), "1,2,3,4,5,6");
+  EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"), "1,2,3,4,5,6,7");
   // Reopening is a no-op.
   auto again = ResultsDb::open(path);
   ASSERT_TRUE(again.ok()) << again.error().str();
-  EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), "6");
+  EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), "7");
 }
 
 // The field table and the schema description are the database: every table
@@ -337,7 +337,7 @@ TEST(ResultsDb, BatchInsertAndExactSummaries) {
   ASSERT_EQ(frames->size(), 35u);
   EXPECT_EQ(frames->back().error, "timeout: no INFER_RESULT within 5000 ms");
   EXPECT_FALSE(frames->back().ok);
-  EXPECT_FALSE(frames->back().energy_j.has_value());
+  EXPECT_FALSE(frames->back().link_est_mbps.has_value());
 }
 
 TEST(ResultsDb, FrameBatchIsAllOrNothing) {
@@ -354,19 +354,32 @@ TEST(ResultsDb, FrameBatchIsAllOrNothing) {
   EXPECT_NE(s.error().message.find("FOREIGN KEY"), std::string::npos) << s.error().message;
   EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM frames"), "0");
 
-  auto e = frame(*run, 1, 0, 100);
-  e.energy_j = 1.5;
-  e.energy_source = "guessed";
-  Status es = db->add_frames({e});
+  // Energy rows: a source that is neither measured: nor modelled: is refused
+  // (nothing of the batch stored); labelled rows come back as written.
+  EnergyRow e;
+  e.run_id = *run;
+  e.device = "edge";
+  e.participant = "edge";
+  e.side = "participant";
+  e.stage = "head";
+  e.frame = 0;
+  e.split = 1;
+  e.joules = 1.5;
+  e.source = "guessed";
+  Status es = db->add_energy({e});
   ASSERT_FALSE(es.ok());
   EXPECT_EQ(es.error().code, Errc::invalid_argument);
-  e.energy_source = "modelled:server";
-  ASSERT_TRUE(db->add_frames({e}).ok());
-  auto back = db->frames(*run);
+  EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM energy"), "0");
+  e.source = "modelled:power_model";
+  ASSERT_TRUE(db->add_energy({e}).ok());
+  auto back = db->energy(*run);
   ASSERT_TRUE(back.ok());
   ASSERT_EQ(back->size(), 1u);
-  EXPECT_DOUBLE_EQ(back->at(0).energy_j.value(), 1.5);
-  EXPECT_EQ(back->at(0).energy_source, "modelled:server");
+  EXPECT_DOUBLE_EQ(back->at(0).joules.value(), 1.5);
+  EXPECT_FALSE(back->at(0).net_joules.has_value());  // NULL stays NULL
+  EXPECT_EQ(back->at(0).source, "modelled:power_model");
+  EXPECT_EQ(back->at(0).split, std::optional<int64_t>(1));
+  EXPECT_FALSE(back->at(0).layer_index.has_value());
 }
 
 TEST(ResultsDb, RunLifecycleEventsAndProfiles) {
@@ -568,9 +581,28 @@ class ResultsCliTest : public ::testing::Test {
     auto f3 = frame(run, 2, 1, 3000000);
     f3.ok = false;
     f3.error = "decompress_failed: bad block, \"x\"";
-    f3.energy_j = 0.25;
-    f3.energy_source = "measured:rapl";
+    f3.link_est_mbps = 0.25;
+    f3.flags = "negative_network";
     ASSERT_TRUE(db->add_frames({f1, f2, f3}).ok());
+    // Two timed frames' energy at split 2, one warm-up frame's (left out of the statistics).
+    std::vector<EnergyRow> en;
+    for (int i = 0; i < 3; ++i) {
+      EnergyRow e;
+      e.run_id = run;
+      e.device = "edge";
+      e.participant = "edge";
+      e.side = "participant";
+      e.stage = "head";
+      e.frame = i;
+      e.split = 2;
+      e.warmup = i == 0;
+      e.source = "measured:rapl:package-0";
+      e.joules = 0.5 + i;
+      e.net_joules = 0.25 + i;
+      e.idle_w = 2.0;
+      en.push_back(e);
+    }
+    ASSERT_TRUE(db->add_energy(en).ok());
     ASSERT_TRUE(db->finish_run(run, RunStatus::completed).ok());
     auto b = db->begin_run(info("fp16"));
     ASSERT_TRUE(b.ok());
@@ -635,10 +667,10 @@ TEST_F(ResultsCliTest, ExportCsvHasEveryColumnAndEscapedRows) {
   ASSERT_EQ(r1.size(), cells(lines[0]).size());
   EXPECT_EQ(r1[col("result")], "a, \"quoted\" class:0.5");
   EXPECT_EQ(r1[col("network_ns")], std::to_string(2000000 - 500000 - 10 - 500000 - 5));
-  EXPECT_EQ(r1[col("energy_j")], "");  // NULL stays empty, never 0
+  EXPECT_EQ(r1[col("link_est_mbps")], "");  // NULL stays empty, never 0
   EXPECT_EQ(r3[col("error")], "decompress_failed: bad block, \"x\"");
-  EXPECT_EQ(r3[col("energy_j")], "0.25");
-  EXPECT_EQ(r3[col("energy_source")], "measured:rapl");
+  EXPECT_EQ(r3[col("link_est_mbps")], "0.25");
+  EXPECT_EQ(r3[col("flags")], "negative_network");
   EXPECT_EQ(r3[col("ok")], "0");
 }
 
@@ -656,7 +688,15 @@ TEST_F(ResultsCliTest, ExportJsonHoldsRunSummariesFramesAndEvents) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("\"error\":\"decompress_failed: bad block, \\\"x\\\"\""), std::string::npos) << text;
-  EXPECT_NE(text.find("\"energy_j\":0.25,\"energy_source\":\"measured:rapl\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"link_est_mbps\":0.25"), std::string::npos) << text;
+  // Energy: every row and the per-split statistics, each beside its source.
+  EXPECT_NE(text.find("\"source\":\"measured:rapl:package-0\",\"joules\":2.5,\"net_joules\":2.25"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\"energy_stats\": [\n  {\"run_id\":" + std::to_string(run) +
+                      ",\"split\":2,\"device\":\"edge\",\"stage\":\"head\",\"source\":\"measured:rapl:package-0\","
+                      "\"n\":2,\"median_j\":2,\"p95_j\":2.5,\"median_net_j\":1.75,\"p95_net_j\":2.25}]"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("\"result\":\"a, \\\"quoted\\\" class:0.5\""), std::string::npos) << text;
   EXPECT_NE(text.find("\"kind\":\"run_started\""), std::string::npos);
   EXPECT_NE(text.find("\"layer_profiles\": []"), std::string::npos);

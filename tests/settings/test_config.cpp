@@ -304,12 +304,12 @@ TEST(DevicesConfig, ExtensionsParse) {
     transport: ssh
     work_dir: /opt/tracr
     power_model: {idle_w: 25, busy_w: 180.5}
-    link_profile: {rate_mbit: 100, delay_ms: 2.5}
     connection_params:
       - {host: gpu.lan, user: u, pkey_fp: gpu.key, port: 5555}
   - device_type: PARTICIPANT
     name: pi-1
     transport: local
+    link_profile: {rate_mbit: 100, delay_ms: 2.5}
   - device_type: PARTICIPANT
     transport: local
 )",
@@ -321,12 +321,20 @@ TEST(DevicesConfig, ExtensionsParse) {
   ASSERT_TRUE(s.power_model.has_value());
   EXPECT_DOUBLE_EQ(s.power_model->idle_w, 25);
   EXPECT_DOUBLE_EQ(s.power_model->busy_w, 180.5);
-  ASSERT_TRUE(s.link_profile.has_value());
-  EXPECT_DOUBLE_EQ(s.link_profile->rate_mbit, 100);
-  EXPECT_DOUBLE_EQ(s.link_profile->delay_ms, 2.5);
+  EXPECT_FALSE(s.link_profile.has_value());
   EXPECT_EQ(s.connection().port, 5555);
   auto parts = r->participants();
   ASSERT_EQ(parts.size(), 2u);
+  ASSERT_TRUE(parts[0]->link_profile.has_value());
+  EXPECT_DOUBLE_EQ(parts[0]->link_profile->rate_mbit, 100);
+  EXPECT_DOUBLE_EQ(parts[0]->link_profile->delay_ms, 2.5);
+  // A SERVER has no link of its own to shape: refused with the position.
+  auto srv = parse_devices("devices:\n  - device_type: SERVER\n    transport: local\n    link_profile: {rate_mbit: 1}\n"
+                           "  - device_type: PARTICIPANT\n    transport: local\n",
+                           "d.yaml");
+  ASSERT_FALSE(srv.ok());
+  EXPECT_NE(srv.error().message.find("d.yaml:4:19: devices[0].link_profile: applies to PARTICIPANT"), std::string::npos)
+      << srv.error().message;
   EXPECT_EQ(parts[0]->name, "pi-1");
   EXPECT_EQ(parts[0]->transport, Transport::local);
   EXPECT_EQ(parts[0]->connection().host, "127.0.0.1");
@@ -802,7 +810,7 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "devices",
                         "seed"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 31u);
+  EXPECT_EQ(names.size(), 35u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());

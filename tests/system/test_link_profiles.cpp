@@ -37,8 +37,8 @@ TEST(LinkProfiles, ShapedRunsAreMeasuredNamedAndCleanedUp) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("median total ms per split and link profile"), std::string::npos) << r.out;
   EXPECT_EQ(query(db, "select group_concat(link) from runs order by id"), "slow,unlimited");
-  EXPECT_NE(query(db, "select shaping from runs where id = 1").find("tbf rate 8000kbit"), std::string::npos);
-  EXPECT_NE(query(db, "select shaping from runs where id = 1").find("tbf rate 4000kbit"), std::string::npos);
+  EXPECT_NE(query(db, "select shaping from runs where id = 1").find("htb 8 Mbit/s"), std::string::npos);
+  EXPECT_NE(query(db, "select shaping from runs where id = 1").find("htb 4 Mbit/s"), std::string::npos);
   EXPECT_EQ(query(db, "select shaping from runs where id = 2"), "none");
   // Every frame and probe row names its link and shaping.
   EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1 and (link <> 'slow' or shaping not like 'tc:%')"), "0");
@@ -79,11 +79,11 @@ TEST(LinkProfiles, AKilledControllersShapingIsRemovedByTheNextRun) {
     shaped = !query(db, "select 1 from frames limit 1").empty();
   }
   ASSERT_TRUE(shaped);
-  ASSERT_NE(root_qdisc(net, true).find("tbf"), std::string::npos);
+  ASSERT_NE(root_qdisc(net, true).find("htb"), std::string::npos);
   ASSERT_EQ(kill(pid, SIGKILL), 0);  // no chance to clean up
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_NE(root_qdisc(net, true).find("tbf"), std::string::npos) << "shaping outlived its controller";
+  EXPECT_NE(root_qdisc(net, true).find("htb"), std::string::npos) << "shaping outlived its controller";
   // The next run, with no profile at all, removes it first.
   std::string y2 = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n", devices);
   y2.replace(y2.find("split: all"), 10, "split: [22]");
@@ -111,6 +111,7 @@ TEST(LinkProfiles, DelayNeedsNetemAndIsRefusedWithTheReasonWithoutIt) {
   } else {
     EXPECT_EQ(r.status, 2) << r.out;
     EXPECT_NE(r.out.find("netem"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("link_delay: agent"), std::string::npos) << r.out;  // says how to go on
     EXPECT_EQ(query(db, "select count(*) from runs"), "0");  // refused before anything started
   }
   EXPECT_NE(root_qdisc(net, true).find("noqueue"), std::string::npos);
@@ -138,4 +139,50 @@ TEST(LinkProfiles, TheBestSplitMovesWithTheLinkForASlowParticipant) {
   std::printf("%s", r.out.substr(r.out.find("median total ms per split")).c_str());
   EXPECT_EQ(best(1), "22") << "3g: local execution should win";
   EXPECT_EQ(best(2), "0") << "gigabit: full offload should win";
+}
+
+// The devices file's link_profile is applied (rate with tc), and with
+// `link_delay: agent` its delay is added by the participant's relay: the
+// probe sees the rate, the round trip grows by twice the delay, and every row
+// says the delay came from the agent, not from a real link.
+TEST(LinkProfiles, DevicesFileProfileWithDelayInTheAgent) {
+  NetnsPair net("");
+  NEED_NETNS(net);
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string devices = net.devices_yaml();
+  devices.replace(devices.find("netns: " + net.b), 7 + net.b.size(),
+                  "netns: " + net.b + "\n    link_profile: {rate_mbit: 8, delay_ms: 20}");
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  duration_ms: 1500\n  chunk_bytes: 32768\n"
+                                       "link_delay: agent\n", d.file("devices.yaml", devices));
+  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select link from runs"), "devices-file");
+  const std::string shaping = query(db, "select shaping from runs");
+  EXPECT_NE(shaping.find("tc: up htb 8 Mbit/s"), std::string::npos) << shaping;
+  EXPECT_NE(shaping.find("agent: delay 20 ms each way"), std::string::npos) << shaping;
+  EXPECT_EQ(shaping.find("netem"), std::string::npos) << shaping;
+  EXPECT_EQ(query(db, "select count(*) from frames where shaping not like '%agent: delay 20 ms%'"), "0");
+  EXPECT_EQ(query(db, "select count(*) from probes where shaping not like '%agent: delay 20 ms%'"), "0");
+  const double rtt_ms = std::stod(query(db, "select rtt_min_ns from probes")) / 1e6;
+  const double up = std::stod(query(db, "select up_mbps from probes"));
+  std::printf("devices-file profile 8 Mbit/s + 20 ms in the agent: probe rtt min %.2f ms, up %.2f Mbit/s\n", rtt_ms,
+              up);
+  EXPECT_GE(rtt_ms, 40.0);  // both ways held 20 ms: a floor, whatever the machine's speed
+  EXPECT_NEAR(up, 8, 0.8);
+  // Frames at split 0 (the input crosses the link) took at least the round trip.
+  EXPECT_GE(std::stod(query(db, "select min(network_ns) from frames where split = 0")) / 1e6, 40.0);
+  EXPECT_NE(root_qdisc(net, true).find("noqueue"), std::string::npos) << root_qdisc(net, true);
+}
+
+TEST(LinkProfiles, DevicesCheckReportsWhetherTcMayRun) {
+  NetnsPair net("");
+  NEED_NETNS(net);
+  TempDir d;
+  auto r = sh(tracrctl() + " devices check --devices " + d.file("devices.yaml", net.devices_yaml()));
+  EXPECT_EQ(r.status, 0) << r.out;
+  // As root: tc runs without sudo; netem is reported as the kernel has it.
+  const bool netem = sh("unshare -n tc qdisc add dev lo root netem delay 1ms").status == 0;
+  EXPECT_NE(r.out.find(std::string("tc: yes (root), netem: ") + (netem ? "yes" : "no")), std::string::npos) << r.out;
 }

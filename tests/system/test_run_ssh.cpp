@@ -140,3 +140,71 @@ TEST_F(RunSsh, DetachedServerOverSshServesRunsUntilStopped) {
   EXPECT_NE(sh("pgrep -f '" + (d.path / "srv").string() + "/tracr-agen[t]'").status, 0);
   EXPECT_NE(sh("ls " + (d.path / "srv").string() + "/server.secret").status, 0);
 }
+
+// A link profile on a real device reached over SSH: the participant runs in a
+// namespace with its own sshd on a management link; tracr shapes its
+// interface towards the SERVER with tc through that SSH session (only the
+// traffic to the SERVER: SSH itself stays unshaped), the probe measures the
+// rate, and the shaping is gone afterwards. Shaping a killed controller left
+// on the device is removed over SSH by the next run.
+TEST(RunSshShaping, ShapesAParticipantOverSshAndCleansUp) {
+  if (!sshd_skip_reason().empty()) {
+    if (std::getenv("TRACR_REQUIRE_SSHD")) FAIL() << sshd_skip_reason();
+    GTEST_SKIP() << sshd_skip_reason();
+  }
+  NetnsPair net("");
+  if (!net.ok) {
+    if (std::getenv("CI")) FAIL() << net.why;
+    GTEST_SKIP() << net.why;
+  }
+  // The management link: this namespace <-> the participant's.
+  const std::string id = std::to_string(getpid() % 100000), mgmt = "10.232." + std::to_string(getpid() % 250) + ".";
+  for (const std::string c : {"ip link add vm" + id + " type veth peer name vn" + id, "ip link set vn" + id + " netns " + net.b,
+                              "ip addr add " + mgmt + "1/24 dev vm" + id, "ip -n " + net.b + " addr add " + mgmt + "2/24 dev vn" + id,
+                              "ip link set vm" + id + " up", "ip -n " + net.b + " link set vn" + id + " up"})
+    ASSERT_EQ(sh(c).status, 0) << c;
+  Sshd sshd(net.b, mgmt + "2");
+  ASSERT_TRUE(sshd.ok()) << sshd.error();
+  sshd.trust();
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file(
+      "devices.yaml", "devices:\n"
+                      "  - device_type: SERVER\n    transport: local\n    netns: " + net.a + "\n"
+                      "    connection_params:\n      - host: " + net.subnet + "1\n        port: 0\n"
+                      "  - device_type: PARTICIPANT\n    transport: ssh\n    work_dir: " + (d.path / "edge").string() + "\n"
+                      "    connection_params:\n      - host: " + mgmt + "2\n        user: " + sshd.user() +
+                      "\n        pkey_fp: " + sshd.user_key() + "\n");
+  const std::string env = "TRACR_KNOWN_HOSTS=" + sshd.known_hosts() + " ";
+  // devices check says tc may run there.
+  auto check = sh(env + tracrctl() + " devices check --devices " + devices);
+  EXPECT_EQ(check.status, 0) << check.out;
+  EXPECT_NE(check.out.find("tc: yes (root)"), std::string::npos) << check.out;
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  duration_ms: 1500\n  chunk_bytes: 32768\n"
+                                       "links:\n  edge: {up_mbit: 8, down_mbit: 16}\nlink: edge\n", devices);
+  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  auto r = sh(env + tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out << "\nsshd log:\n" << sshd.log();
+  const std::string shaping = query(db, "select shaping from runs");
+  EXPECT_NE(shaping.find("up htb 8 Mbit/s on " + net.vb + " (" + sshd.user() + "@" + mgmt + "2:22)"), std::string::npos)
+      << shaping;
+  EXPECT_NE(shaping.find("down htb 16 Mbit/s on " + net.va + " (namespace " + net.a + ")"), std::string::npos) << shaping;
+  const double up = std::stod(query(db, "select up_mbps from probes"));
+  std::printf("over SSH: 8 Mbit/s up probed at %.2f Mbit/s\n", up);
+  EXPECT_NEAR(up, 8, 0.8);
+  auto qdisc = [&] { return sh("ip netns exec " + net.b + " tc qdisc show dev " + net.vb + " root").out; };
+  EXPECT_EQ(qdisc().find("htb"), std::string::npos) << qdisc();
+  EXPECT_TRUE(std::filesystem::is_empty(d.path / "shaping"));
+  // What a killed controller leaves: a qdisc on the device and its state file.
+  ASSERT_EQ(sh("ip netns exec " + net.b + " tc qdisc add dev " + net.vb + " root handle 1: htb default 0").status, 0);
+  std::ofstream(d.path / "shaping" / ("participant_" + net.vb + ".shaping"))
+      << "device=participant\ntransport=ssh\nnetns=\ndev=" << net.vb << "\nsudo=\npid=999999999\nstart=1\n";
+  std::string y2 = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n", devices);
+  y2.replace(y2.find("split: all"), 10, "split: [22]");
+  auto r2 = sh(env + tracrctl() + " run " + d.file("exp2.yaml", y2) + " --no-progress");
+  EXPECT_EQ(r2.status, 0) << r2.out;
+  EXPECT_NE(r2.out.find("removed shaping on " + net.vb + " of participant (" + sshd.user() + "@" + mgmt + "2:22)"),
+            std::string::npos)
+      << r2.out;
+  EXPECT_EQ(qdisc().find("htb"), std::string::npos) << qdisc();
+}
