@@ -1,7 +1,10 @@
 // libFuzzer target: arbitrary bytes as a peer's segments, fed to a plain and
-// an encrypted FrameReader. Input layout: a sequence of parts, each a 2-byte
-// little-endian length followed by that many bytes; a zero length ends a
-// segment. Anything goes; the reader must only return frames or typed errors.
+// an encrypted (all-zero key and IV) FrameReader, both new for each input so
+// an input's outcome does not depend on the ones before it (a reader keeps
+// the last sequence number it accepted). Input layout: a sequence of parts,
+// each a 2-byte little-endian length followed by that many bytes; a zero
+// length ends a segment. Anything goes; the reader must only return frames
+// or typed errors. fuzz_seeds writes one valid frame per codec as a seed.
 #include <cstddef>
 #include <cstdint>
 
@@ -10,14 +13,11 @@
 using namespace tracr::protocol;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static FrameReader* plain = new FrameReader();
-  static FrameReader* enc = [] {
-    auto* r = new FrameReader();
-    Key256 k{};
-    Iv96 iv{};
-    (void)r->set_key(k, iv);
-    return r;
-  }();
+  FrameReader plain_reader;
+  FrameReader enc_reader;
+  (void)enc_reader.set_key(Key256{}, Iv96{});
+  FrameReader* plain = &plain_reader;
+  FrameReader* enc = &enc_reader;
   std::vector<Segment> segs(1);
   size_t off = 0;
   while (off + 2 <= size) {

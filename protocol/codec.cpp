@@ -1,5 +1,6 @@
 // Codecs: codec text parsing, the lossy element transforms (fp16, bf16, int8
-// per tensor / per channel) and the c-blosc stage.
+// per tensor / per channel), the sparse stage (zero bitmap + packed nonzero
+// elements) and the c-blosc stage.
 //
 // Hot loops are written as fixed blocks of kBlock elements with a scalar
 // tail: GCC's -O2 ("very cheap") vectoriser only vectorises loops whose trip
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 
 namespace tracr::protocol {
 
@@ -29,6 +31,8 @@ constexpr std::string_view kBloscCnames[] = {"lz4", "zstd", "blosclz", "zlib"};
 constexpr std::string_view kShuffleNames[] = {"none", "byte", "bit"};
 constexpr std::string_view kParamKeys[] = {"level", "shuffle", "threads", "axis"};
 constexpr std::string_view kBloscPrefix = "blosc-";
+constexpr std::string_view kSparse = "sparse";
+constexpr std::string_view kSparsePrefix = "sparse+";
 
 constexpr int kMaxThreads = 64;
 
@@ -43,8 +47,8 @@ std::string join(const std::string_view (&names)[N]) {
 }
 
 std::string accepted_codecs() {
-  return join(kLossyNames) + ", blosc-<cname> or <lossy>+blosc-<cname> with cname one of " +
-         join(kBloscCnames);
+  return join(kLossyNames) + ", sparse, <lossy>+sparse, or [<lossy>+][sparse+]blosc-<cname> " +
+         "(stages in that order) with cname one of " + join(kBloscCnames);
 }
 
 std::optional<Lossy> lossy_from_name(std::string_view s) {
@@ -330,6 +334,10 @@ std::string_view compressor_name(Compressor c) {
 std::string CodecSpec::name() const {
   std::string out;
   if (lossy != Lossy::none) out += lossy_name(lossy);
+  if (sparse) {
+    if (!out.empty()) out += '+';
+    out += kSparse;
+  }
   if (comp == Compressor::blosc) {
     if (!out.empty()) out += '+';
     out += kBloscPrefix;
@@ -368,10 +376,30 @@ Result<CodecSpec> CodecSpec::parse(std::string_view text) {
 
   std::string_view lossy_tok = head;
   std::string_view comp_tok;
-  if (const size_t plus = head.find('+'); plus != std::string_view::npos) {
+  // "sparse[+...]" and "<lossy>+sparse[+...]": the sparse stage sits between
+  // the lossy stage and the compressor; take it out and parse the rest as
+  // before. Returns false for "sparse+" with nothing after it.
+  const auto take_sparse = [&](std::string_view rest, std::string_view& after) {
+    if (rest == kSparse) {
+      s.sparse = true;
+      after = {};
+      return true;
+    }
+    if (rest.substr(0, kSparsePrefix.size()) == kSparsePrefix) {
+      s.sparse = true;
+      after = rest.substr(kSparsePrefix.size());
+      return !after.empty();
+    }
+    after = rest;
+    return true;
+  };
+  if (head == kSparse || head.substr(0, kSparsePrefix.size()) == kSparsePrefix) {
+    lossy_tok = {};
+    if (!take_sparse(head, comp_tok)) return bad_codec(head, "missing compressor after '+'");
+  } else if (const size_t plus = head.find('+'); plus != std::string_view::npos) {
     lossy_tok = head.substr(0, plus);
-    comp_tok = head.substr(plus + 1);
-    if (comp_tok.empty()) return bad_codec(head, "missing compressor after '+'");
+    if (!take_sparse(head.substr(plus + 1), comp_tok) || (!s.sparse && comp_tok.empty()))
+      return bad_codec(head, "missing compressor after '+'");
     // "none+blosc-lz4" is spelled "blosc-lz4".
     if (lossy_tok == "none" || lossy_tok.empty())
       return bad_codec(lossy_tok, "missing lossy stage before '+'");
@@ -495,6 +523,19 @@ std::vector<std::string> list_codecs() {
       if (cname_in_build(std::string(c)))
         out.push_back(std::string(kLossyNames[i]) + "+" + std::string(kBloscPrefix) +
                       std::string(c));
+  // The sparse stage: alone, after each lossy stage, and before lz4/zstd.
+  const std::string sparse(kSparse);
+  out.push_back(sparse);
+  for (size_t i = 1; i < std::size(kLossyNames); ++i)
+    out.push_back(std::string(kLossyNames[i]) + "+" + sparse);
+  for (auto c : kBloscCnames)
+    if (cname_in_build(std::string(c)))
+      out.push_back(sparse + "+" + std::string(kBloscPrefix) + std::string(c));
+  for (size_t i = 1; i < std::size(kLossyNames); ++i)
+    for (std::string_view c : {std::string_view("lz4"), std::string_view("zstd")})
+      if (cname_in_build(std::string(c)))
+        out.push_back(std::string(kLossyNames[i]) + "+" + sparse + "+" +
+                      std::string(kBloscPrefix) + std::string(c));
   return out;
 }
 
@@ -747,6 +788,252 @@ Status blosc_decompress(const uint8_t* src, size_t n, uint8_t* dst, size_t expec
     return fail(fmt::format("blosc decompression of a {}-byte part gave {} (expected {} bytes)", n,
                             r, expected));
   return {};
+}
+
+// ---------------------------------------------------------------- sparse
+
+namespace {
+
+// Elements per bitmap byte.
+constexpr int64_t kGroup = 8;
+
+// Set bits of a 64-bit word without the POPCNT instruction (not in the
+// x86-64 baseline); GCC turns this into POPCNT where the target has it.
+inline uint64_t popcount64(uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+  return (x * 0x0101010101010101ull) >> 56;
+}
+
+bool sparse_width_ok(size_t ws) { return ws == 1 || ws == 2 || ws == 4 || ws == 8; }
+
+Error sparse_bad_width(size_t ws) {
+  return make_error(Errc::codec_params,
+                    fmt::format("sparse element size {} bytes: expected 1, 2, 4 or 8", ws));
+}
+
+// Number of nonzero elements a bitmap of n elements marks, after checking
+// that its padding bits (past element n - 1 in the last byte) are zero.
+Result<int64_t> bitmap_count(const uint8_t* bitmap, int64_t n) {
+  const size_t nb = sparse_bitmap_bytes(n);
+  if (n % kGroup != 0) {
+    const unsigned padding = bitmap[nb - 1] >> (n % kGroup);
+    if (padding != 0)
+      return make_error(Errc::decompress_failed,
+                        fmt::format("sparse bitmap of {} elements sets padding bits (last byte "
+                                    "0x{:02x}); expected bits past element {} to be zero",
+                                    n, bitmap[nb - 1], n - 1));
+  }
+  uint64_t total = 0;
+  size_t i = 0;
+  for (; i + 8 <= nb; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bitmap + i, sizeof w);
+    total += popcount64(w);
+  }
+  for (; i < nb; ++i) total += popcount64(bitmap[i]);
+  return static_cast<int64_t>(total);
+}
+
+// Writes the bitmap and the nonzero elements of n elements of type T (an
+// unsigned integer as wide as the element, so "nonzero" means any nonzero
+// byte); returns the number of nonzero elements. Every element is stored at
+// the next value slot and the slot advances only when the element is
+// nonzero: no branch on the data, and the store for element i lands in
+// slot k <= i, so n * sizeof(T) bytes of values always suffice.
+template <class T>
+int64_t pack_elems(const uint8_t* src, int64_t n, uint8_t* bitmap, uint8_t* values) {
+  int64_t k = 0, i = 0;
+  for (; i + kGroup <= n; i += kGroup) {
+    T x[kGroup];
+    std::memcpy(x, src + i * sizeof(T), sizeof x);
+    uint32_t b = 0;
+    for (int64_t j = 0; j < kGroup; ++j) b |= static_cast<uint32_t>(x[j] != 0) << j;
+    bitmap[i / kGroup] = static_cast<uint8_t>(b);
+    for (int64_t j = 0; j < kGroup; ++j) {
+      std::memcpy(values + k * sizeof(T), &x[j], sizeof(T));
+      k += x[j] != 0;
+    }
+  }
+  if (i < n) {
+    uint32_t b = 0;
+    for (int64_t j = 0; i + j < n; ++j) {
+      T x;
+      std::memcpy(&x, src + (i + j) * sizeof(T), sizeof(T));
+      b |= static_cast<uint32_t>(x != 0) << j;
+      std::memcpy(values + k * sizeof(T), &x, sizeof(T));
+      k += x != 0;
+    }
+    bitmap[i / kGroup] = static_cast<uint8_t>(b);
+  }
+  return k;
+}
+
+// Inverse of pack_elems. `nnz` is the bitmap's set-bit count (checked by
+// the caller), and values holds exactly nnz elements. While a whole group's
+// values are in range, each element reads its candidate value and masks it
+// (no branch); the rest read a value only where the bit is set.
+template <class T>
+void unpack_elems(const uint8_t* bitmap, const uint8_t* values, int64_t nnz, int64_t n,
+                  uint8_t* dst) {
+  int64_t k = 0, i = 0;
+  for (; i + kGroup <= n && k + kGroup <= nnz; i += kGroup) {
+    const uint32_t b = bitmap[i / kGroup];
+    T y[kGroup];
+    for (int64_t j = 0; j < kGroup; ++j) {
+      T v;
+      std::memcpy(&v, values + k * sizeof(T), sizeof(T));
+      const uint32_t bit = (b >> j) & 1u;
+      y[j] = static_cast<T>(v & static_cast<T>(T{0} - static_cast<T>(bit)));
+      k += bit;
+    }
+    std::memcpy(dst + i * sizeof(T), y, sizeof y);
+  }
+  for (; i < n; ++i) {
+    T v = 0;
+    if ((bitmap[i / kGroup] >> (i % kGroup)) & 1u) {
+      std::memcpy(&v, values + k * sizeof(T), sizeof(T));
+      ++k;
+    }
+    std::memcpy(dst + i * sizeof(T), &v, sizeof(T));
+  }
+}
+
+// Calls f(T{}) with T the unsigned integer of ws bytes (ws checked).
+template <class F>
+void with_width(size_t ws, F f) {
+  switch (ws) {
+    case 1: f(uint8_t{}); return;
+    case 2: f(uint16_t{}); return;
+    case 4: f(uint32_t{}); return;
+    default: f(uint64_t{}); return;
+  }
+}
+
+Status unpack_checked(const uint8_t* src, size_t len, int64_t n, size_t ws, uint8_t* dst,
+                      std::string_view what) {
+  const size_t nb = sparse_bitmap_bytes(n);
+  if (len < nb)
+    return make_error(Errc::decompress_failed,
+                      fmt::format("{} of {} bytes is shorter than the {}-byte bitmap of {} "
+                                  "elements",
+                                  what, len, nb, n));
+  if (n <= 0) {
+    if (len != 0)
+      return make_error(Errc::decompress_failed,
+                        fmt::format("{} of {} bytes for 0 elements: expected 0 bytes", what, len));
+    return {};
+  }
+  auto nnz = bitmap_count(src, n);
+  if (!nnz) return nnz.error();
+  const size_t need = nb + static_cast<size_t>(*nnz) * ws;
+  if (len != need)
+    return make_error(Errc::decompress_failed,
+                      fmt::format("{} of {} bytes: its bitmap marks {} of {} elements nonzero, "
+                                  "which need {} bytes ({}-byte bitmap + {} x {}-byte values)",
+                                  what, len, *nnz, n, need, nb, *nnz, ws));
+  with_width(ws, [&](auto t) {
+    unpack_elems<decltype(t)>(src, src + nb, *nnz, n, dst);
+  });
+  return {};
+}
+
+}  // namespace
+
+size_t sparse_bitmap_bytes(int64_t n) {
+  return n <= 0 ? 0 : static_cast<size_t>((n + kGroup - 1) / kGroup);
+}
+
+size_t sparse_max_encoded(int64_t n, size_t ws, bool blosc) {
+  const size_t raw = sparse_bitmap_bytes(n) + (n <= 0 ? 0 : static_cast<size_t>(n) * ws);
+  return blosc ? raw + 2 * BLOSC_MAX_OVERHEAD : raw;
+}
+
+size_t sparse_pack(const uint8_t* src, int64_t n, size_t ws, uint8_t* dst) {
+  if (!sparse_width_ok(ws)) throw std::invalid_argument(sparse_bad_width(ws).message);
+  if (n <= 0) return 0;
+  const size_t nb = sparse_bitmap_bytes(n);
+  int64_t nnz = 0;
+  with_width(ws, [&](auto t) { nnz = pack_elems<decltype(t)>(src, n, dst, dst + nb); });
+  return nb + static_cast<size_t>(nnz) * ws;
+}
+
+Status sparse_unpack(const uint8_t* src, size_t len, int64_t n, size_t ws, uint8_t* dst) {
+  if (!sparse_width_ok(ws)) return sparse_bad_width(ws);
+  return unpack_checked(src, len, n, ws, dst, "sparse part");
+}
+
+Result<size_t> sparse_encode(const CodecSpec& spec, size_t ws, const uint8_t* src, int64_t n,
+                             uint8_t* dst, size_t cap, std::vector<uint8_t>& scratch) {
+  if (!sparse_width_ok(ws)) return sparse_bad_width(ws);
+  const bool blosc = spec.comp == Compressor::blosc;
+  if (cap < sparse_max_encoded(n, ws, blosc))
+    return make_error(Errc::invalid_argument,
+                      fmt::format("sparse output of {} bytes is below the bound {} for {} "
+                                  "elements of {} bytes",
+                                  cap, sparse_max_encoded(n, ws, blosc), n, ws));
+  if (!blosc) return sparse_pack(src, n, ws, dst);
+  const size_t raw_cap = sparse_max_encoded(n, ws, false);
+  if (scratch.size() < raw_cap) scratch.resize(raw_cap);
+  const size_t raw = sparse_pack(src, n, ws, scratch.data());
+  const size_t nb = sparse_bitmap_bytes(n);
+  auto c1 = blosc_compress(spec, 1, scratch.data(), nb, dst, blosc_max_compressed(nb));
+  if (!c1) return c1.error();
+  auto c2 = blosc_compress(spec, ws, scratch.data() + nb, raw - nb, dst + *c1,
+                           blosc_max_compressed(raw - nb));
+  if (!c2) return c2.error();
+  return *c1 + *c2;
+}
+
+Status sparse_decode(const uint8_t* src, size_t len, int64_t n, size_t ws, bool blosc,
+                     uint8_t* dst, std::vector<uint8_t>& scratch) {
+  if (!sparse_width_ok(ws)) return sparse_bad_width(ws);
+  if (!blosc) return unpack_checked(src, len, n, ws, dst, "sparse part");
+  const auto fail = [](std::string msg) {
+    return make_error(Errc::decompress_failed, std::move(msg));
+  };
+  const auto prefixed = [](std::string_view what, const Error& e) {
+    return make_error(e.code, fmt::format("{}: {}", what, e.message));
+  };
+  if (len < 2 * BLOSC_MIN_HEADER_LENGTH)
+    return fail(fmt::format("sparse+blosc part of {} bytes is shorter than two {}-byte blosc "
+                            "headers (bitmap and values)",
+                            len, BLOSC_MIN_HEADER_LENGTH));
+  size_t nbytes = 0, c1 = 0, blocksize = 0;
+  blosc_cbuffer_sizes(src, &nbytes, &c1, &blocksize);
+  if (c1 < BLOSC_MIN_HEADER_LENGTH || c1 > len - BLOSC_MIN_HEADER_LENGTH)
+    return fail(fmt::format("sparse+blosc part of {} bytes: its bitmap buffer claims {} "
+                            "compressed bytes, expected {} to {} (room left for the values "
+                            "buffer's header)",
+                            len, c1, BLOSC_MIN_HEADER_LENGTH, len - BLOSC_MIN_HEADER_LENGTH));
+  const size_t nb = sparse_bitmap_bytes(n);
+  if (scratch.size() < nb) scratch.resize(nb);
+  if (auto st = blosc_decompress(src, c1, scratch.data(), nb, 1); !st)
+    return prefixed("sparse bitmap", st.error());
+  if (n <= 0) {
+    if (auto st = blosc_decompress(src + c1, len - c1, scratch.data(), 0, 1); !st)
+      return prefixed("sparse values", st.error());
+    return {};
+  }
+  auto nnz = bitmap_count(scratch.data(), n);
+  if (!nnz) return nnz.error();
+  const size_t vb = static_cast<size_t>(*nnz) * ws;
+  if (scratch.size() < nb + vb) scratch.resize(nb + vb);
+  if (auto st = blosc_decompress(src + c1, len - c1, scratch.data() + nb, vb, 1); !st)
+    return prefixed(fmt::format("sparse values ({} nonzero of {} elements)", *nnz, n), st.error());
+  return unpack_checked(scratch.data(), nb + vb, n, ws, dst, "sparse part");
+}
+
+void sparse_int8_recenter(const LossyParams& p, int64_t first, int64_t count, uint8_t* codes,
+                          bool undo) {
+  if (p.kind != Lossy::int8 && p.kind != Lossy::int8_channel) return;
+  for_each_channel_run(p, first, count, [&](int64_t c, int64_t off, int64_t len) {
+    const auto zp = static_cast<uint8_t>(p.zero_point[static_cast<size_t>(c)]);
+    const auto add = static_cast<uint8_t>(undo ? zp : 0u - zp);
+    map_elems<uint8_t, uint8_t>(codes + off, len, codes + off,
+                                [add](uint8_t q) { return static_cast<uint8_t>(q + add); });
+  });
 }
 
 }  // namespace tracr::protocol

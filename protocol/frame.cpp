@@ -72,6 +72,7 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
     auto lp = lossy_prepare(opt.codec, t);
     if (!lp) return make_error(lp.error().code, "tensor '" + t.name + "': " + lp.error().message);
     d.lossy = std::move(*lp);
+    d.sparse = opt.codec.sparse;
     d.comp = opt.codec.comp;
     if (d.comp == Compressor::blosc) d.cname = opt.codec.cname;
     CodecSpec applied = opt.codec;
@@ -89,7 +90,8 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
   st.tensor_wire.assign(bundle.size(), 0);
 
   const uint64_t seq = next_seq_++;
-  const bool has_work = enc || opt.codec.lossy != Lossy::none || opt.codec.comp != Compressor::none;
+  const bool has_work = enc || opt.codec.lossy != Lossy::none || opt.codec.sparse ||
+                        opt.codec.comp != Compressor::none;
   // Without per-part work there is nothing to overlap: one segment.
   const size_t seg_budget = has_work ? std::max<size_t>(opt.segment_bytes, 1) : SIZE_MAX;
 
@@ -158,6 +160,7 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
     const int64_t numel = t.numel();
     const int64_t chunk_elems = static_cast<int64_t>(d.chunk_bytes / ws);
     const bool lossy = d.lossy.kind != Lossy::none;
+    const bool sparse = d.sparse;
     const bool blosc = d.comp == Compressor::blosc;
     for (uint32_t j = 0; j < d.parts; ++j) {
       const int64_t first = static_cast<int64_t>(j) * chunk_elems;
@@ -166,23 +169,32 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
       const size_t tn = static_cast<size_t>(count) * ws;  // transformed bytes of this part
       zmq::message_t part;
       auto t0 = Clock::now();
-      if (!lossy && !blosc && !enc) {
+      if (!lossy && !sparse && !blosc && !enc) {
         part = t.keepalive ? borrow(src, tn, t.keepalive) : zmq::message_t(src, tn);
       } else {
-        const size_t cap = (blosc ? blosc_max_compressed(tn) : tn) + (enc ? kTagBytes : 0);
+        const size_t coded = sparse  ? sparse_max_encoded(count, ws, blosc)
+                             : blosc ? blosc_max_compressed(tn)
+                                     : tn;
+        const size_t cap = coded + (enc ? kTagBytes : 0);
         Bytes out = Bytes::allocate(cap);
         const uint8_t* plain = src;
         size_t n = tn;
         if (lossy) {
           uint8_t* dst = out.data();
-          if (blosc) {
+          if (sparse || blosc) {
             if (scratch_.size() < tn) scratch_.resize(tn);
             dst = scratch_.data();
           }
           lossy_encode(d.lossy, src, first, count, dst);
+          if (sparse) sparse_int8_recenter(d.lossy, first, count, dst, false);
           plain = dst;
         }
-        if (blosc) {
+        if (sparse) {
+          auto r = sparse_encode(opt.codec, ws, plain, count, out.data(), coded, sparse_scratch_);
+          if (!r) return make_error(r.error().code, "tensor '" + t.name + "': " + r.error().message);
+          n = *r;
+          plain = out.data();
+        } else if (blosc) {
           // Exactly the bound: given more room blosc may emit more than it.
           auto r = blosc_compress(opt.codec, ws, plain, tn, out.data(), blosc_max_compressed(tn));
           if (!r) return make_error(r.error().code, "tensor '" + t.name + "': " + r.error().message);
@@ -288,7 +300,9 @@ Status FrameReader::decode_parts(Pending& p, Segment& seg, size_t first, size_t 
     const int64_t count = std::min(chunk_elems, numel - firstel);
     const size_t tn = static_cast<size_t>(count) * ws;
     const bool lossy = d.lossy.kind != Lossy::none;
+    const bool sparse = d.sparse;
     const bool blosc = d.comp == Compressor::blosc;
+    const bool coded = sparse || blosc;  // the part's size is not the chunk's
     zmq::message_t& m = seg[first + i];
     auto* data = static_cast<uint8_t*>(m.data());
     size_t len = m.size();
@@ -299,29 +313,40 @@ Status FrameReader::decode_parts(Pending& p, Segment& seg, size_t first, size_t 
       if (len < kTagBytes) return make_error(Errc::size_mismatch, where + " is shorter than a tag");
       len -= kTagBytes;
     }
-    if (!blosc && len != tn)
+    if (!coded && len != tn)
       return make_error(Errc::size_mismatch, where + " has " + std::to_string(len) + " bytes, expected " +
                                                  std::to_string(tn));
-    if (blosc && len > blosc_max_compressed(tn))
-      return make_error(Errc::size_mismatch, where + " is larger than its compressed bound (" + std::to_string(len) + " > " + std::to_string(blosc_max_compressed(tn)) + ")");
+    const size_t bound = sparse ? sparse_max_encoded(count, ws, blosc) : blosc_max_compressed(tn);
+    if (coded && len > bound)
+      return make_error(Errc::size_mismatch, where + " is larger than its compressed bound (" + std::to_string(len) + " > " + std::to_string(bound) + ")");
     if (enc) {
       auto t0 = Clock::now();
       // Plain tensors decrypt straight into their destination.
-      uint8_t* target = (!lossy && !blosc) ? dst : data;
+      uint8_t* target = (!lossy && !coded) ? dst : data;
       auto st = aead_.open(ctr + i, nullptr, 0, data, len, target, data + len);
       p.frame.stats.crypto_ns += ns_since(t0);
       if (!st) return make_error(st.error().code, where + ": " + st.error().message);
-      if (!lossy && !blosc) {
+      if (!lossy && !coded) {
         p.chunk++;
         continue;
       }
     }
     auto t0 = Clock::now();
-    if (!lossy && !blosc) {
+    if (!lossy && !coded) {
       std::memcpy(dst, data, tn);
     } else {
       const uint8_t* wire = data;
-      if (blosc) {
+      if (sparse) {
+        uint8_t* target = dst;
+        if (lossy) {
+          if (scratch_.size() < tn) scratch_.resize(tn);
+          target = scratch_.data();
+        }
+        if (auto st = sparse_decode(data, len, count, ws, blosc, target, sparse_scratch_); !st)
+          return make_error(st.error().code, where + ": " + st.error().message);
+        if (lossy) sparse_int8_recenter(d.lossy, firstel, count, target, true);
+        wire = target;
+      } else if (blosc) {
         uint8_t* target = dst;
         if (lossy) {
           if (scratch_.size() < tn) scratch_.resize(tn);

@@ -68,7 +68,8 @@ class FrameWriter {
   uint64_t next_ctr_ = 1;
   Cipher cipher_ = Cipher::none;
   AesGcm aead_;
-  std::vector<uint8_t> scratch_;
+  std::vector<uint8_t> scratch_;         // lossy output before sparse/blosc
+  std::vector<uint8_t> sparse_scratch_;  // sparse raw form before blosc
 };
 
 // A complete, verified frame.
@@ -132,7 +133,8 @@ class FrameReader {
   AesGcm aead_;
   RejectCounters rejected_;
   std::shared_ptr<Pending> pending_;
-  std::vector<uint8_t> scratch_;
+  std::vector<uint8_t> scratch_;         // decompressed/unpacked stream before lossy decode
+  std::vector<uint8_t> sparse_scratch_;  // sparse raw form after blosc
 };
 
 }  // namespace tracr::protocol

@@ -90,7 +90,9 @@ void pack_desc(Packer& pk, VecStream& vs, const TensorDesc& d) {
     pk.pack_array(static_cast<uint32_t>(d.lossy.zero_point.size()));
     for (int32_t z : d.lossy.zero_point) pk.pack_int32(z);
   }
-  pack_str(pk, "comp"); pack_str(pk, compressor_name(d.comp));
+  pack_str(pk, "comp");
+  if (d.sparse) pack_str(pk, blosc ? "sparse+blosc" : "sparse");
+  else pack_str(pk, compressor_name(d.comp));
   if (blosc) { pack_str(pk, "cname"); pack_str(pk, d.cname); }
   pack_str(pk, "raw"); pk.pack_uint64(d.raw_bytes);
   pack_str(pk, "chunk"); pk.pack_uint64(d.chunk_bytes);
@@ -288,7 +290,10 @@ Result<TensorDesc> decode_desc(const Obj& o, const Limits& lim) {
   }
   if (comp_s == "none") d.comp = Compressor::none;
   else if (comp_s == "blosc") d.comp = Compressor::blosc;
-  else return make_error(Errc::unknown_codec, "unknown compressor '" + comp_s + "'");
+  else if (comp_s == "sparse") d.sparse = true;
+  else if (comp_s == "sparse+blosc") { d.sparse = true; d.comp = Compressor::blosc; }
+  else return make_error(Errc::unknown_codec, "unknown compressor '" + comp_s +
+                                                  "': expected none, blosc, sparse or sparse+blosc");
   return d;
 }
 

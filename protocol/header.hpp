@@ -55,6 +55,7 @@ struct TensorDesc {
   std::vector<int64_t> shape;
   std::string codec;          // canonical codec text actually applied to this tensor
   LossyParams lossy;          // kind, wire dtype, axis, scale, zero_point
+  bool sparse = false;        // sparse stage (zero bitmap + nonzero values) after lossy
   Compressor comp = Compressor::none;
   std::string cname;          // blosc compressor name when comp == blosc
   uint64_t raw_bytes = 0;     // numel * dtype_size(dtype)

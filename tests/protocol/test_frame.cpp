@@ -59,7 +59,8 @@ TEST_P(FrameLossless, EveryDTypeRoundTripsBitExact) {
 
 INSTANTIATE_TEST_SUITE_P(AllLosslessCodecs, FrameLossless,
                          ::testing::Combine(::testing::Values("none", "blosc-lz4", "blosc-zstd:level=3",
-                                                              "blosc-blosclz:shuffle=bit", "blosc-zlib:shuffle=none"),
+                                                              "blosc-blosclz:shuffle=bit", "blosc-zlib:shuffle=none",
+                                                              "sparse", "sparse+blosc-lz4", "sparse+blosc-zstd:shuffle=bit"),
                                             ::testing::Bool()));
 
 class FrameLossy : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
@@ -95,7 +96,9 @@ TEST_P(FrameLossy, ErrorWithinStatedBoundAndOtherDTypesExact) {
 
 INSTANTIATE_TEST_SUITE_P(AllLossyCodecs, FrameLossy,
                          ::testing::Combine(::testing::Values("fp16", "bf16", "int8", "int8_channel",
-                                                              "fp16+blosc-lz4", "int8_channel+blosc-zstd"),
+                                                              "fp16+blosc-lz4", "int8_channel+blosc-zstd",
+                                                              "fp16+sparse", "int8+sparse", "bf16+sparse+blosc-lz4",
+                                                              "int8_channel+sparse+blosc-zstd"),
                                             ::testing::Bool()));
 
 TEST(Frame, LargeTensorIsChunkedIntoBoundedSegments) {

@@ -146,3 +146,46 @@ TEST(Vectors, PlainFrameWithMetaAndInt8) {
   check("frame.plain_int8.header", hx(static_cast<const uint8_t*>(segs[0][0].data()), segs[0][0].size()));
   check("frame.plain_int8.part1", hx(static_cast<const uint8_t*>(segs[0][1].data()), segs[0][1].size()));
 }
+
+// The sparse stage (PROTOCOL.md 4.4) on 11 float32 elements: zeros, -0.0 and
+// a NaN with a payload, so the bitmap has padding bits; alone, after fp16
+// and after int8 (whose codes are recentred on the zero point).
+TEST(Vectors, PlainFramesWithSparseCodecs) {
+  Check check;
+  const uint32_t bits[11] = {0x00000000u, 0x3fc00000u, 0, 0, 0x80000000u, 0x7fc00001u,
+                             0x40000000u, 0,           0, 0, 0x40400000u};
+  float vals[11];
+  std::memcpy(vals, bits, sizeof vals);
+  for (const char* codec : {"sparse", "fp16+sparse", "int8+sparse"}) {
+    FrameWriter w;
+    w.set_session(7);
+    Bundle b{Tensor::view("act", DType::float32, {1, 11}, vals)};
+    Header h;
+    h.type = MsgType::infer_request;
+    h.split = 2;
+    SendOptions so;
+    so.codec = *CodecSpec::parse(codec);
+    std::vector<Segment> segs;
+    ASSERT_TRUE(w.write(h, b, so, [&](Segment&& s) {
+                    segs.push_back(std::move(s));
+                    return Status{};
+                  }).ok());
+    ASSERT_EQ(segs.size(), 1u);
+    ASSERT_EQ(segs[0].size(), 2u);
+    std::string key = std::string("frame.plain_") + codec;
+    for (auto& c : key) c = c == '+' ? '_' : c;
+    if (std::string(codec) == "sparse") {
+      check(key + ".header", hx(static_cast<const uint8_t*>(segs[0][0].data()), segs[0][0].size()));
+    }
+    check(key + ".part1", hx(static_cast<const uint8_t*>(segs[0][1].data()), segs[0][1].size()));
+    // The reader gives back the lossy stage's values, zeros included.
+    FrameReader r;
+    r.set_session(7);
+    auto out = r.feed(segs[0]);
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_TRUE(out[0].ok()) << out[0].error().str();
+    if (std::string(codec) == "sparse") {
+      EXPECT_EQ(0, std::memcmp(out[0]->tensors[0].data, bits, sizeof bits));
+    }
+  }
+}
