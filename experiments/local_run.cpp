@@ -37,6 +37,19 @@ Result<Encoded> encode(const NamedTensor& nt, const protocol::CodecSpec& codec) 
   e.lossy.resize(static_cast<size_t>(n) * protocol::dtype_size(e.params.wire));
   protocol::lossy_encode(e.params, e.original.data, 0, n, e.lossy.data());
   e.wire_size = e.lossy.size();
+  if (codec.sparse) {
+    // Zero bitmap + nonzero elements (blosc on both when chained), as the frame writer does per chunk.
+    const size_t ws = protocol::dtype_size(e.params.wire);
+    protocol::sparse_int8_recenter(e.params, 0, n, e.lossy.data(), false);
+    const bool blosc = codec.comp == protocol::Compressor::blosc;
+    e.compressed.resize(protocol::sparse_max_encoded(n, ws, blosc));
+    std::vector<uint8_t> scratch;
+    auto sz = protocol::sparse_encode(codec, ws, e.lossy.data(), n, e.compressed.data(), e.compressed.size(), scratch);
+    if (!sz) return sz.error();
+    e.compressed.resize(*sz);
+    e.wire_size = *sz;
+    return e;
+  }
   if (codec.comp == protocol::Compressor::blosc) {
     e.compressed.resize(protocol::blosc_max_compressed(e.lossy.size()));
     auto sz = protocol::blosc_compress(codec, protocol::dtype_size(e.params.wire), e.lossy.data(),
@@ -49,7 +62,14 @@ Result<Encoded> encode(const NamedTensor& nt, const protocol::CodecSpec& codec) 
 }
 
 Result<NamedTensor> decode(Encoded& e, const protocol::CodecSpec& codec) {
-  if (codec.comp == protocol::Compressor::blosc) {
+  if (codec.sparse) {
+    std::vector<uint8_t> raw(e.lossy.size()), scratch;
+    const int64_t n = e.original.numel();
+    TRACR_TRY(protocol::sparse_decode(e.compressed.data(), e.compressed.size(), n, protocol::dtype_size(e.params.wire),
+                                      codec.comp == protocol::Compressor::blosc, raw.data(), scratch));
+    protocol::sparse_int8_recenter(e.params, 0, n, raw.data(), true);
+    e.lossy = std::move(raw);
+  } else if (codec.comp == protocol::Compressor::blosc) {
     std::vector<uint8_t> raw(e.lossy.size());
     TRACR_TRY(protocol::blosc_decompress(e.compressed.data(), e.compressed.size(), raw.data(),
                                          raw.size(), codec.threads));
