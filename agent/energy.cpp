@@ -167,12 +167,7 @@ std::string pack_energy(const std::vector<EnergyRecord>& rows) {
     std::string line;
     size_t idx = 0;
     visit_energy(r, [&](const FieldInfo&, const auto& v) {
-      using T = std::decay_t<decltype(v)>;
-      std::string t;
-      if constexpr (std::is_same_v<T, std::string>) t = v;
-      else if constexpr (std::is_same_v<T, int64_t>) t = std::to_string(v);
-      else if constexpr (std::is_same_v<T, std::optional<int64_t>>) t = v ? std::to_string(*v) : "";
-      else t = v ? fmt::format("{:.17g}", *v) : "";
+      std::string t = field_text(v);
       // Tabs and newlines cannot occur in our own values; replaced if they ever do.
       std::replace(t.begin(), t.end(), '\t', ' ');
       std::replace(t.begin(), t.end(), '\n', ' ');

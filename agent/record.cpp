@@ -61,18 +61,18 @@ const std::vector<FieldInfo>& hw_fields() {
   return v;
 }
 
-namespace {
+std::string field_text(int64_t v) { return std::to_string(v); }
+std::string field_text(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : std::string(); }
+std::string field_text(const std::string& v) { return v; }
+std::string field_text(const std::optional<double>& v) { return v ? fmt::format("{:.17g}", *v) : std::string(); }
 
-std::string to_text(int64_t v) { return std::to_string(v); }
-std::string to_text(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : std::string(); }
-std::string to_text(const std::string& v) { return v; }
-std::string to_text(const std::optional<double>& v) { return v ? fmt::format("{:.17g}", *v) : std::string(); }
+namespace {
 
 struct Emit {
   std::map<std::string, std::string>* out;
   template <class T>
   void operator()(const FieldInfo& f, const T& v) const {
-    (*out)[f.name] = to_text(v);
+    (*out)[f.name] = field_text(v);
   }
 };
 
@@ -226,7 +226,7 @@ HwIdentity local_hw_identity() {
 void finish_hw_id(HwIdentity& h) {
   std::string key;
   visit_hw(h, [&](const FieldInfo& f, const auto& v) {
-    if (std::string(f.name) != "hw_id") key += std::string(f.name) + "=" + to_text(v) + "\n";
+    if (std::string(f.name) != "hw_id") key += std::string(f.name) + "=" + field_text(v) + "\n";
   });
   h.hw_id = fmt::format("{:016x}", fnv1a(key.data(), key.size()));
 }

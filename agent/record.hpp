@@ -121,6 +121,12 @@ void visit_hw(R& r, F&& f) {
 #undef TRACR_HW_FIELD
 }
 
+// A field's value as control-line text ("" for an empty optional).
+std::string field_text(int64_t v);
+std::string field_text(const std::optional<int64_t>& v);
+std::string field_text(const std::string& v);
+std::string field_text(const std::optional<double>& v);
+
 // Control-line fields of a record (every field, always present).
 std::map<std::string, std::string> to_control(const FrameRecord& r);
 std::map<std::string, std::string> to_control(const ProfileRecord& r);

@@ -91,6 +91,7 @@ Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m
     r.reps = p.repetitions;
     r.median_ns = static_cast<int64_t>(std::llround(p.median_ms * 1e6));
     r.p95_ns = static_cast<int64_t>(std::llround(p.p95_ms * 1e6));
+    r.mean_ns = static_cast<int64_t>(std::llround(p.mean_ms * 1e6));
     r.params = p.params;
     r.macs = p.macs;
     r.out_bytes = p.output_bytes;
@@ -177,9 +178,9 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
       r.side = side_of(o);
       ctl.send("ENERGY", to_control(r));
     }
-  // Layers profiled with at least 3 repetitions, at the experiment's batch.
+  // Layers profiled with at least 10 repetitions, at the experiment's batch.
   if (cfg.record.layers) {
-    auto st = profile(o, std::max(3, cfg.repetitions), cfg.batch_size, *model, ctl, energy.get(),
+    auto st = profile(o, std::max(10, cfg.repetitions), cfg.batch_size, *model, ctl, energy.get(),
                       cfg.energy.layer_window_ms);
     if (!st) {
       ctl.send("FAIL", {{"error", "profiling: " + st.error().str()}});

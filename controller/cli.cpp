@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "controller/demo.hpp"
+#include "controller/plan.hpp"
+#include "controller/report.hpp"
 #include "controller/results_cli.hpp"
 #include "controller/run.hpp"
 #include "protocol/codec.hpp"
@@ -38,6 +40,12 @@ void usage() {
       "  link probe EXPERIMENT.yaml [--db PATH] [--trust-new-hosts]\n"
       "        measure RTT and throughput both ways between each PARTICIPANT and its SERVER\n"
       "  results list|show RUN|compare RUN RUN|export RUN --csv F|--json F [--db PATH]\n"
+      "  plan RUN|last|EXPERIMENT.yaml [--validate] [--objective O] [--link PROFILE] [--max-latency-ms X] ...\n"
+      "        predict latency, edge energy and throughput per split from stored layer profiles, bytes and\n"
+      "        the link; choose a split; --validate compares with the run's measurements (stored in plans)\n"
+      "  report RUN [RUN ...] -o FILE.html [--db PATH]\n"
+      "        one self-contained HTML page: time, bytes and energy per split, predicted vs measured,\n"
+      "        split and link estimate over time, settings and hardware (Chart.js inlined)\n"
       "  results schema [--markdown] | results migrate [--db PATH]\n"
       "  devices check [--devices FILE] [--trust-new-hosts]\n"
       "        reachability, authentication, key permissions, architecture, agent version\n"
@@ -127,6 +135,8 @@ int tracrctl_main(int argc, char** argv) {
     if (cmd == "demo") return cmd_demo(rest, false);
     if (cmd == "run") return cmd_run(rest);
     if (cmd == "link") return cmd_link(rest);
+    if (cmd == "plan") return cmd_plan(rest);
+    if (cmd == "report") return cmd_report(rest);
     if (cmd == "results") return cmd_results(rest);
     if (cmd == "models") return cmd_models(rest);
     if (cmd == "profile") return cmd_profile(rest);

@@ -66,6 +66,8 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     ++received_;
     if (!r.warmup) ++timed_by_device_[device];
     split_ = static_cast<int>(r.split);
+    last_split_[device] = split_;
+    if (r.ok) last_est_[device] = r.link_est_mbps;
     // Progress counters ride along on the line; they are not fields.
     if (auto d = m.get_int("done")) done_ = *d;
     if (auto t = m.get_int("total")) total_ = *t;

@@ -52,6 +52,15 @@ class Recorder {
   int64_t frames_total() const { return total_; }
   int current_split() const { return split_; }
   int64_t timed_frames(const std::string& device) const;
+  // The newest frame's running link estimate and split from a participant.
+  std::optional<double> link_estimate(const std::string& device) const {
+    auto it = last_est_.find(device);
+    return it == last_est_.end() ? std::nullopt : it->second;
+  }
+  int last_split(const std::string& device) const {
+    auto it = last_split_.find(device);
+    return it == last_split_.end() ? -1 : it->second;
+  }
   int64_t frames_received() const { return received_; }
 
  private:
@@ -63,6 +72,8 @@ class Recorder {
   std::vector<EnergyRow> energy_;
   std::string server_name_;
   std::map<std::string, int64_t> timed_by_device_;
+  std::map<std::string, std::optional<double>> last_est_;
+  std::map<std::string, int> last_split_;
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
   std::string write_error_;
   std::string link_, shaping_;

@@ -307,6 +307,48 @@ CREATE TABLE energy_stats (
 ALTER TABLE frames DROP COLUMN energy_j;
 ALTER TABLE frames DROP COLUMN energy_source;
 )sql"},
+    {8, "plans: predicted latency, energy and throughput per split, and their validation against a run; mean layer time in profiles", R"sql(
+ALTER TABLE layer_profiles ADD COLUMN mean_ns INTEGER;
+CREATE TABLE plans (
+  id             INTEGER PRIMARY KEY,
+  created_at     TEXT NOT NULL,
+  basis_run      INTEGER REFERENCES runs(id) ON DELETE CASCADE,
+  model          TEXT,
+  input_shape    TEXT,
+  objective      TEXT,
+  link           TEXT,
+  link_source    TEXT,
+  up_mbps        REAL,
+  down_mbps      REAL,
+  rtt_ms         REAL,
+  overhead       TEXT,
+  energy_source  TEXT,
+  chosen         INTEGER,
+  mape_pct       REAL,
+  measured_best  INTEGER,
+  miss_pct       REAL
+);
+CREATE TABLE plan_rows (
+  plan_id     INTEGER NOT NULL REFERENCES plans(id) ON DELETE CASCADE,
+  split       INTEGER NOT NULL,
+  head_ms     REAL,
+  up_ms       REAL,
+  rtt_ms      REAL,
+  tail_ms     REAL,
+  down_ms     REAL,
+  other_ms    REAL,
+  latency_ms  REAL,
+  fps         REAL,
+  wire_bytes  REAL,
+  reply_bytes REAL,
+  bytes_from  TEXT,
+  energy_j    REAL,
+  feasible    INTEGER,
+  measured_ms REAL,
+  error_pct   REAL,
+  PRIMARY KEY (plan_id, split)
+);
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,

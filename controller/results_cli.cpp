@@ -132,6 +132,8 @@ Opts parse_opts(const std::vector<std::string>& args) {
   return o;
 }
 
+}  // namespace
+
 Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s) {
   if (s == "last" || s == "latest") return db.latest_run();
   char* e = nullptr;
@@ -142,6 +144,8 @@ Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s) {
                       "RUN: expected a run id (see `tracrctl results list`) or 'last', got '" + s + "'");
   return static_cast<int64_t>(v);
 }
+
+namespace {
 
 void usage() {
   std::fputs(

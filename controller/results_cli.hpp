@@ -28,6 +28,8 @@ int cmd_results(const std::vector<std::string>& args);
 // Prints the per-split table of a run (as `results show` does, without the
 // run header) to `out`; `tracrctl run` calls it at the end of a sweep.
 // Errors from the database pass through (not_found for an unknown run).
+// A RUN argument: a run id, or "last"/"latest". Error invalid_argument naming what was expected.
+Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s);
 Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
 
 // Prints the run's link probes (nothing when it has none).

@@ -156,6 +156,53 @@ std::vector<TableInfo> build() {
     v.push_back(t);
   }
   {
+    TableInfo t{"plans", "one row per `tracrctl plan`: the basis run, the link and objective, the chosen split and, "
+                         "with --validate, how far predictions were from the run's measurements", {}};
+    t.columns = {
+        {"id", "INTEGER", "", "controller", "row id"},
+        {"created_at", "TEXT", "UTC", "controller", "when the plan was made"},
+        {"basis_run", "INTEGER", "", "controller", "-> runs.id: the run whose layer profiles, bytes and probe were used"},
+        {"model", "TEXT", "", "controller", "model id"},
+        {"input_shape", "TEXT", "", "agent", "profiled input shape C,H,W"},
+        {"objective", "TEXT", "", "controller", "latency | energy | throughput | weighted:W"},
+        {"link", "TEXT", "", "controller", "link planned for: a profile name, probe, or given"},
+        {"link_source", "TEXT", "", "controller", "where the link figures come from"},
+        {"up_mbps", "REAL", "Mbit/s", "controller", "participant -> server rate used"},
+        {"down_mbps", "REAL", "Mbit/s", "controller", "server -> participant rate used"},
+        {"rtt_ms", "REAL", "ms", "controller", "round trip used (the probe's smallest, plus 2 x a profile's delay)"},
+        {"overhead", "TEXT", "", "controller", "the per-frame processing term and how it was fitted"},
+        {"energy_source", "TEXT", "", "controller", "label of the predicted energy (modelled:plan(<layer energy source>, radio-...)); NULL: no energy predicted"},
+        {"chosen", "INTEGER", "", "controller", "chosen split (NULL: none meets the constraints)"},
+        {"mape_pct", "REAL", "%", "controller", "validation: mean absolute percentage error of predicted latency over the measured splits"},
+        {"measured_best", "INTEGER", "", "controller", "validation: the split with the lowest measured median total"},
+        {"miss_pct", "REAL", "%", "controller", "validation: chosen split's measured median over the measured best's, minus 100 (0: it is the best)"},
+    };
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"plan_rows", "per (plan, split): the prediction and, when validated, the measurement", {}};
+    t.columns = {
+        {"plan_id", "INTEGER", "", "controller", "-> plans.id"},
+        {"split", "INTEGER", "", "controller", "split point"},
+        {"head_ms", "REAL", "ms", "controller", "sum of the participant's profiled layer medians [0,k)"},
+        {"up_ms", "REAL", "ms", "controller", "wire_bytes x 8 / up rate"},
+        {"rtt_ms", "REAL", "ms", "controller", "round trip"},
+        {"tail_ms", "REAL", "ms", "controller", "sum of the server's profiled layer medians [k,N)"},
+        {"down_ms", "REAL", "ms", "controller", "reply_bytes x 8 / down rate"},
+        {"other_ms", "REAL", "ms", "controller", "per-frame processing outside layers and link: a + b x wire_bytes (plans.overhead)"},
+        {"latency_ms", "REAL", "ms", "controller", "head + up + rtt + tail + down + other"},
+        {"fps", "REAL", "frames/s", "controller", "pipelined throughput: 1 / max(head, up, tail + rtt, down)"},
+        {"wire_bytes", "REAL", "bytes", "controller", "request bytes on the wire"},
+        {"reply_bytes", "REAL", "bytes", "controller", "reply bytes on the wire"},
+        {"bytes_from", "TEXT", "", "controller", "measured (the basis run's mean at this split) or profiled x ratio (layer output bytes x the codec's measured ratio)"},
+        {"energy_j", "REAL", "J", "controller", "participant energy per frame: layer energy [0,k) + idle power while waiting + radio model"},
+        {"feasible", "INTEGER", "", "controller", "1 = meets the latency and energy bounds"},
+        {"measured_ms", "REAL", "ms", "controller", "validation: the basis run's median total at this split"},
+        {"error_pct", "REAL", "%", "controller", "validation: (predicted - measured) / measured x 100"},
+    };
+    v.push_back(t);
+  }
+  {
     TableInfo t{"events", "structured events: agents started and lost, commands applied, pauses, slow frames, run finished", {}};
     t.columns = {
         {"id", "INTEGER", "", "controller", "row id"},

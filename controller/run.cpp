@@ -34,6 +34,7 @@
 #include "controller/recorder.hpp"
 #include "controller/results.hpp"
 #include "controller/results_cli.hpp"
+#include "controller/plan.hpp"
 #include "controller/shaping.hpp"
 #include "protocol/crypto.hpp"
 #include "protocol/header.hpp"
@@ -504,9 +505,59 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
               fmt::format("command {} {} after {} timed frames", cmd_id, what, rec.timed_frames(a.device().name)),
               a.device().name);
   };
+  // The adaptive policy: re-plan from the participant's live link estimate.
+  struct AdaptState {
+    int64_t last_decision = 0;  // timed frames at the last re-plan
+  };
+  std::map<size_t, AdaptState> adapt_state;
+  std::optional<double> probe_rtt_ms;
+  auto adapt = [&](size_t i) {
+    const std::string& dev = agents[i]->device().name;
+    AdaptState& as = adapt_state[i];
+    const int64_t timed = rec.timed_frames(dev);
+    if (timed - as.last_decision < cfg->adapt.interval_frames) return;
+    const auto est = rec.link_estimate(dev);
+    const int current = rec.last_split(dev);
+    if (!est || *est <= 0 || current < 0) return;
+    as.last_decision = timed;
+    rec.flush();  // profiles and frames so far, for the planner
+    if (!probe_rtt_ms) {
+      auto pr = db->probes(*run_id);
+      probe_rtt_ms = pr && !pr->empty() ? static_cast<double>(pr->front().rtt_min_ns) / 1e6 : 0.0;
+    }
+    PlanOptions po;
+    PlanLink l;
+    l.up_mbps = l.down_mbps = *est;
+    l.rtt_ms = *probe_rtt_ms;
+    l.name = "live estimate";
+    l.source = fmt::format("{}'s running link estimate after {} timed frames", dev, timed);
+    po.link = l;
+    auto plan = plan_from_run(*db, *run_id, po);
+    if (!plan) {
+      rec.event("warn", "adapt_skipped", "cannot re-plan: " + plan.error().message, dev);
+      return;
+    }
+    const PlanRow* cur = nullptr;
+    const PlanRow* best = nullptr;
+    for (const auto& r : plan->rows) {
+      if (r.split == current) cur = &r;
+      if (r.split == plan->chosen) best = &r;
+    }
+    if (!cur || !best || best->split == current) return;
+    const double gain = (cur->latency_ms - best->latency_ms) / cur->latency_ms * 100;
+    if (gain <= cfg->adapt.hysteresis_pct) return;
+    rec.event("info", "adapt_switch",
+              fmt::format("link estimate {:.3f} Mbit/s: split {} predicted {:.3f} ms -> split {} predicted {:.3f} ms "
+                          "(gain {:.1f} % > hysteresis {} %)",
+                          *est, current, cur->latency_ms, best->split, best->latency_ms, gain, cfg->adapt.hysteresis_pct),
+              dev);
+    send_cmd(i, {{"op", "set_split"}, {"split", std::to_string(best->split)}},
+             fmt::format("set_split {} (adaptive)", best->split));
+  };
   auto schedule = [&](size_t first_participant) {
     for (size_t i = first_participant; i < agents.size(); ++i) {
       if (finished[i]) continue;
+      if (cfg->adapt.enabled) adapt(i);
       CmdState& cs = cmd_state[i];
       if (cs.resume_at && Clock::now() >= *cs.resume_at) {
         cs.resume_at.reset();
@@ -673,6 +724,19 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   if (auto est = print_energy_table(*db, *run_id); !est) {
     fmt::print(stderr, "tracrctl run: {}\n", est.error().str());
     return 1;
+  }
+  // After a sweep with layer profiles and a probe: the planner's prediction
+  // for this run, validated against what was just measured, and stored.
+  if (cfg->record.layers && cfg->probe.enabled && !ro.in_process && (cfg->split.all || cfg->split.points.size() > 1)) {
+    auto plan = plan_from_run(*db, *run_id, PlanOptions{});
+    if (plan) {
+      validate_against(*db, *plan);
+      auto id = store_plan(*db, *plan);
+      fmt::print("\n{}{}", format_plan(*plan), id ? fmt::format("stored as plan {}\n", *id) : "");
+      if (!id) fmt::print(stderr, "tracrctl run: storing the plan: {}\n", id.error().str());
+    } else {
+      fmt::print("\n(no plan: {})\n", plan.error().message);
+    }
   }
   return 0;
 }

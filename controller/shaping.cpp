@@ -155,27 +155,37 @@ std::string state_path(const std::string& dir, const DeviceConfig& d, const std:
   return (fs::path(dir) / (d.name + "_" + (d.netns.empty() ? "" : d.netns + "_") + dev + ".shaping")).string();
 }
 
-// Shapes traffic leaving `dev` for `peer`: htb class (rate), u32 filter on
-// the peer's address, netem under it for delay/jitter/loss.
+// Shapes traffic leaving `dev` for `peer`: an htb class picks it out (a u32
+// filter on the peer's address; the class itself does not limit), a tbf under
+// it holds the rate, netem under that adds delay, jitter and loss. tbf and not
+// htb holds the rate because htb lets a packet go whenever its bucket is not
+// in debt: with the idle gaps between frames, a message of a few kB slips
+// through at line speed. tbf sends a packet only when tokens for all of it
+// are there (segmenting offloaded super-packets), so a small message takes
+// its size over the rate, as on a real link.
 Status add_qdiscs(ShapeHost& h, const std::string& dev, const std::string& peer, double mbit, const LinkSpec& l,
                   bool netem_delay, std::string* what) {
-  // A burst of at least 10 ms of traffic (and 4 KiB) so the rate holds at timer granularity.
-  const double eff = mbit > 0 ? mbit : 100000;  // delay only: the class does not limit
-  const long long burst = std::max(4096LL, std::llround(eff * 1e6 / 8 / 100));
   const std::string d = shell_quote(dev);
   const bool v6 = is_ipv6(peer);
-  const std::string cmds[] = {
+  std::vector<std::string> cmds = {
       "qdisc add dev " + d + " root handle 1: htb default 0",
-      fmt::format("class add dev {} parent 1: classid 1:1 htb rate {} ceil {} burst {} cburst {}", d, rate_arg(eff),
-                  rate_arg(eff), burst, burst),
+      "class add dev " + d + " parent 1: classid 1:1 htb rate 100gbit ceil 100gbit",
       fmt::format("filter add dev {} parent 1: protocol {} prio 1 u32 match {} dst {}/{} flowid 1:1", d,
                   v6 ? "ipv6" : "ip", v6 ? "ip6" : "ip", peer, v6 ? 128 : 32),
   };
+  std::string parent = "1:1";
+  *what = "htb filter";
+  if (mbit > 0) {
+    const long long burst = tbf_burst_bytes(mbit);
+    cmds.push_back(fmt::format("qdisc add dev {} parent 1:1 handle 10: tbf rate {} burst {} latency 400ms", d,
+                               rate_arg(mbit), burst));
+    parent = "10:";
+    *what = fmt::format("tbf {} Mbit/s", mbit);
+  }
   for (const auto& c : cmds) {
     auto o = h.tc(c);
     if (o.status != 0) return make_error(Errc::config, fmt::format("tc {} failed: {}", c, o.text));
   }
-  *what = mbit > 0 ? fmt::format("htb {} Mbit/s", mbit) : "htb unlimited";
   const bool want_netem = (netem_delay && (l.delay_ms > 0 || l.jitter_ms > 0)) || l.loss_pct > 0;
   if (want_netem) {
     std::string a = "netem";
@@ -184,7 +194,7 @@ Status add_qdiscs(ShapeHost& h, const std::string& dev, const std::string& peer,
       if (l.jitter_ms > 0) a += fmt::format(" {}ms", l.jitter_ms);
     }
     if (l.loss_pct > 0) a += fmt::format(" loss {}%", l.loss_pct);
-    auto o = h.tc("qdisc add dev " + d + " parent 1:1 handle 10: " + a);
+    auto o = h.tc("qdisc add dev " + d + " parent " + parent + " handle 20: " + a);
     if (o.status != 0) {
       if (o.text.find("nknown") != std::string::npos)
         return make_error(Errc::config,
@@ -202,6 +212,8 @@ Status add_qdiscs(ShapeHost& h, const std::string& dev, const std::string& peer,
 }
 
 }  // namespace
+
+int64_t tbf_burst_bytes(double mbit) { return std::max<int64_t>(1600, std::llround(mbit * 1e6 / 8 / 1000)); }
 
 std::vector<ParticipantLink> participant_links(const std::optional<LinkSpec>& experiment_link,
                                                const settings::DevicesConfig& devices) {

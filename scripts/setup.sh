@@ -8,7 +8,8 @@ PKGS=(
   libtorch-dev libssh-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libssl-dev
   libyaml-cpp-dev libsqlite3-dev sqlite3 libfmt-dev libgtest-dev libgmock-dev
   libbenchmark-dev libblosc-dev libfp16-dev libjpeg-dev libpng-dev zlib1g-dev
-  openssh-server openssh-client iproute2 procps iperf3
+  openssh-server openssh-client iproute2 procps iperf3 util-linux
+  chromium libjs-chart.js
   clang libclang-rt-14-dev
   dataset-fashion-mnist python3 python3-torchvision python3-pil
 )

@@ -1173,6 +1173,20 @@ std::vector<Setting> build_settings() {
     };
     t.push_back(s);
   }
+  t.push_back(bool_setting("adapt.enabled", "false",
+                           "Adaptive split: every adapt.interval_frames timed frames the controller re-plans from the "
+                           "participant's running link estimate (tracrctl plan's model, this run's layer profiles) and "
+                           "sends set_split when the predicted gain beats adapt.hysteresis_pct; each switch is an "
+                           "adapt_switch event. Needs record.layers.",
+                           [](ExperimentConfig& c) -> bool& { return c.adapt.enabled; }));
+  t.push_back(int_setting(
+      "adapt.hysteresis_pct", "int 0..100", "10", "Switch only when the predicted latency falls by more than this.", 0,
+      100, [](ExperimentConfig& c, int64_t v) { c.adapt.hysteresis_pct = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.adapt.hysteresis_pct}; }));
+  t.push_back(int_setting(
+      "adapt.interval_frames", "int 1..1000000", "8", "Re-plan at most once per this many timed frames.", 1, 1000000,
+      [](ExperimentConfig& c, int64_t v) { c.adapt.interval_frames = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.adapt.interval_frames}; }));
   t.push_back(int_setting(
       "energy.idle_ms", "int 0..600000", "1000",
       "Idle power measured over this long at agent start, for every meter (subtracted for net energy; 0 = not "
@@ -1399,6 +1413,9 @@ Status cross_check(ExperimentConfig& cfg) {
     return err_at(cfg.pos_of("dataset.split"), "dataset.split",
                   fmt::format("applies to type: fashion_mnist only; expected no dataset.split for type: {}",
                               dataset_kind_name(cfg.dataset.kind)));
+  if (cfg.adapt.enabled && !cfg.record.layers)
+    return err_at(cfg.pos_of("adapt.enabled"), "adapt.enabled",
+                  "needs record.layers: true (the adaptive policy plans from both devices' layer profiles)");
   if (cfg.dataset.kind == DatasetKind::fashion_mnist && cfg.dataset.path.empty())
     cfg.dataset.path = "/usr/share/datasets/fashion-mnist";
   if (cfg.name.empty()) {

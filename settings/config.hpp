@@ -167,6 +167,15 @@ struct EnergySpec {
   int layer_window_ms = 50;    // per-layer energy: repeat a layer until the window is at least this long
 };
 
+// The adaptive split policy: the controller re-plans from each participant's
+// running link estimate and switches its split (a set_split command) when the
+// predicted latency gain beats the hysteresis margin.
+struct AdaptSpec {
+  bool enabled = false;
+  int hysteresis_pct = 10;   // switch only when the predicted latency falls by more than this
+  int interval_frames = 8;   // re-plan at most once per this many timed frames of the participant
+};
+
 // A link to emulate between the agents (tc on the path between them).
 // Rates in Mbit/s, 0 = not limited; delay, jitter and loss need netem.
 struct LinkSpec {
@@ -215,6 +224,7 @@ struct ExperimentConfig {
   RecordSpec record;
   ProbeSpec probe;
   EnergySpec energy;
+  AdaptSpec adapt;
   std::vector<ScheduledCommand> commands;  // in at_frame order
   // Link profiles to run under, in order (each a run of its own); empty = the
   // link as it is. Names are built-ins or keys of `links`.

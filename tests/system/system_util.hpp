@@ -173,6 +173,13 @@ struct NetnsPair {
 };
 
 
+// Namespace tests skip where they cannot run, except on CI, where that is a failure.
+#define NEED_NETNS(net)                                                                     \
+  if (!(net).ok) {                                                                          \
+    if (std::getenv("CI")) FAIL() << "network namespaces unavailable on CI: " << (net).why; \
+    GTEST_SKIP() << (net).why;                                                              \
+  }
+
 // A small, fast experiment: AlexNet at 64x64 on synthetic data.
 inline std::string small_experiment(const std::string& db, const std::string& extra = "",
                                     const std::string& devices = "") {

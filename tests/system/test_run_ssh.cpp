@@ -186,9 +186,9 @@ TEST(RunSshShaping, ShapesAParticipantOverSshAndCleansUp) {
   auto r = sh(env + tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
   ASSERT_EQ(r.status, 0) << r.out << "\nsshd log:\n" << sshd.log();
   const std::string shaping = query(db, "select shaping from runs");
-  EXPECT_NE(shaping.find("up htb 8 Mbit/s on " + net.vb + " (" + sshd.user() + "@" + mgmt + "2:22)"), std::string::npos)
+  EXPECT_NE(shaping.find("up tbf 8 Mbit/s on " + net.vb + " (" + sshd.user() + "@" + mgmt + "2:22)"), std::string::npos)
       << shaping;
-  EXPECT_NE(shaping.find("down htb 16 Mbit/s on " + net.va + " (namespace " + net.a + ")"), std::string::npos) << shaping;
+  EXPECT_NE(shaping.find("down tbf 16 Mbit/s on " + net.va + " (namespace " + net.a + ")"), std::string::npos) << shaping;
   const double up = std::stod(query(db, "select up_mbps from probes"));
   std::printf("over SSH: 8 Mbit/s up probed at %.2f Mbit/s\n", up);
   EXPECT_NEAR(up, 8, 0.8);

@@ -1,0 +1,82 @@
+// The planner end to end on a namespace test-bed: a sweep under two emulated
+// links with a CPU-limited participant is planned and validated
+// automatically, `tracrctl plan` re-plans a stored run and an experiment for
+// another link, constraints and objectives behave, and every plan is stored.
+// The figures themselves (errors, misses) are reported, not asserted: timing
+// on shared CI cores is not a pass/fail criterion.
+#include "system/system_util.hpp"
+
+using namespace tracr::testing;
+
+namespace {
+
+}  // namespace
+
+TEST(Plan, SweepIsPlannedValidatedAndStoredPerLink) {
+  NetnsPair net("");
+  NEED_NETNS(net);
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string devices = net.devices_yaml();
+  devices.replace(devices.find("netns: " + net.b), 7 + net.b.size(), "netns: " + net.b + "\n    cpu_quota: 0.5");
+  std::string y = small_experiment(db, "record:\n  layers: true\nprobe:\n  duration_ms: 1000\n  chunk_bytes: 16384\n"
+                                       "link: [3g, gigabit]\n", d.file("devices.yaml", devices));
+  y.replace(y.find("split: all"), 10, "split: [0, 6, 13, 22]");
+  y.replace(y.find("repetitions: 1"), 14, "repetitions: 2");
+  const std::string exp = d.file("exp.yaml", y);
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // Each run printed its plan and validation; both are stored.
+  EXPECT_NE(r.out.find("plan for alexnet at 3,64,64 from run 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("plan for alexnet at 3,64,64 from run 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("validation: latency MAPE"), std::string::npos) << r.out;
+  EXPECT_EQ(query(db, "select count(*) from plans where mape_pct is not null and measured_best is not null and "
+                      "chosen is not null and miss_pct is not null"),
+            "2");
+  EXPECT_EQ(query(db, "select group_concat(link) from plans order by id"), "3g,gigabit");
+  // Every split 0..22 predicted; the four the runs measured carry their measurement and error.
+  EXPECT_EQ(query(db, "select count(*) from plan_rows where plan_id = 1"), "23");
+  EXPECT_EQ(query(db, "select group_concat(split) from plan_rows where plan_id = 1 and measured_ms is not null"),
+            "0,6,13,22");
+  // The emulated link's bucket is part of the model, and the link figures say where they came from.
+  EXPECT_NE(query(db, "select link_source from plans where id = 1").find("emulated with tbf"), std::string::npos);
+  EXPECT_NE(query(db, "select overhead from plans where id = 1").find("fitted to run 1"), std::string::npos);
+  // Transfer time follows the rate: the input (split 0) takes far longer up on 3g than on gigabit.
+  EXPECT_GT(std::stod(query(db, "select up_ms from plan_rows where plan_id = 1 and split = 0")),
+            50 * std::stod(query(db, "select up_ms from plan_rows where plan_id = 2 and split = 0")));
+  for (const auto& row : query_col(db, "select link || ': MAPE ' || round(mape_pct, 1) || ' %, chosen ' || chosen || "
+                                       "', measured best ' || measured_best || ', miss ' || round(miss_pct, 1) || ' %' "
+                                       "from plans order by id"))
+    std::printf("%s\n", row.c_str());
+
+  // Re-plan the stored 3g run, and plan the experiment for a link it never ran under.
+  auto again = sh(tracrctl() + " plan 1 --db " + db + " --validate");
+  EXPECT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("stored as plan 3"), std::string::npos) << again.out;
+  auto lte = sh(tracrctl() + " plan " + exp + " --link lte --no-store");
+  EXPECT_EQ(lte.status, 0) << lte.out;
+  EXPECT_NE(lte.out.find("link profile lte"), std::string::npos) << lte.out;
+  EXPECT_NE(lte.out.find("* chosen: split"), std::string::npos) << lte.out;
+  // Constraints: nothing meets an impossible bound, and it says so.
+  auto tight = sh(tracrctl() + " plan 1 --db " + db + " --max-latency-ms 0.001 --no-store");
+  EXPECT_EQ(tight.status, 0) << tight.out;
+  EXPECT_NE(tight.out.find("no split meets the constraints"), std::string::npos) << tight.out;
+  // An energy objective without any energy source is refused with the reason.
+  auto energy = sh(tracrctl() + " plan 1 --db " + db + " --objective energy --no-store");
+  EXPECT_EQ(energy.status, 1) << energy.out;
+  EXPECT_NE(energy.out.find("power_model"), std::string::npos) << energy.out;
+  auto bad = sh(tracrctl() + " plan 1 --db " + db + " --objective fastest --no-store");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("expected latency, energy, throughput or weighted:W"), std::string::npos) << bad.out;
+}
+
+TEST(Plan, RunWithoutProfilesSaysHowToGetThem) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n");
+  y.replace(y.find("split: all"), 10, "split: [5]");
+  ASSERT_EQ(sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress").status, 0);
+  auto r = sh(tracrctl() + " plan last --db " + db);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("record: {layers: true}"), std::string::npos) << r.out;
+}
