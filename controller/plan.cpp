@@ -13,6 +13,7 @@
 #include "agent/energy.hpp"
 #include "controller/results_cli.hpp"
 #include "controller/shaping.hpp"
+#include "protocol/codec.hpp"
 #include "settings/config.hpp"
 
 namespace tracr::controller {
@@ -44,6 +45,95 @@ double input_bytes(const std::string& shape, int64_t batch) {
   return n * 4;
 }
 
+// What one codec contributes to a plan, from one run's frames.
+struct CodecBasis {
+  std::string codec;
+  int64_t run = 0;
+  std::vector<SplitSummary> sums;
+  std::map<int, const SplitSummary*> by_split;
+  double ratio = 1, reply_default = 0, ov_a = 0, ov_b = 0;
+  std::string overhead;
+};
+
+Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string& codec) {
+  CodecBasis b;
+  b.codec = codec;
+  b.run = run_id;
+  auto sums = db.split_table(run_id);
+  if (!sums) return std::move(sums.error());
+  b.sums = std::move(*sums);
+  double raw_total = 0, wire_total = 0, reply_sum = 0;
+  int reply_n = 0;
+  for (const auto& s : b.sums)
+    if (s.frames > 0) {
+      b.by_split[s.split] = &s;
+      raw_total += s.mean_raw_bytes;
+      wire_total += s.mean_wire_bytes;
+      reply_sum += s.mean_reply_bytes;
+      ++reply_n;
+    }
+  b.ratio = raw_total > 0 ? wire_total / raw_total : 1.0;
+  b.reply_default = reply_n ? reply_sum / reply_n : 0.0;
+  // Per-frame processing outside the layers and the link: the participant's
+  // encoding (codec, cipher, hand-off), reply decoding and post-processing,
+  // and the server's own decoding and bookkeeping (server_ns - tail_ns). A
+  // line a + b x wire_bytes fitted to the run's medians of those measured
+  // stages (never to its totals).
+  std::vector<std::pair<double, double>> pts;
+  for (const auto& [k, sp] : b.by_split) {
+    const SplitSummary& s = *sp;
+    const double y = (s.stage("encode_ns").median_ns + s.stage("return_ns").median_ns + s.stage("post_ns").median_ns +
+                      s.stage("server_ns").median_ns - s.stage("tail_ns").median_ns) / 1e6;
+    pts.push_back({s.mean_wire_bytes, y});
+  }
+  if (!pts.empty()) {
+    double mx = 0, my = 0;
+    for (const auto& [x, y] : pts) {
+      mx += x;
+      my += y;
+    }
+    mx /= static_cast<double>(pts.size());
+    my /= static_cast<double>(pts.size());
+    double sxy = 0, sxx = 0;
+    for (const auto& [x, y] : pts) {
+      sxy += (x - mx) * (y - my);
+      sxx += (x - mx) * (x - mx);
+    }
+    b.ov_b = sxx > 0 && sxy > 0 ? sxy / sxx : 0.0;  // a cost cannot fall with bytes: flat when it does not rise
+    b.ov_a = my - b.ov_b * mx;
+  }
+  b.overhead = fmt::format("{}: {:.3f} ms + {:.3f} ms/MB, fitted to run {}'s encode, return, post and server-overhead "
+                           "medians over {} splits (wire/raw {:.3f})",
+                           codec, b.ov_a, b.ov_b * 1e6, run_id, pts.size(), b.ratio);
+  return b;
+}
+
+// The newest completed run of the same model and input size with `codec`.
+Result<int64_t> find_codec_run(ResultsDb& db, const RunRow& basis, const std::string& codec,
+                               const std::string& input_shape) {
+  auto runs = db.list_runs(0);
+  if (!runs) return std::move(runs.error());
+  for (const auto& r : *runs) {
+    if (r.model != basis.model || r.codec != codec || r.status != RunStatus::completed || r.frame_count == 0) continue;
+    // Same input: the same raw bytes where both ran a split.
+    auto a = db.split_table(basis.id);
+    auto b = db.split_table(r.id);
+    if (!a || !b) continue;
+    bool common = false, same = true;
+    for (const auto& x : *a)
+      for (const auto& y : *b)
+        if (x.split == y.split && x.frames > 0 && y.frames > 0) {
+          common = true;
+          same = same && x.mean_raw_bytes == y.mean_raw_bytes;
+        }
+    if (common && same) return r.id;
+  }
+  return make_error(Errc::not_found,
+                    fmt::format("no completed run of {} at input {} with codec {} in {}: planning a codec needs its "
+                                "measured bytes and costs; run the experiment once with `compression: {}`",
+                                basis.model, input_shape, codec, db.path(), codec));
+}
+
 bool choose(Plan& p, const PlanOptions& opt, const std::vector<int>* only) {
   double min_lat = 1e300, min_e = 1e300;
   for (const auto& r : p.rows) {
@@ -55,7 +145,7 @@ bool choose(Plan& p, const PlanOptions& opt, const std::vector<int>* only) {
   double best = 1e300;
   p.chosen = -1;
   for (auto& r : p.rows) {
-    if (only && std::find(only->begin(), only->end(), r.split) == only->end()) continue;
+    if (only && (r.codec != p.basis_codec || std::find(only->begin(), only->end(), r.split) == only->end())) continue;
     if (!r.feasible) continue;
     double score;
     if (opt.objective == "latency") score = r.latency_ms;
@@ -65,6 +155,7 @@ bool choose(Plan& p, const PlanOptions& opt, const std::vector<int>* only) {
     if (score < best) {
       best = score;
       p.chosen = r.split;
+      p.chosen_codec = r.codec;
     }
   }
   return p.chosen >= 0;
@@ -106,55 +197,25 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
   p.model = run->model;
   p.input_shape = part.front()->input_shape;
   p.objective = opt.objective;
+  p.basis_codec = run->codec;
 
-  // Bytes per split: measured in the run where it ran that split.
-  auto sums = db.split_table(run_id);
-  if (!sums) return std::move(sums.error());
-  std::map<int, const SplitSummary*> by_split;
-  double raw_total = 0, wire_total = 0, reply_sum = 0;
-  int reply_n = 0;
-  for (const auto& s : *sums)
-    if (s.frames > 0) {
-      by_split[s.split] = &s;
-      raw_total += s.mean_raw_bytes;
-      wire_total += s.mean_wire_bytes;
-      reply_sum += s.mean_reply_bytes;
-      ++reply_n;
+  // Bytes and per-frame processing per split and codec: measured by the
+  // basis run for its codec, and by the newest run of the same model and
+  // input with each other codec asked for.
+  std::vector<std::string> codecs = opt.codecs.empty() ? std::vector<std::string>{run->codec} : opt.codecs;
+  std::vector<CodecBasis> bases;
+  for (const auto& c : codecs) {
+    int64_t from = run_id;
+    if (c != run->codec) {
+      auto other = find_codec_run(db, *run, c, p.input_shape);
+      if (!other) return std::move(other.error());
+      from = *other;
     }
-  const double ratio = raw_total > 0 ? wire_total / raw_total : 1.0;
-  // Per-frame processing outside the layers and the link: the participant's
-  // encoding (codec, cipher, hand-off), reply decoding and post-processing,
-  // and the server's own decoding and bookkeeping (server_ns - tail_ns). A
-  // line a + b x wire_bytes fitted to the basis run's medians of those
-  // measured stages (never to its totals).
-  std::vector<std::pair<double, double>> pts;
-  for (const auto& [k, sp] : by_split) {
-    const SplitSummary& s = *sp;
-    const double y = (s.stage("encode_ns").median_ns + s.stage("return_ns").median_ns + s.stage("post_ns").median_ns +
-                      s.stage("server_ns").median_ns - s.stage("tail_ns").median_ns) / 1e6;
-    pts.push_back({s.mean_wire_bytes, y});
+    auto b = codec_basis(db, from, c);
+    if (!b) return std::move(b.error());
+    bases.push_back(std::move(*b));
+    p.overhead += (p.overhead.empty() ? "" : "; ") + bases.back().overhead;
   }
-  double ov_a = 0, ov_b = 0;
-  if (!pts.empty()) {
-    double mx = 0, my = 0;
-    for (const auto& [x, y] : pts) {
-      mx += x;
-      my += y;
-    }
-    mx /= static_cast<double>(pts.size());
-    my /= static_cast<double>(pts.size());
-    double sxy = 0, sxx = 0;
-    for (const auto& [x, y] : pts) {
-      sxy += (x - mx) * (y - my);
-      sxx += (x - mx) * (x - mx);
-    }
-    ov_b = sxx > 0 && sxy > 0 ? sxy / sxx : 0.0;  // a cost cannot fall with bytes: flat when it does not rise
-    ov_a = my - ov_b * mx;
-  }
-  p.overhead = fmt::format("{:.3f} ms + {:.3f} ms/MB, fitted to run {}'s encode, return, post and server-overhead "
-                           "medians over {} splits",
-                           ov_a, ov_b * 1e6, run_id, pts.size());
-  const double reply_default = reply_n ? reply_sum / reply_n : static_cast<double>(part.back()->out_bytes);
 
   // The link: given, or the run's own probe.
   auto probes = db.probes(run_id);
@@ -200,29 +261,32 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
     p.energy_source = "modelled:plan(" + p.energy_source + (radio ? ", radio-" + radio->name : "") + ")";
   }
 
+  for (const CodecBasis& cb : bases)
   for (int k = 0; k <= n; ++k) {
     PlanRow r;
     r.split = k;
+    r.codec = cb.codec;
     // The mean where it was stored (what a run of frames sees under a CPU quota), else the median.
     auto layer_ms = [](const LayerProfileRecord* l) {
       return static_cast<double>(l->mean_ns ? *l->mean_ns : l->median_ns) / 1e6;
     };
     for (int i = 0; i < k; ++i) r.head_ms += layer_ms(part[i]);
     for (int i = k; i < n; ++i) r.tail_ms += layer_ms(srv[i]);
-    if (auto it = by_split.find(k); it != by_split.end()) {
+    if (auto it = cb.by_split.find(k); it != cb.by_split.end()) {
       r.wire_bytes = it->second->mean_wire_bytes;
       r.reply_bytes = it->second->mean_reply_bytes;
       r.bytes_from = "measured";
     } else {
-      const double raw = k == 0 ? input_bytes(p.input_shape, part.front()->batch) : static_cast<double>(part[k - 1]->out_bytes);
-      r.wire_bytes = raw * ratio;
-      r.reply_bytes = reply_default;
+      const double raw =
+          k == 0 ? input_bytes(p.input_shape, part.front()->batch) : static_cast<double>(part[k - 1]->out_bytes);
+      r.wire_bytes = raw * cb.ratio;
+      r.reply_bytes = cb.reply_default > 0 ? cb.reply_default : static_cast<double>(part.back()->out_bytes);
       r.bytes_from = "profiled x ratio";
     }
     r.up_ms = bits_ms(r.wire_bytes, p.link.up_mbps, p.link.up_burst);
     r.down_ms = bits_ms(r.reply_bytes, p.link.down_mbps, p.link.down_burst);
     r.rtt_ms = p.link.rtt_ms;
-    r.overhead_ms = ov_a + ov_b * r.wire_bytes;
+    r.overhead_ms = cb.ov_a + cb.ov_b * r.wire_bytes;
     r.latency_ms = r.head_ms + r.up_ms + r.rtt_ms + r.tail_ms + r.down_ms + r.overhead_ms;
     r.fps = 1e3 / std::max({r.head_ms, r.up_ms, r.tail_ms + r.rtt_ms, r.down_ms, 1e-6});
     if (ej) {
@@ -259,7 +323,7 @@ void validate_against(ResultsDb& db, Plan& p) {
     if (s.frames == 0) continue;
     const double ms = s.stage("total_ns").median_ns / 1e6;
     for (auto& r : p.rows)
-      if (r.split == s.split) {
+      if (r.split == s.split && r.codec == p.basis_codec) {
         r.measured_ms = ms;
         r.error_pct = (r.latency_ms - ms) / ms * 100;
         err_sum += std::fabs(*r.error_pct);
@@ -277,7 +341,7 @@ void validate_against(ResultsDb& db, Plan& p) {
   o.objective = p.objective;
   choose(p, o, &measured);
   for (const auto& r : p.rows)
-    if (r.split == p.chosen && r.measured_ms) p.miss_pct = (*r.measured_ms / best - 1) * 100;
+    if (r.split == p.chosen && r.codec == p.chosen_codec && r.measured_ms) p.miss_pct = (*r.measured_ms / best - 1) * 100;
 }
 
 Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
@@ -303,12 +367,12 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
   TRACR_TRY(exec("BEGIN", {}));
   auto st = exec(
       "INSERT INTO plans(created_at, basis_run, model, input_shape, objective, link, link_source, up_mbps, down_mbps, "
-      "rtt_ms, overhead, energy_source, chosen, mape_pct, measured_best, miss_pct) VALUES "
-      "(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "rtt_ms, overhead, energy_source, chosen, chosen_codec, mape_pct, measured_best, miss_pct) VALUES "
+      "(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       {i64(p.basis_run), txt(p.model), txt(p.input_shape), txt(p.objective), txt(p.link.name), txt(p.link.source),
        num(p.link.up_mbps), num(p.link.down_mbps), num(p.link.rtt_ms), txt(p.overhead),
        p.energy_source.empty() ? std::nullopt : txt(p.energy_source),
-       p.chosen >= 0 ? i64(p.chosen) : std::nullopt, num(p.mape_pct),
+       p.chosen >= 0 ? i64(p.chosen) : std::nullopt, p.chosen >= 0 ? txt(p.chosen_codec) : std::nullopt, num(p.mape_pct),
        p.measured_best >= 0 ? i64(p.measured_best) : std::nullopt, num(p.miss_pct)});
   if (!st) {
     (void)exec("ROLLBACK", {});
@@ -316,10 +380,10 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
   }
   const int64_t id = sqlite3_last_insert_rowid(h);
   for (const auto& r : p.rows) {
-    st = exec("INSERT INTO plan_rows(plan_id, split, head_ms, up_ms, rtt_ms, tail_ms, down_ms, other_ms, latency_ms, "
-              "fps, wire_bytes, reply_bytes, bytes_from, energy_j, feasible, measured_ms, error_pct) VALUES "
-              "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-              {i64(id), i64(r.split), num(r.head_ms), num(r.up_ms), num(r.rtt_ms), num(r.tail_ms), num(r.down_ms),
+    st = exec("INSERT INTO plan_rows(plan_id, split, codec, head_ms, up_ms, rtt_ms, tail_ms, down_ms, other_ms, "
+              "latency_ms, fps, wire_bytes, reply_bytes, bytes_from, energy_j, feasible, measured_ms, error_pct) VALUES "
+              "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              {i64(id), i64(r.split), txt(r.codec), num(r.head_ms), num(r.up_ms), num(r.rtt_ms), num(r.tail_ms), num(r.down_ms),
                num(r.overhead_ms),
                num(r.latency_ms), num(r.fps), num(r.wire_bytes), num(r.reply_bytes), txt(r.bytes_from),
                num(r.energy_j), i64(r.feasible ? 1 : 0), num(r.measured_ms), num(r.error_pct)});
@@ -339,14 +403,18 @@ std::string format_plan(const Plan& p) {
       p.model, p.input_shape, p.basis_run, p.objective, p.link.name, p.link.up_mbps, p.link.down_mbps, p.link.rtt_ms,
       p.link.source);
   const bool validated = p.mape_pct.has_value();
-  o += fmt::format("  {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>8} {:>10}{}{}\n", "split", "head ms", "up ms",
-                   "tail ms", "down ms", "other ms", "latency ms", "frames/s", "wire B",
+  bool several = false;
+  for (const auto& r : p.rows) several = several || r.codec != p.basis_codec;
+  o += fmt::format("  {:>5}{} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>8} {:>10}{}{}\n", "split",
+                   several ? fmt::format(" {:<24}", "codec") : "", "head ms", "up ms", "tail ms", "down ms", "other ms",
+                   "latency ms", "frames/s", "wire B",
                    p.energy_source.empty() ? "" : fmt::format(" {:>10}", "edge J"),
                    validated ? fmt::format(" {:>11} {:>8}", "measured ms", "error %") : "");
   for (const auto& r : p.rows) {
     if (validated && !r.measured_ms) continue;  // validation shows the splits the run measured
-    o += fmt::format("{} {:>5} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>11.3f} {:>8.1f} {:>10.0f}{}{}{}\n",
-                     r.split == p.chosen ? "*" : " ", r.split, r.head_ms, r.up_ms, r.tail_ms, r.down_ms, r.overhead_ms,
+    o += fmt::format("{} {:>5}{} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>11.3f} {:>8.1f} {:>10.0f}{}{}{}\n",
+                     r.split == p.chosen && r.codec == p.chosen_codec ? "*" : " ", r.split,
+                     several ? fmt::format(" {:<24}", r.codec) : "", r.head_ms, r.up_ms, r.tail_ms, r.down_ms, r.overhead_ms,
                      r.latency_ms,
                      r.fps, r.wire_bytes,
                      p.energy_source.empty() ? "" : fmt::format(" {:>10}", r.energy_j ? fmt::format("{:.4f}", *r.energy_j) : "-"),
@@ -357,7 +425,7 @@ std::string format_plan(const Plan& p) {
   }
   o += "other ms: " + p.overhead + "\n";
   if (p.chosen < 0) o += "no split meets the constraints\n";
-  else o += fmt::format("* chosen: split {}\n", p.chosen);
+  else o += fmt::format("* chosen: split {}{}\n", p.chosen, several ? ", codec " + p.chosen_codec : "");
   if (!p.energy_source.empty()) o += fmt::format("edge J: participant energy per frame, {}\n", p.energy_source);
   if (validated)
     o += fmt::format("validation: latency MAPE {:.1f} % over {} splits; measured best split {}; chosen split {} {}\n",
@@ -374,7 +442,8 @@ int cmd_plan(const std::vector<std::string>& args) {
   const std::string usage =
       "usage: tracrctl plan RUN|last|EXPERIMENT.yaml [--db PATH] [--validate] [--no-store]\n"
       "                     [--objective latency|energy|throughput|weighted:W] [--max-latency-ms X] [--max-energy-j X]\n"
-      "                     [--link PROFILE | --up-mbit X [--down-mbit Y] [--rtt-ms Z]] [--radio 3g|lte|wifi]\n";
+      "                     [--link PROFILE | --up-mbit X [--down-mbit Y] [--rtt-ms Z]] [--radio 3g|lte|wifi]\n"
+      "                     [--codecs C1,C2,...]   (each from the newest run of the model that used it)\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::fputs(usage.c_str(), args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
@@ -414,6 +483,22 @@ int cmd_plan(const std::vector<std::string>& args) {
       if (!agent::find_radio(opt.radio)) {
         fmt::print(stderr, "tracrctl plan: --radio expects 3g, lte or wifi, got '{}'\n", opt.radio);
         return 2;
+      }
+    } else if (a == "--codecs") {
+      if (!need()) return 2;
+      const std::string list = args[++i];
+      size_t start = 0;
+      while (start <= list.size()) {
+        const auto comma = list.find(',', start);
+        const std::string one = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        auto spec = protocol::CodecSpec::parse(one);
+        if (!spec) {
+          fmt::print(stderr, "tracrctl plan: --codecs: {}\n", spec.error().str());
+          return 2;
+        }
+        opt.codecs.push_back(spec->name());
+        if (comma == std::string::npos) break;
+        start = comma + 1;
       }
     } else if (a == "--link") {
       if (!need()) return 2;

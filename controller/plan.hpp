@@ -50,10 +50,15 @@ struct PlanOptions {
   std::optional<double> max_latency_ms, max_energy_j;
   std::optional<PlanLink> link;       // default: the basis run's probe
   std::string radio;                  // 3g | lte | wifi | "" (default: the link's name when it is one)
+  // Codecs to plan (canonical texts); empty = the basis run's. Each other
+  // codec's bytes and costs come from the newest run of the same model and
+  // input that used it.
+  std::vector<std::string> codecs;
 };
 
 struct PlanRow {
   int split = 0;
+  std::string codec;
   double head_ms = 0, tail_ms = 0, up_ms = 0, down_ms = 0, rtt_ms = 0, overhead_ms = 0, latency_ms = 0, fps = 0;
   double wire_bytes = 0, reply_bytes = 0;
   std::string bytes_from;            // "measured" | "profiled x ratio"
@@ -70,7 +75,9 @@ struct Plan {
   std::string energy_source;  // label of the energy figures ("" = no energy predicted)
   std::string overhead;       // how the per-frame processing term was obtained
   std::vector<PlanRow> rows;
+  std::string basis_codec;    // the basis run's codec (validation compares its rows)
   int chosen = -1;            // -1: no split meets the constraints
+  std::string chosen_codec;
   // Validation (against the basis run's measured medians):
   std::optional<double> mape_pct;
   int measured_best = -1;

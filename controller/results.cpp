@@ -324,6 +324,7 @@ CREATE TABLE plans (
   overhead       TEXT,
   energy_source  TEXT,
   chosen         INTEGER,
+  chosen_codec   TEXT,
   mape_pct       REAL,
   measured_best  INTEGER,
   miss_pct       REAL
@@ -331,6 +332,7 @@ CREATE TABLE plans (
 CREATE TABLE plan_rows (
   plan_id     INTEGER NOT NULL REFERENCES plans(id) ON DELETE CASCADE,
   split       INTEGER NOT NULL,
+  codec       TEXT NOT NULL,
   head_ms     REAL,
   up_ms       REAL,
   rtt_ms      REAL,
@@ -346,7 +348,7 @@ CREATE TABLE plan_rows (
   feasible    INTEGER,
   measured_ms REAL,
   error_pct   REAL,
-  PRIMARY KEY (plan_id, split)
+  PRIMARY KEY (plan_id, split, codec)
 );
 )sql"},
 };

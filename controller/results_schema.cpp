@@ -173,6 +173,7 @@ std::vector<TableInfo> build() {
         {"overhead", "TEXT", "", "controller", "the per-frame processing term and how it was fitted"},
         {"energy_source", "TEXT", "", "controller", "label of the predicted energy (modelled:plan(<layer energy source>, radio-...)); NULL: no energy predicted"},
         {"chosen", "INTEGER", "", "controller", "chosen split (NULL: none meets the constraints)"},
+        {"chosen_codec", "TEXT", "", "controller", "codec of the chosen split"},
         {"mape_pct", "REAL", "%", "controller", "validation: mean absolute percentage error of predicted latency over the measured splits"},
         {"measured_best", "INTEGER", "", "controller", "validation: the split with the lowest measured median total"},
         {"miss_pct", "REAL", "%", "controller", "validation: chosen split's measured median over the measured best's, minus 100 (0: it is the best)"},
@@ -184,6 +185,7 @@ std::vector<TableInfo> build() {
     t.columns = {
         {"plan_id", "INTEGER", "", "controller", "-> plans.id"},
         {"split", "INTEGER", "", "controller", "split point"},
+        {"codec", "TEXT", "", "controller", "codec planned (the basis run's, or one asked for with --codecs)"},
         {"head_ms", "REAL", "ms", "controller", "sum of the participant's profiled layer medians [0,k)"},
         {"up_ms", "REAL", "ms", "controller", "wire_bytes x 8 / up rate"},
         {"rtt_ms", "REAL", "ms", "controller", "round trip"},

@@ -65,6 +65,22 @@ TEST(Plan, SweepIsPlannedValidatedAndStoredPerLink) {
   auto energy = sh(tracrctl() + " plan 1 --db " + db + " --objective energy --no-store");
   EXPECT_EQ(energy.status, 1) << energy.out;
   EXPECT_NE(energy.out.find("power_model"), std::string::npos) << energy.out;
+  // Codecs: planning one no run used says which run is missing; after a run with it, both codecs are planned.
+  auto nocodec = sh(tracrctl() + " plan 1 --db " + db + " --codecs blosc-lz4,fp16 --no-store");
+  EXPECT_EQ(nocodec.status, 1) << nocodec.out;
+  EXPECT_NE(nocodec.out.find("compression: fp16"), std::string::npos) << nocodec.out;
+  std::string y16 = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\ncompression: fp16\n");
+  y16.replace(y16.find("compression: blosc-lz4\n"), 23, "");
+  y16.replace(y16.find("split: all"), 10, "split: [0, 6, 13, 22]");
+  ASSERT_EQ(sh(tracrctl() + " run " + d.file("fp16.yaml", y16) + " --no-progress").status, 0);
+  auto both = sh(tracrctl() + " plan 1 --db " + db + " --codecs blosc-lz4,fp16");
+  EXPECT_EQ(both.status, 0) << both.out;
+  const std::string pid = query(db, "select max(id) from plans");
+  EXPECT_EQ(query(db, "select group_concat(distinct codec) from plan_rows where plan_id = " + pid), "blosc-lz4,fp16");
+  EXPECT_FALSE(query(db, "select chosen_codec from plans where id = " + pid).empty());
+  // fp16 halves the bytes crossing at a split where the run measured them.
+  EXPECT_LT(std::stod(query(db, "select wire_bytes from plan_rows where plan_id = " + pid + " and codec = 'fp16' and split = 0")),
+            0.6 * std::stod(query(db, "select wire_bytes from plan_rows where plan_id = " + pid + " and codec = 'blosc-lz4' and split = 0")));
   auto bad = sh(tracrctl() + " plan 1 --db " + db + " --objective fastest --no-store");
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("expected latency, energy, throughput or weighted:W"), std::string::npos) << bad.out;
