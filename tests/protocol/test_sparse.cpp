@@ -384,8 +384,10 @@ TEST(Sparse, BloscFormRejectsTruncationLiesAndSwappedBuffers) {
     expect_rejected(swapped, "swapped buffers");
   }
   {
-    // A valid bitmap of one element more: its raw size disagrees.
-    const auto other = encode_with("sparse+blosc-lz4", bytes_of(v), n + 8, 4);
+    // A valid bitmap of eight elements more: its raw size disagrees.
+    auto longer_src = v;
+    longer_src.resize(v.size() + 8, 1.0f);
+    const auto other = encode_with("sparse+blosc-lz4", bytes_of(longer_src), n + 8, 4);
     size_t r2 = 0, oc1 = 0;
     blosc_cbuffer_sizes(other.data(), &r2, &oc1, &bs);
     std::vector<uint8_t> mixed(other.begin(), other.begin() + static_cast<std::ptrdiff_t>(oc1));
