@@ -1,5 +1,7 @@
 #include "protocol/channel.hpp"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 namespace tracr::protocol {
@@ -7,6 +9,8 @@ namespace tracr::protocol {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// HELLO MACs remembered against replay (about 300 KB at most).
+constexpr size_t kHelloReplayWindow = 4096;
 
 // Waits for input; false on timeout.
 Result<bool> wait_readable(zmq::socket_t& s, int timeout_ms) {
@@ -107,12 +111,20 @@ Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::
     return make_error(Errc::transport, "connect " + endpoint + ": " + e.what());
   }
   ClientHandshake hs(c->opt_.security, c->opt_.role, c->opt_.agent, c->opt_.limits.max_frame_bytes);
+  auto hk = derive_hello_keys(c->opt_.security.secret);
+  if (!hk) return std::move(hk.error());
   auto hello = hs.hello();
   if (!hello) return std::move(hello.error());
   auto sink = [&](Segment&& s) { return send_segment(c->sock_, nullptr, std::move(s)); };
-  TRACR_TRY(c->writer_.write(*hello, {}, c->opt_.send, sink));
+  // HELLO: header, then its MAC (PROTOCOL.md §6.3).
+  std::array<uint8_t, kHelloMacBytes> hmac{};
+  TRACR_TRY(c->writer_.write(*hello, {}, c->opt_.send, [&](Segment&& s) {
+    hmac = hello_mac(*hk, static_cast<const uint8_t*>(s[0].data()), s[0].size());
+    s.emplace_back(hmac.data(), hmac.size());
+    return send_segment(c->sock_, nullptr, std::move(s));
+  }));
   const auto deadline = Clock::now() + std::chrono::milliseconds(c->opt_.handshake_timeout_ms);
-  auto welcome = c->recv(c->opt_.handshake_timeout_ms);
+  auto welcome = c->recv_welcome(*hk, hmac.data(), deadline);
   if (!welcome) {
     if (welcome.error().code == Errc::timeout)
       return make_error(Errc::timeout, "no WELCOME from " + endpoint + " within " +
@@ -140,6 +152,29 @@ Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::
                           " (do both ends hold the same session secret?)");
   c->established_ = true;
   return c;
+}
+
+Result<Frame> Client::recv_welcome(const HelloKeys& hk, const uint8_t* hello_mac_bytes,
+                                   Clock::time_point deadline) {
+  auto seg = next_segment(sock_, deadline, opt_.handshake_timeout_ms);
+  if (!seg) return std::move(seg.error());
+  bool authentic = false;
+  if (seg->size() == 2 && (*seg)[1].size() == kHelloMacBytes) {
+    auto want = welcome_mac(hk, static_cast<const uint8_t*>((*seg)[0].data()), (*seg)[0].size(), hello_mac_bytes);
+    if (!ct_equal(want.data(), static_cast<const uint8_t*>((*seg)[1].data()), want.size()))
+      return make_error(Errc::handshake_failed,
+                        "the WELCOME's MAC does not verify (do both ends hold the same session secret?)");
+    authentic = true;
+    seg->pop_back();
+  }
+  auto outs = reader_.feed(*seg);
+  if (outs.empty()) return make_error(Errc::handshake_failed, "the server's answer to HELLO is incomplete");
+  for (size_t i = 1; i < outs.size(); ++i) ready_.push_back(std::move(outs[i]));
+  // An ERROR answering a HELLO is unauthenticated (the server may not know
+  // this end): it only explains the failure.
+  if (outs[0] && outs[0]->header.type == MsgType::welcome && !authentic)
+    return make_error(Errc::handshake_failed, "the WELCOME carries no MAC part (PROTOCOL.md section 6.3)");
+  return std::move(outs[0]);
 }
 
 Status Client::send_raw(Segment&& seg) { return send_segment(sock_, nullptr, std::move(seg)); }
@@ -186,7 +221,10 @@ Server::~Server() = default;
 
 Result<std::unique_ptr<Server>> Server::bind(zmq::context_t& ctx, const std::string& endpoint,
                                              ChannelOptions opt) {
+  auto hk = derive_hello_keys(opt.security.secret);
+  if (!hk) return make_error(hk.error().code, "server: " + hk.error().message);
   std::unique_ptr<Server> s(new Server(ctx, std::move(opt)));
+  s->hello_keys_ = *hk;
   try {
     s->sock_.bind(endpoint);
     s->endpoint_ = s->sock_.get(zmq::sockopt::last_endpoint);
@@ -198,48 +236,79 @@ Result<std::unique_ptr<Server>> Server::bind(zmq::context_t& ctx, const std::str
 
 RejectCounters Server::rejected() const {
   RejectCounters t = rejected_closed_;
+  t += rejected_strangers_;
   for (const auto& [id, p] : peers_) t += p->reader.rejected();
   return t;
 }
 
+Error Server::reject_stranger(const std::string& peer, Error e) {
+  rejected_strangers_.add(e.code);
+  e.message = "peer " + peer_name(peer) + ": " + e.message;
+  return e;
+}
+
 Status Server::handle_hello(const std::string& peer, Segment& seg) {
+  auto refuse = [&](Error e) {
+    // Unauthenticated (this end cannot know the peer): a typed reason, no
+    // larger than the HELLO it answers.
+    FrameWriter w;
+    Header eh;
+    eh.type = MsgType::error;
+    eh.error = e;
+    (void)w.write(eh, {}, opt_.send, [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+    return reject_stranger(peer, std::move(e));
+  };
+  // The MAC first: nothing else is spent on a peer without the secret.
+  if (seg.size() != 2 || seg[1].size() != kHelloMacBytes)
+    return refuse(make_error(Errc::auth_failed,
+                             "HELLO must be 2 parts, its header then a 32-byte MAC (PROTOCOL.md section 6.3); got " +
+                                 std::to_string(seg.size()) + " parts"));
+  std::array<uint8_t, kHelloMacBytes> mac{};
+  std::memcpy(mac.data(), seg[1].data(), mac.size());
+  const auto want = hello_mac(hello_keys_, static_cast<const uint8_t*>(seg[0].data()), seg[0].size());
+  if (!ct_equal(want.data(), mac.data(), mac.size()))
+    return refuse(make_error(Errc::auth_failed,
+                             "HELLO MAC does not verify: the peer does not hold this server's session secret"));
+  if (hello_seen_.count(mac))
+    return refuse(make_error(Errc::replay, "HELLO was already used (replayed)"));
+  seg.pop_back();
   // A HELLO is never encrypted: decode it with a fresh reader.
   FrameReader r(opt_.limits);
   auto outs = r.feed(seg);
-  if (outs.size() != 1 || !outs[0]) {
-    return outs.empty() ? make_error(Errc::handshake_failed, "incomplete HELLO")
-                        : Error(outs.back().error());
-  }
-  auto acc = server_accept(opt_.security, outs[0]->header, opt_.agent, opt_.limits.max_frame_bytes);
-  auto sink = [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); };
-  if (!acc) {
-    FrameWriter w;
-    Header e;
-    e.type = MsgType::error;
-    e.error = acc.error();
-    (void)w.write(e, {}, opt_.send, sink);
-    return make_error(Errc::handshake_failed, "peer " + peer_name(peer) + ": " + acc.error().message);
-  }
+  if (outs.size() != 1 || !outs[0])
+    return refuse(outs.empty() ? make_error(Errc::handshake_failed, "incomplete HELLO") : Error(outs.back().error()));
   if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers) {
-    // HELLO needs no secret: evict peers that never confirmed their keys in
-    // time, so strangers cannot fill the table and lock participants out.
+    // Evict peers that never confirmed their keys in time, so that
+    // participants who replay nothing cannot hold slots forever.
     const auto stale = Clock::now() - std::chrono::milliseconds(opt_.handshake_timeout_ms);
     for (auto it = peers_.begin(); it != peers_.end();) {
-      if (!it->second->confirmed && it->second->last_seen < stale) {
-        rejected_closed_ += it->second->reader.rejected();
-        it = peers_.erase(it);
-      } else {
-        ++it;
-      }
+      auto next = std::next(it);
+      if (!it->second->confirmed && it->second->last_seen < stale) drop_peer(it);
+      it = next;
     }
   }
   if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers)
-    return make_error(Errc::limit_exceeded, "too many peers; refusing " + peer_name(peer));
+    return refuse(make_error(Errc::limit_exceeded, "this server holds its limit of " +
+                                                       std::to_string(opt_.max_peers) + " sessions; try later"));
+  auto acc = server_accept(opt_.security, outs[0]->header, opt_.agent, opt_.limits.max_frame_bytes);
+  if (!acc) return refuse(acc.error());
+  // Remembered only once accepted, so a bounded set holds real HELLOs.
+  hello_seen_.insert(mac);
+  hello_seen_order_.push_back(mac);
+  if (hello_seen_order_.size() > kHelloReplayWindow) {
+    hello_seen_.erase(hello_seen_order_.front());
+    hello_seen_order_.pop_front();
+  }
   auto p = std::make_unique<Peer>();
   p->reader = FrameReader(opt_.limits);
   p->writer.set_session(acc->keys.session);
   p->reader.set_session(acc->keys.session);
-  TRACR_TRY(p->writer.write(acc->welcome, {}, opt_.send, sink));
+  // WELCOME: header, then a MAC bound to this HELLO's.
+  TRACR_TRY(p->writer.write(acc->welcome, {}, opt_.send, [&](Segment&& s) {
+    auto wm = welcome_mac(hello_keys_, static_cast<const uint8_t*>(s[0].data()), s[0].size(), mac.data());
+    s.emplace_back(wm.data(), wm.size());
+    return send_segment(sock_, &peer, std::move(s));
+  }));
   if (acc->keys.cipher != Cipher::none) {
     TRACR_TRY(p->writer.set_key(acc->keys.s2c.key, acc->keys.s2c.iv));
     TRACR_TRY(p->reader.set_key(acc->keys.c2s.key, acc->keys.c2s.iv));
@@ -289,8 +358,7 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
       e.error = make_error(Errc::wrong_session, "this server has no session with you (it may have restarted); "
                                                 "reconnect with HELLO");
       (void)w.write(e, {}, opt_.send, [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
-      return make_error(Errc::unexpected_message,
-                        "peer " + peer_name(peer) + " sent a frame before HELLO; told it to reconnect");
+      return reject_stranger(peer, make_error(Errc::unexpected_message, "sent a frame before HELLO; told it to reconnect"));
     }
     Peer& p = *it->second;
     bool gone = false;

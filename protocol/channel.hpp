@@ -9,6 +9,8 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 
 #include <zmq.hpp>
@@ -60,6 +62,9 @@ class Client {
 
  private:
   Client(zmq::context_t& ctx, ChannelOptions opt);
+  // The answer to HELLO: a WELCOME whose MAC verifies, or the server's ERROR.
+  Result<Frame> recv_welcome(const HelloKeys& hk, const uint8_t* hello_mac,
+                             std::chrono::steady_clock::time_point deadline);
   bool established_ = false;
   ChannelOptions opt_;
   zmq::socket_t sock_;
@@ -71,6 +76,8 @@ class Client {
 class Server {
  public:
   // Binds (e.g. "tcp://127.0.0.1:0"); endpoint() gives the bound address.
+  // handshake_failed when the options hold no session secret (>= 16 bytes):
+  // HELLOs are authenticated with it in plain mode too.
   static Result<std::unique_ptr<Server>> bind(zmq::context_t& ctx, const std::string& endpoint,
                                               ChannelOptions opt);
   ~Server();
@@ -100,6 +107,9 @@ class Server {
   };
   Server(zmq::context_t& ctx, ChannelOptions opt);
   Status handle_hello(const std::string& peer, Segment& seg);
+  // Rejection of a message from a peer with no session: counted, and
+  // returned with the peer named.
+  Error reject_stranger(const std::string& peer, Error e);
   void drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it);
   void sweep_idle();
   std::chrono::steady_clock::time_point last_sweep_{};
@@ -110,6 +120,12 @@ class Server {
   std::deque<Result<Incoming>> ready_;
   std::string last_error_peer_;
   RejectCounters rejected_closed_;  // counters of peers that were replaced
+  RejectCounters rejected_strangers_;  // messages from peers without a session (e.g. bad HELLOs)
+  HelloKeys hello_keys_;
+  // MACs of recently accepted HELLOs: a replayed HELLO is refused before it
+  // costs a key exchange or a slot (bounded; PROTOCOL.md §6.3).
+  std::set<std::array<uint8_t, kHelloMacBytes>> hello_seen_;
+  std::deque<std::array<uint8_t, kHelloMacBytes>> hello_seen_order_;
 };
 
 // Hex form of a routing id, for messages.

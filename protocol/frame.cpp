@@ -248,14 +248,14 @@ Status FrameReader::set_key(const Key256& key, const Iv96& iv) {
   return {};
 }
 
-Error FrameReader::reject(Error e) {
-  switch (e.code) {
-    case Errc::auth_failed: rejected_.auth_failed++; break;
-    case Errc::replay: rejected_.replay++; break;
-    case Errc::truncated: rejected_.truncated++; break;
+void RejectCounters::add(Errc code) {
+  switch (code) {
+    case Errc::auth_failed: auth_failed++; break;
+    case Errc::replay: replay++; break;
+    case Errc::truncated: truncated++; break;
     case Errc::decompress_failed:
     case Errc::codec_params:
-    case Errc::unknown_codec: rejected_.codec++; break;
+    case Errc::unknown_codec: codec++; break;
     case Errc::malformed_header:
     case Errc::bad_magic:
     case Errc::unsupported_version:
@@ -264,9 +264,13 @@ Error FrameReader::reject(Error e) {
     case Errc::missing_field:
     case Errc::limit_exceeded:
     case Errc::size_mismatch:
-    case Errc::unsupported_dtype: rejected_.malformed++; break;
-    default: rejected_.other++; break;
+    case Errc::unsupported_dtype: malformed++; break;
+    default: other++; break;
   }
+}
+
+Error FrameReader::reject(Error e) {
+  rejected_.add(e.code);
   return e;
 }
 

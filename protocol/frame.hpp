@@ -89,6 +89,8 @@ struct RejectCounters {
   uint64_t codec = 0;         // decompression / codec parameter errors
   uint64_t other = 0;
   uint64_t total() const { return malformed + auth_failed + replay + truncated + codec + other; }
+  // Counts one rejection under the kind its code belongs to.
+  void add(Errc code);
   RejectCounters& operator+=(const RejectCounters& o) {
     malformed += o.malformed;
     auth_failed += o.auth_failed;

@@ -42,14 +42,40 @@ Result<SessionKeys> derive_keys(const std::vector<uint8_t>& secret, const std::v
   return k;
 }
 
+Result<HelloKeys> derive_hello_keys(const std::vector<uint8_t>& secret) {
+  if (secret.size() < 16)
+    return hs_err("the session secret is missing or shorter than 16 bytes (HELLO is authenticated with it, "
+                  "with or without encryption)");
+  HelloKeys k;
+  auto c2s = hkdf_sha256(secret.data(), secret.size(), nullptr, 0, "tracr/1 hello c2s", 32);
+  if (!c2s) return std::move(c2s.error());
+  auto s2c = hkdf_sha256(secret.data(), secret.size(), nullptr, 0, "tracr/1 hello s2c", 32);
+  if (!s2c) return std::move(s2c.error());
+  std::memcpy(k.c2s.data(), c2s->data(), 32);
+  std::memcpy(k.s2c.data(), s2c->data(), 32);
+  return k;
+}
+
+std::array<uint8_t, kHelloMacBytes> hello_mac(const HelloKeys& k, const uint8_t* header, size_t n) {
+  return hmac_sha256(k.c2s.data(), k.c2s.size(), header, n);
+}
+
+std::array<uint8_t, kHelloMacBytes> welcome_mac(const HelloKeys& k, const uint8_t* header, size_t n,
+                                                const uint8_t* hello) {
+  std::vector<uint8_t> msg(header, header + n);
+  msg.insert(msg.end(), hello, hello + kHelloMacBytes);
+  return hmac_sha256(k.s2c.data(), k.s2c.size(), msg.data(), msg.size());
+}
+
 ClientHandshake::ClientHandshake(Security sec, std::string role, std::string agent,
                                  uint64_t max_frame_bytes)
     : sec_(std::move(sec)), role_(std::move(role)), agent_(std::move(agent)),
       max_frame_bytes_(max_frame_bytes) {}
 
 Result<Header> ClientHandshake::hello() {
-  if (sec_.encrypt && sec_.secret.size() < 16)
-    return hs_err("encryption is on but the session secret is missing or shorter than 16 bytes");
+  if (sec_.secret.size() < 16)
+    return hs_err("the session secret is missing or shorter than 16 bytes (HELLO is authenticated with it, "
+                  "with or without encryption)");
   nonce_.resize(kNonceBytes);
   TRACR_TRY(random_bytes(nonce_.data(), nonce_.size()));
   Header h;
@@ -116,7 +142,7 @@ Result<ServerAccept> server_accept(const Security& sec, const Header& hello, std
     return hs_err("peer offered cipher(s) that do not include '" + want +
                   "' (both ends must agree on encryption)");
   if (hs.nonce.size() != kNonceBytes) return hs_err("peer nonce is not 32 bytes");
-  if (sec.encrypt && sec.secret.size() < 16) return hs_err("server has no session secret");
+  if (sec.secret.size() < 16) return hs_err("server has no session secret");
   ServerAccept acc;
   uint64_t sid = 0;
   while (sid == 0) TRACR_TRY(random_bytes(reinterpret_cast<uint8_t*>(&sid), sizeof sid));

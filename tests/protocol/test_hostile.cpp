@@ -1,0 +1,224 @@
+// Hostile peers on real sockets (tcp://127.0.0.1): what an untrusted peer
+// can make a Server spend, and what legitimate participants still get.
+#include <atomic>
+#include <thread>
+
+#include "frame_fixture.hpp"
+#include "protocol/channel.hpp"
+
+using namespace tracr;
+using namespace tracr::protocol;
+using namespace tracr::protocol::testing;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ChannelOptions hostile_options(bool encrypt, uint8_t secret_byte = 7) {
+  ChannelOptions o;
+  o.security.encrypt = encrypt;
+  o.security.secret.assign(32, secret_byte);
+  o.handshake_timeout_ms = 2000;
+  return o;
+}
+
+// Serves from one thread: answers INFER_REQUEST with an empty INFER_RESULT.
+struct Serving {
+  std::unique_ptr<Server> server;
+  std::thread th;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> errors{0};
+  Serving(zmq::context_t& ctx, ChannelOptions o) {
+    auto s = Server::bind(ctx, "tcp://127.0.0.1:0", std::move(o));
+    EXPECT_TRUE(s.ok());
+    server = std::move(*s);
+    th = std::thread([this] {
+      while (!stop) {
+        auto in = server->recv(20);
+        if (!in) {
+          if (in.error().code != Errc::timeout) ++errors;
+          continue;
+        }
+        (void)server->send(in->peer, MsgType::infer_result, in->frame.header.split, {});
+      }
+    });
+  }
+  void join() {
+    stop = true;
+    if (th.joinable()) th.join();
+  }
+  ~Serving() { join(); }
+};
+
+void send_segment_raw(zmq::socket_t& s, Segment&& seg) {
+  for (size_t i = 0; i < seg.size(); ++i)
+    s.send(seg[i], i + 1 < seg.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+}
+
+// A HELLO segment as Client::connect sends it, its MAC made with `mac_secret`
+// (no MAC part when it is empty).
+Segment hello_segment(bool encrypt, const std::vector<uint8_t>& mac_secret) {
+  Security sec;
+  sec.encrypt = encrypt;
+  sec.secret.assign(32, 0x55);
+  ClientHandshake hs(sec, "PARTICIPANT", "hostile", 1u << 20);
+  auto h = hs.hello();
+  EXPECT_TRUE(h.ok());
+  Segment out;
+  FrameWriter w;
+  (void)w.write(*h, {}, {}, [&](Segment&& seg) {
+    out = std::move(seg);
+    return Status{};
+  });
+  if (!mac_secret.empty()) {
+    auto hk = derive_hello_keys(mac_secret);
+    EXPECT_TRUE(hk.ok());
+    auto mac = hello_mac(*hk, static_cast<const uint8_t*>(out[0].data()), out[0].size());
+    out.emplace_back(mac.data(), mac.size());
+  }
+  return out;
+}
+
+// A stranger who does not hold the session secret: sends well-formed HELLOs
+// (a fresh connection, so a fresh routing id, for each) at `per_sec`, with a
+// MAC made under a wrong secret or with none.
+struct HelloFlood {
+  std::thread th;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> sent{0};
+  HelloFlood(zmq::context_t& ctx, const std::string& ep, int per_sec, bool encrypt, bool with_mac) {
+    th = std::thread([&ctx, ep, per_sec, encrypt, with_mac, this] {
+      const auto period = std::chrono::microseconds(1000000 / per_sec);
+      auto next = Clock::now();
+      const std::vector<uint8_t> wrong = with_mac ? std::vector<uint8_t>(32, 0x55) : std::vector<uint8_t>{};
+      while (!stop) {
+        zmq::socket_t s(ctx, zmq::socket_type::dealer);
+        s.set(zmq::sockopt::linger, 500);
+        s.connect(ep);
+        send_segment_raw(s, hello_segment(encrypt, wrong));
+        ++sent;
+        next += period;
+        std::this_thread::sleep_until(next);
+      }
+    });
+  }
+  void finish() {
+    stop = true;
+    if (th.joinable()) th.join();
+  }
+  ~HelloFlood() { finish(); }
+};
+
+// 300 unauthenticated HELLOs per second while a participant that holds the
+// secret connects 20 times: every one of its handshakes must succeed.
+void flood_then_connect(bool encrypt, bool flood_with_mac) {
+  zmq::context_t ctx;
+  ChannelOptions so = hostile_options(encrypt);
+  so.max_peers = 64;
+  Serving srv(ctx, so);
+  HelloFlood flood(ctx, srv.server->endpoint(), 300, encrypt, flood_with_mac);
+  while (flood.sent < 150) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ChannelOptions co = hostile_options(encrypt);
+  co.handshake_timeout_ms = 1000;
+  int ok = 0;
+  std::string last_error;
+  for (int i = 0; i < 20; ++i) {
+    auto c = Client::connect(ctx, srv.server->endpoint(), co);
+    if (c.ok()) {
+      ++ok;
+      ASSERT_TRUE((*c)->send(MsgType::infer_request, 1, {}).ok());
+      auto r = (*c)->recv(2000);
+      ASSERT_TRUE(r.ok()) << r.error().str();
+      EXPECT_EQ(r->header.type, MsgType::infer_result);
+    } else {
+      last_error = c.error().str();
+    }
+    // Spread the connections over the flood (pacing only; nothing is timed).
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  flood.finish();
+  const uint64_t flooded = flood.sent;
+  std::printf("[ flood ] %s: %d of 20 legitimate handshakes succeeded under %llu unauthenticated HELLOs\n",
+              encrypt ? "aes-256-gcm" : "plain", ok, static_cast<unsigned long long>(flooded));
+  EXPECT_EQ(ok, 20) << last_error;
+  EXPECT_GT(flooded, 150u);
+  // Drain what is still queued, then look at what the flood cost.
+  srv.join();
+  while (srv.server->recv(300).error().code != Errc::timeout) {
+  }
+  const RejectCounters rc = srv.server->rejected();
+  std::printf("[ flood ] rejected as auth_failed: %llu, sessions held: %zu\n",
+              static_cast<unsigned long long>(rc.auth_failed), srv.server->peers());
+  EXPECT_GE(rc.auth_failed * 100, flooded * 95);  // a few may be lost when their socket closes
+  EXPECT_LE(rc.auth_failed, flooded);
+  EXPECT_EQ(srv.server->peers(), 0u);  // no slot to any stranger; the participants said GOODBYE
+}
+
+}  // namespace
+
+TEST(Hostile, HelloFloodWithWrongSecretDoesNotLockOutParticipantsEncrypted) { flood_then_connect(true, true); }
+TEST(Hostile, HelloFloodWithoutMacDoesNotLockOutParticipantsPlain) { flood_then_connect(false, false); }
+
+TEST(Hostile, StrangersHelloGetsTypedErrorAndNoSession) {
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(true));
+  for (bool with_mac : {false, true}) {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(srv.server->endpoint());
+    send_segment_raw(s, hello_segment(true, with_mac ? std::vector<uint8_t>(32, 0x55) : std::vector<uint8_t>{}));
+    s.set(zmq::sockopt::rcvtimeo, 3000);
+    Segment reply;
+    ASSERT_TRUE(zmq::recv_multipart(s, std::back_inserter(reply)).has_value());
+    FrameReader r;
+    auto outs = r.feed(reply);
+    ASSERT_EQ(outs.size(), 1u);
+    ASSERT_TRUE(outs[0].ok()) << outs[0].error().str();
+    ASSERT_EQ(outs[0]->header.type, MsgType::error);
+    EXPECT_EQ(outs[0]->header.error->code, Errc::auth_failed) << outs[0]->header.error->str();
+    EXPECT_LE(reply[0].size(), 300u);  // no amplification: about the size of a HELLO
+  }
+  srv.join();
+  EXPECT_EQ(srv.server->peers(), 0u);
+  EXPECT_EQ(srv.server->rejected().auth_failed, 2u);
+}
+
+TEST(Hostile, ReplayedHelloIsRefused) {
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(false));
+  Segment hello = hello_segment(false, std::vector<uint8_t>(32, 7));  // the server's secret
+  std::vector<Segment> replies;
+  for (int i = 0; i < 2; ++i) {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::rcvtimeo, 3000);
+    s.connect(srv.server->endpoint());
+    send_segment_raw(s, copy_segment(hello));
+    Segment reply;
+    ASSERT_TRUE(zmq::recv_multipart(s, std::back_inserter(reply)).has_value());
+    replies.push_back(std::move(reply));
+  }
+  // The first is welcomed (header and MAC), the copy refused as a replay.
+  ASSERT_EQ(replies[0].size(), 2u);
+  FrameReader r0, r1;
+  Segment w{copy_segment(replies[0])};
+  w.pop_back();
+  auto first = r0.feed(w);
+  ASSERT_TRUE(first.at(0).ok());
+  EXPECT_EQ(first[0]->header.type, MsgType::welcome);
+  auto second = r1.feed(replies[1]);
+  ASSERT_TRUE(second.at(0).ok());
+  ASSERT_EQ(second[0]->header.type, MsgType::error);
+  EXPECT_EQ(second[0]->header.error->code, Errc::replay);
+  srv.join();
+  EXPECT_EQ(srv.server->rejected().replay, 1u);
+}
+
+TEST(Hostile, ServerWithoutSecretRefusesToBindEvenInPlainMode) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(false);
+  o.security.secret.clear();
+  auto s = Server::bind(ctx, "tcp://127.0.0.1:0", o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Errc::handshake_failed);
+}
