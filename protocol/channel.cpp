@@ -138,6 +138,9 @@ Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::
   if (keys->cipher != Cipher::none) {
     TRACR_TRY(c->writer_.set_key(keys->c2s.key, keys->c2s.iv));
     TRACR_TRY(c->reader_.set_key(keys->s2c.key, keys->s2c.iv));
+  } else {
+    TRACR_TRY(c->writer_.set_control_key(keys->c2s.key, keys->c2s.iv));
+    TRACR_TRY(c->reader_.set_control_key(keys->s2c.key, keys->s2c.iv));
   }
   // Key confirmation: one HEARTBEAT each way under the new keys.
   Header hb;
@@ -237,7 +240,10 @@ Result<std::unique_ptr<Server>> Server::bind(zmq::context_t& ctx, const std::str
 RejectCounters Server::rejected() const {
   RejectCounters t = rejected_closed_;
   t += rejected_strangers_;
-  for (const auto& [id, p] : peers_) t += p->reader.rejected();
+  for (const auto& [id, p] : peers_) {
+    t += p->reader.rejected();
+    t += p->refused;
+  }
   return t;
 }
 
@@ -312,9 +318,13 @@ Status Server::handle_hello(const std::string& peer, Segment& seg) {
   if (acc->keys.cipher != Cipher::none) {
     TRACR_TRY(p->writer.set_key(acc->keys.s2c.key, acc->keys.s2c.iv));
     TRACR_TRY(p->reader.set_key(acc->keys.c2s.key, acc->keys.c2s.iv));
+  } else {
+    TRACR_TRY(p->writer.set_control_key(acc->keys.s2c.key, acc->keys.s2c.iv));
+    TRACR_TRY(p->reader.set_control_key(acc->keys.c2s.key, acc->keys.c2s.iv));
   }
+  p->controller = outs[0]->header.hs->role == kControllerRole;
   p->last_seen = Clock::now();
-  if (auto it = peers_.find(peer); it != peers_.end()) rejected_closed_ += it->second->reader.rejected();
+  drop_peer(peers_.find(peer));  // a HELLO on a known routing id restarts its session
   peers_[peer] = std::move(p);
   return {};
 }
@@ -383,13 +393,35 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
         gone = true;  // an authenticated goodbye ends the session
         break;
       }
+      auto reply = [&](Header h) {
+        return p.writer.write(std::move(h), {}, opt_.send,
+                              [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+      };
       if (r->header.type == MsgType::heartbeat) {
         p.confirmed = true;
         Header hb;
         hb.type = MsgType::heartbeat;
-        TRACR_TRY(p.writer.write(hb, {}, opt_.send,
-                                 [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); }));
+        TRACR_TRY(reply(hb));
         continue;
+      }
+      if (r->header.type == MsgType::shutdown) {
+        // Only a controlling session may stop the server (PROTOCOL.md 3.3);
+        // either way the sender hears the outcome.
+        Header ans;
+        if (!p.confirmed || !p.controller) {
+          Error e = make_error(Errc::unexpected_message,
+                               std::string("SHUTDOWN is accepted only from a confirmed controlling session (role '") +
+                                   kControllerRole + "' in its HELLO); this session is not one");
+          p.refused.add(e.code);
+          ans.type = MsgType::error;
+          ans.error = e;
+          (void)reply(ans);
+          e.message = "peer " + peer_name(peer) + ": " + e.message;
+          ready_.push_back(std::move(e));
+          continue;
+        }
+        ans.type = MsgType::shutdown;  // the acknowledgement
+        TRACR_TRY(reply(ans));
       }
       ready_.push_back(Incoming{peer, std::move(*r)});
     }
@@ -400,6 +432,7 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
 void Server::drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it) {
   if (it == peers_.end()) return;
   rejected_closed_ += it->second->reader.rejected();
+  rejected_closed_ += it->second->refused;
   peers_.erase(it);
 }
 

@@ -21,11 +21,15 @@
 
 namespace tracr::protocol {
 
+// The HELLO role of a controlling session, the only one whose SHUTDOWN a
+// Server accepts (PROTOCOL.md 3.3).
+inline constexpr char kControllerRole[] = "CONTROLLER";
+
 struct ChannelOptions {
   Security security;
   SendOptions send;
   Limits limits;
-  std::string role = "PARTICIPANT";
+  std::string role = "PARTICIPANT";  // kControllerRole for a session that may send SHUTDOWN
   std::string agent = "tracr/0.1";
   int handshake_timeout_ms = 5000;
   int max_peers = 1024;  // server: sessions kept at once
@@ -88,7 +92,8 @@ class Server {
     Frame frame;
   };
   // Next frame from any established peer. Handshakes and heartbeats are
-  // answered internally. Errors carry the peer in their message and in
+  // answered internally; a SHUTDOWN is acknowledged and returned only when
+  // it comes from a controlling session, and refused with an ERROR otherwise. Errors carry the peer in their message and in
   // last_error_peer(); the session carries on.
   Result<Incoming> recv(int timeout_ms);
   Status send(const std::string& peer, MsgType type, int32_t split, const Bundle& bundle,
@@ -103,6 +108,8 @@ class Server {
     FrameWriter writer;
     FrameReader reader;
     bool confirmed = false;
+    bool controller = false;   // role CONTROLLER at HELLO: may send SHUTDOWN
+    RejectCounters refused;    // valid messages refused (e.g. SHUTDOWN from a participant)
     std::chrono::steady_clock::time_point last_seen;
   };
   Server(zmq::context_t& ctx, ChannelOptions opt);

@@ -42,9 +42,19 @@ void seal_aad(std::vector<uint8_t>& aad, const uint8_t* hdr, size_t hn, const Se
 
 }  // namespace
 
+bool msg_type_is_control(MsgType t) {
+  return t == MsgType::heartbeat || t == MsgType::error || t == MsgType::shutdown || t == MsgType::goodbye;
+}
+
 Status FrameWriter::set_key(const Key256& key, const Iv96& iv) {
   TRACR_TRY(aead_.set_key(key, iv));
   cipher_ = Cipher::aes256gcm;
+  return {};
+}
+
+Status FrameWriter::set_control_key(const Key256& key, const Iv96& iv) {
+  TRACR_TRY(aead_.set_key(key, iv));
+  seal_control_ = true;
   return {};
 }
 
@@ -54,6 +64,12 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
   FrameStats st;
   TRACR_TRY(opt.codec.validate());
   const bool enc = cipher_ != Cipher::none;
+  // Every segment is sealed on an encrypted session; on a plain one only
+  // control messages, which carry no payload (PROTOCOL.md 5.1).
+  const bool sealed = enc || (seal_control_ && msg_type_is_control(proto.type));
+  if (sealed && !enc && !bundle.empty())
+    return make_error(Errc::invalid_argument, std::string(msg_type_name(proto.type)) +
+                                                  " is a control message: it carries no tensors on a plain session");
   const size_t chunk_opt = std::max<size_t>(opt.chunk_bytes, 4096);
 
   // Descriptors and lossy parameters for every tensor.
@@ -112,7 +128,7 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
     h.last = last;
     h.nparts = static_cast<uint32_t>(seg.size() - 1);
     h.cipher = cipher_;
-    h.ctr = enc ? seg_ctr : 0;
+    h.ctr = sealed ? seg_ctr : 0;
     if (seg_index == 0) {
       h.tensors = descs;
       h.meta = proto.meta;
@@ -127,7 +143,7 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
                         "frame header would be " + std::to_string(hdr_bytes.size()) +
                             " bytes, above the " + std::to_string(Limits{}.max_header_bytes) +
                             "-byte limit (too many tensors, channels or meta entries)");
-    if (enc) {
+    if (sealed) {
       auto t0 = Clock::now();
       seal_aad(aad, hdr_bytes.data(), hdr_bytes.size(), seg, 1, h.nparts);
       zmq::message_t tag(kTagBytes);
@@ -245,6 +261,12 @@ struct FrameReader::Pending {
 Status FrameReader::set_key(const Key256& key, const Iv96& iv) {
   TRACR_TRY(aead_.set_key(key, iv));
   cipher_ = Cipher::aes256gcm;
+  return {};
+}
+
+Status FrameReader::set_control_key(const Key256& key, const Iv96& iv) {
+  TRACR_TRY(aead_.set_key(key, iv));
+  seal_control_ = true;
   return {};
 }
 
@@ -388,9 +410,11 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
     out.emplace_back(reject(std::move(e)));
     return std::move(out);
   };
+  const bool sealed = enc || (seal_control_ && msg_type_is_control(h.type));
   // A peer without our keys (e.g. a restarted server) can only say why in
   // plain text; surface it as a remote error, never as data.
-  if (h.cipher != cipher_ && h.type == MsgType::error && h.error && h.cipher == Cipher::none && h.seg == 0)
+  if (h.type == MsgType::error && h.error && h.cipher == Cipher::none && h.seg == 0 &&
+      (h.cipher != cipher_ || (sealed && seg.size() == 1 + size_t{h.nparts})))
     return fail(make_error(Errc::remote, "peer sent an unauthenticated ERROR: " + h.error->str()));
   if (session_ != 0 && h.session != session_)
     return fail(make_error(Errc::wrong_session, "frame for session " + std::to_string(h.session) +
@@ -400,11 +424,17 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
     return fail(make_error(Errc::cipher_mismatch,
                            "frame cipher '" + std::string(cipher_name(h.cipher)) +
                                "' but the session negotiated '" + std::string(cipher_name(cipher_)) + "'"));
-  const size_t want_parts = 1 + h.nparts + (enc ? 1 : 0);
+  if (sealed && !enc && h.nparts != 0)
+    return fail(make_error(Errc::size_mismatch, std::string(msg_type_name(h.type)) +
+                                                    " on a plain session must carry no payload parts, got " +
+                                                    std::to_string(h.nparts)));
+  const size_t want_parts = 1 + h.nparts + (sealed ? 1 : 0);
   if (seg.size() != want_parts)
-    return fail(make_error(Errc::size_mismatch, "segment has " + std::to_string(seg.size()) +
-                                                    " parts, header says " + std::to_string(want_parts)));
-  if (enc) {
+    return fail(make_error(sealed && !enc ? Errc::auth_failed : Errc::size_mismatch,
+                           "segment has " + std::to_string(seg.size()) + " parts, header says " +
+                               std::to_string(want_parts) +
+                               (sealed && !enc ? " (control messages on this plain session are sealed)" : "")));
+  if (sealed) {
     if (h.ctr <= last_ctr_)
       return fail(make_error(Errc::replay, "counter " + std::to_string(h.ctr) + " of frame " +
                                                std::to_string(h.seq) + " is not above " +

@@ -46,12 +46,18 @@ struct FrameStats {
   std::vector<uint64_t> tensor_wire;  // payload bytes per tensor
 };
 
+// HEARTBEAT, ERROR, SHUTDOWN and GOODBYE: sealed even on a plain session.
+bool msg_type_is_control(MsgType t);
+
 class FrameWriter {
  public:
   void set_session(uint64_t sid) { session_ = sid; }
   uint64_t session() const { return session_; }
   // Switches on encryption for every following frame.
   Status set_key(const Key256& key, const Iv96& iv);
+  // Plain session: payloads stay in clear, control messages are sealed with
+  // this key (PROTOCOL.md 5.1).
+  Status set_control_key(const Key256& key, const Iv96& iv);
   Cipher cipher() const { return cipher_; }
 
   // Encodes `bundle` as one frame. `proto` supplies type, split, meta, error
@@ -67,6 +73,7 @@ class FrameWriter {
   uint64_t next_seq_ = 1;
   uint64_t next_ctr_ = 1;
   Cipher cipher_ = Cipher::none;
+  bool seal_control_ = false;
   AesGcm aead_;
   std::vector<uint8_t> scratch_;         // lossy output before sparse/blosc
   std::vector<uint8_t> sparse_scratch_;  // sparse raw form before blosc
@@ -109,6 +116,9 @@ class FrameReader {
   void set_session(uint64_t sid) { session_ = sid; }
   // Every following segment must be encrypted with this key.
   Status set_key(const Key256& key, const Iv96& iv);
+  // Plain session: control messages must be sealed with this key
+  // (PROTOCOL.md 5.1); an unsealed ERROR comes out as `remote`.
+  Status set_control_key(const Key256& key, const Iv96& iv);
   Cipher cipher() const { return cipher_; }
   const Limits& limits() const { return lim_; }
 
@@ -132,6 +142,7 @@ class FrameReader {
   uint64_t last_seq_ = 0;
   uint64_t last_ctr_ = 0;
   Cipher cipher_ = Cipher::none;
+  bool seal_control_ = false;
   AesGcm aead_;
   RejectCounters rejected_;
   std::shared_ptr<Pending> pending_;

@@ -111,9 +111,13 @@ Result<SessionKeys> ClientHandshake::on_welcome(const Header& w) {
     return hs_err("server chose cipher '" + (hs.ciphers.empty() ? std::string() : hs.ciphers[0]) +
                   "' but this end requires '" + want + "' (both ends must agree on encryption)");
   if (hs.nonce.size() != kNonceBytes) return hs_err("server nonce is not 32 bytes");
-  SessionKeys keys;
-  keys.session = w.session;
-  if (!sec_.encrypt) return keys;
+  if (!sec_.encrypt) {
+    // Plain session: the same schedule, without a key exchange, keys the
+    // seals of control messages (PROTOCOL.md 5.1).
+    auto keys = derive_keys(sec_.secret, {}, nonce_, hs.nonce, {}, {}, w.session);
+    if (keys) keys->cipher = Cipher::none;
+    return keys;
+  }
   std::vector<uint8_t> dh, pub_c, pub_s;
   const bool kx = sec_.x25519;
   const bool peer_kx = hs.kx.size() == 1 && hs.kx[0] == "x25519";
@@ -178,6 +182,11 @@ Result<ServerAccept> server_accept(const Security& sec, const Header& hello, std
     auto keys = derive_keys(sec.secret, dh, hs.nonce, out.nonce, pub_c, pub_s, sid);
     if (!keys) return std::move(keys.error());
     acc.keys = *keys;
+  } else {
+    auto keys = derive_keys(sec.secret, {}, hs.nonce, out.nonce, {}, {}, sid);
+    if (!keys) return std::move(keys.error());
+    acc.keys = *keys;
+    acc.keys.cipher = Cipher::none;
   }
   acc.welcome.type = MsgType::welcome;
   acc.welcome.hs = std::move(out);

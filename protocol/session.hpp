@@ -28,7 +28,7 @@ struct DirectionKey {
 };
 struct SessionKeys {
   uint64_t session = 0;
-  Cipher cipher = Cipher::none;
+  Cipher cipher = Cipher::none;  // none: the keys seal control messages only
   DirectionKey c2s;  // participant (client) -> server
   DirectionKey s2c;  // server -> participant
 };

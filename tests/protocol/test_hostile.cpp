@@ -28,6 +28,7 @@ struct Serving {
   std::thread th;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> errors{0};
+  std::atomic<uint64_t> shutdowns{0};  // SHUTDOWNs the server handed to its application
   Serving(zmq::context_t& ctx, ChannelOptions o) {
     auto s = Server::bind(ctx, "tcp://127.0.0.1:0", std::move(o));
     EXPECT_TRUE(s.ok());
@@ -39,7 +40,9 @@ struct Serving {
           if (in.error().code != Errc::timeout) ++errors;
           continue;
         }
-        (void)server->send(in->peer, MsgType::infer_result, in->frame.header.split, {});
+        if (in->frame.header.type == MsgType::shutdown) ++shutdowns;
+        if (in->frame.header.type == MsgType::infer_request)
+          (void)server->send(in->peer, MsgType::infer_result, in->frame.header.split, {});
       }
     });
   }
@@ -221,4 +224,127 @@ TEST(Hostile, ServerWithoutSecretRefusesToBindEvenInPlainMode) {
   auto s = Server::bind(ctx, "tcp://127.0.0.1:0", o);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code, Errc::handshake_failed);
+}
+
+// ---- Plain sessions: control messages are sealed (PROTOCOL.md 5.1) --------
+
+namespace {
+
+// A header-only segment of `type` for `sid`, unsealed, as a stranger on the
+// path could forge it (the sid travels in clear on a plain session).
+Segment forged(MsgType type, uint64_t sid, uint64_t seq) {
+  Header h;
+  h.type = type;
+  h.session = sid;
+  h.seq = seq;
+  if (type == MsgType::error) h.error = make_error(Errc::internal, "forged");
+  std::vector<uint8_t> bytes;
+  encode_header(h, bytes);
+  Segment seg;
+  seg.emplace_back(bytes.data(), bytes.size());
+  return seg;
+}
+
+void round_trip(Client& c) {
+  ASSERT_TRUE(c.send(MsgType::infer_request, 2, {}).ok());
+  auto r = c.recv(3000);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->header.type, MsgType::infer_result);
+}
+
+}  // namespace
+
+TEST(Hostile, PlainSessionRefusesForgedControlMessagesAndSaysSo) {
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(false));
+  auto c = Client::connect(ctx, srv.server->endpoint(), hostile_options(false));
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  const uint64_t sid = (*c)->session();
+  // Unsealed SHUTDOWN, GOODBYE and HEARTBEAT with the right sid and a fresh seq.
+  uint64_t seq = 100;
+  for (MsgType t : {MsgType::shutdown, MsgType::goodbye, MsgType::heartbeat}) {
+    ASSERT_TRUE((*c)->send_raw(forged(t, sid, seq++)).ok());
+    // Not silent: a sealed ERROR names the refusal.
+    auto e = (*c)->recv(3000);
+    ASSERT_TRUE(e.ok()) << e.error().str();
+    ASSERT_EQ(e->header.type, MsgType::error);
+    EXPECT_EQ(e->header.error->code, Errc::auth_failed) << e->header.error->str();
+  }
+  round_trip(**c);  // the session carries on
+  srv.join();
+  EXPECT_EQ(srv.shutdowns, 0u);
+  EXPECT_EQ(srv.server->peers(), 1u);  // the forged GOODBYE ended nothing
+  EXPECT_EQ(srv.server->rejected().auth_failed, 3u);
+}
+
+TEST(Hostile, ShutdownOnlyFromTheControllingSessionAndAcknowledged) {
+  for (bool encrypt : {false, true}) {
+    zmq::context_t ctx;
+    Serving srv(ctx, hostile_options(encrypt));
+    auto participant = Client::connect(ctx, srv.server->endpoint(), hostile_options(encrypt));
+    ASSERT_TRUE(participant.ok()) << participant.error().str();
+    ASSERT_TRUE((*participant)->send(MsgType::shutdown, -1, {}).ok());
+    auto refused = (*participant)->recv(3000);
+    ASSERT_TRUE(refused.ok()) << refused.error().str();
+    ASSERT_EQ(refused->header.type, MsgType::error);
+    EXPECT_EQ(refused->header.error->code, Errc::unexpected_message);
+    EXPECT_NE(refused->header.error->message.find("CONTROLLER"), std::string::npos);
+    round_trip(**participant);
+
+    ChannelOptions co = hostile_options(encrypt);
+    co.role = kControllerRole;
+    auto controller = Client::connect(ctx, srv.server->endpoint(), co);
+    ASSERT_TRUE(controller.ok()) << controller.error().str();
+    ASSERT_TRUE((*controller)->send(MsgType::shutdown, -1, {}).ok());
+    auto ack = (*controller)->recv(3000);
+    ASSERT_TRUE(ack.ok()) << ack.error().str();
+    EXPECT_EQ(ack->header.type, MsgType::shutdown);
+    srv.join();
+    EXPECT_EQ(srv.shutdowns, 1u) << (encrypt ? "encrypted" : "plain");
+    EXPECT_EQ(srv.server->rejected().other, 1u);
+  }
+}
+
+TEST(Hostile, PlainReaderWithControlKeyChecksSealsOnControlMessagesOnly) {
+  Key256 k{};
+  Iv96 iv{};
+  k[0] = 1;
+  FrameWriter w;
+  FrameReader r;
+  w.set_session(9);
+  r.set_session(9);
+  ASSERT_TRUE(w.set_control_key(k, iv).ok());
+  ASSERT_TRUE(r.set_control_key(k, iv).ok());
+  std::vector<Segment> segs;
+  auto sink = [&](Segment&& s) {
+    segs.push_back(std::move(s));
+    return Status{};
+  };
+  Header hb;
+  hb.type = MsgType::heartbeat;
+  ASSERT_TRUE(w.write(hb, {}, {}, sink).ok());
+  Header req;
+  req.type = MsgType::infer_request;
+  Bundle b{random_tensor("x", DType::float32, {8}, 1)};
+  ASSERT_TRUE(w.write(req, b, {}, sink).ok());
+  ASSERT_EQ(segs.size(), 2u);
+  EXPECT_EQ(segs[0].size(), 2u);  // header and seal
+  EXPECT_EQ(segs[1].size(), 2u);  // header and one payload part in clear
+  EXPECT_EQ(0, std::memcmp(segs[1][1].data(), b[0].data, b[0].nbytes));
+  for (auto& s : segs) {
+    auto out = r.feed(s);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_TRUE(out[0].ok()) << out[0].error().str();
+  }
+  // Replayed sealed HEARTBEAT, unsealed HEARTBEAT, unsealed ERROR, a control
+  // message with a payload.
+  Segment replayed = copy_segment(segs[0]);
+  EXPECT_EQ(r.feed(replayed).at(0).error().code, Errc::replay);
+  Segment plain_hb = forged(MsgType::heartbeat, 9, 50);
+  EXPECT_EQ(r.feed(plain_hb).at(0).error().code, Errc::auth_failed);
+  Segment plain_err = forged(MsgType::error, 9, 51);
+  EXPECT_EQ(r.feed(plain_err).at(0).error().code, Errc::remote);
+  Header bad;
+  bad.type = MsgType::goodbye;
+  EXPECT_EQ(w.write(bad, b, {}, sink).error().code, Errc::invalid_argument);
 }

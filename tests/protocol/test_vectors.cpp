@@ -243,3 +243,33 @@ TEST(Vectors, AuthenticatedHandshake) {
   check("welcome.header", hx(welcome));
   check("welcome.mac", hx(welcome_mac(*hk, welcome.data(), welcome.size(), hmac.data())));
 }
+
+// A control message on a plain session: header with `ctr`, then the seal
+// (PROTOCOL.md 5.1). Same key, IV and session as the encrypted frame.
+TEST(Vectors, PlainSessionSealedHeartbeat) {
+  Check check;
+  Key256 key{};
+  Iv96 iv{};
+  for (int i = 0; i < 32; ++i) key[i] = static_cast<uint8_t>(i);
+  for (int i = 0; i < 12; ++i) iv[i] = static_cast<uint8_t>(0xf0 + i);
+  FrameWriter w;
+  w.set_session(42);
+  ASSERT_TRUE(w.set_control_key(key, iv).ok());
+  Header h;
+  h.type = MsgType::heartbeat;
+  std::vector<Segment> segs;
+  ASSERT_TRUE(w.write(h, {}, SendOptions{}, [&](Segment&& s) {
+                  segs.push_back(std::move(s));
+                  return Status{};
+                }).ok());
+  ASSERT_EQ(segs.size(), 1u);
+  ASSERT_EQ(segs[0].size(), 2u);
+  check("control.plain_heartbeat.header", hx(static_cast<const uint8_t*>(segs[0][0].data()), segs[0][0].size()));
+  check("control.plain_heartbeat.seal", hx(static_cast<const uint8_t*>(segs[0][1].data()), segs[0][1].size()));
+  FrameReader r;
+  r.set_session(42);
+  ASSERT_TRUE(r.set_control_key(key, iv).ok());
+  auto out = r.feed(segs[0]);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].ok()) << out[0].error().str();
+}
