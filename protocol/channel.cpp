@@ -1,5 +1,6 @@
 #include "protocol/channel.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -23,15 +24,38 @@ Result<bool> wait_readable(zmq::socket_t& s, int timeout_ms) {
   }
 }
 
-Result<Segment> recv_segment(zmq::socket_t& s) {
+// One ZeroMQ message, part by part: at most `max_parts` are kept and the
+// rest are drained through one reusable message, their count in *dropped
+// (a segment has at most header + max payload parts + seal, plus the
+// ROUTER's routing id).
+Result<Segment> recv_segment(zmq::socket_t& s, size_t max_parts, size_t* dropped) {
   Segment seg;
+  *dropped = 0;
   try {
-    auto n = zmq::recv_multipart(s, std::back_inserter(seg), zmq::recv_flags::dontwait);
-    if (!n) return make_error(Errc::timeout, "no message");
+    zmq::message_t m;
+    if (!s.recv(m, zmq::recv_flags::dontwait)) return make_error(Errc::timeout, "no message");
+    bool more = m.more();
+    seg.push_back(std::move(m));
+    zmq::message_t sink;
+    while (more) {
+      // The rest of a multipart message is already queued: these never wait.
+      zmq::message_t& into = seg.size() < max_parts ? seg.emplace_back() : sink;
+      if (!s.recv(into, zmq::recv_flags::dontwait)) break;
+      more = into.more();
+      if (&into == &sink) ++*dropped;
+    }
   } catch (const zmq::error_t& e) {
     return make_error(Errc::transport, std::string("zmq recv: ") + e.what());
   }
   return seg;
+}
+
+size_t max_segment_parts(const Limits& lim) { return size_t{lim.max_parts} + 3; }
+
+Error too_many_parts(size_t kept, size_t dropped) {
+  return make_error(Errc::limit_exceeded, "message of " + std::to_string(kept + dropped) +
+                                              " parts, above the limit of " + std::to_string(kept) +
+                                              " (header, payload parts per frame, seal); dropped unread");
 }
 
 Status send_segment(zmq::socket_t& s, const std::string* route, Segment&& seg) {
@@ -56,9 +80,10 @@ int remaining_ms(Clock::time_point deadline) {
 
 // Next queued segment; polls only when none is queued. Errc::timeout when
 // nothing arrives by the deadline (timeout_ms < 0: wait forever).
-Result<Segment> next_segment(zmq::socket_t& s, Clock::time_point deadline, int timeout_ms) {
+Result<Segment> next_segment(zmq::socket_t& s, Clock::time_point deadline, int timeout_ms, size_t max_parts,
+                             size_t* dropped) {
   while (true) {
-    auto seg = recv_segment(s);
+    auto seg = recv_segment(s, max_parts, dropped);
     if (seg || seg.error().code != Errc::timeout) return seg;
     auto readable = wait_readable(s, timeout_ms < 0 ? -1 : remaining_ms(deadline));
     if (!readable) return std::move(readable.error());
@@ -159,8 +184,13 @@ Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::
 
 Result<Frame> Client::recv_welcome(const HelloKeys& hk, const uint8_t* hello_mac_bytes,
                                    Clock::time_point deadline) {
-  auto seg = next_segment(sock_, deadline, opt_.handshake_timeout_ms);
+  size_t dropped = 0;
+  auto seg = next_segment(sock_, deadline, opt_.handshake_timeout_ms, max_segment_parts(opt_.limits), &dropped);
   if (!seg) return std::move(seg.error());
+  if (dropped) {
+    refused_.add(Errc::limit_exceeded);
+    return too_many_parts(seg->size(), dropped);
+  }
   bool authentic = false;
   if (seg->size() == 2 && (*seg)[1].size() == kHelloMacBytes) {
     auto want = welcome_mac(hk, static_cast<const uint8_t*>((*seg)[0].data()), (*seg)[0].size(), hello_mac_bytes);
@@ -206,8 +236,13 @@ Result<Frame> Client::recv(int timeout_ms) {
       ready_.pop_front();
       return r;
     }
-    auto seg = next_segment(sock_, deadline, timeout_ms);
+    size_t dropped = 0;
+    auto seg = next_segment(sock_, deadline, timeout_ms, max_segment_parts(opt_.limits), &dropped);
     if (!seg) return std::move(seg.error());
+    if (dropped) {
+      refused_.add(Errc::limit_exceeded);
+      return too_many_parts(seg->size(), dropped);
+    }
     for (auto& r : reader_.feed(*seg)) ready_.push_back(std::move(r));
   }
 }
@@ -333,24 +368,43 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
   const auto deadline = timeout_ms < 0 ? Clock::time_point::max()
                                        : Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
+    // Idle sessions, stalled partial frames and unconfirmed handshakes end
+    // here, with or without traffic: a peer whose session ended is told to
+    // reconnect below, never silently dropped.
+    sweep();
     if (!ready_.empty()) {
       auto r = std::move(ready_.front());
       ready_.pop_front();
       return r;
     }
-    auto segr = next_segment(sock_, deadline, timeout_ms);
-    if (!segr) return std::move(segr.error());
+    // Wait in slices so that the sweep runs while nothing arrives.
+    const auto slice_end = std::min(deadline, Clock::now() + sweep_interval());
+    size_t dropped = 0;
+    auto segr = next_segment(sock_, slice_end, remaining_ms(slice_end), max_segment_parts(opt_.limits), &dropped);
+    if (!segr) {
+      if (segr.error().code != Errc::timeout) return std::move(segr.error());
+      if (Clock::now() < deadline) continue;
+      return make_error(Errc::timeout, "no frame within " + std::to_string(timeout_ms) + " ms");
+    }
     Segment& seg = *segr;
     if (seg.size() < 2) continue;  // ROUTER always prepends the routing id
     std::string peer(static_cast<const char*>(seg[0].data()), seg[0].size());
     seg.erase(seg.begin());
     last_error_peer_ = peer;
-    // Sessions idle past session_idle_ms end first: a peer whose session
-    // ended is told to reconnect below, never silently dropped.
-    sweep_idle();
+    auto it = peers_.find(peer);
+    if (dropped) {
+      // Never decoded: the cap held what this end keeps of it.
+      Error e = too_many_parts(seg.size() + 1, dropped);
+      if (it != peers_.end()) {
+        it->second->refused.add(e.code);
+        if (it->second->confirmed) (void)send_error(peer, e);
+        e.message = "peer " + peer_name(peer) + ": " + e.message;
+        return e;
+      }
+      return reject_stranger(peer, std::move(e));
+    }
     // HELLO from an unknown peer starts its session (a known peer's
     // HELLO, after a reconnect with the same routing id, restarts it).
-    auto it = peers_.find(peer);
     if (it == peers_.end() || !it->second->confirmed) {
       auto h = decode_header(static_cast<const uint8_t*>(seg[0].data()), seg[0].size(), opt_.limits);
       if (h && h->type == MsgType::hello && h->seg == 0) {
@@ -436,16 +490,37 @@ void Server::drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it
   peers_.erase(it);
 }
 
-void Server::sweep_idle() {
+std::chrono::milliseconds Server::sweep_interval() const {
+  // Often enough for the shortest of the limits it enforces; at most 1 s.
+  const int shortest = std::min({opt_.session_idle_ms, opt_.partial_frame_timeout_ms, opt_.handshake_timeout_ms});
+  return std::chrono::milliseconds(std::clamp(shortest / 4, 10, 1000));
+}
+
+void Server::sweep() {
   const auto now = Clock::now();
-  if (now - last_sweep_ < std::chrono::seconds(1)) return;
+  if (now - last_sweep_ < sweep_interval()) return;
   last_sweep_ = now;
   const auto idle = now - std::chrono::milliseconds(opt_.session_idle_ms);
+  const auto stalled = now - std::chrono::milliseconds(opt_.partial_frame_timeout_ms);
+  const auto unconfirmed = now - std::chrono::milliseconds(opt_.handshake_timeout_ms);
   for (auto it = peers_.begin(); it != peers_.end();) {
     auto next = std::next(it);
-    if (it->second->confirmed && it->second->last_seen < idle) drop_peer(it);
+    Peer& p = *it->second;
+    if (p.confirmed ? p.last_seen < idle : p.last_seen < unconfirmed) {
+      drop_peer(it);  // frees its partial frame with it
+    } else if (auto e = p.reader.abandon_stale(stalled)) {
+      if (p.confirmed) (void)send_error(it->first, *e);
+      e->message = "peer " + peer_name(it->first) + ": " + e->message;
+      ready_.push_back(std::move(*e));
+    }
     it = next;
   }
+}
+
+uint64_t Server::partial_frame_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [id, p] : peers_) n += p->reader.pending_bytes();
+  return n;
 }
 
 Status Server::send(const std::string& peer, MsgType type, int32_t split, const Bundle& bundle,

@@ -36,6 +36,11 @@ struct ChannelOptions {
   // server: a confirmed session that sends nothing for this long is ended
   // (a participant that said GOODBYE or closed cleanly is gone at once).
   int session_idle_ms = 600000;
+  // server: a frame whose next segment does not arrive within this is
+  // dropped (truncated) and its memory freed. ZeroMQ's ROUTER reports no
+  // per-peer disconnect, so this is also how a peer that left mid-frame is
+  // noticed. The memory one session may hold is limits.session_budget_bytes.
+  int partial_frame_timeout_ms = 30000;
 };
 
 class Client {
@@ -55,7 +60,11 @@ class Client {
   // Next complete frame, or the typed error that rejected one (the session
   // carries on), or timeout. timeout_ms < 0 waits forever.
   Result<Frame> recv(int timeout_ms);
-  const RejectCounters& rejected() const { return reader_.rejected(); }
+  RejectCounters rejected() const {
+    RejectCounters t = reader_.rejected();
+    t += refused_;
+    return t;
+  }
   uint64_t session() const { return writer_.session(); }
   Cipher cipher() const { return writer_.cipher(); }
   zmq::socket_t& socket() { return sock_; }
@@ -74,6 +83,7 @@ class Client {
   zmq::socket_t sock_;
   FrameWriter writer_;
   FrameReader reader_;
+  RejectCounters refused_;  // messages dropped before the reader (too many parts)
   std::deque<Result<Frame>> ready_;
 };
 
@@ -102,6 +112,8 @@ class Server {
   const std::string& last_error_peer() const { return last_error_peer_; }
   size_t peers() const { return peers_.size(); }
   RejectCounters rejected() const;
+  // Tensor bytes held for frames still in progress, over all sessions.
+  uint64_t partial_frame_bytes() const;
 
  private:
   struct Peer {
@@ -118,7 +130,9 @@ class Server {
   // returned with the peer named.
   Error reject_stranger(const std::string& peer, Error e);
   void drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it);
-  void sweep_idle();
+  // Ends idle sessions and unconfirmed handshakes, drops stalled partial frames.
+  void sweep();
+  std::chrono::milliseconds sweep_interval() const;
   std::chrono::steady_clock::time_point last_sweep_{};
   ChannelOptions opt_;
   zmq::socket_t sock_;

@@ -256,7 +256,16 @@ struct FrameReader::Pending {
   uint32_t chunk = 0;   // cursor: chunk index within that tensor
   bool failed = false;  // a segment was rejected; drop the rest of the frame
   Clock::time_point started;
+  Clock::time_point last_segment;  // when its latest segment arrived
+  uint64_t held_bytes = 0;         // tensor bytes allocated for it
 };
+
+uint64_t FrameReader::pending_bytes() const { return pending_ ? pending_->held_bytes : 0; }
+
+std::optional<Error> FrameReader::abandon_stale(std::chrono::steady_clock::time_point older_than) {
+  if (!pending_ || pending_->last_segment >= older_than) return std::nullopt;
+  return drop_pending(": its next segment did not arrive in time; dropped");
+}
 
 Status FrameReader::set_key(const Key256& key, const Iv96& iv) {
   TRACR_TRY(aead_.set_key(key, iv));
@@ -298,12 +307,15 @@ Error FrameReader::reject(Error e) {
 
 std::optional<Error> FrameReader::abandon() {
   if (!pending_) return std::nullopt;
+  return drop_pending(" ended before its last segment arrived");
+}
+
+std::optional<Error> FrameReader::drop_pending(const char* why) {
   auto seq = pending_->frame.header.seq;
   bool failed = pending_->failed;
   pending_.reset();
   if (failed) return std::nullopt;  // already reported
-  return reject(make_error(Errc::truncated, "frame " + std::to_string(seq) +
-                                                " ended before its last segment arrived"));
+  return reject(make_error(Errc::truncated, "frame " + std::to_string(seq) + why));
 }
 
 Status FrameReader::decode_parts(Pending& p, Segment& seg, size_t first, size_t n, uint64_t ctr) {
@@ -467,22 +479,34 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
                                                std::to_string(last_seq_) + " (replayed or reordered)"));
     last_seq_ = h.seq;
     auto total = validate_descs(h.tensors, lim_);
-    Error bad;
-    if (!total) bad = std::move(total.error());
-    else if (h.last && h.wire.size() != h.tensors.size())
+    std::optional<Error> bad;
+    if (!total) {
+      bad = std::move(total.error());
+    } else if (h.last && h.wire.size() != h.tensors.size()) {
       bad = make_error(Errc::size_mismatch, "last segment must list wire bytes of every tensor");
-    if (!total || (h.last && h.wire.size() != h.tensors.size())) {
+    } else {
+      uint64_t raw = 0;  // within max_frame_bytes: validate_descs checked it
+      for (const auto& d : h.tensors) raw += d.raw_bytes;
+      if (raw > lim_.session_budget_bytes)
+        bad = make_error(Errc::limit_exceeded, "frame " + std::to_string(h.seq) + " declares " +
+                                                   std::to_string(raw) +
+                                                   " tensor bytes, above this session's memory budget of " +
+                                                   std::to_string(lim_.session_budget_bytes) + " bytes");
+    }
+    if (bad) {
       if (!h.last) {  // absorb the frame's remaining segments silently
         auto p = std::make_shared<Pending>();
         p->failed = true;
         p->frame.header.seq = h.seq;
         p->next_seg = 1;
+        p->last_segment = t0;
         pending_ = std::move(p);
       }
-      return fail(std::move(bad));
+      return fail(std::move(*bad));
     }
     auto p = std::make_shared<Pending>();
     p->started = t0;
+    p->last_segment = t0;
     p->total_parts = *total;
     p->descs = h.tensors;
     for (const auto& d : p->descs) p->frame.tensors.push_back(Tensor::allocate(d.name, d.dtype, d.shape));
@@ -490,12 +514,14 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
     p->frame.header = std::move(h);
     p->frame.stats.raw_bytes = 0;
     for (const auto& d : p->descs) p->frame.stats.raw_bytes += d.raw_bytes;
+    p->held_bytes = p->frame.stats.raw_bytes;
     p->frame.stats.tensor_wire.assign(p->descs.size(), 0);
     p->frame.stats.crypto_ns += seal_ns;
     pending_ = std::move(p);
   } else {
     if (!pending_ || pending_->frame.header.seq != h.seq || pending_->next_seg != h.seg) {
       if (pending_ && pending_->failed && pending_->frame.header.seq == h.seq) {
+        pending_->last_segment = t0;
         if (h.last) pending_.reset();
         return out;  // rest of a frame already rejected
       }
@@ -504,6 +530,7 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
                                  " does not continue the frame in progress"));
     }
     pending_->next_seg++;
+    pending_->last_segment = t0;
     pending_->frame.stats.crypto_ns += seal_ns;
     if (h.last) pending_->frame.header.wire = h.wire;
   }

@@ -5,6 +5,7 @@
 // (sequence numbers, AEAD counters, keys); they know nothing of sockets.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -131,10 +132,17 @@ class FrameReader {
   const RejectCounters& rejected() const { return rejected_; }
   // Drops a partially received frame (e.g. on peer reset); counts it truncated.
   std::optional<Error> abandon();
+  // Drops the partial frame, if any, whose latest segment arrived before
+  // `older_than` (its sender stalled or left); counts it truncated.
+  std::optional<Error> abandon_stale(std::chrono::steady_clock::time_point older_than);
+  // Tensor bytes allocated for the frame in progress (0 when none).
+  uint64_t pending_bytes() const;
 
  private:
   struct Pending;
   Error reject(Error e);
+  // Drops the pending frame; `truncated` with `why` unless already reported.
+  std::optional<Error> drop_pending(const char* why);
   Status decode_parts(Pending& p, Segment& seg, size_t first, size_t n, uint64_t ctr);
 
   Limits lim_;

@@ -348,3 +348,186 @@ TEST(Hostile, PlainReaderWithControlKeyChecksSealsOnControlMessagesOnly) {
   bad.type = MsgType::goodbye;
   EXPECT_EQ(w.write(bad, b, {}, sink).error().code, Errc::invalid_argument);
 }
+
+// ---- Bounded resources -------------------------------------------------------
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+// A server driven from the test's own thread, so its accessors can be read
+// between calls.
+std::unique_ptr<Server> bind_local(zmq::context_t& ctx, ChannelOptions o) {
+  auto s = Server::bind(ctx, "tcp://127.0.0.1:0", std::move(o));
+  EXPECT_TRUE(s.ok());
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+// Connects while `srv` is served from this thread.
+std::unique_ptr<Client> connect_served(zmq::context_t& ctx, Server& srv, const ChannelOptions& o) {
+  std::unique_ptr<Client> c;
+  std::atomic<bool> done{false};
+  std::thread th([&] {
+    auto r = Client::connect(ctx, srv.endpoint(), o);
+    EXPECT_TRUE(r.ok()) << r.error().str();
+    if (r.ok()) c = std::move(*r);
+    done = true;
+  });
+  while (!done) (void)srv.recv(10);
+  th.join();
+  return c;
+}
+
+// Segments of one plain INFER frame of `bytes` (uint8, codec sparse, so it
+// is cut in segments of about `seg_bytes`), for session `sid`, frame seq `seq`.
+std::vector<Segment> big_frame(uint64_t sid, uint64_t seq, uint64_t bytes, size_t seg_bytes) {
+  FrameWriter w;
+  w.set_session(sid);
+  Header h;
+  h.type = MsgType::infer_request;
+  std::vector<Segment> segs;
+  for (uint64_t i = 1; i < seq; ++i)  // spend the sequence numbers before it
+    (void)w.write(h, {}, {}, [](Segment&&) { return Status{}; });
+  Tensor t = Tensor::allocate("x", DType::uint8, {static_cast<int64_t>(bytes)});
+  std::memset(t.mutable_data(), 0xff, bytes);
+  SendOptions so;
+  so.codec = *CodecSpec::parse("sparse");
+  so.chunk_bytes = seg_bytes;
+  so.segment_bytes = seg_bytes;
+  EXPECT_TRUE(w.write(h, Bundle{t}, so, [&](Segment&& s) {
+                 segs.push_back(std::move(s));
+                 return Status{};
+               }).ok());
+  return segs;
+}
+
+}  // namespace
+
+// A participant sends 255 of the 256 one-MiB segments of a frame and goes
+// silent (as one that crashed does: ZeroMQ reports no disconnect). The
+// server frees the frame after partial_frame_timeout_ms and says so.
+TEST(Hostile, PartialFrameOfAPeerThatLeftIsFreed) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(false);
+  o.partial_frame_timeout_ms = 1000;
+  auto srv = bind_local(ctx, o);
+  auto c = connect_served(ctx, *srv, hostile_options(false));
+  ASSERT_TRUE(c);
+  auto segs = big_frame(c->session(), 3, 256 * kMiB, kMiB);  // HELLO and HEARTBEAT used seq 1 and 2
+  ASSERT_EQ(segs.size(), 256u);
+  segs.pop_back();
+  for (auto& s : segs) ASSERT_TRUE(c->send_raw(std::move(s)).ok());
+  segs.clear();
+  uint64_t peak = 0;
+  std::optional<Error> truncated;
+  for (int i = 0; i < 400 && !truncated; ++i) {  // at most about 20 s
+    auto in = srv->recv(50);
+    peak = std::max(peak, srv->partial_frame_bytes());
+    if (!in && in.error().code == Errc::truncated) truncated = in.error();
+  }
+  std::printf("[ partial ] held while the frame was in progress: %llu bytes; after it was dropped: %llu bytes\n",
+              static_cast<unsigned long long>(peak), static_cast<unsigned long long>(srv->partial_frame_bytes()));
+  ASSERT_TRUE(truncated.has_value());
+  EXPECT_NE(truncated->message.find("did not arrive in time"), std::string::npos) << truncated->str();
+  EXPECT_EQ(peak, 256 * kMiB);
+  EXPECT_EQ(srv->partial_frame_bytes(), 0u);
+  EXPECT_EQ(srv->rejected().truncated, 1u);
+  // The participant was told too (over its session).
+  auto e = c->recv(3000);
+  ASSERT_TRUE(e.ok()) << e.error().str();
+  ASSERT_EQ(e->header.type, MsgType::error);
+  EXPECT_EQ(e->header.error->code, Errc::truncated);
+}
+
+// The same, with a session that is evicted (idle) long before the frame
+// would time out: the frame goes with it.
+TEST(Hostile, PartialFrameIsFreedWhenItsSessionIsEvicted) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(false);
+  o.session_idle_ms = 500;
+  o.partial_frame_timeout_ms = 600000;
+  auto srv = bind_local(ctx, o);
+  auto c = connect_served(ctx, *srv, hostile_options(false));
+  ASSERT_TRUE(c);
+  auto segs = big_frame(c->session(), 3, 16 * kMiB, kMiB);
+  segs.pop_back();
+  for (auto& s : segs) ASSERT_TRUE(c->send_raw(std::move(s)).ok());
+  uint64_t held = 0;
+  for (int i = 0; i < 200 && held < 16 * kMiB; ++i) {
+    (void)srv->recv(20);
+    held = srv->partial_frame_bytes();
+  }
+  EXPECT_EQ(held, 16 * kMiB);
+  for (int i = 0; i < 400 && srv->peers() > 0; ++i) (void)srv->recv(20);
+  EXPECT_EQ(srv->peers(), 0u);
+  EXPECT_EQ(srv->partial_frame_bytes(), 0u);
+}
+
+TEST(Hostile, FrameAboveTheSessionBudgetIsRefusedBeforeAllocation) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(true);
+  o.limits.session_budget_bytes = 4 * kMiB;
+  auto srv = bind_local(ctx, o);
+  auto c = connect_served(ctx, *srv, hostile_options(true));
+  ASSERT_TRUE(c);
+  Bundle big{random_tensor("x", DType::uint8, {int64_t(8 * kMiB)}, 1)};
+  ASSERT_TRUE(c->send(MsgType::infer_request, 1, big).ok());
+  uint64_t peak = 0;
+  std::optional<Error> refused;
+  for (int i = 0; i < 200 && !refused; ++i) {
+    auto in = srv->recv(20);
+    peak = std::max(peak, srv->partial_frame_bytes());
+    if (!in && in.error().code != Errc::timeout) refused = in.error();
+  }
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->code, Errc::limit_exceeded);
+  EXPECT_NE(refused->message.find("memory budget of 4194304 bytes"), std::string::npos) << refused->str();
+  EXPECT_EQ(peak, 0u);
+  auto e = c->recv(3000);
+  ASSERT_TRUE(e.ok()) << e.error().str();
+  ASSERT_EQ(e->header.type, MsgType::error);
+  EXPECT_EQ(e->header.error->code, Errc::limit_exceeded);
+  // A frame within the budget is served.
+  Bundle small{random_tensor("x", DType::uint8, {int64_t(kMiB)}, 2)};
+  ASSERT_TRUE(c->send(MsgType::infer_request, 1, small).ok());
+  std::optional<Server::Incoming> got;
+  for (int i = 0; i < 200 && !got; ++i) {
+    auto in = srv->recv(20);
+    if (in) got = std::move(*in);
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->frame.tensors.at(0).nbytes, kMiB);
+}
+
+// A message of 100,000 empty parts: the server keeps at most the cap
+// (header + max_parts + seal), drains the rest unread and counts it.
+TEST(Hostile, PartsBeyondTheCapAreDroppedUnread) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(true);
+  auto srv = bind_local(ctx, o);
+  auto c = connect_served(ctx, *srv, hostile_options(true));
+  ASSERT_TRUE(c);
+  Segment many(100000);
+  ASSERT_TRUE(c->send_raw(std::move(many)).ok());
+  std::optional<Error> refused;
+  for (int i = 0; i < 200 && !refused; ++i) {
+    auto in = srv->recv(20);
+    if (!in && in.error().code != Errc::timeout) refused = in.error();
+  }
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->code, Errc::limit_exceeded);
+  EXPECT_NE(refused->message.find("message of 100001 parts, above the limit of 65539"), std::string::npos)
+      << refused->str();
+  EXPECT_EQ(srv->rejected().malformed, 1u);
+  auto e = c->recv(3000);
+  ASSERT_TRUE(e.ok()) << e.error().str();
+  EXPECT_EQ(e->header.type, MsgType::error);
+  // The session carries on.
+  ASSERT_TRUE(c->send(MsgType::infer_request, 1, {}).ok());
+  std::optional<Server::Incoming> got;
+  for (int i = 0; i < 200 && !got; ++i) {
+    auto in = srv->recv(20);
+    if (in) got = std::move(*in);
+  }
+  ASSERT_TRUE(got.has_value());
+}
