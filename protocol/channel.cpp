@@ -517,6 +517,14 @@ void Server::sweep() {
   }
 }
 
+std::optional<RejectCounters> Server::rejected_by(const std::string& peer) const {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return std::nullopt;
+  RejectCounters t = it->second->reader.rejected();
+  t += it->second->refused;
+  return t;
+}
+
 uint64_t Server::partial_frame_bytes() const {
   uint64_t n = 0;
   for (const auto& [id, p] : peers_) n += p->reader.pending_bytes();

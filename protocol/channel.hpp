@@ -112,6 +112,10 @@ class Server {
   const std::string& last_error_peer() const { return last_error_peer_; }
   size_t peers() const { return peers_.size(); }
   RejectCounters rejected() const;
+  // One session's rejections by kind; nullopt when `peer` has no session
+  // (peers without one are counted in rejected() only: a stranger costs no
+  // state).
+  std::optional<RejectCounters> rejected_by(const std::string& peer) const;
   // Tensor bytes held for frames still in progress, over all sessions.
   uint64_t partial_frame_bytes() const;
 

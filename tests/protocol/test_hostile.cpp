@@ -29,6 +29,7 @@ struct Serving {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> shutdowns{0};  // SHUTDOWNs the server handed to its application
+  std::string last_peer;               // read after join()
   Serving(zmq::context_t& ctx, ChannelOptions o) {
     auto s = Server::bind(ctx, "tcp://127.0.0.1:0", std::move(o));
     EXPECT_TRUE(s.ok());
@@ -40,6 +41,7 @@ struct Serving {
           if (in.error().code != Errc::timeout) ++errors;
           continue;
         }
+        last_peer = in->peer;
         if (in->frame.header.type == MsgType::shutdown) ++shutdowns;
         if (in->frame.header.type == MsgType::infer_request)
           (void)server->send(in->peer, MsgType::infer_result, in->frame.header.split, {});
@@ -275,6 +277,11 @@ TEST(Hostile, PlainSessionRefusesForgedControlMessagesAndSaysSo) {
   EXPECT_EQ(srv.shutdowns, 0u);
   EXPECT_EQ(srv.server->peers(), 1u);  // the forged GOODBYE ended nothing
   EXPECT_EQ(srv.server->rejected().auth_failed, 3u);
+  auto mine = srv.server->rejected_by(srv.last_peer);
+  ASSERT_TRUE(mine.has_value());
+  EXPECT_EQ(mine->auth_failed, 3u);
+  EXPECT_EQ(mine->total(), 3u);
+  EXPECT_FALSE(srv.server->rejected_by("no such peer").has_value());
 }
 
 TEST(Hostile, ShutdownOnlyFromTheControllingSessionAndAcknowledged) {
