@@ -26,6 +26,7 @@
 #include "agent/control.hpp"
 #include "agent/cpu_limits.hpp"
 #include "agent/record.hpp"
+#include "agent/reject_log.hpp"
 #include "agent/roles.hpp"
 #include "protocol/channel.hpp"
 
@@ -243,17 +244,27 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
   ctl.send("READY", ready);
 
   int rc = 0;
+  // Junk from peers is summarised, at most one LOG line per second.
+  // So are frames the tail fails on and replies that cannot be sent (a
+  // plain session's INFER frames are not authenticated).
+  RejectionLog rejections, failures("frame(s) not served");
+  auto report = [&](const char* level, std::optional<std::string> line) {
+    if (line) ctl.send("LOG", {{"level", level}, {"msg", *line}});
+  };
   while (!ctl.stop_requested()) {
     auto in = (*server)->recv(200);
+    const auto now = std::chrono::steady_clock::now();
+    report("warn", rejections.due(now));
+    report("error", failures.due(now));
     if (!in) {
-      if (in.error().code != Errc::timeout) ctl.send("LOG", {{"level", "warn"}, {"msg", "rejected: " + in.error().str()}});
+      if (in.error().code != Errc::timeout) rejections.note(in.error());
       continue;
     }
     Frame& f = in->frame;
-    if (f.header.type == MsgType::shutdown) break;
+    if (f.header.type == MsgType::shutdown) break;  // from the controlling session, acknowledged
     if (f.header.type == MsgType::probe) {
       auto st = answer_probe(**server, in->peer, f);
-      if (!st) ctl.send("LOG", {{"level", "warn"}, {"msg", "probe: " + st.error().str()}});
+      if (!st) failures.note(make_error(st.error().code, "probe: " + st.error().message));
       continue;
     }
     if (f.header.type != MsgType::infer_request) {
@@ -269,7 +280,7 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       auto r = tail->handle(f);
       if (!r) {
         (void)(*server)->send_error(in->peer, r.error(), f.header.split);
-        ctl.send("LOG", {{"level", "error"}, {"msg", r.error().str()}});
+        failures.note(r.error());
         continue;
       }
       out = std::move(r->first);
@@ -285,8 +296,10 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       if (f.header.meta.count("echo")) out = f.tensors;
     }
     auto st = (*server)->send(in->peer, MsgType::infer_result, f.header.split, out, meta);
-    if (!st) ctl.send("LOG", {{"level", "warn"}, {"msg", "reply failed: " + st.error().str()}});
+    if (!st) failures.note(make_error(st.error().code, "reply: " + st.error().message));
   }
+  report("warn", rejections.flush(std::chrono::steady_clock::now()));
+  report("error", failures.flush(std::chrono::steady_clock::now()));
   stop = true;
   if (raw_thread.joinable()) raw_thread.join();
   return rc;

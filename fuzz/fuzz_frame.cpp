@@ -1,5 +1,6 @@
-// libFuzzer target: arbitrary bytes as a peer's segments, fed to a plain and
-// an encrypted (all-zero key and IV) FrameReader, both new for each input so
+// libFuzzer target: arbitrary bytes as a peer's segments, fed to a plain, a
+// plain one that checks control-message seals (PROTOCOL.md 5.1) and an
+// encrypted FrameReader (all-zero keys and IVs), all new for each input so
 // an input's outcome does not depend on the ones before it (a reader keeps
 // the last sequence number it accepted). Input layout: a sequence of parts,
 // each a 2-byte little-endian length followed by that many bytes; a zero
@@ -16,6 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FrameReader plain_reader;
   FrameReader enc_reader;
   (void)enc_reader.set_key(Key256{}, Iv96{});
+  FrameReader sealed_reader;
+  (void)sealed_reader.set_control_key(Key256{}, Iv96{});
   FrameReader* plain = &plain_reader;
   FrameReader* enc = &enc_reader;
   std::vector<Segment> segs(1);
@@ -34,10 +37,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)decode_header(data, size, Limits{});
   for (auto& s : segs) {
     if (s.empty()) continue;
-    Segment copy;
+    Segment copy, copy2;
     for (auto& m : s) copy.emplace_back(m.data(), m.size());
+    for (auto& m : s) copy2.emplace_back(m.data(), m.size());
     for (auto& r : plain->feed(s)) (void)r;
     for (auto& r : enc->feed(copy)) (void)r;
+    for (auto& r : sealed_reader.feed(copy2)) (void)r;
   }
   return 0;
 }

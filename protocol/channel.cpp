@@ -1,5 +1,8 @@
 #include "protocol/channel.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include <fmt/format.h>
 
 namespace tracr::protocol {
@@ -7,6 +10,8 @@ namespace tracr::protocol {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// HELLO MACs remembered against replay (about 300 KB at most).
+constexpr size_t kHelloReplayWindow = 4096;
 
 // Waits for input; false on timeout.
 Result<bool> wait_readable(zmq::socket_t& s, int timeout_ms) {
@@ -19,15 +24,38 @@ Result<bool> wait_readable(zmq::socket_t& s, int timeout_ms) {
   }
 }
 
-Result<Segment> recv_segment(zmq::socket_t& s) {
+// One ZeroMQ message, part by part: at most `max_parts` are kept and the
+// rest are drained through one reusable message, their count in *dropped
+// (a segment has at most header + max payload parts + seal, plus the
+// ROUTER's routing id).
+Result<Segment> recv_segment(zmq::socket_t& s, size_t max_parts, size_t* dropped) {
   Segment seg;
+  *dropped = 0;
   try {
-    auto n = zmq::recv_multipart(s, std::back_inserter(seg), zmq::recv_flags::dontwait);
-    if (!n) return make_error(Errc::timeout, "no message");
+    zmq::message_t m;
+    if (!s.recv(m, zmq::recv_flags::dontwait)) return make_error(Errc::timeout, "no message");
+    bool more = m.more();
+    seg.push_back(std::move(m));
+    zmq::message_t sink;
+    while (more) {
+      // The rest of a multipart message is already queued: these never wait.
+      zmq::message_t& into = seg.size() < max_parts ? seg.emplace_back() : sink;
+      if (!s.recv(into, zmq::recv_flags::dontwait)) break;
+      more = into.more();
+      if (&into == &sink) ++*dropped;
+    }
   } catch (const zmq::error_t& e) {
     return make_error(Errc::transport, std::string("zmq recv: ") + e.what());
   }
   return seg;
+}
+
+size_t max_segment_parts(const Limits& lim) { return size_t{lim.max_parts} + 3; }
+
+Error too_many_parts(size_t kept, size_t dropped) {
+  return make_error(Errc::limit_exceeded, "message of " + std::to_string(kept + dropped) +
+                                              " parts, above the limit of " + std::to_string(kept) +
+                                              " (header, payload parts per frame, seal); dropped unread");
 }
 
 Status send_segment(zmq::socket_t& s, const std::string* route, Segment&& seg) {
@@ -52,9 +80,10 @@ int remaining_ms(Clock::time_point deadline) {
 
 // Next queued segment; polls only when none is queued. Errc::timeout when
 // nothing arrives by the deadline (timeout_ms < 0: wait forever).
-Result<Segment> next_segment(zmq::socket_t& s, Clock::time_point deadline, int timeout_ms) {
+Result<Segment> next_segment(zmq::socket_t& s, Clock::time_point deadline, int timeout_ms, size_t max_parts,
+                             size_t* dropped) {
   while (true) {
-    auto seg = recv_segment(s);
+    auto seg = recv_segment(s, max_parts, dropped);
     if (seg || seg.error().code != Errc::timeout) return seg;
     auto readable = wait_readable(s, timeout_ms < 0 ? -1 : remaining_ms(deadline));
     if (!readable) return std::move(readable.error());
@@ -107,12 +136,20 @@ Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::
     return make_error(Errc::transport, "connect " + endpoint + ": " + e.what());
   }
   ClientHandshake hs(c->opt_.security, c->opt_.role, c->opt_.agent, c->opt_.limits.max_frame_bytes);
+  auto hk = derive_hello_keys(c->opt_.security.secret);
+  if (!hk) return std::move(hk.error());
   auto hello = hs.hello();
   if (!hello) return std::move(hello.error());
   auto sink = [&](Segment&& s) { return send_segment(c->sock_, nullptr, std::move(s)); };
-  TRACR_TRY(c->writer_.write(*hello, {}, c->opt_.send, sink));
+  // HELLO: header, then its MAC (PROTOCOL.md §6.3).
+  std::array<uint8_t, kHelloMacBytes> hmac{};
+  TRACR_TRY(c->writer_.write(*hello, {}, c->opt_.send, [&](Segment&& s) {
+    hmac = hello_mac(*hk, static_cast<const uint8_t*>(s[0].data()), s[0].size());
+    s.emplace_back(hmac.data(), hmac.size());
+    return send_segment(c->sock_, nullptr, std::move(s));
+  }));
   const auto deadline = Clock::now() + std::chrono::milliseconds(c->opt_.handshake_timeout_ms);
-  auto welcome = c->recv(c->opt_.handshake_timeout_ms);
+  auto welcome = c->recv_welcome(*hk, hmac.data(), deadline);
   if (!welcome) {
     if (welcome.error().code == Errc::timeout)
       return make_error(Errc::timeout, "no WELCOME from " + endpoint + " within " +
@@ -126,6 +163,9 @@ Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::
   if (keys->cipher != Cipher::none) {
     TRACR_TRY(c->writer_.set_key(keys->c2s.key, keys->c2s.iv));
     TRACR_TRY(c->reader_.set_key(keys->s2c.key, keys->s2c.iv));
+  } else {
+    TRACR_TRY(c->writer_.set_control_key(keys->c2s.key, keys->c2s.iv));
+    TRACR_TRY(c->reader_.set_control_key(keys->s2c.key, keys->s2c.iv));
   }
   // Key confirmation: one HEARTBEAT each way under the new keys.
   Header hb;
@@ -140,6 +180,34 @@ Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::
                           " (do both ends hold the same session secret?)");
   c->established_ = true;
   return c;
+}
+
+Result<Frame> Client::recv_welcome(const HelloKeys& hk, const uint8_t* hello_mac_bytes,
+                                   Clock::time_point deadline) {
+  size_t dropped = 0;
+  auto seg = next_segment(sock_, deadline, opt_.handshake_timeout_ms, max_segment_parts(opt_.limits), &dropped);
+  if (!seg) return std::move(seg.error());
+  if (dropped) {
+    refused_.add(Errc::limit_exceeded);
+    return too_many_parts(seg->size(), dropped);
+  }
+  bool authentic = false;
+  if (seg->size() == 2 && (*seg)[1].size() == kHelloMacBytes) {
+    auto want = welcome_mac(hk, static_cast<const uint8_t*>((*seg)[0].data()), (*seg)[0].size(), hello_mac_bytes);
+    if (!ct_equal(want.data(), static_cast<const uint8_t*>((*seg)[1].data()), want.size()))
+      return make_error(Errc::handshake_failed,
+                        "the WELCOME's MAC does not verify (do both ends hold the same session secret?)");
+    authentic = true;
+    seg->pop_back();
+  }
+  auto outs = reader_.feed(*seg);
+  if (outs.empty()) return make_error(Errc::handshake_failed, "the server's answer to HELLO is incomplete");
+  for (size_t i = 1; i < outs.size(); ++i) ready_.push_back(std::move(outs[i]));
+  // An ERROR answering a HELLO is unauthenticated (the server may not know
+  // this end): it only explains the failure.
+  if (outs[0] && outs[0]->header.type == MsgType::welcome && !authentic)
+    return make_error(Errc::handshake_failed, "the WELCOME carries no MAC part (PROTOCOL.md section 6.3)");
+  return std::move(outs[0]);
 }
 
 Status Client::send_raw(Segment&& seg) { return send_segment(sock_, nullptr, std::move(seg)); }
@@ -168,8 +236,13 @@ Result<Frame> Client::recv(int timeout_ms) {
       ready_.pop_front();
       return r;
     }
-    auto seg = next_segment(sock_, deadline, timeout_ms);
+    size_t dropped = 0;
+    auto seg = next_segment(sock_, deadline, timeout_ms, max_segment_parts(opt_.limits), &dropped);
     if (!seg) return std::move(seg.error());
+    if (dropped) {
+      refused_.add(Errc::limit_exceeded);
+      return too_many_parts(seg->size(), dropped);
+    }
     for (auto& r : reader_.feed(*seg)) ready_.push_back(std::move(r));
   }
 }
@@ -186,7 +259,10 @@ Server::~Server() = default;
 
 Result<std::unique_ptr<Server>> Server::bind(zmq::context_t& ctx, const std::string& endpoint,
                                              ChannelOptions opt) {
+  auto hk = derive_hello_keys(opt.security.secret);
+  if (!hk) return make_error(hk.error().code, "server: " + hk.error().message);
   std::unique_ptr<Server> s(new Server(ctx, std::move(opt)));
+  s->hello_keys_ = *hk;
   try {
     s->sock_.bind(endpoint);
     s->endpoint_ = s->sock_.get(zmq::sockopt::last_endpoint);
@@ -198,54 +274,92 @@ Result<std::unique_ptr<Server>> Server::bind(zmq::context_t& ctx, const std::str
 
 RejectCounters Server::rejected() const {
   RejectCounters t = rejected_closed_;
-  for (const auto& [id, p] : peers_) t += p->reader.rejected();
+  t += rejected_strangers_;
+  for (const auto& [id, p] : peers_) {
+    t += p->reader.rejected();
+    t += p->refused;
+  }
   return t;
 }
 
+Error Server::reject_stranger(const std::string& peer, Error e) {
+  rejected_strangers_.add(e.code);
+  e.message = "peer " + peer_name(peer) + ": " + e.message;
+  return e;
+}
+
 Status Server::handle_hello(const std::string& peer, Segment& seg) {
+  auto refuse = [&](Error e) {
+    // Unauthenticated (this end cannot know the peer): a typed reason, no
+    // larger than the HELLO it answers.
+    FrameWriter w;
+    Header eh;
+    eh.type = MsgType::error;
+    eh.error = e;
+    (void)w.write(eh, {}, opt_.send, [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+    return reject_stranger(peer, std::move(e));
+  };
+  // The MAC first: nothing else is spent on a peer without the secret.
+  if (seg.size() != 2 || seg[1].size() != kHelloMacBytes)
+    return refuse(make_error(Errc::auth_failed,
+                             "HELLO must be 2 parts, its header then a 32-byte MAC (PROTOCOL.md section 6.3); got " +
+                                 std::to_string(seg.size()) + " parts"));
+  std::array<uint8_t, kHelloMacBytes> mac{};
+  std::memcpy(mac.data(), seg[1].data(), mac.size());
+  const auto want = hello_mac(hello_keys_, static_cast<const uint8_t*>(seg[0].data()), seg[0].size());
+  if (!ct_equal(want.data(), mac.data(), mac.size()))
+    return refuse(make_error(Errc::auth_failed,
+                             "HELLO MAC does not verify: the peer does not hold this server's session secret"));
+  if (hello_seen_.count(mac))
+    return refuse(make_error(Errc::replay, "HELLO was already used (replayed)"));
+  seg.pop_back();
   // A HELLO is never encrypted: decode it with a fresh reader.
   FrameReader r(opt_.limits);
   auto outs = r.feed(seg);
-  if (outs.size() != 1 || !outs[0]) {
-    return outs.empty() ? make_error(Errc::handshake_failed, "incomplete HELLO")
-                        : Error(outs.back().error());
-  }
-  auto acc = server_accept(opt_.security, outs[0]->header, opt_.agent, opt_.limits.max_frame_bytes);
-  auto sink = [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); };
-  if (!acc) {
-    FrameWriter w;
-    Header e;
-    e.type = MsgType::error;
-    e.error = acc.error();
-    (void)w.write(e, {}, opt_.send, sink);
-    return make_error(Errc::handshake_failed, "peer " + peer_name(peer) + ": " + acc.error().message);
-  }
+  if (outs.size() != 1 || !outs[0])
+    return refuse(outs.empty() ? make_error(Errc::handshake_failed, "incomplete HELLO") : Error(outs.back().error()));
   if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers) {
-    // HELLO needs no secret: evict peers that never confirmed their keys in
-    // time, so strangers cannot fill the table and lock participants out.
+    // Evict peers that never confirmed their keys in time, so that
+    // participants who replay nothing cannot hold slots forever.
     const auto stale = Clock::now() - std::chrono::milliseconds(opt_.handshake_timeout_ms);
     for (auto it = peers_.begin(); it != peers_.end();) {
-      if (!it->second->confirmed && it->second->last_seen < stale) {
-        rejected_closed_ += it->second->reader.rejected();
-        it = peers_.erase(it);
-      } else {
-        ++it;
-      }
+      auto next = std::next(it);
+      if (!it->second->confirmed && it->second->last_seen < stale) drop_peer(it);
+      it = next;
     }
   }
   if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers)
-    return make_error(Errc::limit_exceeded, "too many peers; refusing " + peer_name(peer));
+    return refuse(make_error(Errc::limit_exceeded, "this server holds its limit of " +
+                                                       std::to_string(opt_.max_peers) + " sessions; try later"));
+  auto acc = server_accept(opt_.security, outs[0]->header, opt_.agent, opt_.limits.max_frame_bytes);
+  if (!acc) return refuse(acc.error());
+  // Remembered only once accepted, so a bounded set holds real HELLOs.
+  hello_seen_.insert(mac);
+  hello_seen_order_.push_back(mac);
+  if (hello_seen_order_.size() > kHelloReplayWindow) {
+    hello_seen_.erase(hello_seen_order_.front());
+    hello_seen_order_.pop_front();
+  }
   auto p = std::make_unique<Peer>();
   p->reader = FrameReader(opt_.limits);
   p->writer.set_session(acc->keys.session);
   p->reader.set_session(acc->keys.session);
-  TRACR_TRY(p->writer.write(acc->welcome, {}, opt_.send, sink));
+  // WELCOME: header, then a MAC bound to this HELLO's.
+  TRACR_TRY(p->writer.write(acc->welcome, {}, opt_.send, [&](Segment&& s) {
+    auto wm = welcome_mac(hello_keys_, static_cast<const uint8_t*>(s[0].data()), s[0].size(), mac.data());
+    s.emplace_back(wm.data(), wm.size());
+    return send_segment(sock_, &peer, std::move(s));
+  }));
   if (acc->keys.cipher != Cipher::none) {
     TRACR_TRY(p->writer.set_key(acc->keys.s2c.key, acc->keys.s2c.iv));
     TRACR_TRY(p->reader.set_key(acc->keys.c2s.key, acc->keys.c2s.iv));
+  } else {
+    TRACR_TRY(p->writer.set_control_key(acc->keys.s2c.key, acc->keys.s2c.iv));
+    TRACR_TRY(p->reader.set_control_key(acc->keys.c2s.key, acc->keys.c2s.iv));
   }
+  p->controller = outs[0]->header.hs->role == kControllerRole;
   p->last_seen = Clock::now();
-  if (auto it = peers_.find(peer); it != peers_.end()) rejected_closed_ += it->second->reader.rejected();
+  drop_peer(peers_.find(peer));  // a HELLO on a known routing id restarts its session
   peers_[peer] = std::move(p);
   return {};
 }
@@ -254,24 +368,43 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
   const auto deadline = timeout_ms < 0 ? Clock::time_point::max()
                                        : Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
+    // Idle sessions, stalled partial frames and unconfirmed handshakes end
+    // here, with or without traffic: a peer whose session ended is told to
+    // reconnect below, never silently dropped.
+    sweep();
     if (!ready_.empty()) {
       auto r = std::move(ready_.front());
       ready_.pop_front();
       return r;
     }
-    auto segr = next_segment(sock_, deadline, timeout_ms);
-    if (!segr) return std::move(segr.error());
+    // Wait in slices so that the sweep runs while nothing arrives.
+    const auto slice_end = std::min(deadline, Clock::now() + sweep_interval());
+    size_t dropped = 0;
+    auto segr = next_segment(sock_, slice_end, remaining_ms(slice_end), max_segment_parts(opt_.limits), &dropped);
+    if (!segr) {
+      if (segr.error().code != Errc::timeout) return std::move(segr.error());
+      if (Clock::now() < deadline) continue;
+      return make_error(Errc::timeout, "no frame within " + std::to_string(timeout_ms) + " ms");
+    }
     Segment& seg = *segr;
     if (seg.size() < 2) continue;  // ROUTER always prepends the routing id
     std::string peer(static_cast<const char*>(seg[0].data()), seg[0].size());
     seg.erase(seg.begin());
     last_error_peer_ = peer;
-    // Sessions idle past session_idle_ms end first: a peer whose session
-    // ended is told to reconnect below, never silently dropped.
-    sweep_idle();
+    auto it = peers_.find(peer);
+    if (dropped) {
+      // Never decoded: the cap held what this end keeps of it.
+      Error e = too_many_parts(seg.size() + 1, dropped);
+      if (it != peers_.end()) {
+        it->second->refused.add(e.code);
+        if (it->second->confirmed) (void)send_error(peer, e);
+        e.message = "peer " + peer_name(peer) + ": " + e.message;
+        return e;
+      }
+      return reject_stranger(peer, std::move(e));
+    }
     // HELLO from an unknown peer starts its session (a known peer's
     // HELLO, after a reconnect with the same routing id, restarts it).
-    auto it = peers_.find(peer);
     if (it == peers_.end() || !it->second->confirmed) {
       auto h = decode_header(static_cast<const uint8_t*>(seg[0].data()), seg[0].size(), opt_.limits);
       if (h && h->type == MsgType::hello && h->seg == 0) {
@@ -289,8 +422,7 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
       e.error = make_error(Errc::wrong_session, "this server has no session with you (it may have restarted); "
                                                 "reconnect with HELLO");
       (void)w.write(e, {}, opt_.send, [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
-      return make_error(Errc::unexpected_message,
-                        "peer " + peer_name(peer) + " sent a frame before HELLO; told it to reconnect");
+      return reject_stranger(peer, make_error(Errc::unexpected_message, "sent a frame before HELLO; told it to reconnect"));
     }
     Peer& p = *it->second;
     bool gone = false;
@@ -315,13 +447,35 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
         gone = true;  // an authenticated goodbye ends the session
         break;
       }
+      auto reply = [&](Header h) {
+        return p.writer.write(std::move(h), {}, opt_.send,
+                              [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+      };
       if (r->header.type == MsgType::heartbeat) {
         p.confirmed = true;
         Header hb;
         hb.type = MsgType::heartbeat;
-        TRACR_TRY(p.writer.write(hb, {}, opt_.send,
-                                 [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); }));
+        TRACR_TRY(reply(hb));
         continue;
+      }
+      if (r->header.type == MsgType::shutdown) {
+        // Only a controlling session may stop the server (PROTOCOL.md 3.3);
+        // either way the sender hears the outcome.
+        Header ans;
+        if (!p.confirmed || !p.controller) {
+          Error e = make_error(Errc::unexpected_message,
+                               std::string("SHUTDOWN is accepted only from a confirmed controlling session (role '") +
+                                   kControllerRole + "' in its HELLO); this session is not one");
+          p.refused.add(e.code);
+          ans.type = MsgType::error;
+          ans.error = e;
+          (void)reply(ans);
+          e.message = "peer " + peer_name(peer) + ": " + e.message;
+          ready_.push_back(std::move(e));
+          continue;
+        }
+        ans.type = MsgType::shutdown;  // the acknowledgement
+        TRACR_TRY(reply(ans));
       }
       ready_.push_back(Incoming{peer, std::move(*r)});
     }
@@ -332,19 +486,49 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
 void Server::drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it) {
   if (it == peers_.end()) return;
   rejected_closed_ += it->second->reader.rejected();
+  rejected_closed_ += it->second->refused;
   peers_.erase(it);
 }
 
-void Server::sweep_idle() {
+std::chrono::milliseconds Server::sweep_interval() const {
+  // Often enough for the shortest of the limits it enforces; at most 1 s.
+  const int shortest = std::min({opt_.session_idle_ms, opt_.partial_frame_timeout_ms, opt_.handshake_timeout_ms});
+  return std::chrono::milliseconds(std::clamp(shortest / 4, 10, 1000));
+}
+
+void Server::sweep() {
   const auto now = Clock::now();
-  if (now - last_sweep_ < std::chrono::seconds(1)) return;
+  if (now - last_sweep_ < sweep_interval()) return;
   last_sweep_ = now;
   const auto idle = now - std::chrono::milliseconds(opt_.session_idle_ms);
+  const auto stalled = now - std::chrono::milliseconds(opt_.partial_frame_timeout_ms);
+  const auto unconfirmed = now - std::chrono::milliseconds(opt_.handshake_timeout_ms);
   for (auto it = peers_.begin(); it != peers_.end();) {
     auto next = std::next(it);
-    if (it->second->confirmed && it->second->last_seen < idle) drop_peer(it);
+    Peer& p = *it->second;
+    if (p.confirmed ? p.last_seen < idle : p.last_seen < unconfirmed) {
+      drop_peer(it);  // frees its partial frame with it
+    } else if (auto e = p.reader.abandon_stale(stalled)) {
+      if (p.confirmed) (void)send_error(it->first, *e);
+      e->message = "peer " + peer_name(it->first) + ": " + e->message;
+      ready_.push_back(std::move(*e));
+    }
     it = next;
   }
+}
+
+std::optional<RejectCounters> Server::rejected_by(const std::string& peer) const {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return std::nullopt;
+  RejectCounters t = it->second->reader.rejected();
+  t += it->second->refused;
+  return t;
+}
+
+uint64_t Server::partial_frame_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [id, p] : peers_) n += p->reader.pending_bytes();
+  return n;
 }
 
 Status Server::send(const std::string& peer, MsgType type, int32_t split, const Bundle& bundle,

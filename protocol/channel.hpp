@@ -9,6 +9,8 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 
 #include <zmq.hpp>
@@ -19,17 +21,26 @@
 
 namespace tracr::protocol {
 
+// The HELLO role of a controlling session, the only one whose SHUTDOWN a
+// Server accepts (PROTOCOL.md 3.3).
+inline constexpr char kControllerRole[] = "CONTROLLER";
+
 struct ChannelOptions {
   Security security;
   SendOptions send;
   Limits limits;
-  std::string role = "PARTICIPANT";
+  std::string role = "PARTICIPANT";  // kControllerRole for a session that may send SHUTDOWN
   std::string agent = "tracr/0.1";
   int handshake_timeout_ms = 5000;
   int max_peers = 1024;  // server: sessions kept at once
   // server: a confirmed session that sends nothing for this long is ended
   // (a participant that said GOODBYE or closed cleanly is gone at once).
   int session_idle_ms = 600000;
+  // server: a frame whose next segment does not arrive within this is
+  // dropped (truncated) and its memory freed. ZeroMQ's ROUTER reports no
+  // per-peer disconnect, so this is also how a peer that left mid-frame is
+  // noticed. The memory one session may hold is limits.session_budget_bytes.
+  int partial_frame_timeout_ms = 30000;
 };
 
 class Client {
@@ -49,7 +60,11 @@ class Client {
   // Next complete frame, or the typed error that rejected one (the session
   // carries on), or timeout. timeout_ms < 0 waits forever.
   Result<Frame> recv(int timeout_ms);
-  const RejectCounters& rejected() const { return reader_.rejected(); }
+  RejectCounters rejected() const {
+    RejectCounters t = reader_.rejected();
+    t += refused_;
+    return t;
+  }
   uint64_t session() const { return writer_.session(); }
   Cipher cipher() const { return writer_.cipher(); }
   zmq::socket_t& socket() { return sock_; }
@@ -60,17 +75,23 @@ class Client {
 
  private:
   Client(zmq::context_t& ctx, ChannelOptions opt);
+  // The answer to HELLO: a WELCOME whose MAC verifies, or the server's ERROR.
+  Result<Frame> recv_welcome(const HelloKeys& hk, const uint8_t* hello_mac,
+                             std::chrono::steady_clock::time_point deadline);
   bool established_ = false;
   ChannelOptions opt_;
   zmq::socket_t sock_;
   FrameWriter writer_;
   FrameReader reader_;
+  RejectCounters refused_;  // messages dropped before the reader (too many parts)
   std::deque<Result<Frame>> ready_;
 };
 
 class Server {
  public:
   // Binds (e.g. "tcp://127.0.0.1:0"); endpoint() gives the bound address.
+  // handshake_failed when the options hold no session secret (>= 16 bytes):
+  // HELLOs are authenticated with it in plain mode too.
   static Result<std::unique_ptr<Server>> bind(zmq::context_t& ctx, const std::string& endpoint,
                                               ChannelOptions opt);
   ~Server();
@@ -81,7 +102,8 @@ class Server {
     Frame frame;
   };
   // Next frame from any established peer. Handshakes and heartbeats are
-  // answered internally. Errors carry the peer in their message and in
+  // answered internally; a SHUTDOWN is acknowledged and returned only when
+  // it comes from a controlling session, and refused with an ERROR otherwise. Errors carry the peer in their message and in
   // last_error_peer(); the session carries on.
   Result<Incoming> recv(int timeout_ms);
   Status send(const std::string& peer, MsgType type, int32_t split, const Bundle& bundle,
@@ -90,18 +112,31 @@ class Server {
   const std::string& last_error_peer() const { return last_error_peer_; }
   size_t peers() const { return peers_.size(); }
   RejectCounters rejected() const;
+  // One session's rejections by kind; nullopt when `peer` has no session
+  // (peers without one are counted in rejected() only: a stranger costs no
+  // state).
+  std::optional<RejectCounters> rejected_by(const std::string& peer) const;
+  // Tensor bytes held for frames still in progress, over all sessions.
+  uint64_t partial_frame_bytes() const;
 
  private:
   struct Peer {
     FrameWriter writer;
     FrameReader reader;
     bool confirmed = false;
+    bool controller = false;   // role CONTROLLER at HELLO: may send SHUTDOWN
+    RejectCounters refused;    // valid messages refused (e.g. SHUTDOWN from a participant)
     std::chrono::steady_clock::time_point last_seen;
   };
   Server(zmq::context_t& ctx, ChannelOptions opt);
   Status handle_hello(const std::string& peer, Segment& seg);
+  // Rejection of a message from a peer with no session: counted, and
+  // returned with the peer named.
+  Error reject_stranger(const std::string& peer, Error e);
   void drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it);
-  void sweep_idle();
+  // Ends idle sessions and unconfirmed handshakes, drops stalled partial frames.
+  void sweep();
+  std::chrono::milliseconds sweep_interval() const;
   std::chrono::steady_clock::time_point last_sweep_{};
   ChannelOptions opt_;
   zmq::socket_t sock_;
@@ -110,6 +145,12 @@ class Server {
   std::deque<Result<Incoming>> ready_;
   std::string last_error_peer_;
   RejectCounters rejected_closed_;  // counters of peers that were replaced
+  RejectCounters rejected_strangers_;  // messages from peers without a session (e.g. bad HELLOs)
+  HelloKeys hello_keys_;
+  // MACs of recently accepted HELLOs: a replayed HELLO is refused before it
+  // costs a key exchange or a slot (bounded; PROTOCOL.md §6.3).
+  std::set<std::array<uint8_t, kHelloMacBytes>> hello_seen_;
+  std::deque<std::array<uint8_t, kHelloMacBytes>> hello_seen_order_;
 };
 
 // Hex form of a routing id, for messages.

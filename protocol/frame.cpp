@@ -42,9 +42,19 @@ void seal_aad(std::vector<uint8_t>& aad, const uint8_t* hdr, size_t hn, const Se
 
 }  // namespace
 
+bool msg_type_is_control(MsgType t) {
+  return t == MsgType::heartbeat || t == MsgType::error || t == MsgType::shutdown || t == MsgType::goodbye;
+}
+
 Status FrameWriter::set_key(const Key256& key, const Iv96& iv) {
   TRACR_TRY(aead_.set_key(key, iv));
   cipher_ = Cipher::aes256gcm;
+  return {};
+}
+
+Status FrameWriter::set_control_key(const Key256& key, const Iv96& iv) {
+  TRACR_TRY(aead_.set_key(key, iv));
+  seal_control_ = true;
   return {};
 }
 
@@ -54,6 +64,12 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
   FrameStats st;
   TRACR_TRY(opt.codec.validate());
   const bool enc = cipher_ != Cipher::none;
+  // Every segment is sealed on an encrypted session; on a plain one only
+  // control messages, which carry no payload (PROTOCOL.md 5.1).
+  const bool sealed = enc || (seal_control_ && msg_type_is_control(proto.type));
+  if (sealed && !enc && !bundle.empty())
+    return make_error(Errc::invalid_argument, std::string(msg_type_name(proto.type)) +
+                                                  " is a control message: it carries no tensors on a plain session");
   const size_t chunk_opt = std::max<size_t>(opt.chunk_bytes, 4096);
 
   // Descriptors and lossy parameters for every tensor.
@@ -112,7 +128,7 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
     h.last = last;
     h.nparts = static_cast<uint32_t>(seg.size() - 1);
     h.cipher = cipher_;
-    h.ctr = enc ? seg_ctr : 0;
+    h.ctr = sealed ? seg_ctr : 0;
     if (seg_index == 0) {
       h.tensors = descs;
       h.meta = proto.meta;
@@ -127,7 +143,7 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
                         "frame header would be " + std::to_string(hdr_bytes.size()) +
                             " bytes, above the " + std::to_string(Limits{}.max_header_bytes) +
                             "-byte limit (too many tensors, channels or meta entries)");
-    if (enc) {
+    if (sealed) {
       auto t0 = Clock::now();
       seal_aad(aad, hdr_bytes.data(), hdr_bytes.size(), seg, 1, h.nparts);
       zmq::message_t tag(kTagBytes);
@@ -240,7 +256,16 @@ struct FrameReader::Pending {
   uint32_t chunk = 0;   // cursor: chunk index within that tensor
   bool failed = false;  // a segment was rejected; drop the rest of the frame
   Clock::time_point started;
+  Clock::time_point last_segment;  // when its latest segment arrived
+  uint64_t held_bytes = 0;         // tensor bytes allocated for it
 };
+
+uint64_t FrameReader::pending_bytes() const { return pending_ ? pending_->held_bytes : 0; }
+
+std::optional<Error> FrameReader::abandon_stale(std::chrono::steady_clock::time_point older_than) {
+  if (!pending_ || pending_->last_segment >= older_than) return std::nullopt;
+  return drop_pending(": its next segment did not arrive in time; dropped");
+}
 
 Status FrameReader::set_key(const Key256& key, const Iv96& iv) {
   TRACR_TRY(aead_.set_key(key, iv));
@@ -248,14 +273,20 @@ Status FrameReader::set_key(const Key256& key, const Iv96& iv) {
   return {};
 }
 
-Error FrameReader::reject(Error e) {
-  switch (e.code) {
-    case Errc::auth_failed: rejected_.auth_failed++; break;
-    case Errc::replay: rejected_.replay++; break;
-    case Errc::truncated: rejected_.truncated++; break;
+Status FrameReader::set_control_key(const Key256& key, const Iv96& iv) {
+  TRACR_TRY(aead_.set_key(key, iv));
+  seal_control_ = true;
+  return {};
+}
+
+void RejectCounters::add(Errc code) {
+  switch (code) {
+    case Errc::auth_failed: auth_failed++; break;
+    case Errc::replay: replay++; break;
+    case Errc::truncated: truncated++; break;
     case Errc::decompress_failed:
     case Errc::codec_params:
-    case Errc::unknown_codec: rejected_.codec++; break;
+    case Errc::unknown_codec: codec++; break;
     case Errc::malformed_header:
     case Errc::bad_magic:
     case Errc::unsupported_version:
@@ -264,20 +295,27 @@ Error FrameReader::reject(Error e) {
     case Errc::missing_field:
     case Errc::limit_exceeded:
     case Errc::size_mismatch:
-    case Errc::unsupported_dtype: rejected_.malformed++; break;
-    default: rejected_.other++; break;
+    case Errc::unsupported_dtype: malformed++; break;
+    default: other++; break;
   }
+}
+
+Error FrameReader::reject(Error e) {
+  rejected_.add(e.code);
   return e;
 }
 
 std::optional<Error> FrameReader::abandon() {
   if (!pending_) return std::nullopt;
+  return drop_pending(" ended before its last segment arrived");
+}
+
+std::optional<Error> FrameReader::drop_pending(const char* why) {
   auto seq = pending_->frame.header.seq;
   bool failed = pending_->failed;
   pending_.reset();
   if (failed) return std::nullopt;  // already reported
-  return reject(make_error(Errc::truncated, "frame " + std::to_string(seq) +
-                                                " ended before its last segment arrived"));
+  return reject(make_error(Errc::truncated, "frame " + std::to_string(seq) + why));
 }
 
 Status FrameReader::decode_parts(Pending& p, Segment& seg, size_t first, size_t n, uint64_t ctr) {
@@ -384,9 +422,11 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
     out.emplace_back(reject(std::move(e)));
     return std::move(out);
   };
+  const bool sealed = enc || (seal_control_ && msg_type_is_control(h.type));
   // A peer without our keys (e.g. a restarted server) can only say why in
   // plain text; surface it as a remote error, never as data.
-  if (h.cipher != cipher_ && h.type == MsgType::error && h.error && h.cipher == Cipher::none && h.seg == 0)
+  if (h.type == MsgType::error && h.error && h.cipher == Cipher::none && h.seg == 0 &&
+      (h.cipher != cipher_ || (sealed && seg.size() == 1 + size_t{h.nparts})))
     return fail(make_error(Errc::remote, "peer sent an unauthenticated ERROR: " + h.error->str()));
   if (session_ != 0 && h.session != session_)
     return fail(make_error(Errc::wrong_session, "frame for session " + std::to_string(h.session) +
@@ -396,11 +436,17 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
     return fail(make_error(Errc::cipher_mismatch,
                            "frame cipher '" + std::string(cipher_name(h.cipher)) +
                                "' but the session negotiated '" + std::string(cipher_name(cipher_)) + "'"));
-  const size_t want_parts = 1 + h.nparts + (enc ? 1 : 0);
+  if (sealed && !enc && h.nparts != 0)
+    return fail(make_error(Errc::size_mismatch, std::string(msg_type_name(h.type)) +
+                                                    " on a plain session must carry no payload parts, got " +
+                                                    std::to_string(h.nparts)));
+  const size_t want_parts = 1 + h.nparts + (sealed ? 1 : 0);
   if (seg.size() != want_parts)
-    return fail(make_error(Errc::size_mismatch, "segment has " + std::to_string(seg.size()) +
-                                                    " parts, header says " + std::to_string(want_parts)));
-  if (enc) {
+    return fail(make_error(sealed && !enc ? Errc::auth_failed : Errc::size_mismatch,
+                           "segment has " + std::to_string(seg.size()) + " parts, header says " +
+                               std::to_string(want_parts) +
+                               (sealed && !enc ? " (control messages on this plain session are sealed)" : "")));
+  if (sealed) {
     if (h.ctr <= last_ctr_)
       return fail(make_error(Errc::replay, "counter " + std::to_string(h.ctr) + " of frame " +
                                                std::to_string(h.seq) + " is not above " +
@@ -433,22 +479,34 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
                                                std::to_string(last_seq_) + " (replayed or reordered)"));
     last_seq_ = h.seq;
     auto total = validate_descs(h.tensors, lim_);
-    Error bad;
-    if (!total) bad = std::move(total.error());
-    else if (h.last && h.wire.size() != h.tensors.size())
+    std::optional<Error> bad;
+    if (!total) {
+      bad = std::move(total.error());
+    } else if (h.last && h.wire.size() != h.tensors.size()) {
       bad = make_error(Errc::size_mismatch, "last segment must list wire bytes of every tensor");
-    if (!total || (h.last && h.wire.size() != h.tensors.size())) {
+    } else {
+      uint64_t raw = 0;  // within max_frame_bytes: validate_descs checked it
+      for (const auto& d : h.tensors) raw += d.raw_bytes;
+      if (raw > lim_.session_budget_bytes)
+        bad = make_error(Errc::limit_exceeded, "frame " + std::to_string(h.seq) + " declares " +
+                                                   std::to_string(raw) +
+                                                   " tensor bytes, above this session's memory budget of " +
+                                                   std::to_string(lim_.session_budget_bytes) + " bytes");
+    }
+    if (bad) {
       if (!h.last) {  // absorb the frame's remaining segments silently
         auto p = std::make_shared<Pending>();
         p->failed = true;
         p->frame.header.seq = h.seq;
         p->next_seg = 1;
+        p->last_segment = t0;
         pending_ = std::move(p);
       }
-      return fail(std::move(bad));
+      return fail(std::move(*bad));
     }
     auto p = std::make_shared<Pending>();
     p->started = t0;
+    p->last_segment = t0;
     p->total_parts = *total;
     p->descs = h.tensors;
     for (const auto& d : p->descs) p->frame.tensors.push_back(Tensor::allocate(d.name, d.dtype, d.shape));
@@ -456,12 +514,14 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
     p->frame.header = std::move(h);
     p->frame.stats.raw_bytes = 0;
     for (const auto& d : p->descs) p->frame.stats.raw_bytes += d.raw_bytes;
+    p->held_bytes = p->frame.stats.raw_bytes;
     p->frame.stats.tensor_wire.assign(p->descs.size(), 0);
     p->frame.stats.crypto_ns += seal_ns;
     pending_ = std::move(p);
   } else {
     if (!pending_ || pending_->frame.header.seq != h.seq || pending_->next_seg != h.seg) {
       if (pending_ && pending_->failed && pending_->frame.header.seq == h.seq) {
+        pending_->last_segment = t0;
         if (h.last) pending_.reset();
         return out;  // rest of a frame already rejected
       }
@@ -470,6 +530,7 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
                                  " does not continue the frame in progress"));
     }
     pending_->next_seg++;
+    pending_->last_segment = t0;
     pending_->frame.stats.crypto_ns += seal_ns;
     if (h.last) pending_->frame.header.wire = h.wire;
   }

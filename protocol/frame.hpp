@@ -5,6 +5,7 @@
 // (sequence numbers, AEAD counters, keys); they know nothing of sockets.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -46,12 +47,18 @@ struct FrameStats {
   std::vector<uint64_t> tensor_wire;  // payload bytes per tensor
 };
 
+// HEARTBEAT, ERROR, SHUTDOWN and GOODBYE: sealed even on a plain session.
+bool msg_type_is_control(MsgType t);
+
 class FrameWriter {
  public:
   void set_session(uint64_t sid) { session_ = sid; }
   uint64_t session() const { return session_; }
   // Switches on encryption for every following frame.
   Status set_key(const Key256& key, const Iv96& iv);
+  // Plain session: payloads stay in clear, control messages are sealed with
+  // this key (PROTOCOL.md 5.1).
+  Status set_control_key(const Key256& key, const Iv96& iv);
   Cipher cipher() const { return cipher_; }
 
   // Encodes `bundle` as one frame. `proto` supplies type, split, meta, error
@@ -67,6 +74,7 @@ class FrameWriter {
   uint64_t next_seq_ = 1;
   uint64_t next_ctr_ = 1;
   Cipher cipher_ = Cipher::none;
+  bool seal_control_ = false;
   AesGcm aead_;
   std::vector<uint8_t> scratch_;         // lossy output before sparse/blosc
   std::vector<uint8_t> sparse_scratch_;  // sparse raw form before blosc
@@ -89,6 +97,8 @@ struct RejectCounters {
   uint64_t codec = 0;         // decompression / codec parameter errors
   uint64_t other = 0;
   uint64_t total() const { return malformed + auth_failed + replay + truncated + codec + other; }
+  // Counts one rejection under the kind its code belongs to.
+  void add(Errc code);
   RejectCounters& operator+=(const RejectCounters& o) {
     malformed += o.malformed;
     auth_failed += o.auth_failed;
@@ -107,6 +117,9 @@ class FrameReader {
   void set_session(uint64_t sid) { session_ = sid; }
   // Every following segment must be encrypted with this key.
   Status set_key(const Key256& key, const Iv96& iv);
+  // Plain session: control messages must be sealed with this key
+  // (PROTOCOL.md 5.1); an unsealed ERROR comes out as `remote`.
+  Status set_control_key(const Key256& key, const Iv96& iv);
   Cipher cipher() const { return cipher_; }
   const Limits& limits() const { return lim_; }
 
@@ -119,10 +132,17 @@ class FrameReader {
   const RejectCounters& rejected() const { return rejected_; }
   // Drops a partially received frame (e.g. on peer reset); counts it truncated.
   std::optional<Error> abandon();
+  // Drops the partial frame, if any, whose latest segment arrived before
+  // `older_than` (its sender stalled or left); counts it truncated.
+  std::optional<Error> abandon_stale(std::chrono::steady_clock::time_point older_than);
+  // Tensor bytes allocated for the frame in progress (0 when none).
+  uint64_t pending_bytes() const;
 
  private:
   struct Pending;
   Error reject(Error e);
+  // Drops the pending frame; `truncated` with `why` unless already reported.
+  std::optional<Error> drop_pending(const char* why);
   Status decode_parts(Pending& p, Segment& seg, size_t first, size_t n, uint64_t ctr);
 
   Limits lim_;
@@ -130,6 +150,7 @@ class FrameReader {
   uint64_t last_seq_ = 0;
   uint64_t last_ctr_ = 0;
   Cipher cipher_ = Cipher::none;
+  bool seal_control_ = false;
   AesGcm aead_;
   RejectCounters rejected_;
   std::shared_ptr<Pending> pending_;

@@ -473,7 +473,8 @@ Result<Header> decode_root(const Obj& root, const Limits& lim) {
 void encode_header(const Header& h, std::vector<uint8_t>& out) {
   VecStream vs{out};
   Packer pk(vs);
-  uint32_t n = 10 + (h.cipher != Cipher::none ? 1 : 0) + (h.tensors.empty() ? 0 : 1) +
+  const bool has_ctr = h.cipher != Cipher::none || h.ctr != 0;  // sealed plain control messages too
+  uint32_t n = 10 + (has_ctr ? 1 : 0) + (h.tensors.empty() ? 0 : 1) +
                (h.meta.empty() ? 0 : 1) + (h.error ? 1 : 0) + (h.hs ? 1 : 0) +
                (h.last ? 1 : 0);
   pk.pack_map(n);
@@ -487,7 +488,7 @@ void encode_header(const Header& h, std::vector<uint8_t>& out) {
   pack_str(pk, "last"); h.last ? pk.pack_true() : pk.pack_false();
   pack_str(pk, "np"); pk.pack_uint32(h.nparts);
   pack_str(pk, "cipher"); pack_str(pk, cipher_name(h.cipher));
-  if (h.cipher != Cipher::none) { pack_str(pk, "ctr"); pk.pack_uint64(h.ctr); }
+  if (has_ctr) { pack_str(pk, "ctr"); pk.pack_uint64(h.ctr); }
   if (!h.tensors.empty()) {
     pack_str(pk, "tensors");
     pk.pack_array(static_cast<uint32_t>(h.tensors.size()));

@@ -105,6 +105,9 @@ struct Limits {
   uint32_t max_string = 4096;
   uint32_t max_meta = 128;
   uint64_t min_chunk_bytes = 4096;
+  // Tensor bytes one reader (one session) may hold for a frame in progress;
+  // a frame declaring more is refused (limit_exceeded) before allocation.
+  uint64_t session_budget_bytes = 1ull << 30;
 };
 
 // Serialises to msgpack (appends to out).

@@ -42,14 +42,40 @@ Result<SessionKeys> derive_keys(const std::vector<uint8_t>& secret, const std::v
   return k;
 }
 
+Result<HelloKeys> derive_hello_keys(const std::vector<uint8_t>& secret) {
+  if (secret.size() < 16)
+    return hs_err("the session secret is missing or shorter than 16 bytes (HELLO is authenticated with it, "
+                  "with or without encryption)");
+  HelloKeys k;
+  auto c2s = hkdf_sha256(secret.data(), secret.size(), nullptr, 0, "tracr/1 hello c2s", 32);
+  if (!c2s) return std::move(c2s.error());
+  auto s2c = hkdf_sha256(secret.data(), secret.size(), nullptr, 0, "tracr/1 hello s2c", 32);
+  if (!s2c) return std::move(s2c.error());
+  std::memcpy(k.c2s.data(), c2s->data(), 32);
+  std::memcpy(k.s2c.data(), s2c->data(), 32);
+  return k;
+}
+
+std::array<uint8_t, kHelloMacBytes> hello_mac(const HelloKeys& k, const uint8_t* header, size_t n) {
+  return hmac_sha256(k.c2s.data(), k.c2s.size(), header, n);
+}
+
+std::array<uint8_t, kHelloMacBytes> welcome_mac(const HelloKeys& k, const uint8_t* header, size_t n,
+                                                const uint8_t* hello) {
+  std::vector<uint8_t> msg(header, header + n);
+  msg.insert(msg.end(), hello, hello + kHelloMacBytes);
+  return hmac_sha256(k.s2c.data(), k.s2c.size(), msg.data(), msg.size());
+}
+
 ClientHandshake::ClientHandshake(Security sec, std::string role, std::string agent,
                                  uint64_t max_frame_bytes)
     : sec_(std::move(sec)), role_(std::move(role)), agent_(std::move(agent)),
       max_frame_bytes_(max_frame_bytes) {}
 
 Result<Header> ClientHandshake::hello() {
-  if (sec_.encrypt && sec_.secret.size() < 16)
-    return hs_err("encryption is on but the session secret is missing or shorter than 16 bytes");
+  if (sec_.secret.size() < 16)
+    return hs_err("the session secret is missing or shorter than 16 bytes (HELLO is authenticated with it, "
+                  "with or without encryption)");
   nonce_.resize(kNonceBytes);
   TRACR_TRY(random_bytes(nonce_.data(), nonce_.size()));
   Header h;
@@ -85,9 +111,13 @@ Result<SessionKeys> ClientHandshake::on_welcome(const Header& w) {
     return hs_err("server chose cipher '" + (hs.ciphers.empty() ? std::string() : hs.ciphers[0]) +
                   "' but this end requires '" + want + "' (both ends must agree on encryption)");
   if (hs.nonce.size() != kNonceBytes) return hs_err("server nonce is not 32 bytes");
-  SessionKeys keys;
-  keys.session = w.session;
-  if (!sec_.encrypt) return keys;
+  if (!sec_.encrypt) {
+    // Plain session: the same schedule, without a key exchange, keys the
+    // seals of control messages (PROTOCOL.md 5.1).
+    auto keys = derive_keys(sec_.secret, {}, nonce_, hs.nonce, {}, {}, w.session);
+    if (keys) keys->cipher = Cipher::none;
+    return keys;
+  }
   std::vector<uint8_t> dh, pub_c, pub_s;
   const bool kx = sec_.x25519;
   const bool peer_kx = hs.kx.size() == 1 && hs.kx[0] == "x25519";
@@ -116,7 +146,7 @@ Result<ServerAccept> server_accept(const Security& sec, const Header& hello, std
     return hs_err("peer offered cipher(s) that do not include '" + want +
                   "' (both ends must agree on encryption)");
   if (hs.nonce.size() != kNonceBytes) return hs_err("peer nonce is not 32 bytes");
-  if (sec.encrypt && sec.secret.size() < 16) return hs_err("server has no session secret");
+  if (sec.secret.size() < 16) return hs_err("server has no session secret");
   ServerAccept acc;
   uint64_t sid = 0;
   while (sid == 0) TRACR_TRY(random_bytes(reinterpret_cast<uint8_t*>(&sid), sizeof sid));
@@ -152,6 +182,11 @@ Result<ServerAccept> server_accept(const Security& sec, const Header& hello, std
     auto keys = derive_keys(sec.secret, dh, hs.nonce, out.nonce, pub_c, pub_s, sid);
     if (!keys) return std::move(keys.error());
     acc.keys = *keys;
+  } else {
+    auto keys = derive_keys(sec.secret, {}, hs.nonce, out.nonce, {}, {}, sid);
+    if (!keys) return std::move(keys.error());
+    acc.keys = *keys;
+    acc.keys.cipher = Cipher::none;
   }
   acc.welcome.type = MsgType::welcome;
   acc.welcome.hs = std::move(out);

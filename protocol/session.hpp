@@ -2,6 +2,7 @@
 // See protocol/PROTOCOL.md "Handshake" and "Key schedule".
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,7 +16,9 @@ namespace tracr::protocol {
 // or HELLO that disagrees fails the handshake (no silent downgrade).
 struct Security {
   bool encrypt = true;
-  std::vector<uint8_t> secret;  // session secret (>= 16 bytes) when encrypt
+  // Session secret (>= 16 bytes), in plain mode too: it authenticates HELLO
+  // and WELCOME whatever the cipher.
+  std::vector<uint8_t> secret;
   bool x25519 = true;           // add an ephemeral X25519 exchange (forward secrecy)
 };
 
@@ -25,7 +28,7 @@ struct DirectionKey {
 };
 struct SessionKeys {
   uint64_t session = 0;
-  Cipher cipher = Cipher::none;
+  Cipher cipher = Cipher::none;  // none: the keys seal control messages only
   DirectionKey c2s;  // participant (client) -> server
   DirectionKey s2c;  // server -> participant
 };
@@ -38,6 +41,25 @@ Result<SessionKeys> derive_keys(const std::vector<uint8_t>& secret, const std::v
                                 const std::vector<uint8_t>& nonce_c, const std::vector<uint8_t>& nonce_s,
                                 const std::vector<uint8_t>& pub_c, const std::vector<uint8_t>& pub_s,
                                 uint64_t session);
+
+// HELLO and WELCOME authentication (PROTOCOL.md §6.3). Each carries one part
+// after its header: a 32-byte HMAC-SHA256 under a key derived from the
+// session secret alone, so a server checks a HELLO before it spends a key
+// exchange or a session slot on it.
+//   hk_c2s = HKDF-SHA256(S, salt = "", info = "tracr/1 hello c2s", 32)
+//   hk_s2c = HKDF-SHA256(S, salt = "", info = "tracr/1 hello s2c", 32)
+//   HELLO   mac = HMAC-SHA256(hk_c2s, HELLO header bytes)
+//   WELCOME mac = HMAC-SHA256(hk_s2c, WELCOME header bytes || HELLO mac)
+inline constexpr size_t kHelloMacBytes = 32;
+struct HelloKeys {
+  Key256 c2s{};
+  Key256 s2c{};
+};
+// handshake_failed when the secret is shorter than 16 bytes.
+Result<HelloKeys> derive_hello_keys(const std::vector<uint8_t>& secret);
+std::array<uint8_t, kHelloMacBytes> hello_mac(const HelloKeys& k, const uint8_t* header, size_t n);
+std::array<uint8_t, kHelloMacBytes> welcome_mac(const HelloKeys& k, const uint8_t* header, size_t n,
+                                                const uint8_t* hello_mac);
 
 class ClientHandshake {
  public:

@@ -83,7 +83,7 @@ TEST(Channel, PlainRoundTrip) {
   EXPECT_EQ(0, std::memcmp(r->tensors[0].data, b[0].data, b[0].nbytes));
 }
 
-TEST(Channel, WrongSecretFailsKeyConfirmation) {
+TEST(Channel, WrongSecretIsRefusedAtHello) {
   zmq::context_t ctx;
   EchoServer srv(ctx, options(true, 7));
   auto c = Client::connect(ctx, srv.server->endpoint(), options(true, 8));

@@ -35,6 +35,23 @@ std::vector<uint8_t> hex(const std::string& s) { return *from_hex(s); }
 std::string hx(const uint8_t* p, size_t n) { return to_hex(p, n); }
 template <class C> std::string hx(const C& c) { return to_hex(c.data(), c.size()); }
 
+// S = 00 01 .. 1f, the session secret of the key-schedule vectors.
+std::vector<uint8_t> spec_secret() {
+  std::vector<uint8_t> s(32);
+  for (int i = 0; i < 32; ++i) s[i] = static_cast<uint8_t>(i);
+  return s;
+}
+
+// RFC 7748 section 6.1: Alice's (participant) and Bob's (server) private keys.
+std::pair<Key256, Key256> rfc7748_private_keys() {
+  Key256 a{}, b{};
+  auto ab = hex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a");
+  auto bb = hex("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb");
+  std::copy(ab.begin(), ab.end(), a.begin());
+  std::copy(bb.begin(), bb.end(), b.begin());
+  return {a, b};
+}
+
 struct Check {
   std::map<std::string, std::string> spec = spec_vectors();
   bool print = std::getenv("TRACR_PRINT_VECTORS") != nullptr;
@@ -64,14 +81,8 @@ TEST(Vectors, NonceLayout) {
 
 TEST(Vectors, KeySchedule) {
   Check check;
-  std::vector<uint8_t> secret(32), nc(32, 0x11), ns(32, 0x22);
-  for (int i = 0; i < 32; ++i) secret[i] = static_cast<uint8_t>(i);
-  // RFC 7748 section 6.1 key pairs.
-  Key256 a{}, b{};
-  auto ab = hex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a");
-  auto bb = hex("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb");
-  std::copy(ab.begin(), ab.end(), a.begin());
-  std::copy(bb.begin(), bb.end(), b.begin());
+  std::vector<uint8_t> secret = spec_secret(), nc(32, 0x11), ns(32, 0x22);
+  const auto [a, b] = rfc7748_private_keys();
   auto pa = x25519_public(a), pb = x25519_public(b);
   auto shared = x25519_shared(a, *pb);
   ASSERT_TRUE(shared.ok());
@@ -188,4 +199,77 @@ TEST(Vectors, PlainFramesWithSparseCodecs) {
       EXPECT_EQ(0, std::memcmp(out[0]->tensors[0].data, bits, sizeof bits));
     }
   }
+}
+
+// HELLO and WELCOME as sent (header, then MAC; PROTOCOL.md section 6.3).
+TEST(Vectors, AuthenticatedHandshake) {
+  Check check;
+  auto hk = derive_hello_keys(spec_secret());
+  ASSERT_TRUE(hk.ok());
+  check("hello.key_c2s", hx(hk->c2s));
+  check("hello.key_s2c", hx(hk->s2c));
+  const auto [a, b] = rfc7748_private_keys();
+  auto pa = x25519_public(a), pb = x25519_public(b);
+  ASSERT_TRUE(pa.ok() && pb.ok());
+  auto header_of = [](MsgType type, uint64_t sid, uint8_t nonce_byte, const Key256& pub, const char* role) {
+    Header h;
+    h.type = type;
+    Handshake hs;
+    hs.versions = {1};
+    hs.ciphers = {"aes-256-gcm"};
+    hs.kx = {"x25519"};
+    hs.nonce.assign(32, nonce_byte);
+    hs.pub.assign(pub.begin(), pub.end());
+    hs.role = role;
+    hs.agent = "tracr/0.1";
+    hs.max_frame_bytes = 1ull << 30;
+    h.hs = std::move(hs);
+    FrameWriter w;
+    w.set_session(sid);
+    std::vector<uint8_t> bytes;
+    EXPECT_TRUE(w.write(h, {}, SendOptions{}, [&](Segment&& s) {
+                   EXPECT_EQ(s.size(), 1u);
+                   bytes.assign(static_cast<const uint8_t*>(s[0].data()),
+                                static_cast<const uint8_t*>(s[0].data()) + s[0].size());
+                   return Status{};
+                 }).ok());
+    return bytes;
+  };
+  auto hello = header_of(MsgType::hello, 0, 0x11, *pa, "PARTICIPANT");
+  auto hmac = hello_mac(*hk, hello.data(), hello.size());
+  check("hello.header", hx(hello));
+  check("hello.mac", hx(hmac));
+  auto welcome = header_of(MsgType::welcome, 0x0102030405060708ull, 0x22, *pb, "SERVER");
+  check("welcome.header", hx(welcome));
+  check("welcome.mac", hx(welcome_mac(*hk, welcome.data(), welcome.size(), hmac.data())));
+}
+
+// A control message on a plain session: header with `ctr`, then the seal
+// (PROTOCOL.md 5.1). Same key, IV and session as the encrypted frame.
+TEST(Vectors, PlainSessionSealedHeartbeat) {
+  Check check;
+  Key256 key{};
+  Iv96 iv{};
+  for (int i = 0; i < 32; ++i) key[i] = static_cast<uint8_t>(i);
+  for (int i = 0; i < 12; ++i) iv[i] = static_cast<uint8_t>(0xf0 + i);
+  FrameWriter w;
+  w.set_session(42);
+  ASSERT_TRUE(w.set_control_key(key, iv).ok());
+  Header h;
+  h.type = MsgType::heartbeat;
+  std::vector<Segment> segs;
+  ASSERT_TRUE(w.write(h, {}, SendOptions{}, [&](Segment&& s) {
+                  segs.push_back(std::move(s));
+                  return Status{};
+                }).ok());
+  ASSERT_EQ(segs.size(), 1u);
+  ASSERT_EQ(segs[0].size(), 2u);
+  check("control.plain_heartbeat.header", hx(static_cast<const uint8_t*>(segs[0][0].data()), segs[0][0].size()));
+  check("control.plain_heartbeat.seal", hx(static_cast<const uint8_t*>(segs[0][1].data()), segs[0][1].size()));
+  FrameReader r;
+  r.set_session(42);
+  ASSERT_TRUE(r.set_control_key(key, iv).ok());
+  auto out = r.feed(segs[0]);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].ok()) << out[0].error().str();
 }

@@ -1,0 +1,540 @@
+// Hostile peers on real sockets (tcp://127.0.0.1): what an untrusted peer
+// can make a Server spend, and what legitimate participants still get.
+#include <atomic>
+#include <thread>
+
+#include "frame_fixture.hpp"
+#include "protocol/channel.hpp"
+
+using namespace tracr;
+using namespace tracr::protocol;
+using namespace tracr::protocol::testing;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ChannelOptions hostile_options(bool encrypt, uint8_t secret_byte = 7) {
+  ChannelOptions o;
+  o.security.encrypt = encrypt;
+  o.security.secret.assign(32, secret_byte);
+  o.handshake_timeout_ms = 2000;
+  return o;
+}
+
+// Serves from one thread: answers INFER_REQUEST with an empty INFER_RESULT.
+struct Serving {
+  std::unique_ptr<Server> server;
+  std::thread th;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> errors{0};
+  std::atomic<uint64_t> shutdowns{0};  // SHUTDOWNs the server handed to its application
+  std::string last_peer;               // read after join()
+  Serving(zmq::context_t& ctx, ChannelOptions o) {
+    auto s = Server::bind(ctx, "tcp://127.0.0.1:0", std::move(o));
+    EXPECT_TRUE(s.ok());
+    server = std::move(*s);
+    th = std::thread([this] {
+      while (!stop) {
+        auto in = server->recv(20);
+        if (!in) {
+          if (in.error().code != Errc::timeout) ++errors;
+          continue;
+        }
+        last_peer = in->peer;
+        if (in->frame.header.type == MsgType::shutdown) ++shutdowns;
+        if (in->frame.header.type == MsgType::infer_request)
+          (void)server->send(in->peer, MsgType::infer_result, in->frame.header.split, {});
+      }
+    });
+  }
+  void join() {
+    stop = true;
+    if (th.joinable()) th.join();
+  }
+  ~Serving() { join(); }
+};
+
+void send_segment_raw(zmq::socket_t& s, Segment&& seg) {
+  for (size_t i = 0; i < seg.size(); ++i)
+    s.send(seg[i], i + 1 < seg.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+}
+
+// A HELLO segment as Client::connect sends it, its MAC made with `mac_secret`
+// (no MAC part when it is empty).
+Segment hello_segment(bool encrypt, const std::vector<uint8_t>& mac_secret) {
+  Security sec;
+  sec.encrypt = encrypt;
+  sec.secret.assign(32, 0x55);
+  ClientHandshake hs(sec, "PARTICIPANT", "hostile", 1u << 20);
+  auto h = hs.hello();
+  EXPECT_TRUE(h.ok());
+  Segment out;
+  FrameWriter w;
+  (void)w.write(*h, {}, {}, [&](Segment&& seg) {
+    out = std::move(seg);
+    return Status{};
+  });
+  if (!mac_secret.empty()) {
+    auto hk = derive_hello_keys(mac_secret);
+    EXPECT_TRUE(hk.ok());
+    auto mac = hello_mac(*hk, static_cast<const uint8_t*>(out[0].data()), out[0].size());
+    out.emplace_back(mac.data(), mac.size());
+  }
+  return out;
+}
+
+// A stranger who does not hold the session secret: sends well-formed HELLOs
+// (a fresh connection, so a fresh routing id, for each) at `per_sec`, with a
+// MAC made under a wrong secret or with none.
+struct HelloFlood {
+  std::thread th;
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> sent{0};
+  HelloFlood(zmq::context_t& ctx, const std::string& ep, int per_sec, bool encrypt, bool with_mac) {
+    th = std::thread([&ctx, ep, per_sec, encrypt, with_mac, this] {
+      const auto period = std::chrono::microseconds(1000000 / per_sec);
+      auto next = Clock::now();
+      const std::vector<uint8_t> wrong = with_mac ? std::vector<uint8_t>(32, 0x55) : std::vector<uint8_t>{};
+      while (!stop) {
+        zmq::socket_t s(ctx, zmq::socket_type::dealer);
+        s.set(zmq::sockopt::linger, 500);
+        s.connect(ep);
+        send_segment_raw(s, hello_segment(encrypt, wrong));
+        ++sent;
+        next += period;
+        std::this_thread::sleep_until(next);
+      }
+    });
+  }
+  void finish() {
+    stop = true;
+    if (th.joinable()) th.join();
+  }
+  ~HelloFlood() { finish(); }
+};
+
+// 300 unauthenticated HELLOs per second while a participant that holds the
+// secret connects 20 times: every one of its handshakes must succeed.
+void flood_then_connect(bool encrypt, bool flood_with_mac) {
+  zmq::context_t ctx;
+  ChannelOptions so = hostile_options(encrypt);
+  so.max_peers = 64;
+  Serving srv(ctx, so);
+  HelloFlood flood(ctx, srv.server->endpoint(), 300, encrypt, flood_with_mac);
+  while (flood.sent < 150) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ChannelOptions co = hostile_options(encrypt);
+  co.handshake_timeout_ms = 1000;
+  int ok = 0;
+  std::string last_error;
+  for (int i = 0; i < 20; ++i) {
+    auto c = Client::connect(ctx, srv.server->endpoint(), co);
+    if (c.ok()) {
+      ++ok;
+      ASSERT_TRUE((*c)->send(MsgType::infer_request, 1, {}).ok());
+      auto r = (*c)->recv(2000);
+      ASSERT_TRUE(r.ok()) << r.error().str();
+      EXPECT_EQ(r->header.type, MsgType::infer_result);
+    } else {
+      last_error = c.error().str();
+    }
+    // Spread the connections over the flood (pacing only; nothing is timed).
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  flood.finish();
+  const uint64_t flooded = flood.sent;
+  std::printf("[ flood ] %s: %d of 20 legitimate handshakes succeeded under %llu unauthenticated HELLOs\n",
+              encrypt ? "aes-256-gcm" : "plain", ok, static_cast<unsigned long long>(flooded));
+  EXPECT_EQ(ok, 20) << last_error;
+  EXPECT_GT(flooded, 150u);
+  // Drain what is still queued, then look at what the flood cost.
+  srv.join();
+  while (srv.server->recv(300).error().code != Errc::timeout) {
+  }
+  const RejectCounters rc = srv.server->rejected();
+  std::printf("[ flood ] rejected as auth_failed: %llu, sessions held: %zu\n",
+              static_cast<unsigned long long>(rc.auth_failed), srv.server->peers());
+  EXPECT_GE(rc.auth_failed * 100, flooded * 95);  // a few may be lost when their socket closes
+  EXPECT_LE(rc.auth_failed, flooded);
+  EXPECT_EQ(srv.server->peers(), 0u);  // no slot to any stranger; the participants said GOODBYE
+}
+
+}  // namespace
+
+TEST(Hostile, HelloFloodWithWrongSecretDoesNotLockOutParticipantsEncrypted) { flood_then_connect(true, true); }
+TEST(Hostile, HelloFloodWithoutMacDoesNotLockOutParticipantsPlain) { flood_then_connect(false, false); }
+
+TEST(Hostile, StrangersHelloGetsTypedErrorAndNoSession) {
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(true));
+  for (bool with_mac : {false, true}) {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(srv.server->endpoint());
+    send_segment_raw(s, hello_segment(true, with_mac ? std::vector<uint8_t>(32, 0x55) : std::vector<uint8_t>{}));
+    s.set(zmq::sockopt::rcvtimeo, 3000);
+    Segment reply;
+    ASSERT_TRUE(zmq::recv_multipart(s, std::back_inserter(reply)).has_value());
+    FrameReader r;
+    auto outs = r.feed(reply);
+    ASSERT_EQ(outs.size(), 1u);
+    ASSERT_TRUE(outs[0].ok()) << outs[0].error().str();
+    ASSERT_EQ(outs[0]->header.type, MsgType::error);
+    EXPECT_EQ(outs[0]->header.error->code, Errc::auth_failed) << outs[0]->header.error->str();
+    EXPECT_LE(reply[0].size(), 300u);  // no amplification: about the size of a HELLO
+  }
+  srv.join();
+  EXPECT_EQ(srv.server->peers(), 0u);
+  EXPECT_EQ(srv.server->rejected().auth_failed, 2u);
+}
+
+TEST(Hostile, ReplayedHelloIsRefused) {
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(false));
+  Segment hello = hello_segment(false, std::vector<uint8_t>(32, 7));  // the server's secret
+  std::vector<Segment> replies;
+  for (int i = 0; i < 2; ++i) {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::rcvtimeo, 3000);
+    s.connect(srv.server->endpoint());
+    send_segment_raw(s, copy_segment(hello));
+    Segment reply;
+    ASSERT_TRUE(zmq::recv_multipart(s, std::back_inserter(reply)).has_value());
+    replies.push_back(std::move(reply));
+  }
+  // The first is welcomed (header and MAC), the copy refused as a replay.
+  ASSERT_EQ(replies[0].size(), 2u);
+  FrameReader r0, r1;
+  Segment w{copy_segment(replies[0])};
+  w.pop_back();
+  auto first = r0.feed(w);
+  ASSERT_TRUE(first.at(0).ok());
+  EXPECT_EQ(first[0]->header.type, MsgType::welcome);
+  auto second = r1.feed(replies[1]);
+  ASSERT_TRUE(second.at(0).ok());
+  ASSERT_EQ(second[0]->header.type, MsgType::error);
+  EXPECT_EQ(second[0]->header.error->code, Errc::replay);
+  srv.join();
+  EXPECT_EQ(srv.server->rejected().replay, 1u);
+}
+
+TEST(Hostile, ServerWithoutSecretRefusesToBindEvenInPlainMode) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(false);
+  o.security.secret.clear();
+  auto s = Server::bind(ctx, "tcp://127.0.0.1:0", o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Errc::handshake_failed);
+}
+
+// ---- Plain sessions: control messages are sealed (PROTOCOL.md 5.1) --------
+
+namespace {
+
+// A header-only segment of `type` for `sid`, unsealed, as a stranger on the
+// path could forge it (the sid travels in clear on a plain session).
+Segment forged(MsgType type, uint64_t sid, uint64_t seq) {
+  Header h;
+  h.type = type;
+  h.session = sid;
+  h.seq = seq;
+  if (type == MsgType::error) h.error = make_error(Errc::internal, "forged");
+  std::vector<uint8_t> bytes;
+  encode_header(h, bytes);
+  Segment seg;
+  seg.emplace_back(bytes.data(), bytes.size());
+  return seg;
+}
+
+void round_trip(Client& c) {
+  ASSERT_TRUE(c.send(MsgType::infer_request, 2, {}).ok());
+  auto r = c.recv(3000);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->header.type, MsgType::infer_result);
+}
+
+}  // namespace
+
+TEST(Hostile, PlainSessionRefusesForgedControlMessagesAndSaysSo) {
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(false));
+  auto c = Client::connect(ctx, srv.server->endpoint(), hostile_options(false));
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  const uint64_t sid = (*c)->session();
+  // Unsealed SHUTDOWN, GOODBYE and HEARTBEAT with the right sid and a fresh seq.
+  uint64_t seq = 100;
+  for (MsgType t : {MsgType::shutdown, MsgType::goodbye, MsgType::heartbeat}) {
+    ASSERT_TRUE((*c)->send_raw(forged(t, sid, seq++)).ok());
+    // Not silent: a sealed ERROR names the refusal.
+    auto e = (*c)->recv(3000);
+    ASSERT_TRUE(e.ok()) << e.error().str();
+    ASSERT_EQ(e->header.type, MsgType::error);
+    EXPECT_EQ(e->header.error->code, Errc::auth_failed) << e->header.error->str();
+  }
+  round_trip(**c);  // the session carries on
+  srv.join();
+  EXPECT_EQ(srv.shutdowns, 0u);
+  EXPECT_EQ(srv.server->peers(), 1u);  // the forged GOODBYE ended nothing
+  EXPECT_EQ(srv.server->rejected().auth_failed, 3u);
+  auto mine = srv.server->rejected_by(srv.last_peer);
+  ASSERT_TRUE(mine.has_value());
+  EXPECT_EQ(mine->auth_failed, 3u);
+  EXPECT_EQ(mine->total(), 3u);
+  EXPECT_FALSE(srv.server->rejected_by("no such peer").has_value());
+}
+
+TEST(Hostile, ShutdownOnlyFromTheControllingSessionAndAcknowledged) {
+  for (bool encrypt : {false, true}) {
+    zmq::context_t ctx;
+    Serving srv(ctx, hostile_options(encrypt));
+    auto participant = Client::connect(ctx, srv.server->endpoint(), hostile_options(encrypt));
+    ASSERT_TRUE(participant.ok()) << participant.error().str();
+    ASSERT_TRUE((*participant)->send(MsgType::shutdown, -1, {}).ok());
+    auto refused = (*participant)->recv(3000);
+    ASSERT_TRUE(refused.ok()) << refused.error().str();
+    ASSERT_EQ(refused->header.type, MsgType::error);
+    EXPECT_EQ(refused->header.error->code, Errc::unexpected_message);
+    EXPECT_NE(refused->header.error->message.find("CONTROLLER"), std::string::npos);
+    round_trip(**participant);
+
+    ChannelOptions co = hostile_options(encrypt);
+    co.role = kControllerRole;
+    auto controller = Client::connect(ctx, srv.server->endpoint(), co);
+    ASSERT_TRUE(controller.ok()) << controller.error().str();
+    ASSERT_TRUE((*controller)->send(MsgType::shutdown, -1, {}).ok());
+    auto ack = (*controller)->recv(3000);
+    ASSERT_TRUE(ack.ok()) << ack.error().str();
+    EXPECT_EQ(ack->header.type, MsgType::shutdown);
+    srv.join();
+    EXPECT_EQ(srv.shutdowns, 1u) << (encrypt ? "encrypted" : "plain");
+    EXPECT_EQ(srv.server->rejected().other, 1u);
+  }
+}
+
+TEST(Hostile, PlainReaderWithControlKeyChecksSealsOnControlMessagesOnly) {
+  Key256 k{};
+  Iv96 iv{};
+  k[0] = 1;
+  FrameWriter w;
+  FrameReader r;
+  w.set_session(9);
+  r.set_session(9);
+  ASSERT_TRUE(w.set_control_key(k, iv).ok());
+  ASSERT_TRUE(r.set_control_key(k, iv).ok());
+  std::vector<Segment> segs;
+  auto sink = [&](Segment&& s) {
+    segs.push_back(std::move(s));
+    return Status{};
+  };
+  Header hb;
+  hb.type = MsgType::heartbeat;
+  ASSERT_TRUE(w.write(hb, {}, {}, sink).ok());
+  Header req;
+  req.type = MsgType::infer_request;
+  Bundle b{random_tensor("x", DType::float32, {8}, 1)};
+  ASSERT_TRUE(w.write(req, b, {}, sink).ok());
+  ASSERT_EQ(segs.size(), 2u);
+  EXPECT_EQ(segs[0].size(), 2u);  // header and seal
+  EXPECT_EQ(segs[1].size(), 2u);  // header and one payload part in clear
+  EXPECT_EQ(0, std::memcmp(segs[1][1].data(), b[0].data, b[0].nbytes));
+  for (auto& s : segs) {
+    auto out = r.feed(s);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_TRUE(out[0].ok()) << out[0].error().str();
+  }
+  // Replayed sealed HEARTBEAT, unsealed HEARTBEAT, unsealed ERROR, a control
+  // message with a payload.
+  Segment replayed = copy_segment(segs[0]);
+  EXPECT_EQ(r.feed(replayed).at(0).error().code, Errc::replay);
+  Segment plain_hb = forged(MsgType::heartbeat, 9, 50);
+  EXPECT_EQ(r.feed(plain_hb).at(0).error().code, Errc::auth_failed);
+  Segment plain_err = forged(MsgType::error, 9, 51);
+  EXPECT_EQ(r.feed(plain_err).at(0).error().code, Errc::remote);
+  Header bad;
+  bad.type = MsgType::goodbye;
+  EXPECT_EQ(w.write(bad, b, {}, sink).error().code, Errc::invalid_argument);
+}
+
+// ---- Bounded resources -------------------------------------------------------
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+// A server driven from the test's own thread, so its accessors can be read
+// between calls.
+std::unique_ptr<Server> bind_local(zmq::context_t& ctx, ChannelOptions o) {
+  auto s = Server::bind(ctx, "tcp://127.0.0.1:0", std::move(o));
+  EXPECT_TRUE(s.ok());
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+// Connects while `srv` is served from this thread.
+std::unique_ptr<Client> connect_served(zmq::context_t& ctx, Server& srv, const ChannelOptions& o) {
+  std::unique_ptr<Client> c;
+  std::atomic<bool> done{false};
+  std::thread th([&] {
+    auto r = Client::connect(ctx, srv.endpoint(), o);
+    EXPECT_TRUE(r.ok()) << r.error().str();
+    if (r.ok()) c = std::move(*r);
+    done = true;
+  });
+  while (!done) (void)srv.recv(10);
+  th.join();
+  return c;
+}
+
+// Segments of one plain INFER frame of `bytes` (uint8, codec sparse, so it
+// is cut in segments of about `seg_bytes`), for session `sid`, frame seq `seq`.
+std::vector<Segment> big_frame(uint64_t sid, uint64_t seq, uint64_t bytes, size_t seg_bytes) {
+  FrameWriter w;
+  w.set_session(sid);
+  Header h;
+  h.type = MsgType::infer_request;
+  std::vector<Segment> segs;
+  for (uint64_t i = 1; i < seq; ++i)  // spend the sequence numbers before it
+    (void)w.write(h, {}, {}, [](Segment&&) { return Status{}; });
+  Tensor t = Tensor::allocate("x", DType::uint8, {static_cast<int64_t>(bytes)});
+  std::memset(t.mutable_data(), 0xff, bytes);
+  SendOptions so;
+  so.codec = *CodecSpec::parse("sparse");
+  so.chunk_bytes = seg_bytes;
+  so.segment_bytes = seg_bytes;
+  EXPECT_TRUE(w.write(h, Bundle{t}, so, [&](Segment&& s) {
+                 segs.push_back(std::move(s));
+                 return Status{};
+               }).ok());
+  return segs;
+}
+
+}  // namespace
+
+// A participant sends 255 of the 256 one-MiB segments of a frame and goes
+// silent (as one that crashed does: ZeroMQ reports no disconnect). The
+// server frees the frame after partial_frame_timeout_ms and says so.
+TEST(Hostile, PartialFrameOfAPeerThatLeftIsFreed) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(false);
+  o.partial_frame_timeout_ms = 1000;
+  auto srv = bind_local(ctx, o);
+  auto c = connect_served(ctx, *srv, hostile_options(false));
+  ASSERT_TRUE(c);
+  auto segs = big_frame(c->session(), 3, 256 * kMiB, kMiB);  // HELLO and HEARTBEAT used seq 1 and 2
+  ASSERT_EQ(segs.size(), 256u);
+  segs.pop_back();
+  for (auto& s : segs) ASSERT_TRUE(c->send_raw(std::move(s)).ok());
+  segs.clear();
+  uint64_t peak = 0;
+  std::optional<Error> truncated;
+  for (int i = 0; i < 400 && !truncated; ++i) {  // at most about 20 s
+    auto in = srv->recv(50);
+    peak = std::max(peak, srv->partial_frame_bytes());
+    if (!in && in.error().code == Errc::truncated) truncated = in.error();
+  }
+  std::printf("[ partial ] held while the frame was in progress: %llu bytes; after it was dropped: %llu bytes\n",
+              static_cast<unsigned long long>(peak), static_cast<unsigned long long>(srv->partial_frame_bytes()));
+  ASSERT_TRUE(truncated.has_value());
+  EXPECT_NE(truncated->message.find("did not arrive in time"), std::string::npos) << truncated->str();
+  EXPECT_EQ(peak, 256 * kMiB);
+  EXPECT_EQ(srv->partial_frame_bytes(), 0u);
+  EXPECT_EQ(srv->rejected().truncated, 1u);
+  // The participant was told too (over its session).
+  auto e = c->recv(3000);
+  ASSERT_TRUE(e.ok()) << e.error().str();
+  ASSERT_EQ(e->header.type, MsgType::error);
+  EXPECT_EQ(e->header.error->code, Errc::truncated);
+}
+
+// The same, with a session that is evicted (idle) long before the frame
+// would time out: the frame goes with it.
+TEST(Hostile, PartialFrameIsFreedWhenItsSessionIsEvicted) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(false);
+  o.session_idle_ms = 500;
+  o.partial_frame_timeout_ms = 600000;
+  auto srv = bind_local(ctx, o);
+  auto c = connect_served(ctx, *srv, hostile_options(false));
+  ASSERT_TRUE(c);
+  auto segs = big_frame(c->session(), 3, 16 * kMiB, kMiB);
+  segs.pop_back();
+  for (auto& s : segs) ASSERT_TRUE(c->send_raw(std::move(s)).ok());
+  uint64_t held = 0;
+  for (int i = 0; i < 200 && held < 16 * kMiB; ++i) {
+    (void)srv->recv(20);
+    held = srv->partial_frame_bytes();
+  }
+  EXPECT_EQ(held, 16 * kMiB);
+  for (int i = 0; i < 400 && srv->peers() > 0; ++i) (void)srv->recv(20);
+  EXPECT_EQ(srv->peers(), 0u);
+  EXPECT_EQ(srv->partial_frame_bytes(), 0u);
+}
+
+TEST(Hostile, FrameAboveTheSessionBudgetIsRefusedBeforeAllocation) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(true);
+  o.limits.session_budget_bytes = 4 * kMiB;
+  auto srv = bind_local(ctx, o);
+  auto c = connect_served(ctx, *srv, hostile_options(true));
+  ASSERT_TRUE(c);
+  Bundle big{random_tensor("x", DType::uint8, {int64_t(8 * kMiB)}, 1)};
+  ASSERT_TRUE(c->send(MsgType::infer_request, 1, big).ok());
+  uint64_t peak = 0;
+  std::optional<Error> refused;
+  for (int i = 0; i < 200 && !refused; ++i) {
+    auto in = srv->recv(20);
+    peak = std::max(peak, srv->partial_frame_bytes());
+    if (!in && in.error().code != Errc::timeout) refused = in.error();
+  }
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->code, Errc::limit_exceeded);
+  EXPECT_NE(refused->message.find("memory budget of 4194304 bytes"), std::string::npos) << refused->str();
+  EXPECT_EQ(peak, 0u);
+  auto e = c->recv(3000);
+  ASSERT_TRUE(e.ok()) << e.error().str();
+  ASSERT_EQ(e->header.type, MsgType::error);
+  EXPECT_EQ(e->header.error->code, Errc::limit_exceeded);
+  // A frame within the budget is served.
+  Bundle small{random_tensor("x", DType::uint8, {int64_t(kMiB)}, 2)};
+  ASSERT_TRUE(c->send(MsgType::infer_request, 1, small).ok());
+  std::optional<Server::Incoming> got;
+  for (int i = 0; i < 200 && !got; ++i) {
+    auto in = srv->recv(20);
+    if (in) got = std::move(*in);
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->frame.tensors.at(0).nbytes, kMiB);
+}
+
+// A message of 100,000 empty parts: the server keeps at most the cap
+// (header + max_parts + seal), drains the rest unread and counts it.
+TEST(Hostile, PartsBeyondTheCapAreDroppedUnread) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(true);
+  auto srv = bind_local(ctx, o);
+  auto c = connect_served(ctx, *srv, hostile_options(true));
+  ASSERT_TRUE(c);
+  Segment many(100000);
+  ASSERT_TRUE(c->send_raw(std::move(many)).ok());
+  std::optional<Error> refused;
+  for (int i = 0; i < 200 && !refused; ++i) {
+    auto in = srv->recv(20);
+    if (!in && in.error().code != Errc::timeout) refused = in.error();
+  }
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->code, Errc::limit_exceeded);
+  EXPECT_NE(refused->message.find("message of 100001 parts, above the limit of 65539"), std::string::npos)
+      << refused->str();
+  EXPECT_EQ(srv->rejected().malformed, 1u);
+  auto e = c->recv(3000);
+  ASSERT_TRUE(e.ok()) << e.error().str();
+  EXPECT_EQ(e->header.type, MsgType::error);
+  // The session carries on.
+  ASSERT_TRUE(c->send(MsgType::infer_request, 1, {}).ok());
+  std::optional<Server::Incoming> got;
+  for (int i = 0; i < 200 && !got; ++i) {
+    auto in = srv->recv(20);
+    if (in) got = std::move(*in);
+  }
+  ASSERT_TRUE(got.has_value());
+}
