@@ -384,6 +384,14 @@ std::vector<std::string> sweep_stale_shaping(const std::string& state_dir, const
       else if (k == "start") start = std::atoll(v.c_str());
     }
     if (process_alive(pid, start)) continue;  // another controller's live run
+    if (transport == "local" && !ns.empty() && !fs::exists("/run/netns/" + ns, ec)) {
+      // The namespace is gone, and its interfaces and qdiscs with it.
+      fs::remove(e.path(), ec);
+      out.push_back(fmt::format("forgot shaping on {} in namespace {} left by controller {}: the namespace no longer "
+                                "exists",
+                                dev, ns, pid));
+      continue;
+    }
     // The device as shaped: from the devices file (SSH needs its connection),
     // or as the state file describes a local one.
     std::optional<DeviceConfig> d;

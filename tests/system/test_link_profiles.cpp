@@ -180,3 +180,19 @@ TEST(LinkProfiles, DevicesCheckReportsWhetherTcMayRun) {
   const bool netem = sh("unshare -n tc qdisc add dev lo root netem delay 1ms").status == 0;
   EXPECT_NE(r.out.find(std::string("tc: yes (root), netem: ") + (netem ? "yes" : "no")), std::string::npos) << r.out;
 }
+
+// A dead controller's state file for a namespace that no longer exists (its
+// qdiscs went with it) is forgotten by the next run, not reported forever.
+TEST(LinkProfiles, StateForAVanishedNamespaceIsForgotten) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::filesystem::create_directories(d.path / "shaping");
+  std::ofstream(d.path / "shaping" / "edge_trgone1_veth0.shaping")
+      << "device=edge\ntransport=local\nnetns=trgone1\ndev=veth0\nsudo=\npid=999999999\nstart=1\n";
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n");
+  y.replace(y.find("split: all"), 10, "split: [22]");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("forgot shaping on veth0 in namespace trgone1"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::is_empty(d.path / "shaping"));
+}
