@@ -167,6 +167,17 @@ Result<DeployInfo> deploy_agent(SshSession& s, const std::string& local_agent_pa
     return make_error(Errc::io, fmt::format("{} on {} has sha256 {} after upload, expected {}", info.remote_path,
                                             s.label(), got->empty() ? "(missing)" : *got, info.sha256));
   info.uploaded = true;
+  // Housekeeping after an upload: temporary files of uploads interrupted more
+  // than 10 minutes ago, and agent binaries beyond the newest few (the one
+  // just uploaded always stays; a running agent keeps its deleted binary).
+  const std::string keep = "tracr-agent-" + info.sha256.substr(0, 16);
+  auto prune = s.run(fmt::format(
+      "cd {} && find . -maxdepth 1 -name 'tracr-agent-*.tmp-*' -mmin +10 -exec rm -f {{}} + ; "
+      "ls -1t | grep -E '^tracr-agent-[0-9a-f]{{16}}$' | grep -vx {} | tail -n +{} | xargs -r rm -f --",
+      shell_quote(dir), shell_quote(keep), kKeptAgentBinaries));
+  if (!prune || prune->exit_status != 0)
+    info.note = fmt::format("pruning old agents in {} failed: {}", dir,
+                            prune ? trim(prune->err) : prune.error().str());
   return Result<DeployInfo>(std::move(info));
 }
 

@@ -23,7 +23,13 @@ struct DeployInfo {
   std::string local_arch;   // architecture of the local agent binary (uname -m naming)
   std::string sha256;       // hex SHA-256 of the agent binary
   bool uploaded = false;    // false when an identical copy was already there
+  std::string note;         // housekeeping that failed (the deploy itself succeeded)
 };
+
+// Agent binaries kept in a device's work_dir after an upload: the one just
+// uploaded and the two newest others (older ones are removed, as are
+// temporary files of uploads interrupted more than 10 minutes ago).
+inline constexpr int kKeptAgentBinaries = 3;
 
 // Checks that the device can run local_agent_path (ELF machine vs `uname -m`),
 // creates remote_dir, and uploads the agent atomically (mode 0755) unless a

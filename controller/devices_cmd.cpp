@@ -215,8 +215,8 @@ int cmd_agents(const std::vector<std::string>& args) {
         ++bad;
         return head + " FAIL  " + info.error().str();
       }
-      return head + fmt::format(" {} {} ({})", info->uploaded ? "uploaded" : "already there", info->remote_path,
-                                info->remote_arch);
+      return head + fmt::format(" {} {} ({}){}", info->uploaded ? "uploaded" : "already there", info->remote_path,
+                                info->remote_arch, info->note.empty() ? "" : "; " + info->note);
     }
     const std::string pat = shell_quote(as_in_cmdline(d.work_dir) + "/tracr-agen[t]");
     const std::string dir = remote_word(d.work_dir);

@@ -64,6 +64,39 @@ TEST_F(DeployTest, UploadsTheAgentThenSkipsAnIdenticalCopy) {
   EXPECT_EQ(second->sha256, first->sha256);
 }
 
+TEST_F(DeployTest, UploadPrunesOldAgentsAndStaleTemporaryFiles) {
+  auto s = connect_trusted();
+  ASSERT_TRUE(s);
+  const std::string dir = sshd().dir() + "/agents";
+  ASSERT_EQ(tracr::testing::run_process({"/bin/mkdir", "-p", dir}), 0);
+  // Four older agents (oldest first), a stale and a fresh upload temporary, and a user's file.
+  const char* old_agents[] = {"tracr-agent-0000000000000001", "tracr-agent-0000000000000002",
+                              "tracr-agent-0000000000000003", "tracr-agent-0000000000000004"};
+  int age = 40;
+  for (const char* a : old_agents) {
+    tracr::testing::spit(dir + "/" + a, "old");
+    ASSERT_EQ(tracr::testing::run_process({"/usr/bin/touch", "-d", std::to_string(age--) + " minutes ago", dir + "/" + a}), 0);
+  }
+  tracr::testing::spit(dir + "/tracr-agent-0000000000000009.tmp-abc", "interrupted");
+  ASSERT_EQ(tracr::testing::run_process({"/usr/bin/touch", "-d", "30 minutes ago", dir + "/tracr-agent-0000000000000009.tmp-abc"}), 0);
+  tracr::testing::spit(dir + "/tracr-agent-000000000000000a.tmp-def", "uploading now");
+  tracr::testing::spit(dir + "/notes.txt", "mine");
+  auto d = deploy_agent(*s, kAgent, dir);
+  ASSERT_TRUE(d.ok()) << d.error().str();
+  EXPECT_TRUE(d->uploaded);
+  EXPECT_TRUE(d->note.empty()) << d->note;
+  auto exists = [&](const std::string& f) { return std::filesystem::exists(dir + "/" + f); };
+  EXPECT_TRUE(std::filesystem::exists(d->remote_path));
+  // The two newest older agents stay, the two oldest go.
+  EXPECT_FALSE(exists(old_agents[0]));
+  EXPECT_FALSE(exists(old_agents[1]));
+  EXPECT_TRUE(exists(old_agents[2]));
+  EXPECT_TRUE(exists(old_agents[3]));
+  EXPECT_FALSE(exists("tracr-agent-0000000000000009.tmp-abc"));
+  EXPECT_TRUE(exists("tracr-agent-000000000000000a.tmp-def"));  // maybe another controller's upload in progress
+  EXPECT_TRUE(exists("notes.txt"));
+}
+
 TEST_F(DeployTest, ReplacesACorruptedCopy) {
   auto s = connect_trusted();
   ASSERT_TRUE(s);
