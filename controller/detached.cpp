@@ -54,6 +54,7 @@ Result<DetachedServer> read_detached(const std::string& path) {
     else if (k == "identity") d.identity = *v;
     else if (k == "log") d.log = *v;
     else if (k == "pid") d.pid = std::atol(v->c_str());
+    else if (k == "start") d.start_ticks = std::atoll(v->c_str());
     else if (k.rfind("ready.", 0) == 0) d.ready[k.substr(6)] = *v;
   }
   if (d.endpoint.empty() || d.secret_hex.empty() || d.pid <= 0)
@@ -81,7 +82,7 @@ Status write_detached(const std::string& path, const DetachedServer& d) {
   std::string text = "device=" + agent::pct_encode(d.device) + "\ntransport=" + agent::pct_encode(d.transport) +
                      "\nendpoint=" + agent::pct_encode(d.endpoint) + "\nsecret=" + d.secret_hex +
                      "\nidentity=" + agent::pct_encode(d.identity) + "\nlog=" + agent::pct_encode(d.log) +
-                     "\npid=" + std::to_string(d.pid) + "\n";
+                     "\npid=" + std::to_string(d.pid) + "\nstart=" + std::to_string(d.start_ticks) + "\n";
   for (const auto& [k, v] : d.ready) text += "ready." + agent::pct_encode(k) + "=" + agent::pct_encode(v) + "\n";
   TRACR_TRY(write_owner_only(tmp, text));
   fs::rename(tmp, path, ec);
@@ -145,7 +146,8 @@ int cmd_agents_start(const std::vector<std::string>& args) {
   }
   const DeviceConfig& server = devices->server();
   const std::string state = detached_state_path(cfg->output, server.name);
-  if (auto old = read_detached(state); old && (old->transport != "local" || ::kill(static_cast<pid_t>(old->pid), 0) == 0)) {
+  if (auto old = read_detached(state);
+      old && (old->transport != "local" || process_alive(old->pid, old->start_ticks))) {
     fmt::print("SERVER agent on {} already running (pid {}, {}); `tracrctl agents stop` first\n", server.name, old->pid,
                old->endpoint);
     return old->identity == server_identity(*cfg) ? 0 : 1;
@@ -195,6 +197,7 @@ int cmd_agents_start(const std::vector<std::string>& args) {
       return 1;
     }
     d.pid = *pid;
+    d.start_ticks = process_start_ticks(d.pid);
     ready = wait_ready_in_log([&]() -> Result<std::string> { return read_local(d.log); }, secret, 600000);
   } else {
     auto s = SshSession::connect(device_ssh_target(server, devices->source, trust));
@@ -224,7 +227,8 @@ int cmd_agents_start(const std::vector<std::string>& args) {
     a.insert(a.end(), {"--experiment", exp_file});
     std::string cmd = "setsid nohup " + shell_quote(dep->remote_path);
     for (const auto& x : a) cmd += " " + shell_quote(x);
-    cmd += " --secret-file " + shell_quote(secret_file) + " > " + shell_quote(d.log) + " 2>&1 < /dev/null & echo $!";
+    cmd += " --secret-file " + shell_quote(secret_file) + " > " + shell_quote(d.log) + " 2>&1 < /dev/null & p=$!; echo $p; " +
+           start_ticks_shell("$p");
     auto r = (*s)->run(cmd);
     if (!r || r->exit_status != 0) {
       fmt::print(stderr, "tracrctl agents start: device {}: cannot start the agent: {}\n", server.name,
@@ -232,6 +236,7 @@ int cmd_agents_start(const std::vector<std::string>& args) {
       return 1;
     }
     d.pid = std::atol(r->out.c_str());
+    if (const auto nl = r->out.find('\n'); nl != std::string::npos) d.start_ticks = std::atoll(r->out.c_str() + nl + 1);
     ready = wait_ready_in_log([&]() { return (*s)->read_file_tail(d.log, 1u << 20); }, secret, 600000);
   }
   if (!ready) {
@@ -264,11 +269,25 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
       ++bad;
       continue;
     }
+    // By identity only: the pid and the start time recorded when it started.
+    // A bare pid from a file could name any process by now.
+    if (d->start_ticks <= 0) {
+      fmt::print(stderr,
+                 "detached agent on {}: its state ({}) records no start time, so pid {} cannot be told from a "
+                 "process that reused it; not signalled. Check it and stop it by hand, then delete the state file\n",
+                 d->device, e.path().string(), d->pid);
+      ++bad;
+      continue;
+    }
+    bool was_running = true;
     if (d->transport == "local") {
-      ::kill(static_cast<pid_t>(d->pid), SIGTERM);
-      for (int i = 0; i < 50 && ::kill(static_cast<pid_t>(d->pid), 0) == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (::kill(static_cast<pid_t>(d->pid), 0) == 0) ::kill(static_cast<pid_t>(d->pid), SIGKILL);
+      was_running = process_alive(d->pid, d->start_ticks);
+      if (was_running) {
+        ::kill(static_cast<pid_t>(d->pid), SIGTERM);
+        for (int i = 0; i < 50 && process_alive(d->pid, d->start_ticks); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (process_alive(d->pid, d->start_ticks)) ::kill(static_cast<pid_t>(d->pid), SIGKILL);
+      }
       fs::remove(fs::path(state_dir) / (d->device + ".secret"), ec);
       fs::remove(fs::path(state_dir) / (d->device + ".experiment.yaml"), ec);
     } else {
@@ -285,15 +304,22 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
         ++bad;
         continue;
       }
-      const std::string pid = std::to_string(d->pid);
-      (void)(*s)->run("kill " + pid + " 2>/dev/null; sleep 1; kill -9 " + pid + " 2>/dev/null; rm -f " +
-                      shell_quote(d->log.substr(0, d->log.size() - std::string("-detached.log").size()) + ".secret") +
-                      " " +
-                      shell_quote(d->log.substr(0, d->log.size() - std::string("-detached.log").size()) +
-                                  ".experiment.yaml"));
+      const std::string pid = std::to_string(d->pid), ticks = std::to_string(d->start_ticks);
+      const std::string base = d->log.substr(0, d->log.size() - std::string("-detached.log").size());
+      auto r = (*s)->run("same() { [ \"$(" + start_ticks_shell(pid) + ")\" = " + ticks + " ]; }; if same; then kill " +
+                         pid + "; i=0; while same && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; same && kill -9 " +
+                         pid + "; echo stopped; else echo gone; fi; rm -f " + shell_quote(base + ".secret") + " " +
+                         shell_quote(base + ".experiment.yaml"));
+      if (!r) {
+        fmt::print(stderr, "detached agent on {}: {}\n", d->device, r.error().str());
+        ++bad;
+        continue;
+      }
+      was_running = r->out.find("stopped") != std::string::npos;
     }
     fs::remove(e.path(), ec);
-    fmt::print("stopped the detached SERVER agent on {} (pid {})\n", d->device, d->pid);
+    if (was_running) fmt::print("stopped the detached SERVER agent on {} (pid {})\n", d->device, d->pid);
+    else fmt::print("the detached SERVER agent on {} (pid {}) had already ended; its state is removed\n", d->device, d->pid);
   }
   return bad ? 1 : 0;
 }

@@ -237,12 +237,10 @@ int cmd_agents(const std::vector<std::string>& args) {
       }
       return head + " " + (*s)->label() + "\n" + (r->out.empty() ? "  no logs\n" : r->out);
     }
-    auto r = (*s)->run("pkill -TERM -f " + pat + "; sleep 1; pkill -KILL -f " + pat + "; true");
-    if (!r) {
-      ++bad;
-      return head + " FAIL  " + r.error().str();
-    }
-    return head + " agents under " + d.work_dir + " stopped";
+    // Never a pattern kill over the work_dir: it would end every run of this
+    // user. A run's agents stop with their run; detached SERVER agents are
+    // stopped below, each by its recorded identity.
+    return head + " " + (*s)->label() + ": run agents stop with their run; detached agents below";
   });
   for (const auto& r : rows) fmt::print("{}\n", r);
   int rc = bad.load() ? 1 : 0;

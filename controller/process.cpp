@@ -217,6 +217,17 @@ int64_t self_start_ticks() {
   return proc_stat(getpid(), &st, &ticks) ? ticks : 0;
 }
 
+int64_t process_start_ticks(int64_t pid) {
+  char st;
+  int64_t ticks = 0;
+  return pid > 0 && proc_stat(static_cast<pid_t>(pid), &st, &ticks) ? ticks : 0;
+}
+
+std::string start_ticks_shell(const std::string& pid) {
+  // Fields after the command name (which may hold spaces): state is the 1st, starttime the 20th.
+  return "sed 's/.*) //' /proc/" + pid + "/stat 2>/dev/null | cut -d' ' -f20";
+}
+
 bool process_alive(int64_t pid, int64_t start_ticks) {
   if (pid <= 0) return false;
   if (pid == getpid()) return true;

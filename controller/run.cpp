@@ -379,7 +379,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   if (!ro.in_process) {
     auto d = read_detached(detached_state_path(cfg->output, server.name));
     if (d && d->identity == server_identity(*cfg)) {
-      const bool alive = d->transport != "local" || ::kill(static_cast<pid_t>(d->pid), 0) == 0;
+      const bool alive = d->transport != "local" || process_alive(d->pid, d->start_ticks);
       if (alive) detached = *d;
     }
   }

@@ -39,6 +39,7 @@ struct RunOptions {
 struct DetachedServer {
   std::string device, transport, endpoint, secret_hex, identity, log;
   long pid = 0;
+  int64_t start_ticks = 0;  // with pid, the process's identity (0: not recorded)
   // Its READY line's fields (hardware identity): runs that reuse the agent
   // record them as that run's SERVER device.
   std::map<std::string, std::string> ready;

@@ -161,3 +161,39 @@ TEST(RunLocal, DetachedServerStartedOnceServesSeveralRunsUntilStopped) {
   EXPECT_NE(sh(agent_cmd).status, 0);
   EXPECT_NE(::stat(state.c_str(), &st), 0);
 }
+
+// `agents stop` signals a detached agent only when its pid still names the
+// process that started (pid plus start time): a reused pid is left alone, and
+// a state without a start time is not acted on at all.
+TEST(RunLocal, DetachedAgentsAreStoppedByIdentityNotByABarePid) {
+  TempDir d;
+  const std::string agents = (d.path / "agents").string();
+  std::filesystem::create_directories(agents);
+  // A process that merely holds the pid a state file names.
+  pid_t bystander = fork();
+  ASSERT_GE(bystander, 0);
+  if (bystander == 0) {
+    execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  auto write_state = [&](const std::string& device, const std::string& start) {
+    std::ofstream f(agents + "/" + device + ".state");
+    f << "device=" << device << "\ntransport=local\nendpoint=tcp://127.0.0.1:1\nsecret=00\nidentity=x\nlog=/dev/null\n"
+      << "pid=" << bystander << "\n" << start;
+  };
+  write_state("reused", "start=1\n");  // the pid now belongs to another process
+  write_state("old", "");                // written before start times were recorded
+  auto stop = sh(tracrctl() + " agents stop --state-dir " + agents);
+  EXPECT_EQ(stop.status, 1) << stop.out;  // the state without a start time is reported
+  EXPECT_NE(stop.out.find("the detached SERVER agent on reused (pid " + std::to_string(bystander) +
+                          ") had already ended"),
+            std::string::npos)
+      << stop.out;
+  EXPECT_NE(stop.out.find("records no start time"), std::string::npos) << stop.out;
+  EXPECT_EQ(::kill(bystander, 0), 0) << "a process that reused the pid was signalled";
+  EXPECT_FALSE(std::filesystem::exists(agents + "/reused.state"));
+  EXPECT_TRUE(std::filesystem::exists(agents + "/old.state"));
+  ::kill(bystander, SIGKILL);
+  int st = 0;
+  ::waitpid(bystander, &st, 0);
+}
