@@ -113,12 +113,13 @@ Result<int64_t> find_codec_run(ResultsDb& db, const RunRow& basis, const std::st
                                const std::string& input_shape) {
   auto runs = db.list_runs(0);
   if (!runs) return std::move(runs.error());
+  auto a = db.split_table(basis.id);
+  if (!a) return std::move(a.error());
   for (const auto& r : *runs) {
     if (r.model != basis.model || r.codec != codec || r.status != RunStatus::completed || r.frame_count == 0) continue;
     // Same input: the same raw bytes where both ran a split.
-    auto a = db.split_table(basis.id);
     auto b = db.split_table(r.id);
-    if (!a || !b) continue;
+    if (!b) continue;
     bool common = false, same = true;
     for (const auto& x : *a)
       for (const auto& y : *b)
@@ -255,6 +256,10 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
       ej = &m;
       p.energy_source = src;
     }
+  std::optional<double> ej_idle_w;  // the source's idle power (the same on each of its rows)
+  if (ej)
+    for (const auto& [i, row] : *ej)
+      if (row->idle_w) ej_idle_w = row->idle_w;
   const std::string radio_name = !opt.radio.empty() ? opt.radio : p.link.name;
   const agent::RadioModel* radio = agent::find_radio(radio_name);
   if (!p.energy_source.empty()) {
@@ -291,11 +296,8 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
     r.fps = 1e3 / std::max({r.head_ms, r.up_ms, r.tail_ms + r.rtt_ms, r.down_ms, 1e-6});
     if (ej) {
       double e = 0;
-      std::optional<double> idle_w;
       for (int i = 0; i < k; ++i) e += *ej->at(i)->joules;
-      for (const auto& [i, row] : *ej)
-        if (row->idle_w) idle_w = row->idle_w;
-      if (idle_w) e += *idle_w * (r.latency_ms - r.head_ms) / 1e3;
+      if (ej_idle_w) e += *ej_idle_w * (r.latency_ms - r.head_ms) / 1e3;
       if (radio)
         e += radio->alpha_up * r.wire_bytes * 8 / 1e6 + radio->alpha_down * r.reply_bytes * 8 / 1e6 +
              radio->beta * (r.up_ms + r.down_ms + r.rtt_ms) / 1e3;
