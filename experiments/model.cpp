@@ -131,13 +131,52 @@ Result<Bundle> SplitModel::forward(const at::Tensor& input) const {
   return run(0, num_layers(), input_bundle(input));
 }
 
-Result<Bundle> SplitModel::run(int a, int b, Bundle in) const {
+Result<Bundle> SplitModel::run(int a, int b, Bundle in) const { return run_impl(a, b, std::move(in), false); }
+
+Result<Bundle> SplitModel::run_with_grad(int a, int b, Bundle in) const {
+  return run_impl(a, b, std::move(in), true);
+}
+
+std::vector<NamedTensor> SplitModel::parameters(int a, int b) const {
+  std::vector<NamedTensor> out;
+  for (int i = std::max(a, 0); i < std::min(b, num_layers()); ++i)
+    if (nodes_[i].module)
+      for (const auto& kv : nodes_[i].module->named_parameters(true))
+        out.push_back({nodes_[i].name + "." + kv.key(), kv.value()});
+  return out;
+}
+
+std::vector<NamedTensor> SplitModel::state(int a, int b) const {
+  std::vector<NamedTensor> out;
+  for (int i = std::max(a, 0); i < std::min(b, num_layers()); ++i) {
+    if (!nodes_[i].module) continue;
+    for (const auto& kv : nodes_[i].module->named_parameters(true))
+      out.push_back({nodes_[i].name + "." + kv.key(), kv.value()});
+    for (const auto& kv : nodes_[i].module->named_buffers(true))
+      out.push_back({nodes_[i].name + "." + kv.key(), kv.value()});
+  }
+  return out;
+}
+
+std::vector<std::string> SplitModel::untrainable_layers(int a, int b) const {
+  std::vector<std::string> out;
+  for (int i = std::max(a, 0); i < std::min(b, num_layers()); ++i)
+    if (nodes_[i].external_params) out.push_back(nodes_[i].name);
+  return out;
+}
+
+void SplitModel::set_training(int a, int b, bool on) {
+  for (int i = std::max(a, 0); i < std::min(b, num_layers()); ++i)
+    if (nodes_[i].module) nodes_[i].module->train(on);
+}
+
+Result<Bundle> SplitModel::run_impl(int a, int b, Bundle in, bool grad) const {
   const int n = num_layers();
   if (a < 0 || b > n || a > b)
     return make_error(Errc::invalid_argument,
                       name_ + ": layer range [" + std::to_string(a) + ", " + std::to_string(b) +
                           ") is not within [0, " + std::to_string(n) + "]");
-  torch::NoGradGuard no_grad;
+  torch::AutoGradMode grad_mode(grad);
   std::vector<at::Tensor> values(value_specs_.size());
   const auto& expected = crossing_ids_[a];
   int64_t batch = -1;
@@ -389,7 +428,8 @@ Result<std::unique_ptr<SplitModel>> GraphBuilder::build(const std::vector<std::s
   }
   m->last_use_.assign(n + 1, -1);
   for (int i = 0; i < n; ++i) {
-    SplitModel::Node node{nodes_[i].name, nodes_[i].type, {}, nodes_[i].fn};
+    SplitModel::Node node{nodes_[i].name, nodes_[i].type, {}, nodes_[i].fn, nodes_[i].module,
+                          !nodes_[i].params.empty()};
     for (const auto& in : nodes_[i].inputs) {
       auto it = ids.find(in);
       if (it == ids.end() || it->second > i)

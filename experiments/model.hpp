@@ -20,6 +20,10 @@
 #include "protocol/error.hpp"
 #include "protocol/tensor.hpp"
 
+namespace torch::nn {
+class Module;
+}
+
 namespace tracr::experiments {
 
 // A torch tensor with the name it travels under.
@@ -110,6 +114,21 @@ class SplitModel {
   Result<Bundle> run(int a, int b, Bundle in) const;
   // run(0, N, {"input": x}).
   Result<Bundle> forward(const at::Tensor& input) const;
+  // run() with autograd recording (split training): the outputs carry the
+  // graph back to the inputs and to the parameters of layers [a, b).
+  Result<Bundle> run_with_grad(int a, int b, Bundle in) const;
+
+  // Split training. Parameters of layers [a, b) keyed "<layer>.<param>"
+  // (the tensors themselves, requires_grad set); parameters and buffers of
+  // those layers (a segment's checkpoint and export).
+  std::vector<NamedTensor> parameters(int a, int b) const;
+  std::vector<NamedTensor> state(int a, int b) const;
+  // Layers in [a, b) whose parameters live outside torch::nn (TorchScript
+  // imports): such a range cannot be trained; empty when there is none.
+  std::vector<std::string> untrainable_layers(int a, int b) const;
+  // Train or eval mode of the modules of layers [a, b) (BatchNorm batch
+  // statistics). Dropout layers are the identity in either mode.
+  void set_training(int a, int b, bool on);
   // {"input": x} — the bundle for split 0.
   static Bundle input_bundle(const at::Tensor& input);
 
@@ -135,7 +154,10 @@ class SplitModel {
     std::string type;
     std::vector<int> inputs;  // value ids: 0 = "input", i + 1 = output of layer i
     LayerFn fn;
+    std::shared_ptr<torch::nn::Module> module;  // owns the layer's parameters (may be null)
+    bool external_params = false;               // parameters outside torch::nn (TorchScript)
   };
+  Result<Bundle> run_impl(int a, int b, Bundle in, bool grad) const;
 
   std::string name_;
   ModelTask task_ = ModelTask::generic;
