@@ -1282,6 +1282,145 @@ std::vector<Setting> build_settings() {
   t.push_back(string_setting(
       "output", "path", "results/tracr.db", "SQLite results database (created if missing).",
       "a database file path", [](ExperimentConfig& c) -> std::string& { return c.output; }, false));
+  // ---- split training (tracrctl train)
+  auto double_setting = [](const std::string& name, const std::string& type, const std::string& def,
+                           const std::string& desc, double lo, bool exclusive,
+                           std::function<double&(ExperimentConfig&)> ref) {
+    Setting s;
+    s.info = {name, type, def, desc, ""};
+    const std::string what = "a number " + std::string(exclusive ? "> " : ">= ") + fmt::format("{}", lo);
+    s.apply = [lo, exclusive, what, ref](const Ctx& c, const YAML::Node& n, const std::string& key,
+                                        ExperimentConfig& cfg) -> Status {
+      auto v = get_double(c, n, key, lo, what);
+      if (!v) return v.error();
+      if (exclusive && !(*v > lo)) return expected(c, n, key, what);
+      ref(cfg) = *v;
+      return {};
+    };
+    s.show = [ref](const ExperimentConfig& c) { return fmt::format("{}", ref(const_cast<ExperimentConfig&>(c))); };
+    return s;
+  };
+  auto name_list_setting = [](const std::string& name, const std::string& def, const std::string& desc,
+                              std::function<std::vector<std::string>&(ExperimentConfig&)> ref) {
+    Setting s;
+    s.info = {name, "[device name]", def, desc, ""};
+    s.nullable = true;
+    s.env_yaml = true;
+    s.apply = [ref](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, "a list of device names");
+      std::vector<std::string> out;
+      for (size_t i = 0; i < n.size(); ++i) {
+        auto v = get_nonempty(c, n[i], fmt::format("{}[{}]", key, i), "a device name");
+        if (!v) return v.error();
+        out.push_back(*v);
+      }
+      ref(cfg) = out;
+      return {};
+    };
+    s.show = [ref](const ExperimentConfig& c) {
+      const auto& v = ref(const_cast<ExperimentConfig&>(c));
+      return v.empty() ? std::string("~") : flow_strs(v);
+    };
+    return s;
+  };
+  {
+    Setting s;
+    s.info = {"train.cuts", "[int]", "~ (not a training experiment)",
+              "Split training: the layer indices where the model is cut into segments [0, c1), [c1, c2), ..., "
+              "[ck, N) (strictly increasing, within 1..N-1; at least one cut).",
+              ""};
+    s.nullable = true;
+    s.env_yaml = true;
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      const std::string what = "a list of strictly increasing layer indices >= 1, e.g. [3, 7]";
+      if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, what);
+      std::vector<int64_t> out;
+      for (size_t i = 0; i < n.size(); ++i) {
+        auto v = get_int(c, n[i], fmt::format("{}[{}]", key, i), 1, 1000000, what);
+        if (!v) return v.error();
+        if (!out.empty() && *v <= out.back()) return expected(c, n[i], fmt::format("{}[{}]", key, i), what);
+        out.push_back(*v);
+      }
+      cfg.train.cuts = out;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return c.train.cuts.empty() ? std::string("~") : flow_ints(c.train.cuts); };
+    t.push_back(s);
+  }
+  t.push_back(name_list_setting(
+      "train.segments", "~ ([owner, server, ..., owner])",
+      "The device of each segment (one per segment), by devices-file name; `owner` is the data owner. Segment 0 "
+      "must be `owner` (the raw data never leaves it). Default: the first and last segments on the owner, the "
+      "others on the SERVER device.",
+      [](ExperimentConfig& c) -> std::vector<std::string>& { return c.train.segments; }));
+  t.push_back(name_list_setting(
+      "train.owners", "~ ([first PARTICIPANT])",
+      "Data owners, each with its own data (dataset on its device) and its own first and last segments, training "
+      "the shared middle segments in turn (round-robin, train.turn_steps each).",
+      [](ExperimentConfig& c) -> std::vector<std::string>& { return c.train.owners; }));
+  {
+    Setting s;
+    s.info = {"train.optimizer", "sgd | adam", "adam", "Optimizer of every segment (each device steps its own).", ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      auto v = get_choice(c, n, key, {"sgd", "adam"});
+      if (!v) return v.error();
+      cfg.train.optimizer = *v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return c.train.optimizer; };
+    t.push_back(s);
+  }
+  t.push_back(double_setting("train.lr", "float > 0", "0.001", "Learning rate.", 0.0, true,
+                             [](ExperimentConfig& c) -> double& { return c.train.lr; }));
+  t.push_back(double_setting("train.momentum", "float >= 0", "0.9", "SGD momentum.", 0.0, false,
+                             [](ExperimentConfig& c) -> double& { return c.train.momentum; }));
+  t.push_back(double_setting("train.weight_decay", "float >= 0", "0", "L2 weight decay of the optimizer.", 0.0,
+                             false, [](ExperimentConfig& c) -> double& { return c.train.weight_decay; }));
+  t.push_back(int_setting(
+      "train.epochs", "int 1..100000", "1", "Passes over the training data.", 1, 100000,
+      [](ExperimentConfig& c, int64_t v) { c.train.epochs = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.train.epochs}; }));
+  t.push_back(int_setting(
+      "train.batch_size", "int 1..65536", "64", "Samples per training step (the last batch of an epoch may be smaller).",
+      1, 65536, [](ExperimentConfig& c, int64_t v) { c.train.batch_size = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.train.batch_size}; }));
+  t.push_back(int_setting(
+      "train.train_samples", "int >= 0", "0", "Training samples used (the first n of the training split; 0 = all).", 0,
+      int64_t{1} << 40, [](ExperimentConfig& c, int64_t v) { c.train.train_samples = v; },
+      [](const ExperimentConfig& c) { return c.train.train_samples; }));
+  t.push_back(int_setting(
+      "train.test_samples", "int >= 0", "0",
+      "Test samples evaluated after each epoch (the first n of the test split; 0 = all).", 0, int64_t{1} << 40,
+      [](ExperimentConfig& c, int64_t v) { c.train.test_samples = v; },
+      [](const ExperimentConfig& c) { return c.train.test_samples; }));
+  t.push_back(int_setting(
+      "train.max_steps", "int >= 0", "0",
+      "Stop after this many steps in all (then evaluate and checkpoint as at an epoch end; 0 = train.epochs decide).",
+      0, int64_t{1} << 40, [](ExperimentConfig& c, int64_t v) { c.train.max_steps = v; },
+      [](const ExperimentConfig& c) { return c.train.max_steps; }));
+  t.push_back(int_setting(
+      "train.turn_steps", "int 1..1000000", "1",
+      "Several owners: steps one owner takes before the next owner's turn.", 1, 1000000,
+      [](ExperimentConfig& c, int64_t v) { c.train.turn_steps = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.train.turn_steps}; }));
+  t.push_back(string_setting(
+      "train.checkpoint_dir", "path", "results/checkpoints",
+      "Where each device keeps its segments' checkpoints (on that device; relative paths against the agent's "
+      "working directory), per run: <dir>/<run stamp>/.",
+      "a directory path", [](ExperimentConfig& c) -> std::string& { return c.train.checkpoint_dir; }, false));
+  t.push_back(int_setting(
+      "train.checkpoint_steps", "int >= 0", "0", "Also checkpoint every this many steps (0 = at epoch ends only).", 0,
+      int64_t{1} << 40, [](ExperimentConfig& c, int64_t v) { c.train.checkpoint_steps = v; },
+      [](const ExperimentConfig& c) { return c.train.checkpoint_steps; }));
+  t.push_back(int_setting(
+      "train.threads", "int 0..1024", "0", "LibTorch intra-op threads on each device (0 = LibTorch's default).", 0,
+      1024, [](ExperimentConfig& c, int64_t v) { c.train.threads = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.train.threads}; }));
+  t.push_back(bool_setting(
+      "train.trace_frames", "false",
+      "Every worker writes a line per frame it receives (type, tensor names, dtypes, shapes, a hash of the bytes) "
+      "to its log: evidence of what leaves the data owner.",
+      [](ExperimentConfig& c) -> bool& { return c.train.trace_frames; }));
   {
     Setting s = string_setting(
         "devices", "path", "config/devices_config.yaml",
@@ -1416,6 +1555,18 @@ Status cross_check(ExperimentConfig& cfg) {
   if (cfg.adapt.enabled && !cfg.record.layers)
     return err_at(cfg.pos_of("adapt.enabled"), "adapt.enabled",
                   "needs record.layers: true (the adaptive policy plans from both devices' layer profiles)");
+  if (!cfg.train.segments.empty()) {
+    if (cfg.train.cuts.empty())
+      return err_at(cfg.pos_of("train.segments"), "train.segments", "needs train.cuts (where the segments begin)");
+    if (cfg.train.segments.size() != cfg.train.cuts.size() + 1)
+      return err_at(cfg.pos_of("train.segments"), "train.segments",
+                    fmt::format("lists {} devices; expected one per segment: {} (train.cuts has {} cuts)",
+                                cfg.train.segments.size(), cfg.train.cuts.size() + 1, cfg.train.cuts.size()));
+    if (cfg.train.segments[0] != "owner")
+      return err_at(cfg.pos_of("train.segments"), "train.segments[0]",
+                    "is '" + cfg.train.segments[0] + "'; expected owner (segment 0 reads the raw data, which never "
+                    "leaves the data owner)");
+  }
   if (cfg.dataset.kind == DatasetKind::fashion_mnist && cfg.dataset.path.empty())
     cfg.dataset.path = "/usr/share/datasets/fashion-mnist";
   if (cfg.name.empty()) {

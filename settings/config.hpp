@@ -176,6 +176,30 @@ struct AdaptSpec {
   int interval_frames = 8;   // re-plan at most once per this many timed frames of the participant
 };
 
+// Split training (`tracrctl train`): the model cut at `cuts` into segments
+// [0, c1), [c1, c2), ..., [ck, N); segment i runs on device segments[i]
+// ("owner" = the data owner whose turn it is). The data owner keeps the
+// data, the labels and the loss; segment 0 is always its own.
+struct TrainSpec {
+  std::vector<int64_t> cuts;             // strictly increasing layer indices
+  std::vector<std::string> segments;     // one device name (or "owner") per segment; empty = default
+  std::vector<std::string> owners;       // data owners in round-robin order; empty = the first PARTICIPANT
+  std::string optimizer = "adam";        // sgd | adam
+  double lr = 0.001;
+  double momentum = 0.9;                 // sgd
+  double weight_decay = 0;
+  int epochs = 1;
+  int batch_size = 64;
+  int64_t train_samples = 0;             // 0 = the whole training split
+  int64_t test_samples = 0;              // 0 = the whole test split
+  int64_t max_steps = 0;                 // 0 = no limit: stop after this many steps in all
+  int turn_steps = 1;                    // several owners: steps each takes before the next owner's turn
+  std::string checkpoint_dir = "results/checkpoints";
+  int64_t checkpoint_steps = 0;          // also checkpoint every this many steps (0 = at epoch ends only)
+  int threads = 0;                       // LibTorch intra-op threads per agent (0 = its default)
+  bool trace_frames = false;             // workers log every frame they receive (tests: what leaves the owner)
+};
+
 // A link to emulate between the agents (tc on the path between them).
 // Rates in Mbit/s, 0 = not limited; delay, jitter and loss need netem.
 struct LinkSpec {
@@ -225,6 +249,7 @@ struct ExperimentConfig {
   ProbeSpec probe;
   EnergySpec energy;
   AdaptSpec adapt;
+  TrainSpec train;
   std::vector<ScheduledCommand> commands;  // in at_frame order
   // Link profiles to run under, in order (each a run of its own); empty = the
   // link as it is. Names are built-ins or keys of `links`.

@@ -810,7 +810,7 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "devices",
                         "seed"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 38u);
+  EXPECT_EQ(names.size(), 55u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());
@@ -896,5 +896,42 @@ TEST(ConfigTemplates, ReadmeDocumentsEverySetting) {
     EXPECT_NE(text.find(std::string("`") + k), std::string::npos) << k << " is not documented";
 }
 
+}  // namespace
+}  // namespace tracr::settings
+
+namespace tracr::settings {
+namespace {
+TEST(TrainSettings, SegmentsCutsAndOwnerAreCheckedWithPositions) {
+  auto ok = parse_experiment(
+      "model: fmnist_cnn\ntrain:\n  cuts: [3, 7]\n  segments: [owner, server, owner]\n  optimizer: sgd\n  lr: 0.05\n",
+      "t.yaml", false);
+  ASSERT_TRUE(ok) << ok.error().str();
+  EXPECT_EQ(ok->train.cuts, (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(ok->train.segments.size(), 3u);
+  EXPECT_EQ(ok->train.optimizer, "sgd");
+  EXPECT_DOUBLE_EQ(ok->train.lr, 0.05);
+  // The effective YAML parses back to the same training settings.
+  auto back = parse_experiment(to_yaml(*ok), "back.yaml", false);
+  ASSERT_TRUE(back) << back.error().str();
+  EXPECT_EQ(back->train.cuts, ok->train.cuts);
+  EXPECT_EQ(back->train.segments, ok->train.segments);
+  EXPECT_DOUBLE_EQ(back->train.lr, 0.05);
+
+  auto count = parse_experiment("model: m\ntrain:\n  cuts: [3]\n  segments: [owner, a, owner]\n", "t.yaml", false);
+  ASSERT_FALSE(count);
+  EXPECT_NE(count.error().message.find("expected one per segment: 2"), std::string::npos) << count.error().str();
+  EXPECT_NE(count.error().message.find("t.yaml:4"), std::string::npos) << count.error().str();
+  auto first = parse_experiment("model: m\ntrain:\n  cuts: [3]\n  segments: [server, owner]\n", "t.yaml", false);
+  ASSERT_FALSE(first);
+  EXPECT_NE(first.error().message.find("never leaves the data owner"), std::string::npos) << first.error().str();
+  auto order = parse_experiment("model: m\ntrain:\n  cuts: [5, 5]\n", "t.yaml", false);
+  ASSERT_FALSE(order);
+  EXPECT_NE(order.error().message.find("strictly increasing"), std::string::npos) << order.error().str();
+  auto lr = parse_experiment("model: m\ntrain:\n  lr: 0\n", "t.yaml", false);
+  ASSERT_FALSE(lr);
+  EXPECT_NE(lr.error().message.find("> 0"), std::string::npos) << lr.error().str();
+  auto opt = parse_experiment("model: m\ntrain:\n  optimizer: rmsprop\n", "t.yaml", false);
+  ASSERT_FALSE(opt);
+}
 }  // namespace
 }  // namespace tracr::settings
