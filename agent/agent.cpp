@@ -267,7 +267,7 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       if (!st) failures.note(make_error(st.error().code, "probe: " + st.error().message));
       continue;
     }
-    if (f.header.type != MsgType::infer_request) {
+    if (tail ? !tail->serves(f.header.type) : f.header.type != MsgType::infer_request) {
       (void)(*server)->send_error(in->peer,
                                   make_error(Errc::unexpected_message,
                                              fmt::format("SERVER does not handle {}", msg_type_name(f.header.type))),
@@ -295,7 +295,8 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       meta["srv_wire_bytes"] = static_cast<int64_t>(f.stats.wire_bytes);
       if (f.header.meta.count("echo")) out = f.tensors;
     }
-    auto st = (*server)->send(in->peer, MsgType::infer_result, f.header.split, out, meta);
+    const MsgType reply = tail ? tail->reply_type(f.header.type) : MsgType::infer_result;
+    auto st = (*server)->send(in->peer, reply, f.header.split, out, meta);
     if (!st) failures.note(make_error(st.error().code, "reply: " + st.error().message));
   }
   report("warn", rejections.flush(std::chrono::steady_clock::now()));

@@ -1,8 +1,10 @@
 #include "agent/roles.hpp"
+#include "agent/trainer.hpp"
 
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 namespace tracr::agent {
@@ -32,6 +34,64 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
       if (!v) return std::move(v.error());
       if (*v != "stdin") return make_error(Errc::invalid_argument, "--config expects 'stdin', got '" + *v + "'");
       o.config_from_stdin = true;
+      continue;
+    }
+    if (a == "--segments") {
+      auto v = val();
+      if (!v) return std::move(v.error());
+      o.train_segments.clear();
+      size_t pos = 0;
+      while (pos <= v->size()) {
+        const size_t comma = v->find(',', pos);
+        const std::string item = v->substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        char* end = nullptr;
+        const long k = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || k < 0 || k > 100000)
+          return make_error(Errc::invalid_argument, "--segments expects segment indices like 1,2, got '" + *v + "'");
+        o.train_segments.push_back(static_cast<int>(k));
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+      }
+      continue;
+    }
+    if (a == "--worker") {
+      auto v = val();
+      if (!v) return std::move(v.error());
+      const size_t eq = v->find('=');
+      char* end = nullptr;
+      const long k = eq == std::string::npos ? -1 : std::strtol(v->substr(0, eq).c_str(), &end, 10);
+      if (eq == std::string::npos || eq == 0 || *end != '\0' || k < 1 || eq + 1 >= v->size())
+        return make_error(Errc::invalid_argument, "--worker expects SEGMENT=ENDPOINT (segment >= 1), got '" + *v + "'");
+      o.train_workers.emplace_back(static_cast<int>(k), v->substr(eq + 1));
+      continue;
+    }
+    if (a == "--owner") {
+      auto v = val();
+      if (!v) return std::move(v.error());
+      int k = -1, n = -1;
+      char tail = 0;
+      if (std::sscanf(v->c_str(), "%d/%d%c", &k, &n, &tail) != 2 || n < 1 || k < 0 || k >= n)
+        return make_error(Errc::invalid_argument, "--owner expects K/N with 0 <= K < N, got '" + *v + "'");
+      o.owner_index = k;
+      o.owners = n;
+      continue;
+    }
+    if (a == "--run-tag") {
+      auto v = val();
+      if (!v) return std::move(v.error());
+      if (v->empty() || v->find('/') != std::string::npos || *v == "." || *v == "..")
+        return make_error(Errc::invalid_argument, "--run-tag expects a file name (no '/'), got '" + *v + "'");
+      o.run_tag = *v;
+      continue;
+    }
+    if (a == "--resume-step") {
+      auto v = val();
+      if (!v) return std::move(v.error());
+      char* end = nullptr;
+      const long long s = std::strtoll(v->c_str(), &end, 10);
+      if (v->empty() || *end != '\0' || s < 0)
+        return make_error(Errc::invalid_argument, "--resume-step expects a step count >= 0, got '" + *v + "'");
+      o.resume_step = s;
       continue;
     }
     if (a == "--no-encrypt") { o.encrypt = false; continue; }
@@ -82,8 +142,15 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
     return make_error(Errc::invalid_argument, "unknown option '" + a + "'");
   }
   if (o.list_meters) return {};
-  if (o.role != "SERVER" && o.role != "PARTICIPANT")
-    return make_error(Errc::invalid_argument, "--role must be SERVER or PARTICIPANT, got '" + o.role + "'");
+  if (o.role != "SERVER" && o.role != "PARTICIPANT" && o.role != "TRAIN_WORKER" && o.role != "TRAIN_OWNER")
+    return make_error(Errc::invalid_argument,
+                      "--role must be SERVER, PARTICIPANT, TRAIN_WORKER or TRAIN_OWNER, got '" + o.role + "'");
+  if ((o.role == "TRAIN_WORKER" || o.role == "TRAIN_OWNER") && !o.config_from_stdin && o.experiment_file.empty())
+    return make_error(Errc::invalid_argument, o.role + " needs an experiment: --config stdin or --experiment FILE");
+  if (o.role == "TRAIN_WORKER" && o.train_segments.empty())
+    return make_error(Errc::invalid_argument, "TRAIN_WORKER needs --segments LIST (the segments it holds)");
+  if ((o.role == "TRAIN_WORKER" || o.role == "TRAIN_OWNER") && o.run_tag.empty())
+    return make_error(Errc::invalid_argument, o.role + " needs --run-tag TAG (its checkpoint directory)");
   if (o.config_from_stdin && !o.experiment_file.empty())
     return make_error(Errc::invalid_argument, "--config stdin and --experiment FILE exclude each other");
   if (o.role == "PARTICIPANT") {
@@ -126,6 +193,8 @@ int run_role(const AgentOptions& opt, ControlOut& ctl) {
     return serve(opt, ctl, nullptr);
   }
 #if TRACR_WITH_TORCH
+  if (opt.role == "TRAIN_WORKER") return run_train_worker(opt, ctl);
+  if (opt.role == "TRAIN_OWNER") return run_train_owner(opt, ctl);
   return run_model_role(opt, ctl);
 #else
   ctl.send("FAIL", {{"error", "this tracr-agent was built without LibTorch (TRACR_WITH_TORCH=OFF): no models"}});

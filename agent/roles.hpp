@@ -43,6 +43,12 @@ struct AgentOptions {
   // standalone agents). Neither: a SERVER echoes frames (protocol demo).
   bool config_from_stdin = false;
   std::string experiment_file;
+  // Split training (TRAIN_WORKER / TRAIN_OWNER).
+  std::vector<int> train_segments;               // TRAIN_WORKER: --segments 1,2
+  std::vector<std::pair<int, std::string>> train_workers;  // TRAIN_OWNER: --worker SEG=ENDPOINT
+  int owner_index = 0, owners = 1;               // TRAIN_OWNER: --owner K/N (round-robin)
+  std::string run_tag;                           // --run-tag: checkpoints under <checkpoint_dir>/<tag>/
+  int64_t resume_step = -1;                      // --resume-step: load the checkpoints of this step
   // The effective experiment, parsed by settings::parse_experiment, the
   // controller's own parser: one set of names and limits.
   std::optional<settings::ExperimentConfig> experiment;
@@ -101,6 +107,11 @@ class TailHandler {
   virtual std::string describe() const = 0;
   // Extra READY fields (the hardware identity).
   virtual std::map<std::string, std::string> ready_fields() const { return {}; }
+  // Message types it serves besides INFER_REQUEST, and the reply's type.
+  virtual bool serves(protocol::MsgType t) const { return t == protocol::MsgType::infer_request; }
+  virtual protocol::MsgType reply_type(protocol::MsgType t) const {
+    return t == protocol::MsgType::infer_request ? protocol::MsgType::infer_result : t;
+  }
 };
 
 // The SERVER loop: echo when `tail` is null, else tails. Returns exit code.

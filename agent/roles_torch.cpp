@@ -17,6 +17,36 @@ namespace tracr::agent {
 namespace ex = tracr::experiments;
 using namespace tracr::protocol;
 
+ModelSpec model_spec(const settings::ExperimentConfig& c) {
+  ModelSpec ms;
+  ms.name = c.model;
+  ms.weights = c.weights;
+  ms.input_shape = c.input_size;
+  ms.seed = c.seed;
+  return ms;
+}
+
+ex::DatasetConfig dataset_config(const settings::ExperimentConfig& c, const std::vector<int64_t>& input_shape) {
+  ex::DatasetConfig dc;
+  const auto& d = c.dataset;
+  dc.kind = d.kind == settings::DatasetKind::fashion_mnist ? "fashion-mnist"
+            : d.kind == settings::DatasetKind::imagefolder ? "imagefolder"
+                                                           : "synthetic";
+  dc.path = d.path;
+  if (dc.path.empty() && d.kind == settings::DatasetKind::fashion_mnist) dc.path = "/usr/share/datasets/fashion-mnist";
+  dc.split = d.split;
+  dc.class_names_file = d.class_names_file;
+  dc.class_names = d.class_names;
+  dc.input_shape = input_shape;
+  dc.seed = c.seed;
+  if (d.kind == settings::DatasetKind::fashion_mnist) {
+    dc.resize_mode = (input_shape[1] == 28 && input_shape[2] == 28) ? "none" : "stretch";
+    dc.mean = {0.2860f};  // Fashion-MNIST training-set statistics
+    dc.std = {0.3530f};
+  }
+  return dc;
+}
+
 namespace {
 
 class ModelTail : public TailHandler {
@@ -109,37 +139,11 @@ std::map<std::string, std::string> ready_fields(std::map<std::string, std::strin
   return base;
 }
 
-// What the agent does, from the experiment (the controller's own parse).
-ModelSpec model_spec(const settings::ExperimentConfig& c) {
-  ModelSpec ms;
-  ms.name = c.model;
-  ms.weights = c.weights;
-  ms.input_shape = c.input_size;
-  ms.seed = c.seed;
-  return ms;
-}
-
 ParticipantSpec participant_spec(const settings::ExperimentConfig& c, const ex::SplitModel& model) {
   ParticipantSpec ps;
   ps.model = model_spec(c);
   const auto& d = c.dataset;
-  ps.dataset.kind = d.kind == settings::DatasetKind::fashion_mnist ? "fashion-mnist"
-                    : d.kind == settings::DatasetKind::imagefolder ? "imagefolder"
-                                                                   : "synthetic";
-  ps.dataset.path = d.path;
-  if (ps.dataset.path.empty() && d.kind == settings::DatasetKind::fashion_mnist)
-    ps.dataset.path = "/usr/share/datasets/fashion-mnist";
-  ps.dataset.split = d.split;
-  ps.dataset.class_names_file = d.class_names_file;
-  ps.dataset.class_names = d.class_names;
-  ps.dataset.input_shape = model.input_shape();
-  ps.dataset.seed = c.seed;
-  if (d.kind == settings::DatasetKind::fashion_mnist) {
-    const auto& s = model.input_shape();
-    ps.dataset.resize_mode = (s[1] == 28 && s[2] == 28) ? "none" : "stretch";
-    ps.dataset.mean = {0.2860f};  // Fashion-MNIST training-set statistics
-    ps.dataset.std = {0.3530f};
-  }
+  ps.dataset = dataset_config(c, model.input_shape());
   // Synthetic data: max_samples 0 means its documented default of 16.
   ps.max_samples = d.kind == settings::DatasetKind::synthetic && d.max_samples == 0 ? 16 : d.max_samples;
   if (d.kind == settings::DatasetKind::synthetic) ps.dataset.num_samples = ps.max_samples;

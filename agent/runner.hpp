@@ -22,6 +22,7 @@
 #include "experiments/datasets.hpp"
 #include "experiments/model.hpp"
 #include "protocol/channel.hpp"
+#include "settings/config.hpp"
 
 namespace tracr::agent {
 
@@ -37,6 +38,9 @@ struct ModelSpec {
 };
 
 Result<std::unique_ptr<experiments::SplitModel>> load_model(const ModelSpec& spec);
+// The model and the dataset an experiment names, as every agent reads them.
+ModelSpec model_spec(const settings::ExperimentConfig& c);
+experiments::DatasetConfig dataset_config(const settings::ExperimentConfig& c, const std::vector<int64_t>& input_shape);
 // Hash of every parameter and buffer (names, shapes, bytes): both ends must agree.
 std::string model_fingerprint(const experiments::SplitModel& m);
 

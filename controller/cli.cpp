@@ -11,6 +11,7 @@
 
 #include "controller/demo.hpp"
 #include "controller/plan.hpp"
+#include "controller/train.hpp"
 #include "controller/report.hpp"
 #include "controller/results_cli.hpp"
 #include "controller/run.hpp"
@@ -37,6 +38,9 @@ void usage() {
       "        bring up agents (local processes or SSH), sweep the splits, record in SQLite,\n"
       "        print the per-split table read back from the database\n"
       "        (exit 0 done, 1 failed, 2 configuration error, 130/143/129 interrupted)\n"
+      "  train EXPERIMENT.yaml [--resume RUN|last] [--db PATH] [--show-config] [--trust-new-hosts]\n"
+      "        split training (train.cuts): data owners keep data, labels and the loss, workers their\n"
+      "        segments; every step, epoch and checkpoint in SQLite, the trained model exported\n"
       "  link probe EXPERIMENT.yaml [--db PATH] [--trust-new-hosts]\n"
       "        measure RTT and throughput both ways between each PARTICIPANT and its SERVER\n"
       "  results list|show RUN|compare RUN RUN|export RUN --csv F|--json F [--db PATH]\n"
@@ -136,6 +140,7 @@ int tracrctl_main(int argc, char** argv) {
     if (cmd == "run") return cmd_run(rest);
     if (cmd == "link") return cmd_link(rest);
     if (cmd == "plan") return cmd_plan(rest);
+    if (cmd == "train") return cmd_train(rest);
     if (cmd == "report") return cmd_report(rest);
     if (cmd == "results") return cmd_results(rest);
     if (cmd == "models") return cmd_models(rest);

@@ -1,4 +1,6 @@
 #include "controller/process.hpp"
+
+#include <atomic>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -252,5 +254,31 @@ CommandOutput run_local_command(const std::string& cmd) {
   while (!o.text.empty() && (o.text.back() == '\n' || o.text.back() == ' ')) o.text.pop_back();
   return o;
 }
+
+namespace {
+std::atomic<int> g_caught{0};
+void on_caught(int sig) {
+  int expected = 0;
+  g_caught.compare_exchange_strong(expected, sig);
+}
+}  // namespace
+
+SignalCatcher::SignalCatcher() {
+  struct sigaction sa {};
+  sa.sa_handler = on_caught;
+  sigemptyset(&sa.sa_mask);
+  g_caught = 0;
+  sigaction(SIGINT, &sa, &old_int_);
+  sigaction(SIGTERM, &sa, &old_term_);
+  sigaction(SIGHUP, &sa, &old_hup_);
+}
+
+SignalCatcher::~SignalCatcher() {
+  sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGTERM, &old_term_, nullptr);
+  sigaction(SIGHUP, &old_hup_, nullptr);
+}
+
+int SignalCatcher::signal() { return g_caught.load(); }
 
 }  // namespace tracr::controller

@@ -1,6 +1,8 @@
 // Child processes with pipes on stdin/stdout (local agents).
 #pragma once
 
+#include <csignal>
+
 #include <sys/types.h>
 
 #include <string>
@@ -46,6 +48,22 @@ Result<pid_t> spawn_detached(const std::vector<std::string>& argv, const std::st
 
 // Directory of the running executable.
 std::string self_dir();
+
+// While it lives, SIGINT, SIGTERM and SIGHUP are caught: the first one's
+// number is kept (signal()), later ones are ignored; the previous handlers
+// come back on destruction. One at a time per process.
+class SignalCatcher {
+ public:
+  SignalCatcher();
+  ~SignalCatcher();
+  SignalCatcher(const SignalCatcher&) = delete;
+  SignalCatcher& operator=(const SignalCatcher&) = delete;
+  // 0 until a signal arrived.
+  static int signal();
+
+ private:
+  struct sigaction old_int_ {}, old_term_{}, old_hup_{};
+};
 
 // Runs `cmd` through /bin/sh on this machine, stderr folded into stdout.
 // status is the exit code (-1 when it could not run or was killed); text is

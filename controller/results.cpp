@@ -351,6 +351,76 @@ CREATE TABLE plan_rows (
   PRIMARY KEY (plan_id, split, codec)
 );
 )sql"},
+    {9, "split training: the run's layout, per-step and per-epoch measurements, checkpoints", R"sql(
+CREATE TABLE train_runs (
+  run_id       INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+  tag          TEXT NOT NULL,
+  resumed_from INTEGER,
+  resume_step  INTEGER,
+  cuts         TEXT,
+  optimizer    TEXT,
+  lr           REAL,
+  batch_size   INTEGER,
+  epochs       INTEGER,
+  owners       INTEGER,
+  export_path  TEXT
+);
+CREATE TABLE train_segments (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  segment     INTEGER NOT NULL,
+  first_layer INTEGER,
+  end_layer   INTEGER,
+  device      TEXT,
+  params      INTEGER,
+  PRIMARY KEY (run_id, segment)
+);
+CREATE TABLE train_steps (
+  run_id     INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  owner      INTEGER NOT NULL,
+  step       INTEGER NOT NULL,
+  epoch      INTEGER,
+  batch      INTEGER,
+  loss       REAL,
+  correct    INTEGER,
+  step_ns    INTEGER,
+  fwd_ns     INTEGER,
+  bwd_ns     INTEGER,
+  remote_ns  INTEGER,
+  srv_ns     INTEGER,
+  up_bytes   INTEGER,
+  down_bytes INTEGER,
+  up_raw     INTEGER,
+  down_raw   INTEGER,
+  PRIMARY KEY (run_id, owner, step)
+);
+CREATE TABLE train_epochs (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  owner       INTEGER NOT NULL,
+  epoch       INTEGER NOT NULL,
+  step        INTEGER,
+  train_loss  REAL,
+  train_acc   REAL,
+  test_loss   REAL,
+  test_acc    REAL,
+  test_top5   REAL,
+  test_n      INTEGER,
+  test_source TEXT,
+  epoch_ns    INTEGER,
+  eval_ns     INTEGER,
+  up_bytes    INTEGER,
+  down_bytes  INTEGER,
+  PRIMARY KEY (run_id, owner, epoch)
+);
+CREATE TABLE train_checkpoints (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  owner  INTEGER NOT NULL,
+  step   INTEGER NOT NULL,
+  epoch  INTEGER,
+  dir    TEXT,
+  at     TEXT,
+  PRIMARY KEY (run_id, owner, step)
+);
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
@@ -1398,6 +1468,9 @@ Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(con
                       : table == "energy_stats" ? "split, device, stage, source"
                       : table == "layer_profiles" ? "device, layer_index"
                       : table == "stage_stats" ? "split, field" : table == "runs" ? "id" : table == "devices" ? "device"
+                      : table == "train_runs" ? "run_id" : table == "train_segments" ? "segment"
+                      : table == "train_steps" || table == "train_checkpoints" ? "owner, step"
+                      : table == "train_epochs" ? "owner, epoch"
                       : "split";
   const std::string sql = "SELECT " + cols + " FROM " + table + " WHERE " + key + " = ? ORDER BY " + order;
   Stmt q(db_.get(), sql.c_str());
@@ -1417,6 +1490,33 @@ Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(con
   }
   if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read " + table);
   return out;
+}
+
+Status ResultsDb::insert_rows(const std::string& table, const std::vector<std::string>& columns,
+                              const std::vector<std::vector<std::optional<std::string>>>& rows) {
+  if (rows.empty()) return {};
+  std::string cols, marks;
+  for (const auto& c : columns) {
+    cols += (cols.empty() ? "" : ", ") + c;
+    marks += marks.empty() ? "?" : ", ?";
+  }
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  Stmt q(db, ("INSERT OR REPLACE INTO " + table + "(" + cols + ") VALUES (" + marks + ")").c_str());
+  if (!q.prepared()) return db_error(db, path_, "insert into " + table);
+  for (const auto& row : rows) {
+    if (row.size() != columns.size())
+      return make_error(Errc::internal, fmt::format("insert into {}: {} values for {} columns", table, row.size(),
+                                                    columns.size()));
+    q.reset();
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (row[i]) q.bind(static_cast<int>(i + 1), std::string_view(*row[i]));
+      else q.bind_null(static_cast<int>(i + 1));
+    }
+    if (q.step() != SQLITE_DONE) return db_error(db, path_, "insert into " + table);
+  }
+  return tx.commit();
 }
 
 }  // namespace tracr::controller

@@ -172,7 +172,7 @@ double p95_of(std::vector<int64_t>& v);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 8;
+  static constexpr int kSchemaVersion = 9;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process
@@ -251,6 +251,11 @@ class ResultsDb {
   // stored is left out of them.
   Result<std::vector<std::vector<std::optional<std::string>>>> rows(const std::string& table, int64_t run_id);
   Result<std::vector<EventRecord>> events(int64_t run_id);
+  // Inserts (or replaces, by primary key) rows of `table` in one
+  // transaction; each value is text bound as such (the column's affinity
+  // converts numbers), nullopt is NULL. Error io naming the table.
+  Status insert_rows(const std::string& table, const std::vector<std::string>& columns,
+                     const std::vector<std::vector<std::optional<std::string>>>& rows);
 
   sqlite3* handle() { return db_.get(); }
   bool read_only() const { return read_only_; }

@@ -205,6 +205,92 @@ std::vector<TableInfo> build() {
     v.push_back(t);
   }
   {
+    TableInfo t{"train_runs", "one row per `tracrctl train` run: its checkpoint tag, what it resumed, the optimizer", {}};
+    t.columns = {
+        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+        {"tag", "TEXT", "", "controller",
+         "checkpoint directory name on every device (<train.checkpoint_dir>/<tag>/); a resumed run keeps its origin's"},
+        {"resumed_from", "INTEGER", "", "controller", "run whose checkpoints this run continued (NULL: a fresh start)"},
+        {"resume_step", "INTEGER", "steps", "controller", "the checkpoint step it continued from"},
+        {"cuts", "TEXT", "", "config", "train.cuts"},
+        {"optimizer", "TEXT", "", "config", "train.optimizer"},
+        {"lr", "REAL", "", "config", "train.lr"},
+        {"batch_size", "INTEGER", "samples", "config", "train.batch_size"},
+        {"epochs", "INTEGER", "", "config", "train.epochs"},
+        {"owners", "INTEGER", "", "config", "data owners"},
+        {"export_path", "TEXT", "", "owner",
+         "the trained model (state dict by layer name, torch.save format) on the first owner's device"},
+    };
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"train_segments", "per segment of a training run: its layers and its device", {}};
+    t.columns = {
+        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+        {"segment", "INTEGER", "", "config", "segment index (0 = the data owner's first)"},
+        {"first_layer", "INTEGER", "", "config", "first layer of the segment"},
+        {"end_layer", "INTEGER", "", "config", "one past its last layer"},
+        {"device", "TEXT", "", "config", "device holding it (owner = the data owner(s))"},
+        {"params", "INTEGER", "", "controller", "trainable parameters of its layers"},
+    };
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"train_steps", "one row per training step (one batch forward through every segment, loss on the owner, gradients back)", {}};
+    t.columns = {
+        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+        {"owner", "INTEGER", "", "owner", "data owner index"},
+        {"step", "INTEGER", "", "owner", "steps this owner has done, this one included (1-based)"},
+        {"epoch", "INTEGER", "", "owner", "epoch (0-based)"},
+        {"batch", "INTEGER", "samples", "owner", "samples in the batch"},
+        {"loss", "REAL", "", "owner", "cross-entropy of the batch (mean), computed on the owner before the update"},
+        {"correct", "INTEGER", "samples", "owner", "top-1 hits in the batch before the update"},
+        {"step_ns", "INTEGER", "ns", "owner", "whole step, owner's steady clock"},
+        {"fwd_ns", "INTEGER", "ns", "owner", "forward through every segment, owner's steady clock"},
+        {"bwd_ns", "INTEGER", "ns", "owner", "loss, backward through every segment and the updates, owner's steady clock"},
+        {"remote_ns", "INTEGER", "ns", "owner", "time the owner waited on workers (request written to reply decoded)"},
+        {"srv_ns", "INTEGER", "ns", "workers", "the workers' own time for this step's frames (their steady clocks, as reported in meta srv_ns)"},
+        {"up_bytes", "INTEGER", "bytes", "owner", "bytes the owner sent on the wire (activations forward, gradients back)"},
+        {"down_bytes", "INTEGER", "bytes", "owner", "bytes the owner received on the wire"},
+        {"up_raw", "INTEGER", "bytes", "owner", "tensor bytes it sent before codec and cipher"},
+        {"down_raw", "INTEGER", "bytes", "owner", "tensor bytes it received after decoding"},
+    };
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"train_epochs", "per (owner, epoch): training loss and accuracy, then the test evaluation", {}};
+    t.columns = {
+        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+        {"owner", "INTEGER", "", "owner", "data owner index"},
+        {"epoch", "INTEGER", "", "owner", "epoch (0-based); a run stopped by train.max_steps ends a partial one"},
+        {"step", "INTEGER", "", "owner", "steps done at the evaluation"},
+        {"train_loss", "REAL", "", "owner", "mean loss of the epoch's steps (sample-weighted)"},
+        {"train_acc", "REAL", "", "owner", "top-1 accuracy over the epoch's batches, each before its update"},
+        {"test_loss", "REAL", "", "owner", "mean cross-entropy on the test samples after the epoch"},
+        {"test_acc", "REAL", "", "owner", "top-1 accuracy on the test samples"},
+        {"test_top5", "REAL", "", "owner", "top-5 accuracy on the test samples"},
+        {"test_n", "INTEGER", "samples", "owner", "test samples evaluated"},
+        {"test_source", "TEXT", "", "owner", "what was evaluated: the test split, or the training data when the dataset has none"},
+        {"epoch_ns", "INTEGER", "ns", "owner", "training time of the epoch, owner's steady clock"},
+        {"eval_ns", "INTEGER", "ns", "owner", "evaluation time, owner's steady clock"},
+        {"up_bytes", "INTEGER", "bytes", "owner", "bytes sent on the wire during the epoch's training steps"},
+        {"down_bytes", "INTEGER", "bytes", "owner", "bytes received on the wire during them"},
+    };
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"train_checkpoints", "checkpoints every device confirmed (resume points for tracrctl train --resume)", {}};
+    t.columns = {
+        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+        {"owner", "INTEGER", "", "owner", "data owner index"},
+        {"step", "INTEGER", "", "owner", "steps done when saved"},
+        {"epoch", "INTEGER", "", "owner", "epoch it was saved in (or at the end of)"},
+        {"dir", "TEXT", "", "owner", "checkpoint directory on each device"},
+        {"at", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms, when the controller recorded it"},
+    };
+    v.push_back(t);
+  }
+  {
     TableInfo t{"events", "structured events: agents started and lost, commands applied, pauses, slow frames, run finished", {}};
     t.columns = {
         {"id", "INTEGER", "", "controller", "row id"},

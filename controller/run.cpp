@@ -5,6 +5,7 @@
 // cleanly: participants are told to STOP, the frames they still deliver are
 // written, the run is marked interrupted.
 #include "controller/run.hpp"
+#include "controller/event_pump.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -49,69 +50,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::atomic<int> g_signal{0};
-void on_signal(int sig) {
-  int expected = 0;
-  g_signal.compare_exchange_strong(expected, sig);
-}
+// The signal that ends the run (0: none yet).
+int g_signal_now() { return SignalCatcher::signal(); }
 
-// Reads control lines of every agent on its own thread into one queue.
-struct Event {
-  size_t agent = 0;
-  Result<ControlMsg> msg = make_error(Errc::internal, "");
-  bool closed = false;
-};
-
-class EventPump {
- public:
-  explicit EventPump(std::vector<std::unique_ptr<AgentConn>>& agents) : agents_(agents) {}
-  ~EventPump() { stop(); }
-  // Starts reading agents [started_, n).
-  void start() {
-    // Each thread gets its agent, not the vector: the main thread appends
-    // agents while earlier ones are being read.
-    for (size_t i = started_; i < agents_.size(); ++i)
-      threads_.emplace_back([this, i, a = agents_[i].get()] {
-        while (!stop_) {
-          auto line = a->proc().read_line(300);
-          if (!line) {
-            if (line.error().code == Errc::timeout) continue;
-            push(Event{i, std::move(line.error()), true});
-            return;
-          }
-          push(Event{i, a->decode(*line), false});
-        }
-      });
-    started_ = agents_.size();
-  }
-  void stop() {
-    stop_ = true;
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
-    threads_.clear();
-  }
-  std::optional<Event> pop(int timeout_ms) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !q_.empty(); })) return std::nullopt;
-    Event e = std::move(q_.front());
-    q_.pop_front();
-    return e;
-  }
-
- private:
-  void push(Event e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    q_.push_back(std::move(e));
-    cv_.notify_one();
-  }
-  std::vector<std::unique_ptr<AgentConn>>& agents_;
-  std::vector<std::thread> threads_;
-  size_t started_ = 0;
-  std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Event> q_;
-};
 
 void draw_progress(int64_t done, int64_t total, int split, Clock::time_point t0, bool tty) {
   static int64_t last_pct = -1;
@@ -161,6 +102,14 @@ void keep_cause(const std::string& db_path, int64_t run_id, const std::string& c
 }
 
 }  // namespace
+
+Result<std::string> new_run_stamp() {
+  uint8_t rnd[3] = {};
+  TRACR_TRY(protocol::random_bytes(rnd, sizeof rnd));
+  std::string t = utc_now_iso();  // 2026-11-22T16:00:00.123Z
+  t.erase(std::remove_if(t.begin(), t.end(), [](char c) { return c == '-' || c == ':' || c == '.'; }), t.end());
+  return t + "-" + protocol::to_hex(rnd, sizeof rnd);
+}
 
 ExperimentConfig agent_experiment(const ExperimentConfig& cfg) {
   ExperimentConfig c = cfg;
@@ -356,21 +305,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   std::fflush(stdout);  // before the progress lines on stderr
 
   // SIGINT, SIGTERM and SIGHUP all end the run the same clean way.
-  struct sigaction sa {}, old_int{}, old_term{}, old_hup{};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  sigaction(SIGHUP, &sa, &old_hup);
-  g_signal = 0;
-  struct SigRestore {
-    struct sigaction *i, *t, *h;
-    ~SigRestore() {
-      sigaction(SIGINT, i, nullptr);
-      sigaction(SIGTERM, t, nullptr);
-      sigaction(SIGHUP, h, nullptr);
-    }
-  } sig_restore{&old_int, &old_term, &old_hup};
+  SignalCatcher signals;
 
   // A SERVER agent started earlier with `tracrctl agents start` for this
   // model is reused (its session secret keys the whole run).
@@ -394,17 +329,12 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     if (sb) secret = *sb;
   }
   const std::string log_dir = (fs::path(cfg->output).parent_path() / "logs").string();
-  std::string run_stamp;
-  {
-    uint8_t rnd[3] = {};
-    if (auto rb = protocol::random_bytes(rnd, sizeof rnd); !rb) {
-      fmt::print(stderr, "tracrctl run: {}\n", rb.error().str());
-      return 1;
-    }
-    std::string t = utc_now_iso();  // 2026-11-22T16:00:00.123Z
-    t.erase(std::remove_if(t.begin(), t.end(), [](char c) { return c == '-' || c == ':' || c == '.'; }), t.end());
-    run_stamp = t + "-" + protocol::to_hex(rnd, sizeof rnd);
+  auto stamp = new_run_stamp();
+  if (!stamp) {
+    fmt::print(stderr, "tracrctl run: {}\n", stamp.error().str());
+    return 1;
   }
+  const std::string run_stamp = *stamp;
 
   Recorder rec(*db, *run_id, cfg->record.frames, cfg->record.layers);
   rec.set_link(info.link, info.shaping);
@@ -456,7 +386,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
         const std::string why = fmt::format("{} agent on {} exited unexpectedly ({}); log tail:\n{}", a.role(),
                                             a.device().name, e.msg.error().message, a.proc().log_tail());
         // While stopping after a signal the run is interrupted anyway; the crash is still recorded.
-        if (g_signal) rec.event("warn", "agent_lost", why, a.device().name);
+        if (g_signal_now()) rec.event("warn", "agent_lost", why, a.device().name);
         else fail(why);
       }
       finished[e.agent] = true;
@@ -580,11 +510,11 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     Clock::time_point stop_deadline{};
     while (failure.empty() && !done_pred()) {
-      if (g_signal && !stopping) {
+      if (g_signal_now() && !stopping) {
         // Ask every participant to stop after its frames in flight; what it
         // still delivers is recorded.
         stopping = true;
-        rec.event("warn", "run_interrupted", fmt::format("{} received: stopping the participants", signal_name(g_signal)));
+        rec.event("warn", "run_interrupted", fmt::format("{} received: stopping the participants", signal_name(g_signal_now())));
         for (size_t i = first_participant; i < agents.size(); ++i)
           if (!finished[i]) (void)agents[i]->send("STOP", {});
         stop_deadline = Clock::now() + std::chrono::seconds(5);
@@ -632,11 +562,11 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   if (failure.empty() && !ro.in_process && !detached) {
     pump.start();
     last_seen[0] = Clock::now();
-    wait_until([&] { return !server_endpoint.empty() || g_signal; }, 600000, agents.size());
+    wait_until([&] { return !server_endpoint.empty() || g_signal_now(); }, 600000, agents.size());
   }
   // Then every PARTICIPANT.
   const size_t first_participant = agents.size();
-  if (failure.empty() && !g_signal) {
+  if (failure.empty() && !g_signal_now()) {
     for (const DeviceConfig* p : devices->participants()) {
       std::vector<std::string> args;
       if (ro.probe_only) args.push_back("--probe-only");
@@ -691,7 +621,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     if (failure.empty() || failure == "database: " + rec.write_error()) failure = cause;
     else failure += "; " + cause;
   }
-  const int sig = g_signal.load();
+  const int sig = g_signal_now();
   if (sig && failure.empty()) failure = fmt::format("interrupted by {}", signal_name(sig));
   const RunStatus status = failure.empty() ? RunStatus::completed : sig ? RunStatus::interrupted : RunStatus::failed;
   if (!failure.empty()) (void)db->add_event(*run_id, "error", sig ? "run_interrupted" : "run_failed", failure);

@@ -173,6 +173,12 @@ class PickleReader {
       v->t = a[0]->t.as_strided(size, stride, offset);
       return v;
     }
+    // torch::pickle_save (C++, e.g. tracrctl train's export) tags a dict
+    // with its type ("Dict[str, Tensor]"): the dict itself is what counts.
+    if (g == "torch.jit._pickle.restore_type_tag") {
+      if (a.empty()) fail("malformed restore_type_tag");
+      return a[0];
+    }
     if (g == "torch._utils._rebuild_parameter") {
       if (a.empty() || a[0]->kind != PVal::tensor) fail("malformed _rebuild_parameter");
       return a[0];

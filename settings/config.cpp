@@ -1395,7 +1395,7 @@ std::vector<Setting> build_settings() {
       [](const ExperimentConfig& c) { return c.train.test_samples; }));
   t.push_back(int_setting(
       "train.max_steps", "int >= 0", "0",
-      "Stop after this many steps in all (then evaluate and checkpoint as at an epoch end; 0 = train.epochs decide).",
+      "Stop after this many steps of each data owner (then evaluate and checkpoint as at an epoch end; 0 = train.epochs decide).",
       0, int64_t{1} << 40, [](ExperimentConfig& c, int64_t v) { c.train.max_steps = v; },
       [](const ExperimentConfig& c) { return c.train.max_steps; }));
   t.push_back(int_setting(

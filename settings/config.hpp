@@ -192,7 +192,7 @@ struct TrainSpec {
   int batch_size = 64;
   int64_t train_samples = 0;             // 0 = the whole training split
   int64_t test_samples = 0;              // 0 = the whole test split
-  int64_t max_steps = 0;                 // 0 = no limit: stop after this many steps in all
+  int64_t max_steps = 0;                 // 0 = no limit: stop after this many steps per owner
   int turn_steps = 1;                    // several owners: steps each takes before the next owner's turn
   std::string checkpoint_dir = "results/checkpoints";
   int64_t checkpoint_steps = 0;          // also checkpoint every this many steps (0 = at epoch ends only)

@@ -1,0 +1,226 @@
+// tracrctl train end to end: real agents on loopback (a data owner and two
+// workers), real Fashion-MNIST, real sessions with AES-256-GCM. Split
+// training must equal single-process training step by step, keep the raw
+// data and the labels on the owner, resume exactly from a checkpoint, and
+// pass turns between several owners.
+#include <regex>
+#include <set>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "agent/agent.hpp"
+#include "experiments/datasets.hpp"
+#include "experiments/registry.hpp"
+#include "experiments/train.hpp"
+#include "experiments/weights.hpp"
+#include "system/system_util.hpp"
+
+using namespace tracr::testing;
+namespace ex = tracr::experiments;
+
+namespace {
+
+std::string devices_yaml(int owners) {
+  std::string y = "devices:\n";
+  for (int k = 0; k < owners; ++k)
+    y += "  - device_type: PARTICIPANT\n    name: " + std::string(k ? "owner" + std::to_string(k + 1) : "owner") +
+         "\n    transport: local\n    connection_params:\n      - host: 127.0.0.1\n        default: true\n";
+  y += "  - device_type: SERVER\n    name: worker_a\n    transport: local\n    connection_params:\n"
+       "      - host: 127.0.0.1\n        port: 0\n        default: true\n";
+  y += "  - device_type: PARTICIPANT\n    name: worker_b\n    transport: local\n    connection_params:\n"
+       "      - host: 127.0.0.1\n        default: true\n";
+  return y;
+}
+
+// U-shaped: the owner keeps [0, 3) and [8, 10) (the loss side), worker_a
+// holds conv2..pool2, worker_b flatten + fc1.
+std::string train_yaml(const TempDir& d, const std::string& extra, int owners = 1) {
+  const std::string devices = d.file("devices.yaml", devices_yaml(owners));
+  return "name: fmnist_split\nmodel: fmnist_cnn\ndevices: " + devices + "\noutput: " + (d.path / "t.db").string() +
+         "\nseed: 3\ndataset:\n  type: fashion_mnist\ntrain:\n  cuts: [3, 6, 8]\n"
+         "  segments: [owner, worker_a, worker_b, owner]\n  batch_size: 64\n  train_samples: 3000\n"
+         "  test_samples: 500\n  checkpoint_dir: " +
+         (d.path / "ckpt").string() + "\n" + extra;
+}
+
+ex::TensorDataset fmnist_train(int64_t n) {
+  ex::DatasetConfig dc;
+  dc.kind = "fashion-mnist";
+  dc.path = "/usr/share/datasets/fashion-mnist";
+  dc.split = "train";
+  dc.input_shape = {1, 28, 28};
+  dc.resize_mode = "none";
+  dc.mean = {0.2860f};  // as every agent normalises Fashion-MNIST
+  dc.std = {0.3530f};
+  auto ds = ex::open_dataset(dc);
+  EXPECT_TRUE(ds) << ds.error().str();
+  auto t = ex::load_tensor_dataset(**ds, n);
+  EXPECT_TRUE(t) << t.error().str();
+  return *t;
+}
+
+std::vector<double> reference_losses(int64_t steps, uint64_t seed) {
+  ex::ModelConfig mc;
+  mc.seed = seed;
+  mc.device = "cpu";
+  auto m = ex::create_model("fmnist_cnn", mc);
+  EXPECT_TRUE(m);
+  ex::OptimizerSpec opt;  // the settings' defaults: adam, lr 0.001
+  auto ref = ex::train_reference(std::shared_ptr<ex::SplitModel>(std::move(*m)), opt, fmnist_train(3000), 64, steps, seed);
+  EXPECT_TRUE(ref) << ref.error().str();
+  std::vector<double> out;
+  for (const auto& r : *ref) out.push_back(r.loss);
+  return out;
+}
+
+void expect_same(const std::vector<std::string>& got, const std::vector<double>& ref) {
+  ASSERT_EQ(got.size(), ref.size());
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double v = std::stod(got[i]);
+    const double rel = std::abs(v - ref[i]) / std::abs(ref[i]);
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, 1e-5) << "step " << i + 1 << ": split " << v << ", single-process " << ref[i];
+  }
+  std::printf("worst relative loss difference over %zu steps: %.3g\n", ref.size(), worst);
+}
+
+}  // namespace
+
+TEST(Train, ThreeAgentsMatchSingleProcessTrainingAndKeepDataOnTheOwner) {
+  TempDir d;
+  const std::string db = (d.path / "t.db").string();
+  const std::string exp = d.file("t.yaml", train_yaml(d, "  max_steps: 50\n  trace_frames: true\n"));
+  auto r = sh(tracrctl() + " train " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("run 1 completed: 50 steps"), std::string::npos) << r.out;
+  EXPECT_EQ(query(db, "select status from runs where id = 1"), "completed");
+  // Three agents, each with its hardware identity.
+  EXPECT_EQ(query(db, "select group_concat(role) from (select role from devices where run_id = 1 order by role)"),
+            "TRAIN_OWNER,TRAIN_WORKER,TRAIN_WORKER");
+  EXPECT_EQ(query(db, "select group_concat(device, ',') from (select device from train_segments order by segment)"),
+            "owner,worker_a,worker_b,owner");
+  EXPECT_EQ(query(db, "select end_layer from train_segments where segment = 3"), "10");
+  EXPECT_EQ(query(db, "select sum(params) from train_segments"), "206922");  // every parameter of fmnist_cnn, once
+
+  // Step by step, the losses of single-process training of the same model.
+  expect_same(query_col(db, "select loss from train_steps where run_id = 1 order by step"), reference_losses(50, 3));
+  // Bytes each way per step, as the cut tensors' sizes say: 64 x 16x14x14
+  // to worker_a and back as its gradient; 64 x 32x7x7 back from worker_a,
+  // on to worker_b, and its gradient the same way back (the owner relays
+  // between workers); 64 x 128 from worker_b and its gradient; float32.
+  const int64_t raw = 2 * 64 * 4 * (16 * 14 * 14 + 2 * 32 * 7 * 7 + 128);
+  EXPECT_EQ(query(db, "select min(up_raw + down_raw) from train_steps where batch = 64"), std::to_string(raw));
+  EXPECT_EQ(query(db, "select min(up_raw) || ' ' || max(up_raw) from train_steps where batch = 64"),
+            std::to_string(raw / 2) + " " + std::to_string(raw / 2));
+  // Uncompressed, the wire carries the tensors plus headers and AES-GCM tags.
+  EXPECT_EQ(query(db, "select count(*) from train_steps where up_bytes < up_raw or down_bytes < down_raw"), "0");
+  // A short run already learns: evaluated on 500 test images.
+  EXPECT_GT(std::stod(query(db, "select max(test_acc) from train_epochs")), 0.6);
+  EXPECT_EQ(query(db, "select test_n from train_epochs limit 1"), "500");
+
+  // What the workers received: only the cut tensors, never the images or labels.
+  auto traces = query_col(db, "select device || ' ' || message from events where kind = 'frame_received' order by id");
+  ASSERT_GE(traces.size(), 200u);  // 50 steps x 2 directions x 2 workers, plus evaluation, checkpoints, export
+  std::set<std::string> names;
+  std::set<std::string> hashes;
+  std::regex tensor(R"((\S+):(\w+):\[([0-9,]*)\]:([0-9a-f]{16}))");
+  for (const auto& t : traces) {
+    for (auto it = std::sregex_iterator(t.begin(), t.end(), tensor); it != std::sregex_iterator(); ++it) {
+      names.insert(t.substr(0, t.find(' ')) + " " + (*it)[1].str() + ":" + (*it)[2].str());
+      hashes.insert((*it)[4].str());
+      EXPECT_NE((*it)[3].str(), "64,1,28,28") << t;
+    }
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"worker_a pool1:float32", "worker_a pool2:float32",
+                                           "worker_b pool2:float32", "worker_b fc1:float32"}));
+  // No received tensor holds the bytes of an input batch or a label batch.
+  auto data = fmnist_train(3000);
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    auto order = ex::epoch_order(data.size(), 3, epoch);
+    for (int64_t first = 0; first < data.size(); first += 64) {
+      auto [x, y] = ex::gather_batch(data, order, first, 64);
+      x = x.contiguous();
+      y = y.contiguous();
+      for (const auto& [ptr, n] : {std::pair<const void*, size_t>{x.data_ptr(), x.nbytes()}, {y.data_ptr(), y.nbytes()}})
+        EXPECT_FALSE(hashes.count(fmt::format("{:016x}", tracr::agent::fnv1a(ptr, n))));
+    }
+  }
+
+  // The exported model is the trained one, usable for inference.
+  const std::string exported = query(db, "select export_path from train_runs where run_id = 1");
+  ASSERT_FALSE(exported.empty());
+  ex::ModelConfig mc;
+  mc.device = "cpu";
+  mc.weights = exported;
+  auto m = ex::create_model("fmnist_cnn", mc);
+  ASSERT_TRUE(m) << m.error().str();
+  auto dt = fmnist_train(256);
+  auto out = (*m)->forward(dt.images);
+  ASSERT_TRUE(out);
+  const double acc = out->at(0).tensor.argmax(1).eq(dt.labels).to(torch::kDouble).mean().item<double>();
+  EXPECT_GT(acc, 0.6) << "exported weights classify the training images";
+}
+
+TEST(Train, ResumedRunContinuesExactlyWhereTheCheckpointWas) {
+  TempDir d;
+  const std::string db = (d.path / "t.db").string();
+  const std::string exp = d.file("t.yaml", train_yaml(d, "  max_steps: 20\n  checkpoint_steps: 10\n"));
+  auto r1 = sh(tracrctl() + " train " + exp + " --no-progress");
+  ASSERT_EQ(r1.status, 0) << r1.out;
+  EXPECT_EQ(query(db, "select group_concat(step) from (select step from train_checkpoints order by step)"), "10,20");
+  // The second run goes on to 40 steps from run 1's step-20 checkpoint.
+  auto r2 = sh("TRACR_TRAIN_MAX_STEPS=40 " + tracrctl() + " train " + exp + " --resume last --no-progress");
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  EXPECT_NE(r2.out.find("resuming run 1 at step 20"), std::string::npos) << r2.out;
+  EXPECT_EQ(query(db, "select resumed_from || ':' || resume_step from train_runs where run_id = 2"), "1:20");
+  EXPECT_EQ(query(db, "select min(step) || '-' || max(step) from train_steps where run_id = 2"), "21-40");
+  auto losses = query_col(db, "select loss from train_steps order by run_id, step");
+  expect_same(losses, reference_losses(40, 3));
+  // A run that recorded no checkpoint cannot be resumed, and says so.
+  auto bad = sh(tracrctl() + " train " + exp + " --resume 7 --no-progress");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("run 7 is not a training run"), std::string::npos) << bad.out;
+}
+
+TEST(Train, TwoOwnersTakeTurnsOnTheSharedSegments) {
+  TempDir d;
+  const std::string db = (d.path / "t.db").string();
+  const std::string exp = d.file("t.yaml", train_yaml(d, "  owners: [owner, owner2]\n  max_steps: 6\n  turn_steps: 2\n"
+                                                        "  trace_frames: true\n", 2));
+  auto r = sh(tracrctl() + " train " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select group_concat(n) from (select count(*) n from train_steps group by owner order by owner)"),
+            "6,6");
+  // worker_a saw the owners' training frames in turns of two steps.
+  auto seq = query_col(db, "select message from events where kind = 'frame_received' and device = 'worker_a' "
+                           "and message like 'TRAIN_FORWARD % op train %' order by id");
+  ASSERT_EQ(seq.size(), 12u);
+  std::string owners;
+  for (const auto& m : seq) owners += m.find("owner=1") != std::string::npos ? '1' : '0';
+  EXPECT_EQ(owners, "001100110011") << "owner of each training forward in arrival order";
+  // Each owner trained on its own half of the data and evaluated its own model.
+  EXPECT_EQ(query(db, "select count(distinct owner) from train_epochs"), "2");
+}
+
+TEST(Train, LayoutMistakesAreRefusedBeforeAnyAgentStarts) {
+  TempDir d;
+  const std::string db = (d.path / "t.db").string();
+  auto unknown = sh(tracrctl() + " train " +
+                    d.file("a.yaml", train_yaml(d, "").replace(train_yaml(d, "").find("worker_b, owner]"), 16,
+                                                                 "worker_c, owner]")) +
+                    " --no-progress");
+  EXPECT_EQ(unknown.status, 2) << unknown.out;
+  EXPECT_NE(unknown.out.find("train.segments[2]: no device 'worker_c'"), std::string::npos) << unknown.out;
+  auto not_train = sh(tracrctl() + " train " + d.file("b.yaml", "model: fmnist_cnn\noutput: " + db + "\n"));
+  EXPECT_EQ(not_train.status, 2) << not_train.out;
+  EXPECT_NE(not_train.out.find("not a training experiment: set train.cuts"), std::string::npos) << not_train.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "") << "no run row for a refused layout";
+  // A cut beyond the model fails the run with the agents' message, naming the setting.
+  auto beyond = sh(tracrctl() + " train " +
+                   d.file("c.yaml", train_yaml(d, "").replace(train_yaml(d, "").find("[3, 6, 8]"), 9, "[3, 6, 12]")) +
+                   " --no-progress");
+  EXPECT_EQ(beyond.status, 1) << beyond.out;
+  EXPECT_NE(beyond.out.find("train.cuts[2] = 12"), std::string::npos) << beyond.out;
+}
