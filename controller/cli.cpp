@@ -62,8 +62,10 @@ void usage() {
       "  demo [--quick] [--reps N] [--csv FILE] [--agent PATH]\n"
       "        start tracr-agent SERVER processes on loopback, send real tensors\n"
       "        under each codec and cipher, print the measured table beside raw ZeroMQ\n"
-      "  bench protocol [same options as demo]\n"
-      "        the demo with more repetitions (the protocol benchmark)\n"
+      "  bench protocol [same options as demo] [--threads N] [--no-python | --compare-only]\n"
+      "        the demo with more repetitions (the protocol benchmark), then the side-by-side\n"
+      "        table against the Python tracr pipeline (bench/python_baseline.py, /usr/bin/python3)\n"
+      "        and raw ZeroMQ on real post-ReLU activations\n"
       "  codecs            list the codecs this build supports\n"
       "  version           print versions\n");
 }
@@ -86,6 +88,7 @@ int cmd_demo(const std::vector<std::string>& args, bool bench) {
     o.warmup = 50;
     o.reps = 500;
     o.stream_frames = 400;
+    o.compare_python = true;
   }
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -103,6 +106,11 @@ int cmd_demo(const std::vector<std::string>& args, bool bench) {
     else if (a == "--sizes") o.sizes = parse_sizes(next());
     else if (a == "--chunk") o.chunk_bytes = std::stoull(next());
     else if (a == "--window") o.window = std::stoi(next());
+    else if (a == "--threads") o.threads = static_cast<unsigned>(std::stoul(next()));
+    else if (a == "--no-python") o.compare_python = false;
+    else if (a == "--compare-only") o.compare_python = o.compare_only = true;
+    else if (a == "--python") o.python = next();
+    else if (a == "--python-script") o.python_script = next();
     else if (a == "--configs") {
       o.configs.clear();
       std::string s = next();

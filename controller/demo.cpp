@@ -10,8 +10,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -145,6 +148,7 @@ Result<Row> framed(Client& c, const Tensor& t, const std::string& codec_text, co
   so.codec = *spec;
   so.chunk_bytes = o.chunk_bytes;
   so.segment_bytes = o.chunk_bytes;
+  so.threads = o.threads;
   Bundle b{t};
   // Correctness first: the server echoes what it decoded.
   {
@@ -201,6 +205,164 @@ Result<Row> framed(Client& c, const Tensor& t, const std::string& codec_text, co
   return r;
 }
 
+
+// ---- side by side with the Python tracr pipeline (issue #14) ----------------
+
+std::string python_script(const DemoOptions& o) {
+  if (!o.python_script.empty()) return o.python_script;
+  // build/bin/tracrctl -> bench/ of the source tree; else the configured one.
+  std::string beside = self_dir() + "/../../bench/python_baseline.py";
+  if (access(beside.c_str(), R_OK) == 0) return beside;
+  return std::string(TRACR_SOURCE_DIR) + "/bench/python_baseline.py";
+}
+
+// Runs `cmd` through the shell; its stdout, or an error naming it.
+Result<std::string> capture(const std::string& cmd) {
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return make_error(Errc::io, "cannot run: " + cmd);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int rc = pclose(f);
+  if (rc != 0) return make_error(Errc::io, "'" + cmd + "' exited with status " + std::to_string(rc));
+  return out;
+}
+
+// One activation written by python_baseline.py activations.
+Result<Tensor> load_activation(const std::string& dir, size_t bytes) {
+  const std::string base = dir + "/act_" + std::to_string(bytes);
+  std::ifstream sf(base + ".shape"), df(base + ".f32", std::ios::binary);
+  if (!sf || !df) return make_error(Errc::io, base + ".f32/.shape: not written by the Python generator");
+  std::vector<int64_t> shape;
+  std::string tok;
+  while (std::getline(sf, tok, ',')) shape.push_back(std::stoll(tok));
+  Tensor t = Tensor::allocate("act", DType::float32, shape);
+  if (t.nbytes != bytes || !df.read(reinterpret_cast<char*>(t.mutable_data()), static_cast<std::streamsize>(bytes)))
+    return make_error(Errc::size_mismatch, base + ".f32 does not hold " + std::to_string(bytes) + " bytes");
+  return t;
+}
+
+struct PyRow {
+  double rtt = 0, p95 = 0, enc = 0, dec = 0;
+  uint64_t wire = 0;
+};
+
+int compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string& raw_ep, Client& enc) {
+  const std::string script = python_script(o);
+  char tmpl[] = "/tmp/tracr-bench-XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    fmt::print(stderr, "tracrctl: cannot create a temporary directory\n");
+    return 1;
+  }
+  const std::string dir = tmpl;
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() { (void)!std::system(("rm -rf '" + d + "'").c_str()); }
+  } cleanup{dir};
+  auto gen = capture(o.python + " '" + script + "' activations '" + dir + "' 2>&1");
+  if (!gen) {
+    fmt::print(stderr, "tracrctl: generating activations: {}\n", gen.error().str());
+    return 1;
+  }
+  auto py = capture(o.python + " '" + script + "' baseline '" + dir + "' --reps " + std::to_string(o.reps) +
+                    " --warmup " + std::to_string(o.warmup));
+  if (!py) {
+    fmt::print(stderr, "tracrctl: Python baseline: {}\n", py.error().str());
+    return 1;
+  }
+  std::map<size_t, PyRow> pyrows;
+  std::string py_info;
+  {
+    std::istringstream in(*py);
+    std::string line;
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::istringstream ls(line);
+      std::string x;
+      while (std::getline(ls, x, ',')) f.push_back(x);
+      if (f.size() > 1 && f[0] == "info") {
+        for (size_t i = 1; i < f.size(); ++i) py_info += (i > 1 ? ", " : "") + f[i];
+        continue;
+      }
+      if (f.size() != 7 || f[0] != "python") continue;
+      PyRow r;
+      r.rtt = std::stod(f[2]);
+      r.p95 = std::stod(f[3]);
+      r.wire = std::stoull(f[4]);
+      r.enc = std::stod(f[5]);
+      r.dec = std::stod(f[6]);
+      pyrows[std::stoull(f[1])] = r;
+    }
+  }
+  fmt::print("\nside by side with the Python tracr pipeline (issue #14): real post-ReLU activations "
+             "(bench/python_baseline.py: Fashion-MNIST image, seeded torchvision AlexNet/ResNet-18 layers)\n");
+  fmt::print("python = pickle + blosc zstd level 3 byte shuffle + length-prefixed TCP, two processes ({}: {}); "
+             "tracr = frames over ZeroMQ to tracr-agent, aes-256-gcm, participant threads {}\n",
+             o.python, py_info, o.threads);
+  fmt::print("MB/s = tensor bytes / median round trip; ratio = tensor bytes / payload bytes; "
+             "x_python = MB/s / python's; x_raw = round trip / raw ZeroMQ's\n\n");
+  fmt::print("{:>9} {:<34} {:>9} {:>9} {:>8} {:>9} {:>6} {:>8} {:>6} {:>7}\n", "bytes", "pipeline", "rtt_us", "p95_us",
+             "MB/s", "payload_B", "ratio", "x_python", "x_raw", "check");
+  int rc = 0;
+  std::vector<std::string> verdicts;
+  for (size_t bytes : o.sizes) {
+    auto t = load_activation(dir, bytes);
+    auto pit = pyrows.find(bytes);
+    if (!t || pit == pyrows.end()) {
+      fmt::print("{:>9} (no real activation of this size from the generator: skipped)\n", bytes);
+      continue;
+    }
+    const PyRow& p = pit->second;
+    const double mbs_py = bytes / p.rtt;  // bytes per us = MB/s
+    const double ratio_py = static_cast<double>(bytes) / p.wire;
+    auto [raw_rtt, raw_mbs] = raw_zmq(ctx, raw_ep, *t, o);
+    (void)raw_mbs;
+    auto line = [&](const std::string& name, double rtt, double p95, uint64_t wire, const std::string& check) {
+      fmt::print("{:>9} {:<34} {:>9.1f} {:>9.1f} {:>8.0f} {:>9} {:>6.2f} {:>8.2f} {:>6.2f} {:>7}\n", bytes, name, rtt,
+                 p95, bytes / rtt, wire, static_cast<double>(bytes) / wire, (bytes / rtt) / mbs_py, rtt / raw_rtt,
+                 check);
+    };
+    line("python pickle+blosc-zstd3/tcp", p.rtt, p.p95, p.wire, "-");
+    line("raw zeromq (same bytes)", raw_rtt, raw_rtt, bytes, "-");
+    std::string best;
+    double best_x = 0, best_ratio = 0;
+    std::vector<std::string> cfgs = {"none"};
+    cfgs.insert(cfgs.end(), o.lossless.begin(), o.lossless.end());
+    double none_x_raw = 0;
+    for (const auto& codec : cfgs) {
+      auto r = framed(enc, *t, codec, o);
+      if (!r) {
+        fmt::print(stderr, "tracrctl: {}/aes at {} bytes: {}\n", codec, bytes, r.error().str());
+        rc = 1;
+        continue;
+      }
+      line("tracr " + codec + "/aes", r->rtt.median, r->rtt.p95, r->wire, r->check);
+      const double ratio = static_cast<double>(bytes) / r->wire;
+      const double x = (bytes / r->rtt.median) / mbs_py;
+      if (codec == "none") none_x_raw = r->rtt.median / raw_rtt;
+      else if (ratio >= ratio_py && x > best_x) {
+        best = codec;
+        best_x = x;
+        best_ratio = ratio;
+      }
+    }
+    if (best.empty())
+      verdicts.push_back(fmt::format("{:>9}: no lossless codec reached python's ratio {:.2f}", bytes, ratio_py));
+    else
+      verdicts.push_back(fmt::format("{:>9}: best lossless at >= python's ratio: {}/aes, {:.1f}x python's throughput "
+                                     "(target >= 15x: {}), ratio {:.2f} vs {:.2f}",
+                                     bytes, best, best_x, best_x >= 15 ? "met" : "not met", best_ratio, ratio_py));
+    if (bytes == 774400)
+      verdicts.push_back(fmt::format("{:>9}: encrypted uncompressed round trip none/aes = {:.2f}x raw ZeroMQ "
+                                     "(target <= 2x: {})",
+                                     bytes, none_x_raw, none_x_raw <= 2 ? "met" : "not met"));
+  }
+  fmt::print("\n");
+  for (const auto& v : verdicts) fmt::print("{}\n", v);
+  return rc;
+}
+
 }  // namespace
 
 int run_demo(const DemoOptions& o) {
@@ -255,10 +417,11 @@ int run_demo(const DemoOptions& o) {
              "{} warm-up + {} timed; stream = {} frames, {} in flight\n\n",
              o.warmup, o.reps, o.stream_frames, o.window);
   std::vector<Row> rows;
+  int rc = 0;
+  if (!o.compare_only) {
   fmt::print("{:>9} {:<28} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>8}\n", "bytes",
              "codec/cipher", "rtt_us", "p95_us", "enc_us", "dec_us", "raw_us", "x_raw", "payload_B", "MB/s", "raw_MB/s",
              "x_raw", "max_err", "check");
-  int rc = 0;
   for (size_t bytes : o.sizes) {
     Tensor t = make_activations(bytes, static_cast<uint32_t>(bytes));
     for (const auto& cfg : o.configs) {
@@ -294,6 +457,8 @@ int run_demo(const DemoOptions& o) {
   fmt::print("\nx_raw: framed / raw ZeroMQ (round trip: lower is better; stream: higher is better). "
              "rejected frames: client {} ; MB/s counts raw tensor bytes.\n",
              (*enc)->rejected().total() + (*plain)->rejected().total());
+  }
+  if (o.compare_python && compare_python(o, ctx, enc_agent->raw_endpoint, **enc) != 0) rc = 1;
   if (!o.csv_path.empty()) {
     std::ofstream f(o.csv_path);
     f << "bytes,config,rtt_median_us,rtt_p95_us,raw_rtt_us,rtt_ratio,payload_bytes,stream_MBps,raw_stream_MBps,max_abs_err\n";

@@ -20,6 +20,16 @@ struct DemoOptions {
   size_t chunk_bytes = 256 * 1024;
   std::string agent_path;   // tracr-agent; found next to tracrctl when empty
   std::string csv_path;     // also write the table as CSV when set
+  unsigned threads = 1;     // SendOptions::threads of the participant (0: every core)
+  // The side-by-side comparison with the Python tracr pipeline (issue #14):
+  // real post-ReLU activations from bench/python_baseline.py, its round trip
+  // over TCP, tracr's lossless+AES candidates and raw ZeroMQ on the same bytes.
+  bool compare_python = false;
+  bool compare_only = false;  // skip the codec table above it
+  std::string python = "/usr/bin/python3";  // Debian's, never another on PATH
+  std::string python_script;  // bench/python_baseline.py; found from the build tree when empty
+  std::vector<std::string> lossless = {"sparse", "sparse+blosc-lz4", "sparse+blosc-zstd",
+                                       "blosc-zstd", "sparse+blosc-zstd:level=3"};
 };
 
 // Runs the demo and prints the table. Returns a process exit code.

@@ -110,7 +110,7 @@ int64_t max_message_bytes(const Limits& lim) {
 }  // namespace
 
 Client::Client(zmq::context_t& ctx, ChannelOptions opt)
-    : opt_(std::move(opt)), sock_(ctx, zmq::socket_type::dealer), reader_(opt_.limits) {
+    : opt_(std::move(opt)), sock_(ctx, zmq::socket_type::dealer), reader_(opt_.limits, opt_.read) {
   sock_.set(zmq::sockopt::linger, 0);
   sock_.set(zmq::sockopt::maxmsgsize, max_message_bytes(opt_.limits));
 }
@@ -341,7 +341,7 @@ Status Server::handle_hello(const std::string& peer, Segment& seg) {
     hello_seen_order_.pop_front();
   }
   auto p = std::make_unique<Peer>();
-  p->reader = FrameReader(opt_.limits);
+  p->reader = FrameReader(opt_.limits, opt_.read);
   p->writer.set_session(acc->keys.session);
   p->reader.set_session(acc->keys.session);
   // WELCOME: header, then a MAC bound to this HELLO's.

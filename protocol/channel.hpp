@@ -28,6 +28,7 @@ inline constexpr char kControllerRole[] = "CONTROLLER";
 struct ChannelOptions {
   Security security;
   SendOptions send;
+  ReadOptions read;  // threads decoding each received frame's parts
   Limits limits;
   std::string role = "PARTICIPANT";  // kControllerRole for a session that may send SHUTDOWN
   std::string agent = "tracr/0.1";

@@ -174,6 +174,19 @@ Status AesGcm::set_key(const Key256& key, const Iv96& iv) {
   return {};
 }
 
+Result<AesGcm> AesGcm::clone() const {
+  if (!keyed_) return make_error(Errc::crypto_backend, "AES-GCM clone: no key set");
+  AesGcm c;
+  c.enc_ = std::make_unique<Ctx>();
+  c.dec_ = std::make_unique<Ctx>();
+  if (!c.enc_->c || !c.dec_->c) return backend_error("EVP_CIPHER_CTX_new");
+  if (EVP_CIPHER_CTX_copy(c.enc_->c, enc_->c) != 1 || EVP_CIPHER_CTX_copy(c.dec_->c, dec_->c) != 1)
+    return backend_error("AES-256-GCM context copy");
+  c.iv_ = iv_;
+  c.keyed_ = true;
+  return c;
+}
+
 Status AesGcm::seal(uint64_t counter, const uint8_t* aad, size_t aad_len, const uint8_t* in,
                     size_t n, uint8_t* out, uint8_t* tag) {
   if (!keyed_) return make_error(Errc::crypto_backend, "AES-GCM seal: no key set");

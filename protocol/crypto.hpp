@@ -34,6 +34,11 @@ class AesGcm {
 
   Status set_key(const Key256& key, const Iv96& iv);
   bool has_key() const { return keyed_; }
+  // A second state with the same key and IV (its own OpenSSL contexts), for
+  // sealing or opening parts on another thread: one AesGcm is not safe to
+  // use from two threads at once. Error crypto_backend if no key is set or
+  // OpenSSL cannot copy the contexts.
+  Result<AesGcm> clone() const;
 
   // Encrypts n bytes of `in` into `out` (may equal in) with the nonce for
   // `counter` and associated data `aad`; writes the 16-byte tag to `tag`.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
+#include <future>
 
 namespace tracr::protocol {
 
@@ -40,19 +42,189 @@ void seal_aad(std::vector<uint8_t>& aad, const uint8_t* hdr, size_t hn, const Se
   }
 }
 
+// One payload part of a frame: tensor index and chunk index within it.
+struct PartRef {
+  size_t tensor = 0;
+  uint32_t chunk = 0;
+};
+
+// The elements a part covers.
+struct Chunk {
+  const Tensor* tensor = nullptr;
+  const TensorDesc* desc = nullptr;
+  int64_t first = 0;  // first element
+  int64_t count = 0;  // elements
+};
+
+// A part coded (lossy, sparse, blosc) and waiting for its seal.
+struct EncodedPart {
+  Bytes out;                       // the part's buffer, room for the tag included
+  const uint8_t* plain = nullptr;  // the coded bytes (in out, or the tensor's own)
+  size_t n = 0;                    // coded bytes
+  size_t tag = 0;                  // kTagBytes when encrypted
+  uint64_t ctr = 0;                // AEAD counter, given in wire order
+  Status status;
+  int64_t codec_ns = 0, crypto_ns = 0;
+  size_t size() const { return n + tag; }  // bytes on the wire
+};
+
+// Lossy transform, sparse stage and blosc of one chunk into a fresh buffer
+// (PROTOCOL.md 4.1). Uses only its arguments, so workers may run it at once
+// on different chunks with their own scratch buffers.
+Status encode_chunk(const CodecSpec& spec, const Chunk& c, bool enc, std::vector<uint8_t>& scratch,
+                    std::vector<uint8_t>& sparse_scratch, EncodedPart& e) {
+  const auto t0 = Clock::now();
+  const TensorDesc& d = *c.desc;
+  const size_t es = dtype_size(d.dtype), ws = dtype_size(d.lossy.wire);
+  const size_t tn = static_cast<size_t>(c.count) * ws;  // transformed bytes of this part
+  const uint8_t* src = c.tensor->data + static_cast<size_t>(c.first) * es;
+  const bool lossy = d.lossy.kind != Lossy::none;
+  const bool sparse = d.sparse;
+  const bool blosc = d.comp == Compressor::blosc;
+  const size_t coded = sparse  ? sparse_max_encoded(c.count, ws, blosc)
+                       : blosc ? blosc_max_compressed(tn)
+                               : tn;
+  e.tag = enc ? kTagBytes : 0;
+  e.out = Bytes::allocate(coded + e.tag);
+  e.plain = src;
+  e.n = tn;
+  if (lossy) {
+    uint8_t* dst = e.out.data();
+    if (sparse || blosc) {
+      if (scratch.size() < tn) scratch.resize(tn);
+      dst = scratch.data();
+    }
+    lossy_encode(d.lossy, src, c.first, c.count, dst);
+    if (sparse) sparse_int8_recenter(d.lossy, c.first, c.count, dst, false);
+    e.plain = dst;
+  }
+  if (sparse) {
+    auto r = sparse_encode(spec, ws, e.plain, c.count, e.out.data(), coded, sparse_scratch);
+    if (!r) return make_error(r.error().code, "tensor '" + d.name + "': " + r.error().message);
+    e.n = *r;
+    e.plain = e.out.data();
+  } else if (blosc) {
+    // Exactly the bound: given more room blosc may emit more than it.
+    auto r = blosc_compress(spec, ws, e.plain, tn, e.out.data(), blosc_max_compressed(tn));
+    if (!r) return make_error(r.error().code, "tensor '" + d.name + "': " + r.error().message);
+    e.n = *r;
+    e.plain = e.out.data();
+  }
+  e.codec_ns = ns_since(t0);
+  return {};
+}
+
+// Seals a coded part under its counter into its buffer (ciphertext || tag),
+// or moves plain bytes into the buffer on a plain session.
+Status finish_part(bool enc, AesGcm& aead, EncodedPart& e) {
+  if (enc) {
+    const auto t0 = Clock::now();
+    TRACR_TRY(aead.seal(e.ctr, nullptr, 0, e.plain, e.n, e.out.data(), e.out.data() + e.n));
+    e.crypto_ns = ns_since(t0);
+  } else if (e.plain != e.out.data()) {
+    std::memcpy(e.out.data(), e.plain, e.n);
+  }
+  return {};
+}
+
+
+// One received part to decrypt and decode into its place in a tensor;
+// checked against its bounds before it is queued.
+struct DecodeJob {
+  const TensorDesc* desc = nullptr;
+  uint8_t* data = nullptr;  // the part (decrypted in place)
+  size_t len = 0;           // its bytes without the tag
+  uint8_t* dst = nullptr;   // element `firstel` of the tensor
+  int64_t firstel = 0, count = 0;
+  size_t tn = 0;            // transformed bytes of the chunk
+  uint64_t ctr = 0;         // AEAD counter of the part
+  std::string where;        // "tensor 'x' part n", for errors
+  Status status;
+  int64_t codec_ns = 0, crypto_ns = 0;
+};
+
+// Decrypts and decodes one part (PROTOCOL.md 4.1 in reverse). Uses only its
+// arguments, so workers may run it at once on different parts.
+Status decode_chunk(bool enc, AesGcm& aead, std::vector<uint8_t>& scratch,
+                    std::vector<uint8_t>& sparse_scratch, DecodeJob& j) {
+  const TensorDesc& d = *j.desc;
+  const bool lossy = d.lossy.kind != Lossy::none;
+  const bool sparse = d.sparse;
+  const bool blosc = d.comp == Compressor::blosc;
+  const bool coded = sparse || blosc;
+  if (enc) {
+    auto t0 = Clock::now();
+    // Plain tensors decrypt straight into their destination.
+    uint8_t* target = (!lossy && !coded) ? j.dst : j.data;
+    auto st = aead.open(j.ctr, nullptr, 0, j.data, j.len, target, j.data + j.len);
+    j.crypto_ns += ns_since(t0);
+    if (!st) return make_error(st.error().code, j.where + ": " + st.error().message);
+    if (!lossy && !coded) return {};
+  }
+  auto t0 = Clock::now();
+  if (!lossy && !coded) {
+    std::memcpy(j.dst, j.data, j.tn);
+  } else {
+    const uint8_t* wire = j.data;
+    const size_t ws = dtype_size(d.lossy.wire);
+    if (coded) {
+      uint8_t* target = j.dst;
+      if (lossy) {
+        if (scratch.size() < j.tn) scratch.resize(j.tn);
+        target = scratch.data();
+      }
+      if (sparse) {
+        if (auto st = sparse_decode(j.data, j.len, j.count, ws, blosc, target, sparse_scratch); !st)
+          return make_error(st.error().code, j.where + ": " + st.error().message);
+        if (lossy) sparse_int8_recenter(d.lossy, j.firstel, j.count, target, true);
+      } else {
+        TRACR_TRY(blosc_decompress(j.data, j.len, target, j.tn, 1));
+      }
+      wire = target;
+    }
+    if (lossy) lossy_decode(d.lossy, wire, j.firstel, j.count, j.dst);
+  }
+  j.codec_ns += ns_since(t0);
+  return {};
+}
+
 }  // namespace
+
+Status detail::Lanes::ensure(unsigned n, const AesGcm& key) {
+  n = resolve_threads(n);
+  if (n != threads || !pool) {
+    pool = WorkerPool::shared(n);
+    threads = n;
+    lanes.reset();
+  }
+  if (!lanes || lanes->size() != n) {
+    lanes = std::make_shared<std::vector<Lane>>(n);
+    keyed = false;
+  }
+  if (!keyed && key.has_key()) {
+    for (auto& l : *lanes) {
+      auto c = key.clone();
+      if (!c) return std::move(c.error());
+      l.aead = std::move(*c);
+    }
+    keyed = true;
+  }
+  return {};
+}
 
 bool msg_type_is_control(MsgType t) {
   return t == MsgType::heartbeat || t == MsgType::error || t == MsgType::shutdown || t == MsgType::goodbye;
 }
 
 Status FrameWriter::set_key(const Key256& key, const Iv96& iv) {
+  workers_.forget_keys();
   TRACR_TRY(aead_.set_key(key, iv));
   cipher_ = Cipher::aes256gcm;
   return {};
 }
 
 Status FrameWriter::set_control_key(const Key256& key, const Iv96& iv) {
+  workers_.forget_keys();
   TRACR_TRY(aead_.set_key(key, iv));
   seal_control_ = true;
   return {};
@@ -169,73 +341,101 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
     return {};
   };
 
-  for (size_t ti = 0; ti < bundle.size(); ++ti) {
-    const Tensor& t = bundle[ti];
-    const TensorDesc& d = descs[ti];
-    const size_t es = dtype_size(d.dtype), ws = dtype_size(d.lossy.wire);
-    const int64_t numel = t.numel();
-    const int64_t chunk_elems = static_cast<int64_t>(d.chunk_bytes / ws);
-    const bool lossy = d.lossy.kind != Lossy::none;
-    const bool sparse = d.sparse;
-    const bool blosc = d.comp == Compressor::blosc;
-    for (uint32_t j = 0; j < d.parts; ++j) {
-      const int64_t first = static_cast<int64_t>(j) * chunk_elems;
-      const int64_t count = std::min(chunk_elems, numel - first);
-      const uint8_t* src = t.data + static_cast<size_t>(first) * es;
-      const size_t tn = static_cast<size_t>(count) * ws;  // transformed bytes of this part
+  // Every part of the frame, in wire order.
+  std::vector<PartRef> parts;
+  for (size_t ti = 0; ti < bundle.size(); ++ti)
+    for (uint32_t j = 0; j < descs[ti].parts; ++j) parts.push_back({ti, j});
+  auto chunk_of = [&](const PartRef& r) {
+    const TensorDesc& d = descs[r.tensor];
+    const int64_t chunk_elems = static_cast<int64_t>(d.chunk_bytes / dtype_size(d.lossy.wire));
+    const int64_t first = static_cast<int64_t>(r.chunk) * chunk_elems;
+    return Chunk{&bundle[r.tensor], &d, first, std::min(chunk_elems, bundle[r.tensor].numel() - first)};
+  };
+  // Appends one finished part to the segment, flushing it when full.
+  auto append = [&](size_t k, zmq::message_t part) -> Status {
+    st.tensor_wire[parts[k].tensor] += part.size();
+    st.payload_bytes += part.size();
+    st.parts++;
+    seg_payload += part.size();
+    seg.push_back(std::move(part));
+    if (seg_payload >= seg_budget && k + 1 != parts.size()) TRACR_TRY(flush(false));
+    return {};
+  };
+
+  const unsigned threads = resolve_threads(opt.threads);
+  if (threads <= 1 || !has_work || parts.size() <= 1) {
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const Chunk c = chunk_of(parts[k]);
+      const bool coded = c.desc->lossy.kind != Lossy::none || c.desc->sparse || c.desc->comp == Compressor::blosc;
       zmq::message_t part;
-      auto t0 = Clock::now();
-      if (!lossy && !sparse && !blosc && !enc) {
-        part = t.keepalive ? borrow(src, tn, t.keepalive) : zmq::message_t(src, tn);
+      if (!coded && !enc) {
+        const uint8_t* src = c.tensor->data + static_cast<size_t>(c.first) * dtype_size(c.desc->dtype);
+        const size_t tn = static_cast<size_t>(c.count) * dtype_size(c.desc->lossy.wire);
+        part = c.tensor->keepalive ? borrow(src, tn, c.tensor->keepalive) : zmq::message_t(src, tn);
       } else {
-        const size_t coded = sparse  ? sparse_max_encoded(count, ws, blosc)
-                             : blosc ? blosc_max_compressed(tn)
-                                     : tn;
-        const size_t cap = coded + (enc ? kTagBytes : 0);
-        Bytes out = Bytes::allocate(cap);
-        const uint8_t* plain = src;
-        size_t n = tn;
-        if (lossy) {
-          uint8_t* dst = out.data();
-          if (sparse || blosc) {
-            if (scratch_.size() < tn) scratch_.resize(tn);
-            dst = scratch_.data();
-          }
-          lossy_encode(d.lossy, src, first, count, dst);
-          if (sparse) sparse_int8_recenter(d.lossy, first, count, dst, false);
-          plain = dst;
-        }
-        if (sparse) {
-          auto r = sparse_encode(opt.codec, ws, plain, count, out.data(), coded, sparse_scratch_);
-          if (!r) return make_error(r.error().code, "tensor '" + t.name + "': " + r.error().message);
-          n = *r;
-          plain = out.data();
-        } else if (blosc) {
-          // Exactly the bound: given more room blosc may emit more than it.
-          auto r = blosc_compress(opt.codec, ws, plain, tn, out.data(), blosc_max_compressed(tn));
-          if (!r) return make_error(r.error().code, "tensor '" + t.name + "': " + r.error().message);
-          n = *r;
-          plain = out.data();
-        }
-        st.codec_ns += ns_since(t0);
-        if (enc) {
-          auto t1 = Clock::now();
-          TRACR_TRY(aead_.seal(next_ctr_, nullptr, 0, plain, n, out.data(), out.data() + n));
-          ++next_ctr_;
-          n += kTagBytes;
-          st.crypto_ns += ns_since(t1);
-        } else if (plain != out.data()) {
-          std::memcpy(out.data(), plain, n);
-        }
-        part = adopt(std::move(out), n);
+        EncodedPart e;
+        TRACR_TRY(encode_chunk(opt.codec, c, enc, scratch_, sparse_scratch_, e));
+        if (enc) e.ctr = next_ctr_++;
+        TRACR_TRY(finish_part(enc, aead_, e));
+        st.codec_ns += e.codec_ns;
+        st.crypto_ns += e.crypto_ns;
+        part = adopt(std::move(e.out), e.size());
       }
-      st.tensor_wire[ti] += part.size();
-      st.payload_bytes += part.size();
-      st.parts++;
-      seg_payload += part.size();
-      seg.push_back(std::move(part));
-      const bool final_part = (ti + 1 == bundle.size()) && (j + 1 == d.parts);
-      if (seg_payload >= seg_budget && !final_part) TRACR_TRY(flush(false));
+      TRACR_TRY(append(k, std::move(part)));
+    }
+  } else {
+    // Parallel: workers code parts ahead of the one being placed; this thread
+    // takes them in order, gives each its counter (which depends on where
+    // the earlier parts' sizes put the segment boundaries, as above), lets a
+    // worker seal it, and hands each segment over once its parts are sealed.
+    TRACR_TRY(workers_.ensure(threads, aead_));
+    WorkerPool& pool = *workers_.pool;
+    std::vector<EncodedPart> slots(parts.size());
+    std::vector<std::future<void>> coded(parts.size()), sealed_f(parts.size());
+    struct Drain {  // tasks reference slots, lanes and tensors: wait for them on any exit
+      std::vector<std::future<void>>& a;
+      std::vector<std::future<void>>& b;
+      ~Drain() {
+        for (auto& f : a)
+          if (f.valid()) f.wait();
+        for (auto& f : b)
+          if (f.valid()) f.wait();
+      }
+    } drain{coded, sealed_f};
+    const size_t window = 2 * size_t{pool.size()};
+    size_t submitted = 0, placed_from = 0;
+    detail::Lane* lanes = workers_.lanes->data();
+    const CodecSpec& spec = opt.codec;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      for (; submitted < parts.size() && submitted < k + window; ++submitted) {
+        const Chunk c = chunk_of(parts[submitted]);
+        EncodedPart* e = &slots[submitted];
+        coded[submitted] = pool.submit([c, e, enc, lanes, &spec](unsigned w) {
+          e->status = encode_chunk(spec, c, enc, lanes[w].scratch, lanes[w].sparse_scratch, *e);
+        });
+      }
+      coded[k].get();
+      EncodedPart& e = slots[k];
+      TRACR_TRY(e.status);
+      if (enc) e.ctr = next_ctr_++;
+      if (enc)
+        sealed_f[k] = pool.submit([&e, lanes](unsigned w) { e.status = finish_part(true, lanes[w].aead, e); });
+      else
+        e.status = finish_part(false, aead_, e);
+      // The segment boundary depends only on sizes, known before sealing.
+      seg_payload += e.size();
+      const bool full = seg_payload >= seg_budget && k + 1 != parts.size();
+      if (!full && k + 1 != parts.size()) continue;
+      seg_payload = 0;  // append() counts it again
+      for (size_t i = placed_from; i <= k; ++i) {
+        if (sealed_f[i].valid()) sealed_f[i].get();
+        TRACR_TRY(slots[i].status);
+        st.codec_ns += slots[i].codec_ns;
+        st.crypto_ns += slots[i].crypto_ns;
+        const size_t n = slots[i].size();
+        TRACR_TRY(append(i, adopt(std::move(slots[i].out), n)));
+      }
+      placed_from = k + 1;
     }
   }
   TRACR_TRY(flush(true));
@@ -258,6 +458,15 @@ struct FrameReader::Pending {
   Clock::time_point started;
   Clock::time_point last_segment;  // when its latest segment arrived
   uint64_t held_bytes = 0;         // tensor bytes allocated for it
+  // threads > 1: parts being decoded by workers (they write into frame.tensors).
+  std::deque<DecodeJob> jobs;
+  std::vector<std::future<void>> inflight;
+  // Waits for every part's task; the first failure in part order, if any.
+  Status finish_jobs();
+  ~Pending() {
+    for (auto& f : inflight)
+      if (f.valid()) f.wait();
+  }
 };
 
 uint64_t FrameReader::pending_bytes() const { return pending_ ? pending_->held_bytes : 0; }
@@ -268,12 +477,14 @@ std::optional<Error> FrameReader::abandon_stale(std::chrono::steady_clock::time_
 }
 
 Status FrameReader::set_key(const Key256& key, const Iv96& iv) {
+  workers_.forget_keys();
   TRACR_TRY(aead_.set_key(key, iv));
   cipher_ = Cipher::aes256gcm;
   return {};
 }
 
 Status FrameReader::set_control_key(const Key256& key, const Iv96& iv) {
+  workers_.forget_keys();
   TRACR_TRY(aead_.set_key(key, iv));
   seal_control_ = true;
   return {};
@@ -320,6 +531,15 @@ std::optional<Error> FrameReader::drop_pending(const char* why) {
 
 Status FrameReader::decode_parts(Pending& p, Segment& seg, size_t first, size_t n, uint64_t ctr) {
   const bool enc = cipher_ != Cipher::none;
+  const unsigned threads = resolve_threads(ro_.threads);
+  std::shared_ptr<Segment> held;  // parallel: the parts live until their tasks are done
+  std::shared_ptr<std::vector<detail::Lane>> lanes;
+  if (threads > 1 && n > 0) {
+    TRACR_TRY(workers_.ensure(threads, aead_));
+    lanes = workers_.lanes;
+    held = std::make_shared<Segment>(std::move(seg));
+  }
+  Segment& parts = held ? *held : seg;
   for (size_t i = 0; i < n; ++i) {
     // Advance the cursor past empty tensors.
     while (p.tensor < p.descs.size() && p.chunk >= p.descs[p.tensor].parts) {
@@ -334,71 +554,60 @@ Status FrameReader::decode_parts(Pending& p, Segment& seg, size_t first, size_t 
     const size_t es = dtype_size(d.dtype), ws = dtype_size(d.lossy.wire);
     const int64_t chunk_elems = static_cast<int64_t>(d.chunk_bytes / ws);
     const int64_t numel = static_cast<int64_t>(d.raw_bytes / es);
-    const int64_t firstel = static_cast<int64_t>(p.chunk) * chunk_elems;
-    const int64_t count = std::min(chunk_elems, numel - firstel);
-    const size_t tn = static_cast<size_t>(count) * ws;
-    const bool lossy = d.lossy.kind != Lossy::none;
+    DecodeJob j;
+    j.desc = &d;
+    j.firstel = static_cast<int64_t>(p.chunk) * chunk_elems;
+    j.count = std::min(chunk_elems, numel - j.firstel);
+    j.tn = static_cast<size_t>(j.count) * ws;
+    j.ctr = ctr + i;
     const bool sparse = d.sparse;
     const bool blosc = d.comp == Compressor::blosc;
     const bool coded = sparse || blosc;  // the part's size is not the chunk's
-    zmq::message_t& m = seg[first + i];
-    auto* data = static_cast<uint8_t*>(m.data());
-    size_t len = m.size();
-    uint8_t* dst = out.mutable_data() + static_cast<size_t>(firstel) * es;
-    const std::string where = "tensor '" + d.name + "' part " + std::to_string(p.chunk);
+    zmq::message_t& m = parts[first + i];
+    j.data = static_cast<uint8_t*>(m.data());
+    j.len = m.size();
+    j.dst = out.mutable_data() + static_cast<size_t>(j.firstel) * es;
+    j.where = "tensor '" + d.name + "' part " + std::to_string(p.chunk);
 
     if (enc) {
-      if (len < kTagBytes) return make_error(Errc::size_mismatch, where + " is shorter than a tag");
-      len -= kTagBytes;
+      if (j.len < kTagBytes) return make_error(Errc::size_mismatch, j.where + " is shorter than a tag");
+      j.len -= kTagBytes;
     }
-    if (!coded && len != tn)
-      return make_error(Errc::size_mismatch, where + " has " + std::to_string(len) + " bytes, expected " +
-                                                 std::to_string(tn));
-    const size_t bound = sparse ? sparse_max_encoded(count, ws, blosc) : blosc_max_compressed(tn);
-    if (coded && len > bound)
-      return make_error(Errc::size_mismatch, where + " is larger than its compressed bound (" + std::to_string(len) + " > " + std::to_string(bound) + ")");
-    if (enc) {
-      auto t0 = Clock::now();
-      // Plain tensors decrypt straight into their destination.
-      uint8_t* target = (!lossy && !coded) ? dst : data;
-      auto st = aead_.open(ctr + i, nullptr, 0, data, len, target, data + len);
-      p.frame.stats.crypto_ns += ns_since(t0);
-      if (!st) return make_error(st.error().code, where + ": " + st.error().message);
-      if (!lossy && !coded) {
-        p.chunk++;
-        continue;
-      }
-    }
-    auto t0 = Clock::now();
-    if (!lossy && !coded) {
-      std::memcpy(dst, data, tn);
-    } else {
-      const uint8_t* wire = data;
-      if (sparse) {
-        uint8_t* target = dst;
-        if (lossy) {
-          if (scratch_.size() < tn) scratch_.resize(tn);
-          target = scratch_.data();
-        }
-        if (auto st = sparse_decode(data, len, count, ws, blosc, target, sparse_scratch_); !st)
-          return make_error(st.error().code, where + ": " + st.error().message);
-        if (lossy) sparse_int8_recenter(d.lossy, firstel, count, target, true);
-        wire = target;
-      } else if (blosc) {
-        uint8_t* target = dst;
-        if (lossy) {
-          if (scratch_.size() < tn) scratch_.resize(tn);
-          target = scratch_.data();
-        }
-        TRACR_TRY(blosc_decompress(data, len, target, tn, 1));
-        wire = target;
-      }
-      if (lossy) lossy_decode(d.lossy, wire, firstel, count, dst);
-    }
-    p.frame.stats.codec_ns += ns_since(t0);
+    if (!coded && j.len != j.tn)
+      return make_error(Errc::size_mismatch, j.where + " has " + std::to_string(j.len) + " bytes, expected " +
+                                                 std::to_string(j.tn));
+    const size_t bound = sparse ? sparse_max_encoded(j.count, ws, blosc) : blosc_max_compressed(j.tn);
+    if (coded && j.len > bound)
+      return make_error(Errc::size_mismatch, j.where + " is larger than its compressed bound (" + std::to_string(j.len) + " > " + std::to_string(bound) + ")");
     p.chunk++;
+    if (!held) {
+      auto st = decode_chunk(enc, aead_, scratch_, sparse_scratch_, j);
+      p.frame.stats.crypto_ns += j.crypto_ns;
+      p.frame.stats.codec_ns += j.codec_ns;
+      TRACR_TRY(st);
+      continue;
+    }
+    p.jobs.push_back(std::move(j));
+    DecodeJob* jp = &p.jobs.back();
+    p.inflight.push_back(workers_.pool->submit([jp, enc, lanes, held](unsigned w) {
+      detail::Lane& l = (*lanes)[w];
+      jp->status = decode_chunk(enc, l.aead, l.scratch, l.sparse_scratch, *jp);
+    }));
   }
   return {};
+}
+
+Status FrameReader::Pending::finish_jobs() {
+  for (auto& f : inflight) f.get();
+  inflight.clear();
+  Status first_error;
+  for (auto& j : jobs) {
+    frame.stats.crypto_ns += j.crypto_ns;
+    frame.stats.codec_ns += j.codec_ns;
+    if (!j.status && first_error) first_error = std::move(j.status);
+  }
+  jobs.clear();
+  return first_error;
 }
 
 std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
@@ -555,12 +764,14 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
       ccur++;
     }
   }
-  auto st = decode_parts(p, seg, 1, h.nparts, h.ctr);
   for (const auto& m : seg) p.frame.stats.wire_bytes += m.size();
   for (size_t i = 1; i <= h.nparts; ++i) p.frame.stats.payload_bytes += seg[i].size();
+  auto st = decode_parts(p, seg, 1, h.nparts, h.ctr);  // threads > 1: may take seg's parts
   p.frame.stats.parts += h.nparts;
   p.frame.stats.segments++;
   p.consumed += h.nparts;
+  // Parts decoded by workers: the frame is complete once they are.
+  if (st && h.last) st = p.finish_jobs();
   if (!st) {
     p.failed = true;
     Error e = std::move(st.error());

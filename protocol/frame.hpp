@@ -18,6 +18,7 @@
 #include "protocol/crypto.hpp"
 #include "protocol/header.hpp"
 #include "protocol/tensor.hpp"
+#include "protocol/worker_pool.hpp"
 
 namespace tracr::protocol {
 
@@ -29,7 +30,44 @@ struct SendOptions {
   CodecSpec codec;
   size_t chunk_bytes = 256 * 1024;    // transformed bytes per payload part (>= 4096)
   size_t segment_bytes = 256 * 1024;  // payload bytes per segment before the next starts
+  // Parts encoded at once: 1 on the calling thread (no pool), 0 one per
+  // hardware thread, N a shared pool of N workers. The bytes sent do not
+  // depend on it (PROTOCOL.md 4.5); segments still go to the sink in order,
+  // each as soon as its parts are ready.
+  unsigned threads = 1;
 };
+
+struct ReadOptions {
+  // Parts decrypted and decoded at once, as SendOptions::threads. With more
+  // than one, a frame's parts are decoded while its later segments arrive
+  // and a part's auth_failed or decompress_failed is reported when the
+  // frame's last segment is fed (the frame is rejected all the same).
+  unsigned threads = 1;
+};
+
+namespace detail {
+// One worker's private state: its AES-GCM contexts and scratch buffers.
+struct Lane {
+  AesGcm aead;
+  std::vector<uint8_t> scratch;         // lossy stream around sparse/blosc
+  std::vector<uint8_t> sparse_scratch;  // sparse raw form around blosc
+};
+// The pool for `threads` (resolved) and one keyed lane per worker, cloned
+// from `key` when it has a key. Empty pool for a single thread.
+struct Lanes {
+  std::shared_ptr<WorkerPool> pool;
+  // Shared with the tasks that use them, which may outlive a key change.
+  std::shared_ptr<std::vector<Lane>> lanes;
+  unsigned threads = 1;
+  bool keyed = false;
+  // Prepares for `threads` (0: hardware concurrency); Error from cloning keys.
+  Status ensure(unsigned threads, const AesGcm& key);
+  void forget_keys() {
+    lanes.reset();
+    keyed = false;
+  }
+};
+}  // namespace detail
 
 // What one frame cost, on the side that wrote or read it.
 struct FrameStats {
@@ -78,6 +116,7 @@ class FrameWriter {
   AesGcm aead_;
   std::vector<uint8_t> scratch_;         // lossy output before sparse/blosc
   std::vector<uint8_t> sparse_scratch_;  // sparse raw form before blosc
+  detail::Lanes workers_;                // threads > 1
 };
 
 // A complete, verified frame.
@@ -112,7 +151,7 @@ struct RejectCounters {
 
 class FrameReader {
  public:
-  explicit FrameReader(Limits lim = {}) : lim_(lim) {}
+  explicit FrameReader(Limits lim = {}, ReadOptions ro = {}) : lim_(lim), ro_(ro) {}
   // Frames must then carry this session id (0: accept any).
   void set_session(uint64_t sid) { session_ = sid; }
   // Every following segment must be encrypted with this key.
@@ -123,7 +162,8 @@ class FrameReader {
   Cipher cipher() const { return cipher_; }
   const Limits& limits() const { return lim_; }
 
-  // Consumes one segment (its parts are modified: decrypted in place).
+  // Consumes one segment (its parts are modified: decrypted in place; with
+  // threads > 1 its payload parts may be moved out to be decoded later).
   // Returns the outcomes it produced, in order: completed frames and the
   // errors that rejected frames (a pending frame cut short by the start of
   // the next one comes out as `truncated` before it). Empty while a frame is
@@ -146,6 +186,8 @@ class FrameReader {
   Status decode_parts(Pending& p, Segment& seg, size_t first, size_t n, uint64_t ctr);
 
   Limits lim_;
+  ReadOptions ro_;
+  detail::Lanes workers_;  // threads > 1
   uint64_t session_ = 0;
   uint64_t last_seq_ = 0;
   uint64_t last_ctr_ = 0;

@@ -11,7 +11,7 @@ PKGS=(
   openssh-server openssh-client iproute2 procps iperf3 util-linux
   chromium libjs-chart.js
   clang libclang-rt-14-dev
-  dataset-fashion-mnist python3 python3-torchvision python3-pil
+  dataset-fashion-mnist python3 python3-torchvision python3-pil python3-blosc python3-numpy
 )
 
 missing=()

@@ -38,6 +38,15 @@ inline Tensor random_tensor(const std::string& name, DType dt, std::vector<int64
   return t;
 }
 
+// The fixed key and IV base of Pair's session.
+inline std::pair<Key256, Iv96> test_key() {
+  Key256 k{};
+  Iv96 iv{};
+  for (int i = 0; i < 32; ++i) k[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (int i = 0; i < 12; ++i) iv[i] = static_cast<uint8_t>(0xa0 + i);
+  return {k, iv};
+}
+
 struct Pair {
   FrameWriter w;
   FrameReader r;
@@ -45,10 +54,7 @@ struct Pair {
     w.set_session(42);
     r.set_session(42);
     if (encrypt) {
-      Key256 k{};
-      Iv96 iv{};
-      for (int i = 0; i < 32; ++i) k[i] = static_cast<uint8_t>(i * 7 + 1);
-      for (int i = 0; i < 12; ++i) iv[i] = static_cast<uint8_t>(0xa0 + i);
+      const auto [k, iv] = test_key();
       EXPECT_TRUE(w.set_key(k, iv).ok());
       EXPECT_TRUE(r.set_key(k, iv).ok());
     }
