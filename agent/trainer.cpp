@@ -499,10 +499,16 @@ Status Owner::export_model() {
     if (!have.count(nt.name)) return make_error(Errc::internal, "export: no device sent '" + nt.name + "'");
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& nt : state) dict.insert(nt.name, nt.tensor.contiguous());
-  const std::string path =
-      fmt::format("{}/{}-owner{}.pt", checkpoint_dir(cfg_, o_), cfg_.model, o_.owner_index);
+  std::string path = fmt::format("{}/{}-owner{}.pt", checkpoint_dir(cfg_, o_), cfg_.model, o_.owner_index);
+  if (!cfg_.train.export_path.empty()) {
+    const fs::path e(cfg_.train.export_path);
+    path = o_.owner_index == 0 ? e.string()
+                               : (e.parent_path() / fmt::format("{}-owner{}{}", e.stem().string(), o_.owner_index,
+                                                                e.extension().string()))
+                                     .string();
+  }
   try {
-    fs::create_directories(fs::path(path).parent_path());
+    if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
     auto bytes = torch::pickle_save(c10::IValue(dict));
     const std::string tmp = path + ".part";
     std::FILE* fp = std::fopen(tmp.c_str(), "wb");

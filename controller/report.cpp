@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -222,6 +223,47 @@ Result<std::string> render_report(ResultsDb& db, const std::vector<int64_t>& run
           pts_split, kColors[0], pts_est, kColors[1]);
       rc.push_back({fmt::format("timeline{}", run_id), "Split and running link estimate over the run's frames",
                         "scatter", cfg});
+    }
+    // Split training: loss per step and test accuracy per epoch, per data owner.
+    auto tsteps = db.rows("train_steps", run_id);
+    auto tepochs = db.rows("train_epochs", run_id);
+    if (tsteps && !tsteps->empty()) {
+      std::map<std::string, std::string> pts;  // owner -> points
+      for (const auto& r : *tsteps)
+        if (r[2] && r[5])
+          pts[r[1].value_or("?")] += fmt::format("{}{{\"x\":{},\"y\":{}}}", pts[r[1].value_or("?")].empty() ? "" : ",",
+                                                 *r[2], num(std::stod(*r[5])));
+      std::string sets;
+      size_t c = 0;
+      for (const auto& [owner, p] : pts) {
+        const char* color = kColors[c++ % std::size(kColors)];
+        sets += fmt::format("{}{{\"label\":\"loss, owner {}\",\"data\":[{}],\"showLine\":true,\"pointRadius\":0,"
+                            "\"borderColor\":\"{}\",\"backgroundColor\":\"{}\"}}",
+                            sets.empty() ? "" : ",", owner, p, color, color);
+      }
+      rc.push_back({fmt::format("trainloss{}", run_id), "Training loss per step (cross-entropy of each batch, on the data owner)",
+                    "scatter",
+                    fmt::format("{{\"type\":\"scatter\",\"data\":{{\"datasets\":[{}]}},\"options\":{{\"animation\":false,"
+                                "\"responsive\":false,\"scales\":{{\"x\":{{\"title\":{{\"display\":true,\"text\":\"step\"}}}},"
+                                "\"y\":{{\"title\":{{\"display\":true,\"text\":\"loss\"}}}}}}}}}}",
+                                sets)});
+    }
+    if (tepochs && !tepochs->empty()) {
+      std::vector<int> x;
+      std::vector<double> acc, top5;
+      for (const auto& r : *tepochs)
+        if (r[1].value_or("") == "0") {
+          x.push_back(std::stoi(r[2].value_or("0")));
+          acc.push_back(r[7] ? std::stod(*r[7]) : NAN);
+          top5.push_back(r[8] ? std::stod(*r[8]) : NAN);
+        }
+      if (!x.empty())
+        rc.push_back({fmt::format("trainacc{}", run_id), "Test accuracy after each epoch (owner 0)", "line",
+                      fmt::format("{{\"type\":\"line\",\"data\":{{\"labels\":{},\"datasets\":[{},{}]}},\"options\":{{"
+                                  "\"animation\":false,\"responsive\":false,\"scales\":{{\"x\":{{\"title\":{{\"display\":"
+                                  "true,\"text\":\"epoch\"}}}},\"y\":{{\"title\":{{\"display\":true,\"text\":\"accuracy\"}}}}}}}}}}",
+                                  labels(x), dataset("top-1", acc, 0, ",\"fill\":false"),
+                                  dataset("top-5", top5, 1, ",\"fill\":false"))});
     }
     for (const auto& c : rc)
       body += fmt::format("<figure><figcaption>{}</figcaption><canvas id=\"{}\" width=\"900\" height=\"320\" "

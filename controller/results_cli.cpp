@@ -1,4 +1,5 @@
 #include "controller/results_cli.hpp"
+#include "controller/train.hpp"
 
 #include "settings/config.hpp"
 
@@ -196,9 +197,16 @@ int cmd_show(ResultsDb& db, const Opts& o) {
   if (!run) throw Fatal(run.error());
   std::fputs(run_header(*run).c_str(), stdout);
   std::fputs("\n", stdout);
-  check_or_throw(print_split_table(db, *id, stdout));
-  check_or_throw(print_probe_table(db, *id, stdout));
-  check_or_throw(print_energy_table(db, *id, stdout));
+  auto train = db.rows("train_runs", *id);
+  if (!train) throw Fatal(train.error());
+  if (!train->empty()) {  // a tracrctl train run: per-epoch table, step summary, the exported model
+    std::fflush(stdout);
+    check_or_throw(print_train_table(db, *id));
+  } else {
+    check_or_throw(print_split_table(db, *id, stdout));
+    check_or_throw(print_probe_table(db, *id, stdout));
+    check_or_throw(print_energy_table(db, *id, stdout));
+  }
   auto devs = db.devices(*id);
   if (!devs) throw Fatal(devs.error());
   if (!devs->empty()) {

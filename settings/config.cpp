@@ -1416,6 +1416,11 @@ std::vector<Setting> build_settings() {
       "train.threads", "int 0..1024", "0", "LibTorch intra-op threads on each device (0 = LibTorch's default).", 0,
       1024, [](ExperimentConfig& c, int64_t v) { c.train.threads = static_cast<int>(v); },
       [](const ExperimentConfig& c) { return int64_t{c.train.threads}; }));
+  t.push_back(string_setting(
+      "train.export", "path", "~ (<checkpoint dir>/<model>-owner<k>.pt)",
+      "Where the first data owner writes the trained model at the end (state dict by layer name, torch.save format, "
+      "on its device); further owners add -owner<k> to the name. Usable as `weights:` of tracrctl run.",
+      "a file path", [](ExperimentConfig& c) -> std::string& { return c.train.export_path; }, true));
   t.push_back(bool_setting(
       "train.trace_frames", "false",
       "Every worker writes a line per frame it receives (type, tensor names, dtypes, shapes, a hash of the bytes) "

@@ -198,6 +198,7 @@ struct TrainSpec {
   int64_t checkpoint_steps = 0;          // also checkpoint every this many steps (0 = at epoch ends only)
   int threads = 0;                       // LibTorch intra-op threads per agent (0 = its default)
   bool trace_frames = false;             // workers log every frame they receive (tests: what leaves the owner)
+  std::string export_path;               // trained model file on the first owner's device ("" = in the checkpoint dir)
 };
 
 // A link to emulate between the agents (tc on the path between them).

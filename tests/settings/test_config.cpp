@@ -810,7 +810,7 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "devices",
                         "seed"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 55u);
+  EXPECT_EQ(names.size(), 56u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());

@@ -224,3 +224,40 @@ TEST(Train, LayoutMistakesAreRefusedBeforeAnyAgentStarts) {
   EXPECT_EQ(beyond.status, 1) << beyond.out;
   EXPECT_NE(beyond.out.find("train.cuts[2] = 12"), std::string::npos) << beyond.out;
 }
+
+TEST(Train, ResultsShowAndTheReportDrawTheTrainingCurves) {
+  TempDir d;
+  const std::string db = (d.path / "t.db").string();
+  std::string y = train_yaml(d, "  max_steps: 60\n");
+  y.replace(y.find("train_samples: 3000"), 19, "train_samples: 1280");
+  auto r = sh(tracrctl() + " train " + d.file("t.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // Three epochs of 20 steps: one table row each.
+  auto show = sh(tracrctl() + " results show 1 --db " + db);
+  ASSERT_EQ(show.status, 0) << show.out;
+  EXPECT_TRUE(std::regex_search(show.out, std::regex("\n +0 +2 +60 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0\\.[0-9]+"))) << show.out;
+  EXPECT_NE(show.out.find("owner 0: 60 steps, median step"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("TRAIN_WORKER"), std::string::npos) << show.out;  // the devices it ran on
+  const std::string page = (d.path / "report.html").string();
+  auto rep = sh(tracrctl() + " report 1 -o " + page + " --db " + db);
+  ASSERT_EQ(rep.status, 0) << rep.out;
+  const char* browser = "/usr/bin/chromium";
+  if (::access(browser, X_OK) != 0) {
+    if (std::getenv("CI")) FAIL() << "chromium missing: scripts/setup.sh installs it";
+    GTEST_SKIP() << "chromium not installed";
+  }
+  auto dom = sh(std::string(browser) + " --headless --no-sandbox --disable-gpu --no-first-run --disable-dev-shm-usage "
+                "--user-data-dir=" + (d.path / "chrome").string() + " --virtual-time-budget=10000 --dump-dom file://" +
+                page + " 2>/dev/null");
+  ASSERT_EQ(dom.status, 0);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(dom.out, m, std::regex("data-charts=\"([0-9]+)\"[^>]*data-drawn=\"([0-9]+)\"[^>]*"
+                                                        "data-nonblank=\"([0-9]+)\"")))
+      << dom.out.substr(0, 2000);
+  EXPECT_EQ(m[1].str(), "2");  // loss per step, test accuracy per epoch
+  EXPECT_EQ(m[2].str(), "2");
+  EXPECT_EQ(m[3].str(), "2");
+  for (const char* id : {"trainloss1", "trainacc1"})
+    EXPECT_TRUE(std::regex_search(dom.out, std::regex(std::string("id=\"") + id + "\"[^>]*data-ink-pixels=\"[0-9]{4,}\"")))
+        << id;
+}
