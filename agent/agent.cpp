@@ -13,10 +13,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,15 +52,21 @@ std::atomic<bool> g_signalled{false};
 void on_term(int) { g_signalled = true; }
 }  // namespace
 
-ControlOut::ControlOut(const std::vector<uint8_t>& secret, bool watch_stdin)
+ControlOut::ControlOut(const std::vector<uint8_t>& secret, bool watch_stdin, int silence_ms)
     : codec_(secret, ControlDir::agent_to_controller),
       in_(secret, ControlDir::controller_to_agent),
-      watch_stdin_(watch_stdin) {
+      watch_stdin_(watch_stdin),
+      silence_ms_(watch_stdin ? silence_ms : 0) {
   std::signal(SIGTERM, on_term);
   std::signal(SIGINT, on_term);
+  if (watch_stdin_) reader_ = std::thread([this] { read_loop(); });
 }
 
-ControlOut::~ControlOut() { stop_heartbeat(); }
+ControlOut::~ControlOut() {
+  stop_heartbeat();
+  reader_stop_ = true;
+  if (reader_.joinable()) reader_.join();
+}
 
 void ControlOut::send(const std::string& kind, const std::map<std::string, std::string>& fields) {
   // One lock over numbering and writing: lines leave in sequence order.
@@ -69,34 +77,18 @@ void ControlOut::send(const std::string& kind, const std::map<std::string, std::
 }
 
 void ControlOut::start_heartbeat(int period_ms) {
-  hb_ = std::thread([this, period_ms] {
-    std::unique_lock<std::mutex> lock(hb_mu_);
-    while (!hb_stop_) {
-      if (hb_cv_.wait_for(lock, std::chrono::milliseconds(period_ms), [this] { return hb_stop_; })) break;
-      lock.unlock();
-      send("HEARTBEAT", {});
-      lock.lock();
-    }
-  });
+  hb_.start(period_ms, [this] { send("HEARTBEAT", {}); });
 }
 
-void ControlOut::stop_heartbeat() {
-  {
-    std::lock_guard<std::mutex> lock(hb_mu_);
-    hb_stop_ = true;
-  }
-  hb_cv_.notify_all();
-  if (hb_.joinable()) hb_.join();
-}
+void ControlOut::stop_heartbeat() { hb_.stop(); }
 
 bool ControlOut::stop_requested() {
-  if (stopped_ || g_signalled) return stopped_ = true;
-  read_stdin();
+  if (g_signalled) stopped_ = true;
   return stopped_;
 }
 
 std::vector<ControlMsg> ControlOut::take_commands() {
-  read_stdin();
+  std::lock_guard<std::mutex> lock(in_mu_);
   std::vector<ControlMsg> out;
   out.swap(commands_);
   return out;
@@ -104,49 +96,90 @@ std::vector<ControlMsg> ControlOut::take_commands() {
 
 Result<std::string> ControlOut::wait_config(int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (!config_) {
-    if (stopped_ || g_signalled) return make_error(Errc::peer_closed, "the controller closed stdin before sending CONFIG");
-    // A line that failed authentication before CONFIG arrived is why it did not.
-    if (!last_rejected_.empty())
-      return make_error(Errc::auth_failed, "the controller's CONFIG line was rejected: " + last_rejected_);
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(in_mu_);
+      if (config_) return *config_;
+      // A line that failed authentication before CONFIG arrived is why it did not.
+      if (!last_rejected_.empty())
+        return make_error(Errc::auth_failed, "the controller's CONFIG line was rejected: " + last_rejected_);
+    }
+    if (silenced_) return make_error(Errc::timeout, "the controller went silent before sending CONFIG");
+    if (stop_requested())
+      return make_error(Errc::peer_closed, "the controller closed stdin before sending CONFIG");
     if (std::chrono::steady_clock::now() > deadline)
       return make_error(Errc::timeout, "no CONFIG line from the controller within " + std::to_string(timeout_ms) + " ms");
-    pollfd p{0, POLLIN, 0};
-    (void)::poll(&p, 1, 100);
-    read_stdin();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return *config_;
 }
 
-void ControlOut::read_stdin() {
-  if (!watch_stdin_ || stopped_) return;
-  pollfd p{0, POLLIN, 0};
-  if (::poll(&p, 1, 0) <= 0) return;
-  if ((p.revents & POLLIN) == 0 && (p.revents & (POLLHUP | POLLERR))) {
-    stopped_ = true;
-    return;
-  }
-  char buf[4096];
-  ssize_t n = ::read(0, buf, sizeof buf);
-  if (n <= 0) {
-    stopped_ = true;
-    return;
-  }
-  pending_.append(buf, static_cast<size_t>(n));
-  size_t nl;
-  while ((nl = pending_.find('\n')) != std::string::npos) {
-    std::string line = pending_.substr(0, nl);
-    pending_.erase(0, nl + 1);
-    auto m = in_.decode(line);
-    if (!m) {
-      std::fprintf(stderr, "tracr-agent: rejected control line: %s\n", m.error().str().c_str());
-      last_rejected_ = m.error().str();
+// The stdin reader: runs for the agent's life, so lines (and the
+// controller's heartbeats) are read while the main thread loads a model,
+// profiles or waits on a frame.
+void ControlOut::read_loop() {
+  using Clock = std::chrono::steady_clock;
+  auto last_heard = Clock::now();
+  std::optional<Clock::time_point> exit_at;  // set when the controller went silent
+  std::string pending;
+  bool eof = false;
+  while (!reader_stop_) {
+    const auto now = Clock::now();
+    if (silence_ms_ > 0 && !exit_at && now - last_heard > std::chrono::milliseconds(silence_ms_)) {
+      std::fprintf(stderr,
+                   "tracr-agent: no control line from the controller for %d ms (it sends a HEARTBEAT every second): "
+                   "stopping\n",
+                   silence_ms_);
+      silenced_ = true;
+      stopped_ = true;
+      exit_at = now + std::chrono::milliseconds(silence_ms_);
+    }
+    if (exit_at && now > *exit_at) {
+      // The main thread could not wind down (blocked on a write to a dead
+      // channel, or in a long step): nobody can stop this agent but itself.
+      std::fprintf(stderr, "tracr-agent: still running %d ms after the controller went silent: exiting now\n",
+                   silence_ms_);
+      std::fflush(stderr);
+      std::_Exit(kOrphanExitStatus);
+    }
+    if (eof) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
-    if (m->kind == "STOP") stopped_ = true;
-    else if (m->kind == "CMD") commands_.push_back(std::move(*m));
-    else if (m->kind == "CONFIG") config_ = m->get_or("yaml", "");
-    else std::fprintf(stderr, "tracr-agent: ignored control line of kind %s\n", m->kind.c_str());
+    pollfd p{0, POLLIN, 0};
+    const int r = ::poll(&p, 1, 100);
+    if (r < 0 && errno != EINTR) {
+      eof = stopped_ = true;
+      continue;
+    }
+    if (r <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(0, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) {
+      eof = stopped_ = true;
+      continue;
+    }
+    pending.append(buf, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      std::string line = pending.substr(0, nl);
+      pending.erase(0, nl + 1);
+      auto m = in_.decode(line);
+      std::lock_guard<std::mutex> lock(in_mu_);
+      if (!m) {
+        std::fprintf(stderr, "tracr-agent: rejected control line: %s\n", m.error().str().c_str());
+        last_rejected_ = m.error().str();
+        continue;
+      }
+      last_heard = Clock::now();  // only authenticated lines keep the agent alive
+      if (m->kind == "STOP") stopped_ = true;
+      else if (m->kind == "CMD") commands_.push_back(std::move(*m));
+      else if (m->kind == "CONFIG") config_ = m->get_or("yaml", "");
+      else if (m->kind != "HEARTBEAT")
+        std::fprintf(stderr, "tracr-agent: ignored control line of kind %s\n", m->kind.c_str());
+    }
+    // A controller never sends lines this long; do not buffer without bound.
+    if (pending.size() > (64u << 20)) pending.clear();
   }
 }
 
@@ -323,7 +356,10 @@ void usage(std::FILE* out) {
       "--config stdin: the controller sends the effective experiment (the YAML `tracrctl run --show-config`\n"
       "describes) as an authenticated CONFIG line; --experiment FILE reads the same YAML from a file.\n"
       "Without either, a SERVER echoes frames (protocol demo; --no-encrypt, --no-x25519 apply to it).\n"
-      "stdout carries authenticated control lines; the agent exits when stdin closes.\n",
+      "stdout carries authenticated control lines; the agent exits when stdin closes, on a STOP line, or, with\n"
+      "--heartbeat-timeout-ms MS (tracrctl passes its heartbeat_timeout_ms), when no control line (the controller\n"
+      "sends a HEARTBEAT every second) arrives for MS: then it winds down, and exits with status 4 (at once if it\n"
+      "is still running MS later).\n",
       out);
 }
 
@@ -397,7 +433,7 @@ int agent_main(int argc, char** argv) {
     return 2;
   }
   opt.secret = *secret;
-  ControlOut ctl(opt.secret, opt.secret_file.empty());
+  ControlOut ctl(opt.secret, opt.secret_file.empty(), opt.heartbeat_timeout_ms);
   // An emulated slower device limits itself before any thread starts.
   std::string cgroup;
   if ((opt.cpu_quota > 0 && !opt.cpu_quota_external) || opt.cpu_cores > 0) {
@@ -454,6 +490,10 @@ int agent_main(int argc, char** argv) {
     rc = 3;
   }
   ctl.stop_heartbeat();
+  if (ctl.silenced()) {
+    std::fprintf(stderr, "tracr-agent: exiting: the controller went silent\n");
+    return ControlOut::kOrphanExitStatus;
+  }
   return rc;
 }
 

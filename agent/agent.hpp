@@ -4,8 +4,9 @@
 // session secret as the first line of its standard input and then reads its
 // standard output, where every line is an authenticated control message
 // (agent/control.hpp): READY, HEARTBEAT (every second), PROFILE, FRAME,
-// DONE, FAIL, LOG. The agent exits when its standard input closes or on a
-// STOP line, so a dead controller never leaves agents behind.
+// DONE, FAIL, LOG. The agent exits when its standard input closes, on a
+// STOP line, or (--heartbeat-timeout-ms) when the controller's heartbeats
+// stop, so a dead or partitioned controller never leaves agents behind.
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,6 @@
 #include "agent/control.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <sstream>
 
@@ -82,6 +83,28 @@ Result<std::string> pct_decode(const std::string& s) {
     i += 2;
   }
   return out;
+}
+
+void Heartbeat::start(int period_ms, std::function<void()> beat) {
+  if (th_.joinable()) return;
+  stop_ = false;
+  th_ = std::thread([this, period_ms, beat = std::move(beat)] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(period_ms), [this] { return stop_; })) {
+      lock.unlock();
+      beat();
+      lock.lock();
+    }
+  });
+}
+
+void Heartbeat::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (th_.joinable()) th_.join();
 }
 
 ControlCodec::ControlCodec(const std::vector<uint8_t>& secret, ControlDir dir) {

@@ -20,10 +20,13 @@
 // applied by a PARTICIPANT between frames and answered with an EVENT.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "protocol/error.hpp"
@@ -58,6 +61,26 @@ class ControlCodec {
   std::mutex mu_;
   uint64_t next_send_ = 1;
   uint64_t next_recv_ = 1;
+};
+
+// Calls `beat` every period_ms on its own thread, from start() until stop()
+// (idempotent; also on destruction). Both ends of a control channel send
+// their HEARTBEAT lines with it.
+class Heartbeat {
+ public:
+  Heartbeat() = default;
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+  ~Heartbeat() { stop(); }
+  // Starts the thread; a second start() while running does nothing.
+  void start(int period_ms, std::function<void()> beat);
+  void stop();
+
+ private:
+  std::thread th_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
 };
 
 std::string pct_encode(const std::string& s);

@@ -126,6 +126,16 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
       (a == "--link-delay-ms" ? o.link_delay_ms : o.link_jitter_ms) = x;
       continue;
     }
+    if (a == "--heartbeat-timeout-ms") {
+      auto v = val();
+      if (!v) return std::move(v.error());
+      char* end = nullptr;
+      const long x = std::strtol(v->c_str(), &end, 10);
+      if (end == v->c_str() || *end != '\0' || x < 1000 || x > 3600000)
+        return make_error(Errc::invalid_argument, "--heartbeat-timeout-ms expects milliseconds 1000..3600000, got '" + *v + "'");
+      o.heartbeat_timeout_ms = static_cast<int>(x);
+      continue;
+    }
     if (a == "--cpu-quota" || a == "--cpu-cores") {
       auto v = val();
       if (!v) return std::move(v.error());

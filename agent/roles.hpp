@@ -2,6 +2,7 @@
 // roles_torch.cpp, built when TRACR_WITH_TORCH).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -38,6 +39,7 @@ struct AgentOptions {
   bool x25519 = true;
   std::vector<uint8_t> secret;      // from stdin, never argv
   std::string secret_file;          // detached agents: secret from this 0600 file; stdin not watched
+  int heartbeat_timeout_ms = 0;     // stop after this long without a control line (0: never; see ControlOut)
   // Where the experiment comes from: "stdin" (a CONFIG control line from the
   // controller, --config stdin) or a file (--experiment FILE: detached or
   // standalone agents). Neither: a SERVER echoes frames (protocol demo).
@@ -64,39 +66,51 @@ HwIdentity agent_hw_identity(const AgentOptions& o);
 // Parses the command line; errors name the option and what was expected.
 Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& opt);
 
-// Authenticated control lines on stdout, a heartbeat thread, and STOP/EOF
-// detection on stdin.
+// Authenticated control lines on stdout, a heartbeat thread, and a stdin
+// reader thread: STOP/EOF detection, CMD and CONFIG lines, and the
+// controller's heartbeats.
 class ControlOut {
  public:
   // watch_stdin false (detached agents): only SIGTERM/SIGINT stop the agent.
-  explicit ControlOut(const std::vector<uint8_t>& secret, bool watch_stdin = true);
+  // silence_ms > 0 (tracrctl passes --heartbeat-timeout-ms): the controller
+  // sends a HEARTBEAT line every second, and when no authenticated line has
+  // arrived for silence_ms the agent stops as if its stdin had closed (a
+  // network partition leaves the stdin of a remote agent open); if it is
+  // still running silence_ms after that (a blocked write, a long model
+  // load), it exits at once with kOrphanExitStatus.
+  explicit ControlOut(const std::vector<uint8_t>& secret, bool watch_stdin = true, int silence_ms = 0);
   ~ControlOut();
+  static constexpr int kOrphanExitStatus = 4;
   void send(const std::string& kind, const std::map<std::string, std::string>& fields);
   void start_heartbeat(int period_ms);
   void stop_heartbeat();
-  // True once stdin closed, a valid STOP line arrived or the agent was
-  // signalled (non-blocking).
+  // True once stdin closed, a valid STOP line arrived, the controller went
+  // silent or the agent was signalled (non-blocking).
   bool stop_requested();
+  // True when the stop came from the controller's silence.
+  bool silenced() const { return silenced_.load(); }
   // CMD lines received since the last call (non-blocking).
   std::vector<ControlMsg> take_commands();
   // Waits up to timeout_ms for the CONFIG line and returns its yaml field.
-  // Error timeout, or peer_closed when stdin closes first.
+  // Error timeout, or peer_closed when stdin closes (or the controller goes
+  // silent) first.
   Result<std::string> wait_config(int timeout_ms);
 
  private:
   ControlCodec codec_, in_;
   std::mutex out_mu_;
-  std::thread hb_;
-  std::mutex hb_mu_;
-  std::condition_variable hb_cv_;
-  bool hb_stop_ = false;
-  bool stopped_ = false;
+  Heartbeat hb_;
   bool watch_stdin_ = true;
-  std::string pending_;
+  int silence_ms_ = 0;
+  std::thread reader_;
+  std::atomic<bool> reader_stop_{false};
+  std::atomic<bool> stopped_{false};
+  std::atomic<bool> silenced_{false};
+  std::mutex in_mu_;  // guards what the reader hands over below
   std::vector<ControlMsg> commands_;
   std::optional<std::string> config_;
   std::string last_rejected_;  // why the last rejected line was rejected
-  void read_stdin();
+  void read_loop();
 };
 
 // Runs tails for the SERVER loop (implemented with LibTorch).

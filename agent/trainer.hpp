@@ -1,7 +1,7 @@
 // Split training roles of tracr-agent (LibTorch).
 //
 // TRAIN_WORKER holds middle segments of a model and serves TRAIN_FORWARD /
-// TRAIN_BACKWARD frames (PROTOCOL.md section 3.4) over the same SERVER loop,
+// TRAIN_BACKWARD frames (PROTOCOL.md section 3.5) over the same SERVER loop,
 // sessions, cipher and codecs as inference. TRAIN_OWNER is a data owner: it
 // keeps the data, the labels, segment 0 (and the last segment when the
 // experiment says so) and the loss; it drives each step through the chain

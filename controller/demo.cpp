@@ -470,8 +470,8 @@ int run_demo(const DemoOptions& o) {
   draining = false;
   if (d1.joinable()) d1.join();
   if (d2.joinable()) d2.join();
-  enc_agent->conn->proc().stop(3000);
-  plain_agent->conn->proc().stop(3000);
+  enc_agent->conn->stop(3000);
+  plain_agent->conn->stop(3000);
   return rc;
 }
 

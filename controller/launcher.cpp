@@ -150,15 +150,30 @@ AgentConn::AgentConn(const DeviceConfig* dev, std::string role, std::unique_ptr<
       in_(secret, agent::ControlDir::agent_to_controller),
       out_(secret, agent::ControlDir::controller_to_agent) {}
 
+AgentConn::~AgentConn() { hb_.stop(); }
+
 Status AgentConn::send(const std::string& kind, const std::map<std::string, std::string>& fields) {
+  std::lock_guard<std::mutex> lock(send_mu_);
   auto st = proc_->write(out_.encode(kind, fields));
   if (!st) return make_error(st.error().code, fmt::format("{} agent on {}: cannot send {}: {}", role_, dev_->name, kind,
                                                           st.error().message));
   return {};
 }
 
+void AgentConn::start_heartbeat(int period_ms) {
+  // A failed write is the agent's exit or a dead connection: the event pump
+  // and the heartbeat-loss check report those.
+  hb_.start(period_ms, [this] { (void)send("HEARTBEAT", {}); });
+}
+
+int AgentConn::stop(int grace_ms) {
+  hb_.stop();
+  std::lock_guard<std::mutex> lock(send_mu_);
+  return proc_->stop(grace_ms);
+}
+
 Error AgentConn::abandon(Errc code, const std::string& what) {
-  const int status = proc_->stop(500);
+  const int status = stop(500);
   const std::string log = proc_->log_tail();
   return make_error(code, fmt::format("{} agent on {} {}{}; {}", role_, dev_->name, what,
                                       status >= 0 ? fmt::format(" (exit status {})", status) : "",
@@ -189,6 +204,8 @@ Result<agent::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
 Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
   std::vector<std::string> args = {"--role", s.role};
   if (!s.config_yaml.empty()) args.insert(args.end(), {"--config", "stdin"});
+  // The agent stops by itself when tracrctl goes silent (a partition leaves its stdin open).
+  if (s.heartbeat_timeout_ms > 0) args.insert(args.end(), {"--heartbeat-timeout-ms", std::to_string(s.heartbeat_timeout_ms)});
   for (const auto& a : device_limit_args(*s.device)) args.push_back(a);
   args.insert(args.end(), s.args.begin(), s.args.end());
   Result<std::unique_ptr<AgentProc>> p = make_error(Errc::internal, "");
@@ -209,6 +226,7 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
   if (!s.config_yaml.empty())
     if (auto w = conn->send("CONFIG", {{"yaml", s.config_yaml}}); !w)
       return conn->abandon(Errc::peer_closed, "exited before READY (could not take the experiment: " + w.error().message + ")");
+  if (s.heartbeat_timeout_ms > 0) conn->start_heartbeat();
   return conn;
 }
 

@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,20 +54,38 @@ struct LaunchSpec {
   // after the secret (the agent is started with --config stdin); empty for
   // an echo SERVER.
   std::string config_yaml;
+  // Both directions of the control channel carry a HEARTBEAT every
+  // kControlHeartbeatMs; the agent (started with --heartbeat-timeout-ms)
+  // stops when it hears nothing from tracrctl for this long (the experiment's
+  // heartbeat_timeout_ms). 0: the agent never does.
+  int heartbeat_timeout_ms = 5000;
 };
 
+// Period of the HEARTBEAT lines each end of a control channel sends.
+inline constexpr int kControlHeartbeatMs = 1000;
+
 // A started agent: the process and both directions of its control channel.
+// From launch_agent on, a thread sends it a HEARTBEAT line every
+// kControlHeartbeatMs until stop().
 class AgentConn {
  public:
   AgentConn(const settings::DeviceConfig* dev, std::string role, std::unique_ptr<AgentProc> proc,
             const std::vector<uint8_t>& secret);
+  ~AgentConn();
   const settings::DeviceConfig& device() const { return *dev_; }
   const std::string& role() const { return role_; }
   AgentProc& proc() { return *proc_; }
   // Decodes one line from the agent (MAC, sequence).
   Result<agent::ControlMsg> decode(const std::string& line) { return in_.decode(line); }
-  // Sends an authenticated line to the agent (STOP, CMD).
+  // Sends an authenticated line to the agent (STOP, CMD, HEARTBEAT);
+  // thread-safe, lines leave in sequence order.
   Status send(const std::string& kind, const std::map<std::string, std::string>& fields);
+  // Starts the heartbeat thread (idempotent).
+  void start_heartbeat(int period_ms = kControlHeartbeatMs);
+  // Ends the heartbeats, then stops the process (AgentProc::stop) and
+  // returns its exit status. Callers stop agents through here, never
+  // through proc().stop(), so no heartbeat races the closing stdin.
+  int stop(int grace_ms);
   // Reads lines until READY (returned) or FAIL (error remote), skipping
   // others. Error timeout after timeout_ms, peer_closed when the agent exits
   // first (with its exit status); both stop the agent and carry its log tail.
@@ -80,6 +99,8 @@ class AgentConn {
   std::string role_;
   std::unique_ptr<AgentProc> proc_;
   agent::ControlCodec in_, out_;
+  std::mutex send_mu_;  // one writer at a time: encode and write together
+  agent::Heartbeat hb_;
 };
 
 // Starts the agent on spec.device (local or SSH, deploying it first), writes

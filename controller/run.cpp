@@ -360,6 +360,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     ls.devices_file = devices->source;
     ls.trust_new_hosts = ro.trust_new_hosts;
     ls.config_yaml = config_yaml;
+    ls.heartbeat_timeout_ms = cfg->heartbeat_timeout_ms;
     auto conn = launch_agent(ls);
     if (!conn) return std::move(conn.error());
     const long pid = (*conn)->proc().pid();
@@ -376,6 +377,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   EventPump pump(agents);
   std::map<size_t, Clock::time_point> last_seen;
   std::map<size_t, bool> finished;
+  std::map<size_t, bool> lost;  // silent past heartbeat_timeout_ms
   bool stopping = false;  // STOP sent after a signal: wait for the participants' last frames
 
   auto handle = [&](const Event& e) {
@@ -534,10 +536,14 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
       }
       if (!stopping) schedule(first_participant);
       for (size_t i = 0; i < agents.size(); ++i)
-        if (!finished[i] && last_seen.count(i) &&
-            Clock::now() - last_seen[i] > std::chrono::milliseconds(ro.heartbeat_timeout_ms))
-          fail(fmt::format("{} agent on {} lost: no heartbeat for {} ms", agents[i]->role(), agents[i]->device().name,
-                           ro.heartbeat_timeout_ms));
+        if (!finished[i] && !lost[i] && last_seen.count(i) &&
+            Clock::now() - last_seen[i] > std::chrono::milliseconds(cfg->heartbeat_timeout_ms)) {
+          lost[i] = true;
+          fail(fmt::format("{} agent on {} lost: no control line (it sends a heartbeat every second) for {} ms "
+                           "(heartbeat_timeout_ms); the agent or its connection is gone, and the agent stops by itself "
+                           "once it has not heard from tracrctl for as long",
+                           agents[i]->role(), agents[i]->device().name, cfg->heartbeat_timeout_ms));
+        }
     }
     // Lines already read are still recorded.
     while (auto e = pump.pop(0)) handle(*e);
@@ -601,9 +607,11 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     if (ro.progress && tty && frames_done < frames_total) fmt::print(stderr, "\n");
   }
   // Stop every agent (they exit when stdin closes) and record the outcome.
+  // A lost agent's connection may be dead (a partition): stopping it is
+  // bounded (AgentProc::stop), and it stops by itself on our silence.
   for (size_t i = 0; i < agents.size(); ++i) {
     finished[i] = true;
-    agents[i]->proc().stop(3000);
+    agents[i]->stop(lost[i] ? 1000 : 3000);
   }
   pump.stop();
   while (auto e = pump.pop(0)) handle(*e);

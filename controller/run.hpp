@@ -33,7 +33,6 @@ struct RunOptions {
   bool in_process = false;      // PARTICIPANT runs tails itself, no sockets
   bool progress = true;
   std::string agent_path;       // tracr-agent; next to tracrctl when empty
-  int heartbeat_timeout_ms = 5000;
   bool probe_only = false;      // tracrctl link probe: measure each participant's link, run no frames
 };
 

@@ -213,7 +213,10 @@ std::string wrap_with_pid(const std::string& cmd, bool exec_cmd) {
 // a separate exec channel. sshd's own "signal" channel request is refused
 // for sessions without privilege separation (root logins), so it is only
 // sent in addition.
-void kill_remote(SessionCore& c, ProcessState& p, const char* sig);
+// Returns false when the kill command could not run at all (the channel did
+// not open or the command did not finish within timeout_ms: the connection
+// is probably dead).
+bool kill_remote(SessionCore& c, ProcessState& p, const char* sig, int timeout_ms);
 
 // Moves whatever arrived on p's channel into p.out / p.err, waiting up to
 // timeout_ms (0: do not wait) for stdout data. Sets stdout_eof at EOF and
@@ -547,7 +550,7 @@ Result<ExecResult> run_on(SessionCore& c, const std::string& cmd, const std::str
       // The pid line may still be on its way when the shell is slow to start.
       auto pid_deadline = Clock::now() + std::chrono::milliseconds(std::min(c.target.timeout_ms, 2000));
       while (p.pid < 0 && !p.pid_line_done && !p.stdout_eof && remaining_ms(pid_deadline) > 0) pump(c, p, 50);
-      kill_remote(c, p, "KILL");
+      (void)kill_remote(c, p, "KILL", std::min(c.target.timeout_ms, std::max(timeout_ms, 1000)));
     }
     return make_error(Errc::timeout,
                       fmt::format("`{}` on {} did not finish within {} ms", short_cmd(cmd), c.who, timeout_ms));
@@ -583,13 +586,18 @@ Result<ExecResult> run_on(SessionCore& c, const std::string& cmd, const std::str
   r.exit_signal = p.exit_signal;
   return Result<ExecResult>(std::move(r));
 }
-void kill_remote(SessionCore& c, ProcessState& p, const char* sig) {
+bool kill_remote(SessionCore& c, ProcessState& p, const char* sig, int timeout_ms) {
+  bool ran = true;
   if (p.pid > 0) {
-    // `kill -SIG -PGID` works in bash and dash (dash has no `--`).
-    (void)run_on(c, fmt::format("kill -{0} -{1} 2>/dev/null || kill -{0} {1} 2>/dev/null", sig, p.pid), "",
-                 c.target.timeout_ms);
+    // `kill -SIG -PGID` works in bash and dash (dash has no `--`). Opening
+    // the channel blocks for the session timeout: bounded here too.
+    set_session_timeout(c.s, timeout_ms);
+    ran = run_on(c, fmt::format("kill -{0} -{1} 2>/dev/null || kill -{0} {1} 2>/dev/null", sig, p.pid), "", timeout_ms)
+              .ok();
+    set_session_timeout(c.s, c.target.timeout_ms);
   }
-  if (p.ch && !p.finished()) ssh_channel_request_send_signal(p.ch, sig);
+  if (p.ch && !p.finished() && ran) ssh_channel_request_send_signal(p.ch, sig);
+  return ran;
 }
 }  // namespace
 
@@ -845,8 +853,21 @@ Result<int> RemoteProcess::stop(int grace_ms) {
     return make_error(Errc::peer_closed, fmt::format("connection to {} lost while stopping `{}`; it exits when "
                                                      "its stdin closes",
                                                      c.who, short_cmd(p.cmd)));
+  // Each remote step is bounded by the grace too (at least 1 s): on a
+  // connection that went silent (a partition; TCP has not noticed yet)
+  // opening a channel to signal would otherwise wait the session timeout per
+  // signal, and that connection is given up after the first attempt.
+  const int step = std::min(c.target.timeout_ms, std::max(grace_ms, 1000));
   for (const char* sig : {"TERM", "KILL"}) {
-    kill_remote(c, p, sig);
+    if (!kill_remote(c, p, sig, step)) {
+      set_session_timeout(c.s, step);
+      release(c, p);
+      set_session_timeout(c.s, c.target.timeout_ms);
+      return make_error(Errc::timeout, fmt::format("{} did not answer within {} ms while stopping `{}` (connection "
+                                                   "down?); it exits when its stdin closes or, for tracr-agent, once "
+                                                   "it has heard nothing for its heartbeat timeout",
+                                                   c.who, step, short_cmd(p.cmd)));
+    }
     if (wait_finished(c, p, std::max(grace_ms, 200))) return p.status;
   }
   // Last resort: closing the channel closes the command's pipes.

@@ -76,7 +76,10 @@ class RemoteProcess {
   // SIGTERM to the pid the command reported (and its process group), another
   // grace period, SIGKILL, and finally closes the channel. Returns the exit
   // status (128+N when killed by signal N; -1 when only closing the channel
-  // ended it). Idempotent.
+  // ended it). Idempotent. Bounded on a dead connection: each signal step
+  // waits at most max(grace_ms, 1 s) (and the target's timeout), and when a
+  // signal cannot be sent in that time the channel is dropped and the error
+  // is timeout (peer_closed when libssh already saw the connection end).
   Result<int> stop(int grace_ms = 2000);
   // Remote pid of the command (reported by the wrapper before exec).
   long pid() const;

@@ -118,7 +118,6 @@ namespace {
 struct TrainOptions {
   std::string experiment, db, agent_path, resume;
   bool show_config = false, trust_new_hosts = false, progress = true;
-  int heartbeat_timeout_ms = 5000;
 };
 
 Result<TrainOptions> parse_train_options(const std::vector<std::string>& args) {
@@ -343,6 +342,7 @@ int cmd_train(const std::vector<std::string>& args) {
     ls.devices_file = devices->source;
     ls.trust_new_hosts = ro.trust_new_hosts;
     ls.config_yaml = config_yaml;
+    ls.heartbeat_timeout_ms = cfg.heartbeat_timeout_ms;
     auto conn = launch_agent(ls);
     if (!conn) return std::move(conn.error());
     rec.event("info", "agent_started",
@@ -515,9 +515,9 @@ int cmd_train(const std::vector<std::string>& args) {
       rec.maybe_flush();
       for (size_t i = 0; i < agents.size(); ++i)
         if (!finished[i] && last_seen.count(i) &&
-            Clock::now() - last_seen[i] > std::chrono::milliseconds(ro.heartbeat_timeout_ms))
-          fail(fmt::format("{} agent on {} lost: no heartbeat for {} ms", agents[i]->role(), agents[i]->device().name,
-                           ro.heartbeat_timeout_ms));
+            Clock::now() - last_seen[i] > std::chrono::milliseconds(cfg.heartbeat_timeout_ms))
+          fail(fmt::format("{} agent on {} lost: no heartbeat for {} ms (heartbeat_timeout_ms)", agents[i]->role(),
+                           agents[i]->device().name, cfg.heartbeat_timeout_ms));
     }
     while (auto e = pump.pop(0)) handle(*e);
   };
@@ -570,7 +570,7 @@ int cmd_train(const std::vector<std::string>& args) {
   }
   for (size_t i = 0; i < agents.size(); ++i) {
     finished[i] = true;
-    agents[i]->proc().stop(3000);
+    agents[i]->stop(3000);
   }
   pump.stop();
   while (auto e = pump.pop(0)) handle(*e);

@@ -73,6 +73,17 @@ Status send_segment(zmq::socket_t& s, const std::string* route, Segment&& seg) {
   return {};
 }
 
+// An unauthenticated plain ERROR to a peer this end has no (confirmed)
+// session with: a typed reason, sent only on the connection it came from
+// and no larger than what it answers (PROTOCOL.md 6.3).
+void send_plain_error(zmq::socket_t& s, const std::string& peer, const SendOptions& so, const Error& e) {
+  FrameWriter w;
+  Header eh;
+  eh.type = MsgType::error;
+  eh.error = e;
+  (void)w.write(eh, {}, so, [&](Segment&& seg) { return send_segment(s, &peer, std::move(seg)); });
+}
+
 int remaining_ms(Clock::time_point deadline) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return ms < 0 ? 0 : static_cast<int>(ms);
@@ -292,11 +303,7 @@ Status Server::handle_hello(const std::string& peer, Segment& seg) {
   auto refuse = [&](Error e) {
     // Unauthenticated (this end cannot know the peer): a typed reason, no
     // larger than the HELLO it answers.
-    FrameWriter w;
-    Header eh;
-    eh.type = MsgType::error;
-    eh.error = e;
-    (void)w.write(eh, {}, opt_.send, [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+    send_plain_error(sock_, peer, opt_.send, e);
     return reject_stranger(peer, std::move(e));
   };
   // The MAC first: nothing else is spent on a peer without the secret.
@@ -412,16 +419,20 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
         if (!st) return std::move(st.error());
         continue;
       }
+      if (!h && it == peers_.end()) {
+        // A header that does not decode, from a peer without a session (a
+        // malformed HELLO, most likely): its own error (PROTOCOL.md 6.3
+        // step 0), not wrong_session.
+        send_plain_error(sock_, peer, opt_.send, h.error());
+        return reject_stranger(peer, std::move(h.error()));
+      }
     }
     if (it == peers_.end()) {
       // Most likely this server restarted under a live participant: tell it
       // (unauthenticated, since there are no keys) instead of leaving it waiting.
-      FrameWriter w;
-      Header e;
-      e.type = MsgType::error;
-      e.error = make_error(Errc::wrong_session, "this server has no session with you (it may have restarted); "
-                                                "reconnect with HELLO");
-      (void)w.write(e, {}, opt_.send, [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+      send_plain_error(sock_, peer, opt_.send,
+                       make_error(Errc::wrong_session, "this server has no session with you (it may have "
+                                                       "restarted); reconnect with HELLO"));
       return reject_stranger(peer, make_error(Errc::unexpected_message, "sent a frame before HELLO; told it to reconnect"));
     }
     Peer& p = *it->second;
@@ -436,6 +447,13 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
           eh.error = r.error();
           (void)p.writer.write(eh, {}, opt_.send,
                                [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+        } else {
+          // Key confirmation failed (PROTOCOL.md 6.1): the peer's keys do not
+          // match ours, so it could not verify a sealed answer; a plain one
+          // tells it why instead of leaving it to time out.
+          Error why = r.error();
+          why.message = "key confirmation failed: " + why.message;
+          send_plain_error(sock_, peer, opt_.send, why);
         }
         Error e = std::move(r.error());
         e.message = "peer " + peer_name(peer) + ": " + e.message;

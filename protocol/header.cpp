@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <unordered_set>
 
 namespace tracr::protocol {
 
@@ -177,6 +178,23 @@ bool key_is(const msgpack::object_kv& kv, std::string_view k) {
   return kv.key.type == msgpack::type::STR && std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == k;
 }
 
+// Every map of a header has distinct string keys (PROTOCOL.md section 2): a
+// repeated key is malformed, never "the last one wins" (which would let two
+// readers of one header disagree).
+Status distinct_keys(const Obj& map, std::string_view where) {
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(map.via.map.size);
+  for (uint32_t i = 0; i < map.via.map.size; ++i) {
+    const auto& k = map.via.map.ptr[i].key;
+    if (k.type != msgpack::type::STR) continue;
+    const std::string_view name(k.via.str.ptr, k.via.str.size);
+    if (!seen.insert(name).second)
+      return make_error(Errc::malformed_header, "header map " + std::string(where) + " repeats the key '" +
+                                                    std::string(name.substr(0, 64)) + "'");
+  }
+  return {};
+}
+
 #define ASSIGN_OR_RETURN(lhs, expr)            \
   do {                                         \
     auto _r = (expr);                          \
@@ -197,6 +215,7 @@ Status each(const Obj& o, std::string_view f, uint32_t max, F fn) {
 
 Result<TensorDesc> decode_desc(const Obj& o, const Limits& lim) {
   if (o.type != msgpack::type::MAP) return type_err("tensors[]", "a map");
+  TRACR_TRY(distinct_keys(o, "tensors[]"));
   TensorDesc d;
   bool have_name = false, have_dtype = false, have_shape = false, have_raw = false,
        have_chunk = false, have_parts = false;
@@ -299,6 +318,7 @@ Result<TensorDesc> decode_desc(const Obj& o, const Limits& lim) {
 
 Result<Handshake> decode_hs(const Obj& o, const Limits& lim) {
   if (o.type != msgpack::type::MAP) return type_err("hs", "a map");
+  TRACR_TRY(distinct_keys(o, "hs"));
   Handshake h;
   for (uint32_t i = 0; i < o.via.map.size; ++i) {
     const auto& kv = o.via.map.ptr[i];
@@ -328,6 +348,7 @@ Result<Handshake> decode_hs(const Obj& o, const Limits& lim) {
 
 Result<Header> decode_root(const Obj& root, const Limits& lim) {
   if (root.type != msgpack::type::MAP) return make_error(Errc::malformed_header, "header is not a msgpack map");
+  TRACR_TRY(distinct_keys(root, "(top level)"));
   Header h;
   bool have_magic = false, have_v = false, have_type = false;
   unsigned seen = 0;  // bit per required field, in the order of `names` below
@@ -408,6 +429,7 @@ Result<Header> decode_root(const Obj& root, const Limits& lim) {
     } else if (key_is(kv, "meta")) {
       if (v.type != msgpack::type::MAP) return type_err("meta", "a map");
       if (v.via.map.size > lim.max_meta) return make_error(Errc::limit_exceeded, "meta has too many entries");
+      TRACR_TRY(distinct_keys(v, "meta"));
       for (uint32_t j = 0; j < v.via.map.size; ++j) {
         const auto& m = v.via.map.ptr[j];
         std::string key;
@@ -433,6 +455,7 @@ Result<Header> decode_root(const Obj& root, const Limits& lim) {
       }
     } else if (key_is(kv, "err")) {
       if (v.type != msgpack::type::MAP) return type_err("err", "a map");
+      TRACR_TRY(distinct_keys(v, "err"));
       Error e;
       for (uint32_t j = 0; j < v.via.map.size; ++j) {
         const auto& m = v.via.map.ptr[j];

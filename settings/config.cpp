@@ -1122,6 +1122,14 @@ std::vector<Setting> build_settings() {
       "run fails only when more than this many fail in a row.",
       0, 1000000, [](ExperimentConfig& c, int64_t v) { c.max_consecutive_failures = static_cast<int>(v); },
       [](const ExperimentConfig& c) { return int64_t{c.max_consecutive_failures}; }));
+  t.push_back(int_setting(
+      "heartbeat_timeout_ms", "int 2000..3600000", "5000",
+      "Both ends of each agent's control channel send a HEARTBEAT line every second. The controller declares an "
+      "agent lost after this long without a line from it; an agent that hears nothing from the controller for this "
+      "long stops as if its stdin had closed (a network partition leaves a remote agent's stdin open) and exits, at "
+      "once if still running this long after.",
+      2000, 3600000, [](ExperimentConfig& c, int64_t v) { c.heartbeat_timeout_ms = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.heartbeat_timeout_ms}; }));
   t.push_back(bool_setting("probe.enabled", "true",
                            "Measure RTT and throughput both ways over each participant's session before the first frame "
                            "(probes table).",

@@ -246,6 +246,7 @@ struct ExperimentConfig {
   int64_t chunk_bytes = 256 * 1024;
   int inflight = 1;
   int max_consecutive_failures = 3;  // failed frames in a row before the run fails
+  int heartbeat_timeout_ms = 5000;   // control-channel silence before an agent is lost / an agent stops
   RecordSpec record;
   ProbeSpec probe;
   EnergySpec energy;

@@ -152,9 +152,9 @@ TEST_F(DeployTest, LaunchedAgentIsReadyAndGoneAfterStop) {
   // Its stderr log sits beside the agent.
   EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(d->remote_path).parent_path() / "tracr-agent-test.log"));
 
-  EXPECT_EQ((*a)->proc().stop(5000), 0);  // exited by itself on stdin EOF
+  EXPECT_EQ((*a)->stop(5000), 0);  // exited by itself on stdin EOF
   EXPECT_TRUE(remote_pid_gone_eventually(*s, pid));
-  EXPECT_EQ((*a)->proc().stop(5000), 0);  // idempotent
+  EXPECT_EQ((*a)->stop(5000), 0);  // idempotent
 }
 
 TEST_F(DeployTest, AgentExitsWhenTheConnectionDies) {
@@ -174,7 +174,7 @@ TEST_F(DeployTest, AgentExitsWhenTheConnectionDies) {
   ASSERT_TRUE(killed.ok() && killed->exit_status == 0) << (killed ? killed->err : killed.error().str());
   EXPECT_TRUE(remote_pid_gone_eventually(*s, pid));
   // Stopping over the dead connection neither hangs nor throws.
-  (void)(*a)->proc().stop(200);
+  (void)(*a)->stop(200);
 }
 
 TEST_F(DeployTest, AgentThatExitsBeforeReadyReportsItsLog) {

@@ -1,7 +1,10 @@
 #include <cmath>
 #include <cstring>
 
+#include <msgpack.hpp>
+
 #include "frame_fixture.hpp"
+#include "protocol/header.hpp"
 
 using namespace tracr;
 using namespace tracr::protocol;
@@ -362,4 +365,42 @@ TEST(Frame, ErrorMessagesAreValidUtf8WithPeerBytesEscaped) {
   ASSERT_TRUE(out[0].ok()) << out[0].error().str();
   ASSERT_TRUE(out[0]->header.error.has_value());
   EXPECT_EQ(out[0]->header.error->message, "peer sent \\xff\\x80 as a codec name");
+}
+
+// PROTOCOL.md section 2: a header map (top level, a descriptor, meta, err,
+// hs) that repeats a key is malformed, not "the last one wins".
+TEST(Frame, RepeatedHeaderKeysAreMalformed) {
+  auto header = [](const std::string& dup_in) {
+    msgpack::sbuffer b;
+    msgpack::packer<msgpack::sbuffer> pk(b);
+    const bool top = dup_in == "top", meta = dup_in == "meta";
+    pk.pack_map(10 + (top ? 1 : 0) + (meta ? 1 : 0));
+    pk.pack("magic"); pk.pack("TRCR");
+    pk.pack("v"); pk.pack(1);
+    pk.pack("type"); pk.pack(6);
+    pk.pack("sid"); pk.pack(0);
+    pk.pack("seq"); pk.pack(1);
+    pk.pack("split"); pk.pack(-1);
+    pk.pack("seg"); pk.pack(0);
+    pk.pack("last"); pk.pack(true);
+    pk.pack("np"); pk.pack(0);
+    pk.pack("cipher"); pk.pack("none");
+    if (top) { pk.pack("seq"); pk.pack(2); }
+    if (meta) {
+      pk.pack("meta");
+      pk.pack_map(2);
+      pk.pack("n"); pk.pack(1);
+      pk.pack("n"); pk.pack(2);
+    }
+    return std::vector<uint8_t>(b.data(), b.data() + b.size());
+  };
+  auto ok = header("none");
+  EXPECT_TRUE(decode_header(ok.data(), ok.size(), Limits{}).ok());
+  for (const char* where : {"top", "meta"}) {
+    auto h = header(where);
+    auto r = decode_header(h.data(), h.size(), Limits{});
+    ASSERT_FALSE(r.ok()) << where;
+    EXPECT_EQ(r.error().code, Errc::malformed_header) << where;
+    EXPECT_NE(r.error().message.find("repeats the key"), std::string::npos) << r.error().message;
+  }
 }

@@ -538,3 +538,99 @@ TEST(Hostile, PartsBeyondTheCapAreDroppedUnread) {
   }
   ASSERT_TRUE(got.has_value());
 }
+
+// The first checks on a message from a peer without a session (PROTOCOL.md
+// 6.3): a header that does not decode is answered with its own error (a
+// malformed HELLO used to get wrong_session), a well-formed non-HELLO with
+// wrong_session; both plain, small, and counted.
+TEST(Hostile, MalformedHeaderFromAStrangerGetsItsOwnError) {
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(true));
+  auto ask = [&](Segment seg) -> Error {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::rcvtimeo, 3000);
+    s.connect(srv.server->endpoint());
+    send_segment_raw(s, std::move(seg));
+    Segment reply;
+    if (!zmq::recv_multipart(s, std::back_inserter(reply)).has_value()) return make_error(Errc::timeout, "no reply");
+    EXPECT_LE(reply[0].size(), 400u);
+    FrameReader r;
+    auto outs = r.feed(reply);
+    if (outs.size() != 1 || !outs[0] || outs[0]->header.type != MsgType::error) return make_error(Errc::internal, "not an ERROR");
+    return *outs[0]->header.error;
+  };
+  auto header_only = [](std::vector<uint8_t> bytes) {
+    Segment seg;
+    seg.emplace_back(bytes.data(), bytes.size());
+    return seg;
+  };
+  // {"magic": "XXXX", "v": 1}
+  EXPECT_EQ(ask(header_only({0x82, 0xa5, 'm', 'a', 'g', 'i', 'c', 0xa4, 'X', 'X', 'X', 'X', 0xa1, 'v', 0x01})).code,
+            Errc::bad_magic);
+  // {"magic": "TRCR", "v": 2}
+  EXPECT_EQ(ask(header_only({0x82, 0xa5, 'm', 'a', 'g', 'i', 'c', 0xa4, 'T', 'R', 'C', 'R', 0xa1, 'v', 0x02})).code,
+            Errc::unsupported_version);
+  // Not msgpack at all.
+  EXPECT_EQ(ask(header_only({0xc1})).code, Errc::malformed_header);
+  // A well-formed HEARTBEAT without a session: reconnect with HELLO.
+  FrameWriter w;
+  Header hb;
+  hb.type = MsgType::heartbeat;
+  Segment seg;
+  (void)w.write(hb, {}, {}, [&](Segment&& s) {
+    seg = std::move(s);
+    return Status{};
+  });
+  EXPECT_EQ(ask(std::move(seg)).code, Errc::wrong_session);
+  srv.join();
+  EXPECT_EQ(srv.server->peers(), 0u);
+  EXPECT_EQ(srv.server->rejected().malformed, 3u);
+}
+
+// Key confirmation (PROTOCOL.md 6.1) that fails (the peer derived other
+// keys) is answered with a plain ERROR naming the cause, not silence.
+TEST(Hostile, FailedKeyConfirmationIsAnsweredWithAPlainError) {
+  for (bool encrypt : {true, false}) {
+    zmq::context_t ctx;
+    Serving srv(ctx, hostile_options(encrypt));
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::rcvtimeo, 3000);
+    s.connect(srv.server->endpoint());
+    send_segment_raw(s, hello_segment(encrypt, std::vector<uint8_t>(32, 7)));  // the server's secret
+    Segment welcome;
+    ASSERT_TRUE(zmq::recv_multipart(s, std::back_inserter(welcome)).has_value());
+    ASSERT_EQ(welcome.size(), 2u);
+    welcome.pop_back();
+    FrameReader wr;
+    auto wf = wr.feed(welcome);
+    ASSERT_TRUE(wf.at(0).ok());
+    ASSERT_EQ(wf[0]->header.type, MsgType::welcome);
+    // The confirming HEARTBEAT, sealed under keys the server does not have.
+    FrameWriter w;
+    w.set_session(wf[0]->header.session);
+    Key256 k{};
+    k.fill(0x42);
+    Iv96 iv{};
+    ASSERT_TRUE((encrypt ? w.set_key(k, iv) : w.set_control_key(k, iv)).ok());
+    Header hb;
+    hb.type = MsgType::heartbeat;
+    Segment seg;
+    (void)w.write(hb, {}, {}, [&](Segment&& x) {
+      seg = std::move(x);
+      return Status{};
+    });
+    send_segment_raw(s, std::move(seg));
+    Segment reply;
+    ASSERT_TRUE(zmq::recv_multipart(s, std::back_inserter(reply)).has_value()) << "no answer: the failure is silent";
+    FrameReader r;
+    auto outs = r.feed(reply);
+    ASSERT_TRUE(outs.at(0).ok()) << outs[0].error().str();
+    ASSERT_EQ(outs[0]->header.type, MsgType::error);
+    EXPECT_EQ(outs[0]->header.cipher, Cipher::none);
+    EXPECT_EQ(outs[0]->header.error->code, Errc::auth_failed);
+    EXPECT_NE(outs[0]->header.error->message.find("key confirmation failed"), std::string::npos);
+    srv.join();
+  }
+}

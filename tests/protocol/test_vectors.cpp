@@ -7,29 +7,13 @@
 #include <sstream>
 
 #include "frame_fixture.hpp"
+#include "spec_vectors.hpp"
 #include "protocol/session.hpp"
 
 using namespace tracr;
 using namespace tracr::protocol;
 
 namespace {
-
-std::map<std::string, std::string> spec_vectors() {
-  std::ifstream f(std::string(TRACR_SOURCE_DIR) + "/protocol/PROTOCOL.md");
-  std::map<std::string, std::string> v;
-  std::string line;
-  bool in_block = false;
-  while (std::getline(f, line)) {
-    if (line.rfind("```vectors", 0) == 0) { in_block = true; continue; }
-    if (in_block && line.rfind("```", 0) == 0) { in_block = false; continue; }
-    if (!in_block) continue;
-    auto eq = line.find(" = ");
-    if (eq == std::string::npos) continue;
-    std::string key = line.substr(0, eq), val = line.substr(eq + 3);
-    v[key] += val;  // long values continue on following lines with the same key
-  }
-  return v;
-}
 
 std::vector<uint8_t> hex(const std::string& s) { return *from_hex(s); }
 std::string hx(const uint8_t* p, size_t n) { return to_hex(p, n); }
@@ -52,18 +36,8 @@ std::pair<Key256, Key256> rfc7748_private_keys() {
   return {a, b};
 }
 
-struct Check {
-  std::map<std::string, std::string> spec = spec_vectors();
-  bool print = std::getenv("TRACR_PRINT_VECTORS") != nullptr;
-  void operator()(const std::string& key, const std::string& computed) {
-    if (print) {
-      for (size_t i = 0; i < computed.size(); i += 96) std::printf("%s = %s\n", key.c_str(), computed.substr(i, 96).c_str());
-      return;
-    }
-    ASSERT_TRUE(spec.count(key)) << "PROTOCOL.md has no vector '" << key << "'";
-    EXPECT_EQ(spec[key], computed) << key;
-  }
-};
+using Check = tracr::testing::SpecCheck;
+using tracr::testing::spec_vectors;
 
 }  // namespace
 

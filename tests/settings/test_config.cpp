@@ -804,13 +804,14 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "key_exchange",
                         "chunk_bytes",
                         "inflight",
+                        "heartbeat_timeout_ms",
                         "record.frames",
                         "record.layers",
                         "output",
                         "devices",
                         "seed"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 56u);
+  EXPECT_EQ(names.size(), 57u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());

@@ -40,7 +40,7 @@ TEST(AgentConfig, ParticipantRejectsWhatTheControllerWouldWithTheSameMessage) {
   // The agent's FAIL carries the settings parser's own message, position included.
   EXPECT_NE(r.error().message.find(ctl.error().message), std::string::npos)
       << "agent: " << r.error().message << "\ncontroller: " << ctl.error().message;
-  a->proc().stop(3000);
+  a->stop(3000);
 }
 
 TEST(AgentConfig, ParticipantRunsTheExperimentItWasSent) {
@@ -74,5 +74,5 @@ TEST(AgentConfig, ParticipantRunsTheExperimentItWasSent) {
   EXPECT_EQ(warmups, 2);
   EXPECT_EQ(codecs, std::set<std::string>{"fp16"});
   EXPECT_EQ(batches, std::set<std::string>{"2"});
-  a->proc().stop(3000);
+  a->stop(3000);
 }

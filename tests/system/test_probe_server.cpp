@@ -78,5 +78,5 @@ TEST(ProbeServer, AnswersEchoSinkSourceAndRefusesBadRequests) {
   EXPECT_EQ(meta_int(*r, "n"), 10);
   stop = true;
   drain.join();
-  EXPECT_EQ((*agent)->proc().stop(3000), 0);
+  EXPECT_EQ((*agent)->stop(3000), 0);
 }

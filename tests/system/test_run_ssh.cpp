@@ -3,12 +3,17 @@
 // the failure modes a user meets first.
 #include <sys/stat.h>
 
-#include "controller/sshd_fixture.hpp"
+#include <atomic>
+#include <chrono>
 #include <regex>
+#include <thread>
+
+#include "controller/sshd_fixture.hpp"
 
 #include "system/system_util.hpp"
 
 using namespace tracr::testing;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -34,6 +39,49 @@ class RunSsh : public SshdTest {
     return sh("TRACR_KNOWN_HOSTS=" + sshd().known_hosts() + " " + tracrctl() + " run " + exp + " --no-progress " + flags);
   }
 };
+
+// A namespaced test host reachable over SSH: NetnsPair's namespace b with
+// its own sshd on a management veth pair (`host_if` in this namespace,
+// subnet `addr`, b's end at addr + "2"). `why` says why it is not usable.
+struct SshNetnsHost {
+  NetnsPair net{""};
+  std::string addr, host_if, why;
+  std::unique_ptr<Sshd> sshd;
+  explicit SshNetnsHost(const std::string& subnet_prefix) {
+    if (!sshd_skip_reason().empty()) {
+      why = sshd_skip_reason();
+      return;
+    }
+    if (!net.ok) {
+      why = net.why;
+      return;
+    }
+    const std::string id = std::to_string(getpid() % 100000);
+    addr = subnet_prefix + std::to_string(getpid() % 250) + ".";
+    host_if = "vm" + id;
+    for (const std::string c : {"ip link add " + host_if + " type veth peer name vn" + id,
+                                "ip link set vn" + id + " netns " + net.b, "ip addr add " + addr + "1/24 dev " + host_if,
+                                "ip -n " + net.b + " addr add " + addr + "2/24 dev vn" + id,
+                                "ip link set " + host_if + " up", "ip -n " + net.b + " link set vn" + id + " up"})
+      if (auto r = sh(c); r.status != 0) {
+        why = c + ": " + r.out;
+        return;
+      }
+    sshd = std::make_unique<Sshd>(net.b, addr + "2");
+    if (!sshd->ok()) {
+      why = sshd->error();
+      return;
+    }
+    sshd->trust();
+  }
+};
+
+// Skips where sshd or namespaces cannot run; a failure where CI requires them.
+#define NEED_SSH_NETNS(host)                                                                        \
+  if (!(host).why.empty()) {                                                                        \
+    if (std::getenv("TRACR_REQUIRE_SSHD") || std::getenv("CI")) FAIL() << (host).why;              \
+    GTEST_SKIP() << (host).why;                                                                     \
+  }
 
 }  // namespace
 
@@ -148,24 +196,11 @@ TEST_F(RunSsh, DetachedServerOverSshServesRunsUntilStopped) {
 // rate, and the shaping is gone afterwards. Shaping a killed controller left
 // on the device is removed over SSH by the next run.
 TEST(RunSshShaping, ShapesAParticipantOverSshAndCleansUp) {
-  if (!sshd_skip_reason().empty()) {
-    if (std::getenv("TRACR_REQUIRE_SSHD")) FAIL() << sshd_skip_reason();
-    GTEST_SKIP() << sshd_skip_reason();
-  }
-  NetnsPair net("");
-  if (!net.ok) {
-    if (std::getenv("CI")) FAIL() << net.why;
-    GTEST_SKIP() << net.why;
-  }
-  // The management link: this namespace <-> the participant's.
-  const std::string id = std::to_string(getpid() % 100000), mgmt = "10.232." + std::to_string(getpid() % 250) + ".";
-  for (const std::string c : {"ip link add vm" + id + " type veth peer name vn" + id, "ip link set vn" + id + " netns " + net.b,
-                              "ip addr add " + mgmt + "1/24 dev vm" + id, "ip -n " + net.b + " addr add " + mgmt + "2/24 dev vn" + id,
-                              "ip link set vm" + id + " up", "ip -n " + net.b + " link set vn" + id + " up"})
-    ASSERT_EQ(sh(c).status, 0) << c;
-  Sshd sshd(net.b, mgmt + "2");
-  ASSERT_TRUE(sshd.ok()) << sshd.error();
-  sshd.trust();
+  SshNetnsHost host("10.232.");
+  NEED_SSH_NETNS(host);
+  const NetnsPair& net = host.net;
+  const Sshd& sshd = *host.sshd;
+  const std::string mgmt = host.addr;
   TempDir d;
   const std::string db = (d.path / "r.db").string();
   const std::string devices = d.file(
@@ -207,4 +242,82 @@ TEST(RunSshShaping, ShapesAParticipantOverSshAndCleansUp) {
             std::string::npos)
       << r2.out;
   EXPECT_EQ(qdisc().find("htb"), std::string::npos) << qdisc();
+}
+
+// A network partition under a run (issue #12): the SERVER agent runs over
+// SSH in a namespace of its own, the PARTICIPANT here, and mid-run the only
+// link to that namespace is taken down. No FIN or RST crosses it, so sshd
+// keeps the agent's stdin open and TCP notices nothing for minutes. The
+// agent must stop by itself once it hears no heartbeat from tracrctl, and
+// tracrctl must report the agent lost and return without waiting on the
+// dead connection (it used to block about 30 s in cleanup).
+TEST(RunSshPartition, RemoteServerAndControllerBothEndWhenTheLinkGoesDown) {
+  // The SERVER's namespace is reached only through host.host_if.
+  SshNetnsHost host("10.233.");
+  NEED_SSH_NETNS(host);
+  const Sshd& sshd = *host.sshd;
+  const std::string addr = host.addr, host_if = host.host_if;
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file(
+      "devices.yaml", "devices:\n"
+                      "  - device_type: SERVER\n    transport: ssh\n    work_dir: " + (d.path / "srv").string() + "\n"
+                      "    connection_params:\n      - host: " + addr + "2\n        user: " + sshd.user() +
+                      "\n        pkey_fp: " + sshd.user_key() + "\n        port: 0\n"
+                      "  - device_type: PARTICIPANT\n    transport: local\n"
+                      "    connection_params:\n      - host: 127.0.0.1\n");
+  // Frames until stopped; heartbeat_timeout_ms 3 s on both ends.
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\nheartbeat_timeout_ms: 3000\n",
+                                   devices);
+  y.replace(y.find("split: all"), 10, "split: [22]");
+  y.replace(y.find("repetitions: 1"), 14, "repetitions: 1000000");
+  const std::string exp = d.file("exp.yaml", y);
+  std::atomic<bool> done{false};
+  CmdResult r;
+  Clock::time_point ended;
+  std::thread run([&] {
+    r = sh("TRACR_KNOWN_HOSTS=" + sshd.known_hosts() + " " + tracrctl() + " run " + exp + " --no-progress");
+    ended = Clock::now();
+    done = true;
+  });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();
+    }
+  } join{run};
+  // Frames are flowing through the SERVER in the namespace.
+  const auto t_start = Clock::now();
+  while (!done && Clock::now() - t_start < std::chrono::seconds(180) &&
+         std::atoi(query(db, "select count(*) from frames").c_str()) < 5)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_FALSE(done) << "the run ended before the link went down:\n" << r.out;
+  ASSERT_GE(std::atoi(query(db, "select count(*) from frames").c_str()), 5) << "no frames within 180 s";
+  const auto servers = agent_pids(db, "SERVER");
+  ASSERT_EQ(servers.size(), 1u);
+  const long agent = servers[0];  // ip netns exec shares the pid namespace
+  ASSERT_TRUE(alive(agent));
+
+  ASSERT_EQ(sh("ip link set " + host_if + " down").status, 0);
+  const auto t_down = Clock::now();
+  while (alive(agent) && Clock::now() - t_down < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const double agent_s = std::chrono::duration<double>(Clock::now() - t_down).count();
+  while (!done && Clock::now() - t_down < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(done) << "tracrctl still runs 60 s after the link went down";
+  const double ctl_s = std::chrono::duration<double>(ended - t_down).count();
+  std::printf("link down: the SERVER agent exited after %.1f s, tracrctl returned after %.1f s (heartbeat timeout 3 s)\n",
+              agent_s, ctl_s);
+  EXPECT_FALSE(alive(agent)) << "the SERVER agent still runs 60 s after the link went down";
+  // Generous bounds that still rule out the old behaviour (agent for the
+  // whole outage; tracrctl's cleanup blocked about 30 s after detection).
+  EXPECT_LT(agent_s, 30);
+  EXPECT_LT(ctl_s, 25) << r.out;
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("SERVER agent on server lost: no control line"), std::string::npos) << r.out;
+  EXPECT_EQ(query(db, "select status from runs"), "failed");
+  // The agent said why in its log (beside it in the work_dir).
+  const auto log = sh("cat " + (d.path / "srv").string() + "/run-*-server.log");
+  EXPECT_NE(log.out.find("no control line from the controller for 3000 ms"), std::string::npos) << log.out;
 }
