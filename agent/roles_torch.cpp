@@ -152,6 +152,7 @@ ParticipantSpec participant_spec(const settings::ExperimentConfig& c, const ex::
   ps.warmup = c.warmup;
   ps.reps = c.repetitions;
   ps.codec = c.compression;
+  ps.auto_codec = c.compression == "auto";
   ps.chunk_bytes = static_cast<size_t>(c.chunk_bytes);
   ps.inflight = c.inflight;
   ps.max_consecutive_failures = c.max_consecutive_failures;
@@ -241,6 +242,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
                                                    : o.connect},
                                   {"cipher", link->cipher()}},
                                  hw));
+  double probed_up_mbps = 0;  // for compression: auto
   // The link probe, over the session the frames will use.
   if (cfg.probe.enabled || o.probe_only) {
     if (Client* c = link->client()) {
@@ -256,6 +258,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
         return 1;
       }
       ctl.send("PROBE", to_control(*pr));
+      if (pr->up_mbps) probed_up_mbps = *pr->up_mbps;
     } else if (o.probe_only) {
       ctl.send("FAIL", {{"error", "link probe: an in-process participant has no link to probe"}});
       return 2;
@@ -265,6 +268,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     ctl.send("DONE", {{"frames", "0"}, {"stopped", "0"}});
     return 0;
   }
+  ps.link_up_mbps = probed_up_mbps;
   std::vector<int> splits = ps.splits;
   if (splits.empty())
     for (int k = 0; k <= model->num_layers(); ++k) splits.push_back(k);

@@ -10,6 +10,7 @@
 
 #include "agent/agent.hpp"
 #include "experiments/postprocess.hpp"
+#include "protocol/codec_choice.hpp"
 #include "experiments/registry.hpp"
 #include "experiments/tensor_bridge.hpp"
 #include "protocol/stats.hpp"
@@ -299,7 +300,33 @@ class Pipeline {
  private:
   static int64_t ns(Clock::time_point a, Clock::time_point b) { return ns_between(a, b); }
 
+  // compression: auto: the lossless codec for this split, tried on its
+  // first batch's activations (protocol/codec_choice.hpp) at the link's
+  // upstream rate (the probe's, else the running estimate).
+  Status pick_codec() {
+    ex::BatchLoader l(ds_, spec_.batch, spec_.max_samples);
+    auto b = l.next();
+    if (!b) return std::move(b.error());
+    if (!*b) return {};
+    auto head = model_.run(0, split_, ex::SplitModel::input_bundle((*b)->images.to(model_.device())));
+    if (!head) return std::move(head.error());
+    auto pb = ex::to_protocol(*head);
+    if (!pb) return std::move(pb.error());
+    CodecChoiceOptions o;
+    o.encrypt = link_.cipher() != "none";
+    o.up_mbps = spec_.link_up_mbps > 0 ? spec_.link_up_mbps : last_est_mbps_;
+    o.chunk_bytes = so_.chunk_bytes;
+    auto trials = try_codecs(*pb, o);
+    if (!trials) return std::move(trials.error());
+    auto spec = CodecSpec::parse(trials->front().codec);
+    if (!spec) return std::move(spec.error());
+    so_.codec = *spec;
+    event("codec_chosen", nullptr, fmt::format("split {}: {}", split_, describe_choice(*trials, o.up_mbps)));
+    return {};
+  }
+
   Status run_step(const PolicyStep& step) {
+    if (spec_.auto_codec) TRACR_TRY(pick_codec());
     if (step.warmup > 0) {
       ex::BatchLoader wl(ds_, spec_.batch, spec_.max_samples);
       auto b = wl.next();
@@ -498,6 +525,7 @@ class Pipeline {
       est_ns += t;
     }
     if (est_ns > 0) r.link_est_mbps = static_cast<double>(est_bytes) * 8e3 / static_cast<double>(est_ns);
+    if (r.link_est_mbps) last_est_mbps_ = *r.link_est_mbps;
     if (r.network_ns < 0) r.flags = "negative_network";
     if (r.queue_ns < 0) r.flags += std::string(r.flags.empty() ? "" : ",") + "negative_queue";
     // An ERROR reply carries no server time: whatever the server spent is
@@ -567,6 +595,7 @@ class Pipeline {
   Clock::time_point last_empty_;
   std::deque<Pending> pending_;
   std::deque<std::pair<int64_t, int64_t>> est_;  // (bytes both ways, network_ns) of recent frames
+  double last_est_mbps_ = 0;                     // the newest running link estimate (auto codec)
   int split_ = 0;
   std::string policy_name_ = "sweep";
   int64_t next_frame_ = 0, done_ = 0, planned_ = 0;
@@ -658,10 +687,12 @@ Status run_pipeline(const ParticipantSpec& spec, ex::SplitModel& model, Link& li
   torch::NoGradGuard ng;
   auto ds = ex::open_dataset(spec.dataset);
   if (!ds) return std::move(ds.error());
-  auto codec = CodecSpec::parse(spec.codec);
-  if (!codec) return std::move(codec.error());
   SendOptions so;
-  so.codec = *codec;
+  if (!spec.auto_codec) {
+    auto codec = CodecSpec::parse(spec.codec);
+    if (!codec) return std::move(codec.error());
+    so.codec = *codec;
+  }
   so.chunk_bytes = spec.chunk_bytes;
   so.segment_bytes = spec.chunk_bytes;
   Pipeline p(spec, model, link, hooks, **ds, so);

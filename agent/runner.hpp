@@ -117,6 +117,8 @@ struct ParticipantSpec {
   int warmup = 1;                // warm-up passes per split (first batch), stored with warmup = 1
   int reps = 1;                  // recorded passes over the data per split
   std::string codec = "none";
+  bool auto_codec = false;       // compression: auto: chosen per split (codec is then ignored)
+  double link_up_mbps = 0;       // the probe's upstream rate (0 = not probed)
   size_t chunk_bytes = 256 * 1024;
   int inflight = 1;              // frames in flight
   int topk = 5;

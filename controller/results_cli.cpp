@@ -1,4 +1,6 @@
 #include "controller/results_cli.hpp"
+
+#include <sqlite3.h>
 #include "controller/train.hpp"
 
 #include "settings/config.hpp"
@@ -411,6 +413,24 @@ Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
     return {};
   }
   std::fputs(format_split_table(*rows).c_str(), out);
+  // Top-1 accuracy per split and codec, from the timed frames whose samples
+  // had a label the model's classes cover (correct >= 0).
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db.handle(),
+                         "SELECT split, codec, SUM(correct), SUM(batch) FROM frames WHERE run_id = ? AND warmup = 0 "
+                         "AND ok = 1 AND correct >= 0 GROUP BY split, codec ORDER BY split, codec",
+                         -1, &st, nullptr) == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, run_id);
+    std::string lines;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      const int64_t hit = sqlite3_column_int64(st, 2), n = sqlite3_column_int64(st, 3);
+      lines += fmt::format("  split {:>3}  {:<28} {:>6} / {:<6} {:.4f}\n", sqlite3_column_int64(st, 0),
+                           reinterpret_cast<const char*>(sqlite3_column_text(st, 1)), hit, n,
+                           n ? static_cast<double>(hit) / static_cast<double>(n) : 0.0);
+    }
+    sqlite3_finalize(st);
+    if (!lines.empty()) fmt::print(out, "\ntop-1 accuracy (timed frames with a label)\n{}", lines);
+  }
   std::fflush(out);
   return {};
 }

@@ -979,11 +979,17 @@ std::vector<Setting> build_settings() {
   {
     Setting s;
     s.info = {"compression", "codec text", "none",
-              "Codec for the tensors crossing the split (`tracrctl codecs`), e.g. int8+blosc-zstd:level=5.",
+              "Codec for the tensors crossing the split (`tracrctl codecs`), e.g. int8+blosc-zstd:level=5; auto: the "
+              "participant picks a lossless codec per split from the activations and the link's rate.",
               ""};
     s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = get_nonempty(c, n, key, "a codec text such as none, fp16, blosc-lz4 (see `tracrctl codecs`)");
+      auto v = get_nonempty(c, n, key, "a codec text such as none, fp16, blosc-lz4 (see `tracrctl codecs`), or auto");
       if (!v) return v.error();
+      if (*v == "auto") {  // chosen per split by the participant (lossless candidates only)
+        cfg.codec = protocol::CodecSpec{};
+        cfg.compression = "auto";
+        return {};
+      }
       auto spec = protocol::CodecSpec::parse(*v);
       if (!spec)
         return err_at(pos_of(c, n), key,

@@ -109,17 +109,25 @@ TEST(RunLocal, KilledServerFailsRunCleanlyAndKeepsRows) {
   EXPECT_FALSE(alive(participants[0]));
 }
 
-TEST(RunLocal, FashionMnistTemplateRunsWithFramesInFlight) {
-  // The shipped template: real Fashion-MNIST files, batches of 8, int8+zstd,
-  // two frames in flight.
+TEST(RunLocal, FashionMnistTemplatesTrainThenReportAccuracyPerSplit) {
+  // The shipped templates: split training writes the weights (a short run
+  // here), then the inference template runs real Fashion-MNIST test images
+  // through them, batches of 8, int8+zstd, two frames in flight.
   TempDir d;
   const std::string db = (d.path / "r.db").string();
-  auto r = sh(tracrctl() + " run " + std::string(TRACR_SOURCE_DIR) +
+  const std::string weights = (d.path / "w.pt").string();
+  const std::string src = TRACR_SOURCE_DIR;
+  auto t = sh("TRACR_DEVICES=" + src + "/config/devices_train.yaml TRACR_TRAIN_MAX_STEPS=120 "
+              "TRACR_TRAIN_TEST_SAMPLES=500 TRACR_TRAIN_CHECKPOINT_DIR=" + (d.path / "ckpt").string() +
+              " TRACR_TRAIN_EXPORT=" + weights + " " + tracrctl() + " train " + src +
+              "/config/experiments/train_fmnist.yaml --no-progress --db " + db);
+  ASSERT_EQ(t.status, 0) << t.out;
+  auto r = sh("TRACR_WEIGHTS=" + weights + " " + tracrctl() + " run " + src +
               "/config/experiments/fashion_mnist.yaml --no-progress --db " + db);
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(query(db, "select status from runs"), "completed");
-  // 3 splits x 5 repetitions x 4 batches of 8.
-  EXPECT_EQ(query(db, "select count(*) from frames where warmup = 0"), "60");
+  EXPECT_EQ(query(db, "select status from runs where id = 2"), "completed");
+  // 3 splits x 5 repetitions x 8 batches of 8.
+  EXPECT_EQ(query(db, "select count(*) from frames where warmup = 0"), "120");
   EXPECT_EQ(query(db, "select count(*) from frames where warmup = 1"), "6");  // 2 per split, stored
   EXPECT_EQ(query(db, "select min(batch) || '/' || max(batch) from frames"), "8/8");
   EXPECT_EQ(query(db, "select codec from frames limit 1"), "int8+blosc-zstd:level=5");
@@ -129,6 +137,14 @@ TEST(RunLocal, FashionMnistTemplateRunsWithFramesInFlight) {
   EXPECT_EQ(query(db, "select sample_id like 'fashion-mnist/test/%' from frames limit 1"), "1");
   // int8 shrinks the crossing tensors about 4x before zstd.
   EXPECT_LT(std::stod(query(db, "select avg(wire_bytes * 1.0 / raw_bytes) from frames")), 0.3);
+  // Real accuracy at every split: the trained weights classify the test images.
+  EXPECT_EQ(query(db, "select count(*) from frames where correct < 0"), "0");
+  for (const auto& acc : query_col(db, "select sum(correct) * 1.0 / sum(batch) from frames where warmup = 0 "
+                                       "group by split"))
+    EXPECT_GT(std::stod(acc), 0.6);
+  EXPECT_NE(r.out.find("top-1 accuracy (timed frames with a label)"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("split +6 +int8\\+blosc-zstd:level=5 +[0-9]+ / 320 +0\\.[0-9]{4}")))
+      << r.out;
 }
 
 TEST(RunLocal, DetachedServerStartedOnceServesSeveralRunsUntilStopped) {
@@ -196,4 +212,36 @@ TEST(RunLocal, DetachedAgentsAreStoppedByIdentityNotByABarePid) {
   ::kill(bystander, SIGKILL);
   int st = 0;
   ::waitpid(bystander, &st, 0);
+}
+
+TEST(RunLocal, AutoCompressionChoosesALosslessCodecPerSplitAndNamesIt) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "record:\n  layers: false\n");
+  y.replace(y.find("split: all"), 10, "split: [2, 5, 13]");
+  y.replace(y.find("compression: blosc-lz4"), 22, "compression: auto");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select codec from runs where id = 1"), "auto");
+  // One choice per split, from the probed link and the split's own activations.
+  auto chosen = query_col(db, "select message from events where kind = 'codec_chosen' order by id");
+  ASSERT_EQ(chosen.size(), 3u);
+  const std::vector<std::string> candidates = {"none", "sparse", "blosc-lz4", "sparse+blosc-lz4", "blosc-zstd",
+                                               "sparse+blosc-zstd"};
+  std::regex re("^split ([0-9]+): auto chose (\\S+) [0-9.]+ ms .* at [0-9.]+ Mbit/s");
+  for (const auto& m : chosen) {
+    std::smatch g;
+    ASSERT_TRUE(std::regex_search(m, g, re)) << m;
+    EXPECT_NE(std::find(candidates.begin(), candidates.end(), g[2].str()), candidates.end()) << m;
+    // Every frame of that split names the chosen codec.
+    EXPECT_EQ(query(db, "select group_concat(distinct codec) from frames where split = " + g[1].str()), g[2].str()) << m;
+  }
+  // Lossless: the same top-1 class and confidence per frame as an uncompressed run of the same inputs.
+  std::string y2 = y;
+  y2.replace(y2.find("compression: auto"), 17, "compression: none");
+  y2.replace(y2.find("output: " + db), 8 + db.size(), "output: " + (d.path / "n.db").string());
+  auto r2 = sh(tracrctl() + " run " + d.file("none.yaml", y2) + " --no-progress");
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  EXPECT_EQ(query_col(db, "select result from frames order by split, sample"),
+            query_col((d.path / "n.db").string(), "select result from frames order by split, sample"));
 }
