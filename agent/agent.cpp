@@ -245,6 +245,8 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
   co.security.encrypt = opt.encrypt;
   co.security.x25519 = opt.x25519;
   co.security.secret = opt.secret;
+  if (tail)
+    if (auto so = tail->reply_send()) co.send = *so;
   auto server = Server::bind(ctx, opt.bind, co);
   if (!server) {
     ctl.send("FAIL", {{"error", server.error().str()}});

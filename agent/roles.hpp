@@ -121,6 +121,8 @@ class TailHandler {
   virtual std::string describe() const = 0;
   // Extra READY fields (the hardware identity).
   virtual std::map<std::string, std::string> ready_fields() const { return {}; }
+  // How replies are coded (codec, chunking); nullopt: uncompressed.
+  virtual std::optional<protocol::SendOptions> reply_send() const { return std::nullopt; }
   // Message types it serves besides INFER_REQUEST, and the reply's type.
   virtual bool serves(protocol::MsgType t) const { return t == protocol::MsgType::infer_request; }
   virtual protocol::MsgType reply_type(protocol::MsgType t) const {

@@ -120,6 +120,14 @@ class TrainWorker : public TailHandler {
       : model_(std::move(m)), segs_(std::move(segs)), cfg_(cfg), opt_(o), ctl_(ctl) {}
 
   bool serves(MsgType t) const override { return t == MsgType::train_forward || t == MsgType::train_backward; }
+  // Activations and gradients go back coded as they came: the experiment's codec.
+  std::optional<SendOptions> reply_send() const override {
+    SendOptions so;
+    so.codec = cfg_.codec;
+    so.chunk_bytes = static_cast<size_t>(cfg_.chunk_bytes);
+    so.segment_bytes = static_cast<size_t>(cfg_.chunk_bytes);
+    return so;
+  }
   std::map<std::string, std::string> ready_fields() const override {
     auto f = to_control(agent_hw_identity(opt_));
     std::string sp;

@@ -58,6 +58,47 @@ void frame_bench(benchmark::State& state, const char* codec, bool enc) {
   state.counters["wire_ratio"] = static_cast<double>(wire) / static_cast<double>(t.nbytes);
 }
 
+// The same round trip with a frame's parts coded on `threads` workers at
+// both ends (SendOptions::threads, ReadOptions::threads; PROTOCOL.md 4.5):
+// the wire bytes do not change, the time should fall where cores are free.
+void frame_threads_bench(benchmark::State& state, const char* codec) {
+  const Tensor t = activations(state.range(0));
+  const unsigned threads = static_cast<unsigned>(state.range(1));
+  FrameWriter w;
+  ReadOptions ro;
+  ro.threads = threads;
+  FrameReader r(Limits{}, ro);
+  Key256 k{};
+  Iv96 iv{};
+  (void)w.set_key(k, iv);
+  (void)r.set_key(k, iv);
+  SendOptions so;
+  so.codec = get_or_throw(CodecSpec::parse(codec));
+  so.threads = threads;
+  so.chunk_bytes = 64 * 1024;  // 12 to 49 parts per frame: work to share
+  Header h;
+  h.type = MsgType::infer_request;
+  for (auto _ : state) {
+    std::vector<Segment> segs;
+    (void)w.write(h, {t}, so, [&](Segment&& s) {
+      segs.push_back(std::move(s));
+      return Status{};
+    });
+    for (auto& s : segs)
+      for (auto& out : r.feed(s))
+        if (!out) state.SkipWithError(out.error().str().c_str());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(t.nbytes));
+}
+#define FRAME_THREADS_BENCH(name, codec)                                                              \
+  BENCHMARK_CAPTURE(frame_threads_bench, name, codec)                                                 \
+      ->ArgsProduct({{55, 112}, {1, 2, 4, 8, 16}})                                                    \
+      ->Unit(benchmark::kMicrosecond)                                                                 \
+      ->UseRealTime()
+FRAME_THREADS_BENCH(none_aes, "none");
+FRAME_THREADS_BENCH(sparse_lz4_aes, "sparse+blosc-lz4");
+FRAME_THREADS_BENCH(zstd_aes, "blosc-zstd");
+
 #define FRAME_BENCH(name, codec, enc) \
   BENCHMARK_CAPTURE(frame_bench, name, codec, enc)->Arg(55)->Arg(112)->Unit(benchmark::kMicrosecond)
 

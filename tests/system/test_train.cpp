@@ -261,3 +261,22 @@ TEST(Train, ResultsShowAndTheReportDrawTheTrainingCurves) {
     EXPECT_TRUE(std::regex_search(dom.out, std::regex(std::string("id=\"") + id + "\"[^>]*data-ink-pixels=\"[0-9]{4,}\"")))
         << id;
 }
+
+TEST(Train, ALossyCodecShrinksActivationsAndGradientsBothWays) {
+  TempDir d;
+  const std::string db = (d.path / "t.db").string();
+  auto r = sh("TRACR_COMPRESSION=fp16 " + tracrctl() + " train " + d.file("t.yaml", train_yaml(d, "  max_steps: 20\n")) +
+              " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select codec from runs where id = 1"), "fp16");
+  // fp16 halves the tensors each way: forward activations and the gradients the workers send back.
+  EXPECT_EQ(query(db, "select count(*) from train_steps where up_bytes * 10 > up_raw * 6 or down_bytes * 10 > down_raw * 6"),
+            "0");
+  EXPECT_EQ(query(db, "select count(*) from train_steps"), "20");
+  // The loss moves off the lossless one but training still works.
+  auto lossy = query_col(db, "select loss from train_steps order by step");
+  auto exact = reference_losses(20, 3);
+  ASSERT_EQ(lossy.size(), exact.size());
+  EXPECT_NE(std::stod(lossy.back()), exact.back());
+  EXPECT_LT(std::stod(lossy.back()), std::stod(lossy.front()));
+}
