@@ -247,6 +247,10 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
   co.security.secret = opt.secret;
   if (tail)
     if (auto so = tail->reply_send()) co.send = *so;
+  if (opt.experiment) {  // the experiment's codec_threads at this end too
+    co.read.threads = static_cast<unsigned>(opt.experiment->codec_threads);
+    co.send.threads = static_cast<unsigned>(opt.experiment->codec_threads);
+  }
   auto server = Server::bind(ctx, opt.bind, co);
   if (!server) {
     ctl.send("FAIL", {{"error", server.error().str()}});
@@ -331,8 +335,15 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       if (f.header.meta.count("echo")) out = f.tensors;
     }
     const MsgType reply = tail ? tail->reply_type(f.header.type) : MsgType::infer_result;
-    auto st = (*server)->send(in->peer, reply, f.header.split, out, meta);
-    if (!st) failures.note(make_error(st.error().code, "reply: " + st.error().message));
+    const auto so = tail ? tail->reply_send_for(f) : std::nullopt;
+    auto st = so ? (*server)->send_with(in->peer, *so, reply, f.header.split, out, meta)
+                 : (*server)->send(in->peer, reply, f.header.split, out, meta);
+    if (!st) {
+      // The peer waits for an answer: it gets the reason, not silence.
+      failures.note(make_error(st.error().code, "reply: " + st.error().message));
+      (void)(*server)->send_error(in->peer, make_error(st.error().code, "the reply could not be encoded: " + st.error().message),
+                                  f.header.split);
+    }
   }
   report("warn", rejections.flush(std::chrono::steady_clock::now()));
   report("error", failures.flush(std::chrono::steady_clock::now()));

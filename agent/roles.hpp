@@ -123,6 +123,9 @@ class TailHandler {
   virtual std::map<std::string, std::string> ready_fields() const { return {}; }
   // How replies are coded (codec, chunking); nullopt: uncompressed.
   virtual std::optional<protocol::SendOptions> reply_send() const { return std::nullopt; }
+  // The same for the reply to one request (e.g. a model export is never
+  // sent through a lossy codec); nullopt: reply_send().
+  virtual std::optional<protocol::SendOptions> reply_send_for(const protocol::Frame&) const { return std::nullopt; }
   // Message types it serves besides INFER_REQUEST, and the reply's type.
   virtual bool serves(protocol::MsgType t) const { return t == protocol::MsgType::infer_request; }
   virtual protocol::MsgType reply_type(protocol::MsgType t) const {

@@ -155,6 +155,7 @@ ParticipantSpec participant_spec(const settings::ExperimentConfig& c, const ex::
   ps.auto_codec = c.compression == "auto";
   ps.chunk_bytes = static_cast<size_t>(c.chunk_bytes);
   ps.inflight = c.inflight;
+  ps.codec_threads = static_cast<unsigned>(c.codec_threads);
   ps.max_consecutive_failures = c.max_consecutive_failures;
   return ps;
 }
@@ -212,6 +213,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     co.security.x25519 = o.x25519;
     co.security.secret = o.secret;
     co.handshake_timeout_ms = 15000;
+    co.read.threads = static_cast<unsigned>(cfg.codec_threads);
     // link_delay: agent: the session runs through a relay that holds each byte for the delay.
     std::string endpoint = o.connect;
     if (o.link_delay_ms > 0 || o.link_jitter_ms > 0) {

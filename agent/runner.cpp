@@ -694,6 +694,7 @@ Status run_pipeline(const ParticipantSpec& spec, ex::SplitModel& model, Link& li
     so.codec = *codec;
   }
   so.chunk_bytes = spec.chunk_bytes;
+  so.threads = spec.codec_threads;
   so.segment_bytes = spec.chunk_bytes;
   Pipeline p(spec, model, link, hooks, **ds, so);
   return p.run(policy, stopped);

@@ -121,6 +121,7 @@ struct ParticipantSpec {
   double link_up_mbps = 0;       // the probe's upstream rate (0 = not probed)
   size_t chunk_bytes = 256 * 1024;
   int inflight = 1;              // frames in flight
+  unsigned codec_threads = 1;    // threads coding a frame's parts (SendOptions::threads)
   int topk = 5;
   int timeout_ms = 60000;        // per result
   int max_consecutive_failures = 3;  // failed frames in a row before the run fails

@@ -126,6 +126,14 @@ class TrainWorker : public TailHandler {
     so.codec = cfg_.codec;
     so.chunk_bytes = static_cast<size_t>(cfg_.chunk_bytes);
     so.segment_bytes = static_cast<size_t>(cfg_.chunk_bytes);
+    so.threads = static_cast<unsigned>(cfg_.codec_threads);
+    return so;
+  }
+  // Exported weights travel exactly: the experiment's codec without its lossy stage.
+  std::optional<SendOptions> reply_send_for(const Frame& f) const override {
+    if (meta_str(f.header.meta, "op", "") != "export") return std::nullopt;
+    auto so = *reply_send();
+    so.codec.lossy = protocol::Lossy::none;
     return so;
   }
   std::map<std::string, std::string> ready_fields() const override {
@@ -362,6 +370,7 @@ Status Owner::setup(zmq::context_t& ctx) {
   send_.codec = cfg_.codec;
   send_.chunk_bytes = static_cast<size_t>(cfg_.chunk_bytes);
   send_.segment_bytes = static_cast<size_t>(cfg_.chunk_bytes);
+  send_.threads = static_cast<unsigned>(cfg_.codec_threads);
   for (const auto& [seg, ep] : remote) {
     if (clients_.count(ep)) continue;
     ChannelOptions co;
@@ -370,6 +379,7 @@ Status Owner::setup(zmq::context_t& ctx) {
     co.security.x25519 = cfg_.key_exchange != "none";
     co.security.secret = o_.secret;
     co.send = send_;
+    co.read.threads = static_cast<unsigned>(cfg_.codec_threads);
     co.handshake_timeout_ms = 15000;
     auto c = Client::connect(ctx, ep, co);
     if (!c) return make_error(c.error().code, "connect to worker " + ep + " (segment " + std::to_string(seg) +
@@ -551,9 +561,9 @@ Status Owner::evaluate(int64_t epoch, int64_t step, double train_loss, double tr
     const at::Tensor logits = out->at(0).tensor;
     torch::NoGradGuard ng;
     loss_sum += ex::classification_loss(logits, y).item<double>() * static_cast<double>(y.size(0));
-    correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+    correct += logits.argmax(1).cpu().eq(y).sum().item<int64_t>();
     const int64_t k = std::min<int64_t>(5, logits.size(1));
-    correct5 += std::get<1>(logits.topk(k, 1)).eq(y.unsqueeze(1)).any(1).sum().item<int64_t>();
+    correct5 += std::get<1>(logits.topk(k, 1)).cpu().eq(y.unsqueeze(1)).any(1).sum().item<int64_t>();
   }
   ctl_.send("EPOCH", {{"owner", std::to_string(o_.owner_index)},
                       {"epoch", std::to_string(epoch)},
@@ -621,7 +631,7 @@ Status Owner::run() {
                                      : out->at(0).tensor.detach().requires_grad_(true);
       at::Tensor loss = ex::classification_loss(logits, y);
       const double loss_v = loss.item<double>();
-      const int64_t ok = logits.detach().argmax(1).eq(y).sum().item<int64_t>();
+      const int64_t ok = logits.detach().argmax(1).cpu().eq(y).sum().item<int64_t>();
       ex::Bundle g;
       size_t h = hops_.size();
       if (last_local) {

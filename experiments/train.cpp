@@ -104,7 +104,7 @@ Result<Bundle> Segment::backward(const Bundle& grad_out) {
                             ", expected " + c10::str(it->tensor.sizes()));
     if (!it->tensor.requires_grad()) continue;  // nothing in this segment depends on a parameter or input
     outs.push_back(it->tensor);
-    grads.push_back(g.tensor.to(it->tensor.scalar_type()));
+    grads.push_back(g.tensor.to(it->tensor.device(), it->tensor.scalar_type()));
   }
   if (opt_->o) opt_->o->zero_grad();
   for (auto& l : inputs_) l.tensor.mutable_grad() = at::Tensor();
@@ -242,7 +242,7 @@ std::pair<at::Tensor, at::Tensor> gather_batch(const TensorDataset& d, const std
 }
 
 at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& labels) {
-  return torch::nn::functional::cross_entropy(logits, labels);
+  return torch::nn::functional::cross_entropy(logits, labels.to(logits.device()));
 }
 
 Result<std::vector<ReferenceStep>> train_reference(std::shared_ptr<SplitModel> model, const OptimizerSpec& opt,

@@ -551,6 +551,11 @@ uint64_t Server::partial_frame_bytes() const {
 
 Status Server::send(const std::string& peer, MsgType type, int32_t split, const Bundle& bundle,
                     const Meta& meta, FrameStats* stats) {
+  return send_with(peer, opt_.send, type, split, bundle, meta, stats);
+}
+
+Status Server::send_with(const std::string& peer, const SendOptions& so, MsgType type, int32_t split,
+                         const Bundle& bundle, const Meta& meta, FrameStats* stats) {
   auto it = peers_.find(peer);
   if (it == peers_.end()) return make_error(Errc::peer_closed, "no session with peer " + peer_name(peer));
   Header h;
@@ -558,7 +563,7 @@ Status Server::send(const std::string& peer, MsgType type, int32_t split, const 
   h.split = split;
   h.meta = meta;
   return it->second->writer.write(
-      std::move(h), bundle, opt_.send,
+      std::move(h), bundle, so,
       [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); }, stats);
 }
 

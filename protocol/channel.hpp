@@ -109,6 +109,9 @@ class Server {
   Result<Incoming> recv(int timeout_ms);
   Status send(const std::string& peer, MsgType type, int32_t split, const Bundle& bundle,
               const Meta& meta = {}, FrameStats* stats = nullptr);
+  // Same, with explicit codec/chunking for this frame.
+  Status send_with(const std::string& peer, const SendOptions& so, MsgType type, int32_t split, const Bundle& bundle,
+                   const Meta& meta = {}, FrameStats* stats = nullptr);
   Status send_error(const std::string& peer, const Error& err, int32_t split = -1);
   const std::string& last_error_peer() const { return last_error_peer_; }
   size_t peers() const { return peers_.size(); }

@@ -1039,6 +1039,12 @@ std::vector<Setting> build_settings() {
       "Frames in flight per participant (1 = one at a time; more pipelines the stages).", 1, 64,
       [](ExperimentConfig& c, int64_t v) { c.inflight = static_cast<int>(v); },
       [](const ExperimentConfig& c) { return int64_t{c.inflight}; }));
+  t.push_back(int_setting(
+      "codec_threads", "int 0..256", "1",
+      "Threads coding one frame's parts (codec and cipher) at each end, participant and server alike; the wire "
+      "bytes do not change (PROTOCOL.md 4.5). 0 = one per core.",
+      0, 256, [](ExperimentConfig& c, int64_t v) { c.codec_threads = static_cast<int>(v); },
+      [](const ExperimentConfig& c) { return int64_t{c.codec_threads}; }));
   {
     Setting s;
     s.info = {"commands", "[{at_frame, set_split | set_codec | pause_ms | stop}]", "[]",

@@ -245,6 +245,7 @@ struct ExperimentConfig {
   std::string key_exchange = "x25519";  // x25519 | none
   int64_t chunk_bytes = 256 * 1024;
   int inflight = 1;
+  int codec_threads = 1;  // threads coding a frame's parts at each end (0 = one per core)
   int max_consecutive_failures = 3;  // failed frames in a row before the run fails
   int heartbeat_timeout_ms = 5000;   // control-channel silence before an agent is lost / an agent stops
   RecordSpec record;

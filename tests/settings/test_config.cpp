@@ -811,7 +811,7 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "devices",
                         "seed"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 57u);
+  EXPECT_EQ(names.size(), 58u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());

@@ -279,4 +279,15 @@ TEST(Train, ALossyCodecShrinksActivationsAndGradientsBothWays) {
   ASSERT_EQ(lossy.size(), exact.size());
   EXPECT_NE(std::stod(lossy.back()), exact.back());
   EXPECT_LT(std::stod(lossy.back()), std::stod(lossy.front()));
+  // int8 per channel on activations and gradients; the exported weights
+  // (1-D biases included) still travel exactly, without the lossy stage.
+  auto r8 = sh("TRACR_COMPRESSION=int8_channel TRACR_TRAIN_EXPORT=" + (d.path / "w8.pt").string() + " " + tracrctl() +
+               " train " + d.file("t.yaml", train_yaml(d, "  max_steps: 10\n")) + " --no-progress");
+  ASSERT_EQ(r8.status, 0) << r8.out;
+  EXPECT_EQ(query(db, "select count(*) from train_steps where run_id = 2 and up_bytes * 10 > up_raw * 3"), "0");
+  ex::ModelConfig mc;
+  mc.device = "cpu";
+  mc.weights = (d.path / "w8.pt").string();
+  auto m = ex::create_model("fmnist_cnn", mc);
+  ASSERT_TRUE(m) << m.error().str();
 }
