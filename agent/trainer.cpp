@@ -509,7 +509,7 @@ Status Owner::export_model() {
     if (!r) return make_error(r.error().code, "export: " + r.error().message);
     for (auto& nt : *r) state.push_back(nt);
   }
-  // Every parameter of the model exactly once, or the export is refused.
+  // Every parameter and buffer of the model, or the export is refused.
   auto own = model_->state_dict();
   std::set<std::string> have;
   for (const auto& nt : state) have.insert(nt.name);
