@@ -22,6 +22,7 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
                           : a == "--connect"     ? &o.connect
                           : a == "--secret-file" ? &o.secret_file
                           : a == "--experiment"  ? &o.experiment_file
+                          : a == "--device"      ? &o.torch_device
                                                  : nullptr;
     if (target) {
       auto v = val();
@@ -34,6 +35,16 @@ Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& o) {
       if (!v) return std::move(v.error());
       if (*v != "stdin") return make_error(Errc::invalid_argument, "--config expects 'stdin', got '" + *v + "'");
       o.config_from_stdin = true;
+      continue;
+    }
+    if (a == "--threads") {
+      auto v = val();
+      if (!v) return std::move(v.error());
+      char* end = nullptr;
+      const long k = std::strtol(v->c_str(), &end, 10);
+      if (v->empty() || *end != '\0' || k < 1 || k > 1024)
+        return make_error(Errc::invalid_argument, "--threads expects a LibTorch thread count 1..1024, got '" + *v + "'");
+      o.torch_threads = static_cast<int>(k);
       continue;
     }
     if (a == "--segments") {

@@ -28,6 +28,8 @@ struct AgentOptions {
   std::string connect;              // PARTICIPANT: the SERVER's data endpoint
   bool in_process = false;          // PARTICIPANT: run tails in this process, no socket
   bool probe_only = false;          // PARTICIPANT: probe the link, run no frames (tracrctl link probe)
+  std::string torch_device;         // --device: cpu | cuda | cuda:N ("" = auto)
+  int torch_threads = 0;            // --threads: LibTorch intra-op threads (0 = its default)
   double cpu_quota = 0;             // emulated slower device: CPU time in cores (cgroup), 0 = none
   bool cpu_quota_external = false;  // the launcher applied cpu_quota already (recorded, not applied)
   int cpu_cores = 0;                // emulated slower device: pinned to this many CPUs, 0 = none

@@ -17,8 +17,9 @@ namespace tracr::agent {
 namespace ex = tracr::experiments;
 using namespace tracr::protocol;
 
-ModelSpec model_spec(const settings::ExperimentConfig& c) {
+ModelSpec model_spec(const settings::ExperimentConfig& c, const std::string& device) {
   ModelSpec ms;
+  if (!device.empty()) ms.device = device;
   ms.name = c.model;
   ms.weights = c.weights;
   ms.input_shape = c.input_size;
@@ -57,7 +58,8 @@ class ModelTail : public TailHandler {
   Result<std::pair<Bundle, Meta>> handle(const Frame& f) override { return exec_.handle(f); }
   void set_energy(EnergyMeter* e) { exec_.set_energy(e); }
   std::string describe() const override {
-    return fmt::format("{} layers={} device={}", model_->name(), model_->num_layers(), model_->device().str());
+    return fmt::format("{} layers={} device={} threads={}", model_->name(), model_->num_layers(), model_->device().str(),
+                       torch::get_num_threads());
   }
 
  private:
@@ -167,7 +169,8 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
   AgentOptions o = opt;
   o.encrypt = cfg.encryption;
   o.x25519 = cfg.key_exchange != "none";
-  ModelSpec ms = model_spec(cfg);
+  if (o.torch_threads > 0) torch::set_num_threads(o.torch_threads);
+  ModelSpec ms = model_spec(cfg, o.torch_device);
   auto loaded = load_model(ms);
   if (!loaded) {
     ctl.send("FAIL", {{"error", loaded.error().str()}});

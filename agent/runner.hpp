@@ -39,7 +39,8 @@ struct ModelSpec {
 
 Result<std::unique_ptr<experiments::SplitModel>> load_model(const ModelSpec& spec);
 // The model and the dataset an experiment names, as every agent reads them.
-ModelSpec model_spec(const settings::ExperimentConfig& c);
+// `device` ("" = auto) is the devices file's `device` of this agent's device.
+ModelSpec model_spec(const settings::ExperimentConfig& c, const std::string& device = "");
 experiments::DatasetConfig dataset_config(const settings::ExperimentConfig& c, const std::vector<int64_t>& input_shape);
 // Hash of every parameter and buffer (names, shapes, bytes): both ends must agree.
 std::string model_fingerprint(const experiments::SplitModel& m);

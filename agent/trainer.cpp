@@ -238,11 +238,12 @@ class TrainWorker : public TailHandler {
 
 int run_train_worker(const AgentOptions& opt, ControlOut& ctl) {
   const settings::ExperimentConfig& cfg = *opt.experiment;
-  if (cfg.train.threads > 0) torch::set_num_threads(cfg.train.threads);
+  // The device's own thread count (devices file) before the experiment's.
+  if (const int t = opt.torch_threads > 0 ? opt.torch_threads : cfg.train.threads; t > 0) torch::set_num_threads(t);
   AgentOptions o = opt;
   o.encrypt = cfg.encryption;
   o.x25519 = cfg.key_exchange != "none";
-  auto loaded = load_model(model_spec(cfg));
+  auto loaded = load_model(model_spec(cfg, opt.torch_device));
   if (!loaded) {
     ctl.send("FAIL", {{"error", loaded.error().str()}});
     return 1;
@@ -345,7 +346,7 @@ class Owner {
 };
 
 Status Owner::setup(zmq::context_t& ctx) {
-  auto loaded = load_model(model_spec(cfg_));
+  auto loaded = load_model(model_spec(cfg_, o_.torch_device));
   if (!loaded) return loaded.error();
   model_ = std::shared_ptr<ex::SplitModel>(std::move(*loaded));
   auto r = segment_ranges(cfg_.train.cuts, model_->num_layers());
@@ -707,7 +708,7 @@ Status Owner::run() {
 
 int run_train_owner(const AgentOptions& opt, ControlOut& ctl) {
   const settings::ExperimentConfig& cfg = *opt.experiment;
-  if (cfg.train.threads > 0) torch::set_num_threads(cfg.train.threads);
+  if (const int t = opt.torch_threads > 0 ? opt.torch_threads : cfg.train.threads; t > 0) torch::set_num_threads(t);
   zmq::context_t ctx(1);
   Owner owner(cfg, opt, ctl);
   if (auto st = owner.setup(ctx); !st) {

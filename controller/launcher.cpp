@@ -236,10 +236,25 @@ std::vector<std::string> device_limit_args(const DeviceConfig& dev) {
   // A local agent is put in its quota group by the launcher; it records the quota.
   if (dev.cpu_quota && dev.transport == settings::Transport::local) a.push_back("--cpu-quota-external");
   if (dev.cpu_cores) a.insert(a.end(), {"--cpu-cores", std::to_string(*dev.cpu_cores)});
+  // Where and on how many threads its models run.
+  if (!dev.torch_device.empty()) a.insert(a.end(), {"--device", dev.torch_device});
+  if (dev.torch_threads) a.insert(a.end(), {"--threads", std::to_string(*dev.torch_threads)});
   // Energy where the device has no meter: the devices file's power model.
   if (dev.power_model)
     a.insert(a.end(), {"--power-model", fmt::format("{},{}", dev.power_model->idle_w, dev.power_model->busy_w)});
   return a;
+}
+
+std::string device_agent_path(const DeviceConfig& dev, const std::string& fallback) {
+  return dev.agent_path.empty() ? fallback : dev.agent_path;
+}
+
+Status check_device_agents(const settings::DevicesConfig& devices) {
+  for (const auto& d : devices.devices)
+    if (!d.agent_path.empty() && ::access(d.agent_path.c_str(), X_OK) != 0)
+      return make_error(Errc::config, fmt::format("{}: device '{}': agent {} is not an executable file here", devices.source,
+                                                  d.name, d.agent_path));
+  return {};
 }
 
 DeviceConfig local_device(const std::string& name) {

@@ -116,6 +116,12 @@ SshTarget device_ssh_target(const settings::DeviceConfig& dev, const std::string
 // (cpu_quota, cpu_cores in the devices file); empty when it has none.
 std::vector<std::string> device_limit_args(const settings::DeviceConfig& dev);
 
+// The tracr-agent to run on `dev`: its devices-file `agent`, else `fallback`.
+std::string device_agent_path(const settings::DeviceConfig& dev, const std::string& fallback);
+// Every device's own `agent` exists and is executable here; error config
+// naming the device and the path otherwise.
+Status check_device_agents(const settings::DevicesConfig& devices);
+
 // A device that runs agents as local processes on loopback (tracrctl demo).
 settings::DeviceConfig local_device(const std::string& name);
 

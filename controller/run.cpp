@@ -233,6 +233,10 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     return 2;
   }
   const std::string agent_path = ro.agent_path.empty() ? self_dir() + "/tracr-agent" : ro.agent_path;
+  if (auto st = check_device_agents(*devices); !st) {
+    fmt::print(stderr, "tracrctl run: {}\n", st.error().str());
+    return 2;
+  }
   if (access(agent_path.c_str(), X_OK) != 0) {
     fmt::print(stderr, "tracrctl run: cannot find tracr-agent at {} (pass --agent PATH)\n", agent_path);
     return 2;
@@ -352,7 +356,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     ls.device = &dev;
     ls.role = role;
     ls.args = std::move(args);
-    ls.agent_path = agent_path;
+    ls.agent_path = device_agent_path(dev, agent_path);
     ls.secret = secret;
     ls.log_dir = log_dir.empty() ? "." : log_dir;
     // Unique per run across databases and controllers (run ids repeat per database).

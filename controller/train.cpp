@@ -229,6 +229,10 @@ int cmd_train(const std::vector<std::string>& args) {
     return 2;
   }
   const std::string agent_path = ro.agent_path.empty() ? self_dir() + "/tracr-agent" : ro.agent_path;
+  if (auto st = check_device_agents(*devices); !st) {
+    fmt::print(stderr, "tracrctl train: {}\n", st.error().str());
+    return 2;
+  }
   if (access(agent_path.c_str(), X_OK) != 0) {
     fmt::print(stderr, "tracrctl train: cannot find tracr-agent at {} (pass --agent PATH)\n", agent_path);
     return 2;
@@ -335,7 +339,7 @@ int cmd_train(const std::vector<std::string>& args) {
     args.insert(args.end(), {"--run-tag", tag});
     if (resume) args.insert(args.end(), {"--resume-step", std::to_string(resume->step)});
     ls.args = std::move(args);
-    ls.agent_path = agent_path;
+    ls.agent_path = device_agent_path(dev, agent_path);
     ls.secret = secret;
     ls.log_dir = log_dir.empty() ? "." : log_dir;
     ls.log_name = fmt::format("run-{}-{}-{}.log", *stamp, *run_id, dev.name);

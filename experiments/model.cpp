@@ -83,7 +83,9 @@ Result<c10::Device> resolve_device(const std::string& text) {
   if (text.rfind("cuda", 0) == 0) {
     if (!torch::cuda::is_available())
       return make_error(Errc::invalid_argument,
-                        "device '" + text + "' requested but CUDA is not available");
+                        "device '" + text + "' requested but CUDA is not available: this LibTorch (" TORCH_VERSION
+                        ") was built without CUDA or sees no GPU; use device: cpu, or build tracr against a CUDA "
+                        "LibTorch (cmake -DTorch_DIR=<libtorch>/share/cmake/Torch, see README)");
     int index = 0;
     if (text.size() > 4) {
       if (text[4] != ':' || text.size() == 5 ||

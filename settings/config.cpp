@@ -398,7 +398,8 @@ namespace {
 
 const std::vector<std::string> kDeviceKeys = {"device_type", "connection_params", "name",      "transport",
                                               "work_dir",    "power_model",       "link_profile", "netns",
-                                              "cpu_quota",   "cpu_cores"};
+                                              "cpu_quota",   "cpu_cores",         "device",       "threads",
+                                              "agent"};
 const std::vector<std::string> kConnKeys = {"host", "user", "pkey_fp", "port", "ssh_port", "default"};
 
 bool valid_name(const std::string& s) {
@@ -526,6 +527,28 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
     auto v = get_int(c, n["cpu_cores"], key + ".cpu_cores", 1, 4096, "a number of CPUs 1..4096");
     if (!v) return v.error();
     d.cpu_cores = static_cast<int>(*v);
+  }
+  if (n["device"]) {
+    const std::string what = "cpu, cuda, cuda:N or auto";
+    auto v = get_nonempty(c, n["device"], key + ".device", what);
+    if (!v) return v.error();
+    const bool cuda_n = v->size() > 5 && v->rfind("cuda:", 0) == 0 &&
+                        v->find_first_not_of("0123456789", 5) == std::string::npos;
+    if (*v != "cpu" && *v != "cuda" && *v != "auto" && !cuda_n) return expected(c, n["device"], key + ".device", what);
+    d.torch_device = *v == "auto" ? "" : *v;
+  }
+  if (n["agent"]) {
+    auto v = get_nonempty(c, n["agent"], key + ".agent", "a path to a tracr-agent binary");
+    if (!v) return v.error();
+    fs::path p(*v);
+    if (p.is_relative() && !devices_file.empty() && devices_file.front() != '<')
+      p = fs::path(devices_file).parent_path() / p;
+    d.agent_path = p.lexically_normal().string();
+  }
+  if (n["threads"]) {
+    auto v = get_int(c, n["threads"], key + ".threads", 1, 1024, "a LibTorch thread count 1..1024");
+    if (!v) return v.error();
+    d.torch_threads = static_cast<int>(*v);
   }
   if (n["power_model"]) {
     const YAML::Node pm = n["power_model"];

@@ -81,6 +81,14 @@ struct DeviceConfig {
   // CPU time (cgroup CPU quota) and/or to this many CPUs (affinity).
   std::optional<double> cpu_quota;
   std::optional<int> cpu_cores;
+  // Where its agent runs models: "cpu", "cuda", "cuda:N" ("" = auto: CUDA
+  // when its LibTorch has it) and with how many LibTorch intra-op threads.
+  std::string torch_device;
+  std::optional<int> torch_threads;
+  // The tracr-agent binary (on the controller) deployed to and run on this
+  // device: one built for its architecture or against a CUDA LibTorch. ""
+  // = the one beside tracrctl. Relative paths are against the devices file.
+  std::string agent_path;
   std::vector<ConnectionParams> connections;  // never empty after loading
   SourcePos pos;
 

@@ -246,3 +246,53 @@ TEST(RunLocal, AutoCompressionChoosesALosslessCodecPerSplitAndNamesIt) {
   EXPECT_EQ(query_col(db, "select result from frames order by split, sample"),
             query_col((d.path / "n.db").string(), "select result from frames order by split, sample"));
 }
+
+TEST(RunLocal, DevicesFileSetsTheTorchDeviceAndThreadsPerDevice) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  auto devices = [&](const std::string& server_extra) {
+    return d.file("devices.yaml", "devices:\n  - device_type: SERVER\n    transport: local\n" + server_extra +
+                                      "    connection_params:\n      - host: 127.0.0.1\n        port: 0\n"
+                                      "  - device_type: PARTICIPANT\n    transport: local\n    device: cpu\n"
+                                      "    threads: 1\n");
+  };
+  std::string y = small_experiment(db, "record:\n  layers: false\n", devices("    device: cpu\n    threads: 2\n"));
+  y.replace(y.find("split: all"), 10, "split: [5]");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select count(*) from events where kind = 'agent_ready' and message like 'SERVER %device=cpu threads=2%'"),
+            "1");
+  // This LibTorch has no CUDA: a device asking for it fails the run before any frame, saying why.
+  if (query(db, "select gpu from devices limit 1").empty()) {
+    auto c = sh(tracrctl() + " run " +
+                d.file("cuda.yaml", small_experiment((d.path / "c.db").string(), "", devices("    device: cuda\n"))) +
+                " --no-progress");
+    EXPECT_EQ(c.status, 1) << c.out;
+    EXPECT_NE(c.out.find("device 'cuda' requested but CUDA is not available"), std::string::npos) << c.out;
+    EXPECT_EQ(query((d.path / "c.db").string(), "select count(*) from frames"), "0");
+  }
+  // A device's own agent binary: a wrapper that leaves a mark, then runs the real one.
+  const std::string wrapper = d.file("agent-arm.sh", "#!/bin/sh\ntouch " + (d.path / "wrapper-ran").string() +
+                                                          "\nexec " + std::string(TRACR_BIN_DIR) + "/tracr-agent \"$@\"\n");
+  ::chmod(wrapper.c_str(), 0755);
+  auto w = sh(tracrctl() + " run " +
+              d.file("w.yaml", small_experiment((d.path / "w.db").string(), "record:\n  layers: false\n",
+                                                devices("    agent: agent-arm.sh\n"))) +
+              " --no-progress");
+  EXPECT_EQ(w.status, 0) << w.out;
+  EXPECT_TRUE(std::filesystem::exists(d.path / "wrapper-ran")) << "the SERVER ran the device's own agent";
+  auto missing = sh(tracrctl() + " run " +
+                    d.file("m.yaml", small_experiment((d.path / "m.db").string(), "", devices("    agent: nope/tracr-agent\n"))) +
+                    " --no-progress");
+  EXPECT_EQ(missing.status, 2) << missing.out;
+  EXPECT_NE(missing.out.find("device 'server': agent " + (d.path / "nope/tracr-agent").string() +
+                             " is not an executable file here"),
+            std::string::npos)
+      << missing.out;
+  // A bad value is a configuration error naming the key.
+  auto bad = sh(tracrctl() + " run " +
+                d.file("bad.yaml", small_experiment((d.path / "b.db").string(), "", devices("    device: gpu0\n"))) +
+                " --no-progress");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("device: expected cpu, cuda, cuda:N or auto"), std::string::npos) << bad.out;
+}
