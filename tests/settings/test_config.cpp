@@ -1052,6 +1052,11 @@ TEST(ConfigTemplates, ExperimentTemplatesWorkFromAnyDirectory) {
                 fs::weakly_canonical(fs::path(source_dir()) / "results"))
           << arg << " from " << cwd << ": output " << r->output;
       if (cwd == source_dir()) EXPECT_EQ(r->output.rfind("results/", 0), 0u) << arg << ": " << r->output;
+      // Weights a template names are the ones training writes under the project's results/.
+      if (!r->weights.empty())
+        EXPECT_EQ(fs::weakly_canonical(fs::absolute(r->weights)).parent_path(),
+                  fs::weakly_canonical(fs::path(source_dir()) / "results"))
+            << arg << " from " << cwd << ": weights " << r->weights;
     }
   }
 }
