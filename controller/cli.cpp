@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,8 @@ void usage() {
       "        segments; every step, epoch and checkpoint in SQLite, the trained model exported\n"
       "  link probe EXPERIMENT.yaml [--db PATH] [--trust-new-hosts]\n"
       "        measure RTT and throughput both ways between each PARTICIPANT and its SERVER\n"
-      "  results list|show RUN|compare RUN RUN|export RUN --csv F|--json F [--db PATH]\n"
+      "  results list [--model M] [--status S] [--name SUBSTR] | show RUN | compare RUN RUN [RUN ...]\n"
+      "        | export RUN --csv F|--json F | rm RUN [RUN ...]   [--db PATH]\n"
       "  plan RUN|last|EXPERIMENT.yaml [--validate] [--objective O] [--link PROFILE] [--max-latency-ms X] ...\n"
       "        predict latency, edge energy and throughput per split from stored layer profiles, bytes and\n"
       "        the link; choose a split; --validate compares with the run's measurements (stored in plans)\n"
@@ -67,7 +69,11 @@ void usage() {
       "        table against the Python tracr pipeline (bench/python_baseline.py, /usr/bin/python3)\n"
       "        and raw ZeroMQ on real post-ReLU activations\n"
       "  codecs            list the codecs this build supports\n"
-      "  version           print versions\n");
+      "  version           print versions\n"
+      "\n"
+      "exit status (every command): 0 done, 1 failed (a run failed, a device or database error),\n"
+      "2 usage or configuration error (nothing was started), 128+signal when interrupted\n"
+      "(130 SIGINT, 143 SIGTERM, 129 SIGHUP)\n");
 }
 
 std::vector<size_t> parse_sizes(const std::string& s) {
@@ -176,9 +182,16 @@ int tracrctl_main(int argc, char** argv) {
   } catch (const Fatal& f) {
     fmt::print(stderr, "tracrctl: {}\n", f.what());
     return 2;
+  } catch (const std::invalid_argument& e) {
+    // A number option that is not a number (std::stoi and friends).
+    fmt::print(stderr, "tracrctl: an option expected a number: {}\n", e.what());
+    return 2;
+  } catch (const std::out_of_range& e) {
+    fmt::print(stderr, "tracrctl: an option's number is out of range: {}\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "tracrctl: {}\n", e.what());
-    return 3;
+    return 1;
   }
 }
 

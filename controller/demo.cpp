@@ -372,7 +372,10 @@ int run_demo(const DemoOptions& o) {
     return 2;
   }
   std::vector<uint8_t> secret(32);
-  if (!random_bytes(secret.data(), secret.size())) return 3;
+  if (auto rb = random_bytes(secret.data(), secret.size()); !rb) {
+    fmt::print(stderr, "tracrctl: cannot draw the session secret: {}\n", rb.error().str());
+    return 1;
+  }
   auto enc_agent = start_agent(agent, true, secret);
   auto plain_agent = start_agent(agent, false, secret);
   if (!enc_agent || !plain_agent) {

@@ -19,6 +19,7 @@
 #include "agent/control.hpp"
 #include "controller/deploy.hpp"
 #include "controller/launcher.hpp"
+#include "controller/model_check.hpp"
 #include "controller/process.hpp"
 #include "controller/run.hpp"
 #include "protocol/crypto.hpp"
@@ -137,6 +138,10 @@ int cmd_agents_start(const std::vector<std::string>& args) {
   auto cfg = load_experiment(exp);
   if (!cfg) {
     fmt::print(stderr, "tracrctl agents start: {}\n", cfg.error().str());
+    return 2;
+  }
+  if (auto n = check_experiment_model(*cfg); !n) {
+    fmt::print(stderr, "tracrctl agents start: {}\n", n.error().str());
     return 2;
   }
   auto devices = load_experiment_devices(*cfg);

@@ -62,9 +62,10 @@ int cmd_profile(const std::vector<std::string>& args) {
     else throw Fatal(make_error(Errc::invalid_argument, "profile: unknown option '" + a + "'"));
   }
   auto model = experiments::create_model(args[0], cfg);
-  if (!model) {
-    fmt::print(stderr, "tracrctl profile: {}\n", model.error().str());
-    return 1;
+  if (!model) {  // an unknown model or a shape it cannot take: a usage error
+    const std::string msg = model.error().str();
+    fmt::print(stderr, "tracrctl profile: {}\n", msg.substr(0, msg.find('\n')));
+    return 2;
   }
   const auto& s = (*model)->input_shape();
   torch::NoGradGuard ng;

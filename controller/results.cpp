@@ -1188,6 +1188,35 @@ RunRow ResultsDb::shown(RunRow r) const {
   return r;
 }
 
+Status ResultsDb::delete_run(int64_t run_id) {
+  if (read_only_) return make_error(Errc::io, fmt::format("{}: opened read-only; cannot delete run {}", path_, run_id));
+  auto run = get_run(run_id);
+  if (!run) return run.error();
+  if (run->status == RunStatus::running)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{}: run {} is still running (controller {} pid {}); expected a finished run "
+                                  "(stop it first)",
+                                  path_, run_id, run->controller_host, run->controller_pid));
+  sqlite3* db = db_.get();
+  {
+    // The cascade needs foreign keys on (set at open; checked, not assumed).
+    Stmt fk(db, "PRAGMA foreign_keys");
+    if (!fk.prepared() || fk.step() != SQLITE_ROW || fk.i64(0) != 1)
+      return make_error(Errc::io, fmt::format("{}: foreign keys are off; refusing a delete that would leave the "
+                                              "run's rows behind", path_));
+  }
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  Stmt d(db, "DELETE FROM runs WHERE id = ?");
+  if (!d.prepared()) return db_error(db, path_, "delete run");
+  d.bind(1, run_id);
+  if (d.step() != SQLITE_DONE) return db_error(db, path_, "delete run");
+  TRACR_TRY(tx.commit());
+  std::error_code ec;
+  fs::remove(failure_note_path(path_, run_id), ec);
+  return {};
+}
+
 Result<std::vector<RunRow>> ResultsDb::list_runs(int limit) {
   std::string sql = std::string(kRunColumns) + "ORDER BY id DESC";
   if (limit > 0) sql += " LIMIT " + std::to_string(limit);

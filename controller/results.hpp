@@ -231,6 +231,13 @@ class ResultsDb {
   // run is still running or has none stored. Error not_found for an unknown run.
   Result<std::vector<SplitSummary>> split_table(int64_t run_id);
 
+  // Deletes a run and every row that belongs to it (frames, profiles,
+  // summaries, events, energy, probes, plans based on it, training rows:
+  // ON DELETE CASCADE, foreign keys are on), in one transaction, and the
+  // run's failure note file. Error not_found for an unknown run,
+  // invalid_argument for a run still running (its controller alive),
+  // io when the database is read-only or the delete fails.
+  Status delete_run(int64_t run_id);
   // Newest first; limit 0 = all.
   Result<std::vector<RunRow>> list_runs(int limit = 0);
   // Error not_found naming the id.

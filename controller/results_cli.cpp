@@ -8,12 +8,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -92,6 +94,8 @@ struct Opts {
   std::vector<std::string> csv, json;
   int limit = 0;
   bool markdown = false;
+  // results list filters ("" = any)
+  std::string model, status, name;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -112,6 +116,15 @@ Opts parse_opts(const std::vector<std::string>& args) {
       o.db = a.substr(5);
     else if (a == "--markdown")
       o.markdown = true;
+    else if (a == "--model")
+      o.model = next();
+    else if (a == "--name")
+      o.name = next();
+    else if (a == "--status") {
+      o.status = next();
+      if (!parse_run_status(o.status))
+        usage_error("--status: expected running, completed, failed or interrupted, got '" + o.status + "'");
+    }
     else if (a == "--csv")
       o.csv.push_back(next());
     else if (a == "--json")
@@ -123,7 +136,8 @@ Opts parse_opts(const std::vector<std::string>& args) {
       if (v.empty() || *e || n < 0) usage_error("--limit: expected a count >= 0, got '" + v + "'");
       o.limit = static_cast<int>(n);
     } else if (a.size() > 1 && a[0] == '-') {
-      usage_error("unknown option '" + a + "'; expected --db, --csv, --json, --limit or --markdown");
+      usage_error("unknown option '" + a +
+                  "'; expected --db, --csv, --json, --limit, --model, --status, --name or --markdown");
     } else {
       o.positional.push_back(a);
     }
@@ -152,14 +166,17 @@ namespace {
 
 void usage() {
   std::fputs(
-      "usage: tracrctl results list [--db PATH] [--limit N]\n"
+      "usage: tracrctl results list [--model M] [--status S] [--name SUBSTR] [--limit N] [--db PATH]\n"
       "       tracrctl results show RUN [--db PATH]\n"
-      "       tracrctl results compare RUN RUN [--db PATH]\n"
+      "       tracrctl results compare RUN RUN [RUN ...] [--db PATH]\n"
+      "       tracrctl results rm RUN [RUN ...] [--db PATH]\n"
       "       tracrctl results export RUN (--csv FILE | --json FILE)... [--db PATH]\n"
       "       tracrctl results schema [--markdown]\n"
       "       tracrctl results migrate [--db PATH]\n"
       "RUN is a run id or 'last'; the database defaults to $TRACR_OUTPUT or results/tracr.db.\n"
-      "Every command but migrate opens the database read-only and never creates it.\n",
+      "Every command but migrate and rm opens the database read-only; none creates it.\n"
+      "list filters: --model (exact id), --status (running|completed|failed|interrupted), --name (substring, any case).\n"
+      "Exit status: 0 done, 1 failed (no such run or database, write error), 2 usage error.\n",
       stderr);
 }
 
@@ -175,11 +192,26 @@ std::string run_header(const RunRow& r) {
   return o;
 }
 
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 int cmd_list(ResultsDb& db, const Opts& o) {
-  auto runs = db.list_runs(o.limit);
-  if (!runs) throw Fatal(runs.error());
+  auto all = db.list_runs(0);
+  if (!all) throw Fatal(all.error());
+  std::vector<RunRow> runs_v;
+  for (auto& r : *all) {
+    if (!o.model.empty() && r.model != o.model) continue;
+    if (!o.status.empty() && run_status_name(r.status) != o.status) continue;
+    if (!o.name.empty() && lower(r.name).find(lower(o.name)) == std::string::npos) continue;
+    if (o.limit > 0 && static_cast<int>(runs_v.size()) >= o.limit) break;
+    runs_v.push_back(std::move(r));
+  }
+  const auto* runs = &runs_v;
   if (runs->empty()) {
-    fmt::print("no runs in {}\n", db.path());
+    const bool filtered = !o.model.empty() || !o.status.empty() || !o.name.empty();
+    fmt::print("no runs in {}{}\n", db.path(), filtered ? " match the filters" : "");
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
@@ -238,48 +270,156 @@ int cmd_show(ResultsDb& db, const Opts& o) {
   return 0;
 }
 
+// The settings of a stored run (runs.config_yaml, written by to_yaml: one
+// "key: value" line per setting, sections as "top:" then "  sub: value") by
+// dotted name.
+std::map<std::string, std::string> settings_of(const std::string& yaml) {
+  std::map<std::string, std::string> out;
+  std::string section;
+  size_t pos = 0;
+  while (pos < yaml.size()) {
+    size_t eol = yaml.find('\n', pos);
+    if (eol == std::string::npos) eol = yaml.size();
+    std::string line = yaml.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (line.empty() || line[0] == '#') continue;
+    const bool nested = line[0] == ' ';
+    const size_t b = line.find_first_not_of(' ');
+    const size_t colon = line.find(':', b);
+    if (b == std::string::npos || colon == std::string::npos) continue;
+    const std::string key = line.substr(b, colon - b);
+    std::string value = colon + 1 < line.size() ? line.substr(colon + 1) : "";
+    value.erase(0, std::min(value.find_first_not_of(' '), value.size()));
+    if (!nested) {
+      if (value.empty()) {
+        section = key;  // a section header; its settings follow indented
+        continue;
+      }
+      section.clear();
+      out[key] = value;
+    } else {
+      out[section.empty() ? key : section + "." + key] = value;
+    }
+  }
+  return out;
+}
+
 int cmd_compare(ResultsDb& db, const Opts& o) {
-  if (o.positional.size() != 2) usage_error("results compare: expected two RUNs");
-  int64_t ids[2];
-  RunRow runs[2];
-  std::map<int, SplitSummary> tab[2];
-  for (int i = 0; i < 2; ++i) {
+  if (o.positional.size() < 2) usage_error("results compare: expected two or more RUNs");
+  const size_t n = o.positional.size();
+  std::vector<RunRow> runs(n);
+  std::vector<std::map<int, SplitSummary>> tab(n);
+  std::vector<std::string> label(n);
+  for (size_t i = 0; i < n; ++i) {
     auto id = run_id_arg(db, o.positional[i]);
     if (!id) throw Fatal(id.error());
-    ids[i] = *id;
-    auto r = db.get_run(ids[i]);
+    auto r = db.get_run(*id);
     if (!r) throw Fatal(r.error());
     runs[i] = *r;
-    auto t = db.split_table(ids[i]);
+    auto t = db.split_table(*id);
     if (!t) throw Fatal(t.error());
     for (const auto& s : *t) tab[i][s.split] = s;
+    label[i] = i < 26 ? std::string(1, static_cast<char>('A' + i)) : "R" + std::to_string(i + 1);
   }
-  for (int i = 0; i < 2; ++i)
-    fmt::print("{}: run {} {} [{}]  model {}  codec {}  cipher {}  link {}\n", i == 0 ? "A" : "B", runs[i].id,
-               runs[i].name, run_status_name(runs[i].status), runs[i].model, runs[i].codec, runs[i].cipher,
+  for (size_t i = 0; i < n; ++i)
+    fmt::print("{}: run {} {} [{}]  model {}  codec {}  cipher {}  link {}\n", label[i], runs[i].id, runs[i].name,
+               run_status_name(runs[i].status), runs[i].model, runs[i].codec, runs[i].cipher,
                runs[i].link.empty() ? "-" : runs[i].link + " (" + runs[i].shaping + ")");
+
+  // Settings: every one whose value is not the same in all runs.
+  std::vector<std::map<std::string, std::string>> set(n);
+  std::vector<std::string> keys;  // in the first run's order of appearance, then others'
+  for (size_t i = 0; i < n; ++i) set[i] = settings_of(runs[i].config_yaml);
+  {
+    std::set<std::string> seen;
+    for (size_t i = 0; i < n; ++i)
+      for (const auto& [k, v] : set[i])
+        if (seen.insert(k).second) keys.push_back(k);
+  }
+  auto value = [&](size_t i, const std::string& k) {
+    auto it = set[i].find(k);
+    return it == set[i].end() ? std::string("(not recorded)") : it->second;
+  };
+  std::vector<std::vector<std::string>> diff = {{"  setting"}};
+  for (size_t i = 0; i < n; ++i) diff[0].push_back(label[i]);
+  for (const auto& k : keys) {
+    bool same = true;
+    for (size_t i = 1; i < n; ++i) same = same && value(i, k) == value(0, k);
+    if (same) continue;
+    std::vector<std::string> row = {"  " + k};
+    for (size_t i = 0; i < n; ++i) row.push_back(value(i, k));
+    diff.push_back(row);
+  }
+  if (diff.size() == 1) {
+    std::fputs("\nsettings: identical\n", stdout);
+  } else {
+    std::fputs("\nsettings that differ\n", stdout);
+    std::set<size_t> left;
+    for (size_t c = 0; c <= n; ++c) left.insert(c);
+    std::fputs(align(diff, left).c_str(), stdout);
+  }
+  // What makes times incomparable: another model, input or batch.
+  auto warn_if_differs = [&](const std::string& what, const std::function<std::string(size_t)>& get) {
+    bool same = true;
+    for (size_t i = 1; i < n; ++i) same = same && get(i) == get(0);
+    if (same) return;
+    std::string vals;
+    for (size_t i = 0; i < n; ++i) vals += fmt::format("{}{} {}", i ? ", " : "", label[i], get(i));
+    fmt::print("warning: the runs differ in {} ({}): their times and bytes are not comparable split by split\n", what,
+               vals);
+  };
+  warn_if_differs("model", [&](size_t i) { return runs[i].model; });
+  warn_if_differs("input size", [&](size_t i) { return value(i, "input_size"); });
+  warn_if_differs("batch size", [&](size_t i) { return value(i, "batch_size"); });
   std::fputs("\n", stdout);
+
   std::set<int> splits;
   for (auto& t : tab)
     for (auto& [k, v] : t) splits.insert(k);
-  std::vector<std::vector<std::string>> rows = {{"split", "A med ms", "B med ms", "delta", "A p95 ms",
-                                                 "B p95 ms", "A wire B", "B wire B", "A frames", "B frames"}};
+  std::vector<std::string> header = {"split"};
+  for (size_t i = 0; i < n; ++i) header.push_back(label[i] + " med ms");
+  for (size_t i = 1; i < n; ++i) header.push_back(label[i] + " vs A");
+  for (size_t i = 0; i < n; ++i) header.push_back(label[i] + " p95 ms");
+  for (size_t i = 0; i < n; ++i) header.push_back(label[i] + " wire B");
+  for (size_t i = 0; i < n; ++i) header.push_back(label[i] + " frames");
+  std::vector<std::vector<std::string>> rows = {header};
   for (int k : splits) {
-    const SplitSummary* a = tab[0].count(k) ? &tab[0][k] : nullptr;
-    const SplitSummary* b = tab[1].count(k) ? &tab[1][k] : nullptr;
-    auto cell = [](const SplitSummary* s, auto f) { return s && s->frames > 0 ? f(*s) : std::string("-"); };
-    std::string delta = "-";
-    if (a && b && a->frames > 0 && b->frames > 0 && a->stage("total_ns").median_ns > 0)
-      delta = fmt::format("{:+.1f}%", (b->stage("total_ns").median_ns - a->stage("total_ns").median_ns) / a->stage("total_ns").median_ns * 100.0);
-    rows.push_back({std::to_string(k), cell(a, [](const SplitSummary& s) { return ms(s.stage("total_ns").median_ns); }),
-                    cell(b, [](const SplitSummary& s) { return ms(s.stage("total_ns").median_ns); }), delta,
-                    cell(a, [](const SplitSummary& s) { return ms(s.stage("total_ns").p95_ns); }),
-                    cell(b, [](const SplitSummary& s) { return ms(s.stage("total_ns").p95_ns); }),
-                    cell(a, [](const SplitSummary& s) { return fmt::format("{:.0f}", s.mean_wire_bytes); }),
-                    cell(b, [](const SplitSummary& s) { return fmt::format("{:.0f}", s.mean_wire_bytes); }),
-                    a ? std::to_string(a->frames) : "-", b ? std::to_string(b->frames) : "-"});
+    std::vector<const SplitSummary*> s(n, nullptr);
+    for (size_t i = 0; i < n; ++i)
+      if (tab[i].count(k) && tab[i][k].frames > 0) s[i] = &tab[i][k];
+    std::vector<std::string> row = {std::to_string(k)};
+    auto med = [&](size_t i) { return s[i]->stage("total_ns").median_ns; };
+    for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? ms(med(i)) : "-");
+    for (size_t i = 1; i < n; ++i)
+      row.push_back(s[0] && s[i] && med(0) > 0 ? fmt::format("{:+.1f}%", (med(i) - med(0)) / med(0) * 100.0) : "-");
+    for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? ms(s[i]->stage("total_ns").p95_ns) : "-");
+    for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? fmt::format("{:.0f}", s[i]->mean_wire_bytes) : "-");
+    for (size_t i = 0; i < n; ++i) row.push_back(tab[i].count(k) ? std::to_string(tab[i][k].frames) : "-");
+    rows.push_back(row);
   }
   std::fputs(align(rows).c_str(), stdout);
+  return 0;
+}
+
+// tracrctl results rm RUN [RUN ...]: each run and all its rows.
+int cmd_rm(ResultsDb& db, const Opts& o) {
+  if (o.positional.empty()) usage_error("results rm: expected one or more RUNs");
+  std::vector<RunRow> runs;
+  for (const auto& p : o.positional) {  // every id checked before anything is deleted
+    auto id = run_id_arg(db, p);
+    if (!id) throw Fatal(id.error());
+    auto r = db.get_run(*id);
+    if (!r) throw Fatal(r.error());
+    runs.push_back(*r);
+  }
+  for (const auto& r : runs) {
+    if (auto st = db.delete_run(r.id); !st) {  // a running run, a write error: the command failed
+      fmt::print(stderr, "tracrctl results: {}\n", st.error().str());
+      return 1;
+    }
+    fmt::print("removed run {} '{}' [{}] and its {} frames with every other row of it from {}\n", r.id, r.name,
+               run_status_name(r.status), r.frame_count, db.path());
+  }
   return 0;
 }
 
@@ -536,10 +676,12 @@ int cmd_results(const std::vector<std::string>& args) {
       return args.empty() ? 2 : 0;
     }
     const std::string sub = args[0];
-    static const std::vector<std::string> subs = {"list", "show", "compare", "export", "schema", "migrate"};
+    static const std::vector<std::string> subs = {"list", "show", "compare", "export", "schema", "migrate", "rm"};
     if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
       fmt::print(stderr,
-                 "tracrctl results: unknown subcommand '{}'; expected list, show, compare, export, schema or migrate\n", sub);
+                 "tracrctl results: unknown subcommand '{}'; expected list, show, compare, export, rm, schema or "
+                 "migrate\n",
+                 sub);
       usage();
       return 2;
     }
@@ -548,14 +690,17 @@ int cmd_results(const std::vector<std::string>& args) {
       usage_error("results list: unexpected argument '" + o.positional[0] + "'");
     if (sub != "export" && (!o.csv.empty() || !o.json.empty()))
       usage_error("--csv/--json belong to `results export`");
+    if (sub != "list" && (!o.model.empty() || !o.status.empty() || !o.name.empty()))
+      usage_error("--model/--status/--name belong to `results list`");
     if (sub == "schema") {
       if (!o.positional.empty()) usage_error("results schema: unexpected argument '" + o.positional[0] + "'");
       std::fputs((o.markdown ? format_schema_markdown() : format_schema_text()).c_str(), stdout);
       return 0;
     }
     if (o.markdown) usage_error("--markdown belongs to `results schema`");
-    if (sub == "migrate") {
-      if (!o.positional.empty()) usage_error("results migrate: unexpected argument '" + o.positional[0] + "'");
+    if (sub == "migrate" || sub == "rm") {  // the commands that write: an existing database, opened read-write
+      if (sub == "migrate" && !o.positional.empty())
+        usage_error("results migrate: unexpected argument '" + o.positional[0] + "'");
       if (!std::ifstream(o.db)) {
         fmt::print(stderr, "tracrctl results: {}: no such results database\n", o.db);
         return 1;
@@ -565,8 +710,16 @@ int cmd_results(const std::vector<std::string>& args) {
         fmt::print(stderr, "tracrctl results: {}\n", db.error().str());
         return 1;
       }
-      fmt::print("{}: schema version {}\n", o.db, *db->schema_version());
-      return 0;
+      if (sub == "migrate") {
+        fmt::print("{}: schema version {}\n", o.db, *db->schema_version());
+        return 0;
+      }
+      try {
+        return cmd_rm(*db, o);
+      } catch (const Fatal& f) {
+        fmt::print(stderr, "tracrctl results: {}\n", f.what());
+        return f.err.code == Errc::invalid_argument ? 2 : 1;
+      }
     }
     auto db = ResultsDb::open_readonly(o.db);
     if (!db) {

@@ -31,6 +31,7 @@
 #include "agent/control.hpp"
 #include "settings/config.hpp"
 #include "controller/launcher.hpp"
+#include "controller/model_check.hpp"
 #include "controller/process.hpp"
 #include "controller/recorder.hpp"
 #include "controller/results.hpp"
@@ -119,6 +120,12 @@ ExperimentConfig agent_experiment(const ExperimentConfig& cfg) {
   abs(c.weights);
   abs(c.dataset.path);
   abs(c.dataset.class_names_file);
+  static const std::string ts = "torchscript:";
+  if (c.model.rfind(ts, 0) == 0) {
+    std::string p = c.model.substr(ts.size());
+    abs(p);
+    c.model = ts + p;
+  }
   return c;
 }
 
@@ -225,6 +232,11 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   ExperimentConfig* cfg = &cfg_value;
   if (auto st = check_experiment_files(*cfg); !st) {
     fmt::print(stderr, "tracrctl run: {}\n", st.error().str());
+    return 2;
+  }
+  // Model, input shape and split points: before any agent starts or any row is written.
+  if (auto n = check_experiment_model(*cfg); !n) {
+    fmt::print(stderr, "tracrctl run: {}\n", n.error().str());
     return 2;
   }
   auto devices = load_experiment_devices(*cfg);

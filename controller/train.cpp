@@ -21,6 +21,7 @@
 #include "agent/agent.hpp"
 #include "controller/event_pump.hpp"
 #include "controller/launcher.hpp"
+#include "controller/model_check.hpp"
 #include "controller/process.hpp"
 #include "controller/recorder.hpp"
 #include "controller/results.hpp"
@@ -216,6 +217,11 @@ int cmd_train(const std::vector<std::string>& args) {
   }
   if (auto st = check_experiment_files(cfg); !st) {
     fmt::print(stderr, "tracrctl train: {}\n", st.error().str());
+    return 2;
+  }
+  // Model, input shape and train.cuts against the model's layers, before launching.
+  if (auto n = check_experiment_model(cfg); !n) {
+    fmt::print(stderr, "tracrctl train: {}\n", n.error().str());
     return 2;
   }
   auto devices = load_experiment_devices(cfg);

@@ -142,6 +142,41 @@ Error expected(const Ctx& c, const YAML::Node& n, const std::string& key, const 
   return err_at(pos_of(c, n), key, fmt::format("expected {}, got {}", what, describe(n)));
 }
 
+// The one YAML document of a file. A further document (after a `---` line)
+// is an error at that line: a second experiment or devices list is never
+// silently dropped. Empty trailing documents (a lone `---`) hold nothing and
+// are allowed. Error config for a syntax error or a second document.
+Result<YAML::Node> load_one_document(const Ctx& c, const std::string& text, const char* what) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    return err_at(pos_of_mark(c, e.mark), "", "YAML syntax error: " + e.msg);
+  }
+  if (docs.empty()) return YAML::Node();
+  for (size_t i = 1; i < docs.size(); ++i) {
+    if (docs[i].IsNull()) continue;
+    // The `---` that opens this document: the last one at or before its content.
+    const YAML::Mark m = docs[i].Mark();
+    int line = m.is_null() ? 0 : m.line + 1;
+    {
+      std::istringstream in(text);
+      std::string l;
+      int n = 0;
+      for (int k = 0; std::getline(in, l); ++k) {
+        if (!m.is_null() && k > m.line) break;
+        if (l.rfind("---", 0) == 0 && (l.size() == 3 || std::isspace(static_cast<unsigned char>(l[3])))) n = k + 1;
+      }
+      if (n > 0) line = n;
+    }
+    return err_at(SourcePos{c.file, line, line > 0 ? 1 : 0}, "",
+                  fmt::format("a second YAML document begins here ('---'); expected one {} per file (put each in a "
+                              "file of its own)",
+                              what));
+  }
+  return docs[0];
+}
+
 std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
   std::string o;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -622,12 +657,9 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
 
 Result<DevicesConfig> parse_devices(const std::string& text, const std::string& source) {
   Ctx c{source};
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return err_at(pos_of_mark(c, e.mark), "", "YAML syntax error: " + e.msg);
-  }
+  auto loaded = load_one_document(c, text, "devices list");
+  if (!loaded) return loaded.error();
+  const YAML::Node root = *loaded;
   DevicesConfig cfg;
   cfg.source = source;
   SourcePos file_pos{source, 0, 0};
@@ -1323,7 +1355,9 @@ std::vector<Setting> build_settings() {
                            "Profile every layer on each device (layer_profiles table).",
                            [](ExperimentConfig& c) -> bool& { return c.record.layers; }));
   t.push_back(string_setting(
-      "output", "path", "results/tracr.db", "SQLite results database (created if missing).",
+      "output", "path", "results/tracr.db",
+      "SQLite results database (created if missing); a relative path written in the experiment file is relative "
+      "to that file's directory.",
       "a database file path", [](ExperimentConfig& c) -> std::string& { return c.output; }, false));
   // ---- split training (tracrctl train)
   auto double_setting = [](const std::string& name, const std::string& type, const std::string& def,
@@ -1472,7 +1506,8 @@ std::vector<Setting> build_settings() {
   {
     Setting s = string_setting(
         "devices", "path", "config/devices_config.yaml",
-        "Devices file; when not set and the default file is missing, both agents run locally.",
+        "Devices file (a relative path in the experiment file: relative to that file's directory); when not set and "
+        "config/devices_config.yaml is missing from the current directory, both agents run locally.",
         "a devices file path", [](ExperimentConfig& c) -> std::string& { return c.devices; }, false);
     auto inner = s.apply;
     s.apply = [inner](const Ctx& c, const YAML::Node& n, const std::string& key,
@@ -1666,12 +1701,9 @@ Result<ExperimentConfig> parse_experiment(const std::string& text, const std::st
   ExperimentConfig cfg;
   cfg.source = source;
   cfg.source_text = text;
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    return err_at(pos_of_mark(c, e.mark), "", "YAML syntax error: " + e.msg);
-  }
+  auto loaded = load_one_document(c, text, "experiment");
+  if (!loaded) return loaded.error();
+  const YAML::Node root = *loaded;
   if (!root.IsMap())
     return err_at(SourcePos{file, 0, 0}, "",
                   "expected a map of experiment settings (at least 'model'), got " + describe(root));
@@ -1701,10 +1733,43 @@ Result<ExperimentConfig> parse_experiment(const std::string& text, const std::st
   return cfg;
 }
 
+namespace {
+
+// The rule for relative paths: a path written in the experiment file is
+// relative to the directory of that file; one from a TRACR_* variable, a
+// command-line option or a default is relative to the current directory.
+// Paths used on the agents' devices (train.checkpoint_dir, train.export) are
+// left as written. `~/` paths are left as written.
+void resolve_paths_against_file(ExperimentConfig& cfg) {
+  const fs::path dir = fs::path(cfg.source).parent_path();
+  if (dir.empty()) return;  // the file is in the current directory: nothing changes
+  auto resolve = [&](const std::string& setting, std::string& p) {
+    auto it = cfg.origin.find(setting);
+    if (p.empty() || it == cfg.origin.end() || it->second.file != cfg.source) return;
+    if (p == "~" || p.rfind("~/", 0) == 0 || fs::path(p).is_absolute()) return;
+    p = (dir / p).lexically_normal().string();
+  };
+  resolve("devices", cfg.devices);
+  resolve("output", cfg.output);
+  resolve("weights", cfg.weights);
+  resolve("dataset.path", cfg.dataset.path);
+  resolve("dataset.class_names", cfg.dataset.class_names_file);
+  static const std::string ts = "torchscript:";
+  if (cfg.model.rfind(ts, 0) == 0) {
+    std::string p = cfg.model.substr(ts.size());
+    resolve("model", p);
+    cfg.model = ts + p;
+  }
+}
+
+}  // namespace
+
 Result<ExperimentConfig> load_experiment(const std::string& path) {
   auto text = read_text(path, "experiment");
   if (!text) return text.error();
-  return parse_experiment(*text, path, true);
+  auto cfg = parse_experiment(*text, path, true);
+  if (cfg) resolve_paths_against_file(*cfg);
+  return cfg;
 }
 
 Result<std::vector<int>> resolve_splits(const ExperimentConfig& cfg, int num_layers) {
@@ -1796,6 +1861,14 @@ std::vector<SettingValue> describe_settings(const ExperimentConfig& cfg) {
     v.value = s.show(cfg);
     auto it = cfg.origin.find(s.info.name);
     v.origin = it == cfg.origin.end() ? "default" : it->second.str();
+    // Which devices file a run will use, not only which one was named: the
+    // default file is optional and the embedded default takes its place.
+    std::error_code ec;
+    if (s.info.name == "devices" && !cfg.devices_explicit && !fs::exists(cfg.devices, ec)) {
+      v.value = "<embedded default>";
+      v.origin = fmt::format("default ({} not found from {}: both agents local)", cfg.devices,
+                             fs::current_path(ec).string());
+    }
     out.push_back(std::move(v));
   }
   return out;

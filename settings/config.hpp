@@ -280,7 +280,12 @@ struct ExperimentConfig {
 
 // Reads and validates an experiment file, then applies TRACR_<NAME>
 // environment overrides (each parsed as a YAML scalar or flow value, with the
-// same checks). Error io when the file cannot be read, config otherwise.
+// same checks). Relative paths written in the file (devices, output,
+// weights, dataset.path, dataset.class_names, a torchscript: model) are
+// resolved against the file's directory; those from the environment and the
+// defaults stay relative to the current directory. A second YAML document
+// in the file is an error at its `---` line. Error io when the file cannot
+// be read, config otherwise.
 Result<ExperimentConfig> load_experiment(const std::string& path);
 // The same from text held in memory (`source` names it in messages).
 // With use_env false, TRACR_* variables are ignored.

@@ -736,6 +736,190 @@ TEST_F(ResultsCliTest, ListShowCompareAndUsageErrors) {
       1);
 }
 
+TEST_F(ResultsCliTest, RmDeletesTheRunAndEveryRowOfIt) {
+  {
+    // Rows in more tables than the fixture fills: a layer profile, a probe, a
+    // device, a plan based on the run.
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    LayerProfileRecord lp;
+    lp.run_id = run;
+    lp.device = "edge";
+    lp.device_role = "PARTICIPANT";
+    ASSERT_TRUE(db->add_layer_profiles({lp}).ok());
+    ProbeRow pr;
+    pr.run_id = run;
+    pr.participant = "edge";
+    ASSERT_TRUE(db->add_probe(pr).ok());
+    DeviceRecord dr;
+    dr.run_id = run;
+    dr.device = "edge";
+    dr.role = "PARTICIPANT";
+    ASSERT_TRUE(db->add_device(dr).ok());
+    ASSERT_TRUE(db->insert_rows("plans", {"basis_run", "created_at"}, {{std::to_string(run), "now"}}).ok())
+        << "plans columns changed";
+  }
+  // Every table with a run_id column (basis_run for plans) and how many rows each run has there.
+  auto counts = [&](int64_t id) {
+    auto db = ResultsDb::open_readonly(path);
+    EXPECT_TRUE(db.ok());
+    std::map<std::string, int64_t> c;
+    for (const auto& t : schema_tables())
+      for (const auto& col : t.columns)
+        if (col.name == "run_id" || (t.name == "plans" && col.name == "basis_run"))
+          c[t.name] = std::stoll(scalar(*db, "SELECT COUNT(*) FROM " + t.name + " WHERE " + col.name + " = " +
+                                                 std::to_string(id)));
+    return c;
+  };
+  const auto before = counts(run), other_before = counts(run2);
+  for (const char* t : {"frames", "events", "summaries", "energy", "energy_stats", "layer_profiles", "probes",
+                        "devices", "plans"})
+    EXPECT_GT(before.at(t), 0) << t << ": the test should have rows there";
+
+  std::string out;
+  ASSERT_EQ(run_cli({"rm", std::to_string(run), "--db", path}, &out), 0) << out;
+  EXPECT_NE(out.find("removed run " + std::to_string(run) + " 'baseline'"), std::string::npos) << out;
+  for (const auto& [table, n] : counts(run)) EXPECT_EQ(n, 0) << table << " kept rows of the removed run";
+  EXPECT_EQ(counts(run2), other_before);  // the other run is untouched
+  {
+    auto db = ResultsDb::open_readonly(path);
+    ASSERT_TRUE(db.ok());
+    EXPECT_EQ(db->get_run(run).error().code, Errc::not_found);
+    EXPECT_EQ(scalar(*db, "PRAGMA foreign_key_check"), "");
+  }
+  // Mistakes: no such run (1), not a run id or none at all (2), nothing deleted.
+  EXPECT_EQ(run_cli({"rm", std::to_string(run), "--db", path}, &out), 1);
+  EXPECT_EQ(run_cli({"rm", "abc", "--db", path}, &out), 2);
+  EXPECT_EQ(run_cli({"rm", "--db", path}, &out), 2);
+  EXPECT_EQ(run_cli({"rm", "1", "--db", dir.file("missing.db")}, &out), 1);
+  EXPECT_FALSE(fs::exists(dir.file("missing.db")));
+  // A run still running (this process is its controller) is refused.
+  int64_t live = 0;
+  {
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    auto id = db->begin_run(info("live"));
+    ASSERT_TRUE(id.ok());
+    live = *id;
+    EXPECT_EQ(db->delete_run(live).error().code, Errc::invalid_argument);
+  }
+  EXPECT_EQ(run_cli({"rm", std::to_string(live), "--db", path}, &out), 1);
+  auto db = ResultsDb::open_readonly(path);
+  ASSERT_TRUE(db.ok());
+  EXPECT_TRUE(db->get_run(live).ok());
+  EXPECT_TRUE(db->get_run(run2).ok());
+}
+
+TEST_F(ResultsCliTest, ListFiltersByModelStatusAndName) {
+  std::string third;
+  {
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    RunInfo r = info("resnet-Sweep-7");
+    r.model = "resnet18";
+    auto id = db->begin_run(r);
+    ASSERT_TRUE(id.ok());
+    third = std::to_string(*id);
+    ASSERT_TRUE(db->finish_run(*id, RunStatus::failed, "agent lost").ok());
+  }
+  auto ids = [](const std::string& out) {  // the id column of the listed rows
+    std::vector<std::string> v;
+    std::istringstream in(out);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::string id;
+      std::istringstream(line) >> id;  // right-aligned: leading spaces
+      v.push_back(id);
+    }
+    return v;
+  };
+  std::string out;
+  ASSERT_EQ(run_cli({"list", "--db", path}, &out), 0);
+  EXPECT_EQ(ids(out).size(), 3u) << out;
+  ASSERT_EQ(run_cli({"list", "--model", "resnet18", "--db", path}, &out), 0);
+  EXPECT_EQ(ids(out), std::vector<std::string>{third}) << out;
+  ASSERT_EQ(run_cli({"list", "--status", "completed", "--db", path}, &out), 0);
+  EXPECT_EQ(ids(out), (std::vector<std::string>{std::to_string(run2), std::to_string(run)})) << out;
+  ASSERT_EQ(run_cli({"list", "--name", "sweep", "--db", path}, &out), 0);  // any case
+  EXPECT_EQ(ids(out), std::vector<std::string>{third}) << out;
+  ASSERT_EQ(run_cli({"list", "--model", "alexnet", "--name", "base", "--db", path}, &out), 0);
+  EXPECT_EQ(ids(out), std::vector<std::string>{std::to_string(run)}) << out;
+  ASSERT_EQ(run_cli({"list", "--model", "vgg16", "--db", path}, &out), 0);
+  EXPECT_NE(out.find("no runs in " + path + " match the filters"), std::string::npos) << out;
+  // A status that does not exist, a filter on another command: usage errors.
+  EXPECT_EQ(run_cli({"list", "--status", "done", "--db", path}, &out), 2);
+  EXPECT_EQ(run_cli({"show", "last", "--model", "alexnet", "--db", path}, &out), 2);
+}
+
+TEST_F(ResultsCliTest, CompareTakesSeveralRunsAndShowsTheSettingsThatDiffer) {
+  int64_t third = 0;
+  {
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    // Stored configurations as to_yaml writes them: flat keys and sections.
+    const std::string base =
+        "# effective tracr experiment configuration\nname: a\nmodel: alexnet\ninput_size: ~\nbatch_size: 1\n"
+        "compression: none\nrecord:\n  frames: true\n  layers: true\n";
+    ASSERT_EQ(sqlite3_exec(db->handle(),
+                           ("UPDATE runs SET config_yaml = '" + base + "' WHERE id IN (" + std::to_string(run) + ", " +
+                            std::to_string(run2) + ")")
+                               .c_str(),
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    RunInfo r = info("c");
+    r.model = "resnet18";
+    r.config_yaml =
+        "# effective tracr experiment configuration\nname: c\nmodel: resnet18\ninput_size: [3, 64, 64]\n"
+        "batch_size: 4\ncompression: fp16\nrecord:\n  frames: true\n  layers: false\n";
+    auto id = db->begin_run(r);
+    ASSERT_TRUE(id.ok());
+    third = *id;
+    ASSERT_TRUE(db->add_frames({frame(third, 0, 0, 4000000)}).ok());
+    ASSERT_TRUE(db->finish_run(third, RunStatus::completed).ok());
+  }
+  std::string out;
+  ASSERT_EQ(run_cli({"compare", std::to_string(run), std::to_string(run2), std::to_string(third), "--db", path}, &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("C: run " + std::to_string(third) + " c [completed]  model resnet18"), std::string::npos) << out;
+  // Only the settings that differ, each with every run's value, sections by dotted name.
+  const auto diff = out.substr(out.find("settings that differ"));
+  auto cells_of = [&](const std::string& key) {  // the row's cells split at runs of 2+ spaces
+    std::vector<std::string> v;
+    auto p = diff.find("\n  " + key + " ");
+    if (p == std::string::npos) return v;
+    const std::string line = diff.substr(p + 3, diff.find('\n', p + 1) - p - 3);
+    size_t i = 0;
+    while (i < line.size()) {
+      size_t e = line.find("  ", i);
+      if (e == std::string::npos) e = line.size();
+      v.push_back(line.substr(i, e - i));
+      i = line.find_first_not_of(' ', e);
+      if (i == std::string::npos) break;
+    }
+    return v;
+  };
+  EXPECT_EQ(cells_of("batch_size"), (std::vector<std::string>{"batch_size", "1", "1", "4"})) << diff;
+  EXPECT_EQ(cells_of("record.layers"), (std::vector<std::string>{"record.layers", "true", "true", "false"})) << diff;
+  EXPECT_EQ(cells_of("input_size"), (std::vector<std::string>{"input_size", "~", "~", "[3, 64, 64]"})) << diff;
+  EXPECT_TRUE(cells_of("record.frames").empty()) << "an equal setting is not a difference:\n" << diff;
+  EXPECT_NE(out.find("warning: the runs differ in model (A alexnet, B alexnet, C resnet18)"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("warning: the runs differ in input size (A ~, B ~, C [3, 64, 64])"), std::string::npos) << out;
+  EXPECT_NE(out.find("warning: the runs differ in batch size (A 1, B 1, C 4)"), std::string::npos) << out;
+  // Per split, each run beside the first: split 0 is 2 ms, 1 ms, 4 ms.
+  EXPECT_NE(out.find("B vs A"), std::string::npos) << out;
+  EXPECT_NE(out.find("-50.0%"), std::string::npos) << out;
+  EXPECT_NE(out.find("+100.0%"), std::string::npos) << out;
+
+  // Two runs with the same settings: no difference, no warning.
+  ASSERT_EQ(run_cli({"compare", std::to_string(run), std::to_string(run2), "--db", path}, &out), 0);
+  EXPECT_NE(out.find("settings: identical"), std::string::npos) << out;
+  EXPECT_EQ(out.find("warning:"), std::string::npos) << out;
+  EXPECT_EQ(run_cli({"compare", std::to_string(run), "--db", path}, &out), 2);
+}
+
 TEST(ResultsTable, SplitTableIsAlignedAndMarksTheFastestSplit) {
   std::vector<SplitSummary> rows(3);
   for (int i = 0; i < 3; ++i) {

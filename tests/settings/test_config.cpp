@@ -80,6 +80,21 @@ class NoSettingOverrides {
   std::vector<std::unique_ptr<ScopedEnv>> envs_;
 };
 
+// Runs the scope in another current directory (relative paths resolve there).
+class ScopedCwd {
+ public:
+  explicit ScopedCwd(const std::string& dir) : old_(fs::current_path()) { fs::current_path(dir); }
+  ~ScopedCwd() {
+    std::error_code ec;
+    fs::current_path(old_, ec);
+  }
+  ScopedCwd(const ScopedCwd&) = delete;
+  ScopedCwd& operator=(const ScopedCwd&) = delete;
+
+ private:
+  fs::path old_;
+};
+
 // The example of the Python tracr README (Quick Start, step 2), verbatim.
 const char* kPythonReadmeDevices = R"(devices:
   - device_type: SERVER           # REQUIRED
@@ -839,6 +854,136 @@ TEST(ExperimentConfig, DidYouMeanPicksCloseCandidatesOnly) {
   EXPECT_EQ(did_you_mean("zzzzzz", {"host", "user"}), "");
 }
 
+TEST(ExperimentConfig, ASecondYamlDocumentIsAnErrorAtItsLine) {
+  Error e = experiment_error("model: alexnet\nsplit: [1]\n---\nmodel: vgg16\nsplit: [3]\n");
+  EXPECT_EQ(e.code, Errc::config);
+  EXPECT_NE(e.message.find("exp.yaml:3:1: a second YAML document begins here ('---'); expected one experiment per file"),
+            std::string::npos)
+      << e.message;
+  // The `---` may carry the document on its line; a document start before the first one is not a second one.
+  Error inline_doc = experiment_error("---\nmodel: alexnet\n\n--- {model: vgg16}\n");
+  EXPECT_NE(inline_doc.message.find("exp.yaml:4:1: a second YAML document"), std::string::npos) << inline_doc.message;
+  // A lone trailing `---` (an empty document) holds nothing that could be lost.
+  auto ok = parse_experiment("---\nmodel: alexnet\n---\n", "exp.yaml", false);
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  EXPECT_EQ(ok->model, "alexnet");
+  // The devices file too, from a real file.
+  TempDir dir;
+  auto d = load_devices(dir.write("devices.yaml", std::string(kPythonReadmeDevices) + "---\n" + kPythonReadmeDevices));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().message.find(dir.file("devices.yaml") + ":17:1: a second YAML document begins here ('---'); "
+                                   "expected one devices list per file"),
+            std::string::npos)
+      << d.error().message;
+}
+
+TEST(ExperimentConfig, RelativePathsInTheFileResolveAgainstItsDirectory) {
+  NoSettingOverrides no_env;
+  TempDir dir;
+  const std::string exp = dir.write("lab/exp/e.yaml", R"(model: torchscript:models/net.pt
+devices: ../devices.yaml
+output: ../../results/r.db
+weights: w/model.pt
+dataset:
+  type: imagefolder
+  path: imgs
+  class_names: names.txt
+train:
+  cuts: [1]
+  checkpoint_dir: ckpt
+  export: out/model.pt
+)");
+  dir.write("lab/devices.yaml", kPythonReadmeDevices);
+  dir.write("lab/exp/models/net.pt", "x");
+  dir.write("lab/exp/w/model.pt", "x");
+  dir.write("lab/exp/names.txt", "a\nb\n");
+  fs::create_directories(dir.file("lab/exp/imgs"));
+  fs::create_directories(dir.file("elsewhere"));
+  ScopedCwd cwd(dir.file("elsewhere"));  // tracrctl run from an unrelated directory
+  auto r = load_experiment(exp);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->devices, dir.file("lab/devices.yaml"));
+  EXPECT_EQ(r->output, dir.file("results/r.db"));
+  EXPECT_EQ(r->weights, dir.file("lab/exp/w/model.pt"));
+  EXPECT_EQ(r->dataset.path, dir.file("lab/exp/imgs"));
+  EXPECT_EQ(r->dataset.class_names_file, dir.file("lab/exp/names.txt"));
+  EXPECT_EQ(r->model, "torchscript:" + dir.file("lab/exp/models/net.pt"));
+  // Paths on the devices stay as written.
+  EXPECT_EQ(r->train.checkpoint_dir, "ckpt");
+  EXPECT_EQ(r->train.export_path, "out/model.pt");
+  // Everything it names is found although the current directory holds none of it.
+  EXPECT_TRUE(check_experiment_files(*r).ok()) << check_experiment_files(*r).error().str();
+  auto devs = load_experiment_devices(*r);
+  ASSERT_TRUE(devs.ok()) << devs.error().str();
+  EXPECT_FALSE(devs->embedded);
+
+  // The experiment named by a relative path: the results stay relative (and normalised).
+  {
+    ScopedCwd in_lab(dir.file("lab"));
+    auto rel = load_experiment("exp/e.yaml");
+    ASSERT_TRUE(rel.ok()) << rel.error().str();
+    EXPECT_EQ(rel->devices, "devices.yaml");
+    EXPECT_EQ(rel->output, "../results/r.db");
+    EXPECT_EQ(rel->weights, "exp/w/model.pt");
+  }
+  // A value from the environment is relative to the current directory, as typed in the shell.
+  {
+    ScopedEnv out("TRACR_OUTPUT", "mine.db");
+    ScopedEnv w("TRACR_WEIGHTS", "w/other.pt");
+    auto env = load_experiment(exp);
+    ASSERT_TRUE(env.ok()) << env.error().str();
+    EXPECT_EQ(env->output, "mine.db");
+    EXPECT_EQ(env->weights, "w/other.pt");
+    EXPECT_EQ(env->devices, dir.file("lab/devices.yaml"));
+  }
+  // Absolute and home paths are used as given.
+  auto abs = load_experiment(dir.write("lab/exp/abs.yaml", "model: alexnet\noutput: /tmp/x.db\nweights: ~/w.pt\n"));
+  ASSERT_TRUE(abs.ok()) << abs.error().str();
+  EXPECT_EQ(abs->output, "/tmp/x.db");
+  EXPECT_EQ(abs->weights, "~/w.pt");
+  // Defaults are relative to the current directory.
+  auto def = load_experiment(dir.write("lab/exp/def.yaml", "model: alexnet\n"));
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ(def->output, "results/tracr.db");
+  EXPECT_EQ(def->devices, "config/devices_config.yaml");
+}
+
+TEST(ExperimentConfig, ShowConfigNamesTheDevicesFileARunUses) {
+  NoSettingOverrides no_env;
+  TempDir dir;
+  const std::string exp = dir.write("exp.yaml", "model: alexnet\n");
+  auto devices_row = [](const ExperimentConfig& c) {
+    for (const auto& v : describe_settings(c))
+      if (v.info.name == "devices") return v;
+    return SettingValue{};
+  };
+  {
+    // No config/devices_config.yaml here: the embedded default, and the place looked in.
+    ScopedCwd cwd(dir.file(""));
+    auto r = load_experiment(exp);
+    ASSERT_TRUE(r.ok());
+    const auto v = devices_row(*r);
+    EXPECT_EQ(v.value, "<embedded default>");
+    EXPECT_NE(v.origin.find("config/devices_config.yaml not found from " + fs::current_path().string()),
+              std::string::npos)
+        << v.origin;
+    EXPECT_NE(format_settings(*r).find("<embedded default>"), std::string::npos);
+    EXPECT_TRUE(load_experiment_devices(*r)->embedded);
+    // The effective YAML still names the setting's value, which parses back.
+    EXPECT_NE(to_yaml(*r).find("devices: config/devices_config.yaml"), std::string::npos);
+  }
+  dir.write("config/devices_config.yaml", kPythonReadmeDevices);
+  {
+    ScopedCwd cwd(dir.file(""));
+    auto r = load_experiment(exp);
+    ASSERT_TRUE(r.ok());
+    const auto v = devices_row(*r);
+    EXPECT_EQ(v.value, "config/devices_config.yaml");
+    EXPECT_EQ(v.origin, "default");
+    EXPECT_FALSE(load_experiment_devices(*r)->embedded);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Templates in config/
 
@@ -881,6 +1026,39 @@ TEST(ConfigTemplates, ExperimentTemplatesParse) {
   ASSERT_TRUE(f.ok()) << f.error().str();
   EXPECT_EQ(f->dataset.kind, DatasetKind::fashion_mnist);
   EXPECT_EQ(f->dataset.split, "test");
+}
+
+// The templates name their devices files and databases relative to
+// themselves: they work from the project root and from anywhere else.
+TEST(ConfigTemplates, ExperimentTemplatesWorkFromAnyDirectory) {
+  NoSettingOverrides no_env;
+  TempDir elsewhere;
+  for (const std::string cwd : {source_dir(), elsewhere.file("")}) {
+    ScopedCwd in(cwd);
+    for (const auto& e : fs::directory_iterator(source_dir() + "/config/experiments")) {
+      if (e.path().extension() != ".yaml") continue;
+      const std::string name = e.path().filename().string();
+      // From the root the README's command line: tracrctl run config/experiments/X.yaml
+      const std::string arg = cwd == source_dir() ? "config/experiments/" + name : e.path().string();
+      auto r = load_experiment(arg);
+      ASSERT_TRUE(r.ok()) << arg << ": " << r.error().str();
+      if (r->devices_explicit) {
+        auto d = load_experiment_devices(*r);
+        ASSERT_TRUE(d.ok()) << arg << " from " << cwd << ": " << d.error().str();
+        EXPECT_FALSE(d->embedded);
+      }
+      // Every database lands in the project's results/.
+      EXPECT_EQ(fs::weakly_canonical(fs::absolute(r->output)).parent_path(),
+                fs::weakly_canonical(fs::path(source_dir()) / "results"))
+          << arg << " from " << cwd << ": output " << r->output;
+      if (cwd == source_dir()) EXPECT_EQ(r->output.rfind("results/", 0), 0u) << arg << ": " << r->output;
+      // Weights a template names are the ones training writes under the project's results/.
+      if (!r->weights.empty())
+        EXPECT_EQ(fs::weakly_canonical(fs::absolute(r->weights)).parent_path(),
+                  fs::weakly_canonical(fs::path(source_dir()) / "results"))
+            << arg << " from " << cwd << ": weights " << r->weights;
+    }
+  }
 }
 
 TEST(ConfigTemplates, ReadmeDocumentsEverySetting) {

@@ -217,12 +217,16 @@ TEST(Train, LayoutMistakesAreRefusedBeforeAnyAgentStarts) {
   EXPECT_EQ(not_train.status, 2) << not_train.out;
   EXPECT_NE(not_train.out.find("not a training experiment: set train.cuts"), std::string::npos) << not_train.out;
   EXPECT_EQ(query(db, "select count(*) from runs"), "") << "no run row for a refused layout";
-  // A cut beyond the model fails the run with the agents' message, naming the setting.
-  auto beyond = sh(tracrctl() + " train " +
-                   d.file("c.yaml", train_yaml(d, "").replace(train_yaml(d, "").find("[3, 6, 8]"), 9, "[3, 6, 12]")) +
-                   " --no-progress");
-  EXPECT_EQ(beyond.status, 1) << beyond.out;
-  EXPECT_NE(beyond.out.find("train.cuts[2] = 12"), std::string::npos) << beyond.out;
+  // A cut beyond the model is refused by the controller before any agent starts, naming the entry.
+  const std::string c_yaml =
+      d.file("c.yaml", train_yaml(d, "").replace(train_yaml(d, "").find("[3, 6, 8]"), 9, "[3, 6, 12]"));
+  auto beyond = sh(tracrctl() + " train " + c_yaml + " --no-progress");
+  EXPECT_EQ(beyond.status, 2) << beyond.out;
+  EXPECT_NE(beyond.out.find(c_yaml + ":9:9: train.cuts[2]: cut 12 is outside model 'fmnist_cnn' with 10 layers; "
+                            "expected cuts in 1..9"),
+            std::string::npos)
+      << beyond.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "") << "no run row for a refused layout";
 }
 
 TEST(Train, ResultsShowAndTheReportDrawTheTrainingCurves) {

@@ -1,0 +1,22 @@
+// What only the model can tell about an experiment, checked by the
+// controller before any agent is deployed or any run row is written.
+#pragma once
+
+#include "protocol/error.hpp"
+#include "settings/config.hpp"
+
+namespace tracr::controller {
+
+// Builds the experiment's model on this machine (CPU, random weights: the
+// weights file is not read) and checks that
+//   * `model` is a registry id (a wrong case or a typo names the closest
+//     one) or a torchscript: file that loads,
+//   * `input_size` runs through every layer,
+//   * every `split` point is within 0..N and every `train.cuts` entry within
+//     1..N-1 (N = the model's layers).
+// Returns the model's N. Error config naming the key with its file:line:col
+// and what was expected. In a build without LibTorch nothing is checked and
+// the result is -1 (the agents report these mistakes themselves).
+Result<int> check_experiment_model(const settings::ExperimentConfig& cfg);
+
+}  // namespace tracr::controller

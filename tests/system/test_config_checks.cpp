@@ -1,0 +1,190 @@
+// Mistakes caught by tracrctl before any agent starts (real tracrctl
+// processes on real files): an unknown model, a split or training cut beyond
+// the model, an input the model cannot take, a second YAML document; paths
+// relative to the experiment file from another directory; exit statuses.
+#include <algorithm>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "controller/results.hpp"
+#include "system/system_util.hpp"
+
+using namespace tracr::testing;
+
+namespace {
+
+// An existing database with no run in it: a rejected experiment must leave it so.
+std::string empty_db(const TempDir& d) {
+  const std::string db = (d.path / "r.db").string();
+  auto h = tracr::controller::ResultsDb::open(db);
+  EXPECT_TRUE(h.ok());
+  return db;
+}
+
+// No LibTorch backtrace reaches the user: a message of a few lines.
+void expect_short_message(const std::string& out) {
+  EXPECT_EQ(out.find("Exception raised from"), std::string::npos) << out;
+  EXPECT_EQ(out.find("frame #"), std::string::npos) << out;
+  EXPECT_LE(std::count(out.begin(), out.end(), '\n'), 2) << out;
+}
+
+}  // namespace
+
+TEST(ConfigChecks, UnknownModelIsRejectedBeforeDeployWithTheClosestId) {
+  TempDir d;
+  const std::string db = empty_db(d);
+  for (const auto& [model, closest] : {std::pair<std::string, std::string>{"resnet34", "resnet18"}, {"ResNet18", "resnet18"},
+                                       {"alexnt", "alexnet"}}) {
+    const std::string exp = d.file("exp.yaml", "name: wrong\nmodel: " + model + "\noutput: " + db + "\n");
+    auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find(exp + ":2:8: model: unknown model '" + model + "' (did you mean '" + closest + "'?); "
+                         "expected a registry id ("),
+              std::string::npos)
+        << r.out;
+    expect_short_message(r.out);
+  }
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+  // Without a database yet, none is created (nothing was started).
+  const std::string fresh = (d.path / "fresh" / "r.db").string();
+  auto r = sh(tracrctl() + " run " + d.file("e2.yaml", "model: resnet34\noutput: " + fresh + "\n"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  EXPECT_FALSE(std::filesystem::exists(d.path / "fresh"));
+}
+
+TEST(ConfigChecks, SplitBeyondTheModelIsRejectedWithItsPosition) {
+  TempDir d;
+  const std::string db = empty_db(d);
+  const std::string exp =
+      d.file("exp.yaml", "model: alexnet\ninput_size: 64\nsplit: [0, 23]\nrepetitions: 1\noutput: " + db + "\n");
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find(exp + ":3:8: split: split point 23 is beyond model 'alexnet' with 22 layers; expected 0..22"),
+            std::string::npos)
+      << r.out;
+  // The environment override names itself.
+  r = sh("TRACR_SPLIT='[40]' " + tracrctl() + " run " + exp + " --no-progress");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("env TRACR_SPLIT: split: split point 40 is beyond"), std::string::npos) << r.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+  // The last layer itself is fine (split N: everything on the participant).
+  r = sh(tracrctl() + " run " + d.file("ok.yaml", "model: alexnet\ninput_size: 64\nsplit: [22]\nwarmup: 0\n"
+                                                    "repetitions: 1\ndataset: {max_samples: 1}\nrecord: {layers: false}\n"
+                                                    "probe: {enabled: false}\noutput: " + db + "\n") +
+         " --no-progress");
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
+TEST(ConfigChecks, InputTheModelCannotTakeIsRejectedWithoutABacktrace) {
+  TempDir d;
+  const std::string db = empty_db(d);
+  // AlexNet needs at least 63x63, VGG 32x32.
+  for (const auto& [model, size, line] :
+       {std::tuple<std::string, std::string, std::string>{"alexnet", "28", "[3, 28, 28]"},
+        {"vgg11", "[3, 16, 16]", "[3, 16, 16]"}}) {
+    const std::string exp = d.file("exp.yaml", "model: " + model + "\ninput_size: " + size + "\noutput: " + db + "\n");
+    auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find(exp + ":2:13: input_size: model '" + model + "' cannot take input " + line + ": "),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("layer "), std::string::npos) << r.out;  // the layer that cannot run
+    EXPECT_NE(r.out.find("; expected a shape it accepts ("), std::string::npos) << r.out;
+    expect_short_message(r.out);
+  }
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+}
+
+TEST(ConfigChecks, TrainingCutsBeyondTheModelAreRejectedBeforeLaunching) {
+  TempDir d;
+  const std::string db = empty_db(d);
+  const std::string exp = d.file("t.yaml", "model: fmnist_cnn\ntrain:\n  cuts: [3, 40]\n  max_steps: 1\noutput: " + db +
+                                               "\n");
+  auto r = sh(tracrctl() + " train " + exp + " --no-progress");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find(exp + ":3:9: train.cuts[1]: cut 40 is outside model 'fmnist_cnn' with "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("expected cuts in 1.."), std::string::npos) << r.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+  r = sh(tracrctl() + " train " + d.file("m.yaml", "model: ResNet18\ntrain: {cuts: [2]}\noutput: " + db + "\n"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("(did you mean 'resnet18'?)"), std::string::npos) << r.out;
+}
+
+TEST(ConfigChecks, SecondYamlDocumentIsAnErrorNamingItsLine) {
+  TempDir d;
+  const std::string db = empty_db(d);
+  const std::string exp = d.file("two.yaml", "model: alexnet\noutput: " + db + "\n---\nmodel: vgg16\n");
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find(exp + ":3:1: a second YAML document begins here ('---'); expected one experiment per file"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+}
+
+// An experiment in its own directory with a devices file and a database named
+// relative to it, run from an unrelated directory; --show-config says so.
+TEST(ConfigChecks, RelativePathsResolveAgainstTheExperimentFileFromAnyDirectory) {
+  TempDir d;
+  d.file("lab/devices.yaml", "devices:\n  - device_type: SERVER\n    name: lab_server\n    transport: local\n"
+                              "  - device_type: PARTICIPANT\n    name: lab_edge\n    transport: local\n");
+  const std::string exp = d.file("lab/exp/e.yaml", "model: alexnet\ninput_size: 64\nsplit: [2]\nwarmup: 0\n"
+                                                  "repetitions: 1\ndataset: {max_samples: 1}\nrecord: {layers: false}\n"
+                                                  "probe: {enabled: false}\ndevices: ../devices.yaml\n"
+                                                  "output: ../results/r.db\n");
+  std::filesystem::create_directories(d.path / "elsewhere");
+  const std::string cd = "cd " + (d.path / "elsewhere").string() + " && ";
+  auto show = sh(cd + tracrctl() + " run " + exp + " --show-config");
+  ASSERT_EQ(show.status, 0) << show.out;
+  EXPECT_NE(show.out.find((d.path / "lab/devices.yaml").string()), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find((d.path / "lab/results/r.db").string()), std::string::npos) << show.out;
+  auto r = sh(cd + tracrctl() + " run " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("devices " + (d.path / "lab/devices.yaml").string()), std::string::npos) << r.out;
+  const std::string db = (d.path / "lab/results/r.db").string();
+  EXPECT_EQ(query(db, "select status from runs"), "completed");
+  EXPECT_EQ(query(db, "select group_concat(device, ',') from (select device from devices order by device)"),
+            "lab_edge,lab_server");
+  EXPECT_FALSE(std::filesystem::exists(d.path / "elsewhere" / "results"));
+
+  // Without a devices file, --show-config says the embedded default is used, and where it looked.
+  const std::string plain = d.file("lab/exp/plain.yaml", "model: alexnet\n");
+  auto s2 = sh(cd + tracrctl() + " run " + plain + " --show-config");
+  ASSERT_EQ(s2.status, 0) << s2.out;
+  EXPECT_NE(s2.out.find("<embedded default>"), std::string::npos) << s2.out;
+  EXPECT_NE(s2.out.find("config/devices_config.yaml not found from " + (d.path / "elsewhere").string()),
+            std::string::npos)
+      << s2.out;
+}
+
+TEST(ConfigChecks, ExitStatusesAreTheDocumentedOnes) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  // 2: usage or configuration errors.
+  EXPECT_EQ(sh(tracrctl()).status, 2);
+  EXPECT_EQ(sh(tracrctl() + " frobnicate").status, 2);
+  EXPECT_EQ(sh(tracrctl() + " run").status, 2);
+  EXPECT_EQ(sh(tracrctl() + " run " + d.file("e.yaml", "model: alexnet\n") + " --bogus").status, 2);
+  EXPECT_EQ(sh(tracrctl() + " run " + d.file("bad.yaml", "model: alexnet\nwarmup: -1\n")).status, 2);
+  EXPECT_EQ(sh(tracrctl() + " run " + (d.path / "missing.yaml").string()).status, 2);
+  EXPECT_EQ(sh(tracrctl() + " demo --reps abc").status, 2);
+  auto prof = sh(tracrctl() + " profile resnet34");
+  EXPECT_EQ(prof.status, 2) << prof.out;
+  auto shape = sh(tracrctl() + " profile alexnet --input-shape 3,16,16");
+  EXPECT_EQ(shape.status, 2) << shape.out;
+  expect_short_message(shape.out);
+  EXPECT_EQ(sh(tracrctl() + " results list --status done --db " + db).status, 2);
+  // 1: the command ran and failed (here: an agent that exits at once; a missing database).
+  auto failed = sh(tracrctl() + " run " +
+                   d.file("f.yaml", "model: alexnet\ninput_size: 64\nsplit: [1]\noutput: " + db + "\n") +
+                   " --no-progress --agent /bin/true");
+  EXPECT_EQ(failed.status, 1) << failed.out;
+  EXPECT_EQ(query(db, "select status from runs"), "failed");
+  EXPECT_EQ(sh(tracrctl() + " results show 1 --db " + (d.path / "none.db").string()).status, 1);
+  // 0: done.
+  EXPECT_EQ(sh(tracrctl() + " version").status, 0);
+  EXPECT_EQ(sh(tracrctl() + " results list --db " + db).status, 0);
+}
