@@ -24,16 +24,27 @@ namespace tracr::controller {
 
 using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
-namespace {
-
-std::string ms(double ns) { return fmt::format("{:.3f}", ns / 1e6); }
-
-
 // Integral values print as integers ("1500000", not "1.5e+06").
 std::string json_num(double v) {
   if (!std::isfinite(v)) return "null";
   if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) return fmt::format("{:.0f}", v);
   return fmt::format("{}", v);
+}
+
+Status write_file(const std::string& file, const std::string& text) {
+  const std::string tmp = file + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return make_error(Errc::io, fmt::format("{}: cannot write: {}", file, std::strerror(errno)));
+    out << text;
+    out.flush();
+    if (!out) return make_error(Errc::io, fmt::format("{}: write failed: {}", file, std::strerror(errno)));
+  }
+  if (std::rename(tmp.c_str(), file.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return make_error(Errc::io, fmt::format("{}: cannot write: {}", file, std::strerror(errno)));
+  }
+  return {};
 }
 
 std::string csv_field(const std::string& s) {
@@ -45,6 +56,12 @@ std::string csv_field(const std::string& s) {
   }
   return o + "\"";
 }
+
+namespace {
+
+std::string ms(double ns) { return fmt::format("{:.3f}", ns / 1e6); }
+
+
 
 // Seconds since the epoch of an ISO-8601 UTC timestamp written by
 // utc_now_iso(); nullopt when it does not parse.
@@ -439,21 +456,6 @@ int cmd_export(ResultsDb& db, const Opts& o) {
   return 0;
 }
 
-Status write_file(const std::string& file, const std::string& text) {
-  const std::string tmp = file + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return make_error(Errc::io, fmt::format("{}: cannot write: {}", file, std::strerror(errno)));
-    out << text;
-    out.flush();
-    if (!out) return make_error(Errc::io, fmt::format("{}: write failed: {}", file, std::strerror(errno)));
-  }
-  if (std::rename(tmp.c_str(), file.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return make_error(Errc::io, fmt::format("{}: cannot write: {}", file, std::strerror(errno)));
-  }
-  return {};
-}
 
 }  // namespace
 

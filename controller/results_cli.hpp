@@ -49,4 +49,11 @@ Status export_run_csv(ResultsDb& db, int64_t run_id, const std::string& file);
 // "events": [...]} as JSON, every column of each. Error io naming the file.
 Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file);
 
+// Shared by every exporter: a JSON number (integral values as integers,
+// non-finite as null), an RFC 4180 CSV field, and a file written whole
+// (beside, then renamed; error io naming the file).
+std::string json_num(double v);
+std::string csv_field(const std::string& s);
+Status write_file(const std::string& file, const std::string& text);
+
 }  // namespace tracr::controller

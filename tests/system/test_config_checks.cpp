@@ -188,3 +188,29 @@ TEST(ConfigChecks, ExitStatusesAreTheDocumentedOnes) {
   EXPECT_EQ(sh(tracrctl() + " version").status, 0);
   EXPECT_EQ(sh(tracrctl() + " results list --db " + db).status, 0);
 }
+
+TEST(ConfigChecks, ProfileWritesCsvAndJsonAndNamesBadNumbers) {
+  TempDir d;
+  const std::string csv = (d.path / "p.csv").string(), json = (d.path / "p.json").string();
+  auto r = sh(tracrctl() + " profile fmnist_cnn --reps 3 --batch 2 --csv " + csv + " --json " + json);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream c(csv);
+  std::string line;
+  std::vector<std::string> lines;
+  while (std::getline(c, line)) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 11u) << "a header and one row per layer of fmnist_cnn";
+  EXPECT_EQ(lines[0].rfind("index,name,type,device,repetitions,median_ms", 0), 0u);
+  EXPECT_EQ(lines[1].rfind("0,conv1,Conv2d,cpu,3,", 0), 0u) << lines[1];
+  std::ifstream j(json);
+  const std::string text((std::istreambuf_iterator<char>(j)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"model\":\"fmnist_cnn\""), std::string::npos);
+  EXPECT_NE(text.find("\"input\":[2,1,28,28]"), std::string::npos);
+  EXPECT_NE(text.find("{\"split\":10,"), std::string::npos) << "every split 0..N";
+  // A parseable document: Debian's python3 reads it.
+  auto py = sh("/usr/bin/python3 -c \"import json,sys; d=json.load(open('" + json +
+               "')); print(len(d['layers']), len(d['splits']))\"");
+  EXPECT_EQ(py.out, "10 11\n") << py.out;
+  auto bad = sh(tracrctl() + " profile fmnist_cnn --reps abc");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--reps expects an integer 1..1000000, got 'abc'"), std::string::npos) << bad.out;
+}
