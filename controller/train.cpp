@@ -155,43 +155,42 @@ struct ResumePoint {
 };
 Result<ResumePoint> find_resume_point(ResultsDb& db, const std::string& which, const ExperimentConfig& cfg) {
   ResumePoint r;
-  sqlite3* h = db.handle();
-  auto one = [&](const std::string& sql, int64_t arg) -> std::optional<std::string> {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(h, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) return std::nullopt;
-    if (arg >= 0) sqlite3_bind_int64(st, 1, arg);
-    std::optional<std::string> out;
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
-      out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
-    sqlite3_finalize(st);
-    return out;
-  };
   if (which == "last") {
-    auto id = one("SELECT MAX(run_id) FROM train_runs", -1);
-    if (!id) return make_error(Errc::not_found, db.path() + ": no training run to resume");
-    r.run = std::stoll(*id);
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db.handle(), "SELECT MAX(run_id) FROM train_runs", -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+      r.run = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    if (r.run == 0) return make_error(Errc::not_found, db.path() + ": no training run to resume");
   } else {
     char* end = nullptr;
     r.run = std::strtoll(which.c_str(), &end, 10);
     if (which.empty() || *end != '\0' || r.run <= 0)
       return make_error(Errc::invalid_argument, "--resume expects a run id or 'last', got '" + which + "'");
   }
-  auto tag = one("SELECT tag FROM train_runs WHERE run_id = ?", r.run);
-  if (!tag) return make_error(Errc::not_found, fmt::format("{}: run {} is not a training run", db.path(), r.run));
-  r.tag = *tag;
-  auto owners = one("SELECT owners FROM train_runs WHERE run_id = ?", r.run);
-  if (owners && *owners != "1")
+  // train_runs columns: run_id, tag, resumed_from, resume_step, cuts, optimizer, lr, batch_size, epochs, owners, ...
+  auto runs = db.rows("train_runs", r.run);
+  if (!runs) return runs.error();
+  if (runs->empty() || !(*runs)[0][1])
+    return make_error(Errc::not_found, fmt::format("{}: run {} is not a training run", db.path(), r.run));
+  const auto& row = (*runs)[0];
+  r.tag = *row[1];
+  if (row[9] && *row[9] != "1")
     return make_error(Errc::invalid_argument, fmt::format("run {} had {} data owners: runs with several owners are "
                                                           "not resumable (the shared segments move on between turns)",
-                                                          r.run, *owners));
-  auto cuts = one("SELECT cuts FROM train_runs WHERE run_id = ?", r.run);
-  if (cuts && *cuts != join_ints(cfg.train.cuts))
+                                                          r.run, *row[9]));
+  if (row[4] && *row[4] != join_ints(cfg.train.cuts))
     return make_error(Errc::config, fmt::format("run {} was cut at [{}], this experiment at [{}]: its checkpoints "
                                                 "hold other segments",
-                                                r.run, *cuts, join_ints(cfg.train.cuts)));
-  auto step = one("SELECT MAX(step) FROM train_checkpoints WHERE run_id = ? AND owner = 0", r.run);
+                                                r.run, *row[4], join_ints(cfg.train.cuts)));
+  // train_checkpoints columns: run_id, owner, step, ... ordered by owner, step.
+  auto cps = db.rows("train_checkpoints", r.run);
+  if (!cps) return cps.error();
+  std::optional<int64_t> step;
+  for (const auto& c : *cps)
+    if (c[1] == "0" && c[2]) step = std::max<int64_t>(step.value_or(0), std::stoll(*c[2]));
   if (!step) return make_error(Errc::not_found, fmt::format("run {} recorded no checkpoint every device confirmed", r.run));
-  r.step = std::stoll(*step);
+  r.step = *step;
   return r;
 }
 
