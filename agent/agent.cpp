@@ -355,32 +355,6 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
 namespace {
 
 // Usage goes to stderr on errors: stdout is the control channel.
-void usage(std::FILE* out) {
-  std::fputs(
-      "usage: tracr-agent --role SERVER      [--bind EP] [--raw-bind EP] [--config stdin | --experiment FILE]\n"
-      "       tracr-agent --meters [--power-model IDLE_W,BUSY_W]   (list the energy meters found here)\n"
-      "       tracr-agent --role PARTICIPANT (--connect EP | --in-process) (--config stdin | --experiment FILE)\n"
-      "                   [--probe-only]   (measure the link to the SERVER, run no frames)\n"
-      "                   [--link-delay-ms MS [--link-jitter-ms MS]]  (hold every byte each way for MS through\n"
-      "                    a loopback relay: the experiment's link_delay: agent, for kernels without netem)\n"
-      "       tracr-agent --role TRAIN_WORKER --segments I,J --run-tag TAG [--bind EP] [--resume-step S]\n"
-      "                   (split training: serves TRAIN_FORWARD/TRAIN_BACKWARD for segments I, J, ...)\n"
-      "       tracr-agent --role TRAIN_OWNER --worker SEG=EP ... --owner K/N --run-tag TAG [--resume-step S]\n"
-      "                   (split training: a data owner; data, labels and loss stay here)\n"
-      "                   both need --config stdin or --experiment FILE with train.cuts\n"
-      "either role: [--cpu-quota CORES [--cpu-quota-external]] [--cpu-cores N] [--power-model IDLE_W,BUSY_W]\n"
-      "             (emulate a slower device: cgroup quota, affinity; external: the launcher applied the quota)\n"
-      "The hex session secret is the first line of stdin (or --secret-file FILE, owner-only, for a detached agent).\n"
-      "--config stdin: the controller sends the effective experiment (the YAML `tracrctl run --show-config`\n"
-      "describes) as an authenticated CONFIG line; --experiment FILE reads the same YAML from a file.\n"
-      "Without either, a SERVER echoes frames (protocol demo; --no-encrypt, --no-x25519 apply to it).\n"
-      "stdout carries authenticated control lines; the agent exits when stdin closes, on a STOP line, or, with\n"
-      "--heartbeat-timeout-ms MS (tracrctl passes its heartbeat_timeout_ms), when no control line (the controller\n"
-      "sends a HEARTBEAT every second) arrives for MS: then it winds down, and exits with status 4 (at once if it\n"
-      "is still running MS later).\n",
-      out);
-}
-
 // The first stdin line, read byte by byte so nothing after it is buffered
 // away from the control channel.
 bool read_first_line(std::string& line) {
@@ -401,28 +375,7 @@ int agent_main(int argc, char** argv) {
   // A controller that went away is seen as an error on write, not a signal.
   std::signal(SIGPIPE, SIG_IGN);
   AgentOptions opt;
-  try {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    for (const auto& a : args) {
-      if (a == "--help" || a == "-h") {
-        usage(stdout);
-        return 0;
-      }
-      if (a == "--version") {
-        std::printf("tracr-agent %s protocol 1\n", kAgentVersion);
-        return 0;
-      }
-    }
-    auto parsed = parse_agent_args(args, opt);
-    if (!parsed) {
-      std::fprintf(stderr, "tracr-agent: %s\n", parsed.error().str().c_str());
-      usage(stderr);
-      return 2;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tracr-agent: %s\n", e.what());
-    return 2;
-  }
+  if (const int rc = parse_agent_command_line(argc, argv, opt); rc >= 0) return rc;
   if (opt.list_meters) {
     // What `tracrctl devices check` shows: every energy meter seen here.
     auto em = EnergyMeter::open(agent_power_model(opt));
@@ -504,7 +457,7 @@ int agent_main(int argc, char** argv) {
   try {
     rc = run_role(opt, ctl);
   } catch (const std::exception& e) {
-    ctl.send("FAIL", {{"error", std::string("internal: ") + e.what()}});
+    ctl.send("FAIL", {{"error", "internal: " + without_backtrace(e.what())}});
     rc = 3;
   }
   ctl.stop_heartbeat();

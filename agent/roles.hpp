@@ -65,8 +65,13 @@ std::optional<PowerModel> agent_power_model(const AgentOptions& o);
 // This machine's identity as this agent runs (CPU limits included).
 HwIdentity agent_hw_identity(const AgentOptions& o);
 
-// Parses the command line; errors name the option and what was expected.
+// Parses the command line (agent/agent_args.cpp, CLI11); errors name the
+// option and what was expected. --help and --version are not answered here.
 Status parse_agent_args(const std::vector<std::string>& args, AgentOptions& opt);
+// tracr-agent's command line: -1 when the agent should go on with `opt`
+// filled, else the exit status after answering --help/--version (0) or
+// printing a usage error naming the option (2).
+int parse_agent_command_line(int argc, char** argv, AgentOptions& opt);
 
 // Authenticated control lines on stdout, a heartbeat thread, and a stdin
 // reader thread: STOP/EOF detection, CMD and CONFIG lines, and the

@@ -124,18 +124,10 @@ std::string read_local(const std::string& path) {
 
 }  // namespace
 
-int cmd_agents_start(const std::vector<std::string>& args) {
-  std::string exp, agent_path;
-  bool trust = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--trust-new-hosts") trust = true;
-    else if (args[i] == "--agent" && i + 1 < args.size()) agent_path = args[++i];
-    else if (!args[i].empty() && args[i][0] != '-' && exp.empty()) exp = args[i];
-    else throw Fatal(make_error(Errc::invalid_argument, "agents start: unexpected '" + args[i] + "'"));
-  }
-  if (exp.empty()) throw Fatal(make_error(Errc::invalid_argument, "agents start: expected an experiment YAML file"));
-  if (agent_path.empty()) agent_path = self_dir() + "/tracr-agent";
-  auto cfg = load_experiment(exp);
+int cmd_agents_start(const RunOptions& opt) {
+  const bool trust = opt.trust_new_hosts;
+  const std::string agent_path = opt.agent_path.empty() ? self_dir() + "/tracr-agent" : opt.agent_path;
+  auto cfg = load_experiment(opt.experiment, opt.sets);
   if (!cfg) {
     fmt::print(stderr, "tracrctl agents start: {}\n", cfg.error().str());
     return 2;

@@ -14,6 +14,7 @@
 
 #include "settings/config.hpp"
 #include "controller/deploy.hpp"
+#include "controller/devices_cmd.hpp"
 #include "controller/launcher.hpp"
 #include "controller/process.hpp"
 #include "controller/run.hpp"
@@ -28,34 +29,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Common {
-  std::string devices = "config/devices_config.yaml";
-  bool trust = false;
-  std::string agent;
-  size_t tail = 4000;
-  std::string state_dir = "results/agents";  // detached agents started by `agents start`
-};
-
-Common parse_common(const std::vector<std::string>& args, size_t from) {
-  Common c;
-  for (size_t i = from; i < args.size(); ++i) {
-    auto next = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw Fatal(make_error(Errc::invalid_argument, args[i] + " needs a value"));
-      return args[++i];
-    };
-    if (args[i] == "--devices") c.devices = next();
-    else if (args[i] == "--trust-new-hosts") c.trust = true;
-    else if (args[i] == "--agent") c.agent = next();
-    else if (args[i] == "--state-dir") c.state_dir = next();
-    else if (args[i] == "--tail") {
-      const std::string v = next();
-      char* end = nullptr;
-      c.tail = std::strtoull(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0')
-        throw Fatal(make_error(Errc::invalid_argument, "--tail expects a byte count, got '" + v + "'"));
-    }
-    else throw Fatal(make_error(Errc::invalid_argument, "unknown option '" + args[i] + "'"));
-  }
+// The options with the agent path resolved (next to tracrctl when not given).
+DevicesOptions resolved(DevicesOptions c) {
   if (c.agent.empty()) c.agent = self_dir() + "/tracr-agent";
   return c;
 }
@@ -99,12 +74,8 @@ std::string meter_lines(const std::string& out) {
 
 }  // namespace
 
-int cmd_devices(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] != "check") {
-    std::fputs("usage: tracrctl devices check [--devices FILE] [--trust-new-hosts] [--agent PATH]\n", stderr);
-    return 2;
-  }
-  Common c = parse_common(args, 1);
+int cmd_devices_check(const DevicesOptions& opt) {
+  const DevicesOptions c = resolved(opt);
   auto devs = load_devices_or_default(c.devices);
   if (!devs) {
     fmt::print(stderr, "tracrctl devices: {}\n", devs.error().str());
@@ -170,22 +141,8 @@ int cmd_devices(const std::vector<std::string>& args) {
   return bad.load() ? 1 : 0;
 }
 
-int cmd_agents(const std::vector<std::string>& args) {
-  const std::string usage =
-      "usage: tracrctl agents start EXPERIMENT.yaml [--trust-new-hosts] [--agent PATH]\n"
-      "       tracrctl agents deploy|status|logs|stop [--devices FILE] [--trust-new-hosts] [--agent PATH] [--tail BYTES]\n"
-      "                                               [--state-dir results/agents]\n";
-  if (args.empty()) {
-    std::fputs(usage.c_str(), stderr);
-    return 2;
-  }
-  const std::string verb = args[0];
-  if (verb == "start") return cmd_agents_start(std::vector<std::string>(args.begin() + 1, args.end()));
-  if (verb != "deploy" && verb != "status" && verb != "logs" && verb != "stop") {
-    fmt::print(stderr, "tracrctl agents: unknown action '{}'\n{}", verb, usage);
-    return 2;
-  }
-  Common c = parse_common(args, 1);
+int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
+  const DevicesOptions c = resolved(opt);
   auto devs = load_devices_or_default(c.devices);
   if (!devs) {
     fmt::print(stderr, "tracrctl agents: {}\n", devs.error().str());

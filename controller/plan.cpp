@@ -440,90 +440,35 @@ std::string format_plan(const Plan& p) {
   return o;
 }
 
-int cmd_plan(const std::vector<std::string>& args) {
-  const std::string usage =
-      "usage: tracrctl plan RUN|last|EXPERIMENT.yaml [--db PATH] [--validate] [--no-store]\n"
-      "                     [--objective latency|energy|throughput|weighted:W] [--max-latency-ms X] [--max-energy-j X]\n"
-      "                     [--link PROFILE | --up-mbit X [--down-mbit Y] [--rtt-ms Z]] [--radio 3g|lte|wifi]\n"
-      "                     [--codecs C1,C2,...]   (each from the newest run of the model that used it)\n";
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::fputs(usage.c_str(), args.empty() ? stderr : stdout);
-    return args.empty() ? 2 : 0;
+int cmd_plan(const PlanCommand& cmd) {
+  std::string db_path = cmd.db, link_name = cmd.link;
+  const bool validate = cmd.validate, store = cmd.store;
+  PlanOptions opt = cmd.plan;
+  const std::optional<double> up = cmd.up_mbit, down = cmd.down_mbit, rtt = cmd.rtt_ms;
+  if (!opt.radio.empty() && !agent::find_radio(opt.radio)) {
+    fmt::print(stderr, "tracrctl plan: --radio expects 3g, lte or wifi, got '{}'\n", opt.radio);
+    return 2;
   }
-  std::string db_path = "results/tracr.db", link_name;
-  bool validate = false, store = true;
-  PlanOptions opt;
-  std::optional<double> up, down, rtt;
-  auto number = [&](size_t& i, const std::string& name) -> std::optional<double> {
-    if (i + 1 >= args.size()) return std::nullopt;
-    char* end = nullptr;
-    const double v = std::strtod(args[++i].c_str(), &end);
-    if (*end != '\0' || !(v >= 0)) {
-      fmt::print(stderr, "tracrctl plan: {} expects a number >= 0, got '{}'\n", name, args[i]);
-      return std::nullopt;
-    }
-    return v;
-  };
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto need = [&]() -> bool {
-      if (i + 1 < args.size()) return true;
-      fmt::print(stderr, "tracrctl plan: {} needs a value\n{}", a, usage);
-      return false;
-    };
-    if (a == "--db") {
-      if (!need()) return 2;
-      db_path = args[++i];
-    } else if (a == "--validate") validate = true;
-    else if (a == "--no-store") store = false;
-    else if (a == "--objective") {
-      if (!need()) return 2;
-      opt.objective = args[++i];
-    } else if (a == "--radio") {
-      if (!need()) return 2;
-      opt.radio = args[++i];
-      if (!agent::find_radio(opt.radio)) {
-        fmt::print(stderr, "tracrctl plan: --radio expects 3g, lte or wifi, got '{}'\n", opt.radio);
-        return 2;
-      }
-    } else if (a == "--codecs") {
-      if (!need()) return 2;
-      const std::string list = args[++i];
-      size_t start = 0;
-      while (start <= list.size()) {
-        const auto comma = list.find(',', start);
-        const std::string one = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        auto spec = protocol::CodecSpec::parse(one);
-        if (!spec) {
-          fmt::print(stderr, "tracrctl plan: --codecs: {}\n", spec.error().str());
-          return 2;
-        }
-        opt.codecs.push_back(spec->name());
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-    } else if (a == "--link") {
-      if (!need()) return 2;
-      link_name = args[++i];
-    } else if (a == "--max-latency-ms" || a == "--max-energy-j" || a == "--up-mbit" || a == "--down-mbit" ||
-               a == "--rtt-ms") {
-      auto v = number(i, a);
-      if (!v) return 2;
-      if (a == "--max-latency-ms") opt.max_latency_ms = v;
-      else if (a == "--max-energy-j") opt.max_energy_j = v;
-      else if (a == "--up-mbit") up = v;
-      else if (a == "--down-mbit") down = v;
-      else rtt = v;
-    } else {
-      fmt::print(stderr, "tracrctl plan: unknown option '{}'\n{}", a, usage);
+  for (auto& c : opt.codecs) {
+    auto spec = protocol::CodecSpec::parse(c);
+    if (!spec) {
+      fmt::print(stderr, "tracrctl plan: --codecs: {}\n", spec.error().str());
       return 2;
     }
+    c = spec->name();
   }
   // The basis: a stored run, or the newest run of an experiment's model with profiles.
   std::optional<settings::ExperimentConfig> exp;
-  const std::string target = args[0];
-  if (target.size() > 5 && (target.substr(target.size() - 5) == ".yaml" || target.substr(target.size() - 4) == ".yml")) {
-    auto e = settings::load_experiment(target);
+  const std::string target = cmd.target;
+  const bool is_yaml =
+      target.size() > 5 && (target.substr(target.size() - 5) == ".yaml" || target.substr(target.size() - 4) == ".yml");
+  if (!is_yaml && !cmd.sets.empty()) {
+    fmt::print(stderr, "tracrctl plan: --set {}: --set applies to an EXPERIMENT.yaml basis, got run '{}'\n",
+               cmd.sets.front(), target);
+    return 2;
+  }
+  if (is_yaml) {
+    auto e = settings::load_experiment(target, cmd.sets);
     if (!e) {
       fmt::print(stderr, "tracrctl plan: {}\n", e.error().str());
       return 2;

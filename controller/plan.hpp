@@ -95,6 +95,17 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p);
 std::string format_plan(const Plan& p);
 
 // tracrctl plan RUN | EXPERIMENT.yaml [--validate] [--link NAME] [--objective O] ...
-int cmd_plan(const std::vector<std::string>& args);
+// (controller/cli.cpp fills it from the command line).
+struct PlanCommand {
+  std::string target;                 // a run id, "last" or an EXPERIMENT.yaml
+  std::string db = "results/tracr.db";  // ignored for an EXPERIMENT.yaml (its output)
+  bool validate = false, store = true;
+  std::string link;                   // link profile name ("" = the basis run's probe)
+  std::optional<double> up_mbit, down_mbit, rtt_ms;  // explicit link figures
+  PlanOptions plan;                   // objective, constraints, radio, codecs (as given)
+  std::vector<std::string> sets;      // --set key=value (EXPERIMENT.yaml only)
+};
+// Returns 0 done, 1 a database error or no basis run, 2 a usage error.
+int cmd_plan(const PlanCommand& cmd);
 
 }  // namespace tracr::controller

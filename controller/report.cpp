@@ -316,33 +316,11 @@ Result<std::string> render_report(ResultsDb& db, const std::vector<int64_t>& run
       chartjs.str(), fmt::join(runs, ", "), html(db.path()), body, script);
 }
 
-int cmd_report(const std::vector<std::string>& args) {
-  const std::string usage = "usage: tracrctl report RUN [RUN ...] -o FILE.html [--db PATH] [--chartjs PATH]\n";
-  std::vector<std::string> run_args;
-  std::string out, db_path = "results/tracr.db", chartjs = kChartJsPath;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(usage.c_str(), stdout);
-      return 0;
-    }
-    if (a == "-o" || a == "--out" || a == "--db" || a == "--chartjs") {
-      if (i + 1 >= args.size()) {
-        fmt::print(stderr, "tracrctl report: {} needs a value\n{}", a, usage);
-        return 2;
-      }
-      (a == "--db" ? db_path : a == "--chartjs" ? chartjs : out) = args[++i];
-    } else if (!a.empty() && a[0] == '-') {
-      fmt::print(stderr, "tracrctl report: unknown option '{}'\n{}", a, usage);
-      return 2;
-    } else {
-      run_args.push_back(a);
-    }
-  }
-  if (run_args.empty() || out.empty()) {
-    fmt::print(stderr, "tracrctl report: expected at least one RUN and -o FILE.html\n{}", usage);
-    return 2;
-  }
+int cmd_report(const ReportOptions& opt) {
+  const std::vector<std::string>& run_args = opt.runs;
+  const std::string& out = opt.out;
+  const std::string& db_path = opt.db;
+  const std::string& chartjs = opt.chartjs;
   auto db = ResultsDb::open_readonly(db_path);
   if (!db) {
     fmt::print(stderr, "tracrctl report: {}\n", db.error().str());

@@ -23,6 +23,13 @@ inline constexpr const char* kChartJsPath = "/usr/share/javascript/chart.js/char
 Result<std::string> render_report(ResultsDb& db, const std::vector<int64_t>& runs,
                                   const std::string& chartjs_path = kChartJsPath);
 
-int cmd_report(const std::vector<std::string>& args);
+struct ReportOptions {
+  std::vector<std::string> runs;  // run ids or "last" (at least one)
+  std::string out;                // -o FILE.html
+  std::string db = "results/tracr.db";
+  std::string chartjs = kChartJsPath;
+};
+// Returns 0 written, 1 a database or write error, 2 an unknown RUN.
+int cmd_report(const ReportOptions& opt);
 
 }  // namespace tracr::controller

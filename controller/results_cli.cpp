@@ -105,66 +105,12 @@ std::string align(const std::vector<std::vector<std::string>>& rows, const std::
   return o;
 }
 
-struct Opts {
-  std::string db;
-  std::vector<std::string> positional;
-  std::vector<std::string> csv, json;
-  int limit = 0;
-  bool markdown = false;
-  // results list filters ("" = any)
-  std::string model, status, name;
-};
+using Opts = ResultsOptions;
 
 [[noreturn]] void usage_error(const std::string& msg) {
   throw Fatal(make_error(Errc::invalid_argument, msg));
 }
 
-Opts parse_opts(const std::vector<std::string>& args) {
-  Opts o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= args.size()) usage_error(a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--db")
-      o.db = next();
-    else if (a.rfind("--db=", 0) == 0)
-      o.db = a.substr(5);
-    else if (a == "--markdown")
-      o.markdown = true;
-    else if (a == "--model")
-      o.model = next();
-    else if (a == "--name")
-      o.name = next();
-    else if (a == "--status") {
-      o.status = next();
-      if (!parse_run_status(o.status))
-        usage_error("--status: expected running, completed, failed or interrupted, got '" + o.status + "'");
-    }
-    else if (a == "--csv")
-      o.csv.push_back(next());
-    else if (a == "--json")
-      o.json.push_back(next());
-    else if (a == "--limit") {
-      const std::string v = next();
-      char* e = nullptr;
-      long n = std::strtol(v.c_str(), &e, 10);
-      if (v.empty() || *e || n < 0) usage_error("--limit: expected a count >= 0, got '" + v + "'");
-      o.limit = static_cast<int>(n);
-    } else if (a.size() > 1 && a[0] == '-') {
-      usage_error("unknown option '" + a +
-                  "'; expected --db, --csv, --json, --limit, --model, --status, --name or --markdown");
-    } else {
-      o.positional.push_back(a);
-    }
-  }
-  if (o.db.empty()) {
-    const char* env = std::getenv("TRACR_OUTPUT");
-    o.db = env && *env ? env : "results/tracr.db";
-  }
-  return o;
-}
 
 }  // namespace
 
@@ -181,21 +127,6 @@ Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s) {
 
 namespace {
 
-void usage() {
-  std::fputs(
-      "usage: tracrctl results list [--model M] [--status S] [--name SUBSTR] [--limit N] [--db PATH]\n"
-      "       tracrctl results show RUN [--db PATH]\n"
-      "       tracrctl results compare RUN RUN [RUN ...] [--db PATH]\n"
-      "       tracrctl results rm RUN [RUN ...] [--db PATH]\n"
-      "       tracrctl results export RUN (--csv FILE | --json FILE)... [--db PATH]\n"
-      "       tracrctl results schema [--markdown]\n"
-      "       tracrctl results migrate [--db PATH]\n"
-      "RUN is a run id or 'last'; the database defaults to $TRACR_OUTPUT or results/tracr.db.\n"
-      "Every command but migrate and rm opens the database read-only; none creates it.\n"
-      "list filters: --model (exact id), --status (running|completed|failed|interrupted), --name (substring, any case).\n"
-      "Exit status: 0 done, 1 failed (no such run or database, write error), 2 usage error.\n",
-      stderr);
-}
 
 std::string run_header(const RunRow& r) {
   std::string o = fmt::format("run {}  {}  [{}]\n", r.id, r.name, run_status_name(r.status));
@@ -241,7 +172,7 @@ int cmd_list(ResultsDb& db, const Opts& o) {
 }
 
 int cmd_show(ResultsDb& db, const Opts& o) {
-  if (o.positional.size() != 1) usage_error("results show: expected one RUN");
+  if (o.positional.size() != 1) usage_error("expected one RUN");
   auto id = run_id_arg(db, o.positional[0]);
   if (!id) throw Fatal(id.error());
   auto run = db.get_run(*id);
@@ -322,7 +253,7 @@ std::map<std::string, std::string> settings_of(const std::string& yaml) {
 }
 
 int cmd_compare(ResultsDb& db, const Opts& o) {
-  if (o.positional.size() < 2) usage_error("results compare: expected two or more RUNs");
+  if (o.positional.size() < 2) usage_error("expected two or more RUNs");
   const size_t n = o.positional.size();
   std::vector<RunRow> runs(n);
   std::vector<std::map<int, SplitSummary>> tab(n);
@@ -420,7 +351,7 @@ int cmd_compare(ResultsDb& db, const Opts& o) {
 
 // tracrctl results rm RUN [RUN ...]: each run and all its rows.
 int cmd_rm(ResultsDb& db, const Opts& o) {
-  if (o.positional.empty()) usage_error("results rm: expected one or more RUNs");
+  if (o.positional.empty()) usage_error("expected one or more RUNs");
   std::vector<RunRow> runs;
   for (const auto& p : o.positional) {  // every id checked before anything is deleted
     auto id = run_id_arg(db, p);
@@ -441,8 +372,8 @@ int cmd_rm(ResultsDb& db, const Opts& o) {
 }
 
 int cmd_export(ResultsDb& db, const Opts& o) {
-  if (o.positional.size() != 1) usage_error("results export: expected one RUN");
-  if (o.csv.empty() && o.json.empty()) usage_error("results export: expected --csv FILE and/or --json FILE");
+  if (o.positional.size() != 1) usage_error("expected one RUN");
+  if (o.csv.empty() && o.json.empty()) usage_error("expected --csv FILE and/or --json FILE");
   auto id = run_id_arg(db, o.positional[0]);
   if (!id) throw Fatal(id.error());
   for (const auto& f : o.csv) {
@@ -671,38 +602,26 @@ Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file) {
   return write_file(file, o);
 }
 
-int cmd_results(const std::vector<std::string>& args) {
+int cmd_results(const ResultsOptions& opts) {
   try {
-    if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-      usage();
-      return args.empty() ? 2 : 0;
+    const std::string& sub = opts.sub;
+    Opts o = opts;
+    if (o.db.empty()) {
+      const char* env = std::getenv("TRACR_OUTPUT");
+      o.db = env && *env ? env : "results/tracr.db";
     }
-    const std::string sub = args[0];
-    static const std::vector<std::string> subs = {"list", "show", "compare", "export", "schema", "migrate", "rm"};
-    if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
-      fmt::print(stderr,
-                 "tracrctl results: unknown subcommand '{}'; expected list, show, compare, export, rm, schema or "
-                 "migrate\n",
-                 sub);
-      usage();
-      return 2;
-    }
-    Opts o = parse_opts(std::vector<std::string>(args.begin() + 1, args.end()));
+    if (!o.status.empty() && !parse_run_status(o.status))
+      usage_error("--status: expected running, completed, failed or interrupted, got '" + o.status + "'");
     if (sub == "list" && !o.positional.empty())
-      usage_error("results list: unexpected argument '" + o.positional[0] + "'");
-    if (sub != "export" && (!o.csv.empty() || !o.json.empty()))
-      usage_error("--csv/--json belong to `results export`");
-    if (sub != "list" && (!o.model.empty() || !o.status.empty() || !o.name.empty()))
-      usage_error("--model/--status/--name belong to `results list`");
+      usage_error("unexpected argument '" + o.positional[0] + "'");
     if (sub == "schema") {
-      if (!o.positional.empty()) usage_error("results schema: unexpected argument '" + o.positional[0] + "'");
+      if (!o.positional.empty()) usage_error("unexpected argument '" + o.positional[0] + "'");
       std::fputs((o.markdown ? format_schema_markdown() : format_schema_text()).c_str(), stdout);
       return 0;
     }
-    if (o.markdown) usage_error("--markdown belongs to `results schema`");
     if (sub == "migrate" || sub == "rm") {  // the commands that write: an existing database, opened read-write
       if (sub == "migrate" && !o.positional.empty())
-        usage_error("results migrate: unexpected argument '" + o.positional[0] + "'");
+        usage_error("unexpected argument '" + o.positional[0] + "'");
       if (!std::ifstream(o.db)) {
         fmt::print(stderr, "tracrctl results: {}: no such results database\n", o.db);
         return 1;
@@ -719,7 +638,7 @@ int cmd_results(const std::vector<std::string>& args) {
       try {
         return cmd_rm(*db, o);
       } catch (const Fatal& f) {
-        fmt::print(stderr, "tracrctl results: {}\n", f.what());
+        fmt::print(stderr, "tracrctl results {}: {}\n", sub, f.what());
         return f.err.code == Errc::invalid_argument ? 2 : 1;
       }
     }
@@ -734,12 +653,11 @@ int cmd_results(const std::vector<std::string>& args) {
       if (sub == "compare") return cmd_compare(*db, o);
       return cmd_export(*db, o);
     } catch (const Fatal& f) {
-      fmt::print(stderr, "tracrctl results: {}\n", f.what());
+      fmt::print(stderr, "tracrctl results {}: {}\n", sub, f.what());
       return f.err.code == Errc::invalid_argument ? 2 : 1;
     }
   } catch (const Fatal& f) {
-    fmt::print(stderr, "tracrctl results: {}\n", f.what());
-    usage();
+    fmt::print(stderr, "tracrctl results {0}: {1}\nrun 'tracrctl results {0} --help'\n", opts.sub, f.what());
     return 2;
   }
 }

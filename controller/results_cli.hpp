@@ -20,10 +20,19 @@
 
 namespace tracr::controller {
 
-// Entry point of `tracrctl results` (args after "results"). Returns 0 on
-// success, 1 when the database or run cannot be read, 2 on usage errors;
-// messages go to stderr.
-int cmd_results(const std::vector<std::string>& args);
+// `tracrctl results SUB ...` as controller/cli.cpp parsed it.
+struct ResultsOptions {
+  std::string sub;                      // list | show | compare | export | rm | schema | migrate
+  std::string db;                       // "" = $TRACR_OUTPUT, else results/tracr.db
+  std::vector<std::string> positional;  // RUN arguments
+  std::vector<std::string> csv, json;   // export
+  int limit = 0;                        // list
+  bool markdown = false;                // schema
+  std::string model, status, name;      // list filters ("" = any)
+};
+// Entry point of `tracrctl results`. Returns 0 on success, 1 when the
+// database or run cannot be read, 2 on usage errors; messages go to stderr.
+int cmd_results(const ResultsOptions& opt);
 
 // Prints the per-split table of a run (as `results show` does, without the
 // run header) to `out`; `tracrctl run` calls it at the end of a sweep.

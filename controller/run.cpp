@@ -188,7 +188,7 @@ void print_link_comparison(const std::string& db_path, const std::vector<int64_t
 }  // namespace
 
 int run_experiment(const RunOptions& ro) {
-  auto cfg = load_experiment(ro.experiment);
+  auto cfg = load_experiment(ro.experiment, ro.sets);
   if (!cfg) {
     fmt::print(stderr, "tracrctl run: {}\n", cfg.error().str());
     return 2;
@@ -693,42 +693,6 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     }
   }
   return 0;
-}
-
-namespace {
-// The options `run` and `link probe` share; `run` also takes --show-config and --in-process.
-RunOptions parse_run_options(const std::string& cmd, const std::vector<std::string>& args, bool run_flags) {
-  RunOptions ro;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw Fatal(make_error(Errc::invalid_argument, a + " needs a value"));
-      return args[++i];
-    };
-    if (run_flags && a == "--show-config") ro.show_config = true;
-    else if (run_flags && a == "--in-process") ro.in_process = true;
-    else if (a == "--trust-new-hosts") ro.trust_new_hosts = true;
-    else if (a == "--no-progress") ro.progress = false;
-    else if (a == "--db") ro.db = next();
-    else if (a == "--agent") ro.agent_path = next();
-    else if (!a.empty() && a[0] == '-') throw Fatal(make_error(Errc::invalid_argument, cmd + ": unknown option '" + a + "'"));
-    else if (ro.experiment.empty()) ro.experiment = a;
-    else throw Fatal(make_error(Errc::invalid_argument, cmd + ": more than one experiment file given"));
-  }
-  if (ro.experiment.empty()) throw Fatal(make_error(Errc::invalid_argument, cmd + ": expected an experiment YAML file"));
-  return ro;
-}
-}  // namespace
-
-int cmd_run(const std::vector<std::string>& args) { return run_experiment(parse_run_options("run", args, true)); }
-
-int cmd_link(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] != "probe")
-    throw Fatal(make_error(Errc::invalid_argument, "link: expected `tracrctl link probe EXPERIMENT.yaml [--db PATH] "
-                                                   "[--trust-new-hosts] [--agent PATH]`"));
-  RunOptions ro = parse_run_options("link probe", std::vector<std::string>(args.begin() + 1, args.end()), false);
-  ro.probe_only = true;
-  return run_experiment(ro);
 }
 
 }  // namespace tracr::controller

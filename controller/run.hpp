@@ -34,6 +34,7 @@ struct RunOptions {
   bool progress = true;
   std::string agent_path;       // tracr-agent; next to tracrctl when empty
   bool probe_only = false;      // tracrctl link probe: measure each participant's link, run no frames
+  std::vector<std::string> sets;  // --set key=value overrides, applied after the file and TRACR_* variables
 };
 
 // A SERVER agent started by `tracrctl agents start`, outliving tracrctl.
@@ -51,19 +52,17 @@ std::string detached_state_path(const std::string& output_db, const std::string&
 Result<DetachedServer> read_detached(const std::string& path);
 Status write_detached(const std::string& path, const DetachedServer& d);
 
-// tracrctl agents start EXPERIMENT.yaml [--trust-new-hosts] [--agent PATH]
-int cmd_agents_start(const std::vector<std::string>& args);
+// tracrctl agents start EXPERIMENT.yaml [--trust-new-hosts] [--agent PATH] [--set K=V]...
+// (experiment, trust_new_hosts, agent_path and sets of `opt`).
+int cmd_agents_start(const RunOptions& opt);
 // tracrctl agents stop for detached agents recorded under `state_dir`.
 int stop_detached_agents(const std::string& state_dir, bool trust_new_hosts, const std::string& devices_file);
 
-// Returns the process exit code: 0 completed, 1 failed, 2 configuration
+// tracrctl run / link probe (probe_only). Returns the process exit code: 0 completed, 1 failed, 2 configuration
 // error, 128 + signal when interrupted (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
 int run_experiment(const RunOptions& opt);
 // One run of an already loaded experiment (its first link profile, if any);
 // *run_id (when not null) gets the run's id once it exists.
 int run_loaded(const RunOptions& opt, settings::ExperimentConfig cfg, int64_t* run_id);
-int cmd_run(const std::vector<std::string>& args);
-// tracrctl link probe EXPERIMENT.yaml [--db PATH] [--trust-new-hosts] [--agent PATH]
-int cmd_link(const std::vector<std::string>& args);
 
 }  // namespace tracr::controller

@@ -116,37 +116,6 @@ Result<TrainLayout> plan_training(const ExperimentConfig& cfg, const DevicesConf
 
 namespace {
 
-struct TrainOptions {
-  std::string experiment, db, agent_path, resume;
-  bool show_config = false, trust_new_hosts = false, progress = true;
-};
-
-Result<TrainOptions> parse_train_options(const std::vector<std::string>& args) {
-  TrainOptions o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto val = [&]() -> Result<std::string> {
-      if (i + 1 >= args.size()) return make_error(Errc::invalid_argument, "train: " + a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--db" || a == "--agent" || a == "--resume") {
-      auto v = val();
-      if (!v) return v.error();
-      (a == "--db" ? o.db : a == "--agent" ? o.agent_path : o.resume) = *v;
-    } else if (a == "--show-config") o.show_config = true;
-    else if (a == "--trust-new-hosts") o.trust_new_hosts = true;
-    else if (a == "--no-progress") o.progress = false;
-    else if (!a.empty() && a[0] == '-') return make_error(Errc::invalid_argument, "train: unknown option '" + a + "'");
-    else if (o.experiment.empty()) o.experiment = a;
-    else return make_error(Errc::invalid_argument, "train: one experiment file expected, got '" + a + "' too");
-  }
-  if (o.experiment.empty())
-    return make_error(Errc::invalid_argument,
-                      "usage: tracrctl train EXPERIMENT.yaml [--resume RUN|last] [--db PATH] [--show-config] "
-                      "[--trust-new-hosts] [--agent PATH] [--no-progress]");
-  return o;
-}
-
 // The checkpoint a run can resume from: its tag and the newest step every
 // device confirmed. Errors name the run and why it cannot be resumed.
 struct ResumePoint {
@@ -196,14 +165,8 @@ Result<ResumePoint> find_resume_point(ResultsDb& db, const std::string& which, c
 
 }  // namespace
 
-int cmd_train(const std::vector<std::string>& args) {
-  auto opts = parse_train_options(args);
-  if (!opts) {
-    fmt::print(stderr, "tracrctl {}\n", opts.error().message);
-    return 2;
-  }
-  const TrainOptions& ro = *opts;
-  auto loaded = load_experiment(ro.experiment);
+int cmd_train(const TrainOptions& ro) {
+  auto loaded = load_experiment(ro.experiment, ro.sets);
   if (!loaded) {
     fmt::print(stderr, "tracrctl train: {}\n", loaded.error().str());
     return 2;

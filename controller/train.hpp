@@ -24,9 +24,15 @@ struct TrainLayout {
 // Error config naming the setting, its position and the unknown device.
 Result<TrainLayout> plan_training(const settings::ExperimentConfig& cfg, const settings::DevicesConfig& devices);
 
+// tracrctl train's options (controller/cli.cpp fills them from the command line).
+struct TrainOptions {
+  std::string experiment, db, agent_path, resume;  // resume: a run id or "last" ("" = a new run)
+  bool show_config = false, trust_new_hosts = false, progress = true;
+  std::vector<std::string> sets;  // --set key=value overrides
+};
 // Returns the exit code: 0 done, 1 failed, 2 usage or configuration error,
 // 128 + signal when interrupted.
-int cmd_train(const std::vector<std::string>& args);
+int cmd_train(const TrainOptions& opt);
 
 // Per (owner, epoch): losses and accuracies; per owner: median step time and
 // bytes per step; the exported model. Error not_found for a run that did

@@ -11,6 +11,12 @@
 #include "experiments/weights.hpp"
 
 namespace tracr::experiments {
+
+std::string torch_error_text(const std::exception& ex) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&ex)) return without_backtrace(c->what_without_backtrace());
+  return without_backtrace(torch_error_text(ex));
+}
+
 namespace {
 
 std::string shape_str(c10::IntArrayRef s) {
@@ -232,7 +238,7 @@ Result<Bundle> SplitModel::run_impl(int a, int b, Bundle in, bool grad) const {
     } catch (const std::exception& ex) {
       return make_error(Errc::internal, name_ + ": layer " + std::to_string(i) + " '" +
                                             node.name + "' (" + node.type +
-                                            ") failed: " + ex.what());
+                                            ") failed: " + torch_error_text(ex));
     }
     // Drop values nobody after layer i needs.
     for (int v : node.inputs)
@@ -251,7 +257,7 @@ Status SplitModel::to(c10::Device device) {
     move_fn_(device);
   } catch (const std::exception& ex) {
     return make_error(Errc::invalid_argument,
-                      name_ + ": cannot move to " + device.str() + ": " + ex.what());
+                      name_ + ": cannot move to " + device.str() + ": " + torch_error_text(ex));
   }
   device_ = device;
   return {};
@@ -517,7 +523,7 @@ Result<std::unique_ptr<SplitModel>> GraphBuilder::build(const std::vector<std::s
         return make_error(Errc::invalid_argument,
                           model_name_ + ": layer " + std::to_string(i) + " '" + node.name + "' (" +
                               node.type + ") cannot run at input " + shape_str(in_shape) +
-                              " (its inputs: " + shapes + "): " + ex.what());
+                              " (its inputs: " + shapes + "): " + torch_error_text(ex));
       }
       TRACR_TRY(fill_spec(m->value_specs_[i + 1], values[i + 1]));
       LayerInfo li;

@@ -176,6 +176,11 @@ class SplitModel {
   std::function<void(c10::Device)> move_fn_;
 };
 
+// The message of an exception from LibTorch code without the backtrace
+// c10::Error::what() carries (what_without_backtrace()), on one line where the
+// text allows: what a user may be shown.
+std::string torch_error_text(const std::exception& ex);
+
 // Parses "cpu", "cuda", "cuda:N", "auto". Error invalid_argument when CUDA is
 // requested but torch::cuda::is_available() is false.
 Result<c10::Device> resolve_device(const std::string& text);

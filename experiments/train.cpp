@@ -112,7 +112,7 @@ Result<Bundle> Segment::backward(const Bundle& grad_out) {
     if (!outs.empty()) torch::autograd::backward(outs, grads);
   } catch (const std::exception& ex) {
     return make_error(Errc::internal, "backward through segment [" + std::to_string(a_) + ", " + std::to_string(b_) +
-                                          "): " + ex.what());
+                                          "): " + torch_error_text(ex));
   }
   return finish_backward();
 }
@@ -124,7 +124,7 @@ Result<Bundle> Segment::backward_loss(const at::Tensor& loss) {
   try {
     loss.backward();
   } catch (const std::exception& ex) {
-    return make_error(Errc::internal, std::string("backward from the loss: ") + ex.what());
+    return make_error(Errc::internal, std::string("backward from the loss: ") + torch_error_text(ex));
   }
   return finish_backward();
 }
@@ -158,7 +158,7 @@ Status Segment::save(const std::string& path) const {
     ar.save_to(tmp);
   } catch (const std::exception& ex) {
     std::remove(tmp.c_str());
-    return make_error(Errc::io, "checkpoint " + path + ": " + ex.what());
+    return make_error(Errc::io, "checkpoint " + path + ": " + torch_error_text(ex));
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
@@ -194,7 +194,7 @@ Status Segment::load(const std::string& path) {
       opt_->o->load(oa);
     }
   } catch (const std::exception& ex) {
-    return make_error(Errc::io, "checkpoint " + path + ": " + ex.what());
+    return make_error(Errc::io, "checkpoint " + path + ": " + torch_error_text(ex));
   }
   inputs_.clear();
   outputs_.clear();

@@ -60,7 +60,7 @@ class PickleReader {
     try {
       return run();
     } catch (const std::exception& ex) {
-      return make_error(Errc::invalid_argument, path_ + ": " + ex.what());
+      return make_error(Errc::invalid_argument, path_ + ": " + torch_error_text(ex));
     }
   }
 
@@ -354,7 +354,7 @@ Result<std::vector<NamedTensor>> read_state_dict(const std::string& path) {
                                "use torchscript:<path>)");
     std::tie(pkl, pkl_size) = zip->getRecord("data.pkl");
   } catch (const std::exception& ex) {
-    std::string w = ex.what();
+    std::string w = torch_error_text(ex);
     return make_error(Errc::io, path + ": cannot read archive: " + w.substr(0, w.find('\n')));
   }
   PickleReader reader(path, *zip, static_cast<const uint8_t*>(pkl.get()), pkl_size);

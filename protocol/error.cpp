@@ -45,6 +45,15 @@ std::string_view errc_name(Errc c) {
   return "unknown";
 }
 
+std::string without_backtrace(std::string_view what) {
+  size_t cut = what.find("Exception raised from ");
+  const size_t frame = what.find("frame #");
+  if (frame != std::string_view::npos && (cut == std::string_view::npos || frame < cut)) cut = frame;
+  std::string out(what.substr(0, cut));
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
 std::string utf8_escaped(std::string_view s) {
   std::string out;
   out.reserve(s.size());

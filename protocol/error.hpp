@@ -70,6 +70,11 @@ struct Error {
 // (peer bytes quoted in a message, say) becomes the text \xNN.
 std::string utf8_escaped(std::string_view s);
 
+// An exception's message without the backtrace some libraries append to it
+// (LibTorch's c10::Error: "Exception raised from ..." and "frame #N: ..."
+// lines), trailing blank lines dropped: what a user is shown.
+std::string without_backtrace(std::string_view what);
+
 // Minimal expected-like type: holds either a T or an Error.
 template <class T>
 class [[nodiscard]] Result {

@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config ccache git
   libtorch-dev libssh-dev libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libssl-dev
-  libyaml-cpp-dev libsqlite3-dev sqlite3 libfmt-dev libgtest-dev libgmock-dev
+  libyaml-cpp-dev libsqlite3-dev sqlite3 libfmt-dev libgtest-dev libgmock-dev libcli11-dev
   libbenchmark-dev libblosc-dev libfp16-dev libjpeg-dev libpng-dev zlib1g-dev
   openssh-server openssh-client iproute2 procps iperf3 util-linux
   chromium libjs-chart.js

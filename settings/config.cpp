@@ -1599,22 +1599,50 @@ Status apply_setting(const Ctx& c, const Setting& s, const YAML::Node& n, Experi
   return {};
 }
 
+// One setting's value given as text (an environment variable or `--set
+// key=value`): parsed as YAML when the setting takes lists, else taken as
+// one string, then checked like the file's value; `label` is its origin.
+Status apply_text(const Setting& s, const std::string& v, const std::string& label, ExperimentConfig& cfg) {
+  Ctx c{label, true};
+  YAML::Node n;
+  if (s.env_yaml) {
+    try {
+      n = YAML::Load(v);
+    } catch (const YAML::Exception& e) {
+      return err_at(SourcePos{c.file, 0, 0}, s.info.name, "YAML syntax error: " + e.msg);
+    }
+  } else {
+    n = YAML::Node(v);
+  }
+  return apply_setting(c, s, n, cfg, SourcePos{c.file, 0, 0});
+}
+
 Status apply_env(ExperimentConfig& cfg) {
   for (const auto& s : settings()) {
     const char* v = std::getenv(s.info.env.c_str());
     if (!v) continue;
-    Ctx c{"env " + s.info.env, true};
-    YAML::Node n;
-    if (s.env_yaml) {
-      try {
-        n = YAML::Load(v);
-      } catch (const YAML::Exception& e) {
-        return err_at(SourcePos{c.file, 0, 0}, s.info.name, "YAML syntax error: " + e.msg);
-      }
-    } else {
-      n = YAML::Node(std::string(v));
+    TRACR_TRY(apply_text(s, v, "env " + s.info.env, cfg));
+  }
+  return {};
+}
+
+Status apply_sets(ExperimentConfig& cfg, const std::vector<std::string>& sets) {
+  for (const auto& kv : sets) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return make_error(Errc::config, fmt::format("--set {}: expected key=value with a setting of the experiment file "
+                                                  "(e.g. --set warmup=5, --set dataset.type=synthetic)",
+                                                  kv));
+    const std::string name = kv.substr(0, eq);
+    const Setting* s = find_setting(name);
+    if (!s) {
+      std::vector<std::string> names;
+      for (const auto& x : settings()) names.push_back(x.info.name);
+      const std::string dym = did_you_mean(name, names);
+      return make_error(Errc::config, fmt::format("--set {}: unknown setting '{}'{}; expected one of: {}", kv, name,
+                                                  dym.empty() ? "" : " (did you mean '" + dym + "'?)", join(names)));
     }
-    TRACR_TRY(apply_setting(c, s, n, cfg, SourcePos{c.file, 0, 0}));
+    TRACR_TRY(apply_text(*s, kv.substr(eq + 1), "--set " + kv, cfg));
   }
   return {};
 }
@@ -1695,7 +1723,8 @@ Result<LinkSpec> resolve_link(const ExperimentConfig& cfg, const std::string& na
                             dym.empty() ? "" : " (did you mean '" + dym + "'?)", join(names)));
 }
 
-Result<ExperimentConfig> parse_experiment(const std::string& text, const std::string& source, bool use_env) {
+Result<ExperimentConfig> parse_experiment(const std::string& text, const std::string& source, bool use_env,
+                                          const std::vector<std::string>& sets) {
   const std::string file = source.empty() ? "<experiment>" : source;
   Ctx c{file};
   ExperimentConfig cfg;
@@ -1729,6 +1758,7 @@ Result<ExperimentConfig> parse_experiment(const std::string& text, const std::st
     }
   }
   if (use_env) TRACR_TRY(apply_env(cfg));
+  TRACR_TRY(apply_sets(cfg, sets));
   TRACR_TRY(cross_check(cfg));
   return cfg;
 }
@@ -1764,10 +1794,10 @@ void resolve_paths_against_file(ExperimentConfig& cfg) {
 
 }  // namespace
 
-Result<ExperimentConfig> load_experiment(const std::string& path) {
+Result<ExperimentConfig> load_experiment(const std::string& path, const std::vector<std::string>& sets) {
   auto text = read_text(path, "experiment");
   if (!text) return text.error();
-  auto cfg = parse_experiment(*text, path, true);
+  auto cfg = parse_experiment(*text, path, true, sets);
   if (cfg) resolve_paths_against_file(*cfg);
   return cfg;
 }

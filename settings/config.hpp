@@ -280,17 +280,19 @@ struct ExperimentConfig {
 
 // Reads and validates an experiment file, then applies TRACR_<NAME>
 // environment overrides (each parsed as a YAML scalar or flow value, with the
-// same checks). Relative paths written in the file (devices, output,
+// same checks), then the command line's `--set key=value` overrides, in
+// order (the same per-key text path; origin "--set key=value"; error config
+// naming `--set key=value` for an unknown key or a bad value). Relative paths written in the file (devices, output,
 // weights, dataset.path, dataset.class_names, a torchscript: model) are
 // resolved against the file's directory; those from the environment and the
 // defaults stay relative to the current directory. A second YAML document
 // in the file is an error at its `---` line. Error io when the file cannot
 // be read, config otherwise.
-Result<ExperimentConfig> load_experiment(const std::string& path);
+Result<ExperimentConfig> load_experiment(const std::string& path, const std::vector<std::string>& sets = {});
 // The same from text held in memory (`source` names it in messages).
 // With use_env false, TRACR_* variables are ignored.
 Result<ExperimentConfig> parse_experiment(const std::string& text, const std::string& source,
-                                          bool use_env = true);
+                                          bool use_env = true, const std::vector<std::string>& sets = {});
 
 // The split points to run for a model with `num_layers` layers (split k puts
 // layers [0, k) on the PARTICIPANT, so k ranges over 0..num_layers). Error
@@ -327,7 +329,7 @@ const std::vector<SettingInfo>& settings_table();
 struct SettingValue {
   SettingInfo info;
   std::string value;   // effective value as YAML flow text
-  std::string origin;  // "default", "file:line:col" or "env TRACR_X"
+  std::string origin;  // "default", "file:line:col", "env TRACR_X" or "--set key=value"
 };
 // The settings table with the effective values of cfg (for --show-config).
 std::vector<SettingValue> describe_settings(const ExperimentConfig& cfg);

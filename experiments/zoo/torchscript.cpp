@@ -58,7 +58,7 @@ Result<std::unique_ptr<SplitModel>> load_torchscript_model(const std::string& pa
   try {
     root = torch::jit::load(path, c10::Device(c10::kCPU));
   } catch (const std::exception& ex) {
-    std::string what = ex.what();
+    std::string what = torch_error_text(ex);
     what = what.substr(0, what.find('\n'));
     return make_error(Errc::io, path + ": cannot load TorchScript module: " + what);
   }

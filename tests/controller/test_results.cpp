@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/cli.hpp"
 #include "controller/results.hpp"
 #include "controller/results_cli.hpp"
 
@@ -23,6 +24,14 @@ namespace tracr::controller {
 namespace {
 
 namespace fs = std::filesystem;
+
+// `tracrctl results ARGS...` in this process, through tracrctl's own command line.
+int cmd_results(std::vector<std::string> args) {
+  args.insert(args.begin(), {"tracrctl", "results"});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return tracrctl_main(static_cast<int>(argv.size()), argv.data());
+}
 
 class TempDir {
  public:

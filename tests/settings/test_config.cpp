@@ -743,6 +743,40 @@ TEST(ExperimentConfig, EnvironmentOverridesFileWithSameChecks) {
   }
 }
 
+TEST(ExperimentConfig, SetOverridesComeAfterFileAndEnvironmentWithSameChecks) {
+  NoSettingOverrides no_env;
+  const std::string yaml = "model: alexnet\nwarmup: 3\nsplit: all\n";
+  {
+    ScopedEnv w("TRACR_WARMUP", "7");
+    auto r = parse_experiment(yaml, "exp.yaml", true, {"warmup=9", "split=[0, 2]", "dataset.type=synthetic"});
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    EXPECT_EQ(r->warmup, 9) << "--set wins over the environment";
+    EXPECT_EQ(r->split.points, (std::vector<int>{0, 2}));
+    EXPECT_EQ(r->pos_of("warmup").str(), "--set warmup=9");
+    EXPECT_EQ(r->pos_of("split").str(), "--set split=[0, 2]");
+    bool shown = false;
+    for (const auto& v : describe_settings(*r))
+      if (v.info.name == "warmup") shown = v.value == "9" && v.origin == "--set warmup=9";
+    EXPECT_TRUE(shown) << format_settings(*r);
+  }
+  struct Bad {
+    std::string set, expect;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"warmpu=1", "--set warmpu=1: unknown setting 'warmpu' (did you mean 'warmup'?); expected one of: name"},
+           {"warmup=abc", "--set warmup=abc: warmup: expected"},
+           {"repetitions=0", "--set repetitions=0: repetitions: expected an integer >= 1, got '0'"},
+           {"=3", "--set =3: expected key=value"},
+           {"warmup", "--set warmup: expected key=value"},
+           {"dataset=synthetic", "--set dataset=synthetic: unknown setting 'dataset'"},
+       }) {
+    auto r = parse_experiment(yaml, "exp.yaml", false, {b.set});
+    ASSERT_FALSE(r.ok()) << b.set;
+    EXPECT_EQ(r.error().code, Errc::config) << b.set;
+    EXPECT_NE(r.error().message.find(b.expect), std::string::npos) << b.set << ": " << r.error().message;
+  }
+}
+
 // Agents parse the controller's to_yaml with the same parser: every shipped
 // template and every dataset type must come back identical.
 TEST(ExperimentConfig, EffectiveYamlOfEveryTemplateAndDatasetTypeRoundTrips) {

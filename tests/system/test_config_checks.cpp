@@ -212,5 +212,5 @@ TEST(ConfigChecks, ProfileWritesCsvAndJsonAndNamesBadNumbers) {
   EXPECT_EQ(py.out, "10 11\n") << py.out;
   auto bad = sh(tracrctl() + " profile fmnist_cnn --reps abc");
   EXPECT_EQ(bad.status, 2) << bad.out;
-  EXPECT_NE(bad.out.find("--reps expects an integer 1..1000000, got 'abc'"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("tracrctl profile: --reps: expected an integer 1..1000000, got 'abc'"), std::string::npos) << bad.out;
 }

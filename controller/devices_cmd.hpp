@@ -1,0 +1,24 @@
+// `tracrctl devices check` and `tracrctl agents deploy|status|logs|stop`.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace tracr::controller {
+
+// The options these commands share (controller/cli.cpp fills them).
+struct DevicesOptions {
+  std::string devices = "config/devices_config.yaml";
+  bool trust = false;     // --trust-new-hosts
+  std::string agent;      // tracr-agent to deploy or compare ("" = next to tracrctl)
+  size_t tail = 4000;     // agents logs: bytes per log
+  std::string state_dir = "results/agents";  // detached agents started by `agents start`
+};
+
+// Reachability, authentication, key permissions, architecture and agent
+// version of every device. Returns 0 all good, 1 a device failed, 2 a bad devices file.
+int cmd_devices_check(const DevicesOptions& opt);
+// verb: deploy | status | logs | stop. Returns 0, 1 when a device failed, 2 a bad devices file.
+int cmd_agents(const std::string& verb, const DevicesOptions& opt);
+
+}  // namespace tracr::controller

@@ -1,0 +1,26 @@
+// `tracrctl models` and `tracrctl profile`: the model registry and local
+// per-layer profiling (LibTorch builds only).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tracr::controller {
+
+struct ProfileOptions {
+  std::string model;
+  std::vector<int64_t> input_shape;  // C,H,W (empty = the model's default)
+  int64_t batch = 1;
+  int reps = 10;
+  std::string weights, device, csv, json;
+};
+
+// Lists the registry. Returns 0 (2 in a build without LibTorch).
+int cmd_models();
+// Profiles every layer on this machine. Returns 0, 1 when profiling or
+// writing failed, 2 for an unknown model or an input it cannot take (the
+// message names the model, the layer and the expected shape where known).
+int cmd_profile(const ProfileOptions& opt);
+
+}  // namespace tracr::controller
