@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -74,10 +75,16 @@ inline std::string error_text(const CLI::ParseError& e) {
   std::string msg = e.what();
   while (!msg.empty() && msg.back() == '\n') msg.pop_back();
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
-    // "The following argument was not expected: --bogus" -> what it is.
+    // "The following arguments were not expected: 5 --tail" -> the option
+    // no command takes, else the first stray word.
     const auto colon = msg.find(": ");
-    const std::string what = colon == std::string::npos ? msg : msg.substr(colon + 2);
-    msg = (!what.empty() && what[0] == '-' ? "unknown option " : "unexpected argument ") + what;
+    std::istringstream words(colon == std::string::npos ? msg : msg.substr(colon + 2));
+    std::string w, first, option;
+    while (words >> w) {
+      if (first.empty()) first = w;
+      if (option.empty() && w.size() > 1 && w[0] == '-') option = w;
+    }
+    msg = option.empty() ? "unexpected argument " + first : "unknown option " + option;
   } else if (dynamic_cast<const CLI::RequiredError*>(&e) && msg == "A subcommand is required") {
     msg = "expected a command";
   }

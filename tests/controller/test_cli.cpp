@@ -125,8 +125,9 @@ TEST(Cli, BadValuesNameTheCommandTheOptionAndWhatWasExpected) {
     EXPECT_EQ(r.status, 2) << c.args << ": " << r.out;
     EXPECT_TRUE(has(r.out, c.expect)) << c.args << " should say: " << c.expect << "\n" << r.out;
     const std::string cmd = c.expect.substr(0, c.expect.find(':'));
-    if (cmd.rfind("tracrctl ", 0) == 0)
+    if (cmd.rfind("tracrctl ", 0) == 0) {
       EXPECT_TRUE(has(r.out, "run '" + cmd + " --help'")) << c.args << "\n" << r.out;
+    }
     expect_no_backtrace(r);
   }
 }
@@ -142,7 +143,8 @@ TEST(Cli, UnknownOptionsAndCommandsNameTheCommand) {
       {"agents start x.yaml --tail 5", "tracrctl agents start: unknown option --tail"},
       {"demo --nope", "tracrctl demo: unknown option --nope"},
       {"bench protocol --nope", "tracrctl bench protocol: unknown option --nope"},
-      {"report 1 --nope", "tracrctl report: unknown option --nope"},
+      {"report 1 -o x.html --nope", "tracrctl report: unknown option --nope"},
+      {"report 1", "tracrctl report: --out is required"},
       {"frobnicate", "tracrctl: unknown command 'frobnicate'; expected one of: run, train, link"},
   };
   for (const auto& [args, expect] : cases) {
