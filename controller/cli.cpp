@@ -412,12 +412,14 @@ int usage_error(const CLI::App& app, const CLI::ParseError& e) {
   std::string msg = agent::cli::error_text(e);
   // A word where a command was expected: name it and the commands there are.
   const auto extra = at->remaining();
-  if (at->get_require_subcommand_min() > 0 && at->get_subcommands().empty() && !extra.empty() &&
-      !extra.front().empty() && extra.front()[0] != '-') {
+  if (at->get_require_subcommand_min() > 0 && at->get_subcommands().empty()) {
     std::string names;
     for (const auto* s : at->get_subcommands([](const CLI::App*) { return true; }))
       names += (names.empty() ? "" : ", ") + s->get_name();
-    msg = fmt::format("unknown command '{}'; expected one of: {}", extra.front(), names);
+    if (!extra.empty() && !extra.front().empty() && extra.front()[0] != '-')
+      msg = fmt::format("unknown command '{}'; expected one of: {}", extra.front(), names);
+    else if (msg == "expected a command")
+      msg = "expected a command: " + names;
   }
   fmt::print(stderr, "{}: {}\nrun '{} --help'\n", path, msg, path);
   return 2;

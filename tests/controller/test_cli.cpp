@@ -118,7 +118,8 @@ TEST(Cli, BadValuesNameTheCommandTheOptionAndWhatWasExpected) {
       {"run x.yaml --set warmup", "tracrctl run: --set: expected KEY=VALUE"},
       {"completion zsh", "tracrctl completion: SHELL"},
       {"profile", "tracrctl profile: MODEL is required"},
-      {"results", "tracrctl results: expected a command"},
+      {"results", "tracrctl results: expected a command: list, show, compare, export, rm, schema, migrate"},
+      {"bench", "tracrctl bench: expected a command: protocol"},
   };
   for (const auto& c : cases) {
     auto r = ctl(c.args);
