@@ -435,11 +435,13 @@ std::string bash_completion(const CLI::App& root) {
     for (const auto* s : subs) words += s->get_name() + " ";
     for (const auto* o : a->get_options()) {
       if (o->get_positional()) continue;
-      for (const auto& n : o->get_snames()) words += "-" + n + " ";
-      for (const auto& n : o->get_lnames()) {
-        words += "--" + n + " ";
-        if (o->get_type_size() != 0 && value_options.find(" --" + n + " ") == std::string::npos)
-          value_options += " --" + n + " ";
+      std::vector<std::string> names;
+      for (const auto& n : o->get_snames()) names.push_back("-" + n);
+      for (const auto& n : o->get_lnames()) names.push_back("--" + n);
+      for (const auto& n : names) {
+        words += n + " ";
+        if (o->get_expected_max() > 0 && value_options.find(" " + n + " ") == std::string::npos)
+          value_options += " " + n + " ";
       }
     }
     if (!words.empty()) words.pop_back();

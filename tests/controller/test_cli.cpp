@@ -233,6 +233,8 @@ TEST(Cli, CompletionScriptComesFromTheCommandTree) {
   EXPECT_EQ(offer("results export 1 --cs"), "--csv\n");
   EXPECT_EQ(offer("agents st"), "start status stop\n");
   EXPECT_EQ(offer("profile alexnet --input-shape 3"), "\n") << "a value: left to file completion";
+  EXPECT_EQ(offer("run x.yaml --show-config --in"), "--in-process\n") << "after a flag come options again";
+  EXPECT_EQ(offer("report 1 -o --"), "\n") << "-o takes a file, not an option";
 }
 
 TEST(Cli, AgentAnswersHelpAndNamesBadOptions) {
