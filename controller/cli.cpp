@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "controller/convert.hpp"
 #include "controller/demo.hpp"
 #include "controller/plan.hpp"
 #include "controller/train.hpp"
@@ -68,6 +69,9 @@ void usage() {
       "        the demo with more repetitions (the protocol benchmark), then the side-by-side\n"
       "        table against the Python tracr pipeline (bench/python_baseline.py, /usr/bin/python3)\n"
       "        and raw ZeroMQ on real post-ReLU activations\n"
+      "  convert OLD.yaml [-o NEW.yaml] [--force]\n"
+      "        a Python tracr model config (alexnetsplit.yaml, ...) as a tracr experiment file,\n"
+      "        listing what could not be carried over (docs/FROM_PYTHON_TRACR.md)\n"
       "  codecs            list the codecs this build supports\n"
       "  version           print versions\n"
       "\n"
@@ -161,6 +165,7 @@ int tracrctl_main(int argc, char** argv) {
     if (cmd == "profile") return cmd_profile(rest);
     if (cmd == "devices") return cmd_devices(rest);
     if (cmd == "agents") return cmd_agents(rest);
+    if (cmd == "convert") return cmd_convert(rest);
     if (cmd == "bench") {
       if (rest.empty() || rest[0] != "protocol") {
         std::fputs("tracrctl bench: expected 'protocol'\n", stderr);
