@@ -139,6 +139,16 @@ class Converter {
     return {};
   }
 
+  // Calls f(name, dotted key, value) for each entry of the map `n` (the
+  // section `section`), stopping at the first error.
+  template <class F>
+  Status each(const YAML::Node& n, const std::string& section, F f) {
+    if (auto st = need_map(n, section); !st) return st;
+    for (const auto& kv : n)
+      if (Status st = f(kv.first.Scalar(), section + "." + kv.first.Scalar(), kv.second); !st) return st;
+    return {};
+  }
+
   // A key left behind; a null value loses nothing and is not reported.
   void drop(const std::string& key, const YAML::Node& v, const std::string& reason) {
     if (v.IsNull()) return;
@@ -342,10 +352,7 @@ class Converter {
   }
 
   Status dataloader(const YAML::Node& d) {
-    if (auto st = need_map(d, "dataloader"); !st) return st;
-    for (const auto& kv : d) {
-      const std::string k = kv.first.Scalar(), key = "dataloader." + k;
-      const YAML::Node& v = kv.second;
+    return each(d, "dataloader", [&](const std::string& k, const std::string& key, const YAML::Node& v) -> Status {
       if (k == "batch_size") {
         auto b = integer(v, key, 1, 65536);
         if (!b) return b.error();
@@ -364,19 +371,16 @@ class Converter {
       } else {
         drop(key, v, "not a dataloader key this converter knows");
       }
-    }
-    return {};
+      return {};
+    });
   }
 
   // {clevel, filter, codec} of the Python tracr's blosc2 call -> codec text.
   Status compression(const YAML::Node& c) {
-    if (auto st = need_map(c, "compression"); !st) return st;
     int64_t level = 3;
     std::string cname = "zstd", shuffle = "byte";
     std::string written;
-    for (const auto& kv : c) {
-      const std::string k = kv.first.Scalar(), key = "compression." + k;
-      const YAML::Node& v = kv.second;
+    auto st = each(c, "compression", [&](const std::string& k, const std::string& key, const YAML::Node& v) -> Status {
       written += (written.empty() ? "" : ", ") + k + ": " + flow(v);
       if (k == "clevel") {
         auto l = integer(v, key, 0, 9);
@@ -404,7 +408,9 @@ class Converter {
       } else {
         drop(key, v, "not a compression key this converter knows");
       }
-    }
+      return {};
+    });
+    if (!st) return st;
     std::string codec = "none";
     if (level > 0) codec = fmt::format("blosc-{}:level={},shuffle={}", cname, level, shuffle);
     auto spec = protocol::CodecSpec::parse(codec);
@@ -415,10 +421,7 @@ class Converter {
   }
 
   Status defaults(const YAML::Node& d) {
-    if (auto st = need_map(d, "default"); !st) return st;
-    for (const auto& kv : d) {
-      const std::string k = kv.first.Scalar(), key = "default." + k;
-      const YAML::Node& v = kv.second;
+    return each(d, "default", [&](const std::string& k, const std::string& key, const YAML::Node& v) -> Status {
       if (k == "device") {
         drop(key, v, "tracr sets the device per machine in the devices file (`device: cuda` on a device "
                      "entry); its default, auto, uses CUDA where that agent's LibTorch has it");
@@ -431,8 +434,8 @@ class Converter {
       } else {
         drop(key, v, "not a default key this converter knows");
       }
-    }
-    return {};
+      return {};
+    });
   }
 
   // --------------------------------------------------------------- output
