@@ -17,6 +17,7 @@
 
 #include "agent/agent.hpp"
 #include "agent/cli_types.hpp"
+#include "controller/convert.hpp"
 #include "controller/demo.hpp"
 #include "controller/devices_cmd.hpp"
 #include "controller/models_cmd.hpp"
@@ -54,6 +55,7 @@ struct Parsed {
   ResultsOptions results;
   DevicesOptions devices;
   ProfileOptions profile;
+  ConvertOptions convert;
   DemoOptions demo, bench;
   std::string completion_shell;
   std::vector<size_t> demo_sizes;
@@ -369,6 +371,16 @@ void build_app(CLI::App& app, Parsed& p) {
     if (!p.demo_sizes.empty()) p.bench.sizes = p.demo_sizes;
     p.action = [&p] { return run_demo(p.bench); };
   });
+
+  // convert
+  auto* convert = app.add_subcommand("convert",
+                                     "a Python tracr model config (alexnetsplit.yaml, ...) as a tracr experiment "
+                                     "file, listing what could not be carried over (docs/FROM_PYTHON_TRACR.md)");
+  convert->add_option("OLD", p.convert.input, "the Python tracr config")->type_name("OLD.yaml")->required();
+  convert->add_option("-o,--output", p.convert.output, "write the experiment here (default: stdout)")
+      ->type_name("NEW.yaml");
+  convert->add_flag("--force", p.convert.force, "replace NEW.yaml when it exists");
+  convert->callback([&p] { p.action = [&p] { return cmd_convert(p.convert); }; });
 
   // codecs, version, completion
   app.add_subcommand("codecs", "list the codecs this build supports")->callback([&p] {

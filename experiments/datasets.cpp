@@ -1,5 +1,7 @@
 #include "experiments/datasets.hpp"
 
+#include "experiments/resample.hpp"
+
 #include <torch/torch.h>
 #include <zlib.h>
 
@@ -27,21 +29,12 @@ Status check_shape(const DatasetConfig& cfg) {
   return {};
 }
 
-// [1, C, H, W] float 0..255 -> resized to h x w like PIL: a horizontal pass
-// then a vertical pass (antialiased bilinear), each rounded to uint8 values.
-at::Tensor resize_aa(const at::Tensor& x, int64_t h, int64_t w) {
-  namespace F = torch::nn::functional;
-  auto pass = [](const at::Tensor& in, int64_t ph, int64_t pw) {
-    if (in.size(2) == ph && in.size(3) == pw) return in;
-    return F::interpolate(in, F::InterpolateFuncOptions()
-                                  .size(std::vector<int64_t>{ph, pw})
-                                  .mode(torch::kBilinear)
-                                  .align_corners(false)
-                                  .antialias(true))
-        .round()
-        .clamp(0, 255);
-  };
-  return pass(pass(x, x.size(2), w), h, w);
+// uint8 pixels (height x width x channels) as a float [channels, height,
+// width] tensor of values 0..255 (a copy).
+at::Tensor to_chw_float(const std::vector<uint8_t>& px, int64_t height, int64_t width, int64_t channels) {
+  return torch::from_blob(const_cast<uint8_t*>(px.data()), {height, width, channels}, torch::kUInt8)
+      .permute({2, 0, 1})
+      .to(torch::kFloat);
 }
 
 // Python's round() (half to even), as torchvision's center_crop uses.
@@ -241,14 +234,15 @@ class FashionMnistDataset : public Dataset {
     if (i < 0 || i >= size())
       return make_error(Errc::invalid_argument, "fashion-mnist: index " + std::to_string(i) + " out of range");
     const int64_t c = cfg_.input_shape[0], h = cfg_.input_shape[1], w = cfg_.input_shape[2];
-    auto gray = torch::from_blob(const_cast<uint8_t*>(pixels_.data()) + 16 + size_t(i) * rows_ * cols_,
-                                 {1, 1, rows_, cols_}, torch::kUInt8)
-                    .to(torch::kFloat);
+    const auto* first = pixels_.data() + 16 + size_t(i) * rows_ * cols_;
+    std::vector<uint8_t> px(first, first + size_t(rows_) * cols_);
     Sample s;
     s.transform.orig_width = static_cast<int>(cols_);
     s.transform.orig_height = static_cast<int>(rows_);
     if (cfg_.resize_mode != "none") {
-      gray = resize_aa(gray, h, w);
+      auto resized = resize_bilinear(px, int(cols_), int(rows_), 1, int(w), int(h));
+      if (!resized) return resized.error();
+      px = std::move(*resized);
       s.transform.scale_x = double(w) / cols_;
       s.transform.scale_y = double(h) / rows_;
     } else if (h != rows_ || w != cols_) {
@@ -256,7 +250,7 @@ class FashionMnistDataset : public Dataset {
                                                     std::to_string(h) + "x" + std::to_string(w) +
                                                     " with resize_mode none");
     }
-    s.image = normalize((gray[0] / 255.0).expand({c, h, w}), cfg_).contiguous();
+    s.image = normalize((to_chw_float(px, h, w, 1) / 255.0).expand({c, h, w}), cfg_).contiguous();
     s.label = labels_[8 + i];
     s.id = "fashion-mnist/" + cfg_.split + "/" + std::to_string(i);
     return s;
@@ -304,9 +298,9 @@ Result<at::Tensor> preprocess_image(const Image& img, const DatasetConfig& cfg,
   ImageTransform tf;
   tf.orig_width = img.width;
   tf.orig_height = img.height;
-  auto x = torch::from_blob(const_cast<uint8_t*>(img.rgb.data()), {1, img.height, img.width, 3}, torch::kUInt8)
-               .permute({0, 3, 1, 2})
-               .to(torch::kFloat);
+  // Resized on uint8 exactly as PIL does (torchvision resizes PIL images
+  // with Image.resize), cropped, then converted to float.
+  at::Tensor x;
   if (cfg.resize_mode == "shorter") {
     const int64_t size = cfg.resize_size > 0 ? cfg.resize_size
                                              : static_cast<int64_t>(std::floor(std::min(h, w) * 256.0 / 224.0 + 0.5));
@@ -322,15 +316,18 @@ Result<at::Tensor> preprocess_image(const Image& img, const DatasetConfig& cfg,
       nh = size;
       nw = static_cast<int64_t>(double(size) * img.width / img.height);
     }
-    x = resize_aa(x, nh, nw);
+    auto resized = resize_bilinear(img, int(nw), int(nh));
+    if (!resized) return resized.error();
     const int64_t top = round_half_even((nh - h) / 2.0), left = round_half_even((nw - w) / 2.0);
-    x = x.slice(2, top, top + h).slice(3, left, left + w);
+    x = to_chw_float(resized->rgb, nh, nw, 3).slice(1, top, top + h).slice(2, left, left + w);
     tf.scale_x = double(nw) / img.width;
     tf.scale_y = double(nh) / img.height;
     tf.offset_x = -double(left);
     tf.offset_y = -double(top);
   } else if (cfg.resize_mode == "stretch") {
-    x = resize_aa(x, h, w);
+    auto resized = resize_bilinear(img, int(w), int(h));
+    if (!resized) return resized.error();
+    x = to_chw_float(resized->rgb, h, w, 3);
     tf.scale_x = double(w) / img.width;
     tf.scale_y = double(h) / img.height;
   } else if (cfg.resize_mode == "none") {
@@ -338,11 +335,12 @@ Result<at::Tensor> preprocess_image(const Image& img, const DatasetConfig& cfg,
       return make_error(Errc::invalid_argument, "image is " + std::to_string(img.width) + "x" +
                                                     std::to_string(img.height) + ", input_shape asks " +
                                                     std::to_string(w) + "x" + std::to_string(h));
+    x = to_chw_float(img.rgb, h, w, 3);
   } else {
     return make_error(Errc::invalid_argument,
                       "resize_mode '" + cfg.resize_mode + "', expected shorter, stretch or none");
   }
-  x = x[0] / 255.0;
+  x = x / 255.0;
   if (c == 1) x = (0.299 * x[0] + 0.587 * x[1] + 0.114 * x[2]).unsqueeze(0);
   if (transform) *transform = tf;
   return normalize(x, cfg).contiguous();

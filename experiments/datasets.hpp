@@ -2,13 +2,12 @@
 // IDX format (gzip, as Debian's dataset-fashion-mnist ships it) and a
 // synthetic generator for shape-only runs; batched with max_samples.
 //
-// Image preprocessing follows torchvision's ImageClassification preset
-// (resize the shorter side with bilinear antialiasing, center crop, scale to
-// [0, 1], normalize). Numeric difference: PIL resamples uint8 with fixed-point
-// coefficients, we resample in float (LibTorch's antialiased bilinear, which
-// reproduces PIL's filter) and round to uint8 like PIL; pixels may differ by
-// one uint8 step (test: ImageFolder.MatchesTorchvisionPreset bounds the
-// normalized difference).
+// Image preprocessing follows torchvision's ImageClassification preset on
+// PIL images (resize the shorter side, bilinear with antialiasing, center
+// crop, scale to [0, 1], normalize). The resize is PIL's own fixed-point
+// algorithm on uint8 (experiments/resample.hpp), so the model sees the same
+// pixels as under torchvision (test: ImageFolder.MatchesTorchvisionPreset,
+// exact to the uint8 step, upscaled and downscaled JPEGs and a PNG).
 #pragma once
 
 #include <ATen/core/Tensor.h>

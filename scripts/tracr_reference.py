@@ -13,6 +13,10 @@ parameters randomised too, so every buffer matters).
   tracr_reference.py preset IMAGE OUT --crop N [--resize N]
       OUT                   {"output": torchvision ImageClassification(IMAGE)}
   tracr_reference.py image OUT W H SEED   writes an RGB test image (PIL; .jpg or .png)
+  tracr_reference.py resize IMAGE OUT SPEC...
+      OUT                   {"decoded": IMAGE as PIL decodes it (uint8 H x W x 3),
+                             "out.<i>": Image.resize(..., BILINEAR) for the i-th SPEC}
+      SPEC is WxH or WxH@X0,Y0,X1,Y1 (PIL's box, in source pixels)
 """
 import argparse
 import collections
@@ -146,6 +150,21 @@ def cmd_image(a):
     Image.fromarray(img.permute(1, 2, 0).numpy()).save(a.out, quality=95)
 
 
+def cmd_resize(a):
+    import numpy as np
+    from PIL import Image
+
+    img = Image.open(a.image).convert("RGB")
+    out = {"decoded": torch.from_numpy(np.asarray(img).copy())}
+    for i, spec in enumerate(a.specs):
+        size, _, box = spec.partition("@")
+        w, h = (int(v) for v in size.split("x"))
+        box = tuple(float(v) for v in box.split(",")) if box else None
+        r = img.resize((w, h), Image.BILINEAR, box=box)
+        out[f"out.{i}"] = torch.from_numpy(np.asarray(r).copy())
+    torch.save(out, a.out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -172,9 +191,13 @@ def main(argv=None):
     i.add_argument("w", type=int)
     i.add_argument("h", type=int)
     i.add_argument("seed", type=int)
+    r = sub.add_parser("resize")
+    r.add_argument("image")
+    r.add_argument("out")
+    r.add_argument("specs", nargs="+")
     a = ap.parse_args(argv)
     {"model": cmd_model, "torchscript": cmd_torchscript, "preset": cmd_preset,
-     "image": cmd_image}[a.cmd](a)
+     "image": cmd_image, "resize": cmd_resize}[a.cmd](a)
     return 0
 
 

@@ -280,8 +280,8 @@ Result<std::string> get_choice(const Ctx& c, const YAML::Node& n, const std::str
 }
 
 
-// YAML flow text of a string: plain when unambiguous, double-quoted otherwise
-// (JSON escapes are valid YAML double-quoted escapes).
+}  // namespace
+
 std::string yaml_str(const std::string& s) {
   static const char* special = ":#{}[],&*!|>'\"%@`";
   bool plain = !s.empty() && s.find_first_of(special) == std::string::npos &&
@@ -301,6 +301,8 @@ std::string yaml_str(const std::string& s) {
   }
   return plain ? s : json_quote(s);
 }
+
+namespace {
 
 bool is_placeholder(const std::string& s) { return s.size() >= 2 && s.front() == '<' && s.back() == '>'; }
 

@@ -339,6 +339,11 @@ std::string format_settings(const ExperimentConfig& cfg);
 // `s` as a JSON string literal, quotes included, with escapes.
 std::string json_quote(std::string_view s);
 
+// YAML flow text of a string: plain when unambiguous (not a number, bool or
+// null look-alike, no indicator characters), double-quoted otherwise (JSON
+// escapes are valid YAML double-quoted escapes).
+std::string yaml_str(const std::string& s);
+
 // Closest candidate by edit distance when it is close enough to be a likely
 // typo; empty otherwise. Exposed for the CLI's option parsing.
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);

@@ -72,6 +72,7 @@ TEST(Cli, EveryCommandAnswersHelpWithItsOwnOptions) {
       {"demo", {"--quick", "--reps", "--csv", "--agent", "--sizes", "--chunk", "--window", "--threads", "--configs"}},
       {"bench", {"protocol"}},
       {"bench protocol", {"--quick", "--reps", "--threads", "--no-python", "--compare-only", "--python"}},
+      {"convert", {"OLD.yaml", "-o,--output", "--force"}},
       {"codecs", {}},
       {"version", {}},
       {"completion", {"SHELL", "bash"}},

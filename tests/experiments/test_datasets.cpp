@@ -8,6 +8,7 @@
 
 #include "experiments/datasets.hpp"
 #include "experiments/image_io.hpp"
+#include "experiments/resample.hpp"
 #include "test_util.hpp"
 
 namespace tracr::experiments {
@@ -30,7 +31,8 @@ Image gradient(int w, int h, int seed) {
   return img;
 }
 
-TEST(FashionMnist, ReadsTheDebianTestSetWithLabelsAndClassNames) {
+// Debian's Fashion-MNIST test set as stored: 1x28x28, values 0..1.
+DatasetConfig raw_fashion_mnist() {
   DatasetConfig cfg;
   cfg.kind = "fashion-mnist";
   cfg.path = TRACR_FASHION_MNIST_DIR;
@@ -38,7 +40,11 @@ TEST(FashionMnist, ReadsTheDebianTestSetWithLabelsAndClassNames) {
   cfg.resize_mode = "none";
   cfg.mean = {0.0f};
   cfg.std = {1.0f};
-  auto ds = open_dataset(cfg);
+  return cfg;
+}
+
+TEST(FashionMnist, ReadsTheDebianTestSetWithLabelsAndClassNames) {
+  auto ds = open_dataset(raw_fashion_mnist());
   ASSERT_TRUE(ds.ok()) << ds.error().str();
   EXPECT_EQ((*ds)->size(), 10000);
   ASSERT_EQ((*ds)->class_names().size(), 10u);
@@ -186,14 +192,107 @@ TEST(ImageFolder, ClassSubfoldersGiveSortedLabelsAndPresetShapes) {
   EXPECT_EQ(tf.offset_x, -14.0);  // (85 - 56) / 2 = 14.5 rounds half to even
 }
 
+// Bytes of an 8-bit image as a uint8 [H, W, C] tensor, for comparison with
+// the reference script's arrays.
+at::Tensor hwc(const std::vector<uint8_t>& px, int w, int h, int c) {
+  return torch::from_blob(const_cast<uint8_t*>(px.data()), {h, w, c}, torch::kUInt8).clone();
+}
+
+// Every value equal, else the first difference.
+void expect_same_pixels(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const auto diff = (got.to(torch::kInt) - want.to(torch::kInt)).abs();
+  const int64_t differing = diff.ne(0).sum().item<int64_t>();
+  EXPECT_EQ(differing, 0) << what << ": " << differing << " of " << diff.numel()
+                          << " values differ, by up to " << diff.max().item<int>() << " uint8 steps";
+}
+
+TEST(Resample, MatchesPillowBitForBitOnJpegsUpAndDownscaled) {
+  TempDir dir;
+  const std::string ref = test::script("tracr_reference.py");
+  // JPEGs written by PIL (gradients plus noise) and a real photograph: the
+  // first Fashion-MNIST test image written as a JPEG by libjpeg.
+  ASSERT_EQ(test::run_python(ref + " image " + dir.file("small.jpg") + " 97 61 3"), 0);
+  ASSERT_EQ(test::run_python(ref + " image " + dir.file("large.jpg") + " 640 480 4"), 0);
+  ASSERT_EQ(test::run_python(ref + " image " + dir.file("odd.png") + " 181 257 5"), 0);
+  {
+    auto ds = open_dataset(raw_fashion_mnist());
+    ASSERT_TRUE(ds.ok()) << ds.error().str();
+    auto s = (*ds)->get(0);
+    ASSERT_TRUE(s.ok());
+    auto gray = (s->image[0] * 255).round().to(torch::kUInt8).contiguous();
+    Image boot;
+    boot.width = boot.height = 28;
+    for (int64_t i = 0; i < gray.numel(); ++i) boot.rgb.insert(boot.rgb.end(), 3, gray.data_ptr<uint8_t>()[i]);
+    ASSERT_TRUE(write_jpeg(dir.file("boot.jpg"), boot, 90).ok());
+  }
+  struct Spec {
+    int w, h;
+    std::optional<ResampleBox> box;
+    std::string text;
+  };
+  // Upscaling, downscaling (the filter widens), each axis its own way, the
+  // torchvision preset's sizes, and boxes with fractional edges.
+  const std::vector<Spec> specs = {
+      {256, 256, {}, "256x256"},
+      {293, 256, {}, "293x256"},
+      {45, 33, {}, "45x33"},
+      {17, 300, {}, "17x300"},
+      {224, 224, {}, "224x224"},
+      {20, 15, ResampleBox{1.5f, 2.25f, 20.75f, 17.5f}, "20x15@1.5,2.25,20.75,17.5"},
+      {90, 70, ResampleBox{0.f, 3.f, 27.f, 20.f}, "90x70@0,3,27,20"},
+  };
+  std::string args;
+  for (const auto& sp : specs) args += " " + sp.text;
+  for (const char* f : {"small.jpg", "large.jpg", "odd.png", "boot.jpg"}) {
+    ASSERT_EQ(test::run_python(ref + " resize " + dir.file(f) + " " + dir.file(std::string(f) + ".ref") + args), 0)
+        << f;
+    auto want = test::read_ref(dir.file(std::string(f) + ".ref"));
+    auto img = decode_image(dir.file(f));
+    ASSERT_TRUE(img.ok()) << img.error().str();
+    // Same decoder (libjpeg-turbo) as PIL: the input itself is identical.
+    expect_same_pixels(hwc(img->rgb, img->width, img->height, 3), want.at("decoded"), std::string(f) + " decoded");
+    for (size_t i = 0; i < specs.size(); ++i) {
+      auto r = resize_bilinear(*img, specs[i].w, specs[i].h, specs[i].box);
+      ASSERT_TRUE(r.ok()) << r.error().str();
+      expect_same_pixels(hwc(r->rgb, r->width, r->height, 3), want.at("out." + std::to_string(i)),
+                         std::string(f) + " to " + specs[i].text);
+    }
+  }
+}
+
+TEST(Resample, RejectsBadSizesAndBoxesNamingThem) {
+  const std::vector<uint8_t> px(4 * 3 * 3, 7);
+  auto r = resize_bilinear(px, 4, 3, 3, 0, 5);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("output size 0x5"), std::string::npos) << r.error().message;
+  r = resize_bilinear(px, 4, 4, 3, 2, 2);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("36 bytes for a 4x4x3 image"), std::string::npos) << r.error().message;
+  r = resize_bilinear(px, 4, 3, 3, 2, 2, ResampleBox{0, 0, 5, 3});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("exceed"), std::string::npos) << r.error().message;
+  r = resize_bilinear(px, 4, 3, 3, 2, 2, ResampleBox{-1, 0, 4, 3});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("negative"), std::string::npos) << r.error().message;
+  // A constant image stays constant, whatever the scale.
+  r = resize_bilinear(px, 4, 3, 3, 9, 2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, std::vector<uint8_t>(9 * 2 * 3, 7));
+}
+
 TEST(ImageFolder, MatchesTorchvisionPreset) {
   TempDir dir;
   std::filesystem::create_directories(dir.file("imgs"));
   // Images written by PIL; reference from torchvision's ImageClassification.
-  ASSERT_EQ(test::run_python(test::script("tracr_reference.py") + " image " + dir.file("imgs/a.jpg") + " 300 200 1"), 0);
-  ASSERT_EQ(test::run_python(test::script("tracr_reference.py") + " image " + dir.file("imgs/b.png") + " 181 257 2"), 0);
-  for (const char* f : {"a.jpg", "b.png"})
-    ASSERT_EQ(test::run_python(test::script("tracr_reference.py") + " preset " + dir.file(std::string("imgs/") + f) + " " +
+  // a.jpg is downscaled to 256 on its shorter side, b.png and c.jpg
+  // upscaled (c: 90 -> 256, 2.8x).
+  const std::string ref = test::script("tracr_reference.py");
+  ASSERT_EQ(test::run_python(ref + " image " + dir.file("imgs/a.jpg") + " 300 200 1"), 0);
+  ASSERT_EQ(test::run_python(ref + " image " + dir.file("imgs/b.png") + " 181 257 2"), 0);
+  ASSERT_EQ(test::run_python(ref + " image " + dir.file("imgs/c.jpg") + " 120 90 3"), 0);
+  for (const char* f : {"a.jpg", "b.png", "c.jpg"})
+    ASSERT_EQ(test::run_python(ref + " preset " + dir.file(std::string("imgs/") + f) + " " +
                                dir.file(std::string(f) + ".ref") + " --crop 224 --resize 256"),
               0);
   DatasetConfig cfg;
@@ -202,19 +301,18 @@ TEST(ImageFolder, MatchesTorchvisionPreset) {
   cfg.resize_size = 256;
   auto ds = open_dataset(cfg);
   ASSERT_TRUE(ds.ok()) << ds.error().str();
-  ASSERT_EQ((*ds)->size(), 2);
-  for (int i = 0; i < 2; ++i) {
+  ASSERT_EQ((*ds)->size(), 3);
+  for (int i = 0; i < 3; ++i) {
     auto s = (*ds)->get(i);
     ASSERT_TRUE(s.ok()) << s.error().str();
     const std::string name = std::filesystem::path(s->id).filename().string();
-    auto ref = test::read_ref(dir.file(name + ".ref")).at("output");
-    ASSERT_EQ(s->image.sizes(), ref.sizes());
-    auto diff = (s->image - ref).abs();
-    // One uint8 step after normalisation is 1 / 255 / 0.225 = 0.0174; PIL's
-    // fixed-point resampling rounds a few pixels the other way.
-    EXPECT_LE(diff.max().item<float>(), 2.0f / 255 / 0.224f + 1e-5f) << name;
-    EXPECT_LE(diff.mean().item<float>(), 5e-4f) << name;
-    std::cout << name << ": max diff " << diff.max().item<float>() << ", mean " << diff.mean().item<float>() << "\n";
+    auto ref_out = test::read_ref(dir.file(name + ".ref")).at("output");
+    ASSERT_EQ(s->image.sizes(), ref_out.sizes());
+    // The same uint8 pixels go through the same float operations: equal.
+    const auto diff = (s->image - ref_out).abs();
+    EXPECT_EQ(diff.max().item<float>(), 0.0f) << name << ": " << diff.ne(0).sum().item<int64_t>()
+                                              << " values differ, by up to " << diff.max().item<float>()
+                                              << " (one uint8 step is 1 / 255 / std = 0.0174)";
   }
 }
 
