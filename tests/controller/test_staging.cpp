@@ -111,17 +111,18 @@ TEST(Staging, DeclaredPathsMapFilesAndTreesBeneathThem) {
 }
 
 TEST(Staging, DevicesFileDeclaresPathsRelativeToItself) {
+  const std::string server = "  - device_type: SERVER\n    transport: local\n";
   auto d = settings::parse_devices(
-      "devices:\n  - device_type: PARTICIPANT\n    transport: ssh\n    paths:\n      data/images: /srv/images\n"
+      "devices:\n" + server + "  - device_type: PARTICIPANT\n    transport: ssh\n    paths:\n      data/images: /srv/images\n"
       "      /abs/w.pt: ~/w.pt\n    connection_params:\n      - host: 127.0.0.1\n        user: u\n        pkey_fp: k\n",
       "/etc/tracr/devices.yaml");
   ASSERT_TRUE(d.ok()) << d.error().str();
-  const auto& p = d->devices[0].paths;
+  const auto& p = d->devices[1].paths;
   ASSERT_EQ(p.size(), 2u);
   EXPECT_EQ(p.at("/etc/tracr/data/images"), "/srv/images");
   EXPECT_EQ(p.at("/abs/w.pt"), "~/w.pt");
   auto bad = settings::parse_devices(
-      "devices:\n  - device_type: PARTICIPANT\n    transport: ssh\n    paths: [a, b]\n"
+      "devices:\n" + server + "  - device_type: PARTICIPANT\n    transport: ssh\n    paths: [a, b]\n"
       "    connection_params:\n      - host: 127.0.0.1\n        user: u\n        pkey_fp: k\n",
       "/etc/tracr/devices.yaml");
   ASSERT_FALSE(bad.ok());
@@ -266,9 +267,9 @@ TEST_F(StagingSsh, SetupPlanListsOnlyMissingPackagesWithTheExactCommand) {
   EXPECT_EQ(plan->root, ::geteuid() == 0);
   EXPECT_EQ(plan->command, std::string(plan->root ? "" : "sudo -n env ") +
                                "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
-                               "'tracr-test-no-such-package'");
+                               "tracr-test-no-such-package");
   EXPECT_EQ(apt_install_command({"a", "b"}, false),
-            "sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends 'a' 'b'");
+            "sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends a b");
 }
 
 }  // namespace
