@@ -70,6 +70,16 @@ Common parse_common(const std::vector<std::string>& args, size_t from) {
   return c;
 }
 
+// Options only one command takes: refused by the others, by name.
+void only_for(const std::vector<std::string>& args, const std::string& command,
+              const std::vector<std::pair<std::string, std::string>>& option_owner) {
+  for (const auto& [opt, owner] : option_owner)
+    if (owner != command && std::find(args.begin(), args.end(), opt) != args.end())
+      throw Fatal(make_error(Errc::invalid_argument, fmt::format("{}: {} is an option of `tracrctl {}`", command, opt, owner)));
+}
+const std::vector<std::pair<std::string, std::string>> kOwnOptions = {
+    {"--experiment", "devices check"}, {"--yes", "devices setup"}, {"--dry-run", "devices setup"}};
+
 // Runs fn for every device concurrently; rows come back in device order.
 template <class F>
 std::vector<std::string> for_each_device(const DevicesConfig& devs, F fn) {
@@ -115,6 +125,7 @@ int cmd_devices(const std::vector<std::string>& args) {
     return 2;
   }
   Common c = parse_common(args, 1);
+  only_for(args, "devices " + args[0], kOwnOptions);
   if (args[0] == "setup") {
     SetupOptions so;
     so.devices = c.devices;
@@ -257,6 +268,7 @@ int cmd_agents(const std::vector<std::string>& args) {
     return 2;
   }
   Common c = parse_common(args, 1);
+  only_for(args, "agents " + verb, kOwnOptions);
   auto devs = load_devices_or_default(c.devices);
   if (!devs) {
     fmt::print(stderr, "tracrctl agents: {}\n", devs.error().str());

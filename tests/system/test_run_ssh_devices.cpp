@@ -105,7 +105,7 @@ TEST_F(RunSshDevices, ParticipantsOnSeveralDevicesStartConcurrently) {
   y.replace(y.find("split: all"), 10, "split: [5]");
   auto r = tracr("run " + d.file("exp.yaml", y) + " --no-progress");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(query(db(), "select count(distinct device) from frames"), "3");
+  EXPECT_EQ(query(db(), "select count(distinct participant) from frames"), "3");
   const auto started = query_col(db(), "select message from events where kind = 'agent_started' and message like "
                                        "'PARTICIPANT %' order by id");
   ASSERT_EQ(started.size(), 3u);
@@ -196,6 +196,9 @@ TEST_F(RunSshDevices, DevicesSetupHasNothingToInstallWhereTheAgentRuns) {
   // Nothing to install: no confirmation is needed, even without a terminal.
   auto run = tracr("devices setup --devices " + devs + " < /dev/null");
   EXPECT_EQ(run.status, 0) << run.out;
+  auto wrong = tracr("devices setup --devices " + devs + " --experiment x.yaml");
+  EXPECT_EQ(wrong.status, 2) << wrong.out;
+  EXPECT_NE(wrong.out.find("--experiment is an option of `tracrctl devices check`"), std::string::npos) << wrong.out;
   auto bad = tracr("devices setup --devices " + devs + " --bogus");
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("--bogus"), std::string::npos) << bad.out;
