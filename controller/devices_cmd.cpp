@@ -210,17 +210,29 @@ int cmd_devices(const std::vector<std::string>& args) {
       ++bad;
       return head + " FAIL  " + s.error().str();
     }
+    // The device's own agent (devices file `agent:`) when it has one.
+    const std::string agent_for = device_agent_path(d, c.agent);
+    std::string a_arch = *local_arch, a_hash = *local_hash;
+    if (agent_for != c.agent) {
+      auto ah = sha256_file(agent_for);
+      if (!ah) {
+        ++bad;
+        return head + " FAIL  agent " + agent_for + ": " + ah.error().str();
+      }
+      a_hash = *ah;
+      if (auto aa = elf_arch(agent_for)) a_arch = *aa;
+    }
     auto un = (*s)->run("uname -m");
     if (!un || un->exit_status != 0) {
       ++bad;
       return head + " FAIL  " + (*s)->label() + ": uname -m failed";
     }
     const std::string arch = trim(un->out);
-    if (!arch_compatible(*local_arch, arch)) {
+    if (!arch_compatible(a_arch, arch)) {
       ++bad;
-      return head + fmt::format(" FAIL  {}: device is {}, agent is built for {}", (*s)->label(), arch, *local_arch);
+      return head + fmt::format(" FAIL  {}: device is {}, agent is built for {}", (*s)->label(), arch, a_arch);
     }
-    const std::string remote = remote_word(d.work_dir + "/tracr-agent-" + local_hash->substr(0, 16));
+    const std::string remote = remote_word(d.work_dir + "/tracr-agent-" + a_hash.substr(0, 16));
     auto there = (*s)->run("test -x " + remote);
     std::string extra = files_lines(**s, d);
     if (extra.find(" FAIL ") != std::string::npos) ++bad;
@@ -228,10 +240,10 @@ int cmd_devices(const std::vector<std::string>& args) {
       return head + fmt::format(" ok    {} {}, auth ok, agent not deployed (tracrctl agents deploy); {}{}",
                                 (*s)->label(), arch, tc_capability(d, devs->source, c.trust), extra);
     // Shared libraries first: an agent that cannot load says nothing else.
-    auto missing = remote_missing_libraries(**s, as_in_cmdline(d.work_dir) + "/tracr-agent-" + local_hash->substr(0, 16));
+    auto missing = remote_missing_libraries(**s, as_in_cmdline(d.work_dir) + "/tracr-agent-" + a_hash.substr(0, 16));
     if (missing && !missing->empty()) {
       ++bad;
-      return head + " FAIL  " + missing_libraries_message((*s)->label(), "tracr-agent-" + local_hash->substr(0, 16), *missing) + extra;
+      return head + " FAIL  " + missing_libraries_message((*s)->label(), "tracr-agent-" + a_hash.substr(0, 16), *missing) + extra;
     }
     auto ver = (*s)->run(remote + " --version");
     const bool deployed = ver && ver->exit_status == 0;
