@@ -290,7 +290,13 @@ void build_app(CLI::App& app, Parsed& p) {
 
   // devices check, agents ...
   auto devices_options = [&](CLI::App* c, bool agents) {
-    c->add_option("--devices", p.devices.devices, "the devices file (default config/devices_config.yaml)")
+    c->add_option_function<std::string>(
+         "--devices",
+         [&p](const std::string& f) {
+           p.devices.devices = f;
+           p.devices.devices_given = true;
+         },
+         "the devices file (default config/devices_config.yaml)")
         ->type_name("FILE");
     c->add_flag("--trust-new-hosts", p.devices.trust, "SSH: trust and record unknown host keys");
     c->add_option("--agent", p.devices.agent, "tracr-agent to compare or deploy (default: next to tracrctl)")
@@ -304,9 +310,21 @@ void build_app(CLI::App& app, Parsed& p) {
   auto* devices = app.add_subcommand("devices", "the devices of the devices file");
   devices->require_subcommand(1);
   auto* check = devices->add_subcommand(
-      "check", "reachability, authentication, key permissions, architecture, agent version, energy meters");
+      "check",
+      "reachability, authentication, key permissions, architecture, agent version and its missing shared "
+      "libraries, energy meters, declared paths; with --experiment the files a run would stage");
   devices_options(check, false);
+  check->add_option("--experiment", p.devices.experiment,
+                    "also list, per device, each file of this experiment its role reads: declared, already "
+                    "staged, or what the next run uploads (its devices file unless --devices is given)")
+      ->type_name("EXP.yaml");
   check->callback([&p] { p.action = [&p] { return cmd_devices_check(p.devices); }; });
+  auto* setup = devices->add_subcommand(
+      "setup", "install the agent's runtime Debian packages on every device over SSH (shows them, then asks)");
+  devices_options(setup, false);
+  setup->add_flag("--yes", p.devices.yes, "install without asking");
+  setup->add_flag("--dry-run", p.devices.dry_run, "only print what each device lacks and the command");
+  setup->callback([&p] { p.action = [&p] { return cmd_devices_setup(p.devices); }; });
 
   auto* agents = app.add_subcommand("agents", "tracr-agent on the devices: start, deploy, status, logs, stop");
   agents->require_subcommand(1);
@@ -432,6 +450,18 @@ int usage_error(const CLI::App& app, const CLI::ParseError& e) {
       msg = fmt::format("unknown command '{}'; expected one of: {}", extra.front(), names);
     else if (msg == "expected a command")
       msg = "expected a command: " + names;
+  }
+  // An option of a sibling command given here: say whose it is.
+  if (const CLI::App* parent = at->get_parent(); parent && !extra.empty() && extra.front().rfind("--", 0) == 0) {
+    const std::string word = extra.front().substr(0, extra.front().find('='));
+    for (const auto* sib : parent->get_subcommands([](const CLI::App*) { return true; })) {
+      if (sib == at) continue;
+      for (const auto* o : sib->get_options())
+        if (o->check_lname(word.substr(2))) {
+          msg += fmt::format(" ({} is an option of `{} {}`)", word, path.substr(0, path.rfind(' ')), sib->get_name());
+          break;
+        }
+    }
   }
   fmt::print(stderr, "{}: {}\nrun '{} --help'\n", path, msg, path);
   return 2;

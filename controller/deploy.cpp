@@ -11,6 +11,10 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <vector>
+
+#include <openssl/evp.h>
 
 #include "agent/control.hpp"
 #include "protocol/crypto.hpp"
@@ -26,19 +30,9 @@ std::string trim(std::string s) {
   return s.substr(i);
 }
 
-Result<std::string> read_local(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (errno == ENOENT) return make_error(Errc::not_found, fmt::format("{} does not exist", path));
-    return make_error(Errc::io, fmt::format("cannot open {}: {}", path, std::strerror(errno)));
-  }
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return make_error(Errc::io, fmt::format("reading {} failed", path));
-  return data;
-}
 
-// "~/x" -> "x" (SFTP paths and the shell's working directory both start at
-// the login directory); strips trailing slashes.
+}  // namespace
+
 std::string normalize_remote_dir(std::string d) {
   if (d == "~" || d.empty()) return ".";
   if (d.rfind("~/", 0) == 0) d = d.substr(2);
@@ -46,8 +40,6 @@ std::string normalize_remote_dir(std::string d) {
   return d.empty() ? "." : d;
 }
 
-// Shell snippet printing the sha256 of a remote file (nothing when it does
-// not exist).
 std::string remote_sha256_cmd(const std::string& path) {
   const std::string q = shell_quote(path);
   return fmt::format("if [ -f {0} ]; then (sha256sum {0} 2>/dev/null || shasum -a 256 {0}) | cut -c1-64; fi", q);
@@ -62,13 +54,58 @@ Result<std::string> remote_sha256(SshSession& s, const std::string& path) {
   return trim(r->out);
 }
 
-}  // namespace
-
 Result<std::string> sha256_file(const std::string& path) {
-  auto data = read_local(path);
-  if (!data) return std::move(data.error());
-  auto h = protocol::sha256(reinterpret_cast<const uint8_t*>(data->data()), data->size());
-  return protocol::to_hex(h.data(), h.size());
+  // Streamed: weights and data sets can be larger than memory.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (errno == ENOENT) return make_error(Errc::not_found, fmt::format("{} does not exist", path));
+    return make_error(Errc::io, fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  }
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+    return make_error(Errc::internal, "cannot start a SHA-256 digest");
+  std::vector<char> buf(1u << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) return make_error(Errc::io, fmt::format("reading {} failed", path));
+  unsigned char h[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(ctx.get(), h, &n);
+  return protocol::to_hex(h, n);
+}
+
+std::vector<std::string> ldd_missing(const std::string& out) {
+  // "\tlibfoo.so.1 => not found"
+  std::vector<std::string> libs;
+  size_t start = 0;
+  while (start < out.size()) {
+    size_t nl = out.find('\n', start);
+    const std::string line = trim(out.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+    const auto arrow = line.find(" => not found");
+    if (arrow != std::string::npos) libs.push_back(trim(line.substr(0, arrow)));
+    if (nl == std::string::npos) break;
+    start = nl + 1;
+  }
+  return libs;
+}
+
+Result<std::vector<std::string>> remote_missing_libraries(SshSession& s, const std::string& remote_path) {
+  // 127: no ldd on the device (a minimal image): nothing can be said.
+  auto r = s.run("command -v ldd >/dev/null 2>&1 || exit 127; ldd " + shell_quote(remote_path) + " 2>&1");
+  if (!r) return std::move(r.error());
+  if (r->exit_status == 127) return std::vector<std::string>{};
+  return ldd_missing(r->out);
+}
+
+std::string missing_libraries_message(const std::string& where, const std::string& agent,
+                                      const std::vector<std::string>& libs) {
+  std::string names;
+  for (const auto& l : libs) names += (names.empty() ? "" : ", ") + l;
+  return fmt::format("{} lacks shared libraries the agent {} needs (ldd: not found): {}; "
+                     "`tracrctl devices setup` installs the agent's runtime packages there",
+                     where, agent, names);
 }
 
 Result<std::string> elf_arch(const std::string& path) {

@@ -45,6 +45,28 @@ Result<DeployInfo> deploy_agent(SshSession& session, const std::string& local_ag
 // The last max_bytes of an agent's remote log (its stderr).
 Result<std::string> fetch_logs(SshSession& session, const std::string& log_path, size_t max_bytes = 64u << 10);
 
+// A device directory as SFTP and the login shell both take it: "~/x" -> "x"
+// (both start at the login directory), "~" -> ".", trailing slashes removed.
+std::string normalize_remote_dir(std::string d);
+// Shell snippet printing the sha256 of a remote file (nothing when it does
+// not exist).
+std::string remote_sha256_cmd(const std::string& path);
+// The sha256 of a remote file as lower-case hex; "" when it does not exist.
+// Errors: io (the command failed), plus the session's transport errors.
+Result<std::string> remote_sha256(SshSession& session, const std::string& path);
+
+// Shared libraries `ldd` on the device reports "not found" for the binary at
+// remote_path (names as ldd prints them, e.g. "libtorch.so.2.1"); empty when
+// none are missing or the device has no ldd (nothing to check then).
+// Errors: the session's transport errors.
+Result<std::vector<std::string>> remote_missing_libraries(SshSession& session, const std::string& remote_path);
+// The "not found" names in ldd output.
+std::vector<std::string> ldd_missing(const std::string& ldd_output);
+// "device D: ... lacks shared libraries the agent needs: a, b; ..." naming the
+// fix (tracrctl devices setup).
+std::string missing_libraries_message(const std::string& where, const std::string& agent,
+                                      const std::vector<std::string>& libs);
+
 // Local helpers, exposed for tests and `tracrctl devices check`.
 // SHA-256 of a file as lower-case hex. Errors: not_found, io.
 Result<std::string> sha256_file(const std::string& path);

@@ -18,6 +18,7 @@
 
 #include "agent/control.hpp"
 #include "controller/deploy.hpp"
+#include "controller/staging.hpp"
 #include "controller/launcher.hpp"
 #include "controller/model_check.hpp"
 #include "controller/process.hpp"
@@ -160,7 +161,7 @@ int cmd_agents_start(const RunOptions& opt) {
   // secret (no layer profiling: it serves many runs).
   ExperimentConfig no_profile = *cfg;
   no_profile.record.layers = false;
-  const std::string config_yaml = agent_config_yaml(no_profile);
+  std::string config_yaml = agent_config_yaml(no_profile);
   std::vector<std::string> a = {"--role", "SERVER", "--bind",
                                 fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)};
   for (const auto& x : device_limit_args(server)) a.push_back(x);
@@ -207,6 +208,21 @@ int cmd_agents_start(const RunOptions& opt) {
       fmt::print(stderr, "tracrctl agents start: device {}: deploy: {}\n", server.name, dep.error().str());
       return 1;
     }
+    auto missing = remote_missing_libraries(**s, dep->remote_path);
+    if (missing && !missing->empty()) {
+      fmt::print(stderr, "tracrctl agents start: {}\n",
+                 missing_libraries_message("device " + server.name, dep->remote_path, *missing));
+      return 1;
+    }
+    // The files a SERVER reads (model, weights): at the device's paths.
+    const ExperimentConfig abs_cfg = agent_experiment(no_profile);
+    auto staged = stage_files(**s, server, agent_files(abs_cfg, "SERVER"));
+    if (!staged) {
+      fmt::print(stderr, "tracrctl agents start: {}\n", staged.error().str());
+      return 1;
+    }
+    for (const auto& f : *staged) fmt::print("{}: {}\n", server.name, f.describe());
+    config_yaml = to_yaml(with_device_paths(abs_cfg, *staged));
     const std::string dir = dep->remote_path.substr(0, dep->remote_path.rfind('/') + 1);
     const std::string secret_file = dir + server.name + ".secret";
     d.log = dir + server.name + "-detached.log";

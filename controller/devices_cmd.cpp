@@ -3,7 +3,9 @@
 // version of every device in the devices file, and the agents on them.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -14,12 +16,14 @@
 
 #include "settings/config.hpp"
 #include "controller/deploy.hpp"
+#include "controller/device_setup.hpp"
 #include "controller/devices_cmd.hpp"
 #include "controller/launcher.hpp"
 #include "controller/process.hpp"
 #include "controller/run.hpp"
 #include "controller/shaping.hpp"
 #include "controller/ssh.hpp"
+#include "controller/staging.hpp"
 
 namespace tracr::controller {
 
@@ -39,9 +43,7 @@ DevicesOptions resolved(DevicesOptions c) {
 template <class F>
 std::vector<std::string> for_each_device(const DevicesConfig& devs, F fn) {
   std::vector<std::string> rows(devs.devices.size());
-  std::vector<std::thread> ts;
-  for (size_t i = 0; i < devs.devices.size(); ++i) ts.emplace_back([&, i] { rows[i] = fn(devs.devices[i]); });
-  for (auto& t : ts) t.join();
+  run_concurrently(devs.devices.size(), [&](size_t i) { rows[i] = fn(devs.devices[i]); });
   return rows;
 }
 
@@ -74,8 +76,34 @@ std::string meter_lines(const std::string& out) {
 
 }  // namespace
 
-int cmd_devices_check(const DevicesOptions& opt) {
+int cmd_devices_setup(const DevicesOptions& opt) {
   const DevicesOptions c = resolved(opt);
+  SetupOptions so;
+  so.devices = c.devices;
+  so.agent = c.agent;
+  so.trust_new_hosts = c.trust;
+  so.yes = c.yes;
+  so.dry_run = c.dry_run;
+  return devices_setup(so);
+}
+
+int cmd_devices_check(const DevicesOptions& opt) {
+  DevicesOptions c = resolved(opt);
+  // With an experiment: its devices file (unless --devices says otherwise) and its files.
+  std::optional<ExperimentConfig> exp;
+  if (!c.experiment.empty()) {
+    auto e = load_experiment(c.experiment);
+    if (!e) {
+      fmt::print(stderr, "tracrctl devices: {}\n", e.error().str());
+      return 2;
+    }
+    if (auto st = check_experiment_files(*e); !st) {
+      fmt::print(stderr, "tracrctl devices: {}\n", st.error().str());
+      return 2;
+    }
+    if (!c.devices_given) c.devices = e->devices;
+    exp = agent_experiment(*e);
+  }
   auto devs = load_devices_or_default(c.devices);
   if (!devs) {
     fmt::print(stderr, "tracrctl devices: {}\n", devs.error().str());
@@ -91,6 +119,27 @@ int cmd_devices_check(const DevicesOptions& opt) {
   fmt::print("devices from {}; local agent {} ({}, sha256 {})\n", devs->source, c.agent, *local_arch,
              local_hash->substr(0, 16));
   std::atomic<int> bad{0};
+  // The devices file's declared paths, and the experiment's files this
+  // device's role reads: declared and present, already staged, or what would
+  // be uploaded (nothing is uploaded here).
+  auto files_lines = [&](SshSession& s, const DeviceConfig& d) {
+    std::string o;
+    for (const auto& [from, to] : d.paths) {
+      auto t = s.run("test -e " + remote_word(to));
+      const bool ok = t && t->exit_status == 0;
+      o += fmt::format("\n    path {} -> {}: {}", from, to, ok ? "present" : " FAIL does not exist there");
+    }
+    if (!exp) return o;
+    auto staged = stage_files(s, d, agent_files(*exp, std::string(device_role_name(d.role))), true);
+    if (!staged) return o + "\n    files: FAIL " + staged.error().str();
+    uint64_t upload = 0;
+    for (const auto& f : *staged) {
+      o += "\n    file " + f.describe();
+      if (f.how == StagedFile::How::would_upload) upload += f.hash.bytes;
+    }
+    if (upload) o += "\n    files: the next run uploads " + human_bytes(upload) + " to this device";
+    return o;
+  };
   auto rows = for_each_device(*devs, [&](const DeviceConfig& d) -> std::string {
     const std::string head = fmt::format("{:<14} {:<12} {:<6}", d.name, device_role_name(d.role), transport_name(d.transport));
     if (d.transport == Transport::local) {
@@ -100,6 +149,8 @@ int cmd_devices_check(const DevicesOptions& opt) {
       const std::string v = trim(r.text.substr(0, r.text.find('\n')));
       if (r.status != 0) {
         ++bad;
+        const auto missing = ldd_missing(run_local_command("ldd " + shell_quote(c.agent)).text);
+        if (!missing.empty()) return head + " FAIL  " + missing_libraries_message("this machine", c.agent, missing);
         return head + " FAIL  cannot run the agent locally: " + v;
       }
       std::string meters_cmd = (d.netns.empty() ? "" : "ip netns exec " + shell_quote(d.netns) + " ") +
@@ -113,29 +164,55 @@ int cmd_devices_check(const DevicesOptions& opt) {
       ++bad;
       return head + " FAIL  " + s.error().str();
     }
+    // The device's own agent (devices file `agent:`) when it has one.
+    const std::string agent_for = device_agent_path(d, c.agent);
+    std::string a_arch = *local_arch, a_hash = *local_hash;
+    if (agent_for != c.agent) {
+      auto ah = sha256_file(agent_for);
+      if (!ah) {
+        ++bad;
+        return head + " FAIL  agent " + agent_for + ": " + ah.error().str();
+      }
+      a_hash = *ah;
+      if (auto aa = elf_arch(agent_for)) a_arch = *aa;
+    }
     auto un = (*s)->run("uname -m");
     if (!un || un->exit_status != 0) {
       ++bad;
       return head + " FAIL  " + (*s)->label() + ": uname -m failed";
     }
     const std::string arch = trim(un->out);
-    if (!arch_compatible(*local_arch, arch)) {
+    if (!arch_compatible(a_arch, arch)) {
       ++bad;
-      return head + fmt::format(" FAIL  {}: device is {}, agent is built for {}", (*s)->label(), arch, *local_arch);
+      return head + fmt::format(" FAIL  {}: device is {}, agent is built for {}", (*s)->label(), arch, a_arch);
     }
-    const std::string remote = remote_word(d.work_dir + "/tracr-agent-" + local_hash->substr(0, 16));
-    auto ver = (*s)->run("test -x " + remote + " && " + remote + " --version");
+    const std::string remote = remote_word(d.work_dir + "/tracr-agent-" + a_hash.substr(0, 16));
+    auto there = (*s)->run("test -x " + remote);
+    std::string extra = files_lines(**s, d);
+    if (extra.find(" FAIL ") != std::string::npos) ++bad;
+    if (!there || there->exit_status != 0)
+      return head + fmt::format(" ok    {} {}, auth ok, agent not deployed (tracrctl agents deploy); {}{}",
+                                (*s)->label(), arch, tc_capability(d, devs->source, c.trust), extra);
+    // Shared libraries first: an agent that cannot load says nothing else.
+    auto missing = remote_missing_libraries(**s, as_in_cmdline(d.work_dir) + "/tracr-agent-" + a_hash.substr(0, 16));
+    if (missing && !missing->empty()) {
+      ++bad;
+      return head + " FAIL  " + missing_libraries_message((*s)->label(), "tracr-agent-" + a_hash.substr(0, 16), *missing) + extra;
+    }
+    auto ver = (*s)->run(remote + " --version");
     const bool deployed = ver && ver->exit_status == 0;
-    std::string agent = deployed ? trim(ver->out) + " deployed" : "not deployed (tracrctl agents deploy)";
-    std::string meters = "\n    energy meters: unknown until the agent is deployed";
+    std::string agent = deployed ? trim(ver->out) + " deployed"
+                                 : "deployed but `--version` failed: " + (ver ? trim(ver->out + ver->err) : ver.error().str());
+    if (!deployed) ++bad;
+    std::string meters = "\n    energy meters: unknown until the agent runs there";
     if (deployed) {
       std::string cmd = remote + " --meters";
       for (const auto& a : device_limit_args(d)) cmd += " " + shell_quote(a);
       auto m = (*s)->run(cmd);
       meters = meter_lines(m ? m->out : m.error().str());
     }
-    return head + fmt::format(" ok    {} {}, auth ok, agent {}; {}{}", (*s)->label(), arch, agent,
-                              tc_capability(d, devs->source, c.trust), meters);
+    return head + fmt::format(" {}  {} {}, auth ok, agent {}; {}{}{}", deployed ? "ok  " : "FAIL", (*s)->label(), arch,
+                              agent, tc_capability(d, devs->source, c.trust), meters, extra);
   });
   for (const auto& r : rows) fmt::print("{}\n", r);
   return bad.load() ? 1 : 0;

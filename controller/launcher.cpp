@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -113,7 +115,8 @@ Result<std::unique_ptr<AgentProc>> start_local(const std::string& agent_path, co
   return std::unique_ptr<AgentProc>(std::move(proc));
 }
 
-Result<std::unique_ptr<AgentProc>> start_ssh(const LaunchSpec& ls, const std::vector<std::string>& args) {
+Result<std::unique_ptr<AgentProc>> start_ssh(const LaunchSpec& ls, const std::vector<std::string>& args,
+                                             std::vector<StagedFile>* staged, std::string* config_yaml) {
   const DeviceConfig& dev = *ls.device;
   const SshTarget t = ls.ssh_target ? *ls.ssh_target : device_ssh_target(dev, ls.devices_file, ls.trust_new_hosts);
   const std::string log_name = ls.log_name.empty() ? "tracr-agent.log" : ls.log_name;
@@ -129,6 +132,18 @@ Result<std::unique_ptr<AgentProc>> start_ssh(const LaunchSpec& ls, const std::ve
     auto d = deploy_agent(**s, ls.agent_path, dev.work_dir);
     if (!d) return make_error(d.error().code, "device " + dev.name + ": deploy: " + d.error().message);
     remote_path = d->remote_path;
+  }
+  // A loader error at start would say less, later: name what is missing now.
+  auto missing = remote_missing_libraries(**s, remote_path);
+  if (!missing) return make_error(missing.error().code, "device " + dev.name + ": ldd: " + missing.error().message);
+  if (!missing->empty())
+    return make_error(Errc::config, missing_libraries_message("device " + dev.name + " (" + (*s)->label() + ")",
+                                                              remote_path, *missing));
+  if (ls.experiment) {
+    auto st = stage_files(**s, dev, agent_files(*ls.experiment, ls.role));
+    if (!st) return std::move(st.error());
+    *config_yaml = to_yaml(with_device_paths(*ls.experiment, *st));
+    *staged = std::move(*st);
   }
   // The agent's stderr goes to a log beside it (tracrctl agents logs).
   const std::string log = remote_path.substr(0, remote_path.rfind('/') + 1) + log_name;
@@ -209,6 +224,8 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
   for (const auto& a : device_limit_args(*s.device)) args.push_back(a);
   args.insert(args.end(), s.args.begin(), s.args.end());
   Result<std::unique_ptr<AgentProc>> p = make_error(Errc::internal, "");
+  std::vector<StagedFile> staged;
+  std::string config_yaml = s.config_yaml;  // over SSH: with the device's paths
   const DeviceConfig& dev = *s.device;
   if (dev.transport == Transport::local) {
     const std::string dir = s.log_dir.empty() ? "." : s.log_dir;
@@ -217,17 +234,44 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
     p = start_local(s.agent_path, args, s.log_name.empty() ? std::string() : dir + "/" + s.log_name, dev.netns,
                     dev.cpu_quota.value_or(0));
   } else {
-    p = start_ssh(s, args);
+    p = start_ssh(s, args, &staged, &config_yaml);
   }
   if (!p) return std::move(p.error());
   auto conn = std::make_unique<AgentConn>(s.device, s.role, std::move(*p), s.secret);
+  conn->set_staged(std::move(staged));
   if (auto w = conn->proc().write(protocol::to_hex(s.secret.data(), s.secret.size()) + "\n"); !w)
     return conn->abandon(Errc::peer_closed, "exited before READY (could not take the session secret: " + w.error().message + ")");
-  if (!s.config_yaml.empty())
-    if (auto w = conn->send("CONFIG", {{"yaml", s.config_yaml}}); !w)
+  if (!config_yaml.empty())
+    if (auto w = conn->send("CONFIG", {{"yaml", config_yaml}}); !w)
       return conn->abandon(Errc::peer_closed, "exited before READY (could not take the experiment: " + w.error().message + ")");
   if (s.heartbeat_timeout_ms > 0) conn->start_heartbeat();
   return conn;
+}
+
+void run_concurrently(size_t n, const std::function<void(size_t)>& fn) {
+  std::vector<std::thread> ts;
+  ts.reserve(n);
+  for (size_t i = 0; i < n; ++i) ts.emplace_back([&fn, i] { fn(i); });
+  for (auto& t : ts) t.join();
+}
+
+std::vector<ConcurrentLaunch> launch_concurrently(
+    size_t n, const std::function<Result<std::unique_ptr<AgentConn>>(size_t)>& start) {
+  std::vector<ConcurrentLaunch> out(n);
+  std::vector<Clock::time_point> issued(n), started(n);
+  run_concurrently(n, [&](size_t i) {
+    issued[i] = Clock::now();
+    out[i].conn = start(i);
+    started[i] = Clock::now();
+  });
+  if (n == 0) return out;
+  const auto first = *std::min_element(issued.begin(), issued.end());
+  auto ms = [&](Clock::time_point t) { return std::chrono::duration<double, std::milli>(t - first).count(); };
+  for (size_t i = 0; i < n; ++i) {
+    out[i].issued_ms = ms(issued[i]);
+    out[i].started_ms = ms(started[i]);
+  }
+  return out;
 }
 
 std::vector<std::string> device_limit_args(const DeviceConfig& dev) {

@@ -8,6 +8,7 @@
 // argument helpers.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "agent/control.hpp"
 #include "settings/config.hpp"
 #include "controller/ssh.hpp"
+#include "controller/staging.hpp"
 
 namespace tracr::controller {
 
@@ -54,6 +56,11 @@ struct LaunchSpec {
   // after the secret (the agent is started with --config stdin); empty for
   // an echo SERVER.
   std::string config_yaml;
+  // The experiment behind config_yaml, paths absolute (agent_experiment).
+  // Over SSH the files this role reads are made available on the device
+  // (staging.hpp: declared paths or content-hashed copies) and the agent gets
+  // this experiment with their device paths instead of config_yaml.
+  const settings::ExperimentConfig* experiment = nullptr;
   // Both directions of the control channel carry a HEARTBEAT every
   // kControlHeartbeatMs; the agent (started with --heartbeat-timeout-ms)
   // stops when it hears nothing from tracrctl for this long (the experiment's
@@ -90,6 +97,9 @@ class AgentConn {
   // others. Error timeout after timeout_ms, peer_closed when the agent exits
   // first (with its exit status); both stop the agent and carry its log tail.
   Result<agent::ControlMsg> wait_ready(int timeout_ms);
+  // The experiment's files made available on its device at launch (SSH).
+  const std::vector<StagedFile>& staged() const { return staged_; }
+  void set_staged(std::vector<StagedFile> s) { staged_ = std::move(s); }
   // Stops the agent and returns `code` with "<role> agent on <device> <what>",
   // its exit status and the tail of its log.
   Error abandon(Errc code, const std::string& what);
@@ -101,11 +111,31 @@ class AgentConn {
   agent::ControlCodec in_, out_;
   std::mutex send_mu_;  // one writer at a time: encode and write together
   agent::Heartbeat hb_;
+  std::vector<StagedFile> staged_;
 };
 
 // Starts the agent on spec.device (local or SSH, deploying it first), writes
-// the secret. Errors name the device and what failed (SSH hints included).
+// the secret. Over SSH, before the agent starts: a deployed agent with shared
+// libraries missing on the device is refused (error config naming them, see
+// missing_libraries_message), and the experiment's files are staged. Errors
+// name the device and what failed (SSH hints included).
 Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& spec);
+
+// Runs fn(0) .. fn(n-1) each on its own thread, all started before any is
+// waited for; returns when all have returned.
+void run_concurrently(size_t n, const std::function<void(size_t)>& fn);
+
+// One launch of launch_concurrently: the agent (or why it did not start) and
+// when its launch was issued and returned, in ms on this process's steady
+// clock from the earliest launch issued.
+struct ConcurrentLaunch {
+  Result<std::unique_ptr<AgentConn>> conn = make_error(Errc::internal, "not launched");
+  double issued_ms = 0;
+  double started_ms = 0;
+};
+// start(0) .. start(n-1) concurrently (run_concurrently); results in index order.
+std::vector<ConcurrentLaunch> launch_concurrently(
+    size_t n, const std::function<Result<std::unique_ptr<AgentConn>>(size_t)>& start);
 
 // The SSH target of a device: its default connection, its key, and the
 // known_hosts file pkeys/known_hosts beside the devices file (or

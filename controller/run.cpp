@@ -363,7 +363,10 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   auto fail = [&](const std::string& why) {
     if (failure.empty()) failure = why;
   };
-  auto launch = [&](const DeviceConfig& dev, const std::string& role, std::vector<std::string> args) -> Status {
+  const ExperimentConfig agent_cfg = agent_experiment(*cfg);
+  // Starts one agent; touches nothing shared, so participants start concurrently.
+  auto start = [&](const DeviceConfig& dev, const std::string& role,
+                   std::vector<std::string> args) -> Result<std::unique_ptr<AgentConn>> {
     LaunchSpec ls;
     ls.device = &dev;
     ls.role = role;
@@ -376,13 +379,24 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     ls.devices_file = devices->source;
     ls.trust_new_hosts = ro.trust_new_hosts;
     ls.config_yaml = config_yaml;
+    ls.experiment = &agent_cfg;
     ls.heartbeat_timeout_ms = cfg->heartbeat_timeout_ms;
-    auto conn = launch_agent(ls);
-    if (!conn) return std::move(conn.error());
-    const long pid = (*conn)->proc().pid();
-    agents.push_back(std::move(*conn));
+    return launch_agent(ls);
+  };
+  // Records a started agent (its files staged on the device first) and keeps it.
+  auto adopt = [&](std::unique_ptr<AgentConn> conn, const std::string& when) {
+    const DeviceConfig& dev = conn->device();
+    for (const auto& f : conn->staged()) rec.event("info", "file_staged", f.describe(), dev.name);
     rec.event("info", "agent_started",
-              fmt::format("{} {} ({}, pid {})", role, dev.name, transport_name(dev.transport), pid), dev.name);
+              fmt::format("{} {} ({}, pid {}){}", conn->role(), dev.name, transport_name(dev.transport),
+                          conn->proc().pid(), when),
+              dev.name);
+    agents.push_back(std::move(conn));
+  };
+  auto launch = [&](const DeviceConfig& dev, const std::string& role, std::vector<std::string> args) -> Status {
+    auto conn = start(dev, role, std::move(args));
+    if (!conn) return std::move(conn.error());
+    adopt(std::move(*conn), "");
     return {};
   };
 
@@ -589,7 +603,11 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   // Then every PARTICIPANT.
   const size_t first_participant = agents.size();
   if (failure.empty() && !g_signal_now()) {
-    for (const DeviceConfig* p : devices->participants()) {
+    // Every participant is launched at once, each on its own thread (SSH
+    // connect, deploy, staging and start overlap); they are kept in device order.
+    const auto parts = devices->participants();
+    std::vector<std::vector<std::string>> part_args;
+    for (const DeviceConfig* p : parts) {
       std::vector<std::string> args;
       if (ro.probe_only) args.push_back("--probe-only");
       if (ro.in_process) args.push_back("--in-process");
@@ -603,11 +621,20 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
           args.insert(args.end(), {"--link-delay-ms", fmt::format("{}", delay), "--link-jitter-ms",
                                    fmt::format("{}", jitter)});
       }
-      st = launch(*p, "PARTICIPANT", args);
-      if (!st) {
-        fail("PARTICIPANT " + p->name + ": " + st.error().str());
-        break;
+      part_args.push_back(std::move(args));
+    }
+    auto launched = launch_concurrently(parts.size(), [&](size_t i) {
+      return start(*parts[i], "PARTICIPANT", part_args[i]);
+    });
+    for (size_t i = 0; i < parts.size(); ++i) {
+      auto& l = launched[i];
+      if (!l.conn) {
+        fail("PARTICIPANT " + parts[i]->name + ": " + l.conn.error().str());
+        continue;
       }
+      adopt(std::move(*l.conn), fmt::format("; launch issued at +{:.3f} ms, started at +{:.3f} ms (tracrctl's steady "
+                                            "clock, from the first participant launch)",
+                                            l.issued_ms, l.started_ms));
     }
   }
   if (failure.empty()) {

@@ -299,6 +299,7 @@ int cmd_train(const TrainOptions& ro) {
   Recorder rec(*db, *run_id, false, false);
   const std::string log_dir = (fs::path(cfg.output).parent_path() / "logs").string();
   const std::string config_yaml = agent_config_yaml(cfg);
+  const ExperimentConfig agent_cfg = agent_experiment(cfg);
   std::vector<std::unique_ptr<AgentConn>> agents;
   auto launch = [&](const DeviceConfig& dev, const std::string& role, std::vector<std::string> args) -> Status {
     LaunchSpec ls;
@@ -314,9 +315,11 @@ int cmd_train(const TrainOptions& ro) {
     ls.devices_file = devices->source;
     ls.trust_new_hosts = ro.trust_new_hosts;
     ls.config_yaml = config_yaml;
+    ls.experiment = &agent_cfg;
     ls.heartbeat_timeout_ms = cfg.heartbeat_timeout_ms;
     auto conn = launch_agent(ls);
     if (!conn) return std::move(conn.error());
+    for (const auto& f : (*conn)->staged()) rec.event("info", "file_staged", f.describe(), dev.name);
     rec.event("info", "agent_started",
               fmt::format("{} {} ({}, pid {})", role, dev.name, transport_name(dev.transport), (*conn)->proc().pid()),
               dev.name);

@@ -387,6 +387,15 @@ std::string DevicesConfig::to_json() const {
     if (d.link_profile)
       o += fmt::format(",\"link_profile\":{{\"rate_mbit\":{},\"delay_ms\":{}}}", d.link_profile->rate_mbit,
                        d.link_profile->delay_ms);
+    if (!d.paths.empty()) {
+      o += ",\"paths\":{";
+      bool first = true;
+      for (const auto& [from, to] : d.paths) {
+        o += (first ? "" : ",") + json_quote(from) + ":" + json_quote(to);
+        first = false;
+      }
+      o += "}";
+    }
     o += "}";
   }
   return o + "]}";
@@ -436,7 +445,7 @@ namespace {
 const std::vector<std::string> kDeviceKeys = {"device_type", "connection_params", "name",      "transport",
                                               "work_dir",    "power_model",       "link_profile", "netns",
                                               "cpu_quota",   "cpu_cores",         "device",       "threads",
-                                              "agent"};
+                                              "agent",       "paths"};
 const std::vector<std::string> kConnKeys = {"host", "user", "pkey_fp", "port", "ssh_port", "default"};
 
 bool valid_name(const std::string& s) {
@@ -581,6 +590,25 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
     if (p.is_relative() && !devices_file.empty() && devices_file.front() != '<')
       p = fs::path(devices_file).parent_path() / p;
     d.agent_path = p.lexically_normal().string();
+  }
+  if (n["paths"]) {
+    const YAML::Node pm = n["paths"];
+    const std::string k = key + ".paths";
+    const std::string what = "a map from a controller path to the path of the same data on the device";
+    if (!pm.IsMap()) return expected(c, pm, k, what);
+    for (const auto& e : pm) {
+      auto from = get_nonempty(c, e.first, k, "a controller path (the key)");
+      if (!from) return from.error();
+      auto to = get_nonempty(c, e.second, k + "." + *from, "a path on the device");
+      if (!to) return to.error();
+      fs::path p(*from);
+      if (p.is_relative() && !devices_file.empty() && devices_file.front() != '<')
+        p = fs::path(devices_file).parent_path() / p;
+      p = p.lexically_normal();
+      std::string norm = p.string();
+      while (norm.size() > 1 && norm.back() == '/') norm.pop_back();
+      d.paths[norm] = *to;
+    }
   }
   if (n["threads"]) {
     auto v = get_int(c, n["threads"], key + ".threads", 1, 1024, "a LibTorch thread count 1..1024");

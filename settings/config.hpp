@@ -89,6 +89,12 @@ struct DeviceConfig {
   // device: one built for its architecture or against a CUDA LibTorch. ""
   // = the one beside tracrctl. Relative paths are against the devices file.
   std::string agent_path;
+  // Files the experiment names that already exist on this device (ssh):
+  // controller path (absolute, relative paths against the devices file) ->
+  // path on the device. A file or directory under a declared directory maps
+  // beneath its device path. Anything not declared is staged by content
+  // hash into <work_dir>/data (controller/staging.hpp).
+  std::map<std::string, std::string> paths;
   std::vector<ConnectionParams> connections;  // never empty after loading
   SourcePos pos;
 
