@@ -35,7 +35,7 @@ void usage() {
       "usage: tracrctl <command> [options]\n"
       "\n"
       "commands:\n"
-      "  run EXPERIMENT.yaml [--show-config] [--in-process] [--db PATH] [--trust-new-hosts] [--no-progress]\n"
+      "  run EXPERIMENT.yaml [--show-config] [--in-process] [--wide] [--db PATH] [--trust-new-hosts] [--no-progress]\n"
       "        bring up agents (local processes or SSH), sweep the splits, record in SQLite,\n"
       "        print the per-split table read back from the database\n"
       "        (exit 0 done, 1 failed, 2 configuration error, 130/143/129 interrupted)\n"

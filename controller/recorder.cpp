@@ -2,10 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "agent/record.hpp"
+#include "protocol/crypto.hpp"
 #include "settings/config.hpp"
 
 namespace tracr::controller {
@@ -71,6 +75,21 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     // Progress counters ride along on the line; they are not fields.
     if (auto d = m.get_int("done")) done_ = *d;
     if (auto t = m.get_int("total")) total_ = *t;
+    if (!r.outputs.empty() && r.ok && !r.warmup) {
+      if (r.outputs_shape.size() != 2)
+        return malformed(make_error(Errc::field_type, "outputs_shape must be samples,classes"));
+      OutputAcc& acc = outputs_[{device, r.split, r.codec}];
+      if (acc.cols != 0 && acc.cols != r.outputs_shape[1])
+        return malformed(make_error(Errc::field_type, fmt::format("outputs: {} classes after {} in earlier frames",
+                                                                  r.outputs_shape[1], acc.cols)));
+      acc.cols = r.outputs_shape[1];
+      acc.data.insert(acc.data.end(), r.outputs.begin(), r.outputs.end());
+      if (acc.first_frame < 0) acc.first_frame = r.frame;
+      acc.last_frame = r.frame;
+      ++acc.frames;
+    }
+    r.outputs.clear();
+    r.outputs.shrink_to_fit();
     if (record_frames_) frames_.push_back(std::move(r));
   } else if (m.kind == "PROBE") {
     auto pr = agent::probe_from_control(m);
@@ -142,6 +161,72 @@ void Recorder::flush() {
       energy_.clear();
     }
   }
+}
+
+namespace {
+// A codec's text as part of a file name: letters, digits, '.', '_', '-' kept, others '-'.
+std::string file_part(const std::string& s) {
+  std::string o;
+  for (char c : s) o += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ? c : '-';
+  return o.empty() ? "none" : o;
+}
+
+// NumPy format 1.0: magic, version, header length, a dict padded with spaces
+// to a multiple of 64 bytes, then the little-endian float32 data.
+std::string npy_float32(const std::vector<float>& data, int64_t rows, int64_t cols) {
+  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", rows, cols);
+  const size_t pre = 10;
+  header.append(64 - (pre + header.size() + 1) % 64, ' ');
+  header += '\n';
+  std::string o = "\x93NUMPY";
+  o += '\x01';
+  o += '\x00';
+  o += static_cast<char>(header.size() & 0xff);
+  o += static_cast<char>(header.size() >> 8);
+  o += header;
+  o.reserve(o.size() + data.size() * 4);
+  for (float f : data) {
+    uint32_t u = 0;
+    std::memcpy(&u, &f, 4);
+    for (int j = 0; j < 4; ++j) o += static_cast<char>(u >> (8 * j));
+  }
+  return o;
+}
+}  // namespace
+
+Status Recorder::write_outputs() {
+  if (outputs_.empty()) return {};
+  namespace fs = std::filesystem;
+  const fs::path base = fs::path(db_.path()).parent_path();
+  const fs::path rel_dir = fs::path("outputs") / ("run" + std::to_string(run_id_));
+  std::error_code ec;
+  fs::create_directories(base / rel_dir, ec);
+  if (ec) return make_error(Errc::io, fmt::format("cannot create {}: {}", (base / rel_dir).string(), ec.message()));
+  std::vector<std::vector<std::optional<std::string>>> rows;
+  for (const auto& [key, acc] : outputs_) {
+    const auto& [participant, split, codec] = key;
+    const int64_t n = acc.cols ? static_cast<int64_t>(acc.data.size()) / acc.cols : 0;
+    const fs::path rel = rel_dir / fmt::format("{}_split{}_{}.npy", file_part(participant), split, file_part(codec));
+    const std::string bytes = npy_float32(acc.data, n, acc.cols);
+    const fs::path file = base / rel, tmp = file.string() + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      out.flush();
+      if (!out) return make_error(Errc::io, "cannot write " + tmp.string());
+    }
+    fs::rename(tmp, file, ec);
+    if (ec) return make_error(Errc::io, fmt::format("cannot rename {} to {}: {}", tmp.string(), file.string(), ec.message()));
+    const auto h = protocol::sha256(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    rows.push_back({std::to_string(run_id_), participant, std::to_string(split), codec, rel.string(), std::string("<f4"),
+                    fmt::format("{},{}", n, acc.cols), std::to_string(acc.frames), std::to_string(acc.first_frame),
+                    std::to_string(acc.last_frame), protocol::to_hex(h.data(), h.size()),
+                    std::string("participant: the model's output after the reply was decoded (float32)")});
+  }
+  return db_.insert_rows("outputs",
+                         {"run_id", "participant", "split", "codec", "path", "dtype", "shape", "frames", "first_frame",
+                          "last_frame", "sha256", "source"},
+                         rows);
 }
 
 namespace {

@@ -632,6 +632,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   pump.stop();
   while (auto e = pump.pop(0)) handle(*e);
   rec.flush();
+  if (auto wo = rec.write_outputs(); !wo) failure += (failure.empty() ? "" : "; ") + ("record.outputs: " + wo.error().str());
   if (!rec.write_error().empty()) {
     std::string cause = "database: " + rec.write_error();
     if (rec.unwritten()) {
@@ -671,7 +672,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     return 0;
   }
   fmt::print("\nrun {} completed: per-split table read back from {}\n", *run_id, cfg->output);
-  if (auto pst = print_split_table(*db, *run_id); !pst) {
+  if (auto pst = print_split_table(*db, *run_id, stdout, ro.wide); !pst) {
     fmt::print(stderr, "tracrctl run: {}\n", pst.error().str());
     return 1;
   }
@@ -707,6 +708,7 @@ RunOptions parse_run_options(const std::string& cmd, const std::vector<std::stri
     };
     if (run_flags && a == "--show-config") ro.show_config = true;
     else if (run_flags && a == "--in-process") ro.in_process = true;
+    else if (run_flags && a == "--wide") ro.wide = true;  // the per-split table with every column
     else if (a == "--trust-new-hosts") ro.trust_new_hosts = true;
     else if (a == "--no-progress") ro.progress = false;
     else if (a == "--db") ro.db = next();
