@@ -24,7 +24,7 @@ std::vector<std::string> table_lines(const std::string& out) {
   std::istringstream in(out);
   bool on = false;
   for (std::string l; std::getline(in, l);) {
-    if (l.find("split") != std::string::npos && l.find("total med") != std::string::npos) on = true;
+    if (l.find("split") != std::string::npos && l.find("cut after") != std::string::npos) on = true;
     if (on) lines.push_back(l);
     if (on && l.rfind("* lowest median total time", 0) == 0) break;
   }
