@@ -51,8 +51,9 @@ std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide 
 // Error io naming the file when it cannot be written.
 Status export_run_csv(ResultsDb& db, int64_t run_id, const std::string& file);
 // Writes {"run": {...}, "devices": [...], "probes": [...], "summaries": [...],
-// "stage_stats": [...], "frames": [...], "layer_profiles": [...],
-// "events": [...]} as JSON, every column of each. Error io naming the file.
+// "stage_stats": [...], "accuracy": [...], "frames": [...], "frame_topk": [...],
+// "outputs": [...], "layer_profiles": [...], "events": [...]} as JSON, every
+// column of each. Error io naming the file.
 Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file);
 
 // Shared by every exporter: a JSON number (integral values as integers,
