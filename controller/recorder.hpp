@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <cstdio>
+#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -84,11 +86,15 @@ class Recorder {
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
   std::string write_error_;
   std::string link_, shaping_;
-  // Output tensors of timed ok frames, by (participant, split, codec), in frame order.
+  // Output tensors of timed ok frames, by (participant, split, codec), in
+  // frame order, appended to <file>.part as they arrive (the controller holds
+  // none of them in memory); write_outputs() fills in the header.
   struct OutputAcc {
-    std::vector<float> data;
-    int64_t cols = 0, frames = 0, first_frame = -1, last_frame = -1;
+    std::string rel;  // path relative to the database's directory
+    std::shared_ptr<std::FILE> file;
+    int64_t cols = 0, rows = 0, frames = 0, first_frame = -1, last_frame = -1;
   };
+  Status append_outputs(const std::string& device, const FrameRecord& r);
   std::map<std::tuple<std::string, int64_t, std::string>, OutputAcc> outputs_;
   int64_t done_ = 0, total_ = 0, received_ = 0;
   int split_ = 0;

@@ -70,6 +70,14 @@ for h, a in ((h3, a3), (h6, a6)):
     assert 0 < d < 0.02 * np.abs(a).max() + 1e-3, (d, np.abs(a).max())
 print("ok", np.abs(h3 - a3).max(), np.abs(a3 - a6).max())
 )py");
+  // Only the finished files are left (written as <name>.npy.part while the run goes on).
+  size_t files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(d.path / "outputs"))
+    if (e.is_regular_file()) {
+      ++files;
+      EXPECT_EQ(e.path().extension(), ".npy") << e.path();
+    }
+  EXPECT_EQ(files, 4u);
   auto py = sh("/usr/bin/python3 " + check + " " + db);
   EXPECT_EQ(py.status, 0) << py.out;
   EXPECT_EQ(py.out.rfind("ok ", 0), 0u) << py.out;
