@@ -6,12 +6,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <type_traits>
 
 #include <fmt/format.h>
 
 #include "agent/agent.hpp"
+#include "protocol/crypto.hpp"
 
 namespace tracr::agent {
 
@@ -133,11 +135,118 @@ Result<R> parse_record(const ControlMsg& m, V visit) {
   return r;
 }
 
+std::string escape_name(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '%') o += "%25";
+    else if (c == ':') o += "%3A";
+    else if (c == ';') o += "%3B";
+    else o += c;
+  }
+  return o;
+}
+
+std::string unescape_name(const std::string& s) {
+  std::string o;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && s.compare(i, 3, "%25") == 0) o += '%', i += 2;
+    else if (s[i] == '%' && s.compare(i, 3, "%3A") == 0) o += ':', i += 2;
+    else if (s[i] == '%' && s.compare(i, 3, "%3B") == 0) o += ';', i += 2;
+    else o += s[i];
+  }
+  return o;
+}
+
+std::vector<std::string> split_on(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (true) {
+    const size_t e = s.find(sep, b);
+    out.push_back(s.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  return out;
+}
+
+bool whole_int(const std::string& s, int64_t* v) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(s.c_str(), &end, 10);
+  if (*end != '\0' || errno) return false;
+  *v = x;
+  return true;
+}
+
+Error bad_payload(const ControlMsg& m, const char* key, const std::string& what) {
+  return make_error(Errc::field_type, fmt::format("{} field '{}': {}", m.kind, key, what));
+}
+
+// The optional "topk" and "outputs" payload of a FRAME line (record.hpp).
+Status parse_frame_payload(const ControlMsg& m, FrameRecord& r) {
+  if (auto it = m.fields.find("topk"); it != m.fields.end() && !it->second.empty()) {
+    for (const auto& e : split_on(it->second, ';')) {
+      const auto p = split_on(e, ':');
+      TopkEntry t;
+      char* end = nullptr;
+      if (p.size() != 5 || !whole_int(p[0], &t.pos) || !whole_int(p[1], &t.rank) || !whole_int(p[2], &t.class_index) ||
+          (t.prob = std::strtod(p[3].c_str(), &end), p[3].empty() || *end != '\0' || !std::isfinite(t.prob)))
+        return bad_payload(m, "topk", "expected entries pos:rank:class_index:prob:name separated by ';', got '" + e + "'");
+      t.class_name = unescape_name(p[4]);
+      r.topk.push_back(std::move(t));
+    }
+  }
+  auto it = m.fields.find("outputs");
+  if (it == m.fields.end() || it->second.empty()) return {};
+  auto sh = m.fields.find("outputs_shape");
+  int64_t numel = 1;
+  if (sh != m.fields.end())
+    for (const auto& d : split_on(sh->second, ',')) {
+      int64_t v = 0;
+      if (!whole_int(d, &v) || v < 0) return bad_payload(m, "outputs_shape", "expected sizes like 4,10, got '" + sh->second + "'");
+      r.outputs_shape.push_back(v);
+      numel *= v;
+    }
+  if (r.outputs_shape.empty()) return bad_payload(m, "outputs_shape", "missing beside outputs");
+  auto bytes = protocol::from_hex(it->second);
+  if (!bytes || bytes->size() != static_cast<size_t>(numel) * 4)
+    return bad_payload(m, "outputs",
+                       fmt::format("expected {} float32 values as hex (shape {}), got {} characters", numel,
+                                   sh->second, it->second.size()));
+  r.outputs.resize(static_cast<size_t>(numel));
+  for (size_t i = 0; i < r.outputs.size(); ++i) {
+    const uint8_t* b = bytes->data() + 4 * i;
+    const uint32_t u = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
+    std::memcpy(&r.outputs[i], &u, 4);
+  }
+  return {};
+}
+
 }  // namespace
 
 std::map<std::string, std::string> to_control(const FrameRecord& r) {
   std::map<std::string, std::string> out;
   visit_frame(r, Emit{&out});
+  if (!r.topk.empty()) {
+    std::string t;
+    for (const auto& e : r.topk)
+      t += fmt::format("{}{}:{}:{}:{:.9g}:{}", t.empty() ? "" : ";", e.pos, e.rank, e.class_index, e.prob,
+                       escape_name(e.class_name));
+    out["topk"] = std::move(t);
+  }
+  if (!r.outputs.empty()) {
+    std::vector<uint8_t> bytes(r.outputs.size() * 4);
+    for (size_t i = 0; i < r.outputs.size(); ++i) {
+      uint32_t u = 0;
+      std::memcpy(&u, &r.outputs[i], 4);
+      for (int j = 0; j < 4; ++j) bytes[4 * i + j] = static_cast<uint8_t>(u >> (8 * j));
+    }
+    out["outputs"] = protocol::to_hex(bytes.data(), bytes.size());
+    std::string shape;
+    for (auto d : r.outputs_shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    out["outputs_shape"] = shape;
+  }
   return out;
 }
 std::map<std::string, std::string> to_control(const ProfileRecord& r) {
@@ -162,7 +271,9 @@ std::map<std::string, std::string> to_control(const HwIdentity& r) {
 }
 
 Result<FrameRecord> frame_from_control(const ControlMsg& m) {
-  return parse_record<FrameRecord>(m, [](FrameRecord& r, const Parse& p) { visit_frame(r, p); });
+  auto r = parse_record<FrameRecord>(m, [](FrameRecord& r, const Parse& p) { visit_frame(r, p); });
+  if (r) TRACR_TRY(parse_frame_payload(m, *r));
+  return r;
 }
 Result<ProfileRecord> profile_from_control(const ControlMsg& m) {
   return parse_record<ProfileRecord>(m, [](ProfileRecord& r, const Parse& p) { visit_profile(r, p); });

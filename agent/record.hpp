@@ -33,13 +33,28 @@ struct FieldInfo {
 #define TRACR_FT_T std::string
 #define TRACR_FT_R std::optional<double>
 
+// One of a sample's most probable classes (frame_topk rows).
+struct TopkEntry {
+  int64_t pos = 0;         // sample's position in the frame (0-based)
+  int64_t rank = 0;        // 1 = most probable
+  int64_t class_index = 0;
+  std::string class_name;  // '' when the model's classes have no names
+  double prob = 0;         // softmax probability
+};
+
 // One frame (one batch through head, link, tail and post-processing).
 struct FrameRecord {
 #define TRACR_FRAME_FIELD(n, k, ...) TRACR_FT_##k n{};
 #include "agent/record_fields.def"
 #undef TRACR_FRAME_FIELD
+  // Not columns of frames: child rows that ride on the FRAME line (keys
+  // "topk" and "outputs"/"outputs_shape", see to_control).
+  std::vector<TopkEntry> topk;          // per sample, ranks 1..k
+  std::vector<float> outputs;           // the output tensor (logits), row-major; empty unless record.outputs
+  std::vector<int64_t> outputs_shape;   // [samples, classes]
   FrameRecord() {
     correct = -1;
+    top5_correct = -1;
     ok = 1;
   }
 };
@@ -134,6 +149,11 @@ std::map<std::string, std::string> to_control(const HwIdentity& r);
 std::map<std::string, std::string> to_control(const ProbeRecord& r);
 std::map<std::string, std::string> to_control(const EnergyRecord& r);
 
+// FRAME lines also carry the frame's top-k rows as key "topk" (entries
+// "pos:rank:class_index:prob:name" separated by ';', name with '%', ':' and
+// ';' escaped as %25 %3A %3B) and, with record.outputs, the output tensor as
+// "outputs" (hex of little-endian float32) and "outputs_shape" ("B,C").
+// Both keys are optional on parse; a malformed one is an error naming it.
 // Parses a record back from a control line. Every field must be present
 // and well-formed: error missing_field / field_type naming the field and the
 // message kind. Keys that are not fields are ignored (e.g. progress counters).

@@ -23,6 +23,7 @@ ModelSpec model_spec(const settings::ExperimentConfig& c, const std::string& dev
   ms.name = c.model;
   ms.weights = c.weights;
   ms.input_shape = c.input_size;
+  ms.num_classes = c.num_classes;
   ms.seed = c.seed;
   return ms;
 }
@@ -153,6 +154,7 @@ ParticipantSpec participant_spec(const settings::ExperimentConfig& c, const ex::
   if (!c.split.all) ps.splits = c.split.points;
   ps.warmup = c.warmup;
   ps.reps = c.repetitions;
+  ps.record_outputs = c.record.outputs;
   ps.codec = c.compression;
   ps.auto_codec = c.compression == "auto";
   ps.chunk_bytes = static_cast<size_t>(c.chunk_bytes);

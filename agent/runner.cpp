@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "agent/agent.hpp"
+#include "experiments/imagenet_classes.hpp"
 #include "experiments/postprocess.hpp"
 #include "protocol/codec_choice.hpp"
 #include "experiments/registry.hpp"
@@ -223,29 +224,49 @@ struct Pending {
   std::vector<ex::ImageTransform> transforms;
 };
 
-// Post-processes the reply; fills result/correct.
-Status finish(Pending& p, const Frame& f, const ex::SplitModel& model, const std::vector<std::string>& classes,
-              int topk) {
+// Post-processes the reply; fills result, correct, top5_correct, the top-k
+// rows and (record_outputs, timed frames) the output tensor.
+Status finish(Pending& p, const Frame& f, const ex::SplitModel& model, const std::vector<std::string>& dataset_names,
+              int topk, bool record_outputs) {
   if (f.header.type == MsgType::error)
     return make_error(Errc::remote, "server: " + (f.header.error ? f.header.error->str() : std::string("error")));
   auto outs = ex::from_protocol(f.tensors);
   if (!outs) return std::move(outs.error());
   std::string result;
   if (model.task() == ex::ModelTask::classification && !outs->empty()) {
-    const bool names_fit = static_cast<int64_t>(classes.size()) == (*outs)[0].tensor.size(-1);
-    auto preds = ex::top_k((*outs)[0].tensor.to(torch::kFloat), topk, names_fit ? classes : std::vector<std::string>{});
+    const at::Tensor logits = (*outs)[0].tensor.to(torch::kCPU, torch::kFloat).contiguous();
+    const int64_t width = logits.dim() == 2 ? logits.size(1) : -1;
+    // Labels index the dataset's classes: they mean the model's classes only
+    // when the dataset has exactly as many.
+    const bool labels_fit = static_cast<int64_t>(dataset_names.size()) == width && p.labels.defined();
+    const auto names = ex::class_names_for(width, dataset_names);
+    auto preds = ex::top_k(logits, std::max(topk, 5), names);
     if (!preds) return std::move(preds.error());
-    int64_t correct = 0;
+    int64_t correct = 0, correct5 = 0;
     for (size_t i = 0; i < preds->size(); ++i) {
       const auto& best = (*preds)[i].front();
       if (!result.empty()) result += ";";
       result += fmt::format("{}:{:.4f}", best.label, best.confidence);
-      if (names_fit && p.labels.defined() && p.labels[static_cast<int64_t>(i)].item<int64_t>() == best.class_id)
-        ++correct;
+      const int64_t label = labels_fit ? p.labels[static_cast<int64_t>(i)].item<int64_t>() : -1;
+      for (size_t r = 0; r < (*preds)[i].size(); ++r) {
+        const auto& pr = (*preds)[i][r];
+        if (r < 5 && pr.class_id == label) {
+          ++correct5;
+          if (r == 0) ++correct;
+        }
+        if (static_cast<int>(r) < topk)
+          p.rec.topk.push_back({static_cast<int64_t>(i), static_cast<int64_t>(r + 1), pr.class_id,
+                                names.empty() ? std::string() : pr.label, pr.confidence});
+      }
     }
-    p.rec.correct = names_fit && p.labels.defined() ? correct : -1;
+    p.rec.correct = labels_fit ? correct : -1;
+    p.rec.top5_correct = labels_fit ? correct5 : -1;
+    if (record_outputs && !p.rec.warmup && width > 0) {
+      p.rec.outputs.assign(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
+      p.rec.outputs_shape = {logits.size(0), width};
+    }
   } else if (model.task() == ex::ModelTask::detection && model.detection_head()) {
-    auto dets = ex::decode_detections(*outs, *model.detection_head(), p.transforms, classes);
+    auto dets = ex::decode_detections(*outs, *model.detection_head(), p.transforms, dataset_names);
     if (!dets) return std::move(dets.error());
     for (const auto& d : *dets) {
       if (!result.empty()) result += ";";
@@ -499,7 +520,7 @@ class Pipeline {
     // A frame the server rejected, or whose reply cannot be post-processed,
     // fails alone: it is recorded (ok = 0, its error, the times measured) and
     // the run goes on, unless too many fail in a row.
-    if (auto fin = finish(p, *f, model_, ds_.class_names(), spec_.topk); !fin) {
+    if (auto fin = finish(p, *f, model_, ds_.class_names(), spec_.topk, spec_.record_outputs); !fin) {
       r.ok = 0;
       r.error = fin.error().str();
       ++consecutive_failures_;

@@ -123,7 +123,8 @@ struct ParticipantSpec {
   size_t chunk_bytes = 256 * 1024;
   int inflight = 1;              // frames in flight
   unsigned codec_threads = 1;    // threads coding a frame's parts (SendOptions::threads)
-  int topk = 5;
+  int topk = 5;                  // top-k rows per sample (frame_topk); top-5 accuracy is counted regardless
+  bool record_outputs = false;   // carry each timed frame's output tensor (record.outputs)
   int timeout_ms = 60000;        // per result
   int max_consecutive_failures = 3;  // failed frames in a row before the run fails
   // The participant's run clock origin: frames' start_ns/end_ns count from here.

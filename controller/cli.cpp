@@ -168,6 +168,9 @@ void build_app(CLI::App& app, Parsed& p) {
                 "print every setting with its effective value and origin (default, file:line:col, env TRACR_X, "
                 "--set key=value) and exit");
   run->add_flag("--in-process", p.run.in_process, "the PARTICIPANT runs the tails itself, no sockets");
+  run->add_flag("--wide", p.run.wide,
+                "the per-split table with every column (every stage, failed/flagged, samples/s, bytes, ratio); "
+                "default: within 120 columns");
   add_db(run, p.run.db, "results database (default: the experiment's output)");
   run->add_flag("--trust-new-hosts", p.run.trust_new_hosts, "SSH: trust and record unknown host keys");
   run->add_flag_function("--no-progress", [&p](int64_t) { p.run.progress = false; }, "no progress line");
@@ -269,9 +272,10 @@ void build_app(CLI::App& app, Parsed& p) {
       ->type_name("running|completed|failed|interrupted");
   rlist->add_option("--name", p.results.name, "only runs whose name holds this text (any case)")->type_name("TEXT");
   add_int(rlist, "--limit", p.results.limit, 0, 1LL << 30, "at most N runs (0: all)");
-  results_sub("show", "one run: header, per-split table, probes, energy", true)
-      ->add_option("RUN", p.results.positional, "a run id or 'last'")
-      ->required();
+  auto* rshow = results_sub("show", "one run: header, per-split table, accuracy, probes, energy", true);
+  rshow->add_option("RUN", p.results.positional, "a run id or 'last'")->required();
+  rshow->add_flag("--wide", p.results.wide,
+                  "every column of the per-split table (default: within 120 columns)");
   results_sub("compare", "runs side by side, median total per split", true)
       ->add_option("RUN", p.results.positional, "two or more run ids")
       ->type_name("RUN RUN ...")

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #if TRACR_WITH_TORCH
 #include "experiments/registry.hpp"
@@ -61,6 +62,7 @@ Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
   mc.input_shape = cfg.input_size;
   mc.device = "cpu";  // the controller only needs the layer table
   mc.seed = cfg.seed;
+  mc.num_classes = cfg.num_classes;
   auto model = ex::create_model(cfg.model, mc);
   if (!model) {
     const std::string why = first_line(model.error().message);
@@ -76,6 +78,18 @@ Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
     return config_error(cfg, "model", fmt::format("model '{}' cannot be built: {}", cfg.model, why));
   }
   const int n = (*model)->num_layers();
+  // num_classes against what the built model really outputs (a TorchScript
+  // model, or a zoo model whose classifier does not take it, keeps its own).
+  if (cfg.num_classes > 0 && (*model)->task() != ex::ModelTask::detection && n > 0) {
+    const auto& out = (*model)->layers().back().output_shape;
+    const int64_t width = out.size() == 2 ? out.back() : 0;  // [batch, classes]; anything else is no classifier
+    if (width != cfg.num_classes)
+      return config_error(cfg, "num_classes",
+                          fmt::format("{} but model '{}' outputs {} classes (last layer '{}', shape [{}]); expected "
+                                      "num_classes: {} or a model built for {}",
+                                      cfg.num_classes, cfg.model, width, (*model)->layers().back().name,
+                                      fmt::join(out, ", "), width, cfg.num_classes));
+  }
   if (auto sp = settings::resolve_splits(cfg, n); !sp) return sp.error();
   for (size_t i = 0; i < cfg.train.cuts.size(); ++i) {
     const int64_t c = cfg.train.cuts[i];

@@ -2,10 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "agent/record.hpp"
+#include "protocol/crypto.hpp"
 #include "settings/config.hpp"
 
 namespace tracr::controller {
@@ -71,6 +77,17 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     // Progress counters ride along on the line; they are not fields.
     if (auto d = m.get_int("done")) done_ = *d;
     if (auto t = m.get_int("total")) total_ = *t;
+    if (!r.outputs.empty() && r.ok && !r.warmup) {
+      if (r.outputs_shape.size() != 2)
+        return malformed(make_error(Errc::field_type, "outputs_shape must be samples,classes"));
+      auto it = outputs_.find({device, r.split, r.codec});
+      if (it != outputs_.end() && it->second.cols != r.outputs_shape[1])
+        return malformed(make_error(Errc::field_type, fmt::format("outputs: {} classes after {} in earlier frames",
+                                                                  r.outputs_shape[1], it->second.cols)));
+      if (auto st = append_outputs(device, r); !st && write_error_.empty()) write_error_ = st.error().str();
+    }
+    r.outputs.clear();
+    r.outputs.shrink_to_fit();
     if (record_frames_) frames_.push_back(std::move(r));
   } else if (m.kind == "PROBE") {
     auto pr = agent::probe_from_control(m);
@@ -142,6 +159,104 @@ void Recorder::flush() {
       energy_.clear();
     }
   }
+}
+
+namespace {
+// A codec's text as part of a file name: letters, digits, '.', '_', '-' kept, others '-'.
+std::string file_part(const std::string& s) {
+  std::string o;
+  for (char c : s) o += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ? c : '-';
+  return o.empty() ? "none" : o;
+}
+
+// NumPy format 1.0: magic, version, header length, a dict padded with spaces
+// to a fixed 128 bytes in all (so it can be written first as a placeholder
+// and filled in when the number of rows is known), then the data.
+constexpr size_t kNpyHeader = 128;
+std::string npy_header(int64_t rows, int64_t cols) {
+  std::string dict = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", rows, cols);
+  dict.append(kNpyHeader - 10 - dict.size() - 1, ' ');
+  dict += '\n';
+  std::string o = "\x93NUMPY";
+  o += '\x01';
+  o += '\x00';
+  o += static_cast<char>(dict.size() & 0xff);
+  o += static_cast<char>(dict.size() >> 8);
+  return o + dict;
+}
+}  // namespace
+
+Status Recorder::append_outputs(const std::string& device, const FrameRecord& r) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::path(db_.path()).parent_path();
+  auto [it, fresh] = outputs_.try_emplace({device, r.split, r.codec});
+  OutputAcc& acc = it->second;
+  if (fresh) {
+    acc.cols = r.outputs_shape[1];
+    acc.rel = (fs::path("outputs") / ("run" + std::to_string(run_id_)) /
+               fmt::format("{}_split{}_{}.npy", file_part(device), r.split, file_part(r.codec)))
+                  .string();
+    std::error_code ec;
+    fs::create_directories((base / acc.rel).parent_path(), ec);
+    if (ec) return make_error(Errc::io, fmt::format("record.outputs: cannot create {}: {}",
+                                                    (base / acc.rel).parent_path().string(), ec.message()));
+    const std::string part = (base / acc.rel).string() + ".part";
+    acc.file.reset(std::fopen(part.c_str(), "w+b"), [](std::FILE* f) { if (f) std::fclose(f); });
+    if (!acc.file) return make_error(Errc::io, fmt::format("record.outputs: cannot write {}: {}", part, std::strerror(errno)));
+    const std::string h = npy_header(0, acc.cols);  // rows filled in by write_outputs
+    if (std::fwrite(h.data(), 1, h.size(), acc.file.get()) != h.size())
+      return make_error(Errc::io, "record.outputs: cannot write " + part);
+  }
+  if (!acc.file) return make_error(Errc::io, "record.outputs: " + acc.rel + " could not be opened");
+  std::string bytes;
+  bytes.reserve(r.outputs.size() * 4);
+  for (float f : r.outputs) {
+    uint32_t u = 0;
+    std::memcpy(&u, &f, 4);
+    for (int j = 0; j < 4; ++j) bytes += static_cast<char>(u >> (8 * j));
+  }
+  if (std::fwrite(bytes.data(), 1, bytes.size(), acc.file.get()) != bytes.size())
+    return make_error(Errc::io, fmt::format("record.outputs: writing {}.part: {}", acc.rel, std::strerror(errno)));
+  acc.rows += r.outputs_shape[0];
+  ++acc.frames;
+  if (acc.first_frame < 0) acc.first_frame = r.frame;
+  acc.last_frame = r.frame;
+  return {};
+}
+
+Status Recorder::write_outputs() {
+  if (outputs_.empty()) return {};
+  namespace fs = std::filesystem;
+  const fs::path base = fs::path(db_.path()).parent_path();
+  std::vector<std::vector<std::optional<std::string>>> rows;
+  for (auto& [key, acc] : outputs_) {
+    const auto& [participant, split, codec] = key;
+    if (!acc.file) continue;  // its error is the write error already
+    const fs::path file = base / acc.rel, part = file.string() + ".part";
+    const std::string h = npy_header(acc.rows, acc.cols);
+    std::FILE* f = acc.file.get();
+    if (std::fseek(f, 0, SEEK_SET) != 0 || std::fwrite(h.data(), 1, h.size(), f) != h.size() || std::fflush(f) != 0)
+      return make_error(Errc::io, "record.outputs: cannot finish " + part.string());
+    // The hash of the whole file, read back in one piece (one file at a time).
+    std::ifstream in(part, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (bytes.size() != kNpyHeader + static_cast<size_t>(acc.rows * acc.cols) * 4)
+      return make_error(Errc::io, fmt::format("record.outputs: {} has {} bytes; expected {}", part.string(),
+                                              bytes.size(), kNpyHeader + acc.rows * acc.cols * 4));
+    acc.file.reset();
+    std::error_code ec;
+    fs::rename(part, file, ec);
+    if (ec) return make_error(Errc::io, fmt::format("cannot rename {} to {}: {}", part.string(), file.string(), ec.message()));
+    const auto hash = protocol::sha256(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    rows.push_back({std::to_string(run_id_), participant, std::to_string(split), codec, acc.rel, std::string("<f4"),
+                    fmt::format("{},{}", acc.rows, acc.cols), std::to_string(acc.frames), std::to_string(acc.first_frame),
+                    std::to_string(acc.last_frame), protocol::to_hex(hash.data(), hash.size()),
+                    std::string("participant: the model's output after the reply was decoded (float32)")});
+  }
+  return db_.insert_rows("outputs",
+                         {"run_id", "participant", "split", "codec", "path", "dtype", "shape", "frames", "first_frame",
+                          "last_frame", "sha256", "source"},
+                         rows);
 }
 
 namespace {

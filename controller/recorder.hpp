@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <cstdio>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include "agent/control.hpp"
@@ -39,6 +42,12 @@ class Recorder {
   void maybe_flush();
   // Writes every pending row now.
   void flush();
+
+  // record.outputs: writes the output tensors received so far, one .npy
+  // (little-endian float32, [samples, classes]) per (participant, split,
+  // codec) under <database dir>/outputs/run<ID>/, and an outputs row per
+  // file. Call once, after the last frame. Error io naming the file.
+  Status write_outputs();
 
   // The first write failure ("" when none) and how many rows are still unwritten.
   const std::string& write_error() const { return write_error_; }
@@ -77,6 +86,16 @@ class Recorder {
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
   std::string write_error_;
   std::string link_, shaping_;
+  // Output tensors of timed ok frames, by (participant, split, codec), in
+  // frame order, appended to <file>.part as they arrive (the controller holds
+  // none of them in memory); write_outputs() fills in the header.
+  struct OutputAcc {
+    std::string rel;  // path relative to the database's directory
+    std::shared_ptr<std::FILE> file;
+    int64_t cols = 0, rows = 0, frames = 0, first_frame = -1, last_frame = -1;
+  };
+  Status append_outputs(const std::string& device, const FrameRecord& r);
+  std::map<std::tuple<std::string, int64_t, std::string>, OutputAcc> outputs_;
   int64_t done_ = 0, total_ = 0, received_ = 0;
   int split_ = 0;
 };

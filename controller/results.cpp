@@ -421,6 +421,52 @@ CREATE TABLE train_checkpoints (
   PRIMARY KEY (run_id, owner, step)
 );
 )sql"},
+    {10, "top-1/top-5 accuracy, frame_topk, stored outputs", R"sql(
+ALTER TABLE frames ADD COLUMN top5_correct INTEGER;
+CREATE TABLE frame_topk (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  participant TEXT NOT NULL,
+  frame       INTEGER NOT NULL,
+  pos         INTEGER NOT NULL,
+  sample      INTEGER NOT NULL,
+  rank        INTEGER NOT NULL CHECK (rank >= 1),
+  class_index INTEGER NOT NULL,
+  class_name  TEXT NOT NULL DEFAULT '',
+  prob        REAL NOT NULL,
+  PRIMARY KEY (run_id, participant, frame, pos, rank)
+);
+ALTER TABLE summaries ADD COLUMN labelled INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE summaries ADD COLUMN top1_correct INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE summaries ADD COLUMN top5_correct INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE summaries ADD COLUMN top1_acc REAL;
+ALTER TABLE summaries ADD COLUMN top5_acc REAL;
+CREATE TABLE accuracy (
+  run_id       INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split        INTEGER NOT NULL,
+  codec        TEXT NOT NULL,
+  labelled     INTEGER NOT NULL,
+  top1_correct INTEGER NOT NULL,
+  top5_correct INTEGER NOT NULL,
+  top1_acc     REAL,
+  top5_acc     REAL,
+  PRIMARY KEY (run_id, split, codec)
+);
+CREATE TABLE outputs (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  participant TEXT NOT NULL,
+  split       INTEGER NOT NULL,
+  codec       TEXT NOT NULL,
+  path        TEXT NOT NULL,
+  dtype       TEXT NOT NULL,
+  shape       TEXT NOT NULL,
+  frames      INTEGER NOT NULL,
+  first_frame INTEGER NOT NULL,
+  last_frame  INTEGER NOT NULL,
+  sha256      TEXT NOT NULL,
+  source      TEXT NOT NULL,
+  PRIMARY KEY (run_id, participant, split, codec)
+);
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
@@ -800,7 +846,25 @@ Status ResultsDb::add_frames(const std::vector<FrameRecord>& frames) {
                                  ", legacy_transfer_ns) VALUES (" + placeholders(fields.size() + 5) + ")";
   Stmt q(db, sql.c_str());
   if (!q.prepared()) return db_error(db, path_, "insert frames");
+  Stmt tk(db,
+          "INSERT OR REPLACE INTO frame_topk(run_id, participant, frame, pos, sample, rank, class_index, class_name, "
+          "prob) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!tk.prepared()) return db_error(db, path_, "insert frame_topk");
   for (const auto& f : frames) {
+    for (const auto& t : f.topk) {
+      tk.bind(1, f.run_id);
+      tk.bind(2, std::string_view(f.participant));
+      tk.bind(3, f.frame);
+      tk.bind(4, t.pos);
+      tk.bind(5, f.sample + t.pos);
+      tk.bind(6, t.rank);
+      tk.bind(7, t.class_index);
+      tk.bind(8, std::string_view(t.class_name));
+      tk.bind(9, t.prob);
+      if (tk.step() != SQLITE_DONE)
+        return db_error(db, path_, fmt::format("insert frame_topk of frame {} of run {}", f.frame, f.run_id));
+      tk.reset();
+    }
     q.bind(1, f.run_id);
     q.bind_text_or_null(2, f.participant);
     q.bind_text_or_null(3, f.link);
@@ -924,12 +988,14 @@ Result<std::vector<SplitSummary>> ResultsDb::compute_summaries(int64_t run_id) {
     long double raw = 0, wire = 0, reply = 0;
   };
   std::map<int, Acc> by_split;
+  std::map<std::pair<int, std::string>, AccuracyRow> by_codec;  // labelled frames per (split, codec)
   {
     std::string cols;
     for (const auto& f : fields) cols += ", " + f;  // NULL in rows written before the column existed
     const std::string sql =
         "SELECT split, ok, warmup, COALESCE(flags, ''), COALESCE(participant, ''), COALESCE(frame, -1), start_ns, end_ns, "
-        "raw_bytes, wire_bytes, COALESCE(reply_bytes, 0)" +
+        "raw_bytes, wire_bytes, COALESCE(reply_bytes, 0), COALESCE(correct, -1), COALESCE(top5_correct, -1), batch, "
+        "codec" +
         cols + " FROM frames WHERE run_id = ? ORDER BY id";
     Stmt q(db, sql.c_str());
     if (!q.prepared()) return db_error(db, path_, "read frames");
@@ -949,10 +1015,18 @@ Result<std::vector<SplitSummary>> ResultsDb::compute_summaries(int64_t run_id) {
       }
       ++a.ok;
       if (!q.text(3).empty()) ++a.flagged;
+      if (q.i64(11) >= 0) {  // labels the model's classes cover (top5_correct is -1 in rows before schema 10)
+        AccuracyRow& ac = by_codec[{static_cast<int>(q.i64(0)), q.text(14)}];
+        ac.labelled += q.i64(13);
+        ac.top1_correct += q.i64(11);
+        ac.top5_correct += std::max<int64_t>(q.i64(12), 0);
+        if (q.i64(12) < 0) ac.top5_known = false;
+      }
+      constexpr int kF = 15;  // first summarised field's column
       for (size_t i = 0; i < fields.size(); ++i)
-        if (!q.is_null(11 + static_cast<int>(i))) a.values[i].push_back(q.i64(11 + static_cast<int>(i)));
+        if (!q.is_null(kF + static_cast<int>(i))) a.values[i].push_back(q.i64(kF + static_cast<int>(i)));
       if (total_idx < fields.size())
-        a.totals.push_back({q.i64(11 + static_cast<int>(total_idx)), {q.text(4), q.i64(5)}});
+        a.totals.push_back({q.i64(kF + static_cast<int>(total_idx)), {q.text(4), q.i64(5)}});
       if (!q.is_null(6) && !q.is_null(7)) {
         Span& sp = a.spans[q.text(4)];
         sp.first = std::min(sp.first, q.i64(6));
@@ -974,6 +1048,16 @@ Result<std::vector<SplitSummary>> ResultsDb::compute_summaries(int64_t run_id) {
     s.failed = a.failed;
     s.warmup_frames = a.warmup;
     s.flagged = a.flagged;
+    for (auto& [key, ac] : by_codec)
+      if (key.first == split) {
+        ac.run_id = run_id;
+        ac.split = split;
+        ac.codec = key.second;
+        s.labelled += ac.labelled;
+        s.top1_correct += ac.top1_correct;
+        s.top5_correct += ac.top5_correct;
+        s.codecs.push_back(ac);
+      }
     for (size_t i = 0; i < fields.size() && s.frames > 0; ++i) {
       auto& v = a.values[i];
       if (v.empty()) continue;  // a column this run's rows do not have
@@ -1020,6 +1104,7 @@ Status ResultsDb::store_summaries(int64_t run_id, const std::vector<SplitSummary
   Transaction tx(db, path_);
   TRACR_TRY(tx.begin());
   for (const char* sql : {"DELETE FROM summaries WHERE run_id = ?", "DELETE FROM stage_stats WHERE run_id = ?",
+                          "DELETE FROM accuracy WHERE run_id = ?",
                           "DELETE FROM events WHERE run_id = ? AND kind = 'slow_frame'"}) {
     Stmt d(db, sql);
     d.bind(1, run_id);
@@ -1027,7 +1112,13 @@ Status ResultsDb::store_summaries(int64_t run_id, const std::vector<SplitSummary
   }
   Stmt ins(db,
            "INSERT INTO summaries(run_id, split, frames, failed, warmup_frames, flagged, slow_frames, throughput_fps, "
-           "mean_raw_bytes, mean_wire_bytes, mean_reply_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+           "mean_raw_bytes, mean_wire_bytes, mean_reply_bytes, labelled, top1_correct, top5_correct, top1_acc, "
+           "top5_acc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Stmt acc(db,
+           "INSERT INTO accuracy(run_id, split, codec, labelled, top1_correct, top5_correct, top1_acc, top5_acc) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!acc.prepared()) return db_error(db, path_, "insert accuracy");
+  auto ratio = [](int64_t hit, int64_t n) { return n > 0 ? std::optional<double>(double(hit) / double(n)) : std::nullopt; };
   Stmt st(db,
           "INSERT INTO stage_stats(run_id, split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns) "
           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
@@ -1044,8 +1135,27 @@ Status ResultsDb::store_summaries(int64_t run_id, const std::vector<SplitSummary
     ins.bind(9, s.mean_raw_bytes);
     ins.bind(10, s.mean_wire_bytes);
     ins.bind(11, s.mean_reply_bytes);
+    ins.bind(12, s.labelled);
+    ins.bind(13, s.top1_correct);
+    ins.bind(14, s.top5_correct);
+    bind_value(ins, 15, ratio(s.top1_correct, s.labelled));
+    bool top5_known = true;
+    for (const auto& c : s.codecs) top5_known = top5_known && c.top5_known;
+    bind_value(ins, 16, top5_known ? ratio(s.top5_correct, s.labelled) : std::nullopt);
     if (ins.step() != SQLITE_DONE) return db_error(db, path_, "insert summaries");
     ins.reset();
+    for (const auto& c : s.codecs) {
+      acc.bind(1, run_id);
+      acc.bind(2, s.split);
+      acc.bind(3, std::string_view(c.codec));
+      acc.bind(4, c.labelled);
+      acc.bind(5, c.top1_correct);
+      acc.bind(6, c.top5_correct);
+      bind_value(acc, 7, ratio(c.top1_correct, c.labelled));
+      bind_value(acc, 8, c.top5_known ? ratio(c.top5_correct, c.labelled) : std::nullopt);
+      if (acc.step() != SQLITE_DONE) return db_error(db, path_, "insert accuracy");
+      acc.reset();
+    }
     for (const auto& [field, v] : s.stages) {
       st.bind(1, run_id);
       st.bind(2, s.split);
@@ -1108,8 +1218,8 @@ Result<std::vector<SplitSummary>> ResultsDb::split_table(int64_t run_id) {
   {
     Stmt q(db_.get(),
            "SELECT split, frames, failed, warmup_frames, flagged, slow_frames, COALESCE(throughput_fps, 0), "
-           "COALESCE(mean_raw_bytes, 0), COALESCE(mean_wire_bytes, 0), COALESCE(mean_reply_bytes, 0) "
-           "FROM summaries WHERE run_id = ? ORDER BY split");
+           "COALESCE(mean_raw_bytes, 0), COALESCE(mean_wire_bytes, 0), COALESCE(mean_reply_bytes, 0), labelled, "
+           "top1_correct, top5_correct FROM summaries WHERE run_id = ? ORDER BY split");
     if (!q.prepared()) return db_error(db_.get(), path_, "read summaries");
     q.bind(1, run_id);
     int rc;
@@ -1125,6 +1235,9 @@ Result<std::vector<SplitSummary>> ResultsDb::split_table(int64_t run_id) {
       s.mean_raw_bytes = q.dbl(7);
       s.mean_wire_bytes = q.dbl(8);
       s.mean_reply_bytes = q.dbl(9);
+      s.labelled = q.i64(10);
+      s.top1_correct = q.i64(11);
+      s.top5_correct = q.i64(12);
       by_split[s.split] = s;
     }
     if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read summaries");
@@ -1142,6 +1255,28 @@ Result<std::vector<SplitSummary>> ResultsDb::split_table(int64_t run_id) {
       it->second.stages[q.text(1)] = StageStats{q.dbl(2), q.dbl(3), q.dbl(4), q.dbl(5), q.dbl(6)};
     }
     if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read stage stats");
+  }
+  {
+    Stmt q(db_.get(),
+           "SELECT split, codec, labelled, top1_correct, top5_correct, top5_acc IS NOT NULL OR labelled = 0 "
+           "FROM accuracy WHERE run_id = ? ORDER BY split, codec");
+    if (!q.prepared()) return db_error(db_.get(), path_, "read accuracy");
+    q.bind(1, run_id);
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      auto it = by_split.find(static_cast<int>(q.i64(0)));
+      if (it == by_split.end()) continue;
+      AccuracyRow a;
+      a.run_id = run_id;
+      a.split = it->first;
+      a.codec = q.text(1);
+      a.labelled = q.i64(2);
+      a.top1_correct = q.i64(3);
+      a.top5_correct = q.i64(4);
+      a.top5_known = q.i64(5) != 0;
+      it->second.codecs.push_back(a);
+    }
+    if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read accuracy");
   }
   std::vector<SplitSummary> out;
   for (auto& [k, v] : by_split) out.push_back(std::move(v));
@@ -1214,6 +1349,8 @@ Status ResultsDb::delete_run(int64_t run_id) {
   TRACR_TRY(tx.commit());
   std::error_code ec;
   fs::remove(failure_note_path(path_, run_id), ec);
+  // record.outputs files (Recorder::write_outputs) go with their rows.
+  fs::remove_all(fs::path(path_).parent_path() / "outputs" / ("run" + std::to_string(run_id)), ec);
   return {};
 }
 
@@ -1500,6 +1637,9 @@ Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(con
                       : table == "train_runs" ? "run_id" : table == "train_segments" ? "segment"
                       : table == "train_steps" || table == "train_checkpoints" ? "owner, step"
                       : table == "train_epochs" ? "owner, epoch"
+                      : table == "frame_topk" ? "participant, frame, pos, rank"
+                      : table == "accuracy" ? "split, codec"
+                      : table == "outputs" ? "participant, split, codec"
                       : "split";
   const std::string sql = "SELECT " + cols + " FROM " + table + " WHERE " + key + " = ? ORDER BY " + order;
   Stmt q(db_.get(), sql.c_str());

@@ -136,6 +136,15 @@ struct StageStats {
   double min_ns = 0;
   double max_ns = 0;
 };
+// Accuracy of one (run, split, codec) over its timed ok frames with labels.
+struct AccuracyRow {
+  int64_t run_id = 0;
+  int split = 0;
+  std::string codec;
+  int64_t labelled = 0, top1_correct = 0, top5_correct = 0;
+  bool top5_known = true;  // false when some frames predate top5_correct (schema < 10)
+};
+
 struct SplitSummary {
   int split = 0;
   int64_t frames = 0;         // ok, non-warm-up frames the statistics cover
@@ -147,6 +156,10 @@ struct SplitSummary {
   double mean_raw_bytes = 0;
   double mean_wire_bytes = 0;
   double mean_reply_bytes = 0;
+  // Accuracy over the timed ok frames with labels the model's classes cover
+  // (frames.correct >= 0): samples, top-1 and top-5 hits.
+  int64_t labelled = 0, top1_correct = 0, top5_correct = 0;
+  std::vector<AccuracyRow> codecs;  // the same per codec the split's frames used
   // Per summarised field of record_fields.def ("total_ns", "head_ns", ...).
   std::map<std::string, StageStats> stages;
   const StageStats& stage(const std::string& field) const;
@@ -172,7 +185,7 @@ double p95_of(std::vector<int64_t>& v);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 9;
+  static constexpr int kSchemaVersion = 10;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process

@@ -185,7 +185,7 @@ int cmd_show(ResultsDb& db, const Opts& o) {
     std::fflush(stdout);
     check_or_throw(print_train_table(db, *id));
   } else {
-    check_or_throw(print_split_table(db, *id, stdout));
+    check_or_throw(print_split_table(db, *id, stdout, o.wide));
     check_or_throw(print_probe_table(db, *id, stdout));
     check_or_throw(print_energy_table(db, *id, stdout));
   }
@@ -330,6 +330,15 @@ int cmd_compare(ResultsDb& db, const Opts& o) {
   for (size_t i = 0; i < n; ++i) header.push_back(label[i] + " p95 ms");
   for (size_t i = 0; i < n; ++i) header.push_back(label[i] + " wire B");
   for (size_t i = 0; i < n; ++i) header.push_back(label[i] + " frames");
+  // Accuracy where labels exist: a lossy codec's cost beside its time.
+  std::vector<bool> labelled(n, false);
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& [k, v] : tab[i]) labelled[i] = labelled[i] || v.labelled > 0;
+  for (size_t i = 0; i < n; ++i)
+    if (labelled[i]) {
+      header.push_back(label[i] + " top-1");
+      header.push_back(label[i] + " top-5");
+    }
   std::vector<std::vector<std::string>> rows = {header};
   for (int k : splits) {
     std::vector<const SplitSummary*> s(n, nullptr);
@@ -343,6 +352,19 @@ int cmd_compare(ResultsDb& db, const Opts& o) {
     for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? ms(s[i]->stage("total_ns").p95_ns) : "-");
     for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? fmt::format("{:.0f}", s[i]->mean_wire_bytes) : "-");
     for (size_t i = 0; i < n; ++i) row.push_back(tab[i].count(k) ? std::to_string(tab[i][k].frames) : "-");
+    for (size_t i = 0; i < n; ++i) {
+      if (!labelled[i]) continue;
+      const SplitSummary* a = tab[i].count(k) ? &tab[i][k] : nullptr;
+      auto pct = [&](int64_t hit) {
+        return a && a->labelled > 0 ? fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / a->labelled)
+                                    : std::string("-");
+      };
+      bool top5_known = true;
+      if (a)
+        for (const auto& c : a->codecs) top5_known = top5_known && c.top5_known;
+      row.push_back(a ? pct(a->top1_correct) : "-");
+      row.push_back(a && top5_known ? pct(a->top5_correct) : "-");
+    }
     rows.push_back(row);
   }
   std::fputs(align(rows).c_str(), stdout);
@@ -390,21 +412,53 @@ int cmd_export(ResultsDb& db, const Opts& o) {
 
 }  // namespace
 
-std::string format_split_table(const std::vector<SplitSummary>& rows) {
+std::string cut_label(const std::map<int, std::string>& cut_names, int split, bool wide) {
+  auto it = cut_names.find(split);
+  if (split == 0) return "(input)";
+  if (it == cut_names.end()) return "-";
+  const std::string& n = it->second;
+  return !wide && n.size() > 14 ? ".." + n.substr(n.size() - 12) : n;
+}
+
+std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide,
+                               const std::map<int, std::string>& cut_names) {
   // Medians of each term; per frame the terms add up to total exactly
   // (record_fields.def), medians of the terms need not.
-  static const std::vector<std::pair<const char*, const char*>> terms = {
+  static const std::vector<std::pair<const char*, const char*>> all_terms = {
       {"head_ns", "head"},     {"encode_ns", "encode"}, {"network_ns", "network"}, {"server_ns", "server"},
       {"queue_ns", "queue"},   {"return_ns", "return"}, {"post_ns", "post"}};
-  std::vector<std::string> h1 = {"", "split", "frames", "failed", "flagged", "total med", "total p95"};
-  std::vector<std::string> h2 = {"", "", "", "", "", "ms", "ms"};
-  for (const auto& t : terms) {
-    h1.push_back(std::string(t.second) + " med");
-    h2.push_back("ms");
+  static const std::vector<std::pair<const char*, const char*>> narrow_terms = {
+      {"head_ns", "head"}, {"network_ns", "network"}, {"server_ns", "server"}};
+  const auto& terms = wide ? all_terms : narrow_terms;
+  bool labels = false;
+  for (const auto& s : rows) labels = labels || s.labelled > 0;
+  // Two header lines; the narrow table puts the statistic under the stage
+  // ("total" over "med ms") to stay within 120 columns.
+  std::vector<std::string> h1 = {"", "split", "cut after", "frames"};
+  std::vector<std::string> h2 = {"", "", "", ""};
+  auto col = [&](const std::string& name, const std::string& stat, const std::string& unit) {
+    h1.push_back(wide || stat.empty() ? name + (stat.empty() ? "" : " " + stat) : name);
+    h2.push_back(wide || stat.empty() ? unit : stat + (unit.empty() ? "" : " " + unit));
+  };
+  if (wide) {
+    col("failed", "", "");
+    col("flagged", "", "");
   }
-  for (const char* x : {"network p95", "frames/s", "raw bytes", "wire bytes", "ratio"}) {
-    h1.push_back(x);
-    h2.push_back(std::string(x) == "network p95" ? "ms" : "");
+  col("total", "med", "ms");
+  col("total", "p95", "ms");
+  for (const auto& t : terms) col(t.second, "med", "ms");
+  if (wide) col("network", "p95", "ms");
+  col("frames/s", "", "");
+  if (wide) col("samples/s", "", "");
+  col("up MB/s", "", "wire");
+  if (wide) {
+    col("raw bytes", "", "");
+    col("wire bytes", "", "");
+    col("ratio", "", "");
+  }
+  if (labels) {
+    col("top-1", "", "acc");
+    col("top-5", "", "acc");
   }
   std::vector<std::vector<std::string>> cells = {h1, h2};
   int best = -1;
@@ -424,21 +478,43 @@ std::string format_split_table(const std::vector<SplitSummary>& rows) {
       if (!any || !s.stages.count(f)) return std::string("-");
       return ms(p95 ? s.stage(f).p95_ns : s.stage(f).median_ns);
     };
-    std::string ratio = any && s.mean_wire_bytes > 0
-                            ? fmt::format("{:.2f}x", s.mean_raw_bytes / s.mean_wire_bytes)
-                            : std::string("-");
-    std::vector<std::string> row = {s.split == best ? "*" : "", std::to_string(s.split), std::to_string(s.frames),
-                                    std::to_string(s.failed), std::to_string(s.flagged), t("total_ns"),
-                                    t("total_ns", true)};
+    const bool fps = any && s.throughput_fps > 0;
+    std::vector<std::string> row = {s.split == best ? "*" : "", std::to_string(s.split),
+                                    cut_label(cut_names, s.split, wide), std::to_string(s.frames)};
+    if (wide) {
+      row.push_back(std::to_string(s.failed));
+      row.push_back(std::to_string(s.flagged));
+    }
+    row.push_back(t("total_ns"));
+    row.push_back(t("total_ns", true));
     for (const auto& term : terms) row.push_back(t(term.first));
-    row.push_back(t("network_ns", true));
-    row.push_back(any && s.throughput_fps > 0 ? fmt::format("{:.1f}", s.throughput_fps) : "-");
-    row.push_back(any ? fmt::format("{:.0f}", s.mean_raw_bytes) : "-");
-    row.push_back(any ? fmt::format("{:.0f}", s.mean_wire_bytes) : "-");
-    row.push_back(ratio);
+    if (wide) row.push_back(t("network_ns", true));
+    row.push_back(fps ? fmt::format("{:.1f}", s.throughput_fps) : "-");
+    if (wide) {
+      // Samples per frame: labelled frames know it; otherwise the run's batch is not in the summary.
+      row.push_back(fps && s.labelled > 0 && s.frames > 0
+                        ? fmt::format("{:.1f}", s.throughput_fps * static_cast<double>(s.labelled) / s.frames)
+                        : "-");
+    }
+    row.push_back(fps ? fmt::format("{:.2f}", s.throughput_fps * s.mean_wire_bytes / 1e6) : "-");
+    if (wide) {
+      row.push_back(any ? fmt::format("{:.0f}", s.mean_raw_bytes) : "-");
+      row.push_back(any ? fmt::format("{:.0f}", s.mean_wire_bytes) : "-");
+      row.push_back(any && s.mean_wire_bytes > 0 ? fmt::format("{:.2f}x", s.mean_raw_bytes / s.mean_wire_bytes)
+                                                 : std::string("-"));
+    }
+    if (labels) {
+      auto pct = [&](int64_t hit) {
+        return s.labelled > 0 ? fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / s.labelled) : std::string("-");
+      };
+      bool top5_known = true;
+      for (const auto& c : s.codecs) top5_known = top5_known && c.top5_known;
+      row.push_back(pct(s.top1_correct));
+      row.push_back(top5_known ? pct(s.top5_correct) : "-");
+    }
     cells.push_back(row);
   }
-  std::string out = align(cells, {0});
+  std::string out = align(cells, {0, 2});
   if (best >= 0) out += fmt::format("* lowest median total time: split {}\n", best);
   if (flagged > 0)
     out += fmt::format("{} frame(s) flagged (negative network time: an assumption broke; see frames.flags)\n", flagged);
@@ -478,32 +554,46 @@ Status print_energy_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
   return {};
 }
 
-Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
+Result<std::map<int, std::string>> cut_names(ResultsDb& db, int64_t run_id) {
+  // Split k cuts after layer k-1: its name, from the run's layer profiles.
+  std::map<int, std::string> out;
+  auto rows = db.rows("layer_profiles", run_id);
+  if (!rows) return rows.error();
+  const TableInfo* t = nullptr;
+  for (const auto& x : schema_tables())
+    if (x.name == "layer_profiles") t = &x;
+  size_t idx = 0, name = 0;
+  for (size_t i = 0; i < t->columns.size(); ++i) {
+    if (t->columns[i].name == "layer_index") idx = i;
+    if (t->columns[i].name == "name") name = i;
+  }
+  for (const auto& r : *rows)
+    if (r[idx] && r[name]) out[std::stoi(*r[idx]) + 1] = *r[name];
+  return out;
+}
+
+Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out, bool wide) {
   auto rows = db.split_table(run_id);
   if (!rows) return rows.error();
   if (rows->empty()) {
     fmt::print(out, "run {}: no frames recorded\n", run_id);
     return {};
   }
-  std::fputs(format_split_table(*rows).c_str(), out);
-  // Top-1 accuracy per split and codec, from the timed frames whose samples
-  // had a label the model's classes cover (correct >= 0).
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db.handle(),
-                         "SELECT split, codec, SUM(correct), SUM(batch) FROM frames WHERE run_id = ? AND warmup = 0 "
-                         "AND ok = 1 AND correct >= 0 GROUP BY split, codec ORDER BY split, codec",
-                         -1, &st, nullptr) == SQLITE_OK) {
-    sqlite3_bind_int64(st, 1, run_id);
-    std::string lines;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      const int64_t hit = sqlite3_column_int64(st, 2), n = sqlite3_column_int64(st, 3);
-      lines += fmt::format("  split {:>3}  {:<28} {:>6} / {:<6} {:.4f}\n", sqlite3_column_int64(st, 0),
-                           reinterpret_cast<const char*>(sqlite3_column_text(st, 1)), hit, n,
-                           n ? static_cast<double>(hit) / static_cast<double>(n) : 0.0);
+  auto names = cut_names(db, run_id);
+  if (!names) return names.error();
+  std::fputs(format_split_table(*rows, wide, *names).c_str(), out);
+  // Per split and codec (set_codec commands and compression: auto give a
+  // split several), with the sample counts behind each figure.
+  std::string lines;
+  for (const auto& s : *rows)
+    for (const auto& c : s.codecs) {
+      if (c.labelled == 0) continue;
+      auto pct = [&](int64_t hit) { return fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / c.labelled); };
+      lines += fmt::format("  split {:>3}  {:<24} {:>7} samples  top-1 {:>7} ({})  top-5 {:>7}\n", s.split, c.codec,
+                           c.labelled, pct(c.top1_correct), c.top1_correct,
+                           c.top5_known ? fmt::format("{} ({})", pct(c.top5_correct), c.top5_correct) : "-");
     }
-    sqlite3_finalize(st);
-    if (!lines.empty()) fmt::print(out, "\ntop-1 accuracy (timed frames with a label)\n{}", lines);
-  }
+  if (!lines.empty()) fmt::print(out, "\naccuracy per split and codec (timed frames with a label)\n{}", lines);
   std::fflush(out);
   return {};
 }
@@ -561,10 +651,11 @@ Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file) {
   for (const auto& x : *sums) {
     summaries += fmt::format(
         "{}\n  {{\"split\":{},\"frames\":{},\"failed\":{},\"warmup_frames\":{},\"flagged\":{},\"slow_frames\":{},"
-        "\"throughput_fps\":{},\"mean_raw_bytes\":{},\"mean_wire_bytes\":{},\"mean_reply_bytes\":{}}}",
+        "\"throughput_fps\":{},\"mean_raw_bytes\":{},\"mean_wire_bytes\":{},\"mean_reply_bytes\":{},"
+        "\"labelled\":{},\"top1_correct\":{},\"top5_correct\":{}}}",
         summaries.size() > 1 ? "," : "", x.split, x.frames, x.failed, x.warmup_frames, x.flagged, x.slow_frames,
         json_num(x.throughput_fps), json_num(x.mean_raw_bytes), json_num(x.mean_wire_bytes),
-        json_num(x.mean_reply_bytes));
+        json_num(x.mean_reply_bytes), x.labelled, x.top1_correct, x.top5_correct);
     for (const auto& [field, v] : x.stages)
       stages += fmt::format(
           "{}\n  {{\"split\":{},\"field\":{},\"median_ns\":{},\"p95_ns\":{},\"mean_ns\":{},\"min_ns\":{},\"max_ns\":{}}}",
@@ -578,8 +669,8 @@ Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file) {
     first = false;
   };
   for (const char* table :
-       {"runs", "devices", "probes", "summaries", "stage_stats", "energy_stats", "frames", "energy", "layer_profiles",
-        "events"}) {
+       {"runs", "devices", "probes", "summaries", "stage_stats", "accuracy", "energy_stats", "frames", "frame_topk",
+        "outputs", "energy", "layer_profiles", "events"}) {
     const std::string t = table;
     if (t == "summaries") {
       add(t, summaries + "]");

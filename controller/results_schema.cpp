@@ -27,6 +27,20 @@ void add_fields(TableInfo& t, const std::vector<agent::FieldInfo>& fields) {
   for (const auto& f : fields) t.columns.push_back({f.name, sql_type(f.kind), f.unit, f.side, f.meaning});
 }
 
+// Accuracy columns of summaries (per split) and accuracy (per split and codec).
+void add_accuracy(TableInfo& t) {
+  t.columns.insert(
+      t.columns.end(),
+      {{"labelled", "INTEGER", "samples", "controller",
+        "samples of the ok, non-warm-up frames whose labels the model's classes cover (frames.correct >= 0)"},
+       {"top1_correct", "INTEGER", "samples", "participant", "sum of frames.correct: samples whose most probable class was the label"},
+       {"top5_correct", "INTEGER", "samples", "participant",
+        "sum of frames.top5_correct: samples whose label was among the 5 most probable"},
+       {"top1_acc", "REAL", "", "controller", "top1_correct / labelled; NULL when nothing is labelled"},
+       {"top5_acc", "REAL", "", "controller",
+        "top5_correct / labelled; NULL when nothing is labelled or frames predate top5_correct"}});
+}
+
 std::vector<TableInfo> build() {
   std::vector<TableInfo> v;
   {
@@ -110,6 +124,66 @@ std::vector<TableInfo> build() {
         {"mean_raw_bytes", "REAL", "bytes", "controller", "mean raw_bytes"},
         {"mean_wire_bytes", "REAL", "bytes", "controller", "mean wire_bytes"},
         {"mean_reply_bytes", "REAL", "bytes", "controller", "mean reply_bytes"},
+    };
+    add_accuracy(t);
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"accuracy",
+                "per (run, split, codec): top-1 and top-5 accuracy of the timed frames with labels, so a lossy "
+                "codec's cost shows beside the lossless one's",
+                {}};
+    t.columns = {
+        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+        {"split", "INTEGER", "", "controller", "split point"},
+        {"codec", "TEXT", "", "participant", "codec of the frames (frames.codec)"},
+    };
+    add_accuracy(t);
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"frame_topk",
+                "per (run, participant, frame, sample position, rank): the participant's k most probable classes "
+                "of every sample (k = 5, fewer when the model has fewer classes), from the softmax of the model's "
+                "output",
+                {}};
+    t.columns = {
+        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+        {"participant", "TEXT", "", "controller", "-> frames.participant"},
+        {"frame", "INTEGER", "", "participant", "-> frames.frame"},
+        {"pos", "INTEGER", "", "participant", "sample's position in the frame (0-based)"},
+        {"sample", "INTEGER", "", "participant", "dataset index of the sample (frames.sample + pos)"},
+        {"rank", "INTEGER", "", "participant", "1 = most probable"},
+        {"class_index", "INTEGER", "", "participant", "class index in the model's output"},
+        {"class_name", "TEXT", "", "participant",
+         "the dataset's class name when it has as many classes as the model, else the ImageNet name for a "
+         "1000-class model (experiments/imagenet_classes.txt), else ''"},
+        {"prob", "REAL", "", "participant", "softmax probability (float32, computed on the participant)"},
+    };
+    v.push_back(t);
+  }
+  {
+    TableInfo t{"outputs",
+                "per (run, participant, split, codec) with record.outputs: a .npy file of the output tensors "
+                "(logits) of the timed ok frames",
+                {}};
+    t.columns = {
+        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+        {"participant", "TEXT", "", "controller", "participant whose frames they are"},
+        {"split", "INTEGER", "", "participant", "split point"},
+        {"codec", "TEXT", "", "participant", "codec of the frames"},
+        {"path", "TEXT", "", "controller",
+         "the .npy file, relative to the database's directory (outputs/run<ID>/<participant>_split<k>_<codec>.npy)"},
+        {"dtype", "TEXT", "", "controller", "numpy dtype of the file (<f4: little-endian float32)"},
+        {"shape", "TEXT", "", "controller", "rows,classes: one row per sample"},
+        {"frames", "INTEGER", "", "controller", "frames in the file"},
+        {"first_frame", "INTEGER", "", "participant", "first frames.frame in the file"},
+        {"last_frame", "INTEGER", "", "participant",
+         "last frames.frame; rows follow the frames in frame order, each frame's samples in batch order"},
+        {"sha256", "TEXT", "", "controller", "SHA-256 of the file (hex)"},
+        {"source", "TEXT", "", "controller",
+         "where the numbers come from: the participant's copy of the model's output after the reply was decoded, "
+         "sent as float32 on its FRAME line"},
     };
     v.push_back(t);
   }

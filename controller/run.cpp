@@ -659,6 +659,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   pump.stop();
   while (auto e = pump.pop(0)) handle(*e);
   rec.flush();
+  if (auto wo = rec.write_outputs(); !wo) failure += (failure.empty() ? "" : "; ") + ("record.outputs: " + wo.error().str());
   if (!rec.write_error().empty()) {
     std::string cause = "database: " + rec.write_error();
     if (rec.unwritten()) {
@@ -698,7 +699,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     return 0;
   }
   fmt::print("\nrun {} completed: per-split table read back from {}\n", *run_id, cfg->output);
-  if (auto pst = print_split_table(*db, *run_id); !pst) {
+  if (auto pst = print_split_table(*db, *run_id, stdout, ro.wide); !pst) {
     fmt::print(stderr, "tracrctl run: {}\n", pst.error().str());
     return 1;
   }

@@ -32,6 +32,7 @@ struct RunOptions {
   bool trust_new_hosts = false; // SSH trust-on-first-use for unknown host keys
   bool in_process = false;      // PARTICIPANT runs tails itself, no sockets
   bool progress = true;
+  bool wide = false;            // the per-split table with every column (else it fits 120 columns)
   std::string agent_path;       // tracr-agent; next to tracrctl when empty
   bool probe_only = false;      // tracrctl link probe: measure each participant's link, run no frames
   std::vector<std::string> sets;  // --set key=value overrides, applied after the file and TRACR_* variables

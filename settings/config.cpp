@@ -905,6 +905,13 @@ std::vector<Setting> build_settings() {
       "weights", "path", "~ (none)",
       "Weights file for the model (see the models issue); none = deterministic init.",
       "a path to a weights file", [](ExperimentConfig& c) -> std::string& { return c.weights; }, true));
+  t.push_back(int_setting(
+      "num_classes", "int >= 0", "0 (the model's own)",
+      "Classes the model's last layer outputs (models that take it build their classifier with it); checked "
+      "against the built model's output width before anything starts. 0 = the model's default (1000 for "
+      "ImageNet models, 10 for fmnist_cnn).",
+      0, 1000000, [](ExperimentConfig& c, int64_t v) { c.num_classes = v; },
+      [](const ExperimentConfig& c) { return c.num_classes; }));
   {
     Setting s;
     s.info = {"input_size", "int | [C, H, W]", "~ (model default)",
@@ -1381,6 +1388,10 @@ std::vector<Setting> build_settings() {
   }
   t.push_back(bool_setting("record.frames", "true", "Store one row per frame (frames table).",
                            [](ExperimentConfig& c) -> bool& { return c.record.frames; }));
+  t.push_back(bool_setting("record.outputs", "false",
+                           "Store every timed frame's output tensor (the logits, float32): one .npy per participant, "
+                           "split and codec under outputs/run<ID>/ beside the database, listed in the outputs table.",
+                           [](ExperimentConfig& c) -> bool& { return c.record.outputs; }));
   t.push_back(bool_setting("record.layers", "true",
                            "Profile every layer on each device (layer_profiles table).",
                            [](ExperimentConfig& c) -> bool& { return c.record.layers; }));

@@ -163,6 +163,7 @@ struct SplitSpec {
 struct RecordSpec {
   bool frames = true;  // per-frame rows (frames table)
   bool layers = true;  // per-layer profiles (layer_profiles table)
+  bool outputs = false;  // each timed frame's output tensor (outputs/run<ID>/*.npy, outputs table)
 };
 
 // The link probe each PARTICIPANT runs over its session before the first frame.
@@ -248,6 +249,7 @@ struct ExperimentConfig {
   std::string model;                // registry id, e.g. "alexnet" or "torchscript:<path>"
   std::string weights;              // optional weights file
   std::vector<int64_t> input_size;  // [C, H, W]; empty = the model's default
+  int64_t num_classes = 0;          // classifier width; 0 = the model's default
   DatasetSpec dataset;
   SplitSpec split;
   int warmup = 2;

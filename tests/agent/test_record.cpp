@@ -3,6 +3,7 @@
 // or malformed field is an error naming it, and the identity helper.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 
 #include "agent/control.hpp"
@@ -121,6 +122,50 @@ TEST(Record, MissingOrMalformedFieldIsAnErrorNamingIt) {
   fields = to_control(awkward_frame());
   fields["done"] = "3";
   EXPECT_TRUE(frame_from_control(*through_the_channel("FRAME", fields)).ok());
+}
+
+TEST(Record, TopkRowsAndOutputTensorRideOnTheFrameLine) {
+  FrameRecord in = awkward_frame();
+  // Names with the separators the encoding escapes, and '%' itself.
+  in.topk = {{0, 1, 207, "golden retriever", 0.625},
+             {0, 2, 3, "a:b;c%3A", 0.25},
+             {1, 1, 999, "", 1e-7}};
+  in.outputs = {1.5f, -0.0f, 3.4028235e38f, -1e-38f, 0.1f, 7.0f};
+  in.outputs_shape = {2, 3};
+  auto m = through_the_channel("FRAME", to_control(in));
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  auto out = frame_from_control(*m);
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  ASSERT_EQ(out->topk.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(out->topk[i].pos, in.topk[i].pos);
+    EXPECT_EQ(out->topk[i].rank, in.topk[i].rank);
+    EXPECT_EQ(out->topk[i].class_index, in.topk[i].class_index);
+    EXPECT_EQ(out->topk[i].class_name, in.topk[i].class_name);
+    EXPECT_FLOAT_EQ(out->topk[i].prob, in.topk[i].prob);
+  }
+  EXPECT_EQ(out->outputs_shape, in.outputs_shape);
+  ASSERT_EQ(out->outputs.size(), in.outputs.size());
+  for (size_t i = 0; i < in.outputs.size(); ++i)  // bit for bit, the sign of -0 included
+    EXPECT_EQ(std::memcmp(&out->outputs[i], &in.outputs[i], 4), 0) << i;
+
+  // A malformed payload is an error naming its key.
+  auto fields = to_control(in);
+  fields["topk"] = "0:1:207:lots:x";
+  auto r = frame_from_control(*through_the_channel("FRAME", fields));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::field_type);
+  EXPECT_NE(r.error().message.find("'topk'"), std::string::npos) << r.error().message;
+  fields = to_control(in);
+  fields["outputs_shape"] = "2,4";  // 8 values announced, 6 sent
+  r = frame_from_control(*through_the_channel("FRAME", fields));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("'outputs'"), std::string::npos) << r.error().message;
+  fields = to_control(in);
+  fields["outputs"] = "zz" + fields["outputs"].substr(2);
+  r = frame_from_control(*through_the_channel("FRAME", fields));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("'outputs'"), std::string::npos) << r.error().message;
 }
 
 TEST(Record, IdentityResidualIsTotalMinusTheTerms) {

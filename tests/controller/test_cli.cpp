@@ -43,7 +43,7 @@ std::string setting_line(const std::string& out, const std::string& name) {
 
 TEST(Cli, EveryCommandAnswersHelpWithItsOwnOptions) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
-      {"run", {"EXPERIMENT", "--show-config", "--in-process", "--db", "--trust-new-hosts", "--no-progress", "--agent",
+      {"run", {"EXPERIMENT", "--show-config", "--in-process", "--wide", "--db", "--trust-new-hosts", "--no-progress", "--agent",
                "--set"}},
       {"train", {"--resume", "--db", "--show-config", "--trust-new-hosts", "--no-progress", "--agent", "--set"}},
       {"link", {"probe"}},
@@ -53,7 +53,7 @@ TEST(Cli, EveryCommandAnswersHelpWithItsOwnOptions) {
       {"report", {"-o,--out", "--db", "--chartjs"}},
       {"results", {"list", "show", "compare", "export", "rm", "schema", "migrate"}},
       {"results list", {"--model", "--status", "--name", "--limit", "--db"}},
-      {"results show", {"RUN", "--db"}},
+      {"results show", {"RUN", "--db", "--wide"}},
       {"results compare", {"RUN", "--db"}},
       {"results export", {"--csv", "--json", "--db"}},
       {"results rm", {"RUN", "--db"}},

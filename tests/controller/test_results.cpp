@@ -151,11 +151,11 @@ TEST(ResultsDb, NewDatabaseHasSchemaWalAndForeignKeys) {
     EXPECT_EQ(
         scalar(*db, std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + t + "'"),
         t);
-  EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"), "1,2,3,4,5,6,7,8,9");
+  EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"), "1,2,3,4,5,6,7,8,9,10");
   // Reopening is a no-op.
   auto again = ResultsDb::open(path);
   ASSERT_TRUE(again.ok()) << again.error().str();
-  EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), "9");
+  EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), "10");
 }
 
 // The field table and the schema description are the database: every table
@@ -707,6 +707,9 @@ TEST_F(ResultsCliTest, ExportJsonHoldsRunSummariesFramesAndEvents) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("\"result\":\"a, \\\"quoted\\\" class:0.5\""), std::string::npos) << text;
+  // The accuracy, top-k and outputs tables travel too (empty for this run: no labels, no top-k rows).
+  for (const char* t : {"\"accuracy\": [", "\"frame_topk\": [", "\"outputs\": ["})
+    EXPECT_NE(text.find(t), std::string::npos) << t;
   EXPECT_NE(text.find("\"kind\":\"run_started\""), std::string::npos);
   EXPECT_NE(text.find("\"layer_profiles\": []"), std::string::npos);
   EXPECT_NE(text.find("\"config_yaml\":\"model: alexnet\\n\""), std::string::npos);
@@ -729,8 +732,12 @@ TEST_F(ResultsCliTest, ListShowCompareAndUsageErrors) {
 
   ASSERT_EQ(run_cli({"show", "last", "--db", path}, &out), 0);
   EXPECT_NE(out.find("run " + std::to_string(run2) + "  fp16  [completed]"), std::string::npos) << out;
-  EXPECT_NE(out.find("total med"), std::string::npos) << out;
+  EXPECT_NE(out.find("cut after"), std::string::npos) << out;
+  EXPECT_EQ(out.find("encode med"), std::string::npos) << out;  // within 120 columns: not every stage
   EXPECT_NE(out.find("run_started"), std::string::npos) << out;
+  ASSERT_EQ(run_cli({"show", "last", "--wide", "--db", path}, &out), 0);
+  EXPECT_NE(out.find("total med"), std::string::npos) << out;
+  EXPECT_NE(out.find("encode med"), std::string::npos) << out;
 
   ASSERT_EQ(run_cli({"compare", std::to_string(run), std::to_string(run2), "--db", path}, &out), 0);
   EXPECT_NE(out.find("-50.0%"), std::string::npos) << out;  // split 0: 2 ms -> 1 ms
@@ -942,7 +949,7 @@ TEST(ResultsTable, SplitTableIsAlignedAndMarksTheFastestSplit) {
     rows[i].mean_wire_bytes = 150528;
   }
   rows[2].frames = 0;  // no data: shown with dashes, never the best
-  const std::string t = format_split_table(rows);
+  const std::string t = format_split_table(rows, /*wide=*/true);
   std::vector<std::string> lines;
   std::istringstream in(t);
   for (std::string l; std::getline(in, l);) lines.push_back(l);
@@ -960,6 +967,44 @@ TEST(ResultsTable, SplitTableIsAlignedAndMarksTheFastestSplit) {
   // Columns align: every data row has the split column ending at the same place.
   const size_t end = lines[0].find("split") + 5;
   for (int i = 2; i < 5; ++i) EXPECT_NE(lines[i][end - 1], ' ') << lines[i];
+}
+
+TEST(ResultsTable, DefaultTableFitsOneHundredTwentyColumnsWithLayerNamesAndAccuracy) {
+  std::vector<SplitSummary> rows(3);
+  for (int i = 0; i < 3; ++i) {
+    rows[i].split = i * 7;
+    rows[i].frames = 123456;
+    rows[i].failed = 1;
+    // Times up to 10 s a frame, a 1 Gbit/s link's worth of bytes.
+    for (const char* f : {"total_ns", "head_ns", "encode_ns", "network_ns", "server_ns", "queue_ns", "return_ns", "post_ns"})
+      rows[i].stages[f] = {1234.567e6, 9876.543e6};
+    rows[i].throughput_fps = 1234.5;
+    rows[i].mean_raw_bytes = 602112;
+    rows[i].mean_wire_bytes = 150528;
+    rows[i].labelled = 400;
+    rows[i].top1_correct = 301;
+    rows[i].top5_correct = 399;
+  }
+  const std::map<int, std::string> names = {{7, "features.3"}, {14, "layer3.0.downsample.0.very_long_name"}};
+  const std::string narrow = format_split_table(rows, false, names);
+  std::istringstream in(narrow);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_GE(lines.size(), 5u) << narrow;
+  for (const auto& l : lines) EXPECT_LE(l.size(), 120u) << l;
+  EXPECT_NE(lines[2].find("(input)"), std::string::npos) << narrow;
+  EXPECT_NE(lines[3].find("features.3"), std::string::npos) << narrow;
+  EXPECT_NE(lines[4].find("..ry_long_name"), std::string::npos) << narrow;  // the end of a long name kept
+  EXPECT_NE(lines[3].find("75.25%"), std::string::npos) << narrow;            // top-1 301/400
+  EXPECT_NE(lines[3].find("99.75%"), std::string::npos) << narrow;            // top-5 399/400
+  EXPECT_NE(lines[3].find("185.83"), std::string::npos) << narrow;  // MB/s = 1234.5 frames/s x 150528 B / 1e6
+  EXPECT_EQ(lines[0].find("encode med"), std::string::npos) << narrow;
+  // Wide: every column, the whole name; no accuracy columns without labels.
+  const std::string wide = format_split_table(rows, true, names);
+  EXPECT_NE(wide.find("encode med"), std::string::npos);
+  EXPECT_NE(wide.find("layer3.0.downsample.0.very_long_name"), std::string::npos);
+  for (auto& r : rows) r.labelled = 0;
+  EXPECT_EQ(format_split_table(rows).find("top-1"), std::string::npos);
 }
 
 }  // namespace

@@ -556,6 +556,7 @@ TEST(ExperimentConfig, WrongTypesNameKeyAndExpectation) {
       {"model: alexnet\nrepetitions: 0\n", "exp.yaml:2:14: repetitions: expected an integer >= 1, got '0'"},
       {"model: alexnet\nwarmup: lots\n", "exp.yaml:2:9: warmup: expected an integer >= 0, got 'lots'"},
       {"model: alexnet\nbatch_size: 1.5\n", "exp.yaml:2:13: batch_size: expected an integer >= 1, got '1.5'"},
+      {"model: alexnet\nnum_classes: ten\n", "exp.yaml:2:14: num_classes: expected an integer >= 0, got 'ten'"},
       {"model: alexnet\nencryption: maybe\n",
        "exp.yaml:2:13: encryption: expected true or false, got 'maybe'"},
       {"model: alexnet\nkey_exchange: rsa\n",
@@ -856,11 +857,13 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "heartbeat_timeout_ms",
                         "record.frames",
                         "record.layers",
+                        "record.outputs",
+                        "num_classes",
                         "output",
                         "devices",
                         "seed"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 58u);
+  EXPECT_EQ(names.size(), 60u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());

@@ -214,3 +214,22 @@ TEST(ConfigChecks, ProfileWritesCsvAndJsonAndNamesBadNumbers) {
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("tracrctl profile: --reps: expected an integer 1..1000000, got 'abc'"), std::string::npos) << bad.out;
 }
+
+TEST(ConfigChecks, NumClassesThatDisagreeWithTheModelsOutputAreRejectedNamingTheKey) {
+  // A TorchScript model keeps its own classifier: 7 outputs, whatever the experiment says.
+  TempDir d;
+  const std::string db = empty_db(d);
+  const std::string ts = (d.path / "m7.ts").string();
+  ASSERT_EQ(sh("/usr/bin/python3 -c \"import torch; torch.jit.script(torch.nn.Sequential(torch.nn.Flatten(), "
+               "torch.nn.Linear(3 * 8 * 8, 7))).save('" + ts + "')\"").status,
+            0);
+  const std::string exp = d.file("exp.yaml", "model: torchscript:" + ts + "\ninput_size: [3, 8, 8]\nnum_classes: 10\n"
+                                             "output: " + db + "\n");
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find(exp + ":3:14: num_classes: 10 but model 'torchscript:" + ts + "' outputs 7 classes"),
+            std::string::npos)
+      << r.out;
+  expect_short_message(r.out);
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+}

@@ -1,0 +1,146 @@
+// Accuracy and outputs end to end (real tracrctl, real local agents, real
+// Fashion-MNIST and a real PNG): stored logits compared with numpy across
+// splits and codecs, the per-split table's width and --wide, top-1/top-5
+// columns, and ImageNet class names for a 1000-class model.
+#include <fstream>
+#include <sstream>
+
+#include "system/system_util.hpp"
+
+using namespace tracr::testing;
+
+namespace {
+
+std::string fmnist_experiment(const std::string& db, const std::string& codec) {
+  return "name: acc\nmodel: fmnist_cnn\ndataset:\n  type: fashion_mnist\n  max_samples: 16\n"
+         "split: [3, 6]\nwarmup: 1\nrepetitions: 2\nbatch_size: 4\ncompression: " + codec +
+         "\nencryption: true\nprobe: {enabled: false}\nrecord: {outputs: true, layers: true}\nseed: 3\n"
+         "output: " + db + "\n";
+}
+
+// The lines of the per-split table: from its header to the '*' footer.
+std::vector<std::string> table_lines(const std::string& out) {
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  bool on = false;
+  for (std::string l; std::getline(in, l);) {
+    if (l.find("split") != std::string::npos && l.find("cut after") != std::string::npos) on = true;
+    if (on) lines.push_back(l);
+    if (on && l.rfind("* lowest median total time", 0) == 0) break;
+  }
+  return lines;
+}
+
+}  // namespace
+
+TEST(Accuracy, StoredLogitsAgreeAcrossSplitsAndFp16IsCloseButNotEqual) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  auto a = sh(tracrctl() + " run " + d.file("none.yaml", fmnist_experiment(db, "none")) + " --no-progress");
+  ASSERT_EQ(a.status, 0) << a.out;
+  auto b = sh(tracrctl() + " run " + d.file("fp16.yaml", fmnist_experiment(db, "fp16")) + " --no-progress");
+  ASSERT_EQ(b.status, 0) << b.out;
+  // One file per (run, participant, split, codec): 16 samples x 2 passes, 10 classes.
+  EXPECT_EQ(query(db, "select group_concat(run_id || '/' || split || '/' || codec || '/' || shape || '/' || frames, ' ') "
+                      "from outputs"),
+            "1/3/none/32,10/8 1/6/none/32,10/8 2/3/fp16/32,10/8 2/6/fp16/32,10/8");
+  const std::string check = d.file("check.py", R"py(
+import hashlib, os, sqlite3, sys
+import numpy as np
+db = sys.argv[1]
+base = os.path.dirname(db)
+rows = sqlite3.connect(db).execute("select run_id, split, path, sha256, dtype from outputs order by run_id, split").fetchall()
+x = {}
+for run, split, path, sha, dtype in rows:
+    data = open(os.path.join(base, path), "rb").read()
+    assert hashlib.sha256(data).hexdigest() == sha, path
+    arr = np.load(os.path.join(base, path))
+    assert arr.dtype == np.dtype(dtype) == np.float32, arr.dtype
+    x[(run, split)] = arr
+a3, a6, h3, h6 = x[(1, 3)], x[(1, 6)], x[(2, 3)], x[(2, 6)]
+assert a3.shape == a6.shape == h3.shape == h6.shape == (32, 10), a3.shape
+assert np.abs(a3).max() > 0
+# The same model cut at another layer: the same logits to float tolerance.
+assert np.allclose(a3, a6, rtol=1e-5, atol=1e-5), np.abs(a3 - a6).max()
+# Both passes over the data give the same logits.
+assert np.allclose(a3[:16], a3[16:], rtol=1e-6, atol=1e-6)
+# fp16 on the crossing tensors: different, but close.
+for h, a in ((h3, a3), (h6, a6)):
+    d = np.abs(h - a).max()
+    assert 0 < d < 0.02 * np.abs(a).max() + 1e-3, (d, np.abs(a).max())
+print("ok", np.abs(h3 - a3).max(), np.abs(a3 - a6).max())
+)py");
+  // Only the finished files are left (written as <name>.npy.part while the run goes on).
+  size_t files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(d.path / "outputs"))
+    if (e.is_regular_file()) {
+      ++files;
+      EXPECT_EQ(e.path().extension(), ".npy") << e.path();
+    }
+  EXPECT_EQ(files, 4u);
+  auto py = sh("/usr/bin/python3 " + check + " " + db);
+  EXPECT_EQ(py.status, 0) << py.out;
+  EXPECT_EQ(py.out.rfind("ok ", 0), 0u) << py.out;
+  // Labelled data: top-1 and top-5 per split, in summaries and per codec.
+  EXPECT_EQ(query(db, "select group_concat(labelled, ',') from summaries where run_id = 2"), "32,32");
+  EXPECT_EQ(query(db, "select count(*) from accuracy where top5_correct < top1_correct or labelled <> 32"), "0");
+  EXPECT_EQ(query(db, "select count(*) from frame_topk where run_id = 1"), std::to_string(18 * 4 * 5));  // 2 splits x (1 warm-up + 2 x 4) frames
+
+  // The table of `tracrctl run` fits 120 columns and names the cut layer.
+  const auto lines = table_lines(b.out);
+  ASSERT_GE(lines.size(), 5u) << b.out;
+  for (const auto& l : lines) EXPECT_LE(l.size(), 120u) << l;
+  EXPECT_NE(lines[0].find("top-1"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("MB/s"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("frames/s"), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[0].find("encode med"), std::string::npos) << lines[0];
+  const std::string layer2 = query(db, "select name from layer_profiles where run_id = 2 and layer_index = 2 limit 1");
+  ASSERT_FALSE(layer2.empty());
+  bool named = false;
+  for (const auto& l : lines) named = named || (l.find(" 3  " + layer2) != std::string::npos);
+  EXPECT_TRUE(named) << "split 3 cuts after layer 2 '" << layer2 << "'\n" << b.out;
+  // --wide shows every column.
+  auto w = sh(tracrctl() + " results show 2 --wide --db " + db);
+  ASSERT_EQ(w.status, 0) << w.out;
+  const auto wide = table_lines(w.out);
+  ASSERT_GE(wide.size(), 5u) << w.out;
+  for (const char* col : {"encode med", "queue med", "return med", "post med", "raw bytes", "ratio", "samples/s", "top-5"})
+    EXPECT_NE(wide[0].find(col), std::string::npos) << col << "\n" << wide[0];
+  EXPECT_GT(wide[2].size(), lines[2].size());
+  // results compare shows each run's accuracy.
+  auto c = sh(tracrctl() + " results compare 1 2 --db " + db);
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_NE(c.out.find("A top-1"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("B top-5"), std::string::npos) << c.out;
+}
+
+TEST(Accuracy, Resnet18OnARealImageGetsAnImageNetClassName) {
+  // debconf's Debian logo (48x48 RGBA PNG) in an image folder of one class:
+  // the dataset's one name cannot name 1000 outputs, so the shipped ImageNet
+  // names do; its label does not index ImageNet classes, so accuracy is unknown.
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::filesystem::create_directories(d.path / "images" / "logo");
+  std::filesystem::copy_file("/usr/share/pixmaps/debian-logo.png", d.path / "images" / "logo" / "debian-logo.png");
+  const std::string exp = d.file(
+      "exp.yaml", "model: resnet18\ninput_size: 64\ndataset:\n  type: imagefolder\n  path: " +
+                      (d.path / "images").string() +
+                      "\nsplit: [5]\nwarmup: 0\nrepetitions: 1\nprobe: {enabled: false}\nrecord: {layers: false}\n"
+                      "output: " + db + "\n");
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select count(*) from frame_topk"), "5");
+  EXPECT_EQ(query(db, "select correct || '/' || top5_correct from frames"), "-1/-1");
+  std::vector<std::string> names;
+  std::ifstream in(std::string(TRACR_SOURCE_DIR) + "/experiments/imagenet_classes.txt");
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty() && l[0] != '#') names.push_back(l);
+  ASSERT_EQ(names.size(), 1000u);
+  for (const auto& row : query_col(db, "select class_index || '|' || class_name from frame_topk order by rank")) {
+    const auto bar = row.find('|');
+    const int idx = std::stoi(row.substr(0, bar));
+    ASSERT_TRUE(idx >= 0 && idx < 1000) << row;
+    EXPECT_EQ(row.substr(bar + 1), names[idx]) << row;
+  }
+  EXPECT_EQ(query(db, "select result like (select class_name from frame_topk where rank = 1) || ':%' from frames"), "1");
+}
