@@ -41,10 +41,15 @@ ex::DatasetConfig dataset_config(const settings::ExperimentConfig& c, const std:
   dc.class_names = d.class_names;
   dc.input_shape = input_shape;
   dc.seed = c.seed;
-  if (d.kind == settings::DatasetKind::fashion_mnist) {
+  if (d.kind == settings::DatasetKind::fashion_mnist)
     dc.resize_mode = (input_shape[1] == 28 && input_shape[2] == 28) ? "none" : "stretch";
-    dc.mean = {0.2860f};  // Fashion-MNIST training-set statistics
-    dc.std = {0.3530f};
+  // The controller checked the normalization before deploy; a config that
+  // skipped it gets no values, which opening the dataset reports.
+  dc.mean.clear();
+  dc.std.clear();
+  if (auto n = settings::dataset_normalization(c, input_shape.empty() ? 3 : input_shape[0])) {
+    dc.mean.assign(n->mean.begin(), n->mean.end());
+    dc.std.assign(n->std.begin(), n->std.end());
   }
   return dc;
 }

@@ -339,7 +339,8 @@ class Converter {
       } else if (k == "transform") {
         if (!v.IsNull())
           drop(key, v, "tracr applies torchvision's ImageClassification preset (resize 256, center crop "
-                       "input_size, ImageNet mean/std) to image folders; other transforms are not available");
+                       "input_size, ImageNet mean/std unless dataset.mean and dataset.std say otherwise) to image "
+                       "folders; other transforms are not available");
       } else if (k == "train") {
         auto b = boolean(v, key);
         if (!b) return b.error();

@@ -244,7 +244,7 @@ int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
       return head + " FAIL  " + s.error().str();
     }
     if (verb == "deploy") {
-      auto info = deploy_agent(**s, c.agent, d.work_dir);
+      auto info = deploy_agent(**s, device_agent_path(d, c.agent), d.work_dir);  // the device's own agent: when it has one
       if (!info) {
         ++bad;
         return head + " FAIL  " + info.error().str();

@@ -90,6 +90,8 @@ Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
                                       cfg.num_classes, cfg.model, width, (*model)->layers().back().name,
                                       fmt::join(out, ", "), width, cfg.num_classes));
   }
+  if (const auto& in = (*model)->input_shape(); !in.empty())
+    if (auto norm = settings::dataset_normalization(cfg, in[0]); !norm) return norm.error();
   if (auto sp = settings::resolve_splits(cfg, n); !sp) return sp.error();
   for (size_t i = 0; i < cfg.train.cuts.size(); ++i) {
     const int64_t c = cfg.train.cuts[i];

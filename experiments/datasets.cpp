@@ -21,7 +21,9 @@ Status check_shape(const DatasetConfig& cfg) {
     return make_error(Errc::invalid_argument, "dataset input_shape must be C, H, W > 0");
   const size_t c = static_cast<size_t>(cfg.input_shape[0]);
   if (cfg.mean.size() != 1 && cfg.mean.size() != c)
-    return make_error(Errc::invalid_argument, "dataset mean needs 1 or C values");
+    return make_error(Errc::invalid_argument,
+                      "dataset mean has " + std::to_string(cfg.mean.size()) + " values for " + std::to_string(c) +
+                          " channels; expected 1 or " + std::to_string(c) + " (dataset.mean, dataset.std)");
   if (cfg.std.size() != cfg.mean.size())
     return make_error(Errc::invalid_argument, "dataset std needs as many values as mean");
   for (float s : cfg.std)

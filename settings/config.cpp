@@ -997,6 +997,47 @@ std::vector<Setting> build_settings() {
     };
     t.push_back(s);
   }
+  for (const bool is_std : {false, true}) {
+    Setting s;
+    s.info = {is_std ? "dataset.std" : "dataset.mean", "number | [number, ...]",
+              is_std ? "~ (with the mean's default)" : "~ (fashion_mnist: 0.2860; others: ImageNet's 3 values)",
+              is_std ? "Normalization divisor: 1 value or one per input channel, each > 0; give it with "
+                       "dataset.mean (default: fashion_mnist 0.3530, others ImageNet's 0.229, 0.224, 0.225)."
+                     : "Normalization (x - mean) / std of [0, 1] pixels: 1 value or one per input channel; give it "
+                       "with dataset.std (default: fashion_mnist 0.2860, 3-channel images and synthetic inputs "
+                       "ImageNet's 0.485, 0.456, 0.406; 1-channel image folders have no default).",
+              ""};
+    s.nullable = true;
+    s.env_yaml = true;
+    s.apply = [is_std](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      const double lo = is_std ? std::numeric_limits<double>::min() : -std::numeric_limits<double>::max();
+      const std::string what = is_std ? "a number > 0 or a list of them (one per channel)"
+                                      : "a number or a list of numbers (one per channel)";
+      std::vector<double> v;
+      if (n.IsSequence()) {
+        if (n.size() == 0) return expected(c, n, key, what);
+        for (size_t i = 0; i < n.size(); ++i) {
+          auto x = get_double(c, n[i], fmt::format("{}[{}]", key, i), lo, is_std ? "a number > 0" : "a number");
+          if (!x) return x.error();
+          v.push_back(*x);
+        }
+      } else {
+        auto x = get_double(c, n, key, lo, what);
+        if (!x) return x.error();
+        v.push_back(*x);
+      }
+      (is_std ? cfg.dataset.std : cfg.dataset.mean) = std::move(v);
+      return {};
+    };
+    s.show = [is_std](const ExperimentConfig& c) {
+      const auto& v = is_std ? c.dataset.std : c.dataset.mean;
+      if (v.empty()) return std::string("~");
+      std::string o = "[";
+      for (size_t i = 0; i < v.size(); ++i) o += fmt::format("{}{}", i ? ", " : "", v[i]);
+      return o + "]";
+    };
+    t.push_back(s);
+  }
   t.push_back(int_setting(
       "dataset.max_samples", "int >= 0", "0 (all; synthetic: 16)",
       "Number of samples taken from the dataset, in order.", 0, std::numeric_limits<int32_t>::max(),
@@ -1958,6 +1999,36 @@ std::string format_settings(const ExperimentConfig& cfg) {
   for (const auto& r : rows)
     o += fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", r.info.name, w0, r.value, w1, r.origin, w2, r.info.env);
   return o;
+}
+
+Result<Normalization> dataset_normalization(const ExperimentConfig& cfg, int64_t channels) {
+  const auto& d = cfg.dataset;
+  auto error = [&](const std::string& msg) {
+    SourcePos p = cfg.pos_of("dataset.mean");
+    if (!p.known()) p = cfg.pos_of("dataset.std");
+    if (!p.known()) p.file = cfg.source.empty() ? "<experiment>" : cfg.source;
+    return make_error(Errc::config, fmt::format("{}: dataset.mean: {}", p.str(), msg));
+  };
+  if (d.mean.empty() != d.std.empty())
+    return error(fmt::format("dataset.mean and dataset.std go together; give both ({} is missing)",
+                             d.mean.empty() ? "dataset.mean" : "dataset.std"));
+  Normalization n;
+  if (!d.mean.empty()) {
+    if (d.std.size() != d.mean.size())
+      return error(fmt::format("{} values but dataset.std has {}; expected as many", d.mean.size(), d.std.size()));
+    if (d.mean.size() != 1 && static_cast<int64_t>(d.mean.size()) != channels)
+      return error(fmt::format("{} values for an input of {} channels; expected 1 or {}", d.mean.size(), channels,
+                               channels));
+    n.mean = d.mean;
+    n.std = d.std;
+    return n;
+  }
+  if (d.kind == DatasetKind::fashion_mnist) return Normalization{{0.2860}, {0.3530}};
+  if (channels == 3) return Normalization{{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}};
+  if (d.kind == DatasetKind::synthetic) return Normalization{{0.0}, {1.0}};
+  return error(fmt::format("no default for an image folder read as {} channel(s) (ImageNet's has 3); expected "
+                           "dataset.mean and dataset.std, e.g. the statistics the model was trained with",
+                           channels));
 }
 
 }  // namespace tracr::settings

@@ -153,7 +153,21 @@ struct DatasetSpec {
   std::vector<std::string> class_names;  // class_names given as a list
   int64_t max_samples = 0;               // 0 = all (synthetic: 16)
   std::string split = "test";            // fashion_mnist: train | test
+  std::vector<double> mean, std;         // normalization, 1 or C values each; empty = the default
 };
+
+// The normalization the dataset applies to [0, 1] pixels, (x - mean) / std,
+// for an input of `channels` channels: dataset.mean and dataset.std when
+// given (1 value, or one per channel), else Fashion-MNIST's training-set
+// statistics (0.2860, 0.3530) for fashion_mnist and ImageNet's per-channel
+// values for 3-channel images and synthetic inputs. Error config naming
+// dataset.mean (with its position) when the count does not fit `channels`, or
+// when no default fits them (an image folder read as 1 channel: give both).
+struct Normalization {
+  std::vector<double> mean, std;
+};
+struct ExperimentConfig;
+Result<Normalization> dataset_normalization(const ExperimentConfig& cfg, int64_t channels);
 
 struct SplitSpec {
   bool all = true;          // "all": every split point 0..N of the model

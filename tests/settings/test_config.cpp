@@ -568,7 +568,7 @@ TEST(ExperimentConfig, WrongTypesNameKeyAndExpectation) {
        "ints, "
        "got a list"},
       {"model: alexnet\ndataset: synthetic\n",
-       "exp.yaml:2:10: dataset: expected a map with keys type, path, class_names, max_samples, split, got "
+       "exp.yaml:2:10: dataset: expected a map with keys type, path, class_names, mean, std, max_samples, split, got "
        "'synthetic'"},
       {"model: alexnet\ndataset: {type: mnist}\n",
        "exp.yaml:2:17: dataset.type: expected one of synthetic | imagefolder | fashion_mnist, got 'mnist'"},
@@ -859,11 +859,13 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "record.layers",
                         "record.outputs",
                         "num_classes",
+                        "dataset.mean",
+                        "dataset.std",
                         "output",
                         "devices",
                         "seed"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 60u);
+  EXPECT_EQ(names.size(), 62u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());
@@ -1096,6 +1098,55 @@ TEST(ConfigTemplates, ExperimentTemplatesWorkFromAnyDirectory) {
             << arg << " from " << cwd << ": weights " << r->weights;
     }
   }
+}
+
+TEST(ExperimentConfig, DatasetNormalizationDefaultsAndChecks) {
+  NoSettingOverrides no_env;
+  auto parse = [](const std::string& text) { return parse_experiment(text, "exp.yaml", false); };
+  // Defaults: ImageNet's per channel for 3 channels, Fashion-MNIST's statistics for it.
+  auto img = parse("model: alexnet\ndataset: {type: imagefolder, path: /tmp/i}\n");
+  ASSERT_TRUE(img.ok()) << img.error().str();
+  auto n = dataset_normalization(*img, 3);
+  ASSERT_TRUE(n.ok()) << n.error().str();
+  EXPECT_EQ(n->mean, (std::vector<double>{0.485, 0.456, 0.406}));
+  EXPECT_EQ(n->std, (std::vector<double>{0.229, 0.224, 0.225}));
+  // A 1-channel image folder has no default: named, with the key's position when written.
+  auto gray = dataset_normalization(*img, 1);
+  ASSERT_FALSE(gray.ok());
+  EXPECT_EQ(gray.error().code, Errc::config);
+  EXPECT_NE(gray.error().message.find("dataset.mean: no default for an image folder read as 1 channel"),
+            std::string::npos)
+      << gray.error().message;
+  auto fm = parse("model: fmnist_cnn\ndataset: {type: fashion_mnist}\n");
+  ASSERT_TRUE(fm.ok());
+  EXPECT_EQ(dataset_normalization(*fm, 1)->mean, (std::vector<double>{0.2860}));
+  // Given values: a number or a list, round-tripping through the effective YAML.
+  auto given = parse("model: fmnist_cnn\ndataset:\n  type: imagefolder\n  path: /tmp/i\n  mean: 0.286\n  std: [0.353]\n");
+  ASSERT_TRUE(given.ok()) << given.error().str();
+  auto g = dataset_normalization(*given, 1);
+  ASSERT_TRUE(g.ok()) << g.error().str();
+  EXPECT_EQ(g->mean, (std::vector<double>{0.286}));
+  EXPECT_EQ(g->std, (std::vector<double>{0.353}));
+  auto back = parse(to_yaml(*given));
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(back->dataset.mean, given->dataset.mean);
+  EXPECT_EQ(back->dataset.std, given->dataset.std);
+  // Counts that do not fit the channels, or a mean without its std.
+  auto three = parse("model: alexnet\ndataset:\n  type: imagefolder\n  path: /tmp/i\n  mean: [0.5, 0.5]\n  std: [0.2, 0.2]\n");
+  ASSERT_TRUE(three.ok());
+  auto bad = dataset_normalization(*three, 3);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("exp.yaml:5:9: dataset.mean: 2 values for an input of 3 channels; expected 1 or 3"),
+            std::string::npos)
+      << bad.error().message;
+  auto alone = parse("model: alexnet\ndataset: {type: imagefolder, path: /tmp/i, mean: 0.5}\n");
+  ASSERT_TRUE(alone.ok());
+  EXPECT_NE(dataset_normalization(*alone, 3).error().message.find("dataset.std is missing"), std::string::npos);
+  // Value errors name the entry.
+  auto zero = parse("model: alexnet\ndataset:\n  std: [0.2, 0, 0.2]\n");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.error().message.find("dataset.std[1]: expected a number > 0"), std::string::npos)
+      << zero.error().message;
 }
 
 TEST(ConfigTemplates, ReadmeDocumentsEverySetting) {

@@ -215,6 +215,30 @@ TEST(ConfigChecks, ProfileWritesCsvAndJsonAndNamesBadNumbers) {
   EXPECT_NE(bad.out.find("tracrctl profile: --reps: expected an integer 1..1000000, got 'abc'"), std::string::npos) << bad.out;
 }
 
+// A model trained on grayscale images over an image folder: ImageNet's
+// 3-value normalization cannot apply, so the controller asks for
+// dataset.mean/std before deploy; given, the run completes with labels.
+TEST(ConfigChecks, GrayscaleImageFolderNeedsItsNormalizationBeforeAnythingStarts) {
+  TempDir d;
+  const std::string db = empty_db(d);
+  const std::string imgs = (d.path / "imgs").string();
+  ASSERT_EQ(sh("/usr/bin/python3 " + std::string(TRACR_SOURCE_DIR) + "/scripts/fmnist_imagefolder.py " + imgs +
+               " --per-class 1").status,
+            0);
+  const std::string base = "model: fmnist_cnn\ninput_size: [1, 28, 28]\ndataset:\n  type: imagefolder\n  path: " +
+                           imgs + "\nsplit: [3]\nrepetitions: 1\nwarmup: 0\nbatch_size: 5\noutput: " + db + "\n";
+  const std::string exp = d.file("exp.yaml", base);
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("dataset.mean: no default for an image folder read as 1 channel"), std::string::npos) << r.out;
+  expect_short_message(r.out);
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+  auto ok = sh(tracrctl() + " run " + exp + " --no-progress --set dataset.mean=0.286 --set dataset.std=0.353");
+  ASSERT_EQ(ok.status, 0) << ok.out;
+  // Ten images, one per class folder, every one labelled.
+  EXPECT_EQ(query(db, "select sum(batch) from frames where correct >= 0"), "10");
+}
+
 TEST(ConfigChecks, NumClassesThatDisagreeWithTheModelsOutputAreRejectedNamingTheKey) {
   // A TorchScript model keeps its own classifier: 7 outputs, whatever the experiment says.
   TempDir d;
