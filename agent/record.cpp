@@ -204,7 +204,9 @@ Status parse_frame_payload(const ControlMsg& m, FrameRecord& r) {
   if (sh != m.fields.end())
     for (const auto& d : split_on(sh->second, ',')) {
       int64_t v = 0;
-      if (!whole_int(d, &v) || v < 0) return bad_payload(m, "outputs_shape", "expected sizes like 4,10, got '" + sh->second + "'");
+      // Sizes bounded before multiplying: a line holds far fewer values than 2^40.
+      if (!whole_int(d, &v) || v < 0 || v > (int64_t{1} << 40) || (v > 0 && numel > (int64_t{1} << 40) / v))
+        return bad_payload(m, "outputs_shape", "expected sizes like 4,10, got '" + sh->second + "'");
       r.outputs_shape.push_back(v);
       numel *= v;
     }
