@@ -157,17 +157,6 @@ std::string unescape_name(const std::string& s) {
   return o;
 }
 
-std::vector<std::string> split_on(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (true) {
-    const size_t e = s.find(sep, b);
-    out.push_back(s.substr(b, e == std::string::npos ? std::string::npos : e - b));
-    if (e == std::string::npos) break;
-    b = e + 1;
-  }
-  return out;
-}
 
 bool whole_int(const std::string& s, int64_t* v) {
   if (s.empty()) return false;
@@ -269,6 +258,18 @@ std::map<std::string, std::string> to_control(const EnergyRecord& r) {
 std::map<std::string, std::string> to_control(const HwIdentity& r) {
   std::map<std::string, std::string> out;
   visit_hw(r, Emit{&out});
+  return out;
+}
+
+std::vector<std::string> split_on(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (true) {
+    const size_t e = s.find(sep, b);
+    out.push_back(s.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
   return out;
 }
 

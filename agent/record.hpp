@@ -158,6 +158,9 @@ std::map<std::string, std::string> to_control(const EnergyRecord& r);
 // and well-formed: error missing_field / field_type naming the field and the
 // message kind. Keys that are not fields are ignored (e.g. progress counters).
 Result<FrameRecord> frame_from_control(const ControlMsg& m);
+
+// "a,b,,c" split on `sep`: {"a", "b", "", "c"} (empty fields kept; "" gives {""}).
+std::vector<std::string> split_on(const std::string& s, char sep);
 Result<ProfileRecord> profile_from_control(const ControlMsg& m);
 Result<HwIdentity> hw_from_control(const ControlMsg& m);
 Result<ProbeRecord> probe_from_control(const ControlMsg& m);

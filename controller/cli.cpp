@@ -17,6 +17,7 @@
 
 #include "agent/agent.hpp"
 #include "agent/cli_types.hpp"
+#include "agent/record.hpp"
 #include "controller/convert.hpp"
 #include "controller/demo.hpp"
 #include "controller/devices_cmd.hpp"
@@ -62,16 +63,7 @@ struct Parsed {
 };
 
 // "a,b,c" -> {"a", "b", "c"}.
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t pos = 0; pos <= s.size();) {
-    const size_t c = s.find(',', pos);
-    out.push_back(s.substr(pos, c == std::string::npos ? std::string::npos : c - pos));
-    if (c == std::string::npos) break;
-    pos = c + 1;
-  }
-  return out;
-}
+std::vector<std::string> split_commas(const std::string& s) { return agent::split_on(s, ','); }
 
 // A comma-separated list of integers lo..hi ("expected ... got").
 CLI::Validator int_list(long long lo, long long hi, size_t count, const std::string& what) {

@@ -21,17 +21,12 @@
 
 namespace tracr::controller {
 
-namespace {
-
 std::string trim(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   size_t i = 0;
   while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
   return s.substr(i);
 }
-
-
-}  // namespace
 
 std::string normalize_remote_dir(std::string d) {
   if (d == "~" || d.empty()) return ".";

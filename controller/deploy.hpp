@@ -55,6 +55,9 @@ std::string remote_sha256_cmd(const std::string& path);
 // Errors: io (the command failed), plus the session's transport errors.
 Result<std::string> remote_sha256(SshSession& session, const std::string& path);
 
+// A command's output without the whitespace around it.
+std::string trim(std::string s);
+
 // Shared libraries `ldd` on the device reports "not found" for the binary at
 // remote_path (names as ldd prints them, e.g. "libtorch.so.2.1"); empty when
 // none are missing or the device has no ldd (nothing to check then).

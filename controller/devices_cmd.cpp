@@ -55,11 +55,6 @@ std::string remote_word(const std::string& p) {
 // "~/x" to "x", relative to the login directory).
 std::string as_in_cmdline(const std::string& p) { return p.rfind("~/", 0) == 0 ? p.substr(2) : p; }
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 // The agent's `--meters` lines, indented under the device's row.
 std::string meter_lines(const std::string& out) {
   std::string o;

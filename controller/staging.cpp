@@ -22,11 +22,6 @@ namespace {
 
 const std::string kTorchscript = "torchscript:";
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 // Files hashed in this process, by path, size and modification time: several
 // devices (and a run's several launches) reading the same data hash it once.
 Result<std::string> cached_file_hash(const std::string& path, uint64_t* size) {
