@@ -239,7 +239,7 @@ Status finish(Pending& p, const Frame& f, const ex::SplitModel& model, const std
     // Labels index the dataset's classes: they mean the model's classes only
     // when the dataset has exactly as many.
     const bool labels_fit = static_cast<int64_t>(dataset_names.size()) == width && p.labels.defined();
-    const auto names = ex::class_names_for(width, dataset_names);
+    const auto& names = ex::class_names_for(width, dataset_names);
     auto preds = ex::top_k(logits, std::max(topk, 5), names);
     if (!preds) return std::move(preds.error());
     int64_t correct = 0, correct5 = 0;
