@@ -1,7 +1,7 @@
 // Typed command-line values shared by tracr-agent's and tracrctl's command
 // lines (CLI11, Debian's libcli11-dev). CLI11 is a heavy header: include this
 // only in the files that build a command line (agent/agent_args.cpp,
-// controller/cli.cpp).
+// controller/cli/cli.cpp).
 //
 // Each helper adds an option whose help shows its type and range, and whose
 // bad value is a CLI::ValidationError reading

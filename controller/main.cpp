@@ -1,3 +1,3 @@
-#include "controller/cli.hpp"
+#include "controller/cli/cli.hpp"
 
 int main(int argc, char** argv) { return tracr::controller::tracrctl_main(argc, argv); }

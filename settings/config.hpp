@@ -93,7 +93,7 @@ struct DeviceConfig {
   // controller path (absolute, relative paths against the devices file) ->
   // path on the device. A file or directory under a declared directory maps
   // beneath its device path. Anything not declared is staged by content
-  // hash into <work_dir>/data (controller/staging.hpp).
+  // hash into <work_dir>/data (fleet/staging.hpp).
   std::map<std::string, std::string> paths;
   std::vector<ConnectionParams> connections;  // never empty after loading
   SourcePos pos;

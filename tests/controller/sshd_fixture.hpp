@@ -31,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-#include "controller/ssh.hpp"
+#include "fleet/ssh.hpp"
 
 extern char** environ;
 

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "../system/system_util.hpp"
-#include "controller/convert.hpp"
+#include "controller/commands/convert.hpp"
 #include "settings/config.hpp"
 
 namespace tracr::controller {

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "controller/deploy.hpp"
-#include "controller/launcher.hpp"
+#include "fleet/deploy.hpp"
+#include "fleet/launcher.hpp"
 #include "tests/controller/sshd_fixture.hpp"
 
 namespace tracr::controller {

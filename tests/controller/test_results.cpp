@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "controller/cli.hpp"
-#include "controller/results.hpp"
-#include "controller/results_cli.hpp"
+#include "controller/cli/cli.hpp"
+#include "store/results.hpp"
+#include "controller/commands/results.hpp"
 
 namespace tracr::controller {
 namespace {

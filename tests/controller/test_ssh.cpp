@@ -8,7 +8,7 @@
 #include <random>
 #include <thread>
 
-#include "controller/ssh.hpp"
+#include "fleet/ssh.hpp"
 #include "tests/controller/sshd_fixture.hpp"
 
 namespace tracr::controller {

@@ -1,17 +1,17 @@
-// Staging the experiment's files on devices (controller/staging.hpp), missing
+// Staging the experiment's files on devices (fleet/staging.hpp), missing
 // shared libraries of a deployed agent, and `devices setup`'s package plan
-// (controller/device_setup.hpp), through a real sshd on loopback.
+// (fleet/device_setup.hpp), through a real sshd on loopback.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "controller/deploy.hpp"
-#include "controller/device_setup.hpp"
-#include "controller/launcher.hpp"
-#include "controller/process.hpp"
-#include "controller/staging.hpp"
+#include "fleet/deploy.hpp"
+#include "fleet/device_setup.hpp"
+#include "fleet/launcher.hpp"
+#include "fleet/process.hpp"
+#include "fleet/staging.hpp"
 #include "tests/controller/sshd_fixture.hpp"
 
 namespace tracr::controller {

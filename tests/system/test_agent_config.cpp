@@ -1,7 +1,7 @@
 // Agents get the effective experiment over the authenticated control channel
 // and parse it with the controller's own parser: the same names, limits and
 // messages on both sides, no argv rebuilt field by field.
-#include "controller/launcher.hpp"
+#include "fleet/launcher.hpp"
 #include "settings/config.hpp"
 #include "system/system_util.hpp"
 

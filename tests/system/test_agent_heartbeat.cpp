@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "agent/roles.hpp"
-#include "controller/launcher.hpp"
-#include "controller/process.hpp"
+#include "fleet/launcher.hpp"
+#include "fleet/process.hpp"
 #include "protocol/crypto.hpp"
 #include "system/system_util.hpp"
 

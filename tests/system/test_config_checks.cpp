@@ -7,7 +7,7 @@
 #include <tuple>
 #include <utility>
 
-#include "controller/results.hpp"
+#include "store/results.hpp"
 #include "system/system_util.hpp"
 
 using namespace tracr::testing;

@@ -1,7 +1,7 @@
 // The SERVER's side of the link probe (PROTOCOL.md section 3.1) on real
 // sockets: echo, sink and source answered in order with the probe's n; a bad
 // op or an oversized source request gets a typed ERROR and the session goes on.
-#include "controller/launcher.hpp"
+#include "fleet/launcher.hpp"
 #include "protocol/channel.hpp"
 #include "system/system_util.hpp"
 

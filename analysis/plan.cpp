@@ -1,0 +1,573 @@
+#include "analysis/plan.hpp"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "agent/energy.hpp"
+#include "controller/commands/results.hpp"
+#include "fleet/shaping.hpp"
+#include "protocol/codec.hpp"
+#include "settings/config.hpp"
+
+namespace tracr::controller {
+
+namespace {
+
+double bits_ms(double bytes, double mbps, double burst) {
+  return mbps > 0 ? std::max(0.0, bytes - burst) * 8.0 / (mbps * 1e3) : 0.0;
+}
+
+// The rate tracr's tbf held one direction at, from a run's shaping text
+// ("tc: up tbf 1.1 Mbit/s on ..."); 0 when that direction was not shaped so.
+double tbf_rate(const std::string& shaping, const std::string& dir) {
+  const std::string key = dir + " tbf ";
+  const auto at = shaping.find(key);
+  return at == std::string::npos ? 0.0 : std::atof(shaping.c_str() + at + key.size());
+}
+
+// Input bytes of one frame from the profiled input shape "C,H,W" (float32).
+double input_bytes(const std::string& shape, int64_t batch) {
+  double n = static_cast<double>(batch);
+  size_t start = 0;
+  while (start < shape.size()) {
+    const auto comma = shape.find(',', start);
+    n *= std::atof(shape.substr(start, comma == std::string::npos ? std::string::npos : comma - start).c_str());
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return n * 4;
+}
+
+// What one codec contributes to a plan, from one run's frames.
+struct CodecBasis {
+  std::string codec;
+  int64_t run = 0;
+  std::vector<SplitSummary> sums;
+  std::map<int, const SplitSummary*> by_split;
+  double ratio = 1, reply_default = 0, ov_a = 0, ov_b = 0;
+  std::string overhead;
+};
+
+Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string& codec) {
+  CodecBasis b;
+  b.codec = codec;
+  b.run = run_id;
+  auto sums = db.split_table(run_id);
+  if (!sums) return std::move(sums.error());
+  b.sums = std::move(*sums);
+  double raw_total = 0, wire_total = 0, reply_sum = 0;
+  int reply_n = 0;
+  for (const auto& s : b.sums)
+    if (s.frames > 0) {
+      b.by_split[s.split] = &s;
+      raw_total += s.mean_raw_bytes;
+      wire_total += s.mean_wire_bytes;
+      reply_sum += s.mean_reply_bytes;
+      ++reply_n;
+    }
+  b.ratio = raw_total > 0 ? wire_total / raw_total : 1.0;
+  b.reply_default = reply_n ? reply_sum / reply_n : 0.0;
+  // Per-frame processing outside the layers and the link: the participant's
+  // encoding (codec, cipher, hand-off), reply decoding and post-processing,
+  // and the server's own decoding and bookkeeping (server_ns - tail_ns). A
+  // line a + b x wire_bytes fitted to the run's medians of those measured
+  // stages (never to its totals).
+  std::vector<std::pair<double, double>> pts;
+  for (const auto& [k, sp] : b.by_split) {
+    const SplitSummary& s = *sp;
+    const double y = (s.stage("encode_ns").median_ns + s.stage("return_ns").median_ns + s.stage("post_ns").median_ns +
+                      s.stage("server_ns").median_ns - s.stage("tail_ns").median_ns) / 1e6;
+    pts.push_back({s.mean_wire_bytes, y});
+  }
+  if (!pts.empty()) {
+    double mx = 0, my = 0;
+    for (const auto& [x, y] : pts) {
+      mx += x;
+      my += y;
+    }
+    mx /= static_cast<double>(pts.size());
+    my /= static_cast<double>(pts.size());
+    double sxy = 0, sxx = 0;
+    for (const auto& [x, y] : pts) {
+      sxy += (x - mx) * (y - my);
+      sxx += (x - mx) * (x - mx);
+    }
+    b.ov_b = sxx > 0 && sxy > 0 ? sxy / sxx : 0.0;  // a cost cannot fall with bytes: flat when it does not rise
+    b.ov_a = my - b.ov_b * mx;
+  }
+  b.overhead = fmt::format("{}: {:.3f} ms + {:.3f} ms/MB, fitted to run {}'s encode, return, post and server-overhead "
+                           "medians over {} splits (wire/raw {:.3f})",
+                           codec, b.ov_a, b.ov_b * 1e6, run_id, pts.size(), b.ratio);
+  return b;
+}
+
+// The newest completed run of the same model and input size with `codec`.
+Result<int64_t> find_codec_run(ResultsDb& db, const RunRow& basis, const std::string& codec,
+                               const std::string& input_shape) {
+  auto runs = db.list_runs(0);
+  if (!runs) return std::move(runs.error());
+  auto a = db.split_table(basis.id);
+  if (!a) return std::move(a.error());
+  for (const auto& r : *runs) {
+    if (r.model != basis.model || r.codec != codec || r.status != RunStatus::completed || r.frame_count == 0) continue;
+    // Same input: the same raw bytes where both ran a split.
+    auto b = db.split_table(r.id);
+    if (!b) continue;
+    bool common = false, same = true;
+    for (const auto& x : *a)
+      for (const auto& y : *b)
+        if (x.split == y.split && x.frames > 0 && y.frames > 0) {
+          common = true;
+          same = same && x.mean_raw_bytes == y.mean_raw_bytes;
+        }
+    if (common && same) return r.id;
+  }
+  return make_error(Errc::not_found,
+                    fmt::format("no completed run of {} at input {} with codec {} in {}: planning a codec needs its "
+                                "measured bytes and costs; run the experiment once with `compression: {}`",
+                                basis.model, input_shape, codec, db.path(), codec));
+}
+
+bool choose(Plan& p, const PlanOptions& opt, const std::vector<int>* only) {
+  double min_lat = 1e300, min_e = 1e300;
+  for (const auto& r : p.rows) {
+    min_lat = std::min(min_lat, r.latency_ms);
+    if (r.energy_j) min_e = std::min(min_e, *r.energy_j);
+  }
+  double w = 1;
+  if (opt.objective.rfind("weighted:", 0) == 0) w = std::atof(opt.objective.substr(9).c_str());
+  double best = 1e300;
+  p.chosen = -1;
+  for (auto& r : p.rows) {
+    if (only && (r.codec != p.basis_codec || std::find(only->begin(), only->end(), r.split) == only->end())) continue;
+    if (!r.feasible) continue;
+    double score;
+    if (opt.objective == "latency") score = r.latency_ms;
+    else if (opt.objective == "throughput") score = -r.fps;
+    else if (opt.objective == "energy") score = r.energy_j ? *r.energy_j : 1e300;
+    else score = w * r.latency_ms / min_lat + (1 - w) * (r.energy_j ? *r.energy_j / min_e : 1e300);
+    if (score < best) {
+      best = score;
+      p.chosen = r.split;
+      p.chosen_codec = r.codec;
+    }
+  }
+  return p.chosen >= 0;
+}
+
+}  // namespace
+
+Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt) {
+  auto run = db.get_run(run_id);
+  if (!run) return std::move(run.error());
+  if (opt.objective != "latency" && opt.objective != "energy" && opt.objective != "throughput" &&
+      opt.objective.rfind("weighted:", 0) != 0)
+    return make_error(Errc::invalid_argument, "objective '" + opt.objective +
+                                                  "': expected latency, energy, throughput or weighted:W (W in 0..1, "
+                                                  "the weight of latency)");
+  auto profiles = db.layer_profiles(run_id);
+  if (!profiles) return std::move(profiles.error());
+  std::vector<const LayerProfileRecord*> part, srv;
+  std::string part_dev;
+  for (const auto& l : *profiles) {
+    if (l.device_role == "SERVER") srv.push_back(&l);
+    else if (part_dev.empty() || l.device == part_dev) {
+      part_dev = l.device;
+      part.push_back(&l);
+    }
+  }
+  if (part.empty() || srv.empty())
+    return make_error(Errc::not_found,
+                      fmt::format("run {} has no layer profiles for its {}: planning needs each device's per-layer "
+                                  "times. Run the experiment with `record: {{layers: true}}` (the default), or "
+                                  "`tracrctl profile MODEL` on the device",
+                                  run_id, part.empty() && srv.empty() ? "devices" : part.empty() ? "PARTICIPANT" : "SERVER"));
+  if (part.size() != srv.size())
+    return make_error(Errc::config, fmt::format("run {}: the PARTICIPANT profiled {} layers, the SERVER {}", run_id,
+                                                part.size(), srv.size()));
+  const int n = static_cast<int>(part.size());
+  Plan p;
+  p.basis_run = run_id;
+  p.model = run->model;
+  p.input_shape = part.front()->input_shape;
+  p.objective = opt.objective;
+  p.basis_codec = run->codec;
+
+  // Bytes and per-frame processing per split and codec: measured by the
+  // basis run for its codec, and by the newest run of the same model and
+  // input with each other codec asked for.
+  std::vector<std::string> codecs = opt.codecs.empty() ? std::vector<std::string>{run->codec} : opt.codecs;
+  std::vector<CodecBasis> bases;
+  for (const auto& c : codecs) {
+    int64_t from = run_id;
+    if (c != run->codec) {
+      auto other = find_codec_run(db, *run, c, p.input_shape);
+      if (!other) return std::move(other.error());
+      from = *other;
+    }
+    auto b = codec_basis(db, from, c);
+    if (!b) return std::move(b.error());
+    bases.push_back(std::move(*b));
+    p.overhead += (p.overhead.empty() ? "" : "; ") + bases.back().overhead;
+  }
+
+  // The link: given, or the run's own probe.
+  auto probes = db.probes(run_id);
+  if (!probes) return std::move(probes.error());
+  const ProbeRow* probe = probes->empty() ? nullptr : &probes->front();
+  if (opt.link) {
+    p.link = *opt.link;
+  } else {
+    if (!probe || !probe->up_mbps || !probe->down_mbps)
+      return make_error(Errc::not_found,
+                        fmt::format("run {} has no link probe; give a link (--link PROFILE, or --up-mbit/--down-mbit/"
+                                    "--rtt-ms) or run with probe.enabled: true",
+                                    run_id));
+    p.link.up_mbps = *probe->up_mbps;
+    p.link.down_mbps = *probe->down_mbps;
+    p.link.rtt_ms = static_cast<double>(probe->rtt_min_ns) / 1e6;
+    p.link.name = run->link.empty() ? "probe" : run->link;
+    p.link.source = fmt::format("link probe of run {} (measured by {})", run_id, probe->participant);
+    // A link tracr emulated with tbf lets each message's first bytes through at once.
+    const double up_tbf = tbf_rate(run->shaping, "up"), down_tbf = tbf_rate(run->shaping, "down");
+    if (up_tbf > 0) p.link.up_burst = static_cast<double>(tbf_burst_bytes(up_tbf));
+    if (down_tbf > 0) p.link.down_burst = static_cast<double>(tbf_burst_bytes(down_tbf));
+    if (up_tbf > 0 || down_tbf > 0)
+      p.link.source += fmt::format("; emulated with tbf: bursts of {:.0f} B up, {:.0f} B down", p.link.up_burst,
+                                   p.link.down_burst);
+  }
+
+  // Participant energy: per-layer rows of one source (a meter when there is one).
+  auto energy = db.energy(run_id);
+  if (!energy) return std::move(energy.error());
+  std::map<std::string, std::map<int, const EnergyRow*>> layer_e;
+  for (const auto& e : *energy)
+    if (e.stage == "layer" && e.device == part_dev && e.layer_index && e.joules) layer_e[e.source][static_cast<int>(*e.layer_index)] = &e;
+  const std::map<int, const EnergyRow*>* ej = nullptr;
+  for (const auto& [src, m] : layer_e)
+    if (static_cast<int>(m.size()) == n && (!ej || src.rfind("measured:", 0) == 0)) {
+      ej = &m;
+      p.energy_source = src;
+    }
+  std::optional<double> ej_idle_w;  // the source's idle power (the same on each of its rows)
+  if (ej)
+    for (const auto& [i, row] : *ej)
+      if (row->idle_w) ej_idle_w = row->idle_w;
+  const std::string radio_name = !opt.radio.empty() ? opt.radio : p.link.name;
+  const agent::RadioModel* radio = agent::find_radio(radio_name);
+  if (!p.energy_source.empty()) {
+    p.energy_source = "modelled:plan(" + p.energy_source + (radio ? ", radio-" + radio->name : "") + ")";
+  }
+
+  for (const CodecBasis& cb : bases)
+  for (int k = 0; k <= n; ++k) {
+    PlanRow r;
+    r.split = k;
+    r.codec = cb.codec;
+    // The mean where it was stored (what a run of frames sees under a CPU quota), else the median.
+    auto layer_ms = [](const LayerProfileRecord* l) {
+      return static_cast<double>(l->mean_ns ? *l->mean_ns : l->median_ns) / 1e6;
+    };
+    for (int i = 0; i < k; ++i) r.head_ms += layer_ms(part[i]);
+    for (int i = k; i < n; ++i) r.tail_ms += layer_ms(srv[i]);
+    if (auto it = cb.by_split.find(k); it != cb.by_split.end()) {
+      r.wire_bytes = it->second->mean_wire_bytes;
+      r.reply_bytes = it->second->mean_reply_bytes;
+      r.bytes_from = "measured";
+    } else {
+      const double raw =
+          k == 0 ? input_bytes(p.input_shape, part.front()->batch) : static_cast<double>(part[k - 1]->out_bytes);
+      r.wire_bytes = raw * cb.ratio;
+      r.reply_bytes = cb.reply_default > 0 ? cb.reply_default : static_cast<double>(part.back()->out_bytes);
+      r.bytes_from = "profiled x ratio";
+    }
+    r.up_ms = bits_ms(r.wire_bytes, p.link.up_mbps, p.link.up_burst);
+    r.down_ms = bits_ms(r.reply_bytes, p.link.down_mbps, p.link.down_burst);
+    r.rtt_ms = p.link.rtt_ms;
+    r.overhead_ms = cb.ov_a + cb.ov_b * r.wire_bytes;
+    r.latency_ms = r.head_ms + r.up_ms + r.rtt_ms + r.tail_ms + r.down_ms + r.overhead_ms;
+    r.fps = 1e3 / std::max({r.head_ms, r.up_ms, r.tail_ms + r.rtt_ms, r.down_ms, 1e-6});
+    if (ej) {
+      double e = 0;
+      for (int i = 0; i < k; ++i) e += *ej->at(i)->joules;
+      if (ej_idle_w) e += *ej_idle_w * (r.latency_ms - r.head_ms) / 1e3;
+      if (radio)
+        e += radio->alpha_up * r.wire_bytes * 8 / 1e6 + radio->alpha_down * r.reply_bytes * 8 / 1e6 +
+             radio->beta * (r.up_ms + r.down_ms + r.rtt_ms) / 1e3;
+      r.energy_j = e;
+    }
+    if (opt.max_latency_ms && r.latency_ms > *opt.max_latency_ms) r.feasible = false;
+    if (opt.max_energy_j && (!r.energy_j || *r.energy_j > *opt.max_energy_j)) r.feasible = false;
+    p.rows.push_back(r);
+  }
+  if ((opt.objective == "energy" || opt.objective.rfind("weighted:", 0) == 0 || opt.max_energy_j) && !ej)
+    return make_error(Errc::not_found,
+                      fmt::format("run {} has no per-layer energy for {}: an energy objective needs a meter on the "
+                                  "device or a power_model in the devices file, and record.layers",
+                                  run_id, part_dev));
+  choose(p, opt, nullptr);
+  return p;
+}
+
+void validate_against(ResultsDb& db, Plan& p) {
+  auto sums = db.split_table(p.basis_run);
+  if (!sums) return;
+  std::vector<int> measured;
+  double best = 1e300, err_sum = 0;
+  for (const auto& s : *sums) {
+    if (s.frames == 0) continue;
+    const double ms = s.stage("total_ns").median_ns / 1e6;
+    for (auto& r : p.rows)
+      if (r.split == s.split && r.codec == p.basis_codec) {
+        r.measured_ms = ms;
+        r.error_pct = (r.latency_ms - ms) / ms * 100;
+        err_sum += std::fabs(*r.error_pct);
+        measured.push_back(s.split);
+      }
+    if (ms < best) {
+      best = ms;
+      p.measured_best = s.split;
+    }
+  }
+  if (measured.empty()) return;
+  p.mape_pct = err_sum / static_cast<double>(measured.size());
+  // The choice among the splits the run measured, judged by their measurements.
+  PlanOptions o;
+  o.objective = p.objective;
+  choose(p, o, &measured);
+  for (const auto& r : p.rows)
+    if (r.split == p.chosen && r.codec == p.chosen_codec && r.measured_ms) p.miss_pct = (*r.measured_ms / best - 1) * 100;
+}
+
+Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
+  sqlite3* h = db.handle();
+  auto exec = [&](const std::string& sql, const std::vector<std::optional<std::string>>& args) -> Status {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(h, sql.c_str(), -1, &st, nullptr) != SQLITE_OK)
+      return make_error(Errc::io, std::string("store plan: ") + sqlite3_errmsg(h));
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i]) sqlite3_bind_text(st, static_cast<int>(i + 1), args[i]->c_str(), -1, SQLITE_TRANSIENT);
+      else sqlite3_bind_null(st, static_cast<int>(i + 1));
+    }
+    const int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return make_error(Errc::io, std::string("store plan: ") + sqlite3_errmsg(h));
+    return {};
+  };
+  auto num = [](const std::optional<double>& v) -> std::optional<std::string> {
+    return v && std::isfinite(*v) ? std::optional<std::string>(fmt::format("{:.17g}", *v)) : std::nullopt;
+  };
+  auto i64 = [](int64_t v) -> std::optional<std::string> { return std::to_string(v); };
+  auto txt = [](const std::string& s) -> std::optional<std::string> { return s; };
+  TRACR_TRY(exec("BEGIN", {}));
+  auto st = exec(
+      "INSERT INTO plans(created_at, basis_run, model, input_shape, objective, link, link_source, up_mbps, down_mbps, "
+      "rtt_ms, overhead, energy_source, chosen, chosen_codec, mape_pct, measured_best, miss_pct) VALUES "
+      "(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      {i64(p.basis_run), txt(p.model), txt(p.input_shape), txt(p.objective), txt(p.link.name), txt(p.link.source),
+       num(p.link.up_mbps), num(p.link.down_mbps), num(p.link.rtt_ms), txt(p.overhead),
+       p.energy_source.empty() ? std::nullopt : txt(p.energy_source),
+       p.chosen >= 0 ? i64(p.chosen) : std::nullopt, p.chosen >= 0 ? txt(p.chosen_codec) : std::nullopt, num(p.mape_pct),
+       p.measured_best >= 0 ? i64(p.measured_best) : std::nullopt, num(p.miss_pct)});
+  if (!st) {
+    (void)exec("ROLLBACK", {});
+    return std::move(st.error());
+  }
+  const int64_t id = sqlite3_last_insert_rowid(h);
+  for (const auto& r : p.rows) {
+    st = exec("INSERT INTO plan_rows(plan_id, split, codec, head_ms, up_ms, rtt_ms, tail_ms, down_ms, other_ms, "
+              "latency_ms, fps, wire_bytes, reply_bytes, bytes_from, energy_j, feasible, measured_ms, error_pct) VALUES "
+              "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              {i64(id), i64(r.split), txt(r.codec), num(r.head_ms), num(r.up_ms), num(r.rtt_ms), num(r.tail_ms), num(r.down_ms),
+               num(r.overhead_ms),
+               num(r.latency_ms), num(r.fps), num(r.wire_bytes), num(r.reply_bytes), txt(r.bytes_from),
+               num(r.energy_j), i64(r.feasible ? 1 : 0), num(r.measured_ms), num(r.error_pct)});
+    if (!st) {
+      (void)exec("ROLLBACK", {});
+      return std::move(st.error());
+    }
+  }
+  TRACR_TRY(exec("COMMIT", {}));
+  return id;
+}
+
+std::string format_plan(const Plan& p) {
+  std::string o = fmt::format(
+      "plan for {} at {} from run {} (objective {}): link {}: up {:.3f} Mbit/s, down {:.3f} Mbit/s, rtt {:.3f} ms "
+      "({})\n",
+      p.model, p.input_shape, p.basis_run, p.objective, p.link.name, p.link.up_mbps, p.link.down_mbps, p.link.rtt_ms,
+      p.link.source);
+  const bool validated = p.mape_pct.has_value();
+  bool several = false;
+  for (const auto& r : p.rows) several = several || r.codec != p.basis_codec;
+  o += fmt::format("  {:>5}{} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>8} {:>10}{}{}\n", "split",
+                   several ? fmt::format(" {:<24}", "codec") : "", "head ms", "up ms", "tail ms", "down ms", "other ms",
+                   "latency ms", "frames/s", "wire B",
+                   p.energy_source.empty() ? "" : fmt::format(" {:>10}", "edge J"),
+                   validated ? fmt::format(" {:>11} {:>8}", "measured ms", "error %") : "");
+  for (const auto& r : p.rows) {
+    if (validated && !r.measured_ms) continue;  // validation shows the splits the run measured
+    o += fmt::format("{} {:>5}{} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>11.3f} {:>8.1f} {:>10.0f}{}{}{}\n",
+                     r.split == p.chosen && r.codec == p.chosen_codec ? "*" : " ", r.split,
+                     several ? fmt::format(" {:<24}", r.codec) : "", r.head_ms, r.up_ms, r.tail_ms, r.down_ms, r.overhead_ms,
+                     r.latency_ms,
+                     r.fps, r.wire_bytes,
+                     p.energy_source.empty() ? "" : fmt::format(" {:>10}", r.energy_j ? fmt::format("{:.4f}", *r.energy_j) : "-"),
+                     validated ? fmt::format(" {:>11} {:>8}", r.measured_ms ? fmt::format("{:.3f}", *r.measured_ms) : "-",
+                                             r.error_pct ? fmt::format("{:+.1f}", *r.error_pct) : "-")
+                               : "",
+                     r.feasible ? "" : "  (violates a constraint)");
+  }
+  o += "other ms: " + p.overhead + "\n";
+  if (p.chosen < 0) o += "no split meets the constraints\n";
+  else o += fmt::format("* chosen: split {}{}\n", p.chosen, several ? ", codec " + p.chosen_codec : "");
+  if (!p.energy_source.empty()) o += fmt::format("edge J: participant energy per frame, {}\n", p.energy_source);
+  if (validated)
+    o += fmt::format("validation: latency MAPE {:.1f} % over {} splits; measured best split {}; chosen split {} {}\n",
+                     *p.mape_pct,
+                     std::count_if(p.rows.begin(), p.rows.end(), [](const PlanRow& r) { return r.measured_ms.has_value(); }),
+                     p.measured_best, p.chosen,
+                     p.miss_pct ? (*p.miss_pct <= 0 ? std::string("is the measured best")
+                                                    : fmt::format("is {:.1f} % slower than it (measured)", *p.miss_pct))
+                                : std::string("was not measured"));
+  return o;
+}
+
+int cmd_plan(const PlanCommand& cmd) {
+  std::string db_path = cmd.db, link_name = cmd.link;
+  const bool validate = cmd.validate, store = cmd.store;
+  PlanOptions opt = cmd.plan;
+  const std::optional<double> up = cmd.up_mbit, down = cmd.down_mbit, rtt = cmd.rtt_ms;
+  if (!opt.radio.empty() && !agent::find_radio(opt.radio)) {
+    fmt::print(stderr, "tracrctl plan: --radio expects 3g, lte or wifi, got '{}'\n", opt.radio);
+    return 2;
+  }
+  for (auto& c : opt.codecs) {
+    auto spec = protocol::CodecSpec::parse(c);
+    if (!spec) {
+      fmt::print(stderr, "tracrctl plan: --codecs: {}\n", spec.error().str());
+      return 2;
+    }
+    c = spec->name();
+  }
+  // The basis: a stored run, or the newest run of an experiment's model with profiles.
+  std::optional<settings::ExperimentConfig> exp;
+  const std::string target = cmd.target;
+  const bool is_yaml =
+      target.size() > 5 && (target.substr(target.size() - 5) == ".yaml" || target.substr(target.size() - 4) == ".yml");
+  if (!is_yaml && !cmd.sets.empty()) {
+    fmt::print(stderr, "tracrctl plan: --set {}: --set applies to an EXPERIMENT.yaml basis, got run '{}'\n",
+               cmd.sets.front(), target);
+    return 2;
+  }
+  if (is_yaml) {
+    auto e = settings::load_experiment(target, cmd.sets);
+    if (!e) {
+      fmt::print(stderr, "tracrctl plan: {}\n", e.error().str());
+      return 2;
+    }
+    exp = *e;
+    db_path = exp->output;
+    if (link_name.empty() && !exp->link.empty()) link_name = exp->link[0];
+  }
+  auto db = ResultsDb::open(db_path);
+  if (!db) {
+    fmt::print(stderr, "tracrctl plan: {}\n", db.error().str());
+    return 1;
+  }
+  int64_t run_id = 0;
+  if (exp) {
+    auto runs = db->list_runs(0);
+    if (!runs) {
+      fmt::print(stderr, "tracrctl plan: {}\n", runs.error().str());
+      return 1;
+    }
+    for (const auto& r : *runs) {
+      if (r.model != exp->model || r.status != RunStatus::completed) continue;
+      auto lp = db->layer_profiles(r.id);
+      if (!lp || lp->empty()) continue;
+      bool srv = false, part = false;
+      for (const auto& l : *lp) (l.device_role == "SERVER" ? srv : part) = true;
+      const std::string shape = exp->input_size.empty()
+                                    ? lp->front().input_shape
+                                    : fmt::format("{},{},{}", exp->input_size[0], exp->input_size[1], exp->input_size[2]);
+      if (srv && part && lp->front().input_shape == shape && lp->front().batch == exp->batch_size) {
+        run_id = r.id;
+        break;
+      }
+    }
+    if (!run_id) {
+      fmt::print(stderr,
+                 "tracrctl plan: {} holds no completed run of {} with layer profiles of both devices at this input "
+                 "shape and batch; run `tracrctl run {}` (record.layers: true, the default) first\n",
+                 db_path, exp->model, target);
+      return 1;
+    }
+  } else {
+    auto id = run_id_arg(*db, target);
+    if (!id) {
+      fmt::print(stderr, "tracrctl plan: {}\n", id.error().str());
+      return 2;
+    }
+    run_id = *id;
+  }
+  // The link: a profile (its rates and delay over the basis run's loopback rtt) or explicit figures.
+  if (!link_name.empty() || up) {
+    PlanLink l;
+    auto probes = db->probes(run_id);
+    const double base_rtt = probes && !probes->empty() ? static_cast<double>(probes->front().rtt_min_ns) / 1e6 : 0.0;
+    const double probe_up = probes && !probes->empty() && probes->front().up_mbps ? *probes->front().up_mbps : 0.0;
+    const double probe_down = probes && !probes->empty() && probes->front().down_mbps ? *probes->front().down_mbps : 0.0;
+    if (!link_name.empty()) {
+      settings::ExperimentConfig ec = exp ? *exp : settings::ExperimentConfig{};
+      auto ls = settings::resolve_link(ec, link_name);
+      if (!ls) {
+        fmt::print(stderr, "tracrctl plan: {}\n", ls.error().str());
+        return 2;
+      }
+      l.name = ls->name;
+      l.up_mbps = ls->up_mbit > 0 ? ls->up_mbit : probe_up;
+      l.down_mbps = ls->down_mbit > 0 ? ls->down_mbit : probe_down;
+      l.rtt_ms = base_rtt + 2 * ls->delay_ms;
+      // As tracr emulates it: tbf's bucket included.
+      if (ls->up_mbit > 0) l.up_burst = static_cast<double>(tbf_burst_bytes(ls->up_mbit));
+      if (ls->down_mbit > 0) l.down_burst = static_cast<double>(tbf_burst_bytes(ls->down_mbit));
+      l.source = fmt::format("link profile {} ({}) as tracr emulates it (tbf bursts {:.0f} / {:.0f} B); rtt: run {}'s "
+                             "probe {:.3f} ms + 2 x {} ms delay",
+                             ls->name, ls->source.empty() ? "as defined" : ls->source, l.up_burst, l.down_burst, run_id,
+                             base_rtt, ls->delay_ms);
+    } else {
+      l.name = "given";
+      l.up_mbps = *up;
+      l.down_mbps = down.value_or(*up);
+      l.rtt_ms = rtt.value_or(base_rtt);
+      l.source = "given on the command line";
+    }
+    opt.link = l;
+  }
+  auto p = plan_from_run(*db, run_id, opt);
+  if (!p) {
+    fmt::print(stderr, "tracrctl plan: {}\n", p.error().str());
+    return p.error().code == Errc::invalid_argument ? 2 : 1;
+  }
+  if (validate) validate_against(*db, *p);
+  std::fputs(format_plan(*p).c_str(), stdout);
+  if (store) {
+    auto id = store_plan(*db, *p);
+    if (!id) {
+      fmt::print(stderr, "tracrctl plan: {}\n", id.error().str());
+      return 1;
+    }
+    fmt::print("stored as plan {} in {}\n", *id, db_path);
+  }
+  return 0;
+}
+
+}  // namespace tracr::controller

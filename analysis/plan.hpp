@@ -1,0 +1,111 @@
+// The split planner: predicts, per split point, end-to-end latency,
+// participant energy and pipelined throughput from measured inputs only,
+// chooses a split for an objective under constraints, and validates its
+// predictions against a run's measurements.
+//
+// Model (documented in config/README.md, "Planning"), for split k of N:
+//   head(k)  = sum of the PARTICIPANT's profiled layer means, layers [0,k)
+//   tail(k)  = sum of the SERVER's profiled layer means, layers [k,N)
+//   up(k)    = (wire_bytes(k) - burst) * 8 / up rate;  down(k) likewise with reply_bytes
+//              (burst: the emulator's token bucket when tracr shaped the link with tbf, else 0)
+//   other(k) = a + b x wire_bytes(k): per-frame processing outside layers and
+//              link (encode, reply decode, post-processing, the server's own
+//              decode), a line fitted to the basis run's medians of those stages
+//   latency(k) = head(k) + up(k) + rtt + tail(k) + down(k) + other(k)
+// Layer means come from record.layers profiles (each layer run alone on its
+// device, at least 10 times, under the device's CPU limits; the mean, not the
+// median, because a CPU quota throttles some runs and not others). Wire and reply bytes are the basis
+// run's measured means per split, or (splits it did not run) the profiled
+// output bytes crossing the cut times the codec's measured ratio. Rates and
+// rtt (the smallest echo round trip, which holds the per-message costs) come
+// from the basis run's link probe, or from a link profile's rates and delay
+// (rtt = the probe's loopback rtt + 2 x delay).
+//   energy(k) = participant layer energy [0,k) (per-layer rows, one source)
+//               + idle power x (latency - head) + radio(up bytes, down bytes, up + down + rtt)
+//   throughput(k) = 1 / max(head, up, tail + rtt, down) with frames in flight
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/results.hpp"
+#include "protocol/error.hpp"
+
+namespace tracr::controller {
+
+struct PlanLink {
+  double up_mbps = 0, down_mbps = 0;  // 0 = not limited (transfer time 0)
+  double rtt_ms = 0;
+  // Bytes a message sends at once after an idle gap: tracr's tbf bucket on an
+  // emulated link (0 on a real one).
+  double up_burst = 0, down_burst = 0;
+  std::string name;    // link profile or "probe"
+  std::string source;  // where the figures come from
+};
+
+struct PlanOptions {
+  std::string objective = "latency";  // latency | energy | throughput | weighted:W (W in [0,1] on latency)
+  std::optional<double> max_latency_ms, max_energy_j;
+  std::optional<PlanLink> link;       // default: the basis run's probe
+  std::string radio;                  // 3g | lte | wifi | "" (default: the link's name when it is one)
+  // Codecs to plan (canonical texts); empty = the basis run's. Each other
+  // codec's bytes and costs come from the newest run of the same model and
+  // input that used it.
+  std::vector<std::string> codecs;
+};
+
+struct PlanRow {
+  int split = 0;
+  std::string codec;
+  double head_ms = 0, tail_ms = 0, up_ms = 0, down_ms = 0, rtt_ms = 0, overhead_ms = 0, latency_ms = 0, fps = 0;
+  double wire_bytes = 0, reply_bytes = 0;
+  std::string bytes_from;            // "measured" | "profiled x ratio"
+  std::optional<double> energy_j;    // participant, per frame
+  bool feasible = true;              // meets the constraints
+  std::optional<double> measured_ms; // validation: the run's median total
+  std::optional<double> error_pct;   // (predicted - measured) / measured x 100
+};
+
+struct Plan {
+  int64_t basis_run = 0;
+  std::string model, input_shape, objective;
+  PlanLink link;
+  std::string energy_source;  // label of the energy figures ("" = no energy predicted)
+  std::string overhead;       // how the per-frame processing term was obtained
+  std::vector<PlanRow> rows;
+  std::string basis_codec;    // the basis run's codec (validation compares its rows)
+  int chosen = -1;            // -1: no split meets the constraints
+  std::string chosen_codec;
+  // Validation (against the basis run's measured medians):
+  std::optional<double> mape_pct;
+  int measured_best = -1;
+  std::optional<double> miss_pct;  // chosen's measured latency over the measured best's, minus 100
+};
+
+// Plans from a stored run (its layer profiles on both devices, its frames'
+// bytes, its probe). Error not_found naming what is missing and how to get it.
+Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt);
+// Adds the run's measured medians, the error per split, MAPE and whether the
+// chosen split is the measured best (by how much it misses).
+void validate_against(ResultsDb& db, Plan& p);
+// Stores a plan (plans + plan_rows); returns its id.
+Result<int64_t> store_plan(ResultsDb& db, const Plan& p);
+std::string format_plan(const Plan& p);
+
+// tracrctl plan RUN | EXPERIMENT.yaml [--validate] [--link NAME] [--objective O] ...
+// (controller/cli/cli.cpp fills it from the command line).
+struct PlanCommand {
+  std::string target;                 // a run id, "last" or an EXPERIMENT.yaml
+  std::string db = "results/tracr.db";  // ignored for an EXPERIMENT.yaml (its output)
+  bool validate = false, store = true;
+  std::string link;                   // link profile name ("" = the basis run's probe)
+  std::optional<double> up_mbit, down_mbit, rtt_ms;  // explicit link figures
+  PlanOptions plan;                   // objective, constraints, radio, codecs (as given)
+  std::vector<std::string> sets;      // --set key=value (EXPERIMENT.yaml only)
+};
+// Returns 0 done, 1 a database error or no basis run, 2 a usage error.
+int cmd_plan(const PlanCommand& cmd);
+
+}  // namespace tracr::controller

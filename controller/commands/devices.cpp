@@ -1,0 +1,287 @@
+// `tracrctl devices check` and `tracrctl agents deploy|status|logs|stop`:
+// reachability, authentication, key permissions, architecture and agent
+// version of every device in the devices file, and the agents on them.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <optional>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "settings/config.hpp"
+#include "fleet/deploy.hpp"
+#include "fleet/device_setup.hpp"
+#include "controller/commands/devices.hpp"
+#include "fleet/launcher.hpp"
+#include "fleet/process.hpp"
+#include "controller/commands/run.hpp"
+#include "fleet/shaping.hpp"
+#include "fleet/ssh.hpp"
+#include "fleet/staging.hpp"
+
+namespace tracr::controller {
+
+using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The options with the agent path resolved (next to tracrctl when not given).
+DevicesOptions resolved(DevicesOptions c) {
+  if (c.agent.empty()) c.agent = self_dir() + "/tracr-agent";
+  return c;
+}
+
+// Runs fn for every device concurrently; rows come back in device order.
+template <class F>
+std::vector<std::string> for_each_device(const DevicesConfig& devs, F fn) {
+  std::vector<std::string> rows(devs.devices.size());
+  run_concurrently(devs.devices.size(), [&](size_t i) { rows[i] = fn(devs.devices[i]); });
+  return rows;
+}
+
+// A remote path as one shell word; a leading "~/" stays expandable.
+std::string remote_word(const std::string& p) {
+  return p.rfind("~/", 0) == 0 ? "~/" + shell_quote(p.substr(2)) : shell_quote(p);
+}
+// The same path as it appears in a remote command line (deploy resolves
+// "~/x" to "x", relative to the login directory).
+std::string as_in_cmdline(const std::string& p) { return p.rfind("~/", 0) == 0 ? p.substr(2) : p; }
+
+// The agent's `--meters` lines, indented under the device's row.
+std::string meter_lines(const std::string& out) {
+  std::string o;
+  size_t start = 0;
+  while (start < out.size()) {
+    auto nl = out.find('\n', start);
+    std::string line = trim(out.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+    if (line.rfind("meter ", 0) == 0) o += "\n    energy " + line;
+    if (nl == std::string::npos) break;
+    start = nl + 1;
+  }
+  return o.empty() ? "\n    energy meters: the agent did not list them (" + trim(out) + ")" : o;
+}
+
+}  // namespace
+
+int cmd_devices_setup(const DevicesOptions& opt) {
+  const DevicesOptions c = resolved(opt);
+  SetupOptions so;
+  so.devices = c.devices;
+  so.agent = c.agent;
+  so.trust_new_hosts = c.trust;
+  so.yes = c.yes;
+  so.dry_run = c.dry_run;
+  return devices_setup(so);
+}
+
+int cmd_devices_check(const DevicesOptions& opt) {
+  DevicesOptions c = resolved(opt);
+  // With an experiment: its devices file (unless --devices says otherwise) and its files.
+  std::optional<ExperimentConfig> exp;
+  if (!c.experiment.empty()) {
+    auto e = load_experiment(c.experiment);
+    if (!e) {
+      fmt::print(stderr, "tracrctl devices: {}\n", e.error().str());
+      return 2;
+    }
+    if (auto st = check_experiment_files(*e); !st) {
+      fmt::print(stderr, "tracrctl devices: {}\n", st.error().str());
+      return 2;
+    }
+    if (!c.devices_given) c.devices = e->devices;
+    exp = agent_experiment(*e);
+  }
+  auto devs = load_devices_or_default(c.devices);
+  if (!devs) {
+    fmt::print(stderr, "tracrctl devices: {}\n", devs.error().str());
+    return 2;
+  }
+  auto local_arch = elf_arch(c.agent);
+  auto local_hash = sha256_file(c.agent);
+  if (!local_arch || !local_hash) {
+    fmt::print(stderr, "tracrctl devices: agent {}: {}\n", c.agent,
+               (!local_arch ? local_arch.error() : local_hash.error()).str());
+    return 2;
+  }
+  fmt::print("devices from {}; local agent {} ({}, sha256 {})\n", devs->source, c.agent, *local_arch,
+             local_hash->substr(0, 16));
+  std::atomic<int> bad{0};
+  // The devices file's declared paths, and the experiment's files this
+  // device's role reads: declared and present, already staged, or what would
+  // be uploaded (nothing is uploaded here).
+  auto files_lines = [&](SshSession& s, const DeviceConfig& d) {
+    std::string o;
+    for (const auto& [from, to] : d.paths) {
+      auto t = s.run("test -e " + remote_word(to));
+      const bool ok = t && t->exit_status == 0;
+      o += fmt::format("\n    path {} -> {}: {}", from, to, ok ? "present" : " FAIL does not exist there");
+    }
+    if (!exp) return o;
+    auto staged = stage_files(s, d, agent_files(*exp, std::string(device_role_name(d.role))), true);
+    if (!staged) return o + "\n    files: FAIL " + staged.error().str();
+    uint64_t upload = 0;
+    for (const auto& f : *staged) {
+      o += "\n    file " + f.describe();
+      if (f.how == StagedFile::How::would_upload) upload += f.hash.bytes;
+    }
+    if (upload) o += "\n    files: the next run uploads " + human_bytes(upload) + " to this device";
+    return o;
+  };
+  auto rows = for_each_device(*devs, [&](const DeviceConfig& d) -> std::string {
+    const std::string head = fmt::format("{:<14} {:<12} {:<6}", d.name, device_role_name(d.role), transport_name(d.transport));
+    if (d.transport == Transport::local) {
+      std::string cmd = (d.netns.empty() ? "" : "ip netns exec " + shell_quote(d.netns) + " ") + shell_quote(c.agent) +
+                        " --version";
+      const auto r = run_local_command(cmd);
+      const std::string v = trim(r.text.substr(0, r.text.find('\n')));
+      if (r.status != 0) {
+        ++bad;
+        const auto missing = ldd_missing(run_local_command("ldd " + shell_quote(c.agent)).text);
+        if (!missing.empty()) return head + " FAIL  " + missing_libraries_message("this machine", c.agent, missing);
+        return head + " FAIL  cannot run the agent locally: " + v;
+      }
+      std::string meters_cmd = (d.netns.empty() ? "" : "ip netns exec " + shell_quote(d.netns) + " ") +
+                               shell_quote(c.agent) + " --meters";
+      for (const auto& a : device_limit_args(d)) meters_cmd += " " + shell_quote(a);
+      return head + " ok    " + v + (d.netns.empty() ? "" : " (netns " + d.netns + ")") + "; " +
+             tc_capability(d, devs->source, c.trust) + meter_lines(run_local_command(meters_cmd).text);
+    }
+    auto s = SshSession::connect(device_ssh_target(d, devs->source, c.trust));
+    if (!s) {
+      ++bad;
+      return head + " FAIL  " + s.error().str();
+    }
+    // The device's own agent (devices file `agent:`) when it has one.
+    const std::string agent_for = device_agent_path(d, c.agent);
+    std::string a_arch = *local_arch, a_hash = *local_hash;
+    if (agent_for != c.agent) {
+      auto ah = sha256_file(agent_for);
+      if (!ah) {
+        ++bad;
+        return head + " FAIL  agent " + agent_for + ": " + ah.error().str();
+      }
+      a_hash = *ah;
+      if (auto aa = elf_arch(agent_for)) a_arch = *aa;
+    }
+    auto un = (*s)->run("uname -m");
+    if (!un || un->exit_status != 0) {
+      ++bad;
+      return head + " FAIL  " + (*s)->label() + ": uname -m failed";
+    }
+    const std::string arch = trim(un->out);
+    if (!arch_compatible(a_arch, arch)) {
+      ++bad;
+      return head + fmt::format(" FAIL  {}: device is {}, agent is built for {}", (*s)->label(), arch, a_arch);
+    }
+    const std::string remote = remote_word(d.work_dir + "/tracr-agent-" + a_hash.substr(0, 16));
+    auto there = (*s)->run("test -x " + remote);
+    std::string extra = files_lines(**s, d);
+    if (extra.find(" FAIL ") != std::string::npos) ++bad;
+    if (!there || there->exit_status != 0)
+      return head + fmt::format(" ok    {} {}, auth ok, agent not deployed (tracrctl agents deploy); {}{}",
+                                (*s)->label(), arch, tc_capability(d, devs->source, c.trust), extra);
+    // Shared libraries first: an agent that cannot load says nothing else.
+    auto missing = remote_missing_libraries(**s, as_in_cmdline(d.work_dir) + "/tracr-agent-" + a_hash.substr(0, 16));
+    if (missing && !missing->empty()) {
+      ++bad;
+      return head + " FAIL  " + missing_libraries_message((*s)->label(), "tracr-agent-" + a_hash.substr(0, 16), *missing) + extra;
+    }
+    auto ver = (*s)->run(remote + " --version");
+    const bool deployed = ver && ver->exit_status == 0;
+    std::string agent = deployed ? trim(ver->out) + " deployed"
+                                 : "deployed but `--version` failed: " + (ver ? trim(ver->out + ver->err) : ver.error().str());
+    if (!deployed) ++bad;
+    std::string meters = "\n    energy meters: unknown until the agent runs there";
+    if (deployed) {
+      std::string cmd = remote + " --meters";
+      for (const auto& a : device_limit_args(d)) cmd += " " + shell_quote(a);
+      auto m = (*s)->run(cmd);
+      meters = meter_lines(m ? m->out : m.error().str());
+    }
+    return head + fmt::format(" {}  {} {}, auth ok, agent {}; {}{}{}", deployed ? "ok  " : "FAIL", (*s)->label(), arch,
+                              agent, tc_capability(d, devs->source, c.trust), meters, extra);
+  });
+  for (const auto& r : rows) fmt::print("{}\n", r);
+  return bad.load() ? 1 : 0;
+}
+
+int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
+  const DevicesOptions c = resolved(opt);
+  auto devs = load_devices_or_default(c.devices);
+  if (!devs) {
+    fmt::print(stderr, "tracrctl agents: {}\n", devs.error().str());
+    return 2;
+  }
+  std::atomic<int> bad{0};
+  auto rows = for_each_device(*devs, [&](const DeviceConfig& d) -> std::string {
+    const std::string head = fmt::format("{:<14} {:<12}", d.name, device_role_name(d.role));
+    if (d.transport == Transport::local) {
+      if (verb == "deploy") return head + " local: runs " + c.agent + " in place";
+      if (verb == "logs") return head + " local: logs are in results/logs/run-<id>-" + d.name + ".log";
+      // Local agents of a run belong to that tracrctl process and stop with it;
+      // `stop` ends only detached agents (listed in the state directory).
+      if (verb == "stop") return head + " local: run agents stop with their run";
+      std::string pat = "'" + c.agent.substr(0, c.agent.size() - 1) + "[" + c.agent.back() + "] --role'";
+      const std::string out = run_local_command("pgrep -af " + pat).text;
+      return head + " local agents:\n" + (out.empty() ? "  none\n" : out + "\n");
+    }
+    auto s = SshSession::connect(device_ssh_target(d, devs->source, c.trust));
+    if (!s) {
+      ++bad;
+      return head + " FAIL  " + s.error().str();
+    }
+    if (verb == "deploy") {
+      auto info = deploy_agent(**s, device_agent_path(d, c.agent), d.work_dir);  // the device's own agent: when it has one
+      if (!info) {
+        ++bad;
+        return head + " FAIL  " + info.error().str();
+      }
+      return head + fmt::format(" {} {} ({}){}", info->uploaded ? "uploaded" : "already there", info->remote_path,
+                                info->remote_arch, info->note.empty() ? "" : "; " + info->note);
+    }
+    const std::string pat = shell_quote(as_in_cmdline(d.work_dir) + "/tracr-agen[t]");
+    const std::string dir = remote_word(d.work_dir);
+    if (verb == "status") {
+      auto r = (*s)->run("ls -1 " + dir + "/tracr-agent-* 2>/dev/null; echo '--'; pgrep -af " + pat + " || true");
+      if (!r) {
+        ++bad;
+        return head + " FAIL  " + r.error().str();
+      }
+      return head + " " + (*s)->label() + "\n" + r->out;
+    }
+    if (verb == "logs") {
+      auto r = (*s)->run("for f in " + dir + "/*.log; do [ -f \"$f\" ] && echo \"== $f\" && tail -c " +
+                         std::to_string(c.tail) + " \"$f\"; done; true");
+      if (!r) {
+        ++bad;
+        return head + " FAIL  " + r.error().str();
+      }
+      return head + " " + (*s)->label() + "\n" + (r->out.empty() ? "  no logs\n" : r->out);
+    }
+    // Never a pattern kill over the work_dir: it would end every run of this
+    // user. A run's agents stop with their run; detached SERVER agents are
+    // stopped below, each by its recorded identity.
+    return head + " " + (*s)->label() + ": run agents stop with their run; detached agents below";
+  });
+  for (const auto& r : rows) fmt::print("{}\n", r);
+  int rc = bad.load() ? 1 : 0;
+  if (verb == "stop" && stop_detached_agents(c.state_dir, c.trust, c.devices) != 0) rc = 1;
+  if (verb == "status") {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(c.state_dir, ec))
+      if (e.path().extension() == ".state")
+        if (auto d = read_detached(e.path().string()))
+          fmt::print("detached SERVER agent on {}: pid {}, {}\n", d->device, d->pid, d->endpoint);
+  }
+  return rc;
+}
+
+}  // namespace tracr::controller

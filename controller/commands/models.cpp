@@ -1,0 +1,146 @@
+// `tracrctl models` and `tracrctl profile`: the model registry and local
+// per-layer profiling (LibTorch builds only).
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#if TRACR_WITH_TORCH
+#include <torch/torch.h>
+
+#include "controller/commands/results.hpp"
+#include "experiments/profile.hpp"
+#include "experiments/registry.hpp"
+#endif
+
+#include "controller/commands/models.hpp"
+#include "protocol/error.hpp"
+#include "settings/config.hpp"
+
+namespace tracr::controller {
+
+int cmd_models() {
+#if TRACR_WITH_TORCH
+  for (const auto& name : experiments::list_models())
+    fmt::print("{:<24} {}\n", name, experiments::model_description(name));
+  return 0;
+#else
+  std::fputs("tracrctl models: this build has no LibTorch (TRACR_WITH_TORCH=OFF)\n", stderr);
+  return 2;
+#endif
+}
+
+namespace {
+#if TRACR_WITH_TORCH
+// What shape `name` takes when none is given (the registry's default), for
+// "expected" in a message; "" when the model cannot be built at all.
+std::string default_shape(const std::string& name) {
+  auto m = experiments::create_model(name, experiments::ModelConfig{});
+  if (!m) return "";
+  std::string out;
+  for (auto d : (*m)->input_shape()) out += (out.empty() ? "" : ",") + std::to_string(d);
+  return out;
+}
+#endif
+}  // namespace
+
+int cmd_profile(const ProfileOptions& opt) {
+#if TRACR_WITH_TORCH
+  experiments::ModelConfig cfg;
+  cfg.input_shape = opt.input_shape;
+  cfg.weights = opt.weights;
+  cfg.device = opt.device;
+  const int64_t batch = opt.batch;
+  const int reps = opt.reps;
+  const std::string& csv = opt.csv;
+  const std::string& json = opt.json;
+  auto model = experiments::create_model(opt.model, cfg);
+  if (!model) {  // an unknown model or a shape it cannot take: a usage error
+    const std::string msg = model.error().message;
+    std::string expected;
+    if (!opt.input_shape.empty())
+      if (const std::string d = default_shape(opt.model); !d.empty())
+        expected = fmt::format("; expected --input-shape C,H,W that every layer of {} takes (its default: {})",
+                               opt.model, d);
+    fmt::print(stderr, "tracrctl profile: {}{}\n", msg.substr(0, msg.find('\n')), expected);
+    return 2;
+  }
+  // LibTorch throws c10::Error (its what() holds a backtrace) for an input a
+  // layer cannot take: a message naming the model, never the trace.
+  try {
+    const auto& s = (*model)->input_shape();
+    torch::NoGradGuard ng;
+    auto input = torch::rand({batch, s[0], s[1], s[2]}).to((*model)->device());
+    experiments::ProfileOptions po;
+    po.repetitions = reps;
+    auto prof = experiments::profile_layers(**model, input, po);
+    if (!prof) {
+      fmt::print(stderr, "tracrctl profile: {}\n", prof.error().str());
+      return 1;
+    }
+    fmt::print("{} on {}, input {}x{}x{}x{}, {} repetitions per layer\n\n", (*model)->name(), (*model)->device().str(),
+               batch, s[0], s[1], s[2], reps);
+    fmt::print("{}\n", experiments::format_layer_profiles(*prof));
+    const auto splits = experiments::split_table(**model, *prof, batch);
+    fmt::print("per-split estimate from these profiles (head on this device, tail on an identical one):\n{}\n",
+               experiments::format_split_table(splits));
+    // The same figures as files: one CSV row per layer; JSON with the layers and the splits.
+    if (!csv.empty()) {
+      std::string o = "index,name,type,device,repetitions,median_ms,p95_ms,mean_ms,min_ms,input_bytes,output_bytes,params,"
+                      "macs,peak_rss_delta_bytes\r\n";
+      for (const auto& l : *prof)
+        o += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}\r\n", l.index, csv_field(l.name), csv_field(l.type),
+                         csv_field(l.device), l.repetitions, json_num(l.median_ms), json_num(l.p95_ms),
+                         json_num(l.mean_ms), json_num(l.min_ms), l.input_bytes, l.output_bytes, l.params, l.macs,
+                         l.peak_rss_delta_bytes);
+      if (auto st = write_file(csv, o); !st) {
+        fmt::print(stderr, "tracrctl profile: {}\n", st.error().str());
+        return 1;
+      }
+      fmt::print("wrote {}\n", csv);
+    }
+    if (!json.empty()) {
+      std::string o = fmt::format("{{\"model\":{},\"device\":{},\"input\":[{},{},{},{}],\"repetitions\":{},\"layers\":[",
+                                  settings::json_quote((*model)->name()), settings::json_quote((*model)->device().str()),
+                                  batch, s[0], s[1], s[2], reps);
+      for (size_t i = 0; i < prof->size(); ++i) {
+        const auto& l = (*prof)[i];
+        o += fmt::format("{}\n  {{\"index\":{},\"name\":{},\"type\":{},\"median_ms\":{},\"p95_ms\":{},\"mean_ms\":{},"
+                         "\"min_ms\":{},\"input_bytes\":{},\"output_bytes\":{},\"params\":{},\"macs\":{},"
+                         "\"peak_rss_delta_bytes\":{}}}",
+                         i ? "," : "", l.index, settings::json_quote(l.name), settings::json_quote(l.type),
+                         json_num(l.median_ms), json_num(l.p95_ms), json_num(l.mean_ms), json_num(l.min_ms), l.input_bytes,
+                         l.output_bytes, l.params, l.macs, l.peak_rss_delta_bytes);
+      }
+      o += "],\"splits\":[";
+      for (size_t i = 0; i < splits.size(); ++i) {
+        const auto& e = splits[i];
+        o += fmt::format("{}\n  {{\"split\":{},\"head_ms\":{},\"tail_ms\":{},\"crossing_bytes\":{},"
+                         "\"crossing_tensors\":{},\"last_head_layer\":{}}}",
+                         i ? "," : "", e.split, json_num(e.head_ms), json_num(e.tail_ms), e.crossing_bytes,
+                         e.crossing_tensors, settings::json_quote(e.last_head_layer));
+      }
+      o += "]}\n";
+      if (auto st = write_file(json, o); !st) {
+        fmt::print(stderr, "tracrctl profile: {}\n", st.error().str());
+        return 1;
+      }
+      fmt::print("wrote {}\n", json);
+    }
+  } catch (const std::exception& ex) {
+    fmt::print(stderr, "tracrctl profile: {} at input {}x{}x{}x{}: {}\n", opt.model, batch,
+               (*model)->input_shape()[0], (*model)->input_shape()[1], (*model)->input_shape()[2],
+               experiments::torch_error_text(ex));
+    return 2;
+  }
+  return 0;
+#else
+  std::fputs("tracrctl profile: this build has no LibTorch (TRACR_WITH_TORCH=OFF)\n", stderr);
+  return 2;
+#endif
+}
+
+}  // namespace tracr::controller

@@ -1,0 +1,116 @@
+// check_experiment_model: the model, input shape, split points and training
+// cuts an experiment names, checked against the model registry before deploy.
+// The only controller file besides models_cmd.cpp that includes LibTorch.
+#include "controller/session/model_check.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#if TRACR_WITH_TORCH
+#include "experiments/registry.hpp"
+#endif
+
+namespace tracr::controller {
+
+namespace {
+
+Error config_error(const settings::ExperimentConfig& cfg, const std::string& key, const std::string& msg) {
+  settings::SourcePos p = cfg.pos_of(key);
+  if (!p.known()) p.file = cfg.source.empty() ? "<experiment>" : cfg.source;
+  return make_error(Errc::config, fmt::format("{}: {}: {}", p.str(), key, msg));
+}
+
+// The first line of a message: LibTorch errors carry a backtrace after it.
+std::string first_line(const std::string& s) {
+  std::string l = s.substr(0, s.find('\n'));
+  while (!l.empty() && std::isspace(static_cast<unsigned char>(l.back()))) l.pop_back();
+  return l;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
+#if TRACR_WITH_TORCH
+  namespace ex = tracr::experiments;
+  static const std::string ts = "torchscript:";
+  const bool script = cfg.model.rfind(ts, 0) == 0;
+  const auto& registry = ex::ModelRegistry::global();
+  if (!script && !registry.find(cfg.model)) {
+    const auto names = registry.names();
+    std::string suggestion;
+    for (const auto& n : names)
+      if (lower(n) == lower(cfg.model)) suggestion = n;  // ids are lower case: ResNet18 -> resnet18
+    if (suggestion.empty()) suggestion = settings::did_you_mean(cfg.model, names);
+    std::string known;
+    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+    return config_error(cfg, "model",
+                        fmt::format("unknown model '{}'{}; expected a registry id ({}) or torchscript:<path> "
+                                    "(`tracrctl models` lists them)",
+                                    cfg.model, suggestion.empty() ? "" : " (did you mean '" + suggestion + "'?)", known));
+  }
+  ex::ModelConfig mc;
+  mc.input_shape = cfg.input_size;
+  mc.device = "cpu";  // the controller only needs the layer table
+  mc.seed = cfg.seed;
+  mc.num_classes = cfg.num_classes;
+  auto model = ex::create_model(cfg.model, mc);
+  if (!model) {
+    const std::string why = first_line(model.error().message);
+    if (script) return config_error(cfg, "model", "cannot be loaded: " + why);
+    const std::string desc = ex::model_description(cfg.model);
+    if (!cfg.input_size.empty()) {
+      std::string shape;
+      for (auto d : cfg.input_size) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      return config_error(cfg, "input_size",
+                          fmt::format("model '{}' cannot take input [{}]: {}; expected a shape it accepts ({})",
+                                      cfg.model, shape, why, desc));
+    }
+    return config_error(cfg, "model", fmt::format("model '{}' cannot be built: {}", cfg.model, why));
+  }
+  const int n = (*model)->num_layers();
+  // num_classes against what the built model really outputs (a TorchScript
+  // model, or a zoo model whose classifier does not take it, keeps its own).
+  if (cfg.num_classes > 0 && (*model)->task() != ex::ModelTask::detection && n > 0) {
+    const auto& out = (*model)->layers().back().output_shape;
+    const int64_t width = out.size() == 2 ? out.back() : 0;  // [batch, classes]; anything else is no classifier
+    if (width != cfg.num_classes)
+      return config_error(cfg, "num_classes",
+                          fmt::format("{} but model '{}' outputs {} classes (last layer '{}', shape [{}]); expected "
+                                      "num_classes: {} or a model built for {}",
+                                      cfg.num_classes, cfg.model, width, (*model)->layers().back().name,
+                                      fmt::join(out, ", "), width, cfg.num_classes));
+  }
+  if (const auto& in = (*model)->input_shape(); !in.empty())
+    if (auto norm = settings::dataset_normalization(cfg, in[0]); !norm) return norm.error();
+  if (auto sp = settings::resolve_splits(cfg, n); !sp) return sp.error();
+  for (size_t i = 0; i < cfg.train.cuts.size(); ++i) {
+    const int64_t c = cfg.train.cuts[i];
+    if (c < 1 || c > n - 1) {
+      Error e = config_error(cfg, "train.cuts",
+                             fmt::format("cut {} is outside model '{}' with {} layers; expected cuts in 1..{} (a cut "
+                                         "at 0 or {} would leave a segment empty)",
+                                         c, cfg.model, n, n - 1, n));
+      // Name the entry: "train.cuts[2]: cut 12 is outside ...".
+      const auto at = e.message.find("train.cuts: ");
+      if (at != std::string::npos) e.message.replace(at, 12, fmt::format("train.cuts[{}]: ", i));
+      return e;
+    }
+  }
+  return n;
+#else
+  (void)cfg;
+  return -1;
+#endif
+}
+
+}  // namespace tracr::controller

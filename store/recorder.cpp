@@ -1,0 +1,297 @@
+#include "store/recorder.hpp"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "agent/record.hpp"
+#include "protocol/crypto.hpp"
+#include "settings/config.hpp"
+
+namespace tracr::controller {
+
+Recorder::Recorder(ResultsDb& db, int64_t run_id, bool record_frames, bool record_layers)
+    : db_(db), run_id_(run_id), record_frames_(record_frames), record_layers_(record_layers) {}
+
+int64_t Recorder::timed_frames(const std::string& device) const {
+  auto it = timed_by_device_.find(device);
+  return it == timed_by_device_.end() ? 0 : it->second;
+}
+
+void Recorder::event(std::string_view level, std::string_view kind, const std::string& message,
+                     const std::string& device, std::optional<int64_t> frame) {
+  if (auto st = db_.add_event(run_id_, level, kind, message, device, frame); !st && write_error_.empty())
+    write_error_ = st.error().str();
+}
+
+Status Recorder::on_message(const std::string& device, const std::string& role, const agent::ControlMsg& m) {
+  auto malformed = [&](const Error& e) {
+    return make_error(e.code, fmt::format("{} agent on {} sent a malformed {}: {}", role, device, m.kind, e.message));
+  };
+  if (m.kind == "READY") {
+    if (m.fields.count("hw_id")) {
+      auto hw = agent::hw_from_control(m);
+      if (!hw) return malformed(hw.error());
+      DeviceRecord d;
+      static_cast<agent::HwIdentity&>(d) = *hw;
+      d.run_id = run_id_;
+      d.device = device;
+      d.role = role;
+      if (auto st = db_.add_device(d); !st && write_error_.empty()) write_error_ = st.error().str();
+    }
+    event("info", "agent_ready",
+          fmt::format("{} {}: {}", role, device, m.get_or("model", m.get_or("link", ""))), device);
+  } else if (m.kind == "PROFILE") {
+    auto p = agent::profile_from_control(m);
+    if (!p) return malformed(p.error());
+    LayerProfileRecord r;
+    static_cast<agent::ProfileRecord&>(r) = *p;
+    r.run_id = run_id_;
+    r.device = device;
+    r.device_role = role;
+    if (record_layers_) profiles_.push_back(std::move(r));
+  } else if (m.kind == "FRAME") {
+    auto f = agent::frame_from_control(m);
+    if (!f) return malformed(f.error());
+    // What the database would refuse is refused here, naming the field, so
+    // one bad row cannot fail a whole batch of good ones.
+    if (f->warmup != 0 && f->warmup != 1) return malformed(make_error(Errc::field_type, "warmup must be 0 or 1"));
+    if (f->ok != 0 && f->ok != 1) return malformed(make_error(Errc::field_type, "ok must be 0 or 1"));
+    FrameRecord r;
+    static_cast<agent::FrameRecord&>(r) = *f;
+    r.run_id = run_id_;
+    r.participant = device;
+    r.link = link_;
+    r.shaping = shaping_;
+    ++received_;
+    if (!r.warmup) ++timed_by_device_[device];
+    split_ = static_cast<int>(r.split);
+    last_split_[device] = split_;
+    if (r.ok) last_est_[device] = r.link_est_mbps;
+    // Progress counters ride along on the line; they are not fields.
+    if (auto d = m.get_int("done")) done_ = *d;
+    if (auto t = m.get_int("total")) total_ = *t;
+    if (!r.outputs.empty() && r.ok && !r.warmup) {
+      if (r.outputs_shape.size() != 2)
+        return malformed(make_error(Errc::field_type, "outputs_shape must be samples,classes"));
+      auto it = outputs_.find({device, r.split, r.codec});
+      if (it != outputs_.end() && it->second.cols != r.outputs_shape[1])
+        return malformed(make_error(Errc::field_type, fmt::format("outputs: {} classes after {} in earlier frames",
+                                                                  r.outputs_shape[1], it->second.cols)));
+      if (auto st = append_outputs(device, r); !st && write_error_.empty()) write_error_ = st.error().str();
+    }
+    r.outputs.clear();
+    r.outputs.shrink_to_fit();
+    if (record_frames_) frames_.push_back(std::move(r));
+  } else if (m.kind == "PROBE") {
+    auto pr = agent::probe_from_control(m);
+    if (!pr) return malformed(pr.error());
+    ProbeRow row;
+    static_cast<agent::ProbeRecord&>(row) = *pr;
+    row.run_id = run_id_;
+    row.participant = device;
+    row.link = link_;
+    row.shaping = shaping_;
+    if (auto st = db_.add_probe(row); !st && write_error_.empty()) write_error_ = st.error().str();
+    event("info", "link_probed",
+          fmt::format("{}: rtt median {:.3f} ms, up {} Mbit/s, down {} Mbit/s", device, pr->rtt_median_ns / 1e6,
+                      pr->up_mbps ? fmt::format("{:.2f}", *pr->up_mbps) : "-",
+                      pr->down_mbps ? fmt::format("{:.2f}", *pr->down_mbps) : "-"),
+          device);
+  } else if (m.kind == "ENERGY") {
+    auto e = agent::energy_from_control(m);
+    if (!e) return malformed(e.error());
+    EnergyRow row;
+    static_cast<agent::EnergyRecord&>(row) = *e;
+    row.run_id = run_id_;
+    // A participant relays its server's tail rows: the energy is the server's.
+    row.device = e->side == "server" && role == "PARTICIPANT" ? server_name_ : device;
+    row.participant = role == "PARTICIPANT" ? device : "";
+    energy_.push_back(std::move(row));
+  } else if (m.kind == "EVENT") {
+    const std::string kind = m.get_or("kind", "agent_event");
+    std::optional<int64_t> frame;
+    if (auto fr = m.get_int("frame"); fr && *fr >= 0) frame = *fr;
+    std::string msg = m.get_or("message", "");
+    if (!m.get_or("cmd", "").empty()) msg = fmt::format("command {} {}: {}", m.get_or("cmd", ""), m.get_or("op", ""), msg);
+    event(kind == "command_rejected" ? "warn" : "info", kind, msg, device, frame);
+  } else if (m.kind == "LOG") {
+    std::string level = m.get_or("level", "info");
+    if (level != "debug" && level != "info" && level != "warn" && level != "error") level = "info";
+    event(level, "agent_log", device + ": " + m.get_or("msg", ""), device);
+  }
+  maybe_flush();
+  return {};
+}
+
+void Recorder::maybe_flush() {
+  if (frames_.size() + profiles_.size() + energy_.size() >= 64 ||
+      std::chrono::steady_clock::now() - last_flush_ >= std::chrono::seconds(1))
+    flush();
+}
+
+void Recorder::flush() {
+  last_flush_ = std::chrono::steady_clock::now();
+  if (!frames_.empty()) {
+    if (auto st = db_.add_frames(frames_); !st) {
+      if (write_error_.empty()) write_error_ = st.error().str();
+    } else {
+      frames_.clear();
+    }
+  }
+  if (!profiles_.empty()) {
+    if (auto st = db_.add_layer_profiles(profiles_); !st) {
+      if (write_error_.empty()) write_error_ = st.error().str();
+    } else {
+      profiles_.clear();
+    }
+  }
+  if (!energy_.empty()) {
+    if (auto st = db_.add_energy(energy_); !st) {
+      if (write_error_.empty()) write_error_ = st.error().str();
+    } else {
+      energy_.clear();
+    }
+  }
+}
+
+namespace {
+// A codec's text as part of a file name: letters, digits, '.', '_', '-' kept, others '-'.
+std::string file_part(const std::string& s) {
+  std::string o;
+  for (char c : s) o += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ? c : '-';
+  return o.empty() ? "none" : o;
+}
+
+// NumPy format 1.0: magic, version, header length, a dict padded with spaces
+// to a fixed 128 bytes in all (so it can be written first as a placeholder
+// and filled in when the number of rows is known), then the data.
+constexpr size_t kNpyHeader = 128;
+std::string npy_header(int64_t rows, int64_t cols) {
+  std::string dict = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", rows, cols);
+  dict.append(kNpyHeader - 10 - dict.size() - 1, ' ');
+  dict += '\n';
+  std::string o = "\x93NUMPY";
+  o += '\x01';
+  o += '\x00';
+  o += static_cast<char>(dict.size() & 0xff);
+  o += static_cast<char>(dict.size() >> 8);
+  return o + dict;
+}
+}  // namespace
+
+Status Recorder::append_outputs(const std::string& device, const FrameRecord& r) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::path(db_.path()).parent_path();
+  auto [it, fresh] = outputs_.try_emplace({device, r.split, r.codec});
+  OutputAcc& acc = it->second;
+  if (fresh) {
+    acc.cols = r.outputs_shape[1];
+    acc.rel = (fs::path("outputs") / ("run" + std::to_string(run_id_)) /
+               fmt::format("{}_split{}_{}.npy", file_part(device), r.split, file_part(r.codec)))
+                  .string();
+    std::error_code ec;
+    fs::create_directories((base / acc.rel).parent_path(), ec);
+    if (ec) return make_error(Errc::io, fmt::format("record.outputs: cannot create {}: {}",
+                                                    (base / acc.rel).parent_path().string(), ec.message()));
+    const std::string part = (base / acc.rel).string() + ".part";
+    acc.file.reset(std::fopen(part.c_str(), "w+b"), [](std::FILE* f) { if (f) std::fclose(f); });
+    if (!acc.file) return make_error(Errc::io, fmt::format("record.outputs: cannot write {}: {}", part, std::strerror(errno)));
+    const std::string h = npy_header(0, acc.cols);  // rows filled in by write_outputs
+    if (std::fwrite(h.data(), 1, h.size(), acc.file.get()) != h.size())
+      return make_error(Errc::io, "record.outputs: cannot write " + part);
+  }
+  if (!acc.file) return make_error(Errc::io, "record.outputs: " + acc.rel + " could not be opened");
+  std::string bytes;
+  bytes.reserve(r.outputs.size() * 4);
+  for (float f : r.outputs) {
+    uint32_t u = 0;
+    std::memcpy(&u, &f, 4);
+    for (int j = 0; j < 4; ++j) bytes += static_cast<char>(u >> (8 * j));
+  }
+  if (std::fwrite(bytes.data(), 1, bytes.size(), acc.file.get()) != bytes.size())
+    return make_error(Errc::io, fmt::format("record.outputs: writing {}.part: {}", acc.rel, std::strerror(errno)));
+  acc.rows += r.outputs_shape[0];
+  ++acc.frames;
+  if (acc.first_frame < 0) acc.first_frame = r.frame;
+  acc.last_frame = r.frame;
+  return {};
+}
+
+Status Recorder::write_outputs() {
+  if (outputs_.empty()) return {};
+  namespace fs = std::filesystem;
+  const fs::path base = fs::path(db_.path()).parent_path();
+  std::vector<std::vector<std::optional<std::string>>> rows;
+  for (auto& [key, acc] : outputs_) {
+    const auto& [participant, split, codec] = key;
+    if (!acc.file) continue;  // its error is the write error already
+    const fs::path file = base / acc.rel, part = file.string() + ".part";
+    const std::string h = npy_header(acc.rows, acc.cols);
+    std::FILE* f = acc.file.get();
+    if (std::fseek(f, 0, SEEK_SET) != 0 || std::fwrite(h.data(), 1, h.size(), f) != h.size() || std::fflush(f) != 0)
+      return make_error(Errc::io, "record.outputs: cannot finish " + part.string());
+    // The hash of the whole file, read back in one piece (one file at a time).
+    std::ifstream in(part, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (bytes.size() != kNpyHeader + static_cast<size_t>(acc.rows * acc.cols) * 4)
+      return make_error(Errc::io, fmt::format("record.outputs: {} has {} bytes; expected {}", part.string(),
+                                              bytes.size(), kNpyHeader + acc.rows * acc.cols * 4));
+    acc.file.reset();
+    std::error_code ec;
+    fs::rename(part, file, ec);
+    if (ec) return make_error(Errc::io, fmt::format("cannot rename {} to {}: {}", part.string(), file.string(), ec.message()));
+    const auto hash = protocol::sha256(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    rows.push_back({std::to_string(run_id_), participant, std::to_string(split), codec, acc.rel, std::string("<f4"),
+                    fmt::format("{},{}", acc.rows, acc.cols), std::to_string(acc.frames), std::to_string(acc.first_frame),
+                    std::to_string(acc.last_frame), protocol::to_hex(hash.data(), hash.size()),
+                    std::string("participant: the model's output after the reply was decoded (float32)")});
+  }
+  return db_.insert_rows("outputs",
+                         {"run_id", "participant", "split", "codec", "path", "dtype", "shape", "frames", "first_frame",
+                          "last_frame", "sha256", "source"},
+                         rows);
+}
+
+namespace {
+std::string json_value(int64_t v) { return std::to_string(v); }
+std::string json_value(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "null"; }
+std::string json_value(const std::string& v) { return settings::json_quote(v); }
+std::string json_value(const std::optional<double>& v) {
+  return v && std::isfinite(*v) ? fmt::format("{}", *v) : "null";
+}
+}  // namespace
+
+Result<std::string> Recorder::save_unwritten(const std::string& path) const {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return make_error(Errc::io, "cannot write " + path);
+  for (const auto& f : frames_) {
+    std::string o = fmt::format("{{\"table\":\"frames\",\"run_id\":{},\"participant\":{}", f.run_id,
+                                settings::json_quote(f.participant));
+    agent::visit_frame(f, [&](const agent::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
+    out << o << "}\n";
+  }
+  for (const auto& p : profiles_) {
+    std::string o = fmt::format("{{\"table\":\"layer_profiles\",\"run_id\":{},\"device\":{},\"device_role\":{}", p.run_id,
+                                settings::json_quote(p.device), settings::json_quote(p.device_role));
+    agent::visit_profile(p, [&](const agent::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
+    out << o << "}\n";
+  }
+  for (const auto& e : energy_) {
+    std::string o = fmt::format("{{\"table\":\"energy\",\"run_id\":{},\"device\":{},\"participant\":{}", e.run_id,
+                                settings::json_quote(e.device), settings::json_quote(e.participant));
+    agent::visit_energy(e, [&](const agent::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
+    out << o << "}\n";
+  }
+  out.flush();
+  if (!out) return make_error(Errc::io, "writing " + path + " failed");
+  return path;
+}
+
+}  // namespace tracr::controller

@@ -1,0 +1,1691 @@
+#include "store/results.hpp"
+#include "fleet/process.hpp"
+
+#include "protocol/stats.hpp"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <tuple>
+#include <sstream>
+
+namespace tracr::controller {
+
+namespace fs = std::filesystem;
+
+std::string_view run_status_name(RunStatus s) {
+  switch (s) {
+    case RunStatus::running: return "running";
+    case RunStatus::completed: return "completed";
+    case RunStatus::failed: return "failed";
+    case RunStatus::interrupted: return "interrupted";
+  }
+  return "running";
+}
+
+std::optional<RunStatus> parse_run_status(std::string_view s) {
+  for (auto st : {RunStatus::running, RunStatus::completed, RunStatus::failed, RunStatus::interrupted})
+    if (run_status_name(st) == s) return st;
+  return std::nullopt;
+}
+
+std::string utc_now_iso() {
+  using namespace std::chrono;
+  const auto now = system_clock::now();
+  const auto ms = duration_cast<milliseconds>(now.time_since_epoch()).count() % 1000;
+  const std::time_t t = system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03d}Z", buf, static_cast<int>(ms));
+}
+
+double median_of(std::vector<int64_t>& v) { return protocol::median_of(v); }
+double p95_of(std::vector<int64_t>& v) { return protocol::p95_of(v); }
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Migrations: append only. Never edit a released migration; add a new one.
+
+struct Migration {
+  int version;
+  const char* name;
+  const char* sql;
+};
+
+const Migration kMigrations[] = {
+    {1, "runs and frames", R"sql(
+CREATE TABLE runs (
+  id               INTEGER PRIMARY KEY AUTOINCREMENT,
+  name             TEXT NOT NULL,
+  status           TEXT NOT NULL DEFAULT 'running'
+                   CHECK (status IN ('running','completed','failed','interrupted')),
+  started_at       TEXT NOT NULL,
+  ended_at         TEXT,
+  config_yaml      TEXT NOT NULL DEFAULT '',
+  tracr_version    TEXT NOT NULL DEFAULT '',
+  protocol_version INTEGER NOT NULL DEFAULT 0,
+  model            TEXT NOT NULL DEFAULT '',
+  codec            TEXT NOT NULL DEFAULT '',
+  cipher           TEXT NOT NULL DEFAULT '',
+  devices_json     TEXT NOT NULL DEFAULT '{}',
+  controller_host  TEXT NOT NULL DEFAULT '',
+  controller_pid   INTEGER NOT NULL DEFAULT 0,
+  controller_start INTEGER,
+  error            TEXT
+);
+CREATE TABLE frames (
+  id            INTEGER PRIMARY KEY,
+  run_id        INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  participant   TEXT,
+  split         INTEGER NOT NULL,
+  sample        INTEGER NOT NULL,
+  rep           INTEGER NOT NULL,
+  batch         INTEGER NOT NULL DEFAULT 1,
+  warmup        INTEGER NOT NULL DEFAULT 0 CHECK (warmup IN (0, 1)),
+  head_ns       INTEGER NOT NULL DEFAULT 0,
+  encode_ns     INTEGER NOT NULL DEFAULT 0,
+  transfer_ns   INTEGER NOT NULL DEFAULT 0,
+  decode_ns     INTEGER NOT NULL DEFAULT 0,
+  tail_ns       INTEGER NOT NULL DEFAULT 0,
+  return_ns     INTEGER NOT NULL DEFAULT 0,
+  total_ns      INTEGER NOT NULL DEFAULT 0,
+  raw_bytes     INTEGER NOT NULL DEFAULT 0,
+  wire_bytes    INTEGER NOT NULL DEFAULT 0,
+  codec         TEXT NOT NULL DEFAULT '',
+  cipher        TEXT NOT NULL DEFAULT '',
+  result_json   TEXT,
+  ok            INTEGER NOT NULL CHECK (ok IN (0, 1)),
+  error         TEXT,
+  energy_j      REAL,
+  energy_source TEXT CHECK (energy_source IS NULL OR energy_source LIKE 'measured:%'
+                            OR energy_source LIKE 'modelled:%')
+);
+CREATE INDEX frames_by_run_split ON frames(run_id, split);
+CREATE INDEX runs_by_status ON runs(status);
+)sql"},
+    {2, "layer profiles, summaries, events", R"sql(
+CREATE TABLE layer_profiles (
+  run_id         INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  device         TEXT NOT NULL,
+  device_role    TEXT NOT NULL CHECK (device_role IN ('SERVER','PARTICIPANT')),
+  layer_index    INTEGER NOT NULL,
+  name           TEXT NOT NULL DEFAULT '',
+  type           TEXT NOT NULL DEFAULT '',
+  params         INTEGER NOT NULL DEFAULT 0,
+  macs           INTEGER NOT NULL DEFAULT 0,
+  out_bytes      INTEGER NOT NULL DEFAULT 0,
+  median_ns      INTEGER NOT NULL DEFAULT 0,
+  p95_ns         INTEGER NOT NULL DEFAULT 0,
+  reps           INTEGER NOT NULL DEFAULT 0,
+  peak_mem_bytes INTEGER,
+  PRIMARY KEY (run_id, device, layer_index)
+);
+CREATE TABLE summaries (
+  run_id             INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split              INTEGER NOT NULL,
+  frames             INTEGER NOT NULL,
+  failed             INTEGER NOT NULL DEFAULT 0,
+  total_median_ns    REAL, total_p95_ns    REAL,
+  head_median_ns     REAL, head_p95_ns     REAL,
+  encode_median_ns   REAL, encode_p95_ns   REAL,
+  transfer_median_ns REAL, transfer_p95_ns REAL,
+  decode_median_ns   REAL, decode_p95_ns   REAL,
+  tail_median_ns     REAL, tail_p95_ns     REAL,
+  mean_raw_bytes     REAL,
+  mean_wire_bytes    REAL,
+  PRIMARY KEY (run_id, split)
+);
+CREATE TABLE events (
+  id      INTEGER PRIMARY KEY,
+  run_id  INTEGER REFERENCES runs(id) ON DELETE CASCADE,
+  ts      TEXT NOT NULL,
+  level   TEXT NOT NULL CHECK (level IN ('debug','info','warn','error')),
+  kind    TEXT NOT NULL,
+  message TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX events_by_run ON events(run_id, ts);
+)sql"},
+    {3, "one measurement record: timing identity, sample identity, hardware identity, stage stats", R"sql(
+ALTER TABLE frames ADD COLUMN legacy_transfer_ns INTEGER;
+UPDATE frames SET legacy_transfer_ns = transfer_ns;
+ALTER TABLE frames DROP COLUMN transfer_ns;
+ALTER TABLE frames ADD COLUMN result TEXT;
+ALTER TABLE frames ADD COLUMN correct INTEGER;
+UPDATE frames SET result = json_extract(result_json, '$.top1'), correct = json_extract(result_json, '$.correct')
+  WHERE result_json IS NOT NULL AND json_valid(result_json);
+UPDATE frames SET result = result_json WHERE result_json IS NOT NULL AND NOT json_valid(result_json);
+ALTER TABLE frames DROP COLUMN result_json;
+ALTER TABLE frames ADD COLUMN frame INTEGER;
+ALTER TABLE frames ADD COLUMN sample_id TEXT;
+ALTER TABLE frames ADD COLUMN label TEXT;
+ALTER TABLE frames ADD COLUMN policy TEXT;
+ALTER TABLE frames ADD COLUMN inflight INTEGER;
+ALTER TABLE frames ADD COLUMN start_ns INTEGER;
+ALTER TABLE frames ADD COLUMN end_ns INTEGER;
+ALTER TABLE frames ADD COLUMN network_ns INTEGER;
+ALTER TABLE frames ADD COLUMN server_ns INTEGER;
+ALTER TABLE frames ADD COLUMN queue_ns INTEGER;
+ALTER TABLE frames ADD COLUMN post_ns INTEGER;
+ALTER TABLE frames ADD COLUMN reply_bytes INTEGER;
+ALTER TABLE frames ADD COLUMN flags TEXT;
+ALTER TABLE layer_profiles ADD COLUMN model_fp TEXT;
+ALTER TABLE layer_profiles ADD COLUMN input_shape TEXT;
+ALTER TABLE layer_profiles ADD COLUMN batch INTEGER;
+ALTER TABLE layer_profiles ADD COLUMN device_kind TEXT;
+ALTER TABLE layer_profiles ADD COLUMN hw_id TEXT;
+CREATE INDEX layer_profiles_by_key ON layer_profiles(model_fp, input_shape, batch, device_kind, hw_id);
+CREATE TABLE devices (
+  run_id        INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  device        TEXT NOT NULL,
+  role          TEXT NOT NULL,
+  hw_id         TEXT,
+  cpu_model     TEXT,
+  cores         INTEGER,
+  memory_bytes  INTEGER,
+  gpu           TEXT,
+  kernel        TEXT,
+  libtorch      TEXT,
+  agent_version TEXT,
+  PRIMARY KEY (run_id, device)
+);
+ALTER TABLE events ADD COLUMN device TEXT;
+ALTER TABLE events ADD COLUMN frame INTEGER;
+DROP TABLE summaries;
+CREATE TABLE summaries (
+  run_id           INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split            INTEGER NOT NULL,
+  frames           INTEGER NOT NULL,
+  failed           INTEGER NOT NULL DEFAULT 0,
+  warmup_frames    INTEGER NOT NULL DEFAULT 0,
+  flagged          INTEGER NOT NULL DEFAULT 0,
+  slow_frames      INTEGER NOT NULL DEFAULT 0,
+  throughput_fps   REAL,
+  mean_raw_bytes   REAL,
+  mean_wire_bytes  REAL,
+  mean_reply_bytes REAL,
+  PRIMARY KEY (run_id, split)
+);
+CREATE TABLE stage_stats (
+  run_id    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split     INTEGER NOT NULL,
+  field     TEXT NOT NULL,
+  median_ns REAL,
+  p95_ns    REAL,
+  mean_ns   REAL,
+  min_ns    REAL,
+  max_ns    REAL,
+  PRIMARY KEY (run_id, split, field)
+);
+)sql"},
+    {4, "link probes and the per-frame link estimate", R"sql(
+ALTER TABLE frames ADD COLUMN link_est_mbps REAL;
+CREATE TABLE probes (
+  id            INTEGER PRIMARY KEY,
+  run_id        INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  participant   TEXT,
+  start_ns      INTEGER,
+  trigger       TEXT,
+  cipher        TEXT,
+  rtt_n         INTEGER,
+  rtt_min_ns    INTEGER,
+  rtt_median_ns INTEGER,
+  rtt_p95_ns    INTEGER,
+  chunk_bytes   INTEGER,
+  window        INTEGER,
+  duration_ms   INTEGER,
+  up_bytes      INTEGER,
+  up_ns         INTEGER,
+  up_mbps       REAL,
+  down_bytes    INTEGER,
+  down_ns       INTEGER,
+  down_mbps     REAL
+);
+CREATE INDEX probes_by_run ON probes(run_id);
+)sql"},
+    {5, "emulated CPU limits in the hardware identity", R"sql(
+ALTER TABLE devices ADD COLUMN cpu_quota REAL;
+ALTER TABLE devices ADD COLUMN cpu_cores_limit INTEGER;
+)sql"},
+    {6, "link profiles: which link each run, frame and probe ran under and how it was shaped", R"sql(
+ALTER TABLE runs ADD COLUMN link TEXT;
+ALTER TABLE runs ADD COLUMN shaping TEXT;
+ALTER TABLE frames ADD COLUMN link TEXT;
+ALTER TABLE frames ADD COLUMN shaping TEXT;
+ALTER TABLE probes ADD COLUMN link TEXT;
+ALTER TABLE probes ADD COLUMN shaping TEXT;
+)sql"},
+    {7, "energy rows (meters, power and radio models) and their per-split statistics; frames.energy_j/energy_source, "
+        "reserved and never written, dropped", R"sql(
+CREATE TABLE energy (
+  id          INTEGER PRIMARY KEY,
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  device      TEXT,
+  participant TEXT,
+  side        TEXT,
+  stage       TEXT,
+  frame       INTEGER,
+  split       INTEGER,
+  layer_index INTEGER,
+  warmup      INTEGER,
+  source      TEXT,
+  joules      REAL,
+  net_joules  REAL,
+  idle_w      REAL,
+  window_ns   INTEGER,
+  reps        INTEGER,
+  cpu_ns      INTEGER,
+  flags       TEXT
+);
+CREATE INDEX energy_by_run ON energy(run_id);
+CREATE TABLE energy_stats (
+  run_id       INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split        INTEGER NOT NULL,
+  device       TEXT NOT NULL,
+  stage        TEXT NOT NULL,
+  source       TEXT NOT NULL,
+  n            INTEGER,
+  median_j     REAL,
+  p95_j        REAL,
+  median_net_j REAL,
+  p95_net_j    REAL,
+  PRIMARY KEY (run_id, split, device, stage, source)
+);
+ALTER TABLE frames DROP COLUMN energy_j;
+ALTER TABLE frames DROP COLUMN energy_source;
+)sql"},
+    {8, "plans: predicted latency, energy and throughput per split, and their validation against a run; mean layer time in profiles", R"sql(
+ALTER TABLE layer_profiles ADD COLUMN mean_ns INTEGER;
+CREATE TABLE plans (
+  id             INTEGER PRIMARY KEY,
+  created_at     TEXT NOT NULL,
+  basis_run      INTEGER REFERENCES runs(id) ON DELETE CASCADE,
+  model          TEXT,
+  input_shape    TEXT,
+  objective      TEXT,
+  link           TEXT,
+  link_source    TEXT,
+  up_mbps        REAL,
+  down_mbps      REAL,
+  rtt_ms         REAL,
+  overhead       TEXT,
+  energy_source  TEXT,
+  chosen         INTEGER,
+  chosen_codec   TEXT,
+  mape_pct       REAL,
+  measured_best  INTEGER,
+  miss_pct       REAL
+);
+CREATE TABLE plan_rows (
+  plan_id     INTEGER NOT NULL REFERENCES plans(id) ON DELETE CASCADE,
+  split       INTEGER NOT NULL,
+  codec       TEXT NOT NULL,
+  head_ms     REAL,
+  up_ms       REAL,
+  rtt_ms      REAL,
+  tail_ms     REAL,
+  down_ms     REAL,
+  other_ms    REAL,
+  latency_ms  REAL,
+  fps         REAL,
+  wire_bytes  REAL,
+  reply_bytes REAL,
+  bytes_from  TEXT,
+  energy_j    REAL,
+  feasible    INTEGER,
+  measured_ms REAL,
+  error_pct   REAL,
+  PRIMARY KEY (plan_id, split, codec)
+);
+)sql"},
+    {9, "split training: the run's layout, per-step and per-epoch measurements, checkpoints", R"sql(
+CREATE TABLE train_runs (
+  run_id       INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+  tag          TEXT NOT NULL,
+  resumed_from INTEGER,
+  resume_step  INTEGER,
+  cuts         TEXT,
+  optimizer    TEXT,
+  lr           REAL,
+  batch_size   INTEGER,
+  epochs       INTEGER,
+  owners       INTEGER,
+  export_path  TEXT
+);
+CREATE TABLE train_segments (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  segment     INTEGER NOT NULL,
+  first_layer INTEGER,
+  end_layer   INTEGER,
+  device      TEXT,
+  params      INTEGER,
+  PRIMARY KEY (run_id, segment)
+);
+CREATE TABLE train_steps (
+  run_id     INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  owner      INTEGER NOT NULL,
+  step       INTEGER NOT NULL,
+  epoch      INTEGER,
+  batch      INTEGER,
+  loss       REAL,
+  correct    INTEGER,
+  step_ns    INTEGER,
+  fwd_ns     INTEGER,
+  bwd_ns     INTEGER,
+  remote_ns  INTEGER,
+  srv_ns     INTEGER,
+  up_bytes   INTEGER,
+  down_bytes INTEGER,
+  up_raw     INTEGER,
+  down_raw   INTEGER,
+  PRIMARY KEY (run_id, owner, step)
+);
+CREATE TABLE train_epochs (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  owner       INTEGER NOT NULL,
+  epoch       INTEGER NOT NULL,
+  step        INTEGER,
+  train_loss  REAL,
+  train_acc   REAL,
+  test_loss   REAL,
+  test_acc    REAL,
+  test_top5   REAL,
+  test_n      INTEGER,
+  test_source TEXT,
+  epoch_ns    INTEGER,
+  eval_ns     INTEGER,
+  up_bytes    INTEGER,
+  down_bytes  INTEGER,
+  PRIMARY KEY (run_id, owner, epoch)
+);
+CREATE TABLE train_checkpoints (
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  owner  INTEGER NOT NULL,
+  step   INTEGER NOT NULL,
+  epoch  INTEGER,
+  dir    TEXT,
+  at     TEXT,
+  PRIMARY KEY (run_id, owner, step)
+);
+)sql"},
+    {10, "top-1/top-5 accuracy, frame_topk, stored outputs", R"sql(
+ALTER TABLE frames ADD COLUMN top5_correct INTEGER;
+CREATE TABLE frame_topk (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  participant TEXT NOT NULL,
+  frame       INTEGER NOT NULL,
+  pos         INTEGER NOT NULL,
+  sample      INTEGER NOT NULL,
+  rank        INTEGER NOT NULL CHECK (rank >= 1),
+  class_index INTEGER NOT NULL,
+  class_name  TEXT NOT NULL DEFAULT '',
+  prob        REAL NOT NULL,
+  PRIMARY KEY (run_id, participant, frame, pos, rank)
+);
+ALTER TABLE summaries ADD COLUMN labelled INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE summaries ADD COLUMN top1_correct INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE summaries ADD COLUMN top5_correct INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE summaries ADD COLUMN top1_acc REAL;
+ALTER TABLE summaries ADD COLUMN top5_acc REAL;
+CREATE TABLE accuracy (
+  run_id       INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split        INTEGER NOT NULL,
+  codec        TEXT NOT NULL,
+  labelled     INTEGER NOT NULL,
+  top1_correct INTEGER NOT NULL,
+  top5_correct INTEGER NOT NULL,
+  top1_acc     REAL,
+  top5_acc     REAL,
+  PRIMARY KEY (run_id, split, codec)
+);
+CREATE TABLE outputs (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  participant TEXT NOT NULL,
+  split       INTEGER NOT NULL,
+  codec       TEXT NOT NULL,
+  path        TEXT NOT NULL,
+  dtype       TEXT NOT NULL,
+  shape       TEXT NOT NULL,
+  frames      INTEGER NOT NULL,
+  first_frame INTEGER NOT NULL,
+  last_frame  INTEGER NOT NULL,
+  sha256      TEXT NOT NULL,
+  source      TEXT NOT NULL,
+  PRIMARY KEY (run_id, participant, split, codec)
+);
+)sql"},
+};
+
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
+              "kSchemaVersion must equal the number of migrations");
+
+// ---------------------------------------------------------------------------
+// A prepared statement with RAII finalize.
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &st_, nullptr); }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  bool prepared() const { return rc_ == SQLITE_OK && st_; }
+
+  void bind(int i, int64_t v) { sqlite3_bind_int64(st_, i, v); }
+  void bind(int i, int v) { sqlite3_bind_int64(st_, i, v); }
+  void bind(int i, double v) { sqlite3_bind_double(st_, i, v); }
+  void bind(int i, std::string_view s) {
+    sqlite3_bind_text(st_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void bind_null(int i) { sqlite3_bind_null(st_, i); }
+  // Empty text binds NULL.
+  void bind_text_or_null(int i, std::string_view s) {
+    if (s.empty())
+      bind_null(i);
+    else
+      bind(i, s);
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int step() { return sqlite3_step(st_); }
+  void reset() {
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+  }
+  int64_t i64(int c) const { return sqlite3_column_int64(st_, c); }
+  double dbl(int c) const { return sqlite3_column_double(st_, c); }
+  bool is_null(int c) const { return sqlite3_column_type(st_, c) == SQLITE_NULL; }
+  std::string text(int c) const {
+    const unsigned char* p = sqlite3_column_text(st_, c);
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(st_, c)) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* st_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+// Field values to and from statement columns (record_fields.def kinds).
+// Text "" is stored as NULL and read back as "".
+void bind_value(Stmt& q, int i, int64_t v) { q.bind(i, v); }
+void bind_value(Stmt& q, int i, const std::optional<int64_t>& v) {
+  if (v) q.bind(i, *v);
+  else q.bind_null(i);
+}
+void bind_value(Stmt& q, int i, const std::string& v) { q.bind_text_or_null(i, v); }
+void bind_value(Stmt& q, int i, const std::optional<double>& v) {
+  if (v) q.bind(i, *v);
+  else q.bind_null(i);
+}
+void read_value(const Stmt& q, int c, int64_t& v) { v = q.i64(c); }
+void read_value(const Stmt& q, int c, std::optional<int64_t>& v) {
+  if (q.is_null(c)) v.reset();
+  else v = q.i64(c);
+}
+void read_value(const Stmt& q, int c, std::string& v) { v = q.text(c); }
+void read_value(const Stmt& q, int c, std::optional<double>& v) {
+  if (q.is_null(c)) v.reset();
+  else v = q.dbl(c);
+}
+
+std::string field_list(const std::vector<agent::FieldInfo>& fields) {
+  std::string s;
+  for (const auto& f : fields) s += std::string(", ") + f.name;
+  return s;
+}
+std::string placeholders(size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += i ? ", ?" : "?";
+  return s;
+}
+
+Error db_error(sqlite3* db, const std::string& path, const std::string& what) {
+  const int code = db ? sqlite3_errcode(db) : SQLITE_ERROR;
+  std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+  if (code == SQLITE_NOTADB)
+    return make_error(
+        Errc::io,
+        fmt::format("{}: not an SQLite database ({}); expected a tracr results database", path, msg));
+  return make_error(Errc::io, fmt::format("{}: sqlite: {} ({})", path, msg, what));
+}
+
+Status exec(sqlite3* db, const std::string& path, const char* sql, const char* what) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string m = err ? err : "unknown error";
+    sqlite3_free(err);
+    Error e = db_error(db, path, what);
+    if (e.message.find(m) == std::string::npos) e.message += ": " + m;
+    return e;
+  }
+  return {};
+}
+
+// Rolls back unless committed.
+class Transaction {
+ public:
+  Transaction(sqlite3* db, const std::string& path) : db_(db), path_(path) {}
+  Status begin() {
+    TRACR_TRY(exec(db_, path_, "BEGIN IMMEDIATE", "begin transaction"));
+    open_ = true;
+    return {};
+  }
+  Status commit() {
+    TRACR_TRY(exec(db_, path_, "COMMIT", "commit"));
+    open_ = false;
+    return {};
+  }
+  ~Transaction() {
+    if (open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+
+ private:
+  sqlite3* db_;
+  const std::string& path_;
+  bool open_ = false;
+};
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+
+}  // namespace
+
+void ResultsDb::Closer::operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+
+ResultsDb::ResultsDb(ResultsDb&&) noexcept = default;
+ResultsDb& ResultsDb::operator=(ResultsDb&&) noexcept = default;
+ResultsDb::~ResultsDb() = default;
+
+Result<ResultsDb> ResultsDb::open(const std::string& path) { return open_impl(path, kSchemaVersion, true); }
+
+Result<ResultsDb> ResultsDb::open_readonly(const std::string& path) {
+  std::error_code ec;
+  if (path.empty()) return make_error(Errc::invalid_argument, "results database path is empty");
+  if (!fs::exists(path, ec))
+    return make_error(Errc::not_found, fmt::format("{}: no such results database (check --db or $TRACR_OUTPUT)", path));
+  if (fs::is_directory(path, ec))
+    return make_error(Errc::io, fmt::format("{}: is a directory; expected a database file", path));
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr);
+  ResultsDb db;
+  db.db_.reset(raw);
+  db.path_ = path;
+  db.read_only_ = true;
+  if (rc != SQLITE_OK) return db_error(raw, path, "open read-only");
+  sqlite3_busy_timeout(raw, 5000);
+  int version = 0;
+  {
+    Stmt q(raw, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+    if (!q.prepared()) {
+      Stmt probe(raw, "SELECT COUNT(*) FROM sqlite_master");
+      if (!probe.prepared() || probe.step() != SQLITE_ROW) return db_error(raw, path, "read schema");
+      return make_error(Errc::config, fmt::format("{}: not a tracr results database (no schema_migrations table)", path));
+    }
+    if (q.step() != SQLITE_ROW) return db_error(raw, path, "read schema version");
+    version = static_cast<int>(q.i64(0));
+  }
+  if (version > kSchemaVersion)
+    return make_error(Errc::config, fmt::format("{}: database schema version {} is newer than this build supports ({})",
+                                                path, version, kSchemaVersion));
+  if (version < kSchemaVersion)
+    return make_error(Errc::config,
+                      fmt::format("{}: written by an older tracr (schema {}, this build reads {}); upgrade it once with "
+                                  "`tracrctl results migrate --db {}`",
+                                  path, version, kSchemaVersion, path));
+  // Runs whose controller is gone are shown as interrupted (the next
+  // read-write open records it); nothing is written here.
+  auto dead = db.find_dead_runs();
+  if (!dead) return dead.error();
+  for (auto& [id, why] : *dead) db.dead_[id] = why;
+  return db;
+}
+
+std::string failure_note_path(const std::string& db_path, int64_t run_id) {
+  return fmt::format("{}.run{}.error", db_path, run_id);
+}
+
+Result<ResultsDb> ResultsDb::open_at_version(const std::string& path, int version) {
+  if (version < 0 || version > kSchemaVersion)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("schema version {} out of range; expected 0..{}", version, kSchemaVersion));
+  return open_impl(path, version, false);
+}
+
+Result<ResultsDb> ResultsDb::open_impl(const std::string& path, int version, bool sweep) {
+  if (path.empty()) return make_error(Errc::invalid_argument, "results database path is empty");
+  std::error_code ec;
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::exists(parent, ec)) {
+    fs::create_directories(parent, ec);
+    if (ec)
+      return make_error(
+          Errc::io, fmt::format("{}: cannot create directory {}: {}", path, parent.string(), ec.message()));
+  }
+  if (fs::is_directory(path, ec))
+    return make_error(Errc::io, fmt::format("{}: is a directory; expected a database file", path));
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  ResultsDb db;
+  db.db_.reset(raw);
+  db.path_ = path;
+  if (rc != SQLITE_OK) return db_error(raw, path, "open");
+  sqlite3_extended_result_codes(raw, 0);
+  // busy_timeout first so that the WAL switch waits for other writers.
+  sqlite3_busy_timeout(raw, 5000);
+  {
+    Stmt q(raw, "PRAGMA journal_mode=WAL");
+    if (!q.prepared()) return db_error(raw, path, "enable WAL");
+    if (q.step() != SQLITE_ROW) return db_error(raw, path, "enable WAL");
+  }
+  TRACR_TRY(exec(raw, path, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;", "pragmas"));
+  TRACR_TRY(db.migrate(version));
+  if (sweep) TRACR_TRY(db.sweep_interrupted());
+  return db;
+}
+
+Result<int> ResultsDb::schema_version() {
+  Stmt q(db_.get(), "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
+  if (!q.prepared() || q.step() != SQLITE_ROW) return db_error(db_.get(), path_, "read schema version");
+  return static_cast<int>(q.i64(0));
+}
+
+Status ResultsDb::migrate(int target) {
+  sqlite3* db = db_.get();
+  TRACR_TRY(exec(db, path_,
+                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                 " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+                 "create schema_migrations"));
+  auto current = schema_version();
+  if (!current) return current.error();
+  if (*current > kSchemaVersion)
+    return make_error(Errc::config,
+                      fmt::format("{}: database schema version {} is newer than this build supports ({}); "
+                                  "expected a database written by this or an older tracr",
+                                  path_, *current, kSchemaVersion));
+  for (const auto& m : kMigrations) {
+    if (m.version <= *current || m.version > target) continue;
+    Transaction tx(db, path_);
+    TRACR_TRY(tx.begin());
+    // Re-check inside the write lock: another process may have migrated.
+    auto again = schema_version();
+    if (!again) return again.error();
+    if (*again >= m.version) continue;
+    TRACR_TRY(exec(db, path_, m.sql, (std::string("migration ") + m.name).c_str()));
+    Stmt ins(db, "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)");
+    ins.bind(1, m.version);
+    ins.bind(2, std::string_view(m.name));
+    ins.bind(3, std::string_view(utc_now_iso()));
+    if (ins.step() != SQLITE_DONE) return db_error(db, path_, "record migration");
+    TRACR_TRY(exec(db, path_, fmt::format("PRAGMA user_version={}", m.version).c_str(), "user_version"));
+    TRACR_TRY(tx.commit());
+  }
+  return {};
+}
+
+Result<std::vector<std::pair<int64_t, std::string>>> ResultsDb::find_dead_runs() {
+  sqlite3* db = db_.get();
+  const std::string host = host_name();
+  std::vector<std::pair<int64_t, std::string>> dead;
+  Stmt q(db,
+         "SELECT id, controller_host, controller_pid, COALESCE(controller_start, 0) FROM runs "
+         "WHERE status = 'running'");
+  if (!q.prepared()) return db_error(db, path_, "find running runs");
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    if (q.text(1) != host) continue;  // another host's controller: cannot tell
+    const int64_t pid = q.i64(2);
+    if (!process_alive(pid, q.i64(3))) {
+      std::string why = fmt::format("controller process {} on {} ended without finishing the run", pid, host);
+      // A controller that could not write its database left the cause beside it.
+      std::ifstream note(failure_note_path(path_, q.i64(0)));
+      std::string cause((std::istreambuf_iterator<char>(note)), std::istreambuf_iterator<char>());
+      while (!cause.empty() && (cause.back() == '\n' || cause.back() == ' ')) cause.pop_back();
+      if (!cause.empty()) why += ": " + cause;
+      dead.emplace_back(q.i64(0), why);
+    }
+  }
+  if (rc != SQLITE_DONE) return db_error(db, path_, "find running runs");
+  return dead;
+}
+
+Status ResultsDb::sweep_interrupted() {
+  sqlite3* db = db_.get();
+  auto found = find_dead_runs();
+  if (!found) return found.error();
+  const auto& dead = *found;
+  for (const auto& [id, why] : dead) {
+    {
+      Transaction tx(db, path_);
+      TRACR_TRY(tx.begin());
+      Stmt u(db,
+             "UPDATE runs SET status = 'interrupted', ended_at = ?, error = ? "
+             "WHERE id = ? AND status = 'running'");
+      u.bind(1, std::string_view(utc_now_iso()));
+      u.bind(2, std::string_view(why));
+      u.bind(3, id);
+      if (u.step() != SQLITE_DONE) return db_error(db, path_, "mark run interrupted");
+      if (sqlite3_changes(db) == 0) continue;  // someone else got there first
+      Stmt e(db,
+             "INSERT INTO events(run_id, ts, level, kind, message) VALUES (?, ?, 'error', 'run_interrupted', "
+             "?)");
+      e.bind(1, id);
+      e.bind(2, std::string_view(utc_now_iso()));
+      e.bind(3, std::string_view(why));
+      if (e.step() != SQLITE_DONE) return db_error(db, path_, "record run_interrupted");
+      TRACR_TRY(tx.commit());
+    }
+    interrupted_.push_back(id);
+    std::error_code ec;
+    fs::remove(failure_note_path(path_, id), ec);
+    auto s = compute_summaries(id);
+    if (!s) return s.error();
+  }
+  return {};
+}
+
+Result<int64_t> ResultsDb::begin_run(const RunInfo& info) {
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  Stmt q(db,
+         "INSERT INTO runs(name, status, started_at, config_yaml, tracr_version, protocol_version, model, "
+         "codec, "
+         "cipher, devices_json, controller_host, controller_pid, controller_start, link, shaping) "
+         "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!q.prepared()) return db_error(db, path_, "insert run");
+  const std::string now = utc_now_iso();
+  q.bind(1, std::string_view(info.name));
+  q.bind(2, std::string_view(now));
+  q.bind(3, std::string_view(info.config_yaml));
+  q.bind(4, std::string_view(info.tracr_version));
+  q.bind(5, info.protocol_version);
+  q.bind(6, std::string_view(info.model));
+  q.bind(7, std::string_view(info.codec));
+  q.bind(8, std::string_view(info.cipher));
+  q.bind(9, std::string_view(info.devices_json.empty() ? "{}" : info.devices_json));
+  q.bind(10, std::string_view(host_name()));
+  q.bind(11, static_cast<int64_t>(getpid()));
+  q.bind(12, self_start_ticks());
+  q.bind_text_or_null(13, info.link);
+  q.bind_text_or_null(14, info.shaping);
+  if (q.step() != SQLITE_DONE) return db_error(db, path_, "insert run");
+  const int64_t id = sqlite3_last_insert_rowid(db);
+  Stmt e(db, "INSERT INTO events(run_id, ts, level, kind, message) VALUES (?, ?, 'info', 'run_started', ?)");
+  e.bind(1, id);
+  e.bind(2, std::string_view(now));
+  e.bind(3, std::string_view(fmt::format("run '{}' started: model {}, codec {}, cipher {}", info.name,
+                                         info.model, info.codec, info.cipher)));
+  if (e.step() != SQLITE_DONE) return db_error(db, path_, "record run_started");
+  TRACR_TRY(tx.commit());
+  return id;
+}
+
+Status ResultsDb::add_frames(const std::vector<FrameRecord>& frames) {
+  if (frames.empty()) return {};
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  const auto& fields = agent::frame_fields();
+  static const std::string sql = "INSERT INTO frames(run_id, participant, link, shaping" + field_list(fields) +
+                                 ", legacy_transfer_ns) VALUES (" + placeholders(fields.size() + 5) + ")";
+  Stmt q(db, sql.c_str());
+  if (!q.prepared()) return db_error(db, path_, "insert frames");
+  Stmt tk(db,
+          "INSERT OR REPLACE INTO frame_topk(run_id, participant, frame, pos, sample, rank, class_index, class_name, "
+          "prob) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!tk.prepared()) return db_error(db, path_, "insert frame_topk");
+  for (const auto& f : frames) {
+    for (const auto& t : f.topk) {
+      tk.bind(1, f.run_id);
+      tk.bind(2, std::string_view(f.participant));
+      tk.bind(3, f.frame);
+      tk.bind(4, t.pos);
+      tk.bind(5, f.sample + t.pos);
+      tk.bind(6, t.rank);
+      tk.bind(7, t.class_index);
+      tk.bind(8, std::string_view(t.class_name));
+      tk.bind(9, t.prob);
+      if (tk.step() != SQLITE_DONE)
+        return db_error(db, path_, fmt::format("insert frame_topk of frame {} of run {}", f.frame, f.run_id));
+      tk.reset();
+    }
+    q.bind(1, f.run_id);
+    q.bind_text_or_null(2, f.participant);
+    q.bind_text_or_null(3, f.link);
+    q.bind_text_or_null(4, f.shaping);
+    int i = 5;
+    agent::visit_frame(f, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+    bind_value(q, i, f.legacy_transfer_ns);
+    if (q.step() != SQLITE_DONE)
+      return db_error(db, path_,
+                      fmt::format("insert frame {} of run {} split {} sample {}", f.frame, f.run_id, f.split, f.sample));
+    q.reset();
+  }
+  return tx.commit();
+}
+
+Status ResultsDb::add_layer_profiles(const std::vector<LayerProfileRecord>& layers) {
+  if (layers.empty()) return {};
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  const auto& fields = agent::profile_fields();
+  static const std::string sql = "INSERT OR REPLACE INTO layer_profiles(run_id, device, device_role" +
+                                 field_list(fields) + ") VALUES (" + placeholders(fields.size() + 3) + ")";
+  Stmt q(db, sql.c_str());
+  if (!q.prepared()) return db_error(db, path_, "insert layer profiles");
+  for (const auto& l : layers) {
+    q.bind(1, l.run_id);
+    q.bind(2, std::string_view(l.device));
+    q.bind(3, std::string_view(l.device_role));
+    int i = 4;
+    agent::visit_profile(l, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+    if (q.step() != SQLITE_DONE)
+      return db_error(db, path_, fmt::format("insert layer profile {} of {}", l.layer_index, l.device));
+    q.reset();
+  }
+  return tx.commit();
+}
+
+Status ResultsDb::add_device(const DeviceRecord& d) {
+  const auto& fields = agent::hw_fields();
+  static const std::string sql = "INSERT OR REPLACE INTO devices(run_id, device, role" + field_list(fields) +
+                                 ") VALUES (" + placeholders(fields.size() + 3) + ")";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "insert device");
+  q.bind(1, d.run_id);
+  q.bind(2, std::string_view(d.device));
+  q.bind(3, std::string_view(d.role));
+  int i = 4;
+  agent::visit_hw(d, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+  if (q.step() != SQLITE_DONE) return db_error(db_.get(), path_, "insert device " + d.device);
+  return {};
+}
+
+Status ResultsDb::add_event(int64_t run_id, std::string_view level, std::string_view kind,
+                            std::string_view message, std::string_view device, std::optional<int64_t> frame) {
+  if (level != "debug" && level != "info" && level != "warn" && level != "error")
+    return make_error(Errc::invalid_argument,
+                      fmt::format("event level '{}': expected debug, info, warn or error", level));
+  Stmt q(db_.get(), "INSERT INTO events(run_id, ts, level, kind, message, device, frame) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  if (!q.prepared()) return db_error(db_.get(), path_, "insert event");
+  if (run_id > 0)
+    q.bind(1, run_id);
+  else
+    q.bind_null(1);
+  q.bind(2, std::string_view(utc_now_iso()));
+  q.bind(3, level);
+  q.bind(4, kind);
+  q.bind(5, message);
+  q.bind_text_or_null(6, device);
+  bind_value(q, 7, frame);
+  if (q.step() != SQLITE_DONE) return db_error(db_.get(), path_, fmt::format("insert event {}", kind));
+  return {};
+}
+
+Status ResultsDb::finish_run(int64_t run_id, RunStatus status, const std::string& error) {
+  sqlite3* db = db_.get();
+  {
+    Transaction tx(db, path_);
+    TRACR_TRY(tx.begin());
+    Stmt q(db, "UPDATE runs SET status = ?, ended_at = ?, error = ? WHERE id = ?");
+    q.bind(1, run_status_name(status));
+    q.bind(2, std::string_view(utc_now_iso()));
+    q.bind_text_or_null(3, error);
+    q.bind(4, run_id);
+    if (q.step() != SQLITE_DONE) return db_error(db, path_, "finish run");
+    if (sqlite3_changes(db) == 0)
+      return make_error(Errc::not_found, fmt::format("{}: no run with id {}", path_, run_id));
+    Stmt e(db, "INSERT INTO events(run_id, ts, level, kind, message) VALUES (?, ?, ?, 'run_finished', ?)");
+    e.bind(1, run_id);
+    e.bind(2, std::string_view(utc_now_iso()));
+    e.bind(3, std::string_view(status == RunStatus::completed ? "info" : "error"));
+    e.bind(4, std::string_view(error.empty() ? std::string(run_status_name(status))
+                                             : std::string(run_status_name(status)) + ": " + error));
+    if (e.step() != SQLITE_DONE) return db_error(db, path_, "record run_finished");
+    TRACR_TRY(tx.commit());
+  }
+  auto s = compute_summaries(run_id);
+  if (!s) return s.error();
+  return {};
+}
+
+const StageStats& SplitSummary::stage(const std::string& field) const {
+  static const StageStats none;
+  auto it = stages.find(field);
+  return it == stages.end() ? none : it->second;
+}
+
+Result<std::vector<SplitSummary>> ResultsDb::compute_summaries(int64_t run_id) {
+  sqlite3* db = db_.get();
+  std::vector<std::string> fields;
+  for (const auto& f : agent::frame_fields())
+    if (f.summarise) fields.push_back(f.name);
+  struct Span {
+    int64_t first = INT64_MAX, last = INT64_MIN, n = 0;
+  };
+  struct Acc {
+    int64_t ok = 0, failed = 0, warmup = 0, flagged = 0;
+    std::vector<std::vector<int64_t>> values;
+    std::vector<std::pair<int64_t, std::pair<std::string, int64_t>>> totals;  // total_ns, (participant, frame)
+    std::map<std::string, Span> spans;                                       // per participant
+    long double raw = 0, wire = 0, reply = 0;
+  };
+  std::map<int, Acc> by_split;
+  std::map<std::pair<int, std::string>, AccuracyRow> by_codec;  // labelled frames per (split, codec)
+  {
+    std::string cols;
+    for (const auto& f : fields) cols += ", " + f;  // NULL in rows written before the column existed
+    const std::string sql =
+        "SELECT split, ok, warmup, COALESCE(flags, ''), COALESCE(participant, ''), COALESCE(frame, -1), start_ns, end_ns, "
+        "raw_bytes, wire_bytes, COALESCE(reply_bytes, 0), COALESCE(correct, -1), COALESCE(top5_correct, -1), batch, "
+        "codec" +
+        cols + " FROM frames WHERE run_id = ? ORDER BY id";
+    Stmt q(db, sql.c_str());
+    if (!q.prepared()) return db_error(db, path_, "read frames");
+    q.bind(1, run_id);
+    int rc;
+    const size_t total_idx = std::find(fields.begin(), fields.end(), "total_ns") - fields.begin();
+    while ((rc = q.step()) == SQLITE_ROW) {
+      Acc& a = by_split[static_cast<int>(q.i64(0))];
+      if (a.values.empty()) a.values.resize(fields.size());
+      if (q.i64(2)) {
+        ++a.warmup;
+        continue;
+      }
+      if (!q.i64(1)) {
+        ++a.failed;
+        continue;
+      }
+      ++a.ok;
+      if (!q.text(3).empty()) ++a.flagged;
+      if (q.i64(11) >= 0) {  // labels the model's classes cover (top5_correct is -1 in rows before schema 10)
+        AccuracyRow& ac = by_codec[{static_cast<int>(q.i64(0)), q.text(14)}];
+        ac.labelled += q.i64(13);
+        ac.top1_correct += q.i64(11);
+        ac.top5_correct += std::max<int64_t>(q.i64(12), 0);
+        if (q.i64(12) < 0) ac.top5_known = false;
+      }
+      constexpr int kF = 15;  // first summarised field's column
+      for (size_t i = 0; i < fields.size(); ++i)
+        if (!q.is_null(kF + static_cast<int>(i))) a.values[i].push_back(q.i64(kF + static_cast<int>(i)));
+      if (total_idx < fields.size())
+        a.totals.push_back({q.i64(kF + static_cast<int>(total_idx)), {q.text(4), q.i64(5)}});
+      if (!q.is_null(6) && !q.is_null(7)) {
+        Span& sp = a.spans[q.text(4)];
+        sp.first = std::min(sp.first, q.i64(6));
+        sp.last = std::max(sp.last, q.i64(7));
+        sp.n++;
+      }
+      a.raw += q.i64(8);
+      a.wire += q.i64(9);
+      a.reply += q.i64(10);
+    }
+    if (rc != SQLITE_DONE) return db_error(db, path_, "read frames");
+  }
+  std::vector<SplitSummary> out;
+  std::vector<EventRecord> slow;
+  for (auto& [split, a] : by_split) {
+    SplitSummary s;
+    s.split = split;
+    s.frames = a.ok;
+    s.failed = a.failed;
+    s.warmup_frames = a.warmup;
+    s.flagged = a.flagged;
+    for (auto& [key, ac] : by_codec)
+      if (key.first == split) {
+        ac.run_id = run_id;
+        ac.split = split;
+        ac.codec = key.second;
+        s.labelled += ac.labelled;
+        s.top1_correct += ac.top1_correct;
+        s.top5_correct += ac.top5_correct;
+        s.codecs.push_back(ac);
+      }
+    for (size_t i = 0; i < fields.size() && s.frames > 0; ++i) {
+      auto& v = a.values[i];
+      if (v.empty()) continue;  // a column this run's rows do not have
+      StageStats st;
+      long double sum = 0;
+      for (auto x : v) sum += x;
+      st.mean_ns = static_cast<double>(sum / static_cast<long double>(v.size()));
+      st.median_ns = median_of(v);  // sorts v
+      st.p95_ns = p95_of(v);
+      st.min_ns = static_cast<double>(v.front());
+      st.max_ns = static_cast<double>(v.back());
+      s.stages[fields[i]] = st;
+    }
+    for (const auto& [who, sp] : a.spans)
+      if (sp.n > 0 && sp.last > sp.first) s.throughput_fps += static_cast<double>(sp.n) * 1e9 / static_cast<double>(sp.last - sp.first);
+    if (s.frames > 0) {
+      s.mean_raw_bytes = static_cast<double>(a.raw / s.frames);
+      s.mean_wire_bytes = static_cast<double>(a.wire / s.frames);
+      s.mean_reply_bytes = static_cast<double>(a.reply / s.frames);
+      const double med = s.stage("total_ns").median_ns;
+      for (const auto& [total, who] : a.totals)
+        if (med > 0 && static_cast<double>(total) > 10.0 * med) {
+          ++s.slow_frames;
+          EventRecord e;
+          e.run_id = run_id;
+          e.level = "warn";
+          e.kind = "slow_frame";
+          e.device = who.first;
+          if (who.second >= 0) e.frame = who.second;
+          e.message = fmt::format("frame {} at split {}: total {:.3f} ms, {:.1f}x the split's median {:.3f} ms",
+                                  who.second, split, total / 1e6, total / med, med / 1e6);
+          slow.push_back(std::move(e));
+        }
+    }
+    out.push_back(s);
+  }
+  if (!read_only_) TRACR_TRY(store_summaries(run_id, out, slow));
+  return out;
+}
+
+Status ResultsDb::store_summaries(int64_t run_id, const std::vector<SplitSummary>& out,
+                                  const std::vector<EventRecord>& slow) {
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  for (const char* sql : {"DELETE FROM summaries WHERE run_id = ?", "DELETE FROM stage_stats WHERE run_id = ?",
+                          "DELETE FROM accuracy WHERE run_id = ?",
+                          "DELETE FROM events WHERE run_id = ? AND kind = 'slow_frame'"}) {
+    Stmt d(db, sql);
+    d.bind(1, run_id);
+    if (d.step() != SQLITE_DONE) return db_error(db, path_, "replace summaries");
+  }
+  Stmt ins(db,
+           "INSERT INTO summaries(run_id, split, frames, failed, warmup_frames, flagged, slow_frames, throughput_fps, "
+           "mean_raw_bytes, mean_wire_bytes, mean_reply_bytes, labelled, top1_correct, top5_correct, top1_acc, "
+           "top5_acc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Stmt acc(db,
+           "INSERT INTO accuracy(run_id, split, codec, labelled, top1_correct, top5_correct, top1_acc, top5_acc) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!acc.prepared()) return db_error(db, path_, "insert accuracy");
+  auto ratio = [](int64_t hit, int64_t n) { return n > 0 ? std::optional<double>(double(hit) / double(n)) : std::nullopt; };
+  Stmt st(db,
+          "INSERT INTO stage_stats(run_id, split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!ins.prepared() || !st.prepared()) return db_error(db, path_, "insert summaries");
+  for (const auto& s : out) {
+    ins.bind(1, run_id);
+    ins.bind(2, s.split);
+    ins.bind(3, s.frames);
+    ins.bind(4, s.failed);
+    ins.bind(5, s.warmup_frames);
+    ins.bind(6, s.flagged);
+    ins.bind(7, s.slow_frames);
+    ins.bind(8, s.throughput_fps);
+    ins.bind(9, s.mean_raw_bytes);
+    ins.bind(10, s.mean_wire_bytes);
+    ins.bind(11, s.mean_reply_bytes);
+    ins.bind(12, s.labelled);
+    ins.bind(13, s.top1_correct);
+    ins.bind(14, s.top5_correct);
+    bind_value(ins, 15, ratio(s.top1_correct, s.labelled));
+    bool top5_known = true;
+    for (const auto& c : s.codecs) top5_known = top5_known && c.top5_known;
+    bind_value(ins, 16, top5_known ? ratio(s.top5_correct, s.labelled) : std::nullopt);
+    if (ins.step() != SQLITE_DONE) return db_error(db, path_, "insert summaries");
+    ins.reset();
+    for (const auto& c : s.codecs) {
+      acc.bind(1, run_id);
+      acc.bind(2, s.split);
+      acc.bind(3, std::string_view(c.codec));
+      acc.bind(4, c.labelled);
+      acc.bind(5, c.top1_correct);
+      acc.bind(6, c.top5_correct);
+      bind_value(acc, 7, ratio(c.top1_correct, c.labelled));
+      bind_value(acc, 8, c.top5_known ? ratio(c.top5_correct, c.labelled) : std::nullopt);
+      if (acc.step() != SQLITE_DONE) return db_error(db, path_, "insert accuracy");
+      acc.reset();
+    }
+    for (const auto& [field, v] : s.stages) {
+      st.bind(1, run_id);
+      st.bind(2, s.split);
+      st.bind(3, std::string_view(field));
+      st.bind(4, v.median_ns);
+      st.bind(5, v.p95_ns);
+      st.bind(6, v.mean_ns);
+      st.bind(7, v.min_ns);
+      st.bind(8, v.max_ns);
+      if (st.step() != SQLITE_DONE) return db_error(db, path_, "insert stage stats");
+      st.reset();
+    }
+  }
+  // Energy per split, device, stage and source.
+  {
+    auto estats = energy_stats(run_id);
+    if (!estats) return std::move(estats.error());
+    Stmt d(db, "DELETE FROM energy_stats WHERE run_id = ?");
+    d.bind(1, run_id);
+    if (d.step() != SQLITE_DONE) return db_error(db, path_, "replace energy_stats");
+    Stmt es(db,
+            "INSERT INTO energy_stats(run_id, split, device, stage, source, n, median_j, p95_j, median_net_j, "
+            "p95_net_j) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    if (!es.prepared()) return db_error(db, path_, "insert energy_stats");
+    for (const auto& e : *estats) {
+      es.bind(1, run_id);
+      es.bind(2, e.split);
+      es.bind(3, std::string_view(e.device));
+      es.bind(4, std::string_view(e.stage));
+      es.bind(5, std::string_view(e.source));
+      es.bind(6, e.n);
+      bind_value(es, 7, e.median_j);
+      bind_value(es, 8, e.p95_j);
+      bind_value(es, 9, e.median_net_j);
+      bind_value(es, 10, e.p95_net_j);
+      if (es.step() != SQLITE_DONE) return db_error(db, path_, "insert energy_stats");
+      es.reset();
+    }
+  }
+  Stmt ev(db, "INSERT INTO events(run_id, ts, level, kind, message, device, frame) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  for (const auto& e : slow) {
+    ev.bind(1, run_id);
+    ev.bind(2, std::string_view(utc_now_iso()));
+    ev.bind(3, std::string_view(e.level));
+    ev.bind(4, std::string_view(e.kind));
+    ev.bind(5, std::string_view(e.message));
+    ev.bind_text_or_null(6, e.device);
+    bind_value(ev, 7, e.frame);
+    if (ev.step() != SQLITE_DONE) return db_error(db, path_, "record slow_frame");
+    ev.reset();
+  }
+  return tx.commit();
+}
+
+Result<std::vector<SplitSummary>> ResultsDb::split_table(int64_t run_id) {
+  auto run = get_run(run_id);
+  if (!run) return run.error();
+  if (run->status == RunStatus::running) return compute_summaries(run_id);
+  std::map<int, SplitSummary> by_split;
+  {
+    Stmt q(db_.get(),
+           "SELECT split, frames, failed, warmup_frames, flagged, slow_frames, COALESCE(throughput_fps, 0), "
+           "COALESCE(mean_raw_bytes, 0), COALESCE(mean_wire_bytes, 0), COALESCE(mean_reply_bytes, 0), labelled, "
+           "top1_correct, top5_correct FROM summaries WHERE run_id = ? ORDER BY split");
+    if (!q.prepared()) return db_error(db_.get(), path_, "read summaries");
+    q.bind(1, run_id);
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      SplitSummary s;
+      s.split = static_cast<int>(q.i64(0));
+      s.frames = q.i64(1);
+      s.failed = q.i64(2);
+      s.warmup_frames = q.i64(3);
+      s.flagged = q.i64(4);
+      s.slow_frames = q.i64(5);
+      s.throughput_fps = q.dbl(6);
+      s.mean_raw_bytes = q.dbl(7);
+      s.mean_wire_bytes = q.dbl(8);
+      s.mean_reply_bytes = q.dbl(9);
+      s.labelled = q.i64(10);
+      s.top1_correct = q.i64(11);
+      s.top5_correct = q.i64(12);
+      by_split[s.split] = s;
+    }
+    if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read summaries");
+  }
+  if (by_split.empty() && run->frame_count > 0) return compute_summaries(run_id);
+  {
+    Stmt q(db_.get(),
+           "SELECT split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns FROM stage_stats WHERE run_id = ?");
+    if (!q.prepared()) return db_error(db_.get(), path_, "read stage stats");
+    q.bind(1, run_id);
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      auto it = by_split.find(static_cast<int>(q.i64(0)));
+      if (it == by_split.end()) continue;
+      it->second.stages[q.text(1)] = StageStats{q.dbl(2), q.dbl(3), q.dbl(4), q.dbl(5), q.dbl(6)};
+    }
+    if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read stage stats");
+  }
+  {
+    Stmt q(db_.get(),
+           "SELECT split, codec, labelled, top1_correct, top5_correct, top5_acc IS NOT NULL OR labelled = 0 "
+           "FROM accuracy WHERE run_id = ? ORDER BY split, codec");
+    if (!q.prepared()) return db_error(db_.get(), path_, "read accuracy");
+    q.bind(1, run_id);
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      auto it = by_split.find(static_cast<int>(q.i64(0)));
+      if (it == by_split.end()) continue;
+      AccuracyRow a;
+      a.run_id = run_id;
+      a.split = it->first;
+      a.codec = q.text(1);
+      a.labelled = q.i64(2);
+      a.top1_correct = q.i64(3);
+      a.top5_correct = q.i64(4);
+      a.top5_known = q.i64(5) != 0;
+      it->second.codecs.push_back(a);
+    }
+    if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read accuracy");
+  }
+  std::vector<SplitSummary> out;
+  for (auto& [k, v] : by_split) out.push_back(std::move(v));
+  return out;
+}
+
+namespace {
+const char* kRunColumns =
+    "SELECT id, name, status, started_at, COALESCE(ended_at, ''), config_yaml, tracr_version, "
+    "protocol_version, "
+    "model, codec, cipher, devices_json, controller_host, controller_pid, COALESCE(error, ''), "
+    "(SELECT COUNT(*) FROM frames WHERE frames.run_id = runs.id), COALESCE(link, ''), COALESCE(shaping, '') FROM runs ";
+
+RunRow read_run(const Stmt& q) {
+  RunRow r;
+  r.id = q.i64(0);
+  r.name = q.text(1);
+  r.status = parse_run_status(q.text(2)).value_or(RunStatus::failed);
+  r.started_at = q.text(3);
+  r.ended_at = q.text(4);
+  r.config_yaml = q.text(5);
+  r.tracr_version = q.text(6);
+  r.protocol_version = static_cast<int>(q.i64(7));
+  r.model = q.text(8);
+  r.codec = q.text(9);
+  r.cipher = q.text(10);
+  r.devices_json = q.text(11);
+  r.controller_host = q.text(12);
+  r.controller_pid = q.i64(13);
+  r.error = q.text(14);
+  r.frame_count = q.i64(15);
+  r.link = q.text(16);
+  r.shaping = q.text(17);
+  return r;
+}
+}  // namespace
+
+RunRow ResultsDb::shown(RunRow r) const {
+  auto it = dead_.find(r.id);
+  if (it != dead_.end()) {
+    r.status = RunStatus::interrupted;
+    r.error = it->second + " (seen read-only; recorded at the next read-write open)";
+  }
+  return r;
+}
+
+Status ResultsDb::delete_run(int64_t run_id) {
+  if (read_only_) return make_error(Errc::io, fmt::format("{}: opened read-only; cannot delete run {}", path_, run_id));
+  auto run = get_run(run_id);
+  if (!run) return run.error();
+  if (run->status == RunStatus::running)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{}: run {} is still running (controller {} pid {}); expected a finished run "
+                                  "(stop it first)",
+                                  path_, run_id, run->controller_host, run->controller_pid));
+  sqlite3* db = db_.get();
+  {
+    // The cascade needs foreign keys on (set at open; checked, not assumed).
+    Stmt fk(db, "PRAGMA foreign_keys");
+    if (!fk.prepared() || fk.step() != SQLITE_ROW || fk.i64(0) != 1)
+      return make_error(Errc::io, fmt::format("{}: foreign keys are off; refusing a delete that would leave the "
+                                              "run's rows behind", path_));
+  }
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  Stmt d(db, "DELETE FROM runs WHERE id = ?");
+  if (!d.prepared()) return db_error(db, path_, "delete run");
+  d.bind(1, run_id);
+  if (d.step() != SQLITE_DONE) return db_error(db, path_, "delete run");
+  TRACR_TRY(tx.commit());
+  std::error_code ec;
+  fs::remove(failure_note_path(path_, run_id), ec);
+  // record.outputs files (Recorder::write_outputs) go with their rows.
+  fs::remove_all(fs::path(path_).parent_path() / "outputs" / ("run" + std::to_string(run_id)), ec);
+  return {};
+}
+
+Result<std::vector<RunRow>> ResultsDb::list_runs(int limit) {
+  std::string sql = std::string(kRunColumns) + "ORDER BY id DESC";
+  if (limit > 0) sql += " LIMIT " + std::to_string(limit);
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "list runs");
+  std::vector<RunRow> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) out.push_back(shown(read_run(q)));
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "list runs");
+  return out;
+}
+
+Result<RunRow> ResultsDb::get_run(int64_t run_id) {
+  Stmt q(db_.get(), (std::string(kRunColumns) + "WHERE id = ?").c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read run");
+  q.bind(1, run_id);
+  const int rc = q.step();
+  if (rc == SQLITE_ROW) return shown(read_run(q));
+  if (rc == SQLITE_DONE)
+    return make_error(Errc::not_found,
+                      fmt::format("{}: no run with id {} (see `tracrctl results list`)", path_, run_id));
+  return db_error(db_.get(), path_, "read run");
+}
+
+Result<int64_t> ResultsDb::latest_run() {
+  Stmt q(db_.get(), "SELECT MAX(id) FROM runs");
+  if (!q.prepared() || q.step() != SQLITE_ROW) return db_error(db_.get(), path_, "find latest run");
+  if (q.is_null(0)) return make_error(Errc::not_found, fmt::format("{}: no runs recorded yet", path_));
+  return q.i64(0);
+}
+
+Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
+  static const std::string sql = "SELECT run_id, COALESCE(participant, ''), COALESCE(link, ''), COALESCE(shaping, '')" +
+                                 field_list(agent::frame_fields()) + ", legacy_transfer_ns FROM frames WHERE run_id = ? ORDER BY id";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read frames");
+  q.bind(1, run_id);
+  std::vector<FrameRecord> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    FrameRecord f;
+    f.run_id = q.i64(0);
+    f.participant = q.text(1);
+    f.link = q.text(2);
+    f.shaping = q.text(3);
+    int c = 4;
+    agent::visit_frame(f, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    read_value(q, c, f.legacy_transfer_ns);
+    out.push_back(std::move(f));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read frames");
+  return out;
+}
+
+Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id) {
+  static const std::string sql = "SELECT run_id, device, device_role" + field_list(agent::profile_fields()) +
+                                 " FROM layer_profiles WHERE run_id = ? "
+                                 "ORDER BY device_role DESC, device, layer_index";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read layer profiles");
+  q.bind(1, run_id);
+  std::vector<LayerProfileRecord> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    LayerProfileRecord l;
+    l.run_id = q.i64(0);
+    l.device = q.text(1);
+    l.device_role = q.text(2);
+    int c = 3;
+    agent::visit_profile(l, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    out.push_back(std::move(l));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read layer profiles");
+  return out;
+}
+
+Result<std::vector<LayerProfileRecord>> ResultsDb::find_profiles(const std::string& model_fp,
+                                                                   const std::string& input_shape, int64_t batch,
+                                                                   const std::string& device_kind,
+                                                                   const std::string& hw_id) {
+  static const std::string key = "model_fp = ? AND input_shape = ? AND batch = ? AND device_kind = ? AND hw_id = ?";
+  int64_t run = 0;
+  std::string device;
+  {
+    Stmt q(db_.get(), ("SELECT run_id, device FROM layer_profiles WHERE " + key + " ORDER BY run_id DESC LIMIT 1").c_str());
+    if (!q.prepared()) return db_error(db_.get(), path_, "find layer profiles");
+    q.bind(1, std::string_view(model_fp));
+    q.bind(2, std::string_view(input_shape));
+    q.bind(3, batch);
+    q.bind(4, std::string_view(device_kind));
+    q.bind(5, std::string_view(hw_id));
+    const int rc = q.step();
+    if (rc == SQLITE_DONE) return std::vector<LayerProfileRecord>{};
+    if (rc != SQLITE_ROW) return db_error(db_.get(), path_, "find layer profiles");
+    run = q.i64(0);
+    device = q.text(1);
+  }
+  auto all = layer_profiles(run);
+  if (!all) return all.error();
+  std::vector<LayerProfileRecord> out;
+  for (auto& l : *all)
+    if (l.device == device && l.model_fp == model_fp && l.input_shape == input_shape && l.batch == batch &&
+        l.device_kind == device_kind && l.hw_id == hw_id)
+      out.push_back(std::move(l));
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.layer_index < b.layer_index; });
+  return out;
+}
+
+Status ResultsDb::add_probe(const ProbeRow& p) {
+  const auto& fields = agent::probe_fields();
+  static const std::string sql = "INSERT INTO probes(run_id, participant, link, shaping" + field_list(fields) +
+                                 ") VALUES (" + placeholders(fields.size() + 4) + ")";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "insert probe");
+  q.bind(1, p.run_id);
+  q.bind_text_or_null(2, p.participant);
+  q.bind_text_or_null(3, p.link);
+  q.bind_text_or_null(4, p.shaping);
+  int i = 5;
+  agent::visit_probe(p, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+  if (q.step() != SQLITE_DONE) return db_error(db_.get(), path_, "insert probe of " + p.participant);
+  return {};
+}
+
+Result<std::vector<ProbeRow>> ResultsDb::probes(int64_t run_id) {
+  static const std::string sql = "SELECT run_id, COALESCE(participant, ''), COALESCE(link, ''), COALESCE(shaping, '')" +
+                                 field_list(agent::probe_fields()) + " FROM probes WHERE run_id = ? ORDER BY id";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read probes");
+  q.bind(1, run_id);
+  std::vector<ProbeRow> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    ProbeRow p;
+    p.run_id = q.i64(0);
+    p.participant = q.text(1);
+    p.link = q.text(2);
+    p.shaping = q.text(3);
+    int c = 4;
+    agent::visit_probe(p, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    out.push_back(std::move(p));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read probes");
+  return out;
+}
+
+std::vector<EnergyStat> compute_energy_stats(const std::vector<EnergyRow>& rows) {
+  // Frame rows of timed frames only (idle and layer rows have no split).
+  std::map<std::tuple<int64_t, std::string, std::string, std::string>, std::pair<std::vector<double>, std::vector<double>>> g;
+  std::map<std::tuple<int64_t, std::string, std::string, std::string>, int64_t> n;
+  for (const auto& r : rows) {
+    if (!r.split || r.warmup) continue;
+    const auto key = std::make_tuple(*r.split, r.device, r.stage, r.source);
+    ++n[key];
+    if (r.joules) g[key].first.push_back(*r.joules);
+    if (r.net_joules) g[key].second.push_back(*r.net_joules);
+  }
+  std::vector<EnergyStat> out;
+  for (auto& [key, count] : n) {
+    EnergyStat e;
+    std::tie(e.split, e.device, e.stage, e.source) = key;
+    e.n = count;
+    auto& [gross, net] = g[key];
+    if (!gross.empty()) {
+      e.median_j = protocol::median_of(gross);
+      e.p95_j = protocol::p95_of(gross);
+    }
+    if (!net.empty()) {
+      e.median_net_j = protocol::median_of(net);
+      e.p95_net_j = protocol::p95_of(net);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+Status ResultsDb::add_energy(const std::vector<EnergyRow>& rows) {
+  if (rows.empty()) return {};
+  for (const auto& e : rows)
+    if (e.source.rfind("measured:", 0) != 0 && e.source.rfind("modelled:", 0) != 0)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("energy source '{}': expected 'measured:<meter>' or 'modelled:<model>'", e.source));
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  const auto& fields = agent::energy_fields();
+  static const std::string sql = "INSERT INTO energy(run_id, device, participant" + field_list(fields) +
+                                 ") VALUES (" + placeholders(fields.size() + 3) + ")";
+  Stmt q(db, sql.c_str());
+  if (!q.prepared()) return db_error(db, path_, "insert energy");
+  for (const auto& e : rows) {
+    q.bind(1, e.run_id);
+    q.bind_text_or_null(2, e.device);
+    q.bind_text_or_null(3, e.participant);
+    int i = 4;
+    agent::visit_energy(e, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+    if (q.step() != SQLITE_DONE) return db_error(db, path_, "insert energy of " + e.device);
+    q.reset();
+  }
+  return tx.commit();
+}
+
+Result<std::vector<EnergyRow>> ResultsDb::energy(int64_t run_id) {
+  static const std::string sql = "SELECT run_id, COALESCE(device, ''), COALESCE(participant, '')" +
+                                 field_list(agent::energy_fields()) + " FROM energy WHERE run_id = ? ORDER BY id";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read energy");
+  q.bind(1, run_id);
+  std::vector<EnergyRow> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    EnergyRow e;
+    e.run_id = q.i64(0);
+    e.device = q.text(1);
+    e.participant = q.text(2);
+    int c = 3;
+    agent::visit_energy(e, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    out.push_back(std::move(e));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read energy");
+  return out;
+}
+
+Result<std::vector<EnergyStat>> ResultsDb::energy_stats(int64_t run_id) {
+  auto rows = energy(run_id);
+  if (!rows) return std::move(rows.error());
+  return compute_energy_stats(*rows);
+}
+
+Result<std::vector<DeviceRecord>> ResultsDb::devices(int64_t run_id) {
+  static const std::string sql = "SELECT run_id, device, role" + field_list(agent::hw_fields()) +
+                                 " FROM devices WHERE run_id = ? ORDER BY role DESC, device";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read devices");
+  q.bind(1, run_id);
+  std::vector<DeviceRecord> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    DeviceRecord d;
+    d.run_id = q.i64(0);
+    d.device = q.text(1);
+    d.role = q.text(2);
+    int c = 3;
+    agent::visit_hw(d, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    out.push_back(std::move(d));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read devices");
+  return out;
+}
+
+Result<std::vector<EventRecord>> ResultsDb::events(int64_t run_id) {
+  Stmt q(db_.get(),
+         "SELECT id, COALESCE(run_id, 0), ts, level, kind, message, COALESCE(device, ''), frame FROM events "
+         "WHERE run_id = ? ORDER BY id");
+  if (!q.prepared()) return db_error(db_.get(), path_, "read events");
+  q.bind(1, run_id);
+  std::vector<EventRecord> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    EventRecord e{q.i64(0), q.i64(1), q.text(2), q.text(3), q.text(4), q.text(5), q.text(6), std::nullopt};
+    read_value(q, 7, e.frame);
+    out.push_back(std::move(e));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read events");
+  return out;
+}
+
+Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(const std::string& table,
+                                                                             int64_t run_id) {
+  const TableInfo* t = nullptr;
+  for (const auto& x : schema_tables())
+    if (x.name == table) t = &x;
+  if (!t) return make_error(Errc::invalid_argument, "no table '" + table + "' in the results schema");
+  std::string cols;
+  for (const auto& c : t->columns) cols += (cols.empty() ? "" : ", ") + c.name;
+  const std::string key = table == "runs" ? "id" : "run_id";
+  std::string order = table == "frames" || table == "events" || table == "probes" || table == "energy" ? "id"
+                      : table == "energy_stats" ? "split, device, stage, source"
+                      : table == "layer_profiles" ? "device, layer_index"
+                      : table == "stage_stats" ? "split, field" : table == "runs" ? "id" : table == "devices" ? "device"
+                      : table == "train_runs" ? "run_id" : table == "train_segments" ? "segment"
+                      : table == "train_steps" || table == "train_checkpoints" ? "owner, step"
+                      : table == "train_epochs" ? "owner, epoch"
+                      : table == "frame_topk" ? "participant, frame, pos, rank"
+                      : table == "accuracy" ? "split, codec"
+                      : table == "outputs" ? "participant, split, codec"
+                      : "split";
+  const std::string sql = "SELECT " + cols + " FROM " + table + " WHERE " + key + " = ? ORDER BY " + order;
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read " + table);
+  q.bind(1, run_id);
+  std::vector<std::vector<std::optional<std::string>>> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    std::vector<std::optional<std::string>> row;
+    for (size_t i = 0; i < t->columns.size(); ++i) {
+      const int c = static_cast<int>(i);
+      if (q.is_null(c)) row.emplace_back(std::nullopt);
+      else if (t->columns[i].type == "REAL") row.emplace_back(fmt::format("{}", q.dbl(c)));
+      else row.emplace_back(q.text(c));
+    }
+    out.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read " + table);
+  return out;
+}
+
+Status ResultsDb::insert_rows(const std::string& table, const std::vector<std::string>& columns,
+                              const std::vector<std::vector<std::optional<std::string>>>& rows) {
+  if (rows.empty()) return {};
+  std::string cols, marks;
+  for (const auto& c : columns) {
+    cols += (cols.empty() ? "" : ", ") + c;
+    marks += marks.empty() ? "?" : ", ?";
+  }
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  Stmt q(db, ("INSERT OR REPLACE INTO " + table + "(" + cols + ") VALUES (" + marks + ")").c_str());
+  if (!q.prepared()) return db_error(db, path_, "insert into " + table);
+  for (const auto& row : rows) {
+    if (row.size() != columns.size())
+      return make_error(Errc::internal, fmt::format("insert into {}: {} values for {} columns", table, row.size(),
+                                                    columns.size()));
+    q.reset();
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (row[i]) q.bind(static_cast<int>(i + 1), std::string_view(*row[i]));
+      else q.bind_null(static_cast<int>(i + 1));
+    }
+    if (q.step() != SQLITE_DONE) return db_error(db, path_, "insert into " + table);
+  }
+  return tx.commit();
+}
+
+}  // namespace tracr::controller
