@@ -1,6 +1,8 @@
 #include "analysis/plan.hpp"
 
-#include <sqlite3.h>
+#include "core/token_bucket.hpp"
+#include "store/statement.hpp"
+
 
 #include <algorithm>
 #include <cmath>
@@ -11,8 +13,6 @@
 #include <fmt/format.h>
 
 #include "agent/energy.hpp"
-#include "controller/commands/results.hpp"
-#include "fleet/shaping.hpp"
 #include "protocol/codec.hpp"
 #include "settings/config.hpp"
 
@@ -349,17 +349,13 @@ void validate_against(ResultsDb& db, Plan& p) {
 Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
   sqlite3* h = db.handle();
   auto exec = [&](const std::string& sql, const std::vector<std::optional<std::string>>& args) -> Status {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(h, sql.c_str(), -1, &st, nullptr) != SQLITE_OK)
-      return make_error(Errc::io, std::string("store plan: ") + sqlite3_errmsg(h));
+    Statement q(h, sql.c_str());
+    if (!q.prepared()) return q.error("store plan");
     for (size_t i = 0; i < args.size(); ++i) {
-      if (args[i]) sqlite3_bind_text(st, static_cast<int>(i + 1), args[i]->c_str(), -1, SQLITE_TRANSIENT);
-      else sqlite3_bind_null(st, static_cast<int>(i + 1));
+      if (args[i]) q.bind(static_cast<int>(i + 1), std::string_view(*args[i]));
+      else q.bind_null(static_cast<int>(i + 1));
     }
-    const int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) return make_error(Errc::io, std::string("store plan: ") + sqlite3_errmsg(h));
-    return {};
+    return q.run("store plan");
   };
   auto num = [](const std::optional<double>& v) -> std::optional<std::string> {
     return v && std::isfinite(*v) ? std::optional<std::string>(fmt::format("{:.17g}", *v)) : std::nullopt;
@@ -380,7 +376,7 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
     (void)exec("ROLLBACK", {});
     return std::move(st.error());
   }
-  const int64_t id = sqlite3_last_insert_rowid(h);
+  const int64_t id = last_insert_rowid(h);
   for (const auto& r : p.rows) {
     st = exec("INSERT INTO plan_rows(plan_id, split, codec, head_ms, up_ms, rtt_ms, tail_ms, down_ms, other_ms, "
               "latency_ms, fps, wire_bytes, reply_bytes, bytes_from, energy_j, feasible, measured_ms, error_pct) VALUES "

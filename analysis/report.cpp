@@ -1,6 +1,5 @@
 #include "analysis/report.hpp"
 
-#include <sqlite3.h>
 
 #include <cmath>
 #include <cstdio>
@@ -11,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "controller/commands/results.hpp"
 #include "settings/config.hpp"
+#include "store/statement.hpp"
 
 namespace tracr::controller {
 
@@ -68,31 +67,26 @@ struct PlanPoints {
 PlanPoints newest_plan(ResultsDb& db, int64_t run) {
   PlanPoints p;
   sqlite3* h = db.handle();
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(h,
-                         "SELECT id, COALESCE(link, ''), mape_pct FROM plans WHERE basis_run = ? AND mape_pct IS NOT NULL "
-                         "ORDER BY id DESC LIMIT 1",
-                         -1, &st, nullptr) != SQLITE_OK)
-    return p;  // a database from before plans existed
-  sqlite3_bind_int64(st, 1, run);
-  if (sqlite3_step(st) == SQLITE_ROW) {
-    p.id = sqlite3_column_int64(st, 0);
-    p.link = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
-    p.mape = sqlite3_column_double(st, 2);
+  Statement plan(h,
+                 "SELECT id, COALESCE(link, ''), mape_pct FROM plans WHERE basis_run = ? AND mape_pct IS NOT NULL "
+                 "ORDER BY id DESC LIMIT 1");
+  if (!plan.prepared()) return p;  // a database from before plans existed
+  plan.bind(1, run);
+  if (plan.next_row()) {
+    p.id = plan.i64(0);
+    p.link = plan.text(1);
+    p.mape = plan.dbl(2);
   }
-  sqlite3_finalize(st);
   if (!p.id) return p;
-  sqlite3_prepare_v2(h,
-                     "SELECT split, latency_ms, measured_ms FROM plan_rows WHERE plan_id = ? AND measured_ms IS NOT NULL "
-                     "ORDER BY split",
-                     -1, &st, nullptr);
-  sqlite3_bind_int64(st, 1, p.id);
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    p.splits.push_back(sqlite3_column_int(st, 0));
-    p.predicted.push_back(sqlite3_column_double(st, 1));
-    p.measured.push_back(sqlite3_column_double(st, 2));
+  Statement rows(h,
+                 "SELECT split, latency_ms, measured_ms FROM plan_rows WHERE plan_id = ? AND measured_ms IS NOT NULL "
+                 "ORDER BY split");
+  rows.bind(1, p.id);
+  while (rows.next_row()) {
+    p.splits.push_back(static_cast<int>(rows.i64(0)));
+    p.predicted.push_back(rows.dbl(1));
+    p.measured.push_back(rows.dbl(2));
   }
-  sqlite3_finalize(st);
   return p;
 }
 

@@ -14,7 +14,6 @@
 #include "agent/cpu_limits.hpp"
 #include "fleet/deploy.hpp"
 #include "fleet/process.hpp"
-#include "controller/commands/run.hpp"
 #include "protocol/crypto.hpp"
 
 namespace tracr::controller {

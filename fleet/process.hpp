@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/process_identity.hpp"
 #include "protocol/error.hpp"
 
 namespace tracr::controller {
@@ -73,18 +74,5 @@ struct CommandOutput {
   std::string text;
 };
 CommandOutput run_local_command(const std::string& cmd);
-
-// This process's start time in clock ticks since boot (/proc), 0 when unknown.
-int64_t self_start_ticks();
-// A process's start time in clock ticks since boot (/proc/PID/stat field
-// 22), 0 when unknown: with its pid, the process's identity.
-int64_t process_start_ticks(int64_t pid);
-// A POSIX shell command that prints the start ticks of process PID (the same
-// field), for devices reached over SSH.
-std::string start_ticks_shell(const std::string& pid);
-// Whether a process (e.g. the controller that began a run, or that shaped a
-// link) still exists on this host: the pid exists, is not a zombie and (when
-// start_ticks > 0) started at that time, so a reused pid is not taken for it.
-bool process_alive(int64_t pid, int64_t start_ticks);
 
 }  // namespace tracr::controller

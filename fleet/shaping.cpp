@@ -1,4 +1,5 @@
 #include "fleet/shaping.hpp"
+#include "core/token_bucket.hpp"
 
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -213,7 +214,6 @@ Status add_qdiscs(ShapeHost& h, const std::string& dev, const std::string& peer,
 
 }  // namespace
 
-int64_t tbf_burst_bytes(double mbit) { return std::max<int64_t>(1600, std::llround(mbit * 1e6 / 8 / 1000)); }
 
 std::vector<ParticipantLink> participant_links(const std::optional<LinkSpec>& experiment_link,
                                                const settings::DevicesConfig& devices) {

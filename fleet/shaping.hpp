@@ -72,10 +72,6 @@ class LinkShaper {
   ShapingContext ctx_;
 };
 
-// The token bucket tracr's tbf gives a rate (1 ms of traffic, at least one
-// full-size packet): a message's first `burst` bytes leave at once after an
-// idle gap, the rest at the rate. The planner models emulated links with it.
-int64_t tbf_burst_bytes(double mbit);
 
 // What `tracrctl devices check` reports: whether tc may be run on the device
 // (as root, through sudo -n, or not, and why) and whether its kernel has

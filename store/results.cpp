@@ -1,5 +1,6 @@
 #include "store/results.hpp"
-#include "fleet/process.hpp"
+#include "core/process_identity.hpp"
+#include "store/statement.hpp"
 
 #include "protocol/stats.hpp"
 
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -472,50 +474,7 @@ CREATE TABLE outputs (
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
               "kSchemaVersion must equal the number of migrations");
 
-// ---------------------------------------------------------------------------
-// A prepared statement with RAII finalize.
-
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &st_, nullptr); }
-  ~Stmt() { sqlite3_finalize(st_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-  bool prepared() const { return rc_ == SQLITE_OK && st_; }
-
-  void bind(int i, int64_t v) { sqlite3_bind_int64(st_, i, v); }
-  void bind(int i, int v) { sqlite3_bind_int64(st_, i, v); }
-  void bind(int i, double v) { sqlite3_bind_double(st_, i, v); }
-  void bind(int i, std::string_view s) {
-    sqlite3_bind_text(st_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
-  }
-  void bind_null(int i) { sqlite3_bind_null(st_, i); }
-  // Empty text binds NULL.
-  void bind_text_or_null(int i, std::string_view s) {
-    if (s.empty())
-      bind_null(i);
-    else
-      bind(i, s);
-  }
-  // SQLITE_ROW, SQLITE_DONE or an error code.
-  int step() { return sqlite3_step(st_); }
-  void reset() {
-    sqlite3_reset(st_);
-    sqlite3_clear_bindings(st_);
-  }
-  int64_t i64(int c) const { return sqlite3_column_int64(st_, c); }
-  double dbl(int c) const { return sqlite3_column_double(st_, c); }
-  bool is_null(int c) const { return sqlite3_column_type(st_, c) == SQLITE_NULL; }
-  std::string text(int c) const {
-    const unsigned char* p = sqlite3_column_text(st_, c);
-    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(st_, c)) : std::string();
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* st_ = nullptr;
-  int rc_ = SQLITE_ERROR;
-};
+using Stmt = Statement;
 
 // Field values to and from statement columns (record_fields.def kinds).
 // Text "" is stored as NULL and read back as "".
@@ -550,52 +509,6 @@ std::string placeholders(size_t n) {
   for (size_t i = 0; i < n; ++i) s += i ? ", ?" : "?";
   return s;
 }
-
-Error db_error(sqlite3* db, const std::string& path, const std::string& what) {
-  const int code = db ? sqlite3_errcode(db) : SQLITE_ERROR;
-  std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
-  if (code == SQLITE_NOTADB)
-    return make_error(
-        Errc::io,
-        fmt::format("{}: not an SQLite database ({}); expected a tracr results database", path, msg));
-  return make_error(Errc::io, fmt::format("{}: sqlite: {} ({})", path, msg, what));
-}
-
-Status exec(sqlite3* db, const std::string& path, const char* sql, const char* what) {
-  char* err = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string m = err ? err : "unknown error";
-    sqlite3_free(err);
-    Error e = db_error(db, path, what);
-    if (e.message.find(m) == std::string::npos) e.message += ": " + m;
-    return e;
-  }
-  return {};
-}
-
-// Rolls back unless committed.
-class Transaction {
- public:
-  Transaction(sqlite3* db, const std::string& path) : db_(db), path_(path) {}
-  Status begin() {
-    TRACR_TRY(exec(db_, path_, "BEGIN IMMEDIATE", "begin transaction"));
-    open_ = true;
-    return {};
-  }
-  Status commit() {
-    TRACR_TRY(exec(db_, path_, "COMMIT", "commit"));
-    open_ = false;
-    return {};
-  }
-  ~Transaction() {
-    if (open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-
- private:
-  sqlite3* db_;
-  const std::string& path_;
-  bool open_ = false;
-};
 
 std::string host_name() {
   char buf[256] = {};
@@ -1686,6 +1599,17 @@ Status ResultsDb::insert_rows(const std::string& table, const std::vector<std::s
     if (q.step() != SQLITE_DONE) return db_error(db, path_, "insert into " + table);
   }
   return tx.commit();
+}
+
+Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s) {
+  if (s == "last" || s == "latest") return db.latest_run();
+  char* e = nullptr;
+  errno = 0;
+  long long v = std::strtoll(s.c_str(), &e, 10);
+  if (s.empty() || *e || errno || v <= 0)
+    return make_error(Errc::invalid_argument,
+                      "RUN: expected a run id (see `tracrctl results list`) or 'last', got '" + s + "'");
+  return static_cast<int64_t>(v);
 }
 
 }  // namespace tracr::controller

@@ -309,4 +309,7 @@ std::string failure_note_path(const std::string& db_path, int64_t run_id);
 // Current time as ISO-8601 UTC with milliseconds ("2025-05-01T12:00:00.123Z").
 std::string utc_now_iso();
 
+// A RUN argument: a run id, or "last"/"latest". Error invalid_argument naming what was expected.
+Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s);
+
 }  // namespace tracr::controller

@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "controller/commands/results.hpp"
+#include "core/atomic_file.hpp"
 #include "protocol/codec.hpp"
 #include "settings/config.hpp"
 

@@ -11,7 +11,9 @@
 #if TRACR_WITH_TORCH
 #include <torch/torch.h>
 
-#include "controller/commands/results.hpp"
+#include "analysis/tables.hpp"
+#include "core/atomic_file.hpp"
+#include "core/text.hpp"
 #include "experiments/profile.hpp"
 #include "experiments/registry.hpp"
 #endif

@@ -1,6 +1,9 @@
 #include "controller/commands/results.hpp"
 
-#include <sqlite3.h>
+#include "analysis/tables.hpp"
+#include "core/text.hpp"
+#include "store/export.hpp"
+
 #include "controller/commands/train.hpp"
 
 #include "settings/config.hpp"
@@ -24,42 +27,8 @@ namespace tracr::controller {
 
 using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
-// Integral values print as integers ("1500000", not "1.5e+06").
-std::string json_num(double v) {
-  if (!std::isfinite(v)) return "null";
-  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) return fmt::format("{:.0f}", v);
-  return fmt::format("{}", v);
-}
-
-Status write_file(const std::string& file, const std::string& text) {
-  const std::string tmp = file + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return make_error(Errc::io, fmt::format("{}: cannot write: {}", file, std::strerror(errno)));
-    out << text;
-    out.flush();
-    if (!out) return make_error(Errc::io, fmt::format("{}: write failed: {}", file, std::strerror(errno)));
-  }
-  if (std::rename(tmp.c_str(), file.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return make_error(Errc::io, fmt::format("{}: cannot write: {}", file, std::strerror(errno)));
-  }
-  return {};
-}
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-  std::string o = "\"";
-  for (char ch : s) {
-    if (ch == '"') o += '"';
-    o += ch;
-  }
-  return o + "\"";
-}
-
 namespace {
 
-std::string ms(double ns) { return fmt::format("{:.3f}", ns / 1e6); }
 
 
 
@@ -83,28 +52,6 @@ std::string duration_text(const RunRow& r) {
   return fmt::format("{:.1f} s", *b - *a);
 }
 
-// Rows of cells printed with columns padded to their widest cell; columns
-// listed in `left` are left-aligned, the others right-aligned.
-std::string align(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left = {}) {
-  std::vector<size_t> w;
-  for (const auto& r : rows)
-    for (size_t i = 0; i < r.size(); ++i) {
-      if (w.size() <= i) w.push_back(0);
-      w[i] = std::max(w[i], r[i].size());
-    }
-  std::string o;
-  for (const auto& r : rows) {
-    std::string line;
-    for (size_t i = 0; i < r.size(); ++i) {
-      if (i) line += "  ";
-      line += left.count(i) ? fmt::format("{:<{}}", r[i], w[i]) : fmt::format("{:>{}}", r[i], w[i]);
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    o += line + "\n";
-  }
-  return o;
-}
-
 using Opts = ResultsOptions;
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -113,17 +60,6 @@ using Opts = ResultsOptions;
 
 
 }  // namespace
-
-Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s) {
-  if (s == "last" || s == "latest") return db.latest_run();
-  char* e = nullptr;
-  errno = 0;
-  long long v = std::strtoll(s.c_str(), &e, 10);
-  if (s.empty() || *e || errno || v <= 0)
-    return make_error(Errc::invalid_argument,
-                      "RUN: expected a run id (see `tracrctl results list`) or 'last', got '" + s + "'");
-  return static_cast<int64_t>(v);
-}
 
 namespace {
 
@@ -346,10 +282,10 @@ int cmd_compare(ResultsDb& db, const Opts& o) {
       if (tab[i].count(k) && tab[i][k].frames > 0) s[i] = &tab[i][k];
     std::vector<std::string> row = {std::to_string(k)};
     auto med = [&](size_t i) { return s[i]->stage("total_ns").median_ns; };
-    for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? ms(med(i)) : "-");
+    for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? format_ms(med(i)) : "-");
     for (size_t i = 1; i < n; ++i)
       row.push_back(s[0] && s[i] && med(0) > 0 ? fmt::format("{:+.1f}%", (med(i) - med(0)) / med(0) * 100.0) : "-");
-    for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? ms(s[i]->stage("total_ns").p95_ns) : "-");
+    for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? format_ms(s[i]->stage("total_ns").p95_ns) : "-");
     for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? fmt::format("{:.0f}", s[i]->mean_wire_bytes) : "-");
     for (size_t i = 0; i < n; ++i) row.push_back(tab[i].count(k) ? std::to_string(tab[i][k].frames) : "-");
     for (size_t i = 0; i < n; ++i) {
@@ -411,287 +347,6 @@ int cmd_export(ResultsDb& db, const Opts& o) {
 
 
 }  // namespace
-
-std::string cut_label(const std::map<int, std::string>& cut_names, int split, bool wide) {
-  auto it = cut_names.find(split);
-  if (split == 0) return "(input)";
-  if (it == cut_names.end()) return "-";
-  const std::string& n = it->second;
-  return !wide && n.size() > 14 ? ".." + n.substr(n.size() - 12) : n;
-}
-
-std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide,
-                               const std::map<int, std::string>& cut_names) {
-  // Medians of each term; per frame the terms add up to total exactly
-  // (record_fields.def), medians of the terms need not.
-  static const std::vector<std::pair<const char*, const char*>> all_terms = {
-      {"head_ns", "head"},     {"encode_ns", "encode"}, {"network_ns", "network"}, {"server_ns", "server"},
-      {"queue_ns", "queue"},   {"return_ns", "return"}, {"post_ns", "post"}};
-  static const std::vector<std::pair<const char*, const char*>> narrow_terms = {
-      {"head_ns", "head"}, {"network_ns", "network"}, {"server_ns", "server"}};
-  const auto& terms = wide ? all_terms : narrow_terms;
-  bool labels = false;
-  for (const auto& s : rows) labels = labels || s.labelled > 0;
-  // Two header lines; the narrow table puts the statistic under the stage
-  // ("total" over "med ms") to stay within 120 columns.
-  std::vector<std::string> h1 = {"", "split", "cut after", "frames"};
-  std::vector<std::string> h2 = {"", "", "", ""};
-  auto col = [&](const std::string& name, const std::string& stat, const std::string& unit) {
-    h1.push_back(wide || stat.empty() ? name + (stat.empty() ? "" : " " + stat) : name);
-    h2.push_back(wide || stat.empty() ? unit : stat + (unit.empty() ? "" : " " + unit));
-  };
-  if (wide) {
-    col("failed", "", "");
-    col("flagged", "", "");
-  }
-  col("total", "med", "ms");
-  col("total", "p95", "ms");
-  for (const auto& t : terms) col(t.second, "med", "ms");
-  if (wide) col("network", "p95", "ms");
-  col("frames/s", "", "");
-  if (wide) col("samples/s", "", "");
-  col("up MB/s", "", "wire");
-  if (wide) {
-    col("raw bytes", "", "");
-    col("wire bytes", "", "");
-    col("ratio", "", "");
-  }
-  if (labels) {
-    col("top-1", "", "acc");
-    col("top-5", "", "acc");
-  }
-  std::vector<std::vector<std::string>> cells = {h1, h2};
-  int best = -1;
-  double best_v = 0;
-  int64_t flagged = 0, slow = 0;
-  for (const auto& s : rows) {
-    flagged += s.flagged;
-    slow += s.slow_frames;
-    if (s.frames > 0 && (best < 0 || s.stage("total_ns").median_ns < best_v)) {
-      best = s.split;
-      best_v = s.stage("total_ns").median_ns;
-    }
-  }
-  for (const auto& s : rows) {
-    const bool any = s.frames > 0;
-    auto t = [&](const char* f, bool p95 = false) {
-      if (!any || !s.stages.count(f)) return std::string("-");
-      return ms(p95 ? s.stage(f).p95_ns : s.stage(f).median_ns);
-    };
-    const bool fps = any && s.throughput_fps > 0;
-    std::vector<std::string> row = {s.split == best ? "*" : "", std::to_string(s.split),
-                                    cut_label(cut_names, s.split, wide), std::to_string(s.frames)};
-    if (wide) {
-      row.push_back(std::to_string(s.failed));
-      row.push_back(std::to_string(s.flagged));
-    }
-    row.push_back(t("total_ns"));
-    row.push_back(t("total_ns", true));
-    for (const auto& term : terms) row.push_back(t(term.first));
-    if (wide) row.push_back(t("network_ns", true));
-    row.push_back(fps ? fmt::format("{:.1f}", s.throughput_fps) : "-");
-    if (wide) {
-      // Samples per frame: labelled frames know it; otherwise the run's batch is not in the summary.
-      row.push_back(fps && s.labelled > 0 && s.frames > 0
-                        ? fmt::format("{:.1f}", s.throughput_fps * static_cast<double>(s.labelled) / s.frames)
-                        : "-");
-    }
-    row.push_back(fps ? fmt::format("{:.2f}", s.throughput_fps * s.mean_wire_bytes / 1e6) : "-");
-    if (wide) {
-      row.push_back(any ? fmt::format("{:.0f}", s.mean_raw_bytes) : "-");
-      row.push_back(any ? fmt::format("{:.0f}", s.mean_wire_bytes) : "-");
-      row.push_back(any && s.mean_wire_bytes > 0 ? fmt::format("{:.2f}x", s.mean_raw_bytes / s.mean_wire_bytes)
-                                                 : std::string("-"));
-    }
-    if (labels) {
-      auto pct = [&](int64_t hit) {
-        return s.labelled > 0 ? fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / s.labelled) : std::string("-");
-      };
-      bool top5_known = true;
-      for (const auto& c : s.codecs) top5_known = top5_known && c.top5_known;
-      row.push_back(pct(s.top1_correct));
-      row.push_back(top5_known ? pct(s.top5_correct) : "-");
-    }
-    cells.push_back(row);
-  }
-  std::string out = align(cells, {0, 2});
-  if (best >= 0) out += fmt::format("* lowest median total time: split {}\n", best);
-  if (flagged > 0)
-    out += fmt::format("{} frame(s) flagged (negative network time: an assumption broke; see frames.flags)\n", flagged);
-  if (slow > 0) out += fmt::format("{} frame(s) slower than 10x their split's median (slow_frame events)\n", slow);
-  return out;
-}
-
-Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
-  auto probes = db.probes(run_id);
-  if (!probes) return probes.error();
-  if (probes->empty()) return {};
-  std::vector<std::vector<std::string>> rows = {{"  participant", "trigger", "rtt med ms", "rtt p95 ms", "rtt min ms",
-                                                 "up Mbit/s", "down Mbit/s", "up bytes", "down bytes", "cipher"}};
-  auto mbps = [](const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : std::string("-"); };
-  for (const auto& p : *probes)
-    rows.push_back({"  " + p.participant, p.trigger, ms(static_cast<double>(p.rtt_median_ns)),
-                    ms(static_cast<double>(p.rtt_p95_ns)), ms(static_cast<double>(p.rtt_min_ns)), mbps(p.up_mbps),
-                    mbps(p.down_mbps), std::to_string(p.up_bytes), std::to_string(p.down_bytes), p.cipher});
-  std::fputs("\nlink probes\n", out);
-  std::fputs(align(rows, {0, 1, 9}).c_str(), out);
-  return {};
-}
-
-Status print_energy_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
-  auto stats = db.energy_stats(run_id);
-  if (!stats) return stats.error();
-  if (stats->empty()) return {};
-  // Every figure beside its source: measured:<meter> or modelled:<model>.
-  std::vector<std::vector<std::string>> rows = {
-      {"  split", "device", "stage", "source", "frames", "median J", "p95 J", "median net J", "p95 net J"}};
-  auto j = [](const std::optional<double>& v) { return v ? fmt::format("{:.6f}", *v) : std::string("-"); };
-  for (const auto& e : *stats)
-    rows.push_back({"  " + std::to_string(e.split), e.device, e.stage, e.source, std::to_string(e.n), j(e.median_j),
-                    j(e.p95_j), j(e.median_net_j), j(e.p95_net_j)});
-  std::fputs("\nenergy per frame (timed frames; net = idle power subtracted)\n", out);
-  std::fputs(align(rows, {1, 2, 3}).c_str(), out);
-  return {};
-}
-
-Result<std::map<int, std::string>> cut_names(ResultsDb& db, int64_t run_id) {
-  // Split k cuts after layer k-1: its name, from the run's layer profiles.
-  std::map<int, std::string> out;
-  auto rows = db.rows("layer_profiles", run_id);
-  if (!rows) return rows.error();
-  const TableInfo* t = nullptr;
-  for (const auto& x : schema_tables())
-    if (x.name == "layer_profiles") t = &x;
-  size_t idx = 0, name = 0;
-  for (size_t i = 0; i < t->columns.size(); ++i) {
-    if (t->columns[i].name == "layer_index") idx = i;
-    if (t->columns[i].name == "name") name = i;
-  }
-  for (const auto& r : *rows)
-    if (r[idx] && r[name]) out[std::stoi(*r[idx]) + 1] = *r[name];
-  return out;
-}
-
-Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out, bool wide) {
-  auto rows = db.split_table(run_id);
-  if (!rows) return rows.error();
-  if (rows->empty()) {
-    fmt::print(out, "run {}: no frames recorded\n", run_id);
-    return {};
-  }
-  auto names = cut_names(db, run_id);
-  if (!names) return names.error();
-  std::fputs(format_split_table(*rows, wide, *names).c_str(), out);
-  // Per split and codec (set_codec commands and compression: auto give a
-  // split several), with the sample counts behind each figure.
-  std::string lines;
-  for (const auto& s : *rows)
-    for (const auto& c : s.codecs) {
-      if (c.labelled == 0) continue;
-      auto pct = [&](int64_t hit) { return fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / c.labelled); };
-      lines += fmt::format("  split {:>3}  {:<24} {:>7} samples  top-1 {:>7} ({})  top-5 {:>7}\n", s.split, c.codec,
-                           c.labelled, pct(c.top1_correct), c.top1_correct,
-                           c.top5_known ? fmt::format("{} ({})", pct(c.top5_correct), c.top5_correct) : "-");
-    }
-  if (!lines.empty()) fmt::print(out, "\naccuracy per split and codec (timed frames with a label)\n{}", lines);
-  std::fflush(out);
-  return {};
-}
-
-Status export_run_csv(ResultsDb& db, int64_t run_id, const std::string& file) {
-  auto run = db.get_run(run_id);
-  if (!run) return run.error();
-  auto rows = db.rows("frames", run_id);
-  if (!rows) return rows.error();
-  const TableInfo* t = nullptr;
-  for (const auto& x : schema_tables())
-    if (x.name == "frames") t = &x;
-  std::string o;
-  for (size_t i = 0; i < t->columns.size(); ++i) o += (i ? "," : "") + t->columns[i].name;
-  o += "\r\n";
-  for (const auto& r : *rows) {
-    for (size_t i = 0; i < r.size(); ++i) o += (i ? "," : "") + (r[i] ? csv_field(*r[i]) : std::string());
-    o += "\r\n";
-  }
-  return write_file(file, o);
-}
-
-namespace {
-// One table's rows for a run as a JSON array of objects (every column, NULL as null).
-Result<std::string> json_rows(ResultsDb& db, const std::string& table, int64_t run_id) {
-  auto rows = db.rows(table, run_id);
-  if (!rows) return rows.error();
-  const TableInfo* t = nullptr;
-  for (const auto& x : schema_tables())
-    if (x.name == table) t = &x;
-  std::string o = "[";
-  for (size_t r = 0; r < rows->size(); ++r) {
-    o += r ? ",\n  {" : "\n  {";
-    for (size_t i = 0; i < t->columns.size(); ++i) {
-      const auto& v = (*rows)[r][i];
-      o += fmt::format("{}\"{}\":", i ? "," : "", t->columns[i].name);
-      if (!v) o += "null";
-      else if (t->columns[i].type == "TEXT") o += json_quote(*v);
-      else o += *v;
-    }
-    o += "}";
-  }
-  return o + "]";
-}
-}  // namespace
-
-Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file) {
-  auto run = db.get_run(run_id);
-  if (!run) return run.error();
-  // Stored summaries, or computed now for a run that has none stored (a
-  // running run, or a read-only database).
-  auto sums = db.split_table(run_id);
-  if (!sums) return sums.error();
-  std::string summaries = "[", stages = "[";
-  for (const auto& x : *sums) {
-    summaries += fmt::format(
-        "{}\n  {{\"split\":{},\"frames\":{},\"failed\":{},\"warmup_frames\":{},\"flagged\":{},\"slow_frames\":{},"
-        "\"throughput_fps\":{},\"mean_raw_bytes\":{},\"mean_wire_bytes\":{},\"mean_reply_bytes\":{},"
-        "\"labelled\":{},\"top1_correct\":{},\"top5_correct\":{}}}",
-        summaries.size() > 1 ? "," : "", x.split, x.frames, x.failed, x.warmup_frames, x.flagged, x.slow_frames,
-        json_num(x.throughput_fps), json_num(x.mean_raw_bytes), json_num(x.mean_wire_bytes),
-        json_num(x.mean_reply_bytes), x.labelled, x.top1_correct, x.top5_correct);
-    for (const auto& [field, v] : x.stages)
-      stages += fmt::format(
-          "{}\n  {{\"split\":{},\"field\":{},\"median_ns\":{},\"p95_ns\":{},\"mean_ns\":{},\"min_ns\":{},\"max_ns\":{}}}",
-          stages.size() > 1 ? "," : "", x.split, json_quote(field), json_num(v.median_ns), json_num(v.p95_ns),
-          json_num(v.mean_ns), json_num(v.min_ns), json_num(v.max_ns));
-  }
-  std::string o = "{";
-  bool first = true;
-  auto add = [&](const std::string& key, const std::string& body) {
-    o += fmt::format("{}\n\"{}\": {}", first ? "" : ",", key, body);
-    first = false;
-  };
-  for (const char* table :
-       {"runs", "devices", "probes", "summaries", "stage_stats", "accuracy", "energy_stats", "frames", "frame_topk",
-        "outputs", "energy", "layer_profiles", "events"}) {
-    const std::string t = table;
-    if (t == "summaries") {
-      add(t, summaries + "]");
-      continue;
-    }
-    if (t == "stage_stats") {
-      add(t, stages + "]");
-      continue;
-    }
-    auto rows = json_rows(db, table, run_id);
-    if (!rows) return rows.error();
-    std::string body = *rows;
-    if (t == "runs") {  // one run: an object, not an array
-      auto a = body.find('{'), b = body.rfind('}');
-      body = a == std::string::npos ? "null" : body.substr(a, b - a + 1);
-    }
-    add(t == "runs" ? "run" : t, body);
-  }
-  o += "\n}\n";
-  return write_file(file, o);
-}
 
 int cmd_results(const ResultsOptions& opts) {
   try {

@@ -8,22 +8,12 @@
 #include <vector>
 
 #include "settings/config.hpp"
+#include "controller/session/agent_config.hpp"
+#include "fleet/detached.hpp"
 #include "fleet/launcher.hpp"
 #include "fleet/ssh.hpp"
 
 namespace tracr::controller {
-
-// The experiment as agents get it: paths made absolute (agents may run in
-// another directory or on another machine with the same paths).
-settings::ExperimentConfig agent_experiment(const settings::ExperimentConfig& cfg);
-// to_yaml(agent_experiment(cfg)): what the CONFIG line and --experiment files hold.
-std::string agent_config_yaml(const settings::ExperimentConfig& cfg);
-// A name unique per run across databases and controllers: UTC time and 24
-// random bits ("20261122T160000123Z-a1b2c3"); agent logs and checkpoint
-// directories are named with it. Error when no random bytes can be drawn.
-Result<std::string> new_run_stamp();
-// What a SERVER agent must have been started with to serve this experiment.
-std::string server_identity(const settings::ExperimentConfig& cfg);
 
 struct RunOptions {
   std::string experiment;       // experiment YAML
@@ -38,27 +28,9 @@ struct RunOptions {
   std::vector<std::string> sets;  // --set key=value overrides, applied after the file and TRACR_* variables
 };
 
-// A SERVER agent started by `tracrctl agents start`, outliving tracrctl.
-// Its state (endpoint, pid, session secret) is kept owner-only in
-// <dir of the experiment's output DB>/agents/<device>.state.
-struct DetachedServer {
-  std::string device, transport, endpoint, secret_hex, identity, log;
-  long pid = 0;
-  int64_t start_ticks = 0;  // with pid, the process's identity (0: not recorded)
-  // Its READY line's fields (hardware identity): runs that reuse the agent
-  // record them as that run's SERVER device.
-  std::map<std::string, std::string> ready;
-};
-std::string detached_state_path(const std::string& output_db, const std::string& device);
-Result<DetachedServer> read_detached(const std::string& path);
-Status write_detached(const std::string& path, const DetachedServer& d);
-
 // tracrctl agents start EXPERIMENT.yaml [--trust-new-hosts] [--agent PATH] [--set K=V]...
 // (experiment, trust_new_hosts, agent_path and sets of `opt`).
 int cmd_agents_start(const RunOptions& opt);
-// tracrctl agents stop for detached agents recorded under `state_dir`.
-int stop_detached_agents(const std::string& state_dir, bool trust_new_hosts, const std::string& devices_file);
-
 // tracrctl run / link probe (probe_only). Returns the process exit code: 0 completed, 1 failed, 2 configuration
 // error, 128 + signal when interrupted (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
 int run_experiment(const RunOptions& opt);

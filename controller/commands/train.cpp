@@ -5,7 +5,6 @@
 // step, epoch, checkpoint and the exported model in SQLite.
 #include "controller/commands/train.hpp"
 
-#include <sqlite3.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +24,7 @@
 #include "fleet/process.hpp"
 #include "store/recorder.hpp"
 #include "store/results.hpp"
+#include "store/statement.hpp"
 #include "controller/commands/run.hpp"
 #include "protocol/crypto.hpp"
 #include "protocol/header.hpp"
@@ -125,11 +125,8 @@ struct ResumePoint {
 Result<ResumePoint> find_resume_point(ResultsDb& db, const std::string& which, const ExperimentConfig& cfg) {
   ResumePoint r;
   if (which == "last") {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db.handle(), "SELECT MAX(run_id) FROM train_runs", -1, &st, nullptr) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
-      r.run = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
+    Statement q(db.handle(), "SELECT MAX(run_id) FROM train_runs");
+    if (q.prepared() && q.next_row() && !q.is_null(0)) r.run = q.i64(0);
     if (r.run == 0) return make_error(Errc::not_found, db.path() + ": no training run to resume");
   } else {
     char* end = nullptr;
@@ -440,15 +437,13 @@ int cmd_train(const TrainOptions& ro) {
                             m.get_or("tensors", "?"), m.get_or("values", "?"), a.device().name),
                 a.device().name);
       if (m.get_or("owner", "") == "0") {
-        sqlite3_stmt* st = nullptr;
-        if (sqlite3_prepare_v2(db->handle(), "UPDATE train_runs SET export_path = ? WHERE run_id = ?", -1, &st, nullptr) ==
-            SQLITE_OK) {
+        Statement q(db->handle(), "UPDATE train_runs SET export_path = ? WHERE run_id = ?");
+        if (q.prepared()) {
           const std::string p = m.get_or("path", "");
-          sqlite3_bind_text(st, 1, p.c_str(), -1, SQLITE_TRANSIENT);
-          sqlite3_bind_int64(st, 2, *run_id);
-          (void)sqlite3_step(st);
+          q.bind(1, std::string_view(p));
+          q.bind(2, *run_id);
+          (void)q.step();
         }
-        sqlite3_finalize(st);
       }
     } else if (m.kind == "TRACE") {
       rec.event("debug", "frame_received",

@@ -19,6 +19,7 @@
 #include "controller/cli/cli.hpp"
 #include "store/results.hpp"
 #include "controller/commands/results.hpp"
+#include "analysis/tables.hpp"
 
 namespace tracr::controller {
 namespace {

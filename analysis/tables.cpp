@@ -1,0 +1,203 @@
+#include "analysis/tables.hpp"
+
+#include <fmt/format.h>
+
+#include "core/text.hpp"
+
+namespace tracr::controller {
+
+namespace {
+
+std::string cut_label(const std::map<int, std::string>& cut_names, int split, bool wide) {
+  auto it = cut_names.find(split);
+  if (split == 0) return "(input)";
+  if (it == cut_names.end()) return "-";
+  const std::string& n = it->second;
+  return !wide && n.size() > 14 ? ".." + n.substr(n.size() - 12) : n;
+}
+
+}  // namespace
+
+std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide,
+                               const std::map<int, std::string>& cut_names) {
+  // Medians of each term; per frame the terms add up to total exactly
+  // (record_fields.def), medians of the terms need not.
+  static const std::vector<std::pair<const char*, const char*>> all_terms = {
+      {"head_ns", "head"},     {"encode_ns", "encode"}, {"network_ns", "network"}, {"server_ns", "server"},
+      {"queue_ns", "queue"},   {"return_ns", "return"}, {"post_ns", "post"}};
+  static const std::vector<std::pair<const char*, const char*>> narrow_terms = {
+      {"head_ns", "head"}, {"network_ns", "network"}, {"server_ns", "server"}};
+  const auto& terms = wide ? all_terms : narrow_terms;
+  bool labels = false;
+  for (const auto& s : rows) labels = labels || s.labelled > 0;
+  // Two header lines; the narrow table puts the statistic under the stage
+  // ("total" over "med ms") to stay within 120 columns.
+  std::vector<std::string> h1 = {"", "split", "cut after", "frames"};
+  std::vector<std::string> h2 = {"", "", "", ""};
+  auto col = [&](const std::string& name, const std::string& stat, const std::string& unit) {
+    h1.push_back(wide || stat.empty() ? name + (stat.empty() ? "" : " " + stat) : name);
+    h2.push_back(wide || stat.empty() ? unit : stat + (unit.empty() ? "" : " " + unit));
+  };
+  if (wide) {
+    col("failed", "", "");
+    col("flagged", "", "");
+  }
+  col("total", "med", "ms");
+  col("total", "p95", "ms");
+  for (const auto& t : terms) col(t.second, "med", "ms");
+  if (wide) col("network", "p95", "ms");
+  col("frames/s", "", "");
+  if (wide) col("samples/s", "", "");
+  col("up MB/s", "", "wire");
+  if (wide) {
+    col("raw bytes", "", "");
+    col("wire bytes", "", "");
+    col("ratio", "", "");
+  }
+  if (labels) {
+    col("top-1", "", "acc");
+    col("top-5", "", "acc");
+  }
+  std::vector<std::vector<std::string>> cells = {h1, h2};
+  int best = -1;
+  double best_v = 0;
+  int64_t flagged = 0, slow = 0;
+  for (const auto& s : rows) {
+    flagged += s.flagged;
+    slow += s.slow_frames;
+    if (s.frames > 0 && (best < 0 || s.stage("total_ns").median_ns < best_v)) {
+      best = s.split;
+      best_v = s.stage("total_ns").median_ns;
+    }
+  }
+  for (const auto& s : rows) {
+    const bool any = s.frames > 0;
+    auto t = [&](const char* f, bool p95 = false) {
+      if (!any || !s.stages.count(f)) return std::string("-");
+      return format_ms(p95 ? s.stage(f).p95_ns : s.stage(f).median_ns);
+    };
+    const bool fps = any && s.throughput_fps > 0;
+    std::vector<std::string> row = {s.split == best ? "*" : "", std::to_string(s.split),
+                                    cut_label(cut_names, s.split, wide), std::to_string(s.frames)};
+    if (wide) {
+      row.push_back(std::to_string(s.failed));
+      row.push_back(std::to_string(s.flagged));
+    }
+    row.push_back(t("total_ns"));
+    row.push_back(t("total_ns", true));
+    for (const auto& term : terms) row.push_back(t(term.first));
+    if (wide) row.push_back(t("network_ns", true));
+    row.push_back(fps ? fmt::format("{:.1f}", s.throughput_fps) : "-");
+    if (wide) {
+      // Samples per frame: labelled frames know it; otherwise the run's batch is not in the summary.
+      row.push_back(fps && s.labelled > 0 && s.frames > 0
+                        ? fmt::format("{:.1f}", s.throughput_fps * static_cast<double>(s.labelled) / s.frames)
+                        : "-");
+    }
+    row.push_back(fps ? fmt::format("{:.2f}", s.throughput_fps * s.mean_wire_bytes / 1e6) : "-");
+    if (wide) {
+      row.push_back(any ? fmt::format("{:.0f}", s.mean_raw_bytes) : "-");
+      row.push_back(any ? fmt::format("{:.0f}", s.mean_wire_bytes) : "-");
+      row.push_back(any && s.mean_wire_bytes > 0 ? fmt::format("{:.2f}x", s.mean_raw_bytes / s.mean_wire_bytes)
+                                                 : std::string("-"));
+    }
+    if (labels) {
+      auto pct = [&](int64_t hit) {
+        return s.labelled > 0 ? fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / s.labelled) : std::string("-");
+      };
+      bool top5_known = true;
+      for (const auto& c : s.codecs) top5_known = top5_known && c.top5_known;
+      row.push_back(pct(s.top1_correct));
+      row.push_back(top5_known ? pct(s.top5_correct) : "-");
+    }
+    cells.push_back(row);
+  }
+  std::string out = align(cells, {0, 2});
+  if (best >= 0) out += fmt::format("* lowest median total time: split {}\n", best);
+  if (flagged > 0)
+    out += fmt::format("{} frame(s) flagged (negative network time: an assumption broke; see frames.flags)\n", flagged);
+  if (slow > 0) out += fmt::format("{} frame(s) slower than 10x their split's median (slow_frame events)\n", slow);
+  return out;
+}
+
+Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
+  auto probes = db.probes(run_id);
+  if (!probes) return probes.error();
+  if (probes->empty()) return {};
+  std::vector<std::vector<std::string>> rows = {{"  participant", "trigger", "rtt med ms", "rtt p95 ms", "rtt min ms",
+                                                 "up Mbit/s", "down Mbit/s", "up bytes", "down bytes", "cipher"}};
+  auto mbps = [](const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : std::string("-"); };
+  for (const auto& p : *probes)
+    rows.push_back({"  " + p.participant, p.trigger, format_ms(static_cast<double>(p.rtt_median_ns)),
+                    format_ms(static_cast<double>(p.rtt_p95_ns)), format_ms(static_cast<double>(p.rtt_min_ns)), mbps(p.up_mbps),
+                    mbps(p.down_mbps), std::to_string(p.up_bytes), std::to_string(p.down_bytes), p.cipher});
+  std::fputs("\nlink probes\n", out);
+  std::fputs(align(rows, {0, 1, 9}).c_str(), out);
+  return {};
+}
+
+Status print_energy_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
+  auto stats = db.energy_stats(run_id);
+  if (!stats) return stats.error();
+  if (stats->empty()) return {};
+  // Every figure beside its source: measured:<meter> or modelled:<model>.
+  std::vector<std::vector<std::string>> rows = {
+      {"  split", "device", "stage", "source", "frames", "median J", "p95 J", "median net J", "p95 net J"}};
+  auto j = [](const std::optional<double>& v) { return v ? fmt::format("{:.6f}", *v) : std::string("-"); };
+  for (const auto& e : *stats)
+    rows.push_back({"  " + std::to_string(e.split), e.device, e.stage, e.source, std::to_string(e.n), j(e.median_j),
+                    j(e.p95_j), j(e.median_net_j), j(e.p95_net_j)});
+  std::fputs("\nenergy per frame (timed frames; net = idle power subtracted)\n", out);
+  std::fputs(align(rows, {1, 2, 3}).c_str(), out);
+  return {};
+}
+
+namespace {
+
+Result<std::map<int, std::string>> cut_names(ResultsDb& db, int64_t run_id) {
+  // Split k cuts after layer k-1: its name, from the run's layer profiles.
+  std::map<int, std::string> out;
+  auto rows = db.rows("layer_profiles", run_id);
+  if (!rows) return rows.error();
+  const TableInfo* t = nullptr;
+  for (const auto& x : schema_tables())
+    if (x.name == "layer_profiles") t = &x;
+  size_t idx = 0, name = 0;
+  for (size_t i = 0; i < t->columns.size(); ++i) {
+    if (t->columns[i].name == "layer_index") idx = i;
+    if (t->columns[i].name == "name") name = i;
+  }
+  for (const auto& r : *rows)
+    if (r[idx] && r[name]) out[std::stoi(*r[idx]) + 1] = *r[name];
+  return out;
+}
+
+}  // namespace
+
+Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out, bool wide) {
+  auto rows = db.split_table(run_id);
+  if (!rows) return rows.error();
+  if (rows->empty()) {
+    fmt::print(out, "run {}: no frames recorded\n", run_id);
+    return {};
+  }
+  auto names = cut_names(db, run_id);
+  if (!names) return names.error();
+  std::fputs(format_split_table(*rows, wide, *names).c_str(), out);
+  // Per split and codec (set_codec commands and compression: auto give a
+  // split several), with the sample counts behind each figure.
+  std::string lines;
+  for (const auto& s : *rows)
+    for (const auto& c : s.codecs) {
+      if (c.labelled == 0) continue;
+      auto pct = [&](int64_t hit) { return fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / c.labelled); };
+      lines += fmt::format("  split {:>3}  {:<24} {:>7} samples  top-1 {:>7} ({})  top-5 {:>7}\n", s.split, c.codec,
+                           c.labelled, pct(c.top1_correct), c.top1_correct,
+                           c.top5_known ? fmt::format("{} ({})", pct(c.top5_correct), c.top5_correct) : "-");
+    }
+  if (!lines.empty()) fmt::print(out, "\naccuracy per split and codec (timed frames with a label)\n{}", lines);
+  std::fflush(out);
+  return {};
+}
+
+}  // namespace tracr::controller

@@ -1,0 +1,51 @@
+#include "core/text.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace tracr::controller {
+
+std::string format_ms(double ns) { return fmt::format("{:.3f}", ns / 1e6); }
+
+// Integral values print as integers ("1500000", not "1.5e+06").
+std::string json_num(double v) {
+  if (!std::isfinite(v)) return "null";
+  if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) return fmt::format("{:.0f}", v);
+  return fmt::format("{}", v);
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char ch : s) {
+    if (ch == '"') o += '"';
+    o += ch;
+  }
+  return o + "\"";
+}
+
+// Rows of cells printed with columns padded to their widest cell; columns
+// listed in `left` are left-aligned, the others right-aligned.
+std::string align(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left) {
+  std::vector<size_t> w;
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (w.size() <= i) w.push_back(0);
+      w[i] = std::max(w[i], r[i].size());
+    }
+  std::string o;
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (i) line += "  ";
+      line += left.count(i) ? fmt::format("{:<{}}", r[i], w[i]) : fmt::format("{:>{}}", r[i], w[i]);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    o += line + "\n";
+  }
+  return o;
+}
+
+}  // namespace tracr::controller
