@@ -16,7 +16,10 @@
 #include "protocol/codec.hpp"
 #include "settings/config.hpp"
 
-namespace tracr::controller {
+namespace tracr::analysis {
+
+using namespace tracr::core;  // the floors below, by their short names
+using namespace tracr::store;
 
 namespace {
 
@@ -566,4 +569,4 @@ int cmd_plan(const PlanCommand& cmd) {
   return 0;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::analysis

@@ -33,7 +33,7 @@
 #include "store/results.hpp"
 #include "protocol/error.hpp"
 
-namespace tracr::controller {
+namespace tracr::analysis {
 
 struct PlanLink {
   double up_mbps = 0, down_mbps = 0;  // 0 = not limited (transfer time 0)
@@ -86,12 +86,12 @@ struct Plan {
 
 // Plans from a stored run (its layer profiles on both devices, its frames'
 // bytes, its probe). Error not_found naming what is missing and how to get it.
-Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt);
+Result<Plan> plan_from_run(store::ResultsDb& db, int64_t run_id, const PlanOptions& opt);
 // Adds the run's measured medians, the error per split, MAPE and whether the
 // chosen split is the measured best (by how much it misses).
-void validate_against(ResultsDb& db, Plan& p);
+void validate_against(store::ResultsDb& db, Plan& p);
 // Stores a plan (plans + plan_rows); returns its id.
-Result<int64_t> store_plan(ResultsDb& db, const Plan& p);
+Result<int64_t> store_plan(store::ResultsDb& db, const Plan& p);
 std::string format_plan(const Plan& p);
 
 // tracrctl plan RUN | EXPERIMENT.yaml [--validate] [--link NAME] [--objective O] ...
@@ -108,4 +108,4 @@ struct PlanCommand {
 // Returns 0 done, 1 a database error or no basis run, 2 a usage error.
 int cmd_plan(const PlanCommand& cmd);
 
-}  // namespace tracr::controller
+}  // namespace tracr::analysis

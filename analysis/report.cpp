@@ -13,7 +13,9 @@
 #include "settings/config.hpp"
 #include "store/statement.hpp"
 
-namespace tracr::controller {
+namespace tracr::analysis {
+
+using namespace tracr::store;  // the floors below, by their short names
 
 namespace {
 
@@ -345,4 +347,4 @@ int cmd_report(const ReportOptions& opt) {
   return 0;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::analysis

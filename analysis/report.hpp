@@ -13,14 +13,14 @@
 #include "store/results.hpp"
 #include "protocol/error.hpp"
 
-namespace tracr::controller {
+namespace tracr::analysis {
 
 // Where Chart.js is read from (Debian's libjs-chart.js).
 inline constexpr const char* kChartJsPath = "/usr/share/javascript/chart.js/chart.min.js";
 
 // The report's HTML. Error not_found for an unknown run or a missing
 // Chart.js (naming the package to install).
-Result<std::string> render_report(ResultsDb& db, const std::vector<int64_t>& runs,
+Result<std::string> render_report(store::ResultsDb& db, const std::vector<int64_t>& runs,
                                   const std::string& chartjs_path = kChartJsPath);
 
 struct ReportOptions {
@@ -32,4 +32,4 @@ struct ReportOptions {
 // Returns 0 written, 1 a database or write error, 2 an unknown RUN.
 int cmd_report(const ReportOptions& opt);
 
-}  // namespace tracr::controller
+}  // namespace tracr::analysis

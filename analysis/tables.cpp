@@ -4,7 +4,10 @@
 
 #include "core/text.hpp"
 
-namespace tracr::controller {
+namespace tracr::analysis {
+
+using namespace tracr::core;  // the floors below, by their short names
+using namespace tracr::store;
 
 namespace {
 
@@ -200,4 +203,4 @@ Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out, bool wid
   return {};
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::analysis

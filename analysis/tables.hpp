@@ -9,26 +9,26 @@
 
 #include "store/results.hpp"
 
-namespace tracr::controller {
+namespace tracr::analysis {
 
 // Prints the per-split table of a run (as `results show` does, without the
 // run header) to `out`; `tracrctl run` calls it at the end of a sweep.
 // Errors from the database pass through (not_found for an unknown run).
 // wide: every column (all stage medians, failed/flagged, bytes, ratio);
 // otherwise the table fits 120 columns.
-Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out = stdout, bool wide = false);
+Status print_split_table(store::ResultsDb& db, int64_t run_id, std::FILE* out = stdout, bool wide = false);
 
 // Prints the run's link probes (nothing when it has none).
-Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
+Status print_probe_table(store::ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
 // Per split, device, stage and source: median and p95 energy, each figure beside its source.
-Status print_energy_table(ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
+Status print_energy_table(store::ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
 
 // The aligned per-split table text for a set of summaries; the split with the
 // lowest median total time is marked with '*'. cut_names: split k -> the name
 // of layer k-1 (the last on the participant). Not wide: fits 120 columns
 // (names longer than 14 characters keep their end); wide: every column.
 // Top-1/top-5 accuracy columns appear when any split has labelled samples.
-std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide = false,
+std::string format_split_table(const std::vector<store::SplitSummary>& rows, bool wide = false,
                                const std::map<int, std::string>& cut_names = {});
 
-}  // namespace tracr::controller
+}  // namespace tracr::analysis

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-namespace tracr::controller {
+namespace tracr::core {
 
 Status write_file(const std::string& file, const std::string& text) {
   const std::string tmp = file + ".tmp";
@@ -25,4 +25,4 @@ Status write_file(const std::string& file, const std::string& text) {
   return {};
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::core

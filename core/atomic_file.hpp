@@ -6,10 +6,10 @@
 
 #include "protocol/error.hpp"
 
-namespace tracr::controller {
+namespace tracr::core {
 
 // Writes `text` to `file` (through file.tmp and a rename). Error io naming
 // the file when it cannot be written.
 Status write_file(const std::string& file, const std::string& text);
 
-}  // namespace tracr::controller
+}  // namespace tracr::core

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace tracr::controller {
+namespace tracr::core {
 
 // Fields of /proc/<pid>/stat after the command name: state (field 3) and
 // starttime (field 22). False when the process does not exist or /proc is
@@ -65,4 +65,4 @@ bool process_alive(int64_t pid, int64_t start_ticks) {
   return true;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::core

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace tracr::controller {
+namespace tracr::core {
 
 // This process's start time in clock ticks since boot (/proc), 0 when unknown.
 int64_t self_start_ticks();
@@ -20,4 +20,4 @@ std::string start_ticks_shell(const std::string& pid);
 // start_ticks > 0) started at that time, so a reused pid is not taken for it.
 bool process_alive(int64_t pid, int64_t start_ticks);
 
-}  // namespace tracr::controller
+}  // namespace tracr::core

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-namespace tracr::controller {
+namespace tracr::core {
 
 std::string format_ms(double ns) { return fmt::format("{:.3f}", ns / 1e6); }
 
@@ -48,4 +48,4 @@ std::string align(const std::vector<std::vector<std::string>>& rows, const std::
   return o;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::core

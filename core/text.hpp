@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace tracr::controller {
+namespace tracr::core {
 
 // Nanoseconds as milliseconds with three decimals ("12.345").
 std::string format_ms(double ns);
@@ -21,4 +21,4 @@ std::string csv_field(const std::string& s);
 // trailing spaces removed.
 std::string align(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left = {});
 
-}  // namespace tracr::controller
+}  // namespace tracr::core

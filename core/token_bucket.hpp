@@ -4,11 +4,11 @@
 
 #include <cstdint>
 
-namespace tracr::controller {
+namespace tracr::core {
 
 // The bucket for `mbit` Mbit/s (1 ms of traffic, at least one full-size
 // packet, in bytes): a message's first `burst` bytes leave at once after an
 // idle gap, the rest at the rate.
 int64_t tbf_burst_bytes(double mbit);
 
-}  // namespace tracr::controller
+}  // namespace tracr::core

@@ -19,7 +19,7 @@
 #include "agent/control.hpp"
 #include "protocol/crypto.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 std::string trim(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
@@ -218,4 +218,4 @@ Result<std::string> fetch_logs(SshSession& s, const std::string& log_path, size_
 }
 
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

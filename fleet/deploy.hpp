@@ -15,7 +15,7 @@
 #include "fleet/ssh.hpp"
 #include "protocol/error.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 struct DeployInfo {
   std::string remote_path;  // <remote_dir>/tracr-agent-<first 16 hex of sha256>
@@ -81,4 +81,4 @@ Result<std::string> elf_arch(const std::string& path);
 // `uname -m` is machine.
 bool arch_compatible(const std::string& binary_arch, const std::string& machine);
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

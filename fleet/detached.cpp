@@ -19,7 +19,9 @@
 #include "fleet/launcher.hpp"
 #include "fleet/process.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
+
+using namespace tracr::core;  // the floors below, by their short names
 
 using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
@@ -182,4 +184,4 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
   return bad ? 1 : 0;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

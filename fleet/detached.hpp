@@ -12,7 +12,7 @@
 #include "agent/control.hpp"
 #include "protocol/error.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 // A SERVER agent started by `tracrctl agents start`, outliving tracrctl.
 // Its state (endpoint, pid, session secret) is kept owner-only in
@@ -43,4 +43,4 @@ std::string read_local(const std::string& path);
 // tracrctl agents stop for detached agents recorded under `state_dir`.
 int stop_detached_agents(const std::string& state_dir, bool trust_new_hosts, const std::string& devices_file);
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

@@ -19,7 +19,9 @@
 #include "fleet/process.hpp"
 #include "settings/config.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
+
+using namespace tracr::core;  // the floors below, by their short names
 
 using namespace tracr::settings;
 namespace fs = std::filesystem;
@@ -282,4 +284,4 @@ int devices_setup(const SetupOptions& o) {
   return bad ? 1 : 0;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

@@ -12,7 +12,7 @@
 #include "fleet/ssh.hpp"
 #include "protocol/error.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 struct RuntimePackages {
   std::vector<std::string> packages;  // sorted, unique, without architecture qualifier
@@ -55,4 +55,4 @@ struct SetupOptions {
 };
 int devices_setup(const SetupOptions& o);
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

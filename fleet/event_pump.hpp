@@ -14,7 +14,7 @@
 #include "agent/control.hpp"
 #include "fleet/launcher.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 // Reads control lines of every agent on its own thread into one queue.
 struct Event {
@@ -74,4 +74,4 @@ class EventPump {
   std::deque<Event> q_;
 };
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

@@ -16,7 +16,9 @@
 #include "fleet/process.hpp"
 #include "protocol/crypto.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
+
+using namespace tracr::core;  // the floors below, by their short names
 
 using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
@@ -335,4 +337,4 @@ SshTarget device_ssh_target(const DeviceConfig& dev, const std::string& devices_
   return t;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

@@ -21,7 +21,7 @@
 #include "fleet/ssh.hpp"
 #include "fleet/staging.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 // One agent process; its stdin/stdout are the control channel.
 class AgentProc {
@@ -161,4 +161,4 @@ std::string server_bind_host(const settings::DeviceConfig& dev);
 // "tcp://0.0.0.0:PORT" as seen from a participant that reaches the server at `host`.
 std::string reachable_endpoint(const std::string& bound, const std::string& host);
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

@@ -21,7 +21,9 @@
 
 extern char** environ;
 
-namespace tracr::controller {
+namespace tracr::fleet {
+
+using namespace tracr::core;  // the floors below, by their short names
 
 Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& argv, const std::string& stderr_path,
                                          const std::vector<std::string>& env) {
@@ -228,4 +230,4 @@ SignalCatcher::~SignalCatcher() {
 
 int SignalCatcher::signal() { return g_caught.load(); }
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

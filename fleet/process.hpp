@@ -11,7 +11,7 @@
 #include "core/process_identity.hpp"
 #include "protocol/error.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 class ChildProcess {
  public:
@@ -75,4 +75,4 @@ struct CommandOutput {
 };
 CommandOutput run_local_command(const std::string& cmd);
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

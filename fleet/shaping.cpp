@@ -15,7 +15,9 @@
 #include "fleet/process.hpp"
 #include "fleet/ssh.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
+
+using namespace tracr::core;  // the floors below, by their short names
 
 namespace fs = std::filesystem;
 using settings::DeviceConfig;
@@ -428,4 +430,4 @@ std::vector<std::string> sweep_stale_shaping(const std::string& state_dir, const
   return out;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

@@ -26,7 +26,7 @@
 #include "protocol/error.hpp"
 #include "settings/config.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 struct ShapingContext {
   std::string state_dir;          // <results dir>/shaping
@@ -90,4 +90,4 @@ std::vector<std::string> sweep_stale_shaping(const std::string& state_dir, const
 std::vector<ParticipantLink> participant_links(const std::optional<settings::LinkSpec>& experiment_link,
                                                const settings::DevicesConfig& devices);
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

@@ -19,7 +19,7 @@
 
 #include "protocol/crypto.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 using Clock = std::chrono::steady_clock;
 
@@ -875,4 +875,4 @@ Result<int> RemoteProcess::stop(int grace_ms) {
   return p.status;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

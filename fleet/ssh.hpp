@@ -20,7 +20,7 @@
 
 #include "protocol/error.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 struct SshTarget {
   std::string host;
@@ -153,4 +153,4 @@ class SshSession {
 // Quotes s for a POSIX shell: 'it'\''s'.
 std::string shell_quote(const std::string& s);
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

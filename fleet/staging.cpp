@@ -13,7 +13,7 @@
 #include "fleet/deploy.hpp"
 #include "protocol/crypto.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 using namespace tracr::settings;
 namespace fs = std::filesystem;
@@ -267,4 +267,4 @@ ExperimentConfig with_device_paths(ExperimentConfig cfg, const std::vector<Stage
   return cfg;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

@@ -24,7 +24,7 @@
 #include "protocol/error.hpp"
 #include "settings/config.hpp"
 
-namespace tracr::controller {
+namespace tracr::fleet {
 
 // A file or directory tree an agent reads, named by the experiment.
 struct AgentFile {
@@ -77,4 +77,4 @@ settings::ExperimentConfig with_device_paths(settings::ExperimentConfig cfg, con
 // "12.3 MB" style size.
 std::string human_bytes(uint64_t n);
 
-}  // namespace tracr::controller
+}  // namespace tracr::fleet

@@ -6,7 +6,9 @@
 #include "core/text.hpp"
 #include "settings/config.hpp"
 
-namespace tracr::controller {
+namespace tracr::store {
+
+using namespace tracr::core;  // the floors below, by their short names
 
 using settings::json_quote;
 
@@ -105,4 +107,4 @@ Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file) {
   return write_file(file, o);
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::store

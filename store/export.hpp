@@ -7,7 +7,7 @@
 #include "protocol/error.hpp"
 #include "store/results.hpp"
 
-namespace tracr::controller {
+namespace tracr::store {
 
 // Writes the run's frames as CSV (RFC 4180, a header row, one row per frame).
 // Error io naming the file when it cannot be written.
@@ -18,4 +18,4 @@ Status export_run_csv(ResultsDb& db, int64_t run_id, const std::string& file);
 // column of each. Error io naming the file.
 Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file);
 
-}  // namespace tracr::controller
+}  // namespace tracr::store

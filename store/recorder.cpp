@@ -14,7 +14,7 @@
 #include "protocol/crypto.hpp"
 #include "settings/config.hpp"
 
-namespace tracr::controller {
+namespace tracr::store {
 
 Recorder::Recorder(ResultsDb& db, int64_t run_id, bool record_frames, bool record_layers)
     : db_(db), run_id_(run_id), record_frames_(record_frames), record_layers_(record_layers) {}
@@ -294,4 +294,4 @@ Result<std::string> Recorder::save_unwritten(const std::string& path) const {
   return path;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::store

@@ -17,7 +17,7 @@
 #include "agent/control.hpp"
 #include "store/results.hpp"
 
-namespace tracr::controller {
+namespace tracr::store {
 
 class Recorder {
  public:
@@ -100,4 +100,4 @@ class Recorder {
   int split_ = 0;
 };
 
-}  // namespace tracr::controller
+}  // namespace tracr::store

@@ -22,7 +22,9 @@
 #include <tuple>
 #include <sstream>
 
-namespace tracr::controller {
+namespace tracr::store {
+
+using namespace tracr::core;  // the floors below, by their short names
 
 namespace fs = std::filesystem;
 
@@ -1612,4 +1614,4 @@ Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s) {
   return static_cast<int64_t>(v);
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::store

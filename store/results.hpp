@@ -34,7 +34,7 @@
 
 struct sqlite3;
 
-namespace tracr::controller {
+namespace tracr::store {
 
 enum class RunStatus { running, completed, failed, interrupted };
 std::string_view run_status_name(RunStatus s);  // "running", ...
@@ -312,4 +312,4 @@ std::string utc_now_iso();
 // A RUN argument: a run id, or "last"/"latest". Error invalid_argument naming what was expected.
 Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s);
 
-}  // namespace tracr::controller
+}  // namespace tracr::store

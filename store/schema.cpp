@@ -9,7 +9,7 @@
 
 #include "store/results.hpp"
 
-namespace tracr::controller {
+namespace tracr::store {
 
 namespace {
 
@@ -434,4 +434,4 @@ std::string format_schema_markdown() {
   return o;
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::store

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-namespace tracr::controller {
+namespace tracr::store {
 
 Statement::Statement(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &st_, nullptr); }
 Statement::~Statement() { sqlite3_finalize(st_); }
@@ -82,4 +82,4 @@ Transaction::~Transaction() {
   if (open_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
 }
 
-}  // namespace tracr::controller
+}  // namespace tracr::store

@@ -12,7 +12,7 @@
 struct sqlite3;
 struct sqlite3_stmt;
 
-namespace tracr::controller {
+namespace tracr::store {
 
 class Statement {
  public:
@@ -74,4 +74,4 @@ class Transaction {
   bool open_ = false;
 };
 
-}  // namespace tracr::controller
+}  // namespace tracr::store

@@ -32,6 +32,10 @@
 
 namespace tracr::controller {
 
+using namespace tracr::store;  // the floors below, by their short names
+using namespace tracr::fleet;
+using namespace tracr::analysis;
+
 namespace {
 
 using agent::cli::add_int;

@@ -17,6 +17,9 @@
 
 namespace tracr::controller {
 
+using namespace tracr::core;  // the floors below, by their short names
+using namespace tracr::fleet;
+
 using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
 namespace fs = std::filesystem;

@@ -20,6 +20,8 @@
 #include "settings/config.hpp"
 
 namespace tracr::controller {
+
+using namespace tracr::core;  // the floors below, by their short names
 namespace fs = std::filesystem;
 namespace {
 

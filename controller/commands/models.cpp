@@ -24,6 +24,10 @@
 
 namespace tracr::controller {
 
+using namespace tracr::core;  // the floors below, by their short names
+using namespace tracr::store;
+using namespace tracr::analysis;
+
 int cmd_models() {
 #if TRACR_WITH_TORCH
   for (const auto& name : experiments::list_models())

@@ -25,6 +25,10 @@
 
 namespace tracr::controller {
 
+using namespace tracr::core;  // the floors below, by their short names
+using namespace tracr::store;
+using namespace tracr::analysis;
+
 using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
 namespace {

@@ -44,6 +44,11 @@
 
 namespace tracr::controller {
 
+using namespace tracr::core;  // the floors below, by their short names
+using namespace tracr::store;
+using namespace tracr::fleet;
+using namespace tracr::analysis;
+
 using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
 using agent::ControlMsg;

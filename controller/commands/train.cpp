@@ -31,6 +31,10 @@
 
 namespace tracr::controller {
 
+using namespace tracr::core;  // the floors below, by their short names
+using namespace tracr::store;
+using namespace tracr::fleet;
+
 using namespace tracr::settings;
 using agent::ControlMsg;
 using Clock = std::chrono::steady_clock;

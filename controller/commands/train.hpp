@@ -37,6 +37,6 @@ int cmd_train(const TrainOptions& opt);
 // Per (owner, epoch): losses and accuracies; per owner: median step time and
 // bytes per step; the exported model. Error not_found for a run that did
 // not train.
-Status print_train_table(ResultsDb& db, int64_t run_id);
+Status print_train_table(store::ResultsDb& db, int64_t run_id);
 
 }  // namespace tracr::controller

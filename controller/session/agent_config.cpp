@@ -12,6 +12,8 @@
 
 namespace tracr::controller {
 
+using namespace tracr::store;  // the floors below, by their short names
+
 using namespace tracr::settings;  // ExperimentConfig by its short name
 
 namespace fs = std::filesystem;

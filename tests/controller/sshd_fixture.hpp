@@ -160,8 +160,8 @@ class Sshd {
   std::string log() const { return slurp(dir_ + "/sshd.log"); }
 
   // A target for this server; known_hosts starts empty (see trust()).
-  controller::SshTarget target(bool tofu = false) const {
-    controller::SshTarget t;
+  fleet::SshTarget target(bool tofu = false) const {
+    fleet::SshTarget t;
     t.host = addr_;
     t.port = port_;
     t.user = user();
@@ -303,9 +303,9 @@ class SshdTest : public ::testing::Test {
   }
   Sshd& sshd() { return *sshd_; }
   // Connects with the fixture's key after trusting the host key.
-  std::unique_ptr<controller::SshSession> connect_trusted() {
+  std::unique_ptr<fleet::SshSession> connect_trusted() {
     sshd_->trust();
-    auto s = controller::SshSession::connect(sshd_->target());
+    auto s = fleet::SshSession::connect(sshd_->target());
     EXPECT_TRUE(s.ok()) << (s ? "" : s.error().str()) << "\nsshd log:\n" << sshd_->log();
     return s ? std::move(*s) : nullptr;
   }

@@ -22,6 +22,8 @@
 #include "analysis/tables.hpp"
 
 namespace tracr::controller {
+using namespace tracr::store;
+using namespace tracr::analysis;
 namespace {
 
 namespace fs = std::filesystem;

@@ -12,6 +12,7 @@
 #include "tests/controller/sshd_fixture.hpp"
 
 namespace tracr::controller {
+using namespace tracr::fleet;
 namespace {
 
 using tracr::testing::slurp;

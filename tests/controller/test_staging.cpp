@@ -15,6 +15,8 @@
 #include "tests/controller/sshd_fixture.hpp"
 
 namespace tracr::controller {
+using namespace tracr::core;
+using namespace tracr::fleet;
 namespace {
 
 namespace fs = std::filesystem;

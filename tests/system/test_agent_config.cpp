@@ -6,7 +6,7 @@
 #include "system/system_util.hpp"
 
 using namespace tracr;
-using namespace tracr::controller;
+using namespace tracr::fleet;
 using namespace tracr::testing;
 
 namespace {

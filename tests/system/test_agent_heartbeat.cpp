@@ -16,7 +16,8 @@
 #include "system/system_util.hpp"
 
 using namespace tracr;
-using namespace tracr::controller;
+using namespace tracr::core;
+using namespace tracr::fleet;
 using namespace tracr::testing;
 using Clock = std::chrono::steady_clock;
 

@@ -17,7 +17,7 @@ namespace {
 // An existing database with no run in it: a rejected experiment must leave it so.
 std::string empty_db(const TempDir& d) {
   const std::string db = (d.path / "r.db").string();
-  auto h = tracr::controller::ResultsDb::open(db);
+  auto h = tracr::store::ResultsDb::open(db);
   EXPECT_TRUE(h.ok());
   return db;
 }
