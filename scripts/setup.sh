@@ -10,7 +10,7 @@ PKGS=(
   libbenchmark-dev libblosc-dev libfp16-dev libjpeg-dev libpng-dev zlib1g-dev
   openssh-server openssh-client iproute2 procps iperf3 util-linux
   chromium libjs-chart.js
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format clang-tidy universal-ctags
   dataset-fashion-mnist python3 python3-torchvision python3-pil python3-blosc python3-numpy
 )
 

@@ -3,8 +3,10 @@
 #   1. installs missing Debian packages (scripts/setup.sh),
 #   2. builds everything (RelWithDebInfo, ccache when present) and runs ctest,
 #   3. builds the protocol and agent tests with ASan+UBSan and runs them,
-#   4. runs the libFuzzer frame target for a bounded time (FUZZ_SECONDS, default 60).
-# Set TRACR_SKIP_ASAN=1 or FUZZ_SECONDS=0 to skip steps 3 or 4 locally.
+#   4. builds the threaded tests (frame parallel parts and worker pool, delay
+#      relay, energy sampling, meters) with ThreadSanitizer and runs them,
+#   5. runs the libFuzzer frame target for a bounded time (FUZZ_SECONDS, default 60).
+# Set TRACR_SKIP_ASAN=1, TRACR_SKIP_TSAN=1 or FUZZ_SECONDS=0 to skip steps 3, 4 or 5 locally.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
@@ -28,6 +30,18 @@ if [ "${TRACR_SKIP_ASAN:-0}" != "1" ]; then
   cmake --build build-asan -j"$JOBS" --target tracr_protocol_tests
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ./build-asan/bin/tracr_protocol_tests --gtest_brief=1
+fi
+
+if [ "${TRACR_SKIP_TSAN:-0}" != "1" ]; then
+  echo "== threaded tests under ThreadSanitizer (build-tsan/)"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRACR_TSAN=ON -DTRACR_WITH_TORCH=OFF \
+    -DTRACR_BUILD_BENCH=OFF >/dev/null
+  cmake --build build-tsan -j"$JOBS" --target tracr_protocol_tests tracr_agent_tests tracr_meters_tests
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+  ./build-tsan/bin/tracr_protocol_tests --gtest_brief=1 \
+    --gtest_filter='*Parallel*:*Pool*:*Channel*:*Session*'
+  ./build-tsan/bin/tracr_agent_tests --gtest_brief=1 --gtest_filter='*DelayRelay*:*Energy*:*Control*'
+  ./build-tsan/bin/tracr_meters_tests --gtest_brief=1
 fi
 
 secs=${FUZZ_SECONDS:-60}
