@@ -33,6 +33,7 @@
 #include "fleet/launcher.hpp"
 #include "controller/session/agent_config.hpp"
 #include "controller/session/model_check.hpp"
+#include "controller/session/run_row.hpp"
 #include "fleet/process.hpp"
 #include "store/recorder.hpp"
 #include "store/results.hpp"
@@ -76,18 +77,6 @@ void draw_progress(int64_t done, int64_t total, int split, Clock::time_point t0,
     fmt::print(stderr, "  progress: {}/{} frames ({}%), split {}, {:.0f}s\n", done, total, pct, split, secs);
   }
   last_pct = pct;
-}
-
-
-int signal_exit_code(int sig) { return 128 + sig; }
-
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGINT: return "SIGINT (Ctrl-C)";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-  }
-  return "a signal";
 }
 
 // Writes the cause of a run that could not be finished in its database
@@ -276,13 +265,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   }
   if (run_out) *run_out = *run_id;
   // Whatever ends this function (an exception included), the run row is finished.
-  bool finished_row = false;
-  struct FinishGuard {
-    std::function<void()> fn;
-    ~FinishGuard() { fn(); }
-  } finish_guard{[&] {
-    if (!finished_row) (void)db->finish_run(*run_id, RunStatus::failed, "tracrctl run ended abnormally");
-  }};
+  RunRowGuard row(*db, *run_id, "run");
   reserve_cause_note(cfg->output, *run_id);
   fmt::print("run {} '{}': model {}, codec {}, cipher {}, devices {}{}{}\n", *run_id, info.name, cfg->model,
              cfg->compression, info.cipher, devices->source, ro.in_process ? " (in-process)" : "",
@@ -518,7 +501,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
         rec.event("warn", "run_interrupted", fmt::format("{} received: stopping the participants", signal_name(g_signal_now())));
         for (size_t i = first_participant; i < agents.size(); ++i)
           if (!finished[i]) (void)agents[i]->send("STOP", {});
-        stop_deadline = Clock::now() + std::chrono::seconds(5);
+        stop_deadline = Clock::now() + kStopGrace;
       }
       if (stopping && Clock::now() > stop_deadline) break;
       if (timeout_ms > 0 && Clock::now() > deadline) {
@@ -643,11 +626,10 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     else failure += "; " + cause;
   }
   const int sig = g_signal_now();
-  if (sig && failure.empty()) failure = fmt::format("interrupted by {}", signal_name(sig));
-  const RunStatus status = failure.empty() ? RunStatus::completed : sig ? RunStatus::interrupted : RunStatus::failed;
-  if (!failure.empty()) (void)db->add_event(*run_id, "error", sig ? "run_interrupted" : "run_failed", failure);
-  finished_row = true;
-  if (auto fs2 = db->finish_run(*run_id, status, failure); !fs2) {
+  const SessionOutcome end = session_outcome(std::move(failure), sig);
+  failure = end.failure;
+  const RunStatus status = end.status;
+  if (auto fs2 = row.finish(end); !fs2) {
     keep_cause(cfg->output, *run_id, failure.empty() ? fs2.error().str() : failure + "; " + fs2.error().str());
   } else {
     std::error_code ec;

@@ -21,6 +21,7 @@
 #include "fleet/event_pump.hpp"
 #include "fleet/launcher.hpp"
 #include "controller/session/model_check.hpp"
+#include "controller/session/run_row.hpp"
 #include "fleet/process.hpp"
 #include "store/recorder.hpp"
 #include "store/results.hpp"
@@ -246,13 +247,7 @@ int cmd_train(const TrainOptions& ro) {
     fmt::print(stderr, "tracrctl train: {}\n", run_id.error().str());
     return 1;
   }
-  bool finished_row = false;
-  struct FinishGuard {
-    std::function<void()> fn;
-    ~FinishGuard() { fn(); }
-  } finish_guard{[&] {
-    if (!finished_row) (void)db->finish_run(*run_id, RunStatus::failed, "tracrctl train ended abnormally");
-  }};
+  RunRowGuard row(*db, *run_id, "train");
   auto txt = [](const std::string& s) -> std::optional<std::string> { return s; };
   auto num = [](auto v) -> std::optional<std::string> { return fmt::format("{}", v); };
   std::string failure;
@@ -475,10 +470,11 @@ int cmd_train(const TrainOptions& ro) {
     while (failure.empty() && !done()) {
       if (SignalCatcher::signal() && !stopping) {
         stopping = true;
-        rec.event("warn", "run_interrupted", "signal received: stopping the data owners");
+        rec.event("warn", "run_interrupted",
+                  fmt::format("{} received: stopping the data owners", signal_name(SignalCatcher::signal())));
         for (size_t i : owner_agents)
           if (!finished[i]) (void)agents[i]->send("STOP", {});
-        stop_deadline = Clock::now() + std::chrono::seconds(10);
+        stop_deadline = Clock::now() + kStopGrace;
       }
       if (stopping && (owner_agents.empty() || Clock::now() > stop_deadline)) break;
       if (timeout_ms > 0 && Clock::now() > deadline) {
@@ -552,16 +548,18 @@ int cmd_train(const TrainOptions& ro) {
   rec.flush();
   if (!rec.write_error().empty()) fail("database: " + rec.write_error());
   const int sig = SignalCatcher::signal();
-  if (sig && failure.empty()) failure = fmt::format("interrupted by signal {}", sig);
-  const RunStatus status = failure.empty() ? RunStatus::completed : sig ? RunStatus::interrupted : RunStatus::failed;
-  if (!failure.empty()) (void)db->add_event(*run_id, "error", sig ? "run_interrupted" : "run_failed", failure);
-  finished_row = true;
-  (void)db->finish_run(*run_id, status, failure);
+  const SessionOutcome end = session_outcome(std::move(failure), sig);
+  failure = end.failure;
+  const RunStatus status = end.status;
+  if (auto fs2 = row.finish(end); !fs2) {
+    // The row could not be finished: the cause goes to stderr with the failure.
+    failure = failure.empty() ? fs2.error().str() : failure + "; " + fs2.error().str();
+  }
   if (!failure.empty()) {
     fmt::print(stderr, "tracrctl train: run {} {}: {}\n", *run_id, run_status_name(status), failure);
     fmt::print(stderr, "tracrctl train: {} steps recorded in {} (tracrctl results show {}); resume with --resume {}\n",
                steps_seen, cfg.output, *run_id, *run_id);
-    return sig ? 128 + sig : 1;
+    return sig ? signal_exit_code(sig) : 1;
   }
   fmt::print("\nrun {} completed: {} steps\n", *run_id, steps_seen);
   if (auto st = print_train_table(*db, *run_id); !st) {
