@@ -18,6 +18,7 @@
 #include "agent/control.hpp"
 #include "fleet/launcher.hpp"
 #include "fleet/process.hpp"
+#include "core/log.hpp"
 
 namespace tracr::fleet {
 
@@ -125,16 +126,16 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
     if (e.path().extension() != ".state") continue;
     auto d = read_detached(e.path().string());
     if (!d) {
-      fmt::print(stderr, "{}\n", d.error().str());
+      TRACR_LOG(error, "{}", d.error().str());
       ++bad;
       continue;
     }
     // By identity only: the pid and the start time recorded when it started.
     // A bare pid from a file could name any process by now.
     if (d->start_ticks <= 0) {
-      fmt::print(stderr,
+      TRACR_LOG(error,
                  "detached agent on {}: its state ({}) records no start time, so pid {} cannot be told from a "
-                 "process that reused it; not signalled. Check it and stop it by hand, then delete the state file\n",
+                 "process that reused it; not signalled. Check it and stop it by hand, then delete the state file",
                  d->device, e.path().string(), d->pid);
       ++bad;
       continue;
@@ -154,13 +155,13 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
       auto devs = load_devices_or_default(devices_file);
       const DeviceConfig* dev = devs ? devs->find(d->device) : nullptr;
       if (!dev) {
-        fmt::print(stderr, "detached agent on {}: device not in {}\n", d->device, devices_file);
+        TRACR_LOG(error, "detached agent on {}: device not in {}", d->device, devices_file);
         ++bad;
         continue;
       }
       auto s = SshSession::connect(device_ssh_target(*dev, devs->source, trust));
       if (!s) {
-        fmt::print(stderr, "detached agent on {}: {}\n", d->device, s.error().str());
+        TRACR_LOG(error, "detached agent on {}: {}", d->device, s.error().str());
         ++bad;
         continue;
       }
@@ -171,7 +172,7 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
                          pid + "; echo stopped; else echo gone; fi; rm -f " + shell_quote(base + ".secret") + " " +
                          shell_quote(base + ".experiment.yaml"));
       if (!r) {
-        fmt::print(stderr, "detached agent on {}: {}\n", d->device, r.error().str());
+        TRACR_LOG(error, "detached agent on {}: {}", d->device, r.error().str());
         ++bad;
         continue;
       }
