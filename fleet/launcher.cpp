@@ -85,8 +85,7 @@ class SshProc : public AgentProc {
 Result<std::unique_ptr<AgentProc>> start_local(const std::string& agent_path, const std::vector<std::string>& args,
                                                const std::string& log_path, const std::string& netns,
                                                double cpu_quota) {
-  std::vector<std::string> argv;
-  if (!netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", netns};  // a namespaced test host
+  std::vector<std::string> argv = netns_exec_argv(netns);  // a namespaced test host
   argv.push_back(agent_path);
   argv.insert(argv.end(), args.begin(), args.end());
   // Local agents share this machine's cores: OpenMP threads that spin while

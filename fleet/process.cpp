@@ -1,5 +1,7 @@
 #include "fleet/process.hpp"
 
+#include "fleet/ssh.hpp"
+
 #include <atomic>
 #include <cstdio>
 #include <string>
@@ -180,6 +182,18 @@ Result<pid_t> spawn_detached(const std::vector<std::string>& argv, const std::st
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return make_error(Errc::io, "cannot start " + argv[0] + ": " + std::strerror(rc));
   return pid;
+}
+
+std::vector<std::string> netns_exec_argv(const std::string& ns) {
+  if (ns.empty()) return {};
+  return {"/usr/sbin/ip", "netns", "exec", ns};
+}
+
+std::string netns_exec_prefix(const std::string& ns) {
+  const auto argv = netns_exec_argv(ns);
+  std::string s;
+  for (size_t i = 0; i < argv.size(); ++i) s += (i + 1 == argv.size() ? shell_quote(argv[i]) : argv[i]) + " ";
+  return s;
 }
 
 std::string self_dir() {

@@ -47,6 +47,12 @@ class ChildProcess {
 Result<pid_t> spawn_detached(const std::vector<std::string>& argv, const std::string& log_path,
                              const std::vector<std::string>& env = {});
 
+// `ip netns exec NS`, spelled once (by absolute path): the argv that goes
+// before a command run in network namespace NS, and the same as a /bin/sh
+// prefix (NS quoted, a space after). Both empty when ns is empty.
+std::vector<std::string> netns_exec_argv(const std::string& ns);
+std::string netns_exec_prefix(const std::string& ns);
+
 // Directory of the running executable.
 std::string self_dir();
 

@@ -88,8 +88,7 @@ class ShapeHost {
       if (!r) return {-1, r.error().str()};
       return {r->exit_status, trim(r->out)};
     }
-    const std::string ns = dev_->netns.empty() ? "" : "/usr/sbin/ip netns exec " + shell_quote(dev_->netns) + " ";
-    return run_local_command(ns + "sh -c " + shell_quote(cmd));
+    return run_local_command(netns_exec_prefix(dev_->netns) + "sh -c " + shell_quote(cmd));
   }
   // tc or ip with privilege.
   CommandOutput tc(const std::string& args) { return priv(tc_ + " " + args); }
@@ -98,7 +97,7 @@ class ShapeHost {
     if (!ssh_ && !dev_->netns.empty()) {
       // `ip netns exec` itself needs root here.
       const std::string pre = ::geteuid() == 0 ? "" : "sudo -n ";
-      return run_local_command(pre + "/usr/sbin/ip netns exec " + shell_quote(dev_->netns) + " " + cmd);
+      return run_local_command(pre + netns_exec_prefix(dev_->netns) + cmd);
     }
     return raw(sudo_ + cmd);
   }

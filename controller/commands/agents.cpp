@@ -83,8 +83,7 @@ int cmd_agents_start(const RunOptions& opt) {
       }
     a.insert(a.end(), {"--experiment", exp_file});
     d.log = dir + "/" + server.name + ".log";
-    std::vector<std::string> argv;
-    if (!server.netns.empty()) argv = {"/usr/sbin/ip", "netns", "exec", server.netns};
+    std::vector<std::string> argv = netns_exec_argv(server.netns);
     argv.push_back(agent_path);
     argv.insert(argv.end(), a.begin(), a.end());
     argv.insert(argv.end(), {"--secret-file", secret_file});

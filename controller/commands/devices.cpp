@@ -141,8 +141,7 @@ int cmd_devices_check(const DevicesOptions& opt) {
   auto rows = for_each_device(*devs, [&](const DeviceConfig& d) -> std::string {
     const std::string head = fmt::format("{:<14} {:<12} {:<6}", d.name, device_role_name(d.role), transport_name(d.transport));
     if (d.transport == Transport::local) {
-      std::string cmd = (d.netns.empty() ? "" : "ip netns exec " + shell_quote(d.netns) + " ") + shell_quote(c.agent) +
-                        " --version";
+      std::string cmd = netns_exec_prefix(d.netns) + shell_quote(c.agent) + " --version";
       const auto r = run_local_command(cmd);
       const std::string v = trim(r.text.substr(0, r.text.find('\n')));
       if (r.status != 0) {
@@ -151,8 +150,7 @@ int cmd_devices_check(const DevicesOptions& opt) {
         if (!missing.empty()) return head + " FAIL  " + missing_libraries_message("this machine", c.agent, missing);
         return head + " FAIL  cannot run the agent locally: " + v;
       }
-      std::string meters_cmd = (d.netns.empty() ? "" : "ip netns exec " + shell_quote(d.netns) + " ") +
-                               shell_quote(c.agent) + " --meters";
+      std::string meters_cmd = netns_exec_prefix(d.netns) + shell_quote(c.agent) + " --meters";
       for (const auto& a : device_limit_args(d)) meters_cmd += " " + shell_quote(a);
       return head + " ok    " + v + (d.netns.empty() ? "" : " (netns " + d.netns + ")") + "; " +
              tc_capability(d, devs->source, c.trust) + meter_lines(run_local_command(meters_cmd).text);
