@@ -10,8 +10,8 @@ namespace tracr::protocol {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// HELLO MACs remembered against replay (about 300 KB at most).
-constexpr size_t kHelloReplayWindow = 4096;
+// HELLO MACs remembered against replay (about 5 MB at most).
+constexpr size_t kHelloReplayWindow = 65536;
 
 // Waits for input; false on timeout.
 Result<bool> wait_readable(zmq::socket_t& s, int timeout_ms) {
@@ -148,11 +148,11 @@ std::string peer_name(const std::string& id) {
 // ---- Client ----------------------------------------------------------------
 
 namespace {
-// ZeroMQ buffers a whole message before we see it: cap it at the largest
-// legal segment (a frame's raw bytes plus headers, tags and blosc overhead).
-int64_t max_message_bytes(const Limits& lim) {
-  return static_cast<int64_t>(lim.max_frame_bytes + lim.max_frame_bytes / 64 + (16u << 20));
-}
+// ZeroMQ buffers each part of a message before we see it; ZMQ_MAXMSGSIZE
+// (bytes per part) refuses a part larger than the spec allows (a header, or
+// one chunk with its codec overhead and tag) before buffering it, and drops
+// that connection.
+int64_t max_message_bytes(const Limits& lim) { return static_cast<int64_t>(max_part_bytes(lim)); }
 }  // namespace
 
 Client::Client(zmq::context_t& ctx, ChannelOptions opt)
@@ -360,16 +360,7 @@ Status Server::handle_hello(const std::string& peer, Segment& seg, uint64_t prov
   auto outs = r.feed(seg);
   if (outs.size() != 1 || !outs[0])
     return refuse(outs.empty() ? make_error(Errc::handshake_failed, "incomplete HELLO") : Error(outs.back().error()));
-  if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers) {
-    // Evict peers that never confirmed their keys in time, so that
-    // participants who replay nothing cannot hold slots forever.
-    const auto stale = Clock::now() - std::chrono::milliseconds(opt_.handshake_timeout_ms);
-    for (auto it = peers_.begin(); it != peers_.end();) {
-      auto next = std::next(it);
-      if (!it->second->confirmed && it->second->last_seen < stale) drop_peer(it);
-      it = next;
-    }
-  }
+  if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers) make_room();
   if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers)
     return refuse(make_error(Errc::limit_exceeded, "this server holds its limit of " +
                                                        std::to_string(opt_.max_peers) + " sessions; try later"));
@@ -460,9 +451,14 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
       }
       return reject_stranger(peer, std::move(e));
     }
-    // HELLO from an unknown peer starts its session (a known peer's
-    // HELLO, after a reconnect with the same routing id, restarts it).
-    if (it == peers_.end() || !it->second->confirmed) {
+    // HELLO from an unknown peer starts its session; a known peer's HELLO,
+    // confirmed or not, starts it over (PROTOCOL.md 6.1, 8): it passes the
+    // same checks (MAC, replay) and the old session ends only when the new
+    // one is accepted. A HELLO is 2 parts, the second 32 bytes; nothing
+    // else on a session is (a sealed message's second part is a payload
+    // part or its 16-byte seal), so only such segments are decoded here.
+    const bool hello_shaped = seg.size() == 2 && seg[1].size() == kHelloMacBytes;
+    if (it == peers_.end() || !it->second->confirmed || hello_shaped) {
       auto h = decode_header(static_cast<const uint8_t*>(seg[0].data()), seg[0].size(), opt_.limits);
       if (h && h->type == MsgType::hello && h->seg == 0) {
         auto st = handle_hello(peer, seg, provoked);
@@ -550,6 +546,35 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
   }
 }
 
+void Server::make_room() {
+  // 1. Peers that never confirmed their keys in time.
+  const auto now = Clock::now();
+  const auto stale = now - std::chrono::milliseconds(opt_.handshake_timeout_ms);
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    auto next = std::next(it);
+    if (!it->second->confirmed && it->second->last_seen < stale) drop_peer(it);
+    it = next;
+  }
+  if (static_cast<int>(peers_.size()) < opt_.max_peers) return;
+  // 2. The oldest unconfirmed session: a replayed HELLO's slot can never be
+  // confirmed, a participant's is within one round trip.
+  // 3. Else the confirmed session idle longest, once idle for evict_idle_ms
+  // (peers that vanished without GOODBYE do not lock others out).
+  auto oldest_unconfirmed = peers_.end(), most_idle = peers_.end();
+  for (auto it = peers_.begin(); it != peers_.end(); ++it) {
+    auto& best = it->second->confirmed ? most_idle : oldest_unconfirmed;
+    if (best == peers_.end() || it->second->last_seen < best->second->last_seen) best = it;
+  }
+  if (oldest_unconfirmed != peers_.end()) {
+    drop_peer(oldest_unconfirmed);
+    ++send_counters_.sessions_evicted;
+  } else if (most_idle != peers_.end() &&
+             most_idle->second->last_seen < now - std::chrono::milliseconds(opt_.evict_idle_ms)) {
+    drop_peer(most_idle);
+    ++send_counters_.sessions_evicted;
+  }
+}
+
 void Server::drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it) {
   if (it == peers_.end()) return;
   rejected_closed_ += it->second->reader.rejected();
@@ -633,6 +658,7 @@ SendCounters Server::send_counters() const {
   c.replies_dropped = send_counters_.replies_dropped;
   c.sessions_dropped = send_counters_.sessions_dropped;
   c.errors_suppressed = send_counters_.errors_suppressed;
+  c.sessions_evicted = send_counters_.sessions_evicted;
   return c;
 }
 

@@ -38,6 +38,11 @@ struct ChannelOptions {
   // server: a confirmed session that sends nothing for this long is ended
   // (a participant that said GOODBYE or closed cleanly is gone at once).
   int session_idle_ms = 600000;
+  // server: when the session table is full, a verified HELLO takes the slot
+  // of (1) an unconfirmed session past the handshake timeout, else (2) the
+  // oldest unconfirmed session, else (3) the confirmed session idle longest,
+  // if idle for at least this long. Counted as sessions_evicted.
+  int evict_idle_ms = 30000;
   // server: a frame whose next segment does not arrive within this is
   // dropped (truncated) and its memory freed. ZeroMQ's ROUTER reports no
   // per-peer disconnect, so this is also how a peer that left mid-frame is
@@ -63,6 +68,7 @@ struct SendCounters {
   uint64_t replies_dropped = 0;   // answers never sent: the peer's queue was full, or its session was being ended
   uint64_t sessions_dropped = 0;  // sessions ended because the peer did not read its replies
   uint64_t errors_suppressed = 0; // plain ERRORs not sent: over the rate, or larger than what they answered
+  uint64_t sessions_evicted = 0;  // sessions ended to make room for a verified HELLO (ChannelOptions::evict_idle_ms)
 };
 
 class Client {
@@ -179,6 +185,9 @@ class Server {
   // returned with the peer named.
   Error reject_stranger(const std::string& peer, Error e);
   void drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it);
+  // The session table is full and a HELLO verified: frees one slot if one
+  // may go (see ChannelOptions::evict_idle_ms).
+  void make_room();
   // Ends idle sessions and unconfirmed handshakes, drops stalled partial frames.
   void sweep();
   std::chrono::milliseconds sweep_interval() const;
@@ -197,7 +206,8 @@ class Server {
   std::set<std::array<uint8_t, kHelloMacBytes>> hello_seen_;
   std::deque<std::array<uint8_t, kHelloMacBytes>> hello_seen_order_;
   struct AtomicSendCounters {
-    std::atomic<uint64_t> deferred{0}, replies_dropped{0}, sessions_dropped{0}, errors_suppressed{0};
+    std::atomic<uint64_t> deferred{0}, replies_dropped{0}, sessions_dropped{0}, errors_suppressed{0},
+        sessions_evicted{0};
   } send_counters_;
   double plain_error_tokens_ = 0;
   std::chrono::steady_clock::time_point plain_error_refill_{};

@@ -1,5 +1,7 @@
 // Hostile peers on real sockets (tcp://127.0.0.1): what an untrusted peer
 // can make a Server spend, and what legitimate participants still get.
+#include <sys/mman.h>
+
 #include <atomic>
 #include <thread>
 
@@ -777,6 +779,7 @@ TEST(Hostile, NonReadingSessionLosesItsSessionNotTheServer) {
   while (srv.server->send_counters().sessions_dropped == 0 && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   srv.join();
+  for (int i = 0; i < 20; ++i) (void)srv.server->recv(20);  // the drop and the GOODBYE, served from here
   const auto sc = srv.server->send_counters();
   std::printf("[ non-reading session ] sessions dropped %llu, replies dropped %llu, deferred %llu\n",
               static_cast<unsigned long long>(sc.sessions_dropped), static_cast<unsigned long long>(sc.replies_dropped),
@@ -809,4 +812,141 @@ TEST(Hostile, PlainErrorsToStrangersAreRateLimited) {
   EXPECT_GE(msgs, 1u);
   EXPECT_LE(msgs, static_cast<uint64_t>(64 + 64 * (elapsed_s + 0.5)));
   EXPECT_EQ(msgs + sc.errors_suppressed, 2000u);
+}
+
+namespace {
+// Peak resident memory of this process (VmHWM), in bytes; reset_peak()
+// starts a new peak from the current RSS (Linux: clear_refs 5).
+uint64_t peak_rss() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %llu kB", reinterpret_cast<unsigned long long*>(&kb)) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+bool reset_peak() {
+  FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+}  // namespace
+
+// One ZeroMQ message part of 512 MiB (from untouched zero pages, so that
+// only the receiver could make it resident): ZMQ_MAXMSGSIZE, set from the
+// largest part the spec allows, refuses it before the server holds it; a
+// legitimate participant is served after it.
+TEST(Hostile, OversizedMessageIsRefusedBeforeTheServerHoldsIt) {
+  if (!reset_peak()) GTEST_SKIP() << "this kernel cannot reset the peak RSS (/proc/self/clear_refs)";
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(true));
+  constexpr size_t kBytes = size_t{512} << 20;
+  void* zeros = ::mmap(nullptr, kBytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(zeros, MAP_FAILED);
+  std::atomic<bool> released{false};
+  const uint64_t before = peak_rss();
+  {
+    zmq::socket_t s = stranger_socket(ctx, srv.server->endpoint());
+    zmq::message_t big(zeros, kBytes, [](void*, void* hint) { static_cast<std::atomic<bool>*>(hint)->store(true); },
+                       &released);
+    ASSERT_TRUE(s.send(big, zmq::send_flags::none).has_value());
+    // Until this end's ZeroMQ is done with the buffer (written out, or the
+    // connection refused it), at most 60 s.
+    const auto until = Clock::now() + std::chrono::seconds(60);
+    while (!released && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto served = serve_one(ctx, srv.server->endpoint(), true);
+    ASSERT_TRUE(served.ok()) << served.error().str();
+    s.close();
+  }
+  srv.join();
+  const uint64_t grown = peak_rss() - before;
+  std::printf("[ oversized ] a %zu MiB part: peak RSS grew by %.1f MiB (buffer released by the sender: %s)\n",
+              kBytes >> 20, grown / 1048576.0, released ? "yes" : "no");
+  EXPECT_LT(grown, uint64_t{128} << 20) << "the server held the oversized message";
+  ::munmap(zeros, kBytes);
+}
+
+// A second HELLO on a confirmed session starts it over (PROTOCOL.md 6.1,
+// 8): it is answered with a WELCOME for a new session, not wrong_session.
+TEST(Hostile, SecondHelloOnAConfirmedSessionStartsItOver) {
+  zmq::context_t ctx;
+  auto srv = bind_local(ctx, hostile_options(true));
+  auto c = connect_served(ctx, *srv, hostile_options(true));
+  ASSERT_TRUE(c);
+  const uint64_t old_sid = c->session();
+  ASSERT_TRUE(c->send_raw(hello_segment(true, std::vector<uint8_t>(32, 7))).ok());  // the server's secret
+  c->socket().set(zmq::sockopt::rcvtimeo, 0);
+  Segment reply;
+  for (int i = 0; i < 500 && reply.empty(); ++i) {  // serve until the answer is there (at most about 10 s)
+    (void)srv->recv(20);
+    (void)zmq::recv_multipart(c->socket(), std::back_inserter(reply));
+  }
+  ASSERT_EQ(reply.size(), 2u) << "not a WELCOME (its header and MAC)";
+  reply.pop_back();
+  FrameReader r;
+  auto outs = r.feed(reply);
+  ASSERT_TRUE(outs.at(0).ok()) << outs[0].error().str();
+  EXPECT_EQ(outs[0]->header.type, MsgType::welcome);
+  EXPECT_NE(outs[0]->header.session, old_sid);
+  EXPECT_EQ(srv->peers(), 1u);
+}
+
+// A replay campaign: 300 HELLOs that verify (recorded ones the replay set no
+// longer holds look exactly like these: same secret, never confirmed), each
+// from its own connection, into a table of 16 sessions with a 10 s
+// handshake timeout. Every legitimate participant after it still gets in:
+// a verified HELLO takes the slot of the oldest unconfirmed session.
+TEST(Hostile, ReplayedHellosDoNotLockOutParticipants) {
+  zmq::context_t ctx;
+  ChannelOptions so = hostile_options(true);
+  so.max_peers = 16;
+  so.handshake_timeout_ms = 10000;
+  Serving srv(ctx, so);
+  std::vector<zmq::socket_t> replayers;
+  for (int i = 0; i < 300; ++i) {
+    replayers.push_back(stranger_socket(ctx, srv.server->endpoint()));
+    send_segment_raw(replayers.back(), hello_segment(true, std::vector<uint8_t>(32, 7)));  // verifies
+  }
+  ChannelOptions co = hostile_options(true);
+  co.handshake_timeout_ms = 10000;
+  int ok = 0;
+  std::string last_error;
+  for (int i = 0; i < 20; ++i) {
+    auto c = Client::connect(ctx, srv.server->endpoint(), co);
+    if (c.ok()) ++ok;
+    else last_error = c.error().str();
+  }
+  replayers.clear();
+  srv.join();
+  const auto sc = srv.server->send_counters();
+  std::printf("[ replay ] 300 verified, never confirmed HELLOs into 16 slots: %d of 20 participants got in; %llu "
+              "sessions evicted\n",
+              ok, static_cast<unsigned long long>(sc.sessions_evicted));
+  EXPECT_EQ(ok, 20) << last_error;
+  EXPECT_GT(sc.sessions_evicted, 0u);
+}
+
+// Confirmed sessions whose peers vanished without GOODBYE fill the table;
+// a new participant takes the slot of the one idle longest once it has
+// been idle for evict_idle_ms, instead of being refused until the idle
+// limit (10 minutes) ends them.
+TEST(Hostile, VanishedPeersDoNotLockOthersOut) {
+  zmq::context_t ctx;
+  ChannelOptions so = hostile_options(false);
+  so.max_peers = 8;
+  so.evict_idle_ms = 300;
+  Serving srv(ctx, so);
+  for (int i = 0; i < 8; ++i) {
+    auto c = Client::connect(ctx, srv.server->endpoint(), hostile_options(false));
+    ASSERT_TRUE(c.ok()) << c.error().str();
+    (*c)->socket().close();  // gone without GOODBYE
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  auto c = Client::connect(ctx, srv.server->endpoint(), hostile_options(false));
+  EXPECT_TRUE(c.ok()) << c.error().str();
+  srv.join();
+  EXPECT_EQ(srv.server->send_counters().sessions_evicted, 1u);
 }
