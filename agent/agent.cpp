@@ -52,11 +52,12 @@ std::atomic<bool> g_signalled{false};
 void on_term(int) { g_signalled = true; }
 }  // namespace
 
-ControlOut::ControlOut(const std::vector<uint8_t>& secret, bool watch_stdin, int silence_ms)
+ControlOut::ControlOut(const std::vector<uint8_t>& secret, bool watch_stdin, int silence_ms, int stall_ms)
     : codec_(secret, ControlDir::agent_to_controller),
       in_(secret, ControlDir::controller_to_agent),
       watch_stdin_(watch_stdin),
-      silence_ms_(watch_stdin ? silence_ms : 0) {
+      silence_ms_(watch_stdin ? silence_ms : 0),
+      stall_ms_(stall_ms > 0 ? stall_ms : std::max(silence_ms_, kMinStallMs)) {
   std::signal(SIGTERM, on_term);
   std::signal(SIGINT, on_term);
   if (watch_stdin_) reader_ = std::thread([this] { read_loop(); });
@@ -77,7 +78,28 @@ void ControlOut::send(const std::string& kind, const std::map<std::string, std::
 }
 
 void ControlOut::start_heartbeat(int period_ms) {
-  hb_.start(period_ms, [this] { send("HEARTBEAT", {}); });
+  hb_.start(period_ms, [this] { send("HEARTBEAT", heartbeat_fields()); });
+}
+
+namespace {
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void ControlOut::note_progress() {
+  ++loop_turns_;
+  loop_turn_at_ns_ = steady_ns();
+}
+
+std::map<std::string, std::string> ControlOut::heartbeat_fields() const {
+  const int64_t at = loop_turn_at_ns_;
+  if (at == 0) return {};
+  std::map<std::string, std::string> f{{"loop", std::to_string(loop_turns_.load())}};
+  const int64_t idle_ms = (steady_ns() - at) / 1000000;
+  if (idle_ms >= stall_ms_) f["stalled_ms"] = std::to_string(idle_ms);
+  return f;
 }
 
 void ControlOut::stop_heartbeat() { hb_.stop(); }
@@ -136,12 +158,14 @@ void ControlOut::read_loop() {
     if (exit_at && now > *exit_at) {
       // The main thread could not wind down (blocked on a write to a dead
       // channel, or in a long step): nobody can stop this agent but itself.
-      std::fprintf(stderr, "tracr-agent: still running %d ms after the controller went silent: exiting now\n",
-                   silence_ms_);
+      std::fprintf(stderr, "tracr-agent: still running %d ms after %s: exiting now\n",
+                   eof ? std::max(silence_ms_, kStdinGraceMs) : silence_ms_,
+                   eof ? "its stdin closed" : "the controller went silent");
       std::fflush(stderr);
       std::_Exit(kOrphanExitStatus);
     }
     if (eof) {
+      if (!exit_at) exit_at = now + std::chrono::milliseconds(std::max(silence_ms_, kStdinGraceMs));
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
@@ -291,6 +315,7 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     if (line) ctl.send("LOG", {{"level", level}, {"msg", *line}});
   };
   while (!ctl.stop_requested()) {
+    ctl.note_progress();
     auto in = (*server)->recv(200);
     const auto now = std::chrono::steady_clock::now();
     report("warn", rejections.due(now));

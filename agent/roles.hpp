@@ -84,10 +84,17 @@ class ControlOut {
   // arrived for silence_ms the agent stops as if its stdin had closed (a
   // network partition leaves the stdin of a remote agent open); if it is
   // still running silence_ms after that (a blocked write, a long model
-  // load), it exits at once with kOrphanExitStatus.
-  explicit ControlOut(const std::vector<uint8_t>& secret, bool watch_stdin = true, int silence_ms = 0);
+  // load), it exits at once with kOrphanExitStatus. The same when stdin
+  // closes: the agent stops, and exits at once (kOrphanExitStatus) if it is
+  // still running max(silence_ms, kStdinGraceMs) later, whatever its main
+  // thread is doing.
+  // stall_ms: when a HEARTBEAT says `stalled_ms` (see note_progress); 0: the
+  // larger of silence_ms and kMinStallMs.
+  explicit ControlOut(const std::vector<uint8_t>& secret, bool watch_stdin = true, int silence_ms = 0,
+                      int stall_ms = 0);
   ~ControlOut();
   static constexpr int kOrphanExitStatus = 4;
+  static constexpr int kStdinGraceMs = 5000;
   void send(const std::string& kind, const std::map<std::string, std::string>& fields);
   void start_heartbeat(int period_ms);
   void stop_heartbeat();
@@ -96,6 +103,16 @@ class ControlOut {
   bool stop_requested();
   // True when the stop came from the controller's silence.
   bool silenced() const { return silenced_.load(); }
+  // A serving loop calls this once per turn. From the first call on, every
+  // HEARTBEAT line carries `loop` (turns so far) and, once no turn has
+  // completed for stall_ms, `stalled_ms`:
+  // the controller ends the run on it (the loop is stuck, though this agent
+  // still answers).
+  void note_progress();
+  // The fields of the next HEARTBEAT line (loop, stalled_ms; none before the
+  // first note_progress()).
+  std::map<std::string, std::string> heartbeat_fields() const;
+  static constexpr int kMinStallMs = 30000;
   // CMD lines received since the last call (non-blocking).
   std::vector<ControlMsg> take_commands();
   // Waits up to timeout_ms for the CONFIG line and returns its yaml field.
@@ -109,10 +126,14 @@ class ControlOut {
   Heartbeat hb_;
   bool watch_stdin_ = true;
   int silence_ms_ = 0;
+  int stall_ms_ = kMinStallMs;
   std::thread reader_;
   std::atomic<bool> reader_stop_{false};
   std::atomic<bool> stopped_{false};
   std::atomic<bool> silenced_{false};
+  std::atomic<int64_t> loop_turns_{0};
+  std::atomic<int64_t> loop_turn_at_ns_{0};  // steady clock of the last turn; 0: no loop yet
+
   std::mutex in_mu_;  // guards what the reader hands over below
   std::vector<ControlMsg> commands_;
   std::optional<std::string> config_;

@@ -10,8 +10,8 @@ namespace tracr::protocol {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// HELLO MACs remembered against replay (about 300 KB at most).
-constexpr size_t kHelloReplayWindow = 4096;
+// HELLO MACs remembered against replay (about 5 MB at most).
+constexpr size_t kHelloReplayWindow = 65536;
 
 // Waits for input; false on timeout.
 Result<bool> wait_readable(zmq::socket_t& s, int timeout_ms) {
@@ -58,30 +58,65 @@ Error too_many_parts(size_t kept, size_t dropped) {
                                               " (header, payload parts per frame, seal); dropped unread");
 }
 
-Status send_segment(zmq::socket_t& s, const std::string* route, Segment&& seg) {
+// Hands one segment to ZeroMQ. true: queued whole; false: the peer's queue
+// is full and nothing of it was sent (only with `dontwait`, or a socket
+// send timeout). ZeroMQ checks the high-water mark on a message's first part
+// (the ROUTER's routing id), so a segment goes whole or not at all.
+Result<bool> put_segment(zmq::socket_t& s, const std::string* route, Segment& seg, bool dontwait) {
+  const auto wait = dontwait ? zmq::send_flags::dontwait : zmq::send_flags::none;
   try {
-    if (route) s.send(zmq::buffer(*route), zmq::send_flags::sndmore);
-    for (size_t i = 0; i < seg.size(); ++i) {
+    size_t i = 0;
+    if (route) {
+      if (!s.send(zmq::buffer(*route), zmq::send_flags::sndmore | wait)) return false;
+    } else if (!seg.empty()) {
+      if (!s.send(seg[0], (seg.size() > 1 ? zmq::send_flags::sndmore : zmq::send_flags::none) | wait)) return false;
+      i = 1;
+    }
+    for (; i < seg.size(); ++i) {
       auto flags = i + 1 < seg.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-      s.send(seg[i], flags);
+      if (!s.send(seg[i], flags | wait))
+        return make_error(Errc::transport, "zmq send: part " + std::to_string(i) + " of a message would block");
     }
   } catch (const zmq::error_t& e) {
     if (e.num() == EHOSTUNREACH)
       return make_error(Errc::peer_closed, "peer " + (route ? peer_name(*route) : "") + " is not connected");
     return make_error(Errc::transport, std::string("zmq send: ") + e.what());
   }
+  return true;
+}
+
+// The client's sends: blocking (the server's reading paces it).
+Status send_segment(zmq::socket_t& s, const std::string* route, Segment&& seg) {
+  auto r = put_segment(s, route, seg, false);
+  if (!r) return std::move(r.error());
+  if (!*r) return make_error(Errc::timeout, "zmq send: the peer's queue is full (send timeout)");
   return {};
 }
 
+uint64_t segment_bytes(const Segment& seg) {
+  uint64_t n = 0;
+  for (const auto& m : seg) n += m.size();
+  return n;
+}
+
 // An unauthenticated plain ERROR to a peer this end has no (confirmed)
-// session with: a typed reason, sent only on the connection it came from
-// and no larger than what it answers (PROTOCOL.md 6.3).
-void send_plain_error(zmq::socket_t& s, const std::string& peer, const SendOptions& so, const Error& e) {
-  FrameWriter w;
-  Header eh;
-  eh.type = MsgType::error;
-  eh.error = e;
-  (void)w.write(eh, {}, so, [&](Segment&& seg) { return send_segment(s, &peer, std::move(seg)); });
+// session with (PROTOCOL.md 6.3), encoded: with its text when that keeps it
+// within `budget` bytes (the size of what it answers), else with its code
+// alone; nullopt when even that is larger (nothing is sent).
+std::optional<Segment> plain_error(const SendOptions& so, const Error& e, uint64_t budget) {
+  for (bool with_text : {true, false}) {
+    FrameWriter w;
+    Header eh;
+    eh.type = MsgType::error;
+    eh.error = with_text ? e : Error{e.code, ""};
+    Segment out;
+    (void)w.write(eh, {}, so, [&](Segment&& seg) {
+      out = std::move(seg);
+      return Status{};
+    });
+    if (segment_bytes(out) <= budget) return out;
+  }
+  return std::nullopt;
 }
 
 int remaining_ms(Clock::time_point deadline) {
@@ -113,11 +148,11 @@ std::string peer_name(const std::string& id) {
 // ---- Client ----------------------------------------------------------------
 
 namespace {
-// ZeroMQ buffers a whole message before we see it: cap it at the largest
-// legal segment (a frame's raw bytes plus headers, tags and blosc overhead).
-int64_t max_message_bytes(const Limits& lim) {
-  return static_cast<int64_t>(lim.max_frame_bytes + lim.max_frame_bytes / 64 + (16u << 20));
-}
+// ZeroMQ buffers each part of a message before we see it; ZMQ_MAXMSGSIZE
+// (bytes per part) refuses a part larger than the spec allows (a header, or
+// one chunk with its codec overhead and tag) before buffering it, and drops
+// that connection.
+int64_t max_message_bytes(const Limits& lim) { return static_cast<int64_t>(max_part_bytes(lim)); }
 }  // namespace
 
 Client::Client(zmq::context_t& ctx, ChannelOptions opt)
@@ -299,11 +334,11 @@ Error Server::reject_stranger(const std::string& peer, Error e) {
   return e;
 }
 
-Status Server::handle_hello(const std::string& peer, Segment& seg) {
+Status Server::handle_hello(const std::string& peer, Segment& seg, uint64_t provoked_bytes) {
   auto refuse = [&](Error e) {
     // Unauthenticated (this end cannot know the peer): a typed reason, no
     // larger than the HELLO it answers.
-    send_plain_error(sock_, peer, opt_.send, e);
+    send_plain_error(peer, e, provoked_bytes);
     return reject_stranger(peer, std::move(e));
   };
   // The MAC first: nothing else is spent on a peer without the secret.
@@ -325,16 +360,7 @@ Status Server::handle_hello(const std::string& peer, Segment& seg) {
   auto outs = r.feed(seg);
   if (outs.size() != 1 || !outs[0])
     return refuse(outs.empty() ? make_error(Errc::handshake_failed, "incomplete HELLO") : Error(outs.back().error()));
-  if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers) {
-    // Evict peers that never confirmed their keys in time, so that
-    // participants who replay nothing cannot hold slots forever.
-    const auto stale = Clock::now() - std::chrono::milliseconds(opt_.handshake_timeout_ms);
-    for (auto it = peers_.begin(); it != peers_.end();) {
-      auto next = std::next(it);
-      if (!it->second->confirmed && it->second->last_seen < stale) drop_peer(it);
-      it = next;
-    }
-  }
+  if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers) make_room();
   if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers)
     return refuse(make_error(Errc::limit_exceeded, "this server holds its limit of " +
                                                        std::to_string(opt_.max_peers) + " sessions; try later"));
@@ -351,11 +377,19 @@ Status Server::handle_hello(const std::string& peer, Segment& seg) {
   p->reader = FrameReader(opt_.limits, opt_.read);
   p->writer.set_session(acc->keys.session);
   p->reader.set_session(acc->keys.session);
-  // WELCOME: header, then a MAC bound to this HELLO's.
-  TRACR_TRY(p->writer.write(acc->welcome, {}, opt_.send, [&](Segment&& s) {
+  // WELCOME: header, then a MAC bound to this HELLO's. One try: a peer
+  // whose queue is already full gets no session.
+  TRACR_TRY(p->writer.write(acc->welcome, {}, opt_.send, [&](Segment&& s) -> Status {
     auto wm = welcome_mac(hello_keys_, static_cast<const uint8_t*>(s[0].data()), s[0].size(), mac.data());
     s.emplace_back(wm.data(), wm.size());
-    return send_segment(sock_, &peer, std::move(s));
+    auto sent = put_segment(sock_, &peer, s, true);
+    if (!sent) return std::move(sent.error());
+    if (!*sent) {
+      ++send_counters_.replies_dropped;
+      return make_error(Errc::limit_exceeded, "peer " + peer_name(peer) +
+                                                  ": its queue is full (it does not read); WELCOME dropped, no session");
+    }
+    return {};
   }));
   if (acc->keys.cipher != Cipher::none) {
     TRACR_TRY(p->writer.set_key(acc->keys.s2c.key, acc->keys.s2c.iv));
@@ -365,6 +399,7 @@ Status Server::handle_hello(const std::string& peer, Segment& seg) {
     TRACR_TRY(p->reader.set_control_key(acc->keys.c2s.key, acc->keys.c2s.iv));
   }
   p->controller = outs[0]->header.hs->role == kControllerRole;
+  p->hello_bytes = provoked_bytes;
   p->last_seen = Clock::now();
   drop_peer(peers_.find(peer));  // a HELLO on a known routing id restarts its session
   peers_[peer] = std::move(p);
@@ -379,13 +414,18 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
     // here, with or without traffic: a peer whose session ended is told to
     // reconnect below, never silently dropped.
     sweep();
+    flush_outboxes();
     if (!ready_.empty()) {
       auto r = std::move(ready_.front());
       ready_.pop_front();
       return r;
     }
-    // Wait in slices so that the sweep runs while nothing arrives.
-    const auto slice_end = std::min(deadline, Clock::now() + sweep_interval());
+    // Wait in slices so that the sweep runs while nothing arrives, and
+    // outboxes are retried often while any holds something.
+    bool queued = false;
+    for (const auto& [id, p] : peers_) queued = queued || !p->outbox.empty();
+    const auto slice_end =
+        std::min(deadline, Clock::now() + (queued ? std::chrono::milliseconds(5) : sweep_interval()));
     size_t dropped = 0;
     auto segr = next_segment(sock_, slice_end, remaining_ms(slice_end), max_segment_parts(opt_.limits), &dropped);
     if (!segr) {
@@ -397,6 +437,7 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
     if (seg.size() < 2) continue;  // ROUTER always prepends the routing id
     std::string peer(static_cast<const char*>(seg[0].data()), seg[0].size());
     seg.erase(seg.begin());
+    const uint64_t provoked = segment_bytes(seg);  // no plain answer is larger
     last_error_peer_ = peer;
     auto it = peers_.find(peer);
     if (dropped) {
@@ -410,12 +451,17 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
       }
       return reject_stranger(peer, std::move(e));
     }
-    // HELLO from an unknown peer starts its session (a known peer's
-    // HELLO, after a reconnect with the same routing id, restarts it).
-    if (it == peers_.end() || !it->second->confirmed) {
+    // HELLO from an unknown peer starts its session; a known peer's HELLO,
+    // confirmed or not, starts it over (PROTOCOL.md 6.1, 8): it passes the
+    // same checks (MAC, replay) and the old session ends only when the new
+    // one is accepted. A HELLO is 2 parts, the second 32 bytes; nothing
+    // else on a session is (a sealed message's second part is a payload
+    // part or its 16-byte seal), so only such segments are decoded here.
+    const bool hello_shaped = seg.size() == 2 && seg[1].size() == kHelloMacBytes;
+    if (it == peers_.end() || !it->second->confirmed || hello_shaped) {
       auto h = decode_header(static_cast<const uint8_t*>(seg[0].data()), seg[0].size(), opt_.limits);
       if (h && h->type == MsgType::hello && h->seg == 0) {
-        auto st = handle_hello(peer, seg);
+        auto st = handle_hello(peer, seg, provoked);
         if (!st) return std::move(st.error());
         continue;
       }
@@ -423,16 +469,17 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
         // A header that does not decode, from a peer without a session (a
         // malformed HELLO, most likely): its own error (PROTOCOL.md 6.3
         // step 0), not wrong_session.
-        send_plain_error(sock_, peer, opt_.send, h.error());
+        send_plain_error(peer, h.error(), provoked);
         return reject_stranger(peer, std::move(h.error()));
       }
     }
     if (it == peers_.end()) {
       // Most likely this server restarted under a live participant: tell it
       // (unauthenticated, since there are no keys) instead of leaving it waiting.
-      send_plain_error(sock_, peer, opt_.send,
+      send_plain_error(peer,
                        make_error(Errc::wrong_session, "this server has no session with you (it may have "
-                                                       "restarted); reconnect with HELLO"));
+                                                       "restarted); reconnect with HELLO"),
+                       provoked);
       return reject_stranger(peer, make_error(Errc::unexpected_message, "sent a frame before HELLO; told it to reconnect"));
     }
     Peer& p = *it->second;
@@ -445,15 +492,14 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
           Header eh;
           eh.type = MsgType::error;
           eh.error = r.error();
-          (void)p.writer.write(eh, {}, opt_.send,
-                               [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+          (void)p.writer.write(eh, {}, opt_.send, [&](Segment&& s) { return deliver(peer, std::move(s)); });
         } else {
           // Key confirmation failed (PROTOCOL.md 6.1): the peer's keys do not
           // match ours, so it could not verify a sealed answer; a plain one
           // tells it why instead of leaving it to time out.
           Error why = r.error();
           why.message = "key confirmation failed: " + why.message;
-          send_plain_error(sock_, peer, opt_.send, why);
+          send_plain_error(peer, why, provoked + p.hello_bytes);
         }
         Error e = std::move(r.error());
         e.message = "peer " + peer_name(peer) + ": " + e.message;
@@ -466,14 +512,13 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
         break;
       }
       auto reply = [&](Header h) {
-        return p.writer.write(std::move(h), {}, opt_.send,
-                              [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+        return p.writer.write(std::move(h), {}, opt_.send, [&](Segment&& s) { return deliver(peer, std::move(s)); });
       };
       if (r->header.type == MsgType::heartbeat) {
         p.confirmed = true;
         Header hb;
         hb.type = MsgType::heartbeat;
-        TRACR_TRY(reply(hb));
+        (void)reply(hb);  // a reply that cannot go is counted in send_counters()
         continue;
       }
       if (r->header.type == MsgType::shutdown) {
@@ -493,11 +538,40 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
           continue;
         }
         ans.type = MsgType::shutdown;  // the acknowledgement
-        TRACR_TRY(reply(ans));
+        (void)reply(ans);
       }
       ready_.push_back(Incoming{peer, std::move(*r)});
     }
     if (gone) drop_peer(peers_.find(peer));
+  }
+}
+
+void Server::make_room() {
+  // 1. Peers that never confirmed their keys in time.
+  const auto now = Clock::now();
+  const auto stale = now - std::chrono::milliseconds(opt_.handshake_timeout_ms);
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    auto next = std::next(it);
+    if (!it->second->confirmed && it->second->last_seen < stale) drop_peer(it);
+    it = next;
+  }
+  if (static_cast<int>(peers_.size()) < opt_.max_peers) return;
+  // 2. The oldest unconfirmed session: a replayed HELLO's slot can never be
+  // confirmed, a participant's is within one round trip.
+  // 3. Else the confirmed session idle longest, once idle for evict_idle_ms
+  // (peers that vanished without GOODBYE do not lock others out).
+  auto oldest_unconfirmed = peers_.end(), most_idle = peers_.end();
+  for (auto it = peers_.begin(); it != peers_.end(); ++it) {
+    auto& best = it->second->confirmed ? most_idle : oldest_unconfirmed;
+    if (best == peers_.end() || it->second->last_seen < best->second->last_seen) best = it;
+  }
+  if (oldest_unconfirmed != peers_.end()) {
+    drop_peer(oldest_unconfirmed);
+    ++send_counters_.sessions_evicted;
+  } else if (most_idle != peers_.end() &&
+             most_idle->second->last_seen < now - std::chrono::milliseconds(opt_.evict_idle_ms)) {
+    drop_peer(most_idle);
+    ++send_counters_.sessions_evicted;
   }
 }
 
@@ -564,7 +638,7 @@ Status Server::send_with(const std::string& peer, const SendOptions& so, MsgType
   h.meta = meta;
   return it->second->writer.write(
       std::move(h), bundle, so,
-      [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); }, stats);
+      [&](Segment&& s) { return deliver(peer, std::move(s)); }, stats);
 }
 
 Status Server::send_error(const std::string& peer, const Error& err, int32_t split) {
@@ -575,7 +649,111 @@ Status Server::send_error(const std::string& peer, const Error& err, int32_t spl
   h.split = split;
   h.error = err;
   return it->second->writer.write(
-      std::move(h), {}, opt_.send, [&](Segment&& s) { return send_segment(sock_, &peer, std::move(s)); });
+      std::move(h), {}, opt_.send, [&](Segment&& s) { return deliver(peer, std::move(s)); });
 }
+
+SendCounters Server::send_counters() const {
+  SendCounters c;
+  c.deferred = send_counters_.deferred;
+  c.replies_dropped = send_counters_.replies_dropped;
+  c.sessions_dropped = send_counters_.sessions_dropped;
+  c.errors_suppressed = send_counters_.errors_suppressed;
+  c.sessions_evicted = send_counters_.sessions_evicted;
+  return c;
+}
+
+Status Server::deliver(const std::string& peer, Segment&& seg) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return make_error(Errc::peer_closed, "no session with peer " + peer_name(peer));
+  Peer& p = *it->second;
+  if (p.ending) {
+    ++send_counters_.replies_dropped;
+    return make_error(Errc::peer_closed, "peer " + peer_name(peer) + ": its session is ending (it does not read)");
+  }
+  if (p.outbox.empty()) {
+    auto sent = put_segment(sock_, &peer, seg, true);
+    if (!sent) return std::move(sent.error());
+    if (*sent) return {};
+    p.outbox_moved = Clock::now();
+  }
+  const uint64_t n = segment_bytes(seg);
+  const uint64_t max_bytes = opt_.max_outbox_bytes ? opt_.max_outbox_bytes : opt_.limits.max_frame_bytes + (16u << 20);
+  const size_t max_segs = opt_.max_outbox_segments ? opt_.max_outbox_segments : size_t{opt_.limits.max_parts} + 1024;
+  if (p.outbox.size() + 1 > max_segs || p.outbox_bytes + n > max_bytes) {
+    const std::string why = "peer " + peer_name(peer) + " does not read its replies: " +
+                            std::to_string(p.outbox.size()) + " segments (" + std::to_string(p.outbox_bytes) +
+                            " bytes) wait for it; its session is ended";
+    ++send_counters_.replies_dropped;
+    end_slow_peer(p);
+    return make_error(Errc::limit_exceeded, why);
+  }
+  p.outbox.push_back(std::move(seg));
+  p.outbox_bytes += n;
+  ++send_counters_.deferred;
+  return {};
+}
+
+void Server::end_slow_peer(Peer& p) {
+  if (p.ending) return;
+  p.ending = true;
+  ++send_counters_.sessions_dropped;
+  send_counters_.replies_dropped += p.outbox.size();
+  p.outbox.clear();
+  p.outbox_bytes = 0;
+}
+
+void Server::flush_outboxes() {
+  const auto now = Clock::now();
+  const auto stuck = now - std::chrono::milliseconds(opt_.partial_frame_timeout_ms);
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    auto next = std::next(it);
+    Peer& p = *it->second;
+    while (!p.outbox.empty()) {
+      auto sent = put_segment(sock_, &it->first, p.outbox.front(), true);
+      if (!sent) {  // the peer is gone: what waited for it goes with its session
+        end_slow_peer(p);
+        break;
+      }
+      if (!*sent) {
+        if (p.outbox_moved < stuck) end_slow_peer(p);
+        break;
+      }
+      p.outbox_bytes -= segment_bytes(p.outbox.front());
+      p.outbox.pop_front();
+      p.outbox_moved = now;
+    }
+    if (p.ending) {
+      Error e = make_error(Errc::limit_exceeded, "peer " + peer_name(it->first) +
+                                                     ": session ended: it does not read its replies (none left for " +
+                                                     std::to_string(opt_.partial_frame_timeout_ms) +
+                                                     " ms, or more waited than its outbox holds)");
+      drop_peer(it);
+      ready_.push_back(std::move(e));
+    }
+    it = next;
+  }
+}
+
+void Server::send_plain_error(const std::string& peer, const Error& e, uint64_t provoked_bytes) {
+  // A bucket of plain_errors_per_s tokens, refilled continuously.
+  const auto now = Clock::now();
+  const double rate = std::max(1, opt_.plain_errors_per_s);
+  const double since = std::chrono::duration<double>(now - plain_error_refill_).count();
+  plain_error_tokens_ = std::min(rate, plain_error_tokens_ + since * rate);
+  plain_error_refill_ = now;
+  if (plain_error_tokens_ < 1) {
+    ++send_counters_.errors_suppressed;
+    return;
+  }
+  auto seg = plain_error(opt_.send, e, provoked_bytes);
+  if (!seg) {
+    ++send_counters_.errors_suppressed;
+    return;
+  }
+  plain_error_tokens_ -= 1;
+  auto sent = put_segment(sock_, &peer, *seg, true);
+  if (sent && !*sent) ++send_counters_.replies_dropped;
+}
+
 
 }  // namespace tracr::protocol

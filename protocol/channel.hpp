@@ -4,6 +4,7 @@
 // segments stream through ZeroMQ as soon as each is encoded.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -37,11 +38,37 @@ struct ChannelOptions {
   // server: a confirmed session that sends nothing for this long is ended
   // (a participant that said GOODBYE or closed cleanly is gone at once).
   int session_idle_ms = 600000;
+  // server: when the session table is full, a verified HELLO takes the slot
+  // of (1) an unconfirmed session past the handshake timeout, else (2) the
+  // oldest unconfirmed session, else (3) the confirmed session idle longest,
+  // if idle for at least this long. Counted as sessions_evicted.
+  int evict_idle_ms = 30000;
   // server: a frame whose next segment does not arrive within this is
   // dropped (truncated) and its memory freed. ZeroMQ's ROUTER reports no
   // per-peer disconnect, so this is also how a peer that left mid-frame is
   // noticed. The memory one session may hold is limits.session_budget_bytes.
   int partial_frame_timeout_ms = 30000;
+  // server: the server loop never waits on a peer. A reply that ZeroMQ
+  // cannot take at once (the peer's queue is full: it does not read) waits
+  // in that session's outbox; a session whose outbox passes these bounds, or
+  // whose oldest queued reply has not moved for partial_frame_timeout_ms,
+  // is ended (counted in Server::send_counters()). A peer without a session
+  // gets one try per answer: what would wait is dropped and counted.
+  uint64_t max_outbox_bytes = 0;    // 0: limits.max_frame_bytes + 16 MiB (one whole reply can wait)
+  size_t max_outbox_segments = 0;   // 0: limits.max_parts + 1024
+  // server: plain (unauthenticated) ERRORs to peers without a session, per
+  // second (a bucket of as many); beyond it they are dropped and counted.
+  int plain_errors_per_s = 64;
+};
+
+// What a Server did with replies it could not send at once (see
+// ChannelOptions::max_outbox_bytes).
+struct SendCounters {
+  uint64_t deferred = 0;          // segments queued because the peer's queue was full
+  uint64_t replies_dropped = 0;   // answers never sent: the peer's queue was full, or its session was being ended
+  uint64_t sessions_dropped = 0;  // sessions ended because the peer did not read its replies
+  uint64_t errors_suppressed = 0; // plain ERRORs not sent: over the rate, or larger than what they answered
+  uint64_t sessions_evicted = 0;  // sessions ended to make room for a verified HELLO (ChannelOptions::evict_idle_ms)
 };
 
 class Client {
@@ -122,6 +149,9 @@ class Server {
   std::optional<RejectCounters> rejected_by(const std::string& peer) const;
   // Tensor bytes held for frames still in progress, over all sessions.
   uint64_t partial_frame_bytes() const;
+  // Replies that could not be sent at once, and what became of them. Safe to
+  // read from any thread.
+  SendCounters send_counters() const;
 
  private:
   struct Peer {
@@ -131,13 +161,33 @@ class Server {
     bool controller = false;   // role CONTROLLER at HELLO: may send SHUTDOWN
     RejectCounters refused;    // valid messages refused (e.g. SHUTDOWN from a participant)
     std::chrono::steady_clock::time_point last_seen;
+    // Segments ZeroMQ could not take yet (the peer is not reading), in order.
+    std::deque<Segment> outbox;
+    uint64_t outbox_bytes = 0;
+    std::chrono::steady_clock::time_point outbox_moved;  // last time its head left
+    bool ending = false;  // over its outbox bounds: dropped at the next turn of recv()
+    uint64_t hello_bytes = 0;  // its HELLO's size: a failed key confirmation is answered within it
   };
   Server(zmq::context_t& ctx, ChannelOptions opt);
-  Status handle_hello(const std::string& peer, Segment& seg);
+  Status handle_hello(const std::string& peer, Segment& seg, uint64_t provoked_bytes);
+  // Every segment to a peer goes through here: sent now if ZeroMQ takes it,
+  // else queued in the peer's outbox (never waits). Errors: peer_closed,
+  // limit_exceeded when the outbox is over its bounds (the session is ending).
+  Status deliver(const std::string& peer, Segment&& seg);
+  // Sends what outboxes hold, as far as ZeroMQ takes it; marks sessions whose
+  // outbox has not moved for the partial-frame wait; drops marked sessions.
+  void flush_outboxes();
+  void end_slow_peer(Peer& p);
+  // A plain, unauthenticated ERROR to a peer without a (confirmed) session:
+  // rate-limited, never larger than the `provoked_bytes` it answers, one try.
+  void send_plain_error(const std::string& peer, const Error& e, uint64_t provoked_bytes);
   // Rejection of a message from a peer with no session: counted, and
   // returned with the peer named.
   Error reject_stranger(const std::string& peer, Error e);
   void drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it);
+  // The session table is full and a HELLO verified: frees one slot if one
+  // may go (see ChannelOptions::evict_idle_ms).
+  void make_room();
   // Ends idle sessions and unconfirmed handshakes, drops stalled partial frames.
   void sweep();
   std::chrono::milliseconds sweep_interval() const;
@@ -155,6 +205,12 @@ class Server {
   // costs a key exchange or a slot (bounded; PROTOCOL.md §6.3).
   std::set<std::array<uint8_t, kHelloMacBytes>> hello_seen_;
   std::deque<std::array<uint8_t, kHelloMacBytes>> hello_seen_order_;
+  struct AtomicSendCounters {
+    std::atomic<uint64_t> deferred{0}, replies_dropped{0}, sessions_dropped{0}, errors_suppressed{0},
+        sessions_evicted{0};
+  } send_counters_;
+  double plain_error_tokens_ = 0;
+  std::chrono::steady_clock::time_point plain_error_refill_{};
 };
 
 // Hex form of a routing id, for messages.

@@ -242,7 +242,8 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
   if (sealed && !enc && !bundle.empty())
     return make_error(Errc::invalid_argument, std::string(msg_type_name(proto.type)) +
                                                   " is a control message: it carries no tensors on a plain session");
-  const size_t chunk_opt = std::max<size_t>(opt.chunk_bytes, 4096);
+  // Within the spec's bounds on a part (PROTOCOL.md 8: 4 KiB .. 64 MiB).
+  const size_t chunk_opt = std::clamp<size_t>(opt.chunk_bytes, 4096, Limits{}.max_chunk_bytes);
 
   // Descriptors and lossy parameters for every tensor.
   std::vector<TensorDesc> descs;

@@ -28,7 +28,7 @@ using SegmentSink = std::function<Status(Segment&&)>;
 
 struct SendOptions {
   CodecSpec codec;
-  size_t chunk_bytes = 256 * 1024;    // transformed bytes per payload part (>= 4096)
+  size_t chunk_bytes = 256 * 1024;    // transformed bytes per payload part (4096 .. Limits::max_chunk_bytes)
   size_t segment_bytes = 256 * 1024;  // payload bytes per segment before the next starts
   // Parts encoded at once: 1 on the calling thread (no pool), 0 one per
   // hardware thread, N a shared pool of N workers. The bytes sent do not

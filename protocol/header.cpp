@@ -2,6 +2,7 @@
 
 #include <msgpack.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <unordered_set>
@@ -598,7 +599,7 @@ Result<uint64_t> validate_descs(const std::vector<TensorDesc>& descs, const Limi
       continue;
     }
     if (d.chunk_bytes == 0 || d.chunk_bytes % ws != 0 ||
-        (d.chunk_bytes < lim.min_chunk_bytes && d.chunk_bytes < tb) || d.chunk_bytes > (1ull << 30))
+        (d.chunk_bytes < lim.min_chunk_bytes && d.chunk_bytes < tb) || d.chunk_bytes > lim.max_chunk_bytes)
       return make_error(Errc::codec_params, who + ": chunk of " + std::to_string(d.chunk_bytes) +
                                                 " bytes is invalid");
     const uint64_t want = (tb + d.chunk_bytes - 1) / d.chunk_bytes;
@@ -610,6 +611,10 @@ Result<uint64_t> validate_descs(const std::vector<TensorDesc>& descs, const Limi
       return make_error(Errc::limit_exceeded, "frame has more than " + std::to_string(lim.max_parts) + " parts");
   }
   return total_parts;
+}
+
+uint64_t max_part_bytes(const Limits& lim) {
+  return std::max<uint64_t>(lim.max_header_bytes, lim.max_chunk_bytes + lim.max_chunk_bytes / 8 + 4096);
 }
 
 }  // namespace tracr::protocol

@@ -105,6 +105,11 @@ struct Limits {
   uint32_t max_string = 4096;
   uint32_t max_meta = 128;
   uint64_t min_chunk_bytes = 4096;
+  // Transformed bytes per payload part (a descriptor's `chunk`). With it
+  // every ZeroMQ message part is bounded (max_part_bytes), which both ends
+  // hand to ZeroMQ as ZMQ_MAXMSGSIZE: a larger part is refused by the
+  // transport before it is buffered.
+  uint64_t max_chunk_bytes = 64ull << 20;
   // Tensor bytes one reader (one session) may hold for a frame in progress;
   // a frame declaring more is refused (limit_exceeded) before allocation.
   uint64_t session_budget_bytes = 1ull << 30;
@@ -122,6 +127,11 @@ Result<Header> decode_header(const uint8_t* data, size_t n, const Limits& lim);
 // raw_bytes == numel*dtype size, parts == ceil(transformed/chunk), lossy
 // params valid, totals within limits. Returns the total part count.
 Result<uint64_t> validate_descs(const std::vector<TensorDesc>& descs, const Limits& lim);
+
+// The largest ZeroMQ message part a frame within `lim` can hold: the header
+// (max_header_bytes), or a part: a chunk plus the sparse bitmap (chunk / 8),
+// c-blosc headers and the GCM tag (4,096 bytes cover them). PROTOCOL.md 8.
+uint64_t max_part_bytes(const Limits& lim);
 
 // Bytes of the transformed element stream of a tensor (numel * wire size).
 uint64_t transformed_bytes(const TensorDesc& d);

@@ -1158,8 +1158,9 @@ std::vector<Setting> build_settings() {
     s.info = {"chunk_bytes", "int bytes | \"<n>KiB\" | \"<n>MiB\"", "262144 (256KiB)",
               "Transformed bytes per payload part; chunk n+1 is encoded while chunk n is sent.", ""};
     s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = parse_bytes(c, n, key, 4096, int64_t{1} << 30,
-                           "a byte count 4096..1073741824 (an int, or <n>KiB / <n>MiB)");
+      // The protocol's bound on a payload part (PROTOCOL.md 8).
+      auto v = parse_bytes(c, n, key, 4096, int64_t{64} << 20,
+                           "a byte count 4096..67108864 (an int, or <n>KiB / <n>MiB)");
       if (!v) return v.error();
       cfg.chunk_bytes = *v;
       return {};

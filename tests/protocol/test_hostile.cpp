@@ -1,5 +1,7 @@
 // Hostile peers on real sockets (tcp://127.0.0.1): what an untrusted peer
 // can make a Server spend, and what legitimate participants still get.
+#include <sys/mman.h>
+
 #include <atomic>
 #include <thread>
 
@@ -58,6 +60,35 @@ struct Serving {
 void send_segment_raw(zmq::socket_t& s, Segment&& seg) {
   for (size_t i = 0; i < seg.size(); ++i)
     s.send(seg[i], i + 1 < seg.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+}
+
+// A raw DEALER connected to `ep`, as a stranger (or an attacker) holds one.
+zmq::socket_t stranger_socket(zmq::context_t& ctx, const std::string& ep, int rcvtimeo_ms = -1) {
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::rcvtimeo, rcvtimeo_ms);
+  s.connect(ep);
+  return s;
+}
+
+// The HEARTBEAT segment `w` writes next (sealed with w's keys, if any).
+Segment heartbeat_segment(FrameWriter& w) {
+  Header hb;
+  hb.type = MsgType::heartbeat;
+  Segment seg;
+  (void)w.write(hb, {}, {}, [&](Segment&& x) {
+    seg = std::move(x);
+    return Status{};
+  });
+  return seg;
+}
+
+// The same from a writer without a session, padded with a second part of
+// 512 bytes: large enough to deserve a plain answer.
+Segment padded_heartbeat(FrameWriter& w) {
+  Segment seg = heartbeat_segment(w);
+  seg.emplace_back(512);
+  return seg;
 }
 
 // A HELLO segment as Client::connect sends it, its MAC made with `mac_secret`
@@ -560,9 +591,12 @@ TEST(Hostile, MalformedHeaderFromAStrangerGetsItsOwnError) {
     if (outs.size() != 1 || !outs[0] || outs[0]->header.type != MsgType::error) return make_error(Errc::internal, "not an ERROR");
     return *outs[0]->header.error;
   };
+  // Each padded to 512 bytes with a second part: a plain answer is never
+  // larger than what it answers (a 15-byte provocation gets none, below).
   auto header_only = [](std::vector<uint8_t> bytes) {
     Segment seg;
     seg.emplace_back(bytes.data(), bytes.size());
+    seg.emplace_back(512);
     return seg;
   };
   // {"magic": "XXXX", "v": 1}
@@ -575,17 +609,29 @@ TEST(Hostile, MalformedHeaderFromAStrangerGetsItsOwnError) {
   EXPECT_EQ(ask(header_only({0xc1})).code, Errc::malformed_header);
   // A well-formed HEARTBEAT without a session: reconnect with HELLO.
   FrameWriter w;
-  Header hb;
-  hb.type = MsgType::heartbeat;
-  Segment seg;
-  (void)w.write(hb, {}, {}, [&](Segment&& s) {
-    seg = std::move(s);
-    return Status{};
-  });
-  EXPECT_EQ(ask(std::move(seg)).code, Errc::wrong_session);
+  EXPECT_EQ(ask(padded_heartbeat(w)).code, Errc::wrong_session);
+  // The same 15-byte bad magic without padding gets no answer: any ERROR
+  // would be larger. A padded one sent after it on the same connection is
+  // the first (and only) answer.
+  {
+    zmq::socket_t s = stranger_socket(ctx, srv.server->endpoint(), 10000);
+    const std::vector<uint8_t> tiny{0x82, 0xa5, 'm', 'a', 'g', 'i', 'c', 0xa4, 'X', 'X', 'X', 'X', 0xa1, 'v', 0x01};
+    Segment small;
+    small.emplace_back(tiny.data(), tiny.size());
+    send_segment_raw(s, std::move(small));
+    send_segment_raw(s, header_only({0xc1}));
+    Segment reply;
+    ASSERT_TRUE(zmq::recv_multipart(s, std::back_inserter(reply)).has_value());
+    FrameReader r;
+    auto outs = r.feed(reply);
+    ASSERT_TRUE(outs.at(0).ok());
+    EXPECT_EQ(outs[0]->header.error->code, Errc::malformed_header) << "the 15-byte message was answered";
+    EXPECT_LE(reply[0].size(), 513u);
+  }
   srv.join();
   EXPECT_EQ(srv.server->peers(), 0u);
-  EXPECT_EQ(srv.server->rejected().malformed, 3u);
+  EXPECT_EQ(srv.server->rejected().malformed, 5u);
+  EXPECT_EQ(srv.server->send_counters().errors_suppressed, 1u);
 }
 
 // Key confirmation (PROTOCOL.md 6.1) that fails (the peer derived other
@@ -614,14 +660,7 @@ TEST(Hostile, FailedKeyConfirmationIsAnsweredWithAPlainError) {
     k.fill(0x42);
     Iv96 iv{};
     ASSERT_TRUE((encrypt ? w.set_key(k, iv) : w.set_control_key(k, iv)).ok());
-    Header hb;
-    hb.type = MsgType::heartbeat;
-    Segment seg;
-    (void)w.write(hb, {}, {}, [&](Segment&& x) {
-      seg = std::move(x);
-      return Status{};
-    });
-    send_segment_raw(s, std::move(seg));
+    send_segment_raw(s, heartbeat_segment(w));
     Segment reply;
     ASSERT_TRUE(zmq::recv_multipart(s, std::back_inserter(reply)).has_value()) << "no answer: the failure is silent";
     FrameReader r;
@@ -633,4 +672,281 @@ TEST(Hostile, FailedKeyConfirmationIsAnsweredWithAPlainError) {
     EXPECT_NE(outs[0]->header.error->message.find("key confirmation failed"), std::string::npos);
     srv.join();
   }
+}
+
+// ---- Peers that never read their replies (issue #24) -------------------------
+
+namespace {
+
+// A fresh participant connects and gets one request answered; returns the
+// milliseconds that took (this process's steady clock), or why it failed.
+Result<double> serve_one(zmq::context_t& ctx, const std::string& ep, bool encrypt) {
+  ChannelOptions co = hostile_options(encrypt);
+  co.handshake_timeout_ms = 10000;  // generous: the outcome is asserted, the time printed
+  const auto t0 = Clock::now();
+  auto c = Client::connect(ctx, ep, co);
+  if (!c) return std::move(c.error());
+  TRACR_TRY((*c)->send(MsgType::infer_request, 1, {}));
+  auto r = (*c)->recv(10000);
+  if (!r) return std::move(r.error());
+  if (r->header.type != MsgType::infer_result)
+    return make_error(Errc::unexpected_message, std::string("expected INFER_RESULT, got ") +
+                                                    std::string(msg_type_name(r->header.type)));
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Reads (without waiting) everything queued for `s`: messages and bytes.
+std::pair<uint64_t, uint64_t> drain(zmq::socket_t& s) {
+  uint64_t msgs = 0, bytes = 0;
+  zmq::message_t m;
+  while (s.recv(m, zmq::recv_flags::dontwait)) {
+    ++msgs;
+    bytes += m.size();
+  }
+  return {msgs, bytes};
+}
+
+}  // namespace
+
+// A stranger's DEALER sends 50,000 one-byte messages and never reads. It
+// used to earn a 104-114 B error each, until the server's send to it
+// blocked and the whole server stopped. Now: it gets nothing larger than
+// what it sent, and a legitimate participant is served right after.
+TEST(Hostile, NonReadingStrangerCannotFreezeTheServer) {
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(true));
+  zmq::socket_t s = stranger_socket(ctx, srv.server->endpoint());
+  s.set(zmq::sockopt::sndhwm, 0);  // the whole attack queues at once
+  uint64_t sent = 0;
+  const uint8_t junk = 0x01;
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  while (sent < 50000 && Clock::now() < until) {
+    if (s.send(zmq::buffer(&junk, 1), zmq::send_flags::dontwait)) ++sent;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(sent, 50000u);
+  // The server rejects each (Serving counts the errors recv() returns): wait
+  // until it has read them all, or has stopped reading for 5 s (it is stuck).
+  uint64_t seen = 0;
+  auto moved = Clock::now();
+  while (srv.errors < sent && Clock::now() - moved < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (srv.errors != seen) {
+      seen = srv.errors;
+      moved = Clock::now();
+    }
+  }
+  const uint64_t read = srv.errors;
+  EXPECT_EQ(read, sent) << "the server stopped reading after " << read << " of the attacker's messages";
+  auto served = serve_one(ctx, srv.server->endpoint(), true);
+  ASSERT_TRUE(served.ok()) << "a legitimate participant was not served after the attack: " << served.error().str();
+  std::printf("[ non-reading stranger ] 50000 one-byte messages, then a legitimate handshake and request served in "
+              "%.1f ms (steady clock, this process)\n",
+              *served);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto [msgs, bytes] = drain(s);
+  std::printf("[ non-reading stranger ] it got back %llu messages, %llu bytes for %llu bytes sent\n",
+              static_cast<unsigned long long>(msgs), static_cast<unsigned long long>(bytes),
+              static_cast<unsigned long long>(sent));
+  EXPECT_EQ(bytes, 0u) << "an answer to a 1-byte message is larger than what provoked it";
+  s.close();
+  srv.join();
+}
+
+// A peer that holds the secret floods HEARTBEATs (each answered) and never
+// reads: its replies pile up at the server, never the server loop. Others
+// are served meanwhile; it loses its session once its replies stop moving
+// for the partial-frame wait, and that loss is counted.
+TEST(Hostile, NonReadingSessionLosesItsSessionNotTheServer) {
+  zmq::context_t ctx;
+  ChannelOptions so = hostile_options(false);
+  so.partial_frame_timeout_ms = 1000;
+  Serving srv(ctx, so);
+  auto attacker = Client::connect(ctx, srv.server->endpoint(), hostile_options(false));
+  ASSERT_TRUE(attacker.ok()) << attacker.error().str();
+  (*attacker)->socket().set(zmq::sockopt::sndtimeo, 100);  // the attacker itself never blocks for long
+  uint64_t sent = 0;
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  while (sent < 100000 && Clock::now() < until)
+    if ((*attacker)->send(MsgType::heartbeat, -1, {}).ok()) ++sent;
+  std::printf("[ non-reading session ] %llu HEARTBEATs sent, none read\n", static_cast<unsigned long long>(sent));
+  ASSERT_GE(sent, 50000u);
+  auto served = serve_one(ctx, srv.server->endpoint(), false);
+  ASSERT_TRUE(served.ok()) << "a legitimate participant was not served during the attack: " << served.error().str();
+  std::printf("[ non-reading session ] a legitimate handshake and request served in %.1f ms (steady clock)\n", *served);
+  // Its session goes once its replies have not moved for the wait.
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (srv.server->send_counters().sessions_dropped == 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  srv.join();
+  for (int i = 0; i < 20; ++i) (void)srv.server->recv(20);  // the drop and the GOODBYE, served from here
+  const auto sc = srv.server->send_counters();
+  std::printf("[ non-reading session ] sessions dropped %llu, replies dropped %llu, deferred %llu\n",
+              static_cast<unsigned long long>(sc.sessions_dropped), static_cast<unsigned long long>(sc.replies_dropped),
+              static_cast<unsigned long long>(sc.deferred));
+  EXPECT_EQ(sc.sessions_dropped, 1u);
+  EXPECT_GT(sc.deferred, 0u);
+  EXPECT_EQ(srv.server->peers(), 0u) << "the legitimate participant said GOODBYE, the attacker was dropped";
+}
+
+// Plain ERRORs to strangers are rate-limited: 2,000 well-formed frames
+// without a session (each worth a wrong_session answer) earn at most the
+// bucket (64) plus 64 per second the attack lasted; the rest are counted.
+TEST(Hostile, PlainErrorsToStrangersAreRateLimited) {
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(true));
+  zmq::socket_t s = stranger_socket(ctx, srv.server->endpoint());
+  FrameWriter w;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 2000; ++i) send_segment_raw(s, padded_heartbeat(w));
+  while (srv.errors < 2000 && Clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const double elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto [msgs, bytes] = drain(s);
+  srv.join();
+  const auto sc = srv.server->send_counters();
+  std::printf("[ rate ] 2000 frames without a session in %.2f s: %llu answered, %llu suppressed\n", elapsed_s,
+              static_cast<unsigned long long>(msgs), static_cast<unsigned long long>(sc.errors_suppressed));
+  EXPECT_EQ(srv.errors, 2000u);
+  EXPECT_GE(msgs, 1u);
+  EXPECT_LE(msgs, static_cast<uint64_t>(64 + 64 * (elapsed_s + 0.5)));
+  EXPECT_EQ(msgs + sc.errors_suppressed, 2000u);
+}
+
+namespace {
+// Peak resident memory of this process (VmHWM), in bytes; reset_peak()
+// starts a new peak from the current RSS (Linux: clear_refs 5).
+uint64_t peak_rss() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %llu kB", reinterpret_cast<unsigned long long*>(&kb)) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+bool reset_peak() {
+  FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+}  // namespace
+
+// One ZeroMQ message part of 512 MiB (from untouched zero pages, so that
+// only the receiver could make it resident): ZMQ_MAXMSGSIZE, set from the
+// largest part the spec allows, refuses it before the server holds it; a
+// legitimate participant is served after it.
+TEST(Hostile, OversizedMessageIsRefusedBeforeTheServerHoldsIt) {
+  if (!reset_peak()) GTEST_SKIP() << "this kernel cannot reset the peak RSS (/proc/self/clear_refs)";
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(true));
+  constexpr size_t kBytes = size_t{512} << 20;
+  void* zeros = ::mmap(nullptr, kBytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(zeros, MAP_FAILED);
+  std::atomic<bool> released{false};
+  const uint64_t before = peak_rss();
+  {
+    zmq::socket_t s = stranger_socket(ctx, srv.server->endpoint());
+    zmq::message_t big(zeros, kBytes, [](void*, void* hint) { static_cast<std::atomic<bool>*>(hint)->store(true); },
+                       &released);
+    ASSERT_TRUE(s.send(big, zmq::send_flags::none).has_value());
+    // Until this end's ZeroMQ is done with the buffer (written out, or the
+    // connection refused it), at most 60 s.
+    const auto until = Clock::now() + std::chrono::seconds(60);
+    while (!released && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto served = serve_one(ctx, srv.server->endpoint(), true);
+    ASSERT_TRUE(served.ok()) << served.error().str();
+    s.close();
+  }
+  srv.join();
+  const uint64_t grown = peak_rss() - before;
+  std::printf("[ oversized ] a %zu MiB part: peak RSS grew by %.1f MiB (buffer released by the sender: %s)\n",
+              kBytes >> 20, grown / 1048576.0, released ? "yes" : "no");
+  EXPECT_LT(grown, uint64_t{128} << 20) << "the server held the oversized message";
+  ::munmap(zeros, kBytes);
+}
+
+// A second HELLO on a confirmed session starts it over (PROTOCOL.md 6.1,
+// 8): it is answered with a WELCOME for a new session, not wrong_session.
+TEST(Hostile, SecondHelloOnAConfirmedSessionStartsItOver) {
+  zmq::context_t ctx;
+  auto srv = bind_local(ctx, hostile_options(true));
+  auto c = connect_served(ctx, *srv, hostile_options(true));
+  ASSERT_TRUE(c);
+  const uint64_t old_sid = c->session();
+  ASSERT_TRUE(c->send_raw(hello_segment(true, std::vector<uint8_t>(32, 7))).ok());  // the server's secret
+  c->socket().set(zmq::sockopt::rcvtimeo, 0);
+  Segment reply;
+  for (int i = 0; i < 500 && reply.empty(); ++i) {  // serve until the answer is there (at most about 10 s)
+    (void)srv->recv(20);
+    (void)zmq::recv_multipart(c->socket(), std::back_inserter(reply));
+  }
+  ASSERT_EQ(reply.size(), 2u) << "not a WELCOME (its header and MAC)";
+  reply.pop_back();
+  FrameReader r;
+  auto outs = r.feed(reply);
+  ASSERT_TRUE(outs.at(0).ok()) << outs[0].error().str();
+  EXPECT_EQ(outs[0]->header.type, MsgType::welcome);
+  EXPECT_NE(outs[0]->header.session, old_sid);
+  EXPECT_EQ(srv->peers(), 1u);
+}
+
+// A replay campaign: 300 HELLOs that verify (recorded ones the replay set no
+// longer holds look exactly like these: same secret, never confirmed), each
+// from its own connection, into a table of 16 sessions with a 10 s
+// handshake timeout. Every legitimate participant after it still gets in:
+// a verified HELLO takes the slot of the oldest unconfirmed session.
+TEST(Hostile, ReplayedHellosDoNotLockOutParticipants) {
+  zmq::context_t ctx;
+  ChannelOptions so = hostile_options(true);
+  so.max_peers = 16;
+  so.handshake_timeout_ms = 10000;
+  Serving srv(ctx, so);
+  std::vector<zmq::socket_t> replayers;
+  for (int i = 0; i < 300; ++i) {
+    replayers.push_back(stranger_socket(ctx, srv.server->endpoint()));
+    send_segment_raw(replayers.back(), hello_segment(true, std::vector<uint8_t>(32, 7)));  // verifies
+  }
+  ChannelOptions co = hostile_options(true);
+  co.handshake_timeout_ms = 10000;
+  int ok = 0;
+  std::string last_error;
+  for (int i = 0; i < 20; ++i) {
+    auto c = Client::connect(ctx, srv.server->endpoint(), co);
+    if (c.ok()) ++ok;
+    else last_error = c.error().str();
+  }
+  replayers.clear();
+  srv.join();
+  const auto sc = srv.server->send_counters();
+  std::printf("[ replay ] 300 verified, never confirmed HELLOs into 16 slots: %d of 20 participants got in; %llu "
+              "sessions evicted\n",
+              ok, static_cast<unsigned long long>(sc.sessions_evicted));
+  EXPECT_EQ(ok, 20) << last_error;
+  EXPECT_GT(sc.sessions_evicted, 0u);
+}
+
+// Confirmed sessions whose peers vanished without GOODBYE fill the table;
+// a new participant takes the slot of the one idle longest once it has
+// been idle for evict_idle_ms, instead of being refused until the idle
+// limit (10 minutes) ends them.
+TEST(Hostile, VanishedPeersDoNotLockOthersOut) {
+  zmq::context_t ctx;
+  ChannelOptions so = hostile_options(false);
+  so.max_peers = 8;
+  so.evict_idle_ms = 300;
+  Serving srv(ctx, so);
+  for (int i = 0; i < 8; ++i) {
+    auto c = Client::connect(ctx, srv.server->endpoint(), hostile_options(false));
+    ASSERT_TRUE(c.ok()) << c.error().str();
+    (*c)->socket().close();  // gone without GOODBYE
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  auto c = Client::connect(ctx, srv.server->endpoint(), hostile_options(false));
+  EXPECT_TRUE(c.ok()) << c.error().str();
+  srv.join();
+  EXPECT_EQ(srv.server->send_counters().sessions_evicted, 1u);
 }

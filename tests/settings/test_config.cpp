@@ -573,7 +573,7 @@ TEST(ExperimentConfig, WrongTypesNameKeyAndExpectation) {
       {"model: alexnet\ndataset: {type: mnist}\n",
        "exp.yaml:2:17: dataset.type: expected one of synthetic | imagefolder | fashion_mnist, got 'mnist'"},
       {"model: alexnet\nchunk_bytes: 100\n",
-       "exp.yaml:2:14: chunk_bytes: expected a byte count 4096..1073741824"},
+       "exp.yaml:2:14: chunk_bytes: expected a byte count 4096..67108864"},
       {"model: alexnet\nrecord: {frames: 1}\n",
        "exp.yaml:2:18: record.frames: expected true or false, got '1'"},
       {"model: alexnet\nseed: -1\n",
