@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "agent/delay_relay.hpp"
 #include "agent/roles.hpp"
@@ -41,7 +42,10 @@ ex::DatasetConfig dataset_config(const settings::ExperimentConfig& c, const std:
   dc.class_names = d.class_names;
   dc.input_shape = input_shape;
   dc.seed = c.seed;
-  if (d.kind == settings::DatasetKind::fashion_mnist)
+  dc.resize_size = d.resize_size;
+  dc.interpolation = d.interpolation;
+  // A fashion_mnist input that is not [C, H, W] is refused when the dataset opens.
+  if (d.kind == settings::DatasetKind::fashion_mnist && input_shape.size() == 3)
     dc.resize_mode = (input_shape[1] == 28 && input_shape[2] == 28) ? "none" : "stretch";
   // The controller checked the normalization before deploy; a config that
   // skipped it gets no values, which opening the dataset reports.
@@ -89,8 +93,10 @@ std::string side_of(const AgentOptions& o) { return o.role == "SERVER" ? "server
 
 Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m, ControlOut& ctl,
                EnergyMeter* energy, int layer_window_ms) {
-  const auto& s = m.input_shape();
-  auto input = torch::rand({batch, s[0], s[1], s[2]}, torch::TensorOptions().dtype(torch::kFloat));
+  const auto& s = m.input_shape();  // any rank: [C, H, W], [features], [T, D]
+  std::vector<int64_t> batched = {batch};
+  batched.insert(batched.end(), s.begin(), s.end());
+  auto input = torch::rand(batched, torch::TensorOptions().dtype(torch::kFloat));
   ex::ProfileOptions po;
   po.repetitions = reps;
   if (energy) {
@@ -115,7 +121,7 @@ Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m
   auto prof = ex::profile_layers(m, input.to(m.device()), po);
   if (!prof) return std::move(prof.error());
   const std::string fp = model_fingerprint(m);
-  const std::string shape = fmt::format("{},{},{}", s[0], s[1], s[2]);
+  const std::string shape = fmt::format("{}", fmt::join(s, ","));
   const std::string hw_id = hw_identity(o, m).hw_id;
   for (const auto& p : *prof) {
     ProfileRecord r;

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "agent/energy.hpp"
 #include "protocol/codec.hpp"
@@ -35,7 +36,7 @@ double tbf_rate(const std::string& shaping, const std::string& dir) {
   return at == std::string::npos ? 0.0 : std::atof(shaping.c_str() + at + key.size());
 }
 
-// Input bytes of one frame from the profiled input shape "C,H,W" (float32).
+// Input bytes of one frame from the profiled input shape ("C,H,W", any rank; float32).
 double input_bytes(const std::string& shape, int64_t batch) {
   double n = static_cast<double>(batch);
   size_t start = 0;
@@ -496,7 +497,7 @@ int cmd_plan(const PlanCommand& cmd) {
       for (const auto& l : *lp) (l.device_role == "SERVER" ? srv : part) = true;
       const std::string shape = exp->input_size.empty()
                                     ? lp->front().input_shape
-                                    : fmt::format("{},{},{}", exp->input_size[0], exp->input_size[1], exp->input_size[2]);
+                                    : fmt::format("{}", fmt::join(exp->input_size, ","));
       if (srv && part && lp->front().input_shape == shape && lp->front().batch == exp->batch_size) {
         run_id = r.id;
         break;

@@ -15,11 +15,26 @@ namespace tracr::experiments {
 namespace fs = std::filesystem;
 namespace {
 
-Status check_shape(const DatasetConfig& cfg) {
-  if (cfg.input_shape.size() != 3 || cfg.input_shape[0] <= 0 || cfg.input_shape[1] <= 0 ||
-      cfg.input_shape[2] <= 0)
-    return make_error(Errc::invalid_argument, "dataset input_shape must be C, H, W > 0");
-  const size_t c = static_cast<size_t>(cfg.input_shape[0]);
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string o;
+  for (auto d : s) o += (o.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + o + "]";
+}
+
+bool all_positive(const std::vector<int64_t>& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](int64_t d) { return d > 0; });
+}
+
+// Images need C, H, W, a known filter and a normalization per channel.
+Status check_image_config(const DatasetConfig& cfg) {
+  const auto& shape = cfg.input_shape;
+  if (shape.size() != 3 || !all_positive(shape))
+    return make_error(Errc::invalid_argument,
+                      cfg.kind + ": images are [C, H, W] but the input shape is " + shape_text(shape) +
+                          "; expected 3 sizes > 0 (a non-image input such as a feature vector or a token "
+                          "sequence needs dataset type synthetic)");
+  TRACR_TRY(parse_interpolation(cfg.interpolation));
+  const size_t c = static_cast<size_t>(shape[0]);
   if (cfg.mean.size() != 1 && cfg.mean.size() != c)
     return make_error(Errc::invalid_argument,
                       "dataset mean has " + std::to_string(cfg.mean.size()) + " values for " + std::to_string(c) +
@@ -28,6 +43,15 @@ Status check_shape(const DatasetConfig& cfg) {
     return make_error(Errc::invalid_argument, "dataset std needs as many values as mean");
   for (float s : cfg.std)
     if (!(s > 0)) return make_error(Errc::invalid_argument, "dataset std values must be > 0");
+  return {};
+}
+
+// Synthetic inputs take any rank (no normalization is applied to them).
+Status check_shape(const DatasetConfig& cfg) {
+  if (cfg.kind != "synthetic") return check_image_config(cfg);
+  if (!all_positive(cfg.input_shape))
+    return make_error(Errc::invalid_argument,
+                      "synthetic: input shape " + shape_text(cfg.input_shape) + ", expected one or more sizes > 0");
   return {};
 }
 
@@ -87,8 +111,10 @@ class SyntheticDataset : public Dataset {
     s.image = at::randn(cfg_.input_shape, gen, torch::TensorOptions().dtype(torch::kFloat));
     s.label = cfg_.num_classes > 0 ? i % cfg_.num_classes : -1;
     s.id = "synthetic/" + std::to_string(i);
-    s.transform.orig_width = static_cast<int>(cfg_.input_shape[2]);
-    s.transform.orig_height = static_cast<int>(cfg_.input_shape[1]);
+    if (cfg_.input_shape.size() == 3) {
+      s.transform.orig_width = static_cast<int>(cfg_.input_shape[2]);
+      s.transform.orig_height = static_cast<int>(cfg_.input_shape[1]);
+    }
     return s;
   }
   const std::vector<std::string>& class_names() const override { return names_; }
@@ -242,7 +268,7 @@ class FashionMnistDataset : public Dataset {
     s.transform.orig_width = static_cast<int>(cols_);
     s.transform.orig_height = static_cast<int>(rows_);
     if (cfg_.resize_mode != "none") {
-      auto resized = resize_bilinear(px, int(cols_), int(rows_), 1, int(w), int(h));
+      auto resized = resize_image(px, int(cols_), int(rows_), 1, int(w), int(h), *parse_interpolation(cfg_.interpolation));
       if (!resized) return resized.error();
       px = std::move(*resized);
       s.transform.scale_x = double(w) / cols_;
@@ -291,8 +317,9 @@ Result<std::vector<std::string>> read_class_names(const std::string& path) {
 
 Result<at::Tensor> preprocess_image(const Image& img, const DatasetConfig& cfg,
                                     ImageTransform* transform) {
-  TRACR_TRY(check_shape(cfg));
+  TRACR_TRY(check_image_config(cfg));
   const int64_t c = cfg.input_shape[0], h = cfg.input_shape[1], w = cfg.input_shape[2];
+  const Interpolation filter = *parse_interpolation(cfg.interpolation);  // checked above
   if (c != 3 && c != 1)
     return make_error(Errc::invalid_argument, "images give 1 or 3 channels, input_shape asks " + std::to_string(c));
   if (img.width <= 0 || img.height <= 0 || img.rgb.size() != size_t(img.width) * img.height * 3)
@@ -318,7 +345,7 @@ Result<at::Tensor> preprocess_image(const Image& img, const DatasetConfig& cfg,
       nh = size;
       nw = static_cast<int64_t>(double(size) * img.width / img.height);
     }
-    auto resized = resize_bilinear(img, int(nw), int(nh));
+    auto resized = resize_image(img, int(nw), int(nh), filter);
     if (!resized) return resized.error();
     const int64_t top = round_half_even((nh - h) / 2.0), left = round_half_even((nw - w) / 2.0);
     x = to_chw_float(resized->rgb, nh, nw, 3).slice(1, top, top + h).slice(2, left, left + w);
@@ -327,7 +354,7 @@ Result<at::Tensor> preprocess_image(const Image& img, const DatasetConfig& cfg,
     tf.offset_x = -double(left);
     tf.offset_y = -double(top);
   } else if (cfg.resize_mode == "stretch") {
-    auto resized = resize_bilinear(img, int(w), int(h));
+    auto resized = resize_image(img, int(w), int(h), filter);
     if (!resized) return resized.error();
     x = to_chw_float(resized->rgb, h, w, 3);
     tf.scale_x = double(w) / img.width;

@@ -3,11 +3,16 @@
 // synthetic generator for shape-only runs; batched with max_samples.
 //
 // Image preprocessing follows torchvision's ImageClassification preset on
-// PIL images (resize the shorter side, bilinear with antialiasing, center
-// crop, scale to [0, 1], normalize). The resize is PIL's own fixed-point
-// algorithm on uint8 (experiments/resample.hpp), so the model sees the same
-// pixels as under torchvision (test: ImageFolder.MatchesTorchvisionPreset,
-// exact to the uint8 step, upscaled and downscaled JPEGs and a PNG).
+// PIL images (resize the shorter side with PIL's bilinear, bicubic or nearest
+// filter, center crop, scale to [0, 1], normalize). The resize is PIL's own
+// fixed-point algorithm on uint8 (experiments/resample.hpp), so the model
+// sees the same pixels as under torchvision (tests:
+// ImageFolder.MatchesTorchvisionPreset and
+// ImageFolder.MatchesTorchvisionPresetsOfEachInterpolation, exact, upscaled
+// and downscaled JPEGs and a PNG).
+//
+// The synthetic dataset takes an input shape of any rank (a 4-feature
+// vector, a [T, D] token sequence, [C, H, W]); image datasets need [C, H, W].
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -33,7 +38,7 @@ struct ImageTransform {
 };
 
 struct Sample {
-  at::Tensor image;   // float32 [C, H, W], normalized
+  at::Tensor image;   // float32 [C, H, W], normalized (synthetic: input_shape, any rank)
   int64_t label = -1; // -1 when unknown
   std::string id;     // file path or "<dataset>/<split>/<index>"
   ImageTransform transform;
@@ -63,12 +68,14 @@ struct DatasetConfig {
   std::string split = "test";       // fashion-mnist: "train" or "test"
   std::string class_names_file;     // optional, one name per line (overrides built-ins)
   std::vector<std::string> class_names;  // optional, the names themselves (override the file and built-ins)
-  std::vector<int64_t> input_shape = {3, 224, 224};  // C, H, W produced
+  // C, H, W produced; synthetic: any shape of rank >= 1 (no batch dimension).
+  std::vector<int64_t> input_shape = {3, 224, 224};
   // "shorter": resize shorter side to resize_size, center crop H x W
   // (ImageClassification preset). "stretch": resize to exactly H x W
   // (detectors). "none": no resize (fashion-mnist at 28x28).
   std::string resize_mode = "shorter";
   int64_t resize_size = 0;          // 0 -> round(crop * 256 / 224), torchvision's ratio
+  std::string interpolation = "bilinear";  // PIL's filter: bilinear, bicubic or nearest
   std::vector<float> mean = {0.485f, 0.456f, 0.406f};  // 1 value or one per channel
   std::vector<float> std = {0.229f, 0.224f, 0.225f};
   int64_t num_samples = 16;         // synthetic

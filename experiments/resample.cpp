@@ -1,5 +1,6 @@
 #include "experiments/resample.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -14,6 +15,23 @@ double triangle(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
+// Pillow's bicubic_filter: Keys' cubic convolution with a = -0.5, the same
+// expressions in the same order.
+double bicubic(double x) {
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+// A convolution filter as Pillow's struct filter: the function and its
+// support at scale 1.
+struct Kernel {
+  double (*fn)(double);
+  double support;
+};
+
 // The fixed-point filter of one axis: output index i reads `count[i]` source
 // pixels from `first[i]` with weights weight[i * ksize ...].
 struct AxisFilter {
@@ -22,13 +40,12 @@ struct AxisFilter {
   std::vector<int32_t> weight;
 };
 
-// Pillow's precompute_coeffs + normalize_coeffs_8bpc for the triangle
-// filter (support 1): the same double arithmetic in the same order, so the
-// rounded weights are the same integers.
-AxisFilter axis_filter(int in_size, float in0, float in1, int out_size) {
+// Pillow's precompute_coeffs + normalize_coeffs_8bpc: the same double
+// arithmetic in the same order, so the rounded weights are the same integers.
+AxisFilter axis_filter(const Kernel& kernel, int in_size, float in0, float in1, int out_size) {
   const double scale = static_cast<double>(in1 - in0) / out_size;
   const double filterscale = scale < 1.0 ? 1.0 : scale;
-  const double support = 1.0 * filterscale;
+  const double support = kernel.support * filterscale;
   AxisFilter f;
   f.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   f.first.resize(out_size);
@@ -46,7 +63,7 @@ AxisFilter axis_filter(int in_size, float in0, float in1, int out_size) {
     const int n = hi - lo;
     double sum = 0.0;
     for (int x = 0; x < n; ++x) {
-      w[x] = triangle((x + lo - center + 0.5) * ss);
+      w[x] = kernel.fn((x + lo - center + 0.5) * ss);
       sum += w[x];
     }
     int32_t* k = &f.weight[static_cast<size_t>(i) * f.ksize];
@@ -120,11 +137,56 @@ std::vector<uint8_t> vertical_pass(const uint8_t* in, int w, int channels, int r
   return out;
 }
 
+// Pillow's ImagingScaleAffine for a box inside the image: per axis the
+// source index of output i is (int)(box0 + scale / 2 + i * scale), the sum
+// accumulated step by step in double; indices outside the image leave the
+// pixel 0, as Pillow's fill does.
+std::vector<int> nearest_index(float in0, float in1, int out_size, int in_size) {
+  const double a = static_cast<double>(in1 - in0) / out_size;
+  double o = static_cast<double>(in0) + a * 0.5;
+  std::vector<int> idx(out_size);
+  for (int i = 0; i < out_size; ++i, o += a) {
+    const int v = o < 0.0 ? -1 : static_cast<int>(o);
+    idx[i] = v < in_size ? v : -1;
+  }
+  return idx;
+}
+
+std::vector<uint8_t> nearest_resize(const uint8_t* in, int width, int height, int channels, int out_w, int out_h,
+                                    const ResampleBox& box) {
+  const std::vector<int> xs = nearest_index(box.x0, box.x1, out_w, width);
+  const std::vector<int> ys = nearest_index(box.y0, box.y1, out_h, height);
+  std::vector<uint8_t> out(static_cast<size_t>(out_w) * out_h * channels, 0);
+  for (int y = 0; y < out_h; ++y) {
+    if (ys[y] < 0) continue;
+    const uint8_t* src = in + static_cast<size_t>(ys[y]) * width * channels;
+    uint8_t* dst = &out[static_cast<size_t>(y) * out_w * channels];
+    for (int x = 0; x < out_w; ++x)
+      if (xs[x] >= 0) std::copy_n(src + static_cast<size_t>(xs[x]) * channels, channels, dst + x * channels);
+  }
+  return out;
+}
+
 }  // namespace
 
-Result<std::vector<uint8_t>> resize_bilinear(const std::vector<uint8_t>& pixels, int width, int height,
-                                             int channels, int out_width, int out_height,
-                                             const std::optional<ResampleBox>& box_in) {
+Result<Interpolation> parse_interpolation(const std::string& name) {
+  for (Interpolation f : {Interpolation::nearest, Interpolation::bilinear, Interpolation::bicubic})
+    if (name == interpolation_name(f)) return f;
+  return make_error(Errc::invalid_argument,
+                    "interpolation '" + name + "', expected bilinear, bicubic or nearest (PIL's filters)");
+}
+
+const char* interpolation_name(Interpolation f) {
+  switch (f) {
+    case Interpolation::nearest: return "nearest";
+    case Interpolation::bicubic: return "bicubic";
+    default: return "bilinear";
+  }
+}
+
+Result<std::vector<uint8_t>> resize_image(const std::vector<uint8_t>& pixels, int width, int height, int channels,
+                                          int out_width, int out_height, Interpolation filter,
+                                          const std::optional<ResampleBox>& box_in) {
   if (width <= 0 || height <= 0)
     return make_error(Errc::invalid_argument, "resize: source size " + std::to_string(width) + "x" +
                                                   std::to_string(height) + ", expected both > 0");
@@ -149,11 +211,14 @@ Result<std::vector<uint8_t>> resize_bilinear(const std::vector<uint8_t>& pixels,
   if (out_width == width && out_height == height && box.x0 == 0 && box.y0 == 0 && box.x1 == width &&
       box.y1 == height)
     return pixels;
+  if (filter == Interpolation::nearest)
+    return nearest_resize(pixels.data(), width, height, channels, out_width, out_height, box);
 
+  const Kernel kernel = filter == Interpolation::bicubic ? Kernel{bicubic, 2.0} : Kernel{triangle, 1.0};
   // Pillow's tests, kept as written (box[2] against the output width).
   const bool need_horizontal = out_width != width || box.x0 != 0 || box.x1 != out_width;
   const bool need_vertical = out_height != height || box.y0 != 0 || box.y1 != out_height;
-  const AxisFilter vert = axis_filter(height, box.y0, box.y1, out_height);
+  const AxisFilter vert = axis_filter(kernel, height, box.y0, box.y1, out_height);
   // Source rows the vertical pass reads.
   const int row_first = vert.first.front();
   const int row_last = vert.first.back() + vert.count.back();
@@ -162,7 +227,7 @@ Result<std::vector<uint8_t>> resize_bilinear(const std::vector<uint8_t>& pixels,
   const uint8_t* src = pixels.data();
   int cur_w = width, cur_row0 = 0;
   if (need_horizontal) {
-    const AxisFilter horiz = axis_filter(width, box.x0, box.x1, out_width);
+    const AxisFilter horiz = axis_filter(kernel, width, box.x0, box.x1, out_width);
     cur = horizontal_pass(pixels.data(), width, channels, row_first, row_last - row_first, horiz, out_width);
     src = cur.data();
     cur_w = out_width;
@@ -173,9 +238,9 @@ Result<std::vector<uint8_t>> resize_bilinear(const std::vector<uint8_t>& pixels,
   return pixels;
 }
 
-Result<Image> resize_bilinear(const Image& img, int out_width, int out_height,
-                              const std::optional<ResampleBox>& box) {
-  auto px = resize_bilinear(img.rgb, img.width, img.height, 3, out_width, out_height, box);
+Result<Image> resize_image(const Image& img, int out_width, int out_height, Interpolation filter,
+                           const std::optional<ResampleBox>& box) {
+  auto px = resize_image(img.rgb, img.width, img.height, 3, out_width, out_height, filter, box);
   if (!px) return px.error();
   Image out;
   out.width = out_width;

@@ -10,12 +10,12 @@ parameters randomised too, so every buffer matters).
       OUT_DIR/NAME.ref.pt   {"input": x, "output.0": y0, ...} (plain dict)
   tracr_reference.py torchscript OUT_DIR --size H W
       OUT_DIR/seq.ts        scripted (--trace: traced) nested nn.Sequential, OUT_DIR/seq.ref.pt
-  tracr_reference.py preset IMAGE OUT --crop N [--resize N]
+  tracr_reference.py preset IMAGE OUT --crop N [--resize N] [--interpolation bilinear|bicubic|nearest]
       OUT                   {"output": torchvision ImageClassification(IMAGE)}
   tracr_reference.py image OUT W H SEED   writes an RGB test image (PIL; .jpg or .png)
-  tracr_reference.py resize IMAGE OUT SPEC...
+  tracr_reference.py resize IMAGE OUT SPEC... [--filter bilinear|bicubic|nearest]
       OUT                   {"decoded": IMAGE as PIL decodes it (uint8 H x W x 3),
-                             "out.<i>": Image.resize(..., BILINEAR) for the i-th SPEC}
+                             "out.<i>": Image.resize(..., FILTER) for the i-th SPEC}
       SPEC is WxH or WxH@X0,Y0,X1,Y1 (PIL's box, in source pixels)
 """
 import argparse
@@ -132,9 +132,11 @@ def cmd_torchscript(a):
 
 def cmd_preset(a):
     from PIL import Image
+    from torchvision.transforms import InterpolationMode
     from torchvision.transforms._presets import ImageClassification
 
-    preset = ImageClassification(crop_size=a.crop, resize_size=a.resize)
+    preset = ImageClassification(crop_size=a.crop, resize_size=a.resize,
+                                 interpolation=InterpolationMode(a.interpolation))
     img = Image.open(a.image).convert("RGB")
     torch.save({"output": preset(img).contiguous()}, a.out)
 
@@ -150,6 +152,9 @@ def cmd_image(a):
     Image.fromarray(img.permute(1, 2, 0).numpy()).save(a.out, quality=95)
 
 
+PIL_FILTERS = {"nearest": 0, "bilinear": 2, "bicubic": 3}  # Image.Resampling values
+
+
 def cmd_resize(a):
     import numpy as np
     from PIL import Image
@@ -160,7 +165,7 @@ def cmd_resize(a):
         size, _, box = spec.partition("@")
         w, h = (int(v) for v in size.split("x"))
         box = tuple(float(v) for v in box.split(",")) if box else None
-        r = img.resize((w, h), Image.BILINEAR, box=box)
+        r = img.resize((w, h), PIL_FILTERS[a.filter], box=box)
         out[f"out.{i}"] = torch.from_numpy(np.asarray(r).copy())
     torch.save(out, a.out)
 
@@ -186,6 +191,7 @@ def main(argv=None):
     p.add_argument("out")
     p.add_argument("--crop", type=int, default=224)
     p.add_argument("--resize", type=int, default=256)
+    p.add_argument("--interpolation", choices=sorted(PIL_FILTERS), default="bilinear")
     i = sub.add_parser("image")
     i.add_argument("out")
     i.add_argument("w", type=int)
@@ -195,6 +201,7 @@ def main(argv=None):
     r.add_argument("image")
     r.add_argument("out")
     r.add_argument("specs", nargs="+")
+    r.add_argument("--filter", choices=sorted(PIL_FILTERS), default="bilinear")
     a = ap.parse_args(argv)
     {"model": cmd_model, "torchscript": cmd_torchscript, "preset": cmd_preset,
      "image": cmd_image, "resize": cmd_resize}[a.cmd](a)

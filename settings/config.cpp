@@ -914,21 +914,42 @@ std::vector<Setting> build_settings() {
       [](const ExperimentConfig& c) { return c.num_classes; }));
   {
     Setting s;
-    s.info = {"input_size", "int | [C, H, W]", "~ (model default)",
-              "Input shape per sample; an int n means [3, n, n].", ""};
+    s.info = {"input_size", "int | [int, ...]", "~ (model default)",
+              "Input shape per sample, without the batch: an int n means [3, n, n]; a list of any rank, e.g. "
+              "[C, H, W], [4] (4 features) or [T, D] (a token sequence; synthetic data); `--set` also takes "
+              "1,28,28.",
+              ""};
     s.nullable = true;
     s.env_yaml = true;
     s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      const std::string what = "a positive int n (for [3, n, n]) or a list [C, H, W] of positive ints";
+      const std::string what =
+          "a positive int n (for [3, n, n]) or a list of 1 to 8 positive ints such as [C, H, W], [4] or [T, D] "
+          "(or 1,28,28)";
+      if (n.IsScalar() && n.Scalar().find(',') != std::string::npos) {
+        // The comma form of `--set input_size=1,28,28` (as profile --input-shape takes it).
+        std::vector<int64_t> dims;
+        std::istringstream parts(n.Scalar());
+        for (std::string part; std::getline(parts, part, ',');) {
+          while (!part.empty() && part.back() == ' ') part.pop_back();
+          const size_t first = part.find_first_not_of(' ');
+          int64_t v = 0;
+          if (first == std::string::npos || !parse_int_text(part.substr(first), &v) || v < 1 || v > 65536)
+            return expected(c, n, key, what);
+          dims.push_back(v);
+        }
+        if (dims.size() > 8 || n.Scalar().back() == ',') return expected(c, n, key, what);
+        cfg.input_size = dims;
+        return {};
+      }
       if (n.IsScalar()) {
         auto v = get_int(c, n, key, 1, 65536, what);
         if (!v) return v.error();
         cfg.input_size = {3, *v, *v};
         return {};
       }
-      if (!n.IsSequence() || n.size() != 3) return expected(c, n, key, what);
+      if (!n.IsSequence() || n.size() == 0 || n.size() > 8) return expected(c, n, key, what);
       std::vector<int64_t> dims;
-      for (size_t i = 0; i < 3; ++i) {
+      for (size_t i = 0; i < n.size(); ++i) {
         auto v = get_int(c, n[i], fmt::format("{}[{}]", key, i), 1, 65536, "a positive int");
         if (!v) return v.error();
         dims.push_back(*v);
@@ -1054,6 +1075,29 @@ std::vector<Setting> build_settings() {
       return {};
     };
     s.show = [](const ExperimentConfig& c) { return c.dataset.split; };
+    t.push_back(s);
+  }
+  // torchvision's preset per model (scripts/export_model.py writes the one
+  // a torchvision model's weights expect).
+  t.push_back(int_setting(
+      "dataset.resize_size", "int >= 0", "0 (round(crop x 256 / 224))",
+      "imagefolder: the shorter side is resized to this before the center crop to input_size (torchvision's "
+      "resize_size; e.g. 232 for resnet50's IMAGENET1K_V2 weights). 0 = crop x 256 / 224 rounded (256 for 224).",
+      0, 65536, [](ExperimentConfig& c, int64_t v) { c.dataset.resize_size = v; },
+      [](const ExperimentConfig& c) { return c.dataset.resize_size; }));
+  {
+    Setting s;
+    s.info = {"dataset.interpolation", "bilinear | bicubic | nearest", "bilinear",
+              "Image resize filter, PIL's own (bit-exact with torchvision on PIL images; e.g. bicubic for "
+              "EfficientNet's weights); imagefolder and a resized fashion_mnist.",
+              ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      auto v = get_choice(c, n, key, {"bilinear", "bicubic", "nearest"});
+      if (!v) return v.error();
+      cfg.dataset.interpolation = *v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return c.dataset.interpolation; };
     t.push_back(s);
   }
   {
@@ -1746,6 +1790,13 @@ Status cross_check(ExperimentConfig& cfg) {
     return err_at(cfg.pos_of("dataset.split"), "dataset.split",
                   fmt::format("applies to type: fashion_mnist only; expected no dataset.split for type: {}",
                               dataset_kind_name(cfg.dataset.kind)));
+  if (cfg.dataset.kind != DatasetKind::imagefolder && cfg.origin.count("dataset.resize_size"))
+    return err_at(cfg.pos_of("dataset.resize_size"), "dataset.resize_size",
+                  fmt::format("applies to type: imagefolder only; expected no dataset.resize_size for type: {}",
+                              dataset_kind_name(cfg.dataset.kind)));
+  if (cfg.dataset.kind == DatasetKind::synthetic && cfg.origin.count("dataset.interpolation"))
+    return err_at(cfg.pos_of("dataset.interpolation"), "dataset.interpolation",
+                  "applies to image datasets; expected no dataset.interpolation for type: synthetic");
   if (cfg.adapt.enabled && !cfg.record.layers)
     return err_at(cfg.pos_of("adapt.enabled"), "adapt.enabled",
                   "needs record.layers: true (the adaptive policy plans from both devices' layer profiles)");
@@ -1940,6 +1991,8 @@ std::string to_yaml(const ExperimentConfig& cfg) {
     // A setting that only applies to another dataset type is left out, as a
     // user would: the parser rejects it there.
     if (s.info.name == "dataset.split" && cfg.dataset.kind != DatasetKind::fashion_mnist) continue;
+    if (s.info.name == "dataset.resize_size" && cfg.dataset.kind != DatasetKind::imagefolder) continue;
+    if (s.info.name == "dataset.interpolation" && cfg.dataset.kind == DatasetKind::synthetic) continue;
     const auto dot = s.info.name.find('.');
     const std::string top = s.info.name.substr(0, dot);
     const std::string value = s.show(cfg);

@@ -154,6 +154,8 @@ struct DatasetSpec {
   int64_t max_samples = 0;               // 0 = all (synthetic: 16)
   std::string split = "test";            // fashion_mnist: train | test
   std::vector<double> mean, std;         // normalization, 1 or C values each; empty = the default
+  int64_t resize_size = 0;               // imagefolder: shorter side before the crop; 0 = crop x 256 / 224
+  std::string interpolation = "bilinear";  // PIL's resize filter: bilinear | bicubic | nearest
 };
 
 // The normalization the dataset applies to [0, 1] pixels, (x - mean) / std,
@@ -262,7 +264,7 @@ struct ExperimentConfig {
   std::string name;                 // default: the file name without extension
   std::string model;                // registry id, e.g. "alexnet" or "torchscript:<path>"
   std::string weights;              // optional weights file
-  std::vector<int64_t> input_size;  // [C, H, W]; empty = the model's default
+  std::vector<int64_t> input_size;  // per sample, any rank ([C, H, W], [features], [T, D]); empty = the model's default
   int64_t num_classes = 0;          // classifier width; 0 = the model's default
   DatasetSpec dataset;
   SplitSpec split;

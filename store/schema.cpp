@@ -237,7 +237,7 @@ std::vector<TableInfo> build() {
         {"created_at", "TEXT", "UTC", "controller", "when the plan was made"},
         {"basis_run", "INTEGER", "", "controller", "-> runs.id: the run whose layer profiles, bytes and probe were used"},
         {"model", "TEXT", "", "controller", "model id"},
-        {"input_shape", "TEXT", "", "agent", "profiled input shape C,H,W"},
+        {"input_shape", "TEXT", "", "agent", "profiled input shape per sample, comma-separated: C,H,W for images, any rank (4; T,D) otherwise"},
         {"objective", "TEXT", "", "controller", "latency | energy | throughput | weighted:W"},
         {"link", "TEXT", "", "controller", "link planned for: a profile name, probe, or given"},
         {"link_source", "TEXT", "", "controller", "where the link figures come from"},

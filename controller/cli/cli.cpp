@@ -355,9 +355,9 @@ void build_app(CLI::App& app, Parsed& p) {
   profile->add_option("MODEL", p.profile.model, "a model id (tracrctl models) or torchscript:FILE")->required();
   profile->add_option_function<std::string>(
              "--input-shape", [&p](const std::string& v) { p.profile.input_shape = to_ints<int64_t>(v); },
-             "input shape without the batch (default: the model's)")
-      ->type_name("C,H,W")
-      ->check(int_list(1, 65536, 3, "C,H,W like 3,224,224"));
+             "input shape without the batch, any rank: C,H,W, 4 (features), T,D (tokens) (default: the model's)")
+      ->type_name("SHAPE")
+      ->check(int_list(1, 65536, 0, "sizes like 3,224,224 or 4 or 16,64"));
   add_int(profile, "--batch", p.profile.batch, 1, 65536, "batch size");
   add_int(profile, "--reps", p.profile.reps, 1, 1000000, "repetitions per layer");
   profile->add_option("--weights", p.profile.weights, "weights file (default: random weights)")->type_name("FILE");

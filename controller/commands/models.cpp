@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #if TRACR_WITH_TORCH
 #include <torch/torch.h>
@@ -69,7 +70,8 @@ int cmd_profile(const ProfileOptions& opt) {
     std::string expected;
     if (!opt.input_shape.empty())
       if (const std::string d = default_shape(opt.model); !d.empty())
-        expected = fmt::format("; expected --input-shape C,H,W that every layer of {} takes (its default: {})",
+        expected = fmt::format("; expected an --input-shape (C,H,W, or any rank such as 4 or T,D) that every "
+                               "layer of {} takes (its default: {})",
                                opt.model, d);
     fmt::print(stderr, "tracrctl profile: {}{}\n", msg.substr(0, msg.find('\n')), expected);
     return 2;
@@ -77,9 +79,11 @@ int cmd_profile(const ProfileOptions& opt) {
   // LibTorch throws c10::Error (its what() holds a backtrace) for an input a
   // layer cannot take: a message naming the model, never the trace.
   try {
-    const auto& s = (*model)->input_shape();
+    const auto& s = (*model)->input_shape();  // any rank
+    std::vector<int64_t> batched = {batch};
+    batched.insert(batched.end(), s.begin(), s.end());
     torch::NoGradGuard ng;
-    auto input = torch::rand({batch, s[0], s[1], s[2]}).to((*model)->device());
+    auto input = torch::rand(batched).to((*model)->device());
     experiments::ProfileOptions po;
     po.repetitions = reps;
     auto prof = experiments::profile_layers(**model, input, po);
@@ -87,8 +91,8 @@ int cmd_profile(const ProfileOptions& opt) {
       fmt::print(stderr, "tracrctl profile: {}\n", prof.error().str());
       return 1;
     }
-    fmt::print("{} on {}, input {}x{}x{}x{}, {} repetitions per layer\n\n", (*model)->name(), (*model)->device().str(),
-               batch, s[0], s[1], s[2], reps);
+    fmt::print("{} on {}, input {}, {} repetitions per layer\n\n", (*model)->name(), (*model)->device().str(),
+               fmt::join(batched, "x"), reps);
     fmt::print("{}\n", experiments::format_layer_profiles(*prof));
     const auto splits = experiments::split_table(**model, *prof, batch);
     fmt::print("per-split estimate from these profiles (head on this device, tail on an identical one):\n{}\n",
@@ -109,9 +113,9 @@ int cmd_profile(const ProfileOptions& opt) {
       fmt::print("wrote {}\n", csv);
     }
     if (!json.empty()) {
-      std::string o = fmt::format("{{\"model\":{},\"device\":{},\"input\":[{},{},{},{}],\"repetitions\":{},\"layers\":[",
+      std::string o = fmt::format("{{\"model\":{},\"device\":{},\"input\":[{}],\"repetitions\":{},\"layers\":[",
                                   settings::json_quote((*model)->name()), settings::json_quote((*model)->device().str()),
-                                  batch, s[0], s[1], s[2], reps);
+                                  fmt::join(batched, ","), reps);
       for (size_t i = 0; i < prof->size(); ++i) {
         const auto& l = (*prof)[i];
         o += fmt::format("{}\n  {{\"index\":{},\"name\":{},\"type\":{},\"median_ms\":{},\"p95_ms\":{},\"mean_ms\":{},"
@@ -137,9 +141,8 @@ int cmd_profile(const ProfileOptions& opt) {
       fmt::print("wrote {}\n", json);
     }
   } catch (const std::exception& ex) {
-    fmt::print(stderr, "tracrctl profile: {} at input {}x{}x{}x{}: {}\n", opt.model, batch,
-               (*model)->input_shape()[0], (*model)->input_shape()[1], (*model)->input_shape()[2],
-               experiments::torch_error_text(ex));
+    fmt::print(stderr, "tracrctl profile: {} at input {}x{}: {}\n", opt.model, batch,
+               fmt::join((*model)->input_shape(), "x"), experiments::torch_error_text(ex));
     return 2;
   }
   return 0;

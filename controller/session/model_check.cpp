@@ -90,6 +90,16 @@ Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
                                       cfg.num_classes, cfg.model, width, (*model)->layers().back().name,
                                       fmt::join(out, ", "), width, cfg.num_classes));
   }
+  // Image datasets give [C, H, W]; a feature vector or a token sequence
+  // comes from synthetic data (or a dataset of its own, not built yet).
+  if (const auto& in = (*model)->input_shape();
+      cfg.dataset.kind != settings::DatasetKind::synthetic && !in.empty() && in.size() != 3)
+    return config_error(cfg, cfg.input_size.empty() ? "model" : "input_size",
+                        fmt::format("model '{}' takes input [{}] (rank {}) but dataset.type {} gives images [C, H, "
+                                    "W]; expected input_size [C, H, W] or dataset.type: synthetic for non-image "
+                                    "inputs",
+                                    cfg.model, fmt::join(in, ", "), in.size(),
+                                    settings::dataset_kind_name(cfg.dataset.kind)));
   if (const auto& in = (*model)->input_shape(); !in.empty())
     if (auto norm = settings::dataset_normalization(cfg, in[0]); !norm) return norm.error();
   if (auto sp = settings::resolve_splits(cfg, n); !sp) return sp.error();

@@ -69,7 +69,7 @@ TEST(Cli, EveryCommandAnswersHelpWithItsOwnOptions) {
       {"agents logs", {"--devices", "--tail"}},
       {"agents stop", {"--devices", "--state-dir"}},
       {"models", {}},
-      {"profile", {"MODEL", "--input-shape", "C,H,W", "--batch", "--reps", "--weights", "--device", "--csv", "--json"}},
+      {"profile", {"MODEL", "--input-shape", "SHAPE", "--batch", "--reps", "--weights", "--device", "--csv", "--json"}},
       {"demo", {"--quick", "--reps", "--csv", "--agent", "--sizes", "--chunk", "--window", "--threads", "--configs"}},
       {"bench", {"protocol"}},
       {"bench protocol", {"--quick", "--reps", "--threads", "--no-python", "--compare-only", "--python"}},
@@ -110,8 +110,9 @@ TEST(Cli, BadValuesNameTheCommandTheOptionAndWhatWasExpected) {
   const std::vector<Case> cases = {
       {"profile fmnist_cnn --reps abc", "tracrctl profile: --reps: expected an integer 1..1000000, got 'abc'"},
       {"profile fmnist_cnn --batch -1", "tracrctl profile: --batch: expected an integer 1..65536, got '-1'"},
-      {"profile alexnet --input-shape 224", "tracrctl profile: --input-shape: expected C,H,W like 3,224,224"},
-      {"profile alexnet --input-shape 3,x,9", "--input-shape: expected C,H,W"},
+      {"profile alexnet --input-shape 3,0,224",
+       "tracrctl profile: --input-shape: expected sizes like 3,224,224 or 4 or 16,64"},
+      {"profile alexnet --input-shape 3,x,9", "--input-shape: expected sizes like"},
       {"demo --reps 1.5", "tracrctl demo: --reps: expected an integer"},
       {"bench protocol --window 0", "tracrctl bench protocol: --window: expected an integer 1..4096, got '0'"},
       {"plan last --max-latency-ms fast", "tracrctl plan: --max-latency-ms: expected ms 0..1e+12, got 'fast'"},
@@ -208,6 +209,12 @@ TEST(Cli, ProfileWithAShapeTheModelCannotTakeNamesModelAndLayerWithoutABacktrace
   EXPECT_TRUE(has(a.out, "layer ")) << "the layer that failed\n" << a.out;
   EXPECT_TRUE(has(a.out, "(its default: 3,224,224)")) << "the expected shape\n" << a.out;
   EXPECT_EQ(std::count(a.out.begin(), a.out.end(), '\n'), 1) << "one line\n" << a.out;
+
+  // Any rank is accepted on the command line; the model says what it takes.
+  auto flat = ctl("profile alexnet --input-shape 224 --reps 1");
+  EXPECT_EQ(flat.status, 2) << flat.out;
+  expect_no_backtrace(flat);
+  EXPECT_TRUE(has(flat.out, "(its default: 3,224,224)")) << flat.out;
 
   auto r = ctl("profile resnet18 --input-shape 1,64,64 --reps 1");
   EXPECT_EQ(r.status, 2) << r.out;

@@ -207,7 +207,7 @@ void expect_same_pixels(const at::Tensor& got, const at::Tensor& want, const std
                           << " values differ, by up to " << diff.max().item<int>() << " uint8 steps";
 }
 
-TEST(Resample, MatchesPillowBitForBitOnJpegsUpAndDownscaled) {
+TEST(Resample, MatchesPillowBitForBitOnJpegsUpAndDownscaledWithEachFilter) {
   TempDir dir;
   const std::string ref = test::script("tracr_reference.py");
   // JPEGs written by PIL (gradients plus noise) and a real photograph: the
@@ -244,76 +244,107 @@ TEST(Resample, MatchesPillowBitForBitOnJpegsUpAndDownscaled) {
   };
   std::string args;
   for (const auto& sp : specs) args += " " + sp.text;
-  for (const char* f : {"small.jpg", "large.jpg", "odd.png", "boot.jpg"}) {
-    ASSERT_EQ(test::run_python(ref + " resize " + dir.file(f) + " " + dir.file(std::string(f) + ".ref") + args), 0)
-        << f;
-    auto want = test::read_ref(dir.file(std::string(f) + ".ref"));
-    auto img = decode_image(dir.file(f));
-    ASSERT_TRUE(img.ok()) << img.error().str();
-    // Same decoder (libjpeg-turbo) as PIL: the input itself is identical.
-    expect_same_pixels(hwc(img->rgb, img->width, img->height, 3), want.at("decoded"), std::string(f) + " decoded");
-    for (size_t i = 0; i < specs.size(); ++i) {
-      auto r = resize_bilinear(*img, specs[i].w, specs[i].h, specs[i].box);
-      ASSERT_TRUE(r.ok()) << r.error().str();
-      expect_same_pixels(hwc(r->rgb, r->width, r->height, 3), want.at("out." + std::to_string(i)),
-                         std::string(f) + " to " + specs[i].text);
+  for (const Interpolation filter : {Interpolation::bilinear, Interpolation::bicubic, Interpolation::nearest}) {
+    const std::string fname = interpolation_name(filter);
+    for (const char* f : {"small.jpg", "large.jpg", "odd.png", "boot.jpg"}) {
+      const std::string out = dir.file(std::string(f) + "." + fname + ".ref");
+      ASSERT_EQ(test::run_python(ref + " resize " + dir.file(f) + " " + out + args + " --filter " + fname), 0) << f;
+      auto want = test::read_ref(out);
+      auto img = decode_image(dir.file(f));
+      ASSERT_TRUE(img.ok()) << img.error().str();
+      // Same decoder (libjpeg-turbo) as PIL: the input itself is identical.
+      expect_same_pixels(hwc(img->rgb, img->width, img->height, 3), want.at("decoded"), std::string(f) + " decoded");
+      for (size_t i = 0; i < specs.size(); ++i) {
+        auto r = resize_image(*img, specs[i].w, specs[i].h, filter, specs[i].box);
+        ASSERT_TRUE(r.ok()) << r.error().str();
+        expect_same_pixels(hwc(r->rgb, r->width, r->height, 3), want.at("out." + std::to_string(i)),
+                           std::string(f) + " to " + specs[i].text + " " + fname);
+      }
     }
   }
 }
 
 TEST(Resample, RejectsBadSizesAndBoxesNamingThem) {
   const std::vector<uint8_t> px(4 * 3 * 3, 7);
-  auto r = resize_bilinear(px, 4, 3, 3, 0, 5);
+  auto r = resize_image(px, 4, 3, 3, 0, 5);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("output size 0x5"), std::string::npos) << r.error().message;
-  r = resize_bilinear(px, 4, 4, 3, 2, 2);
+  r = resize_image(px, 4, 4, 3, 2, 2);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("36 bytes for a 4x4x3 image"), std::string::npos) << r.error().message;
-  r = resize_bilinear(px, 4, 3, 3, 2, 2, ResampleBox{0, 0, 5, 3});
+  r = resize_image(px, 4, 3, 3, 2, 2, Interpolation::bicubic, ResampleBox{0, 0, 5, 3});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("exceed"), std::string::npos) << r.error().message;
-  r = resize_bilinear(px, 4, 3, 3, 2, 2, ResampleBox{-1, 0, 4, 3});
+  r = resize_image(px, 4, 3, 3, 2, 2, Interpolation::nearest, ResampleBox{-1, 0, 4, 3});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("negative"), std::string::npos) << r.error().message;
-  // A constant image stays constant, whatever the scale.
-  r = resize_bilinear(px, 4, 3, 3, 9, 2);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(*r, std::vector<uint8_t>(9 * 2 * 3, 7));
+  // A constant image stays constant, whatever the scale and filter (the
+  // bicubic weights, negative at the edges, still sum to one).
+  for (const Interpolation f : {Interpolation::bilinear, Interpolation::bicubic, Interpolation::nearest}) {
+    r = resize_image(px, 4, 3, 3, 9, 2, f);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, std::vector<uint8_t>(9 * 2 * 3, 7)) << interpolation_name(f);
+  }
+  auto bad = parse_interpolation("lanczos");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("'lanczos', expected bilinear, bicubic or nearest"), std::string::npos)
+      << bad.error().message;
 }
 
+// torchvision's ImageClassification preset on images written by PIL: the
+// default (256 -> 224 bilinear) and torchvision 0.14's presets as its weights
+// give them: resnet50 V2 (resize 232, bilinear), EfficientNet (bicubic; B0's
+// 256 -> 224, another size), and nearest. a.jpg is downscaled, b.png and
+// c.jpg upscaled (c: 90 -> 256, 2.8x).
 TEST(ImageFolder, MatchesTorchvisionPreset) {
   TempDir dir;
   std::filesystem::create_directories(dir.file("imgs"));
-  // Images written by PIL; reference from torchvision's ImageClassification.
-  // a.jpg is downscaled to 256 on its shorter side, b.png and c.jpg
-  // upscaled (c: 90 -> 256, 2.8x).
   const std::string ref = test::script("tracr_reference.py");
   ASSERT_EQ(test::run_python(ref + " image " + dir.file("imgs/a.jpg") + " 300 200 1"), 0);
   ASSERT_EQ(test::run_python(ref + " image " + dir.file("imgs/b.png") + " 181 257 2"), 0);
   ASSERT_EQ(test::run_python(ref + " image " + dir.file("imgs/c.jpg") + " 120 90 3"), 0);
-  for (const char* f : {"a.jpg", "b.png", "c.jpg"})
-    ASSERT_EQ(test::run_python(ref + " preset " + dir.file(std::string("imgs/") + f) + " " +
-                               dir.file(std::string(f) + ".ref") + " --crop 224 --resize 256"),
-              0);
+  struct Preset {
+    int64_t resize, crop;
+    const char* interpolation;
+  };
+  for (const Preset p : {Preset{0, 224, "bilinear"}, Preset{232, 224, "bilinear"}, Preset{256, 224, "bicubic"},
+                         Preset{255, 240, "bicubic"}, Preset{160, 128, "nearest"}}) {
+    // 0: tracr's default, round(224 * 256 / 224) = 256 as torchvision's preset.
+    const int64_t resize = p.resize > 0 ? p.resize : 256;
+    const std::string tag = std::to_string(p.resize) + "-" + std::to_string(p.crop) + "-" + p.interpolation;
+    for (const char* f : {"a.jpg", "b.png", "c.jpg"})
+      ASSERT_EQ(test::run_python(ref + " preset " + dir.file(std::string("imgs/") + f) + " " +
+                                 dir.file(std::string(f) + "." + tag + ".ref") + " --crop " + std::to_string(p.crop) +
+                                 " --resize " + std::to_string(resize) + " --interpolation " + p.interpolation),
+                0);
+    DatasetConfig cfg;
+    cfg.kind = "imagefolder";
+    cfg.path = dir.file("imgs");
+    cfg.input_shape = {3, p.crop, p.crop};
+    cfg.resize_size = p.resize;
+    cfg.interpolation = p.interpolation;
+    auto ds = open_dataset(cfg);
+    ASSERT_TRUE(ds.ok()) << ds.error().str();
+    for (int i = 0; i < 3; ++i) {
+      auto s = (*ds)->get(i);
+      ASSERT_TRUE(s.ok()) << s.error().str();
+      const std::string name = std::filesystem::path(s->id).filename().string();
+      auto ref_out = test::read_ref(dir.file(name + "." + tag + ".ref")).at("output");
+      ASSERT_EQ(s->image.sizes(), ref_out.sizes()) << tag;
+      const auto diff = (s->image - ref_out).abs();
+      // The same uint8 pixels go through the same float operations: equal.
+      EXPECT_EQ(diff.max().item<float>(), 0.0f) << name << " " << tag << ": " << diff.ne(0).sum().item<int64_t>()
+                                                << " values differ, by up to " << diff.max().item<float>()
+                                                << " (one uint8 step is 1 / 255 / std = 0.0174)";
+    }
+  }
   DatasetConfig cfg;
   cfg.kind = "imagefolder";
   cfg.path = dir.file("imgs");
-  cfg.resize_size = 256;
-  auto ds = open_dataset(cfg);
-  ASSERT_TRUE(ds.ok()) << ds.error().str();
-  ASSERT_EQ((*ds)->size(), 3);
-  for (int i = 0; i < 3; ++i) {
-    auto s = (*ds)->get(i);
-    ASSERT_TRUE(s.ok()) << s.error().str();
-    const std::string name = std::filesystem::path(s->id).filename().string();
-    auto ref_out = test::read_ref(dir.file(name + ".ref")).at("output");
-    ASSERT_EQ(s->image.sizes(), ref_out.sizes());
-    // The same uint8 pixels go through the same float operations: equal.
-    const auto diff = (s->image - ref_out).abs();
-    EXPECT_EQ(diff.max().item<float>(), 0.0f) << name << ": " << diff.ne(0).sum().item<int64_t>()
-                                              << " values differ, by up to " << diff.max().item<float>()
-                                              << " (one uint8 step is 1 / 255 / std = 0.0174)";
-  }
+  cfg.interpolation = "area";
+  auto r = open_dataset(cfg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("interpolation 'area'"), std::string::npos) << r.error().message;
 }
 
 TEST(ImageFolder, EmptyOrMissingFolderIsAnError) {
@@ -371,6 +402,45 @@ TEST(Synthetic, DeterministicShapesAndLabels) {
   EXPECT_FALSE((*a)->get(5).ok());
   BatchLoader loader(**a, 2, 3);
   EXPECT_EQ(loader.num_samples(), 3);
+}
+
+// Non-image inputs: a 4-feature vector and a [T, D] token sequence.
+TEST(Synthetic, AnyRankGivesSamplesAndBatchesOfThatShape) {
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{4}, std::vector<int64_t>{12, 32}}) {
+    DatasetConfig cfg;
+    cfg.kind = "synthetic";
+    cfg.input_shape = shape;
+    cfg.num_samples = 5;
+    auto ds = open_dataset(cfg);
+    ASSERT_TRUE(ds.ok()) << ds.error().str();
+    BatchLoader loader(**ds, 2);
+    auto b = loader.next();
+    ASSERT_TRUE(b.ok() && b->has_value());
+    std::vector<int64_t> want = {2};
+    want.insert(want.end(), shape.begin(), shape.end());
+    EXPECT_EQ((*b)->images.sizes().vec(), want);
+    EXPECT_GT((*b)->images.std().item<float>(), 0.5f);  // standard normal values, not zeros
+  }
+  DatasetConfig cfg;
+  cfg.kind = "synthetic";
+  cfg.input_shape = {4, 0};
+  auto bad = open_dataset(cfg);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("[4, 0]"), std::string::npos) << bad.error().message;
+}
+
+TEST(ImageFolder, NonImageInputShapeIsAClearError) {
+  TempDir dir;
+  ASSERT_TRUE(write_png(dir.file("x.png"), gradient(40, 40, 0)).ok());
+  DatasetConfig cfg;
+  cfg.kind = "imagefolder";
+  cfg.path = dir.path();
+  cfg.input_shape = {4};
+  auto r = open_dataset(cfg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("images are [C, H, W] but the input shape is [4]"), std::string::npos)
+      << r.error().message;
+  EXPECT_NE(r.error().message.find("synthetic"), std::string::npos) << r.error().message;
 }
 
 }  // namespace

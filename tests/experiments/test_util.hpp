@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <sys/wait.h>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "experiments/weights.hpp"
 
@@ -42,6 +45,19 @@ inline std::string script(const std::string& name) {
 inline int run_python(const std::string& args) {
   const std::string cmd = std::string(TRACR_PYTHON) + " " + args + " > /dev/null 2>&1";
   return std::system(cmd.c_str());
+}
+
+// Runs `/usr/bin/python3 scripts/<args>` in `cwd`; returns the exit status
+// and what it wrote to stdout and stderr.
+inline std::pair<int, std::string> run_python_output(const std::string& args, const std::string& cwd = ".") {
+  const std::string cmd = "cd '" + cwd + "' && " + std::string(TRACR_PYTHON) + " " + args + " 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
 // Tensors of a plain-dict file written by scripts/tracr_reference.py.

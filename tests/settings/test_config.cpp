@@ -563,12 +563,12 @@ TEST(ExperimentConfig, WrongTypesNameKeyAndExpectation) {
        "exp.yaml:2:15: key_exchange: expected one of x25519 | none, got 'rsa'"},
       {"model: alexnet\ninflight: 100\n", "exp.yaml:2:11: inflight: expected an integer 1..64, got '100'"},
       {"model: [alexnet]\n", "exp.yaml:1:8: model: expected a model id such as alexnet"},
-      {"model: alexnet\ninput_size: [3, 224]\n",
-       "exp.yaml:2:13: input_size: expected a positive int n (for [3, n, n]) or a list [C, H, W] of positive "
-       "ints, "
-       "got a list"},
+      {"model: alexnet\ninput_size: []\n",
+       "exp.yaml:2:13: input_size: expected a positive int n (for [3, n, n]) or a list of 1 to 8 positive ints "
+       "such as [C, H, W], [4] or [T, D] (or 1,28,28), got a list"},
       {"model: alexnet\ndataset: synthetic\n",
-       "exp.yaml:2:10: dataset: expected a map with keys type, path, class_names, mean, std, max_samples, split, got "
+       "exp.yaml:2:10: dataset: expected a map with keys type, path, class_names, mean, std, max_samples, split, "
+       "resize_size, interpolation, got "
        "'synthetic'"},
       {"model: alexnet\ndataset: {type: mnist}\n",
        "exp.yaml:2:17: dataset.type: expected one of synthetic | imagefolder | fashion_mnist, got 'mnist'"},
@@ -845,6 +845,8 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "dataset.class_names",
                         "dataset.max_samples",
                         "dataset.split",
+                        "dataset.resize_size",
+                        "dataset.interpolation",
                         "split",
                         "warmup",
                         "repetitions",
@@ -865,7 +867,7 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "devices",
                         "seed"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 62u);
+  EXPECT_EQ(names.size(), 64u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());
@@ -1097,6 +1099,76 @@ TEST(ConfigTemplates, ExperimentTemplatesWorkFromAnyDirectory) {
                   fs::weakly_canonical(fs::path(source_dir()) / "results"))
             << arg << " from " << cwd << ": weights " << r->weights;
     }
+  }
+}
+
+// Input shapes of any rank, in YAML and in `--set`'s comma form (issue #20:
+// `--set input_size=1,28,28` was refused).
+TEST(ExperimentConfig, InputSizeTakesAnyRankAndTheCommaForm) {
+  NoSettingOverrides no_env;
+  auto parse = [](const std::string& text, std::vector<std::string> sets = {}) {
+    return parse_experiment(text, "exp.yaml", false, sets);
+  };
+  auto feats = parse("model: m\ninput_size: [4]\n");
+  ASSERT_TRUE(feats.ok()) << feats.error().str();
+  EXPECT_EQ(feats->input_size, (std::vector<int64_t>{4}));
+  auto tokens = parse("model: m\ninput_size: [16, 64]\n");
+  ASSERT_TRUE(tokens.ok()) << tokens.error().str();
+  EXPECT_EQ(tokens->input_size, (std::vector<int64_t>{16, 64}));
+  EXPECT_EQ(parse("model: m\ninput_size: 160\n")->input_size, (std::vector<int64_t>{3, 160, 160}));
+  auto set = parse("model: m\n", {"input_size=1,28,28"});
+  ASSERT_TRUE(set.ok()) << set.error().str();
+  EXPECT_EQ(set->input_size, (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(parse("model: m\n", {"input_size=[12, 32]"})->input_size, (std::vector<int64_t>{12, 32}));
+  EXPECT_EQ(parse("model: m\n", {"input_size=4, 2"})->input_size, (std::vector<int64_t>{4, 2}));
+  // The effective YAML says the same shape.
+  auto back = parse(to_yaml(*tokens));
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(back->input_size, tokens->input_size);
+  for (const std::string bad : {"1,,28", "1,28,", "1,0,28", "1,x,28", "1,2,3,4,5,6,7,8,9"}) {
+    auto r = parse("model: m\n", {"input_size=" + bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().message.find("--set input_size=" + bad + ": input_size: expected a positive int"),
+              std::string::npos)
+        << r.error().message;
+  }
+  auto zero = parse("model: m\ninput_size: [4, 0]\n");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.error().message.find("input_size[1]: expected a positive int"), std::string::npos)
+      << zero.error().message;
+}
+
+TEST(ExperimentConfig, ResizeSizeAndInterpolationAreImageDatasetSettings) {
+  NoSettingOverrides no_env;
+  auto parse = [](const std::string& text) { return parse_experiment(text, "exp.yaml", false); };
+  auto def = parse("model: m\ndataset: {type: imagefolder, path: /tmp/i}\n");
+  ASSERT_TRUE(def.ok()) << def.error().str();
+  EXPECT_EQ(def->dataset.resize_size, 0);
+  EXPECT_EQ(def->dataset.interpolation, "bilinear");
+  auto r = parse("model: m\ndataset: {type: imagefolder, path: /tmp/i, resize_size: 232, interpolation: bicubic}\n");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->dataset.resize_size, 232);
+  EXPECT_EQ(r->dataset.interpolation, "bicubic");
+  auto back = parse(to_yaml(*r));
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(back->dataset.resize_size, 232);
+  EXPECT_EQ(back->dataset.interpolation, "bicubic");
+  EXPECT_TRUE(parse("model: m\ndataset: {type: fashion_mnist, interpolation: nearest}\n").ok());
+  struct Bad {
+    std::string text, expect;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"model: m\ndataset: {type: imagefolder, path: /i, interpolation: lanczos}\n",
+            "dataset.interpolation: expected one of bilinear | bicubic | nearest, got 'lanczos'"},
+           {"model: m\ndataset: {type: imagefolder, path: /i, resize_size: -1}\n", "dataset.resize_size: expected"},
+           {"model: m\ndataset: {type: fashion_mnist, resize_size: 32}\n",
+            "dataset.resize_size: applies to type: imagefolder only"},
+           {"model: m\ndataset: {interpolation: bicubic}\n",
+            "dataset.interpolation: applies to image datasets; expected no dataset.interpolation for type: synthetic"},
+       }) {
+    auto e = parse(b.text);
+    ASSERT_FALSE(e.ok()) << b.text;
+    EXPECT_NE(e.error().message.find(b.expect), std::string::npos) << b.text << "\n" << e.error().message;
   }
 }
 
