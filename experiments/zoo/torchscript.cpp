@@ -208,6 +208,7 @@ struct Segment {
 
 struct GLayer {
   std::string name, type;
+  std::string path;  // module path of the calling module ("" = the top-level forward)
   std::vector<tj::Node*> nodes;
 };
 
@@ -270,7 +271,10 @@ class GraphEngine : public SplitModel::Engine {
       auto g = segment_graph(a, b);
       tj::AliasDb db(g);
       for (tj::Value* in : g->inputs()) seg->written.push_back(db.hasWriters(in));
-      seg->fn = std::make_unique<tj::GraphFunction>("tracr_segment", g, nullptr);
+      // The simple executor: the graph as built (and optimized above), no
+      // profiling runs or re-optimisation on first use.
+      seg->fn = std::make_unique<tj::GraphFunction>("tracr_segment", g, nullptr,
+                                                    tj::ExecutorExecutionMode::SIMPLE);
     } catch (const std::exception& ex) {
       return make_error(Errc::internal, name + ": cannot build the graph of layers [" +
                                             std::to_string(a) + ", " + std::to_string(b) +
@@ -437,6 +441,7 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
       eng->layers.push_back(std::move(l));
     }
     auto& l = eng->layers.back();
+    l.path = mpath;
     l.nodes.push_back(n);
     layer_of[n] = static_cast<int>(eng->layers.size()) - 1;
     if (cfg.granularity == "module" && mpath.empty() && n->outputs().size() == 1 &&
@@ -514,7 +519,7 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
         for (tj::Node* n : l.nodes) c.clone(n);
       for (tj::Value* v : probe_vals) outs.push_back(c.lookup(v));
       c.finish(outs);
-      tj::GraphFunction fn("tracr_probe", c.g, nullptr);
+      tj::GraphFunction fn("tracr_probe", c.g, nullptr, tj::ExecutorExecutionMode::SIMPLE);
       auto got = run_graph(fn, {x});
       for (size_t i = 0; i < probe_vals.size(); ++i) seen_vals[probe_vals[i]] = got[i];
       ok = true;
@@ -542,7 +547,7 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
             std::vector<tj::Value*> o;
             for (tj::Value* v : n->outputs()) o.push_back(one.lookup(v));
             one.finish(o);
-            tj::GraphFunction fn("tracr_probe_node", one.g, nullptr);
+            tj::GraphFunction fn("tracr_probe_node", one.g, nullptr, tj::ExecutorExecutionMode::SIMPLE);
             auto got = run_graph(fn, std::move(args));
             for (size_t i = 0; i < got.size(); ++i) env[n->outputs()[i]] = got[i];
           } catch (const std::exception& ex) {
@@ -666,26 +671,33 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
       m->output_names_.push_back(m->value_specs_[id].name);
       m->output_ids_.push_back(id);
     }
-  // Parameters (not buffers such as running means) among the constants:
-  // freezing keeps their storage.
-  std::unordered_set<const void*> param_data;
-  for (const auto& p : root.named_parameters(true)) param_data.insert(p.value.data_ptr());
+  // Parameters (not buffers such as running means) by owning module: to the
+  // first layer called from that module, else from its nearest calling
+  // ancestor (Swin's attention reads its qkv Linear's weight directly).
+  std::vector<int64_t> layer_params(n_layers, 0);
+  {
+    std::map<std::string, int> first_of;
+    for (int i = n_layers - 1; i >= 0; --i) first_of[eng->layers[i].path] = i;
+    for (const auto& p : root.named_parameters(true)) {
+      std::string owner = p.name.substr(0, p.name.rfind('.') == std::string::npos ? 0 : p.name.rfind('.'));
+      while (!first_of.count(owner) && !owner.empty())
+        owner = owner.substr(0, owner.rfind('.') == std::string::npos ? 0 : owner.rfind('.'));
+      if (first_of.count(owner)) layer_params[first_of[owner]] += p.value.numel();
+    }
+  }
   for (int i = 0; i < n_layers; ++i) {
     const auto& gl = eng->layers[i];
     LayerInfo li;
+    li.params = layer_params[i];
     li.index = i;
     li.name = gl.name;
     li.type = gl.type;
     std::set<std::string> ins;
-    std::unordered_set<const void*> consts;
     for (tj::Node* n : gl.nodes) {
       std::function<void(tj::Node*)> visit = [&](tj::Node* x) {
         for (tj::Value* v : x->inputs()) {
           if (v->node()->kind() == c10::prim::Constant) {
-            auto iv = tj::toIValue(v);
-            if (iv && iv->isTensor() && param_data.count(iv->toTensor().data_ptr()) &&
-                consts.insert(iv->toTensor().data_ptr()).second)
-              li.params += iv->toTensor().numel();
+            continue;
           } else if (life.count(v) && life[v].def < i) {
             for (int id : leaf_ids[v])
               if (ins.insert(m->value_specs_[id].name).second)

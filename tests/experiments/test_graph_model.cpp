@@ -225,12 +225,24 @@ TEST(GraphModel, ClassifierLayersCarryParamsAndMacs) {
   ASSERT_GE(idx, 0);
   EXPECT_EQ((*m)->crossing(idx + 1).size(), 2u);
 
+  // Traced ResNet ops are one per module: node granularity names them.
   ModelConfig node = cfg;
   node.granularity = "node";
   auto fine = create_model("torchscript:" + file, node);
   ASSERT_TRUE(fine.ok()) << fine.error().str();
-  EXPECT_GT((*fine)->num_layers(), (*m)->num_layers());
+  EXPECT_EQ((*fine)->num_layers(), (*m)->num_layers());
   EXPECT_EQ((*fine)->layers()[0].name, "conv1:_convolution");
+  EXPECT_EQ((*fine)->num_params(), (*m)->num_params());
+  // The detector's C2f blocks split, chunk and concatenate in their own
+  // forward: finer cuts there.
+  ModelConfig det;
+  det.input_shape = {3, 128, 128};
+  det.device = "cpu";
+  auto coarse = create_model("torchscript:" + traced("yolo_like@128"), det);
+  det.granularity = "node";
+  auto nodes = create_model("torchscript:" + traced("yolo_like@128"), det);
+  ASSERT_TRUE(coarse.ok() && nodes.ok());
+  EXPECT_GT((*nodes)->num_layers(), (*coarse)->num_layers());
 }
 
 TEST(GraphModel, ViewThenInPlaceWriteAcrossACutIsRefused) {
