@@ -585,6 +585,24 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
       return make_error(Errc::invalid_argument, path + ": " +
                                                     (k == 0 ? std::string("the input") : "an output") +
                                                     " cannot be sent: " + refusal[k]);
+  auto probe_tensors = [&](tj::Value* v) {
+    std::vector<at::Tensor> out;
+    std::function<void(const c10::IValue&)> walk = [&](const c10::IValue& iv) {
+      if (iv.isTensor()) out.push_back(iv.toTensor());
+      if (iv.isList())
+        for (const auto& e : iv.toListRef()) walk(e);
+      if (iv.isTuple())
+        for (const auto& e : iv.toTupleRef().elements()) walk(e);
+    };
+    if (seen_vals.count(v)) walk(seen_vals[v]);
+    return out;
+  };
+  auto share_storage = [&](tj::Value* a, tj::Value* b) {
+    for (const auto& x : probe_tensors(a))
+      for (const auto& y : probe_tensors(b))
+        if (x.is_alias_of(y)) return true;
+    return false;
+  };
   {
     tj::AliasDb db(eng->graph);
     for (int k = 1; k < n_layers; ++k) {
@@ -592,7 +610,10 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
       const auto& c = eng->cross[k];
       for (size_t i = 0; i < c.size() && refusal[k].empty(); ++i)
         for (size_t j = i + 1; j < c.size() && refusal[k].empty(); ++j) {
-          if (!db.mayContainAlias(c[i], c[j])) continue;
+          // Alias analysis is conservative about list elements (a chunk
+          // into a list): the probe's tensors say whether the two really
+          // share storage (a trace runs the same ops, so the same views).
+          if (!db.mayContainAlias(c[i], c[j]) || !share_storage(c[i], c[j])) continue;
           tj::ValueSet vs{c[i], c[j]};
           for (int t = k; t < n_layers && refusal[k].empty(); ++t)
             for (tj::Node* n : eng->layers[t].nodes)
