@@ -26,6 +26,8 @@ ModelSpec model_spec(const settings::ExperimentConfig& c, const std::string& dev
   ms.input_shape = c.input_size;
   ms.num_classes = c.num_classes;
   ms.seed = c.seed;
+  ms.granularity = c.granularity;
+  ms.optimize = c.optimize;
   return ms;
 }
 
@@ -162,7 +164,14 @@ ParticipantSpec participant_spec(const settings::ExperimentConfig& c, const ex::
   ps.max_samples = d.kind == settings::DatasetKind::synthetic && d.max_samples == 0 ? 16 : d.max_samples;
   if (d.kind == settings::DatasetKind::synthetic) ps.dataset.num_samples = ps.max_samples;
   ps.batch = c.batch_size;
-  if (!c.split.all) ps.splits = c.split.points;
+  if (!c.split.all) {
+    ps.splits = c.split.points;
+  } else if (model.execution() != "layers") {
+    // A graph model's sweep leaves out the cuts it refuses (the controller
+    // refuses them when named; model_check.cpp lists the reasons).
+    for (int k = 0; k <= model.num_layers(); ++k)
+      if (model.split_refusal(k).empty()) ps.splits.push_back(k);
+  }
   ps.warmup = c.warmup;
   ps.reps = c.repetitions;
   ps.record_outputs = c.record.outputs;

@@ -44,6 +44,8 @@ Result<std::unique_ptr<ex::SplitModel>> load_model(const ModelSpec& spec) {
   cfg.device = spec.device;
   cfg.weights = spec.weights;
   cfg.seed = spec.seed;
+  cfg.granularity = spec.granularity;
+  cfg.optimize = spec.optimize;
   return ex::create_model(spec.name, cfg);
 }
 
@@ -55,6 +57,8 @@ std::string model_fingerprint(const ex::SplitModel& m) {
     for (auto d : t.sizes()) h = fnv1a(&d, sizeof d, h);
     h = fnv1a(t.data_ptr(), t.numel() * t.element_size(), h);
   }
+  // How the model executes (graph models: as traced or optimized).
+  if (m.execution() != "layers") h = fnv1a(m.execution().data(), m.execution().size(), h);
   return fmt::format("{:016x}", h);
 }
 
@@ -272,6 +276,23 @@ Status finish(Pending& p, const Frame& f, const ex::SplitModel& model, const std
       if (!result.empty()) result += ";";
       result += fmt::format("{} detections", d.size());
     }
+  }
+  // Raw outputs of any other model (a detector's levels, a graph model's
+  // tuple): each sample's outputs flattened and concatenated, as float32.
+  if (record_outputs && !p.rec.warmup && model.task() != ex::ModelTask::classification && !outs->empty()) {
+    const int64_t batch = (*outs)[0].tensor.dim() > 0 ? (*outs)[0].tensor.size(0) : 0;
+    std::vector<at::Tensor> flat;
+    for (const auto& o : *outs) {
+      if (o.tensor.dim() == 0 || o.tensor.size(0) != batch)
+        return make_error(Errc::invalid_argument,
+                          fmt::format("record.outputs: output '{}' has shape [{}], not [batch {}, ...]; it cannot be "
+                                      "stored per sample (set record.outputs: false)",
+                                      o.name, fmt::join(o.tensor.sizes(), ", "), batch));
+      flat.push_back(o.tensor.to(torch::kCPU, torch::kFloat).reshape({batch, -1}));
+    }
+    const at::Tensor all = torch::cat(flat, 1).contiguous();
+    p.rec.outputs.assign(all.data_ptr<float>(), all.data_ptr<float>() + all.numel());
+    p.rec.outputs_shape = {batch, all.size(1)};
   }
   p.rec.result = std::move(result);
   return {};

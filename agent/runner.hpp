@@ -35,6 +35,8 @@ struct ModelSpec {
   int64_t num_classes = 0;
   std::string device = "auto";
   uint64_t seed = 0;
+  std::string granularity = "module";  // torchscript: models
+  bool optimize = true;                // torchscript: models
 };
 
 Result<std::unique_ptr<experiments::SplitModel>> load_model(const ModelSpec& spec);

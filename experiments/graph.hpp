@@ -15,6 +15,13 @@
 
 namespace tracr::experiments {
 
+// "[1, 3, 224, 224]".
+std::string shape_str(c10::IntArrayRef s);
+// Multiply-accumulates of a Conv* or Linear layer (by `type`) from its
+// weight and output; 0 for other types.
+int64_t count_macs(const std::string& type, const std::vector<at::Tensor>& weights,
+                   const at::Tensor& out);
+
 class GraphBuilder {
  public:
   // Seeds LibTorch's generator with cfg.seed so random init is reproducible.

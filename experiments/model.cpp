@@ -17,8 +17,6 @@ std::string torch_error_text(const std::exception& ex) {
   return without_backtrace(torch_error_text(ex));
 }
 
-namespace {
-
 std::string shape_str(c10::IntArrayRef s) {
   std::ostringstream o;
   o << "[";
@@ -41,8 +39,6 @@ int64_t count_macs(const std::string& type, const std::vector<at::Tensor>& weigh
   if (type.find("Linear") != std::string::npos && w.dim() == 2) return out.numel() * w.size(1);
   return 0;
 }
-
-}  // namespace
 
 Result<protocol::DType> to_protocol_dtype(c10::ScalarType t) {
   using protocol::DType;
@@ -141,6 +137,11 @@ Result<Bundle> SplitModel::forward(const at::Tensor& input) const {
 
 Result<Bundle> SplitModel::run(int a, int b, Bundle in) const { return run_impl(a, b, std::move(in), false); }
 
+std::string SplitModel::split_refusal(int k) const {
+  if (k < 0 || k >= static_cast<int>(refusals_.size())) return "";
+  return refusals_[k];
+}
+
 Result<Bundle> SplitModel::run_with_grad(int a, int b, Bundle in) const {
   return run_impl(a, b, std::move(in), true);
 }
@@ -184,6 +185,14 @@ Result<Bundle> SplitModel::run_impl(int a, int b, Bundle in, bool grad) const {
     return make_error(Errc::invalid_argument,
                       name_ + ": layer range [" + std::to_string(a) + ", " + std::to_string(b) +
                           ") is not within [0, " + std::to_string(n) + "]");
+  if (engine_ && grad)
+    return make_error(Errc::invalid_argument,
+                      name_ + ": a TorchScript graph model runs for inference only (no training)");
+  for (int k : {a, b})
+    if (a != b && !split_refusal(k).empty())
+      return make_error(Errc::invalid_argument, name_ + ": split " + std::to_string(k) + " (after '" +
+                                                    layers_[k - 1].name + "') cannot be used: " +
+                                                    split_refusal(k));
   torch::AutoGradMode grad_mode(grad);
   std::vector<at::Tensor> values(value_specs_.size());
   const auto& expected = crossing_ids_[a];
@@ -202,18 +211,25 @@ Result<Bundle> SplitModel::run_impl(int a, int b, Bundle in, bool grad) const {
       return make_error(Errc::invalid_argument, name_ + ": tensor '" + nt.name + "' is undefined");
     const auto& spec = value_specs_[v];
     const auto sizes = nt.tensor.sizes();
+    // Graph models also carry 0-dim tensors (integers and scalars).
+    const bool scalar_ok = engine_ && spec.shape.empty() && sizes.empty();
     bool shape_ok = static_cast<size_t>(sizes.size()) == spec.shape.size() && !spec.shape.empty();
     for (size_t d = 1; shape_ok && d < spec.shape.size(); ++d) shape_ok = sizes[d] == spec.shape[d];
-    if (!shape_ok) {
+    if (!shape_ok && !scalar_ok) {
       return make_error(Errc::invalid_argument,
                         name_ + ": tensor '" + nt.name + "' has shape " + shape_str(sizes) +
-                            ", expected " + shape_str(spec.shape) + " (any batch size)");
+                            ", expected " + shape_str(spec.shape) +
+                            (spec.shape.empty() ? "" : " (any batch size)"));
     }
-    if (batch >= 0 && sizes[0] != batch)
-      return make_error(Errc::invalid_argument, name_ + ": tensor '" + nt.name + "' has batch " +
-                                                    std::to_string(sizes[0]) + ", others " +
-                                                    std::to_string(batch));
-    batch = sizes[0];
+    // A graph's crossing tensors need not all lead with the batch (a
+    // position table, a 0-dim size): only layer models check it.
+    if (!engine_) {
+      if (batch >= 0 && sizes[0] != batch)
+        return make_error(Errc::invalid_argument, name_ + ": tensor '" + nt.name + "' has batch " +
+                                                      std::to_string(sizes[0]) + ", others " +
+                                                      std::to_string(batch));
+      batch = sizes[0];
+    }
     if (nt.tensor.scalar_type() != to_torch_dtype(spec.dtype))
       return make_error(Errc::invalid_argument,
                         name_ + ": tensor '" + nt.name + "' has dtype " +
@@ -227,6 +243,19 @@ Result<Bundle> SplitModel::run_impl(int a, int b, Bundle in, bool grad) const {
                         name_ + ": tensor '" + value_specs_[v].name + "' crosses split " +
                             std::to_string(a) + " but is missing from the bundle");
   in.clear();
+
+  if (engine_) {
+    std::vector<at::Tensor> ins;
+    ins.reserve(expected.size());
+    for (int v : expected) ins.push_back(std::move(values[v]));
+    auto outs = engine_->run(a, b, std::move(ins));
+    if (!outs) return std::move(outs.error());
+    Bundle out;
+    out.reserve(crossing_ids_[b].size());
+    for (size_t i = 0; i < crossing_ids_[b].size() && i < outs->size(); ++i)
+      out.push_back({value_specs_[crossing_ids_[b][i]].name, std::move((*outs)[i])});
+    return out;
+  }
 
   std::vector<at::Tensor> args;
   for (int i = a; i < b; ++i) {

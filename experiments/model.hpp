@@ -73,6 +73,9 @@ struct ModelConfig {
   std::string device = "auto";  // "cpu", "cuda", "cuda:N" or "auto" (cuda when available)
   std::string weights;       // optional .pth / exported state dict to import
   uint64_t seed = 0;         // random init seed (used when no weights are given)
+  // TorchScript graph models ("torchscript:<path>") only:
+  std::string granularity = "module";  // cut at leaf-module boundaries, or "node" (every graph node)
+  bool optimize = true;                // freeze + optimize each segment for inference
 };
 
 class SplitModel;
@@ -83,6 +86,16 @@ class SplitModel {
  public:
   // Function computing one layer's output from its inputs.
   using LayerFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+
+  // A model that executes layer ranges itself (a TorchScript graph cut into
+  // segments) instead of layer by layer.
+  class Engine {
+   public:
+    virtual ~Engine() = default;
+    // Runs [a, b): `in` holds crossing(a) in crossing order (already checked
+    // and on the model's device); returns crossing(b) in order.
+    virtual Result<std::vector<at::Tensor>> run(int a, int b, std::vector<at::Tensor> in) const = 0;
+  };
 
   ~SplitModel();
   SplitModel(const SplitModel&) = delete;
@@ -98,6 +111,14 @@ class SplitModel {
   const std::vector<std::string>& output_names() const { return output_names_; }
   const std::optional<DetectionHeadInfo>& detection_head() const { return detection_; }
   int64_t num_params() const;
+  // How the layers execute: "layers" (zoo: one LibTorch call per layer),
+  // "graph" (TorchScript segments as traced) or "graph-optimized" (each
+  // segment frozen and optimized for inference). Part of the fingerprint.
+  const std::string& execution() const { return execution_; }
+  // "" when split k can run; otherwise why it cannot (a graph cut where a
+  // crossing value may alias one the tail writes in place). A sweep skips
+  // such splits; run() refuses them.
+  std::string split_refusal(int k) const;
 
   // The tensors that cross split k (0 <= k <= N): produced by a layer before
   // k (or the input) and read by a layer at or after k (or a model output).
@@ -147,6 +168,7 @@ class SplitModel {
 
  private:
   friend class GraphBuilder;
+  friend struct GraphModelBuilder;  // zoo/torchscript.cpp
   SplitModel() = default;
 
   struct Node {
@@ -172,6 +194,9 @@ class SplitModel {
   std::map<std::string, int> value_ids_;        // tensor name -> value id
   std::optional<DetectionHeadInfo> detection_;
   c10::Device device_ = c10::Device(c10::kCPU);
+  std::string execution_ = "layers";
+  std::shared_ptr<const Engine> engine_;   // graph models: runs [a, b)
+  std::vector<std::string> refusals_;      // graph models: per split, "" = usable
   std::function<std::vector<NamedTensor>()> state_fn_;
   std::function<void(c10::Device)> move_fn_;
 };

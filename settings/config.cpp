@@ -905,6 +905,27 @@ std::vector<Setting> build_settings() {
       "weights", "path", "~ (none)",
       "Weights file for the model (see the models issue); none = deterministic init.",
       "a path to a weights file", [](ExperimentConfig& c) -> std::string& { return c.weights; }, true));
+  {
+    Setting s;
+    s.info = {"granularity", "module | node", "module",
+              "torchscript: models only: cut at every boundary between leaf-module calls (named by module "
+              "path, e.g. layer2.1.relu), or between every two graph nodes.",
+              ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      auto v = get_choice(c, n, key, {"module", "node"});
+      if (!v) return v.error();
+      cfg.granularity = *v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return c.granularity; };
+    t.push_back(s);
+  }
+  t.push_back(bool_setting("optimize", "true",
+                           "torchscript: models only: freeze and optimize each head and tail segment for "
+                           "inference (BatchNorm folded, conv-add-relu fused, as torch.jit.optimize_for_inference); "
+                           "false runs the traced ops as they are. Recorded with the run and in the model "
+                           "fingerprint.",
+                           [](ExperimentConfig& c) -> bool& { return c.optimize; }));
   t.push_back(int_setting(
       "num_classes", "int >= 0", "0 (the model's own)",
       "Classes the model's last layer outputs (models that take it build their classifier with it); checked "

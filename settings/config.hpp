@@ -264,6 +264,8 @@ struct ExperimentConfig {
   std::string name;                 // default: the file name without extension
   std::string model;                // registry id, e.g. "alexnet" or "torchscript:<path>"
   std::string weights;              // optional weights file
+  std::string granularity = "module";  // torchscript: cuts at leaf modules, or "node"
+  bool optimize = true;                // torchscript: segments optimized for inference
   std::vector<int64_t> input_size;  // per sample, any rank ([C, H, W], [features], [T, D]); empty = the model's default
   int64_t num_classes = 0;          // classifier width; 0 = the model's default
   DatasetSpec dataset;

@@ -63,6 +63,8 @@ Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
   mc.device = "cpu";  // the controller only needs the layer table
   mc.seed = cfg.seed;
   mc.num_classes = cfg.num_classes;
+  mc.granularity = cfg.granularity;
+  mc.optimize = cfg.optimize;
   auto model = ex::create_model(cfg.model, mc);
   if (!model) {
     const std::string why = first_line(model.error().message);
@@ -102,7 +104,18 @@ Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
                                     settings::dataset_kind_name(cfg.dataset.kind)));
   if (const auto& in = (*model)->input_shape(); !in.empty())
     if (auto norm = settings::dataset_normalization(cfg, in[0]); !norm) return norm.error();
-  if (auto sp = settings::resolve_splits(cfg, n); !sp) return sp.error();
+  auto sp = settings::resolve_splits(cfg, n);
+  if (!sp) return sp.error();
+  // A graph model's cut that cannot run: named when asked for, skipped by a sweep.
+  for (int k : *sp) {
+    const std::string why = (*model)->split_refusal(k);
+    if (why.empty()) continue;
+    if (!cfg.split.all)
+      return config_error(cfg, "split", fmt::format("split {} (after layer '{}') cannot be used: {}", k,
+                                                    (*model)->layers()[k - 1].name, why));
+    fmt::print(stderr, "note: the sweep skips split {} (after layer '{}'): {}\n", k,
+               (*model)->layers()[k - 1].name, why);
+  }
   for (size_t i = 0; i < cfg.train.cuts.size(); ++i) {
     const int64_t c = cfg.train.cuts[i];
     if (c < 1 || c > n - 1) {

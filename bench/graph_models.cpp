@@ -1,0 +1,153 @@
+// tracr_graph_bench: TorchScript graph models outside the test suite.
+//
+//   tracr_graph_bench check FILE SIDE
+//     Loads FILE as torchscript:FILE (optimize false) at input [3, SIDE, SIDE],
+//     checks that head-then-tail equals the unsplit module at every cut (the
+//     crossing values recorded by chaining segments, then every tail) and
+//     prints one tab-separated row: cuts, refused cuts, max abs diff, pass.
+//   tracr_graph_bench speed FILE SIDE [REPS]
+//     Optimized graph (optimize true) at one thread: the unsplit graph, and
+//     head + tail at the middle cut; warm-up, then the median of REPS runs.
+//     Prints: unsplit_ms, split_ms, middle cut.
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "experiments/registry.hpp"
+
+namespace ex = tracr::experiments;
+
+namespace {
+
+std::vector<at::Tensor> leaves(const c10::IValue& v) {
+  if (v.isTensor()) return {v.toTensor()};
+  std::vector<at::Tensor> out;
+  if (v.isTuple())
+    for (const auto& e : v.toTupleRef().elements())
+      for (auto& t : leaves(e)) out.push_back(t);
+  if (v.isList())
+    for (const auto& e : v.toListRef())
+      for (auto& t : leaves(e)) out.push_back(t);
+  return out;
+}
+
+double max_diff(const ex::Bundle& got, const std::vector<at::Tensor>& ref) {
+  if (got.size() != ref.size()) return INFINITY;
+  double d = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (got[i].tensor.sizes() != ref[i].sizes()) return INFINITY;
+    d = std::max(d, (got[i].tensor.to(torch::kDouble) - ref[i].to(torch::kDouble)).abs().max().item<double>());
+  }
+  return d;
+}
+
+ex::Bundle clone(const ex::Bundle& b) {
+  ex::Bundle out;
+  for (const auto& nt : b) out.push_back({nt.name, nt.tensor.clone()});
+  return out;
+}
+
+int check(const std::string& file, int64_t side) {
+  torch::NoGradGuard ng;
+  torch::manual_seed(1);
+  const at::Tensor x = torch::rand({1, 3, side, side});
+  auto mod = torch::jit::load(file);
+  mod.eval();
+  const auto ref = leaves(mod.forward({x}));
+  ex::ModelConfig cfg;
+  cfg.input_shape = {3, side, side};
+  cfg.device = "cpu";
+  cfg.optimize = false;
+  auto m = ex::create_model("torchscript:" + file, cfg);
+  if (!m) {
+    std::printf("0\t0\tnan\tFAIL (%s)\n", m.error().message.c_str());
+    return 1;
+  }
+  const int n = (*m)->num_layers();
+  std::vector<std::optional<ex::Bundle>> at(n + 1);
+  at[0] = ex::SplitModel::input_bundle(x);
+  int refused = 0;
+  for (int k = 0; k < n;) {
+    int next = k + 1;
+    while (next < n && !(*m)->split_refusal(next).empty()) ++next, ++refused;
+    auto r = (*m)->run(k, next, *at[k]);
+    if (!r) {
+      std::printf("%d\t%d\tnan\tFAIL (%s)\n", n, refused, r.error().message.c_str());
+      return 1;
+    }
+    at[next] = std::move(*r);
+    k = next;
+  }
+  double worst = 0;
+  for (int k = 0; k <= n; ++k) {
+    if (!at[k]) continue;
+    auto tail = (*m)->run(k, n, clone(*at[k]));
+    if (!tail) {
+      std::printf("%d\t%d\tnan\tFAIL (split %d: %s)\n", n, refused, k, tail.error().message.c_str());
+      return 1;
+    }
+    worst = std::max(worst, max_diff(*tail, ref));
+  }
+  std::printf("%d\t%d\t%g\t%s\n", n, refused, worst, worst == 0 ? "pass" : "FAIL");
+  return worst == 0 ? 0 : 1;
+}
+
+template <class F>
+double median_ms(F&& f, int reps) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int speed(const std::string& file, int64_t side, int reps) {
+  at::set_num_threads(1);
+  torch::NoGradGuard ng;
+  const at::Tensor x = torch::rand({1, 3, side, side});
+  ex::ModelConfig cfg;
+  cfg.input_shape = {3, side, side};
+  cfg.device = "cpu";
+  cfg.optimize = true;
+  auto m = ex::create_model("torchscript:" + file, cfg);
+  if (!m) {
+    std::fprintf(stderr, "%s\n", m.error().message.c_str());
+    return 1;
+  }
+  const int n = (*m)->num_layers();
+  int mid = n / 2;
+  while (mid < n && !(*m)->split_refusal(mid).empty()) ++mid;
+  auto full = [&] { (void)(*m)->run(0, n, ex::SplitModel::input_bundle(x)); };
+  auto split = [&] {
+    auto h = (*m)->run(0, mid, ex::SplitModel::input_bundle(x));
+    (void)(*m)->run(mid, n, std::move(*h));
+  };
+  for (int i = 0; i < 3; ++i) full(), split();  // the profiling executor optimises on first runs
+  const double a = median_ms(full, reps);
+  const double b = median_ms(split, reps);
+  std::printf("%.3f\t%.3f\t%d\t%s\n", a, b, mid, (*m)->layers()[mid - 1].name.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: tracr_graph_bench check|speed FILE SIDE [REPS]\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const int64_t side = std::stoll(argv[3]);
+  if (mode == "check") return check(argv[2], side);
+  if (mode == "speed") return speed(argv[2], side, argc > 4 ? std::stoi(argv[4]) : 20);
+  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+  return 2;
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""Speed of tracr's TorchScript graph models against PyTorch in the same run.
+
+  bench/graph_speed.py BUILD_DIR [--models alexnet,resnet18,...] [--reps 20] [--side 224]
+
+For each torchvision model (random init, seed 0, no downloads): traces it at
+batch 1, SIDE x SIDE, saves it, and times at one thread (torch.set_num_threads(1)
+here, at::set_num_threads(1) in C++; warm-up runs, then the median of REPS):
+  python   torch.jit.optimize_for_inference(torch.jit.freeze(trace(m)))
+  unsplit  tracr's graph of the same file, optimize: true, split 0..N
+  split    head [0, k) then tail [k, N) at the middle cut k
+Prints a markdown table with the ratios unsplit/python (target <= 1.1) and
+split/unsplit (target <= 1.15). Needs BUILD_DIR/bench/tracr_graph_bench.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torchvision
+
+
+def median_ms(f, reps):
+    t = []
+    for _ in range(reps):
+        a = time.perf_counter()
+        f()
+        t.append((time.perf_counter() - a) * 1e3)
+    return statistics.median(t)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build_dir")
+    ap.add_argument("--models", default="alexnet,resnet18,mobilenet_v2,vgg11,vit_b_16")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--side", type=int, default=224)
+    a = ap.parse_args()
+    tool = os.path.join(a.build_dir, "bench", "tracr_graph_bench")
+    torch.set_num_threads(1)
+    print(f"one thread, batch 1, {a.side}x{a.side}, median of {a.reps} after warm-up; torch {torch.__version__}")
+    print("| model | python ms | tracr unsplit ms | unsplit/python | tracr head+tail ms | split/unsplit | cut |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as d:
+        for name in a.models.split(","):
+            torch.manual_seed(0)
+            m = torchvision.models.get_model(name, weights=None).eval()
+            x = torch.rand(1, 3, a.side, a.side)
+            with torch.no_grad():
+                t = torch.jit.trace(m, x, check_trace=False)
+                path = os.path.join(d, name + ".pt")
+                t.save(path)
+                o = torch.jit.optimize_for_inference(torch.jit.freeze(t))
+                for _ in range(3):
+                    o(x)
+                py = median_ms(lambda: o(x), a.reps)
+            del o, t, m
+            r = subprocess.run([tool, "speed", path, str(a.side), str(a.reps)], capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"| {name} | {py:.2f} | failed: {r.stderr.strip()} | | | | |")
+                continue
+            unsplit, split, _, cut = r.stdout.strip().split("\t")
+            unsplit, split = float(unsplit), float(split)
+            print(f"| {name} | {py:.2f} | {unsplit:.2f} | {unsplit / py:.2f} | {split:.2f} | {split / unsplit:.2f} | {cut} |")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
