@@ -14,7 +14,10 @@ namespace tracr::experiments {
 
 std::string torch_error_text(const std::exception& ex) {
   if (const auto* c = dynamic_cast<const c10::Error*>(&ex)) return without_backtrace(c->what_without_backtrace());
-  return without_backtrace(torch_error_text(ex));
+  // Any other exception (torch::jit::JITException, std::runtime_error from
+  // the interpreter or the unpickler) only has what(). Never call ourselves
+  // here: it recursed until the stack ran out (#24).
+  return without_backtrace(ex.what());
 }
 
 std::string shape_str(c10::IntArrayRef s) {
