@@ -1,4 +1,5 @@
 #include "controller/device_setup.hpp"
+#include "controller/devices_cmd.hpp"
 
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -180,7 +181,7 @@ Status apply_setup(const DeviceShell& shell, const SetupPlan& plan) {
 }
 
 int devices_setup(const SetupOptions& o) {
-  auto devs = load_devices_or_default(o.devices);
+  auto devs = load_devices_option(o.devices, o.devices_given);
   if (!devs) {
     fmt::print(stderr, "tracrctl devices setup: {}\n", devs.error().str());
     return 2;

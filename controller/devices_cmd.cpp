@@ -71,10 +71,15 @@ std::string meter_lines(const std::string& out) {
 
 }  // namespace
 
+Result<DevicesConfig> load_devices_option(const std::string& path, bool given) {
+  return given ? load_devices(path) : load_devices_or_default(path);
+}
+
 int cmd_devices_setup(const DevicesOptions& opt) {
   const DevicesOptions c = resolved(opt);
   SetupOptions so;
   so.devices = c.devices;
+  so.devices_given = c.devices_given;
   so.agent = c.agent;
   so.trust_new_hosts = c.trust;
   so.yes = c.yes;
@@ -99,7 +104,7 @@ int cmd_devices_check(const DevicesOptions& opt) {
     if (!c.devices_given) c.devices = e->devices;
     exp = agent_experiment(*e);
   }
-  auto devs = load_devices_or_default(c.devices);
+  auto devs = load_devices_option(c.devices, c.devices_given);
   if (!devs) {
     fmt::print(stderr, "tracrctl devices: {}\n", devs.error().str());
     return 2;
@@ -215,7 +220,7 @@ int cmd_devices_check(const DevicesOptions& opt) {
 
 int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
   const DevicesOptions c = resolved(opt);
-  auto devs = load_devices_or_default(c.devices);
+  auto devs = load_devices_option(c.devices, c.devices_given);
   if (!devs) {
     fmt::print(stderr, "tracrctl agents: {}\n", devs.error().str());
     return 2;

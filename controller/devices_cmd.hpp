@@ -4,6 +4,9 @@
 #include <cstddef>
 #include <string>
 
+#include "protocol/error.hpp"
+#include "settings/config.hpp"
+
 namespace tracr::controller {
 
 // The options these commands share (controller/cli.cpp fills them).
@@ -18,6 +21,11 @@ struct DevicesOptions {
   bool yes = false;            // devices setup: install without asking
   bool dry_run = false;        // devices setup: only print what would be installed
 };
+
+// The devices file of these commands: a file named by --devices must exist
+// (error not_found naming it, as `run` refuses an experiment's); only the
+// default path, when absent, gives the embedded default.
+Result<settings::DevicesConfig> load_devices_option(const std::string& path, bool given);
 
 // Reachability, authentication, key permissions, architecture and agent
 // version of every device. Returns 0 all good, 1 a device failed, 2 a bad devices file.

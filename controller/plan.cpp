@@ -1,4 +1,5 @@
 #include "controller/plan.hpp"
+#include "controller/default_db.hpp"
 
 #include <sqlite3.h>
 
@@ -441,7 +442,7 @@ std::string format_plan(const Plan& p) {
 }
 
 int cmd_plan(const PlanCommand& cmd) {
-  std::string db_path = cmd.db, link_name = cmd.link;
+  std::string db_path = cmd.db.empty() ? default_results_db() : cmd.db, link_name = cmd.link;
   const bool validate = cmd.validate, store = cmd.store;
   PlanOptions opt = cmd.plan;
   const std::optional<double> up = cmd.up_mbit, down = cmd.down_mbit, rtt = cmd.rtt_ms;

@@ -1,4 +1,6 @@
 #include "controller/results_cli.hpp"
+#include "controller/results_export.hpp"
+#include "controller/default_db.hpp"
 
 #include <sqlite3.h>
 #include "controller/train.hpp"
@@ -118,10 +120,26 @@ Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s) {
   if (s == "last" || s == "latest") return db.latest_run();
   char* e = nullptr;
   errno = 0;
+  // last-N: the run N before the newest (runs in id order), so a walkthrough
+  // can name the runs it just made without knowing their ids.
+  if (s.rfind("last-", 0) == 0) {
+    const long long back = std::strtoll(s.c_str() + 5, &e, 10);
+    if (s.size() > 5 && !*e && !errno && back >= 0) {
+      auto runs = db.list_runs();
+      if (!runs) return runs.error();
+      if (static_cast<size_t>(back) >= runs->size())
+        return make_error(Errc::not_found, fmt::format("RUN {}: the database holds {} run(s), so there is no run {} "
+                                                       "before the newest",
+                                                       s, runs->size(), back));
+      return (*runs)[static_cast<size_t>(back)].id;
+    }
+  }
+  e = nullptr;
+  errno = 0;
   long long v = std::strtoll(s.c_str(), &e, 10);
   if (s.empty() || *e || errno || v <= 0)
-    return make_error(Errc::invalid_argument,
-                      "RUN: expected a run id (see `tracrctl results list`) or 'last', got '" + s + "'");
+    return make_error(Errc::invalid_argument, "RUN: expected a run id (see `tracrctl results list`), 'last' or "
+                                              "'last-N' (the run N before the newest), got '" + s + "'");
   return static_cast<int64_t>(v);
 }
 
@@ -394,21 +412,31 @@ int cmd_rm(ResultsDb& db, const Opts& o) {
 }
 
 int cmd_export(ResultsDb& db, const Opts& o) {
-  if (o.positional.size() != 1) usage_error("expected one RUN");
-  if (o.csv.empty() && o.json.empty()) usage_error("expected --csv FILE and/or --json FILE");
-  auto id = run_id_arg(db, o.positional[0]);
-  if (!id) throw Fatal(id.error());
+  if (o.positional.empty()) usage_error("expected one or more RUNs");
+  if (o.csv.empty() && o.json.empty() && o.summary_csv.empty())
+    usage_error("expected --csv FILE, --summary-csv FILE and/or --json FILE");
+  if (!o.json.empty() && o.positional.size() != 1)
+    usage_error("--json writes one run: give one RUN (--csv and --summary-csv take several)");
+  std::vector<int64_t> ids;
+  for (const auto& a : o.positional) {
+    auto id = run_id_arg(db, a);
+    if (!id) throw Fatal(id.error());
+    ids.push_back(*id);
+  }
   for (const auto& f : o.csv) {
-    check_or_throw(export_run_csv(db, *id, f));
-    fmt::print("wrote {}\n", f);
+    check_or_throw(export_frames_csv(db, ids, f));
+    fmt::print("wrote {} (frames of {} run(s))\n", f, ids.size());
+  }
+  for (const auto& f : o.summary_csv) {
+    check_or_throw(export_summary_csv(db, ids, f));
+    fmt::print("wrote {} (one row per run, split and stage; {} run(s))\n", f, ids.size());
   }
   for (const auto& f : o.json) {
-    check_or_throw(export_run_json(db, *id, f));
+    check_or_throw(export_run_json(db, ids.front(), f));
     fmt::print("wrote {}\n", f);
   }
   return 0;
 }
-
 
 }  // namespace
 
@@ -599,21 +627,7 @@ Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out, bool wid
 }
 
 Status export_run_csv(ResultsDb& db, int64_t run_id, const std::string& file) {
-  auto run = db.get_run(run_id);
-  if (!run) return run.error();
-  auto rows = db.rows("frames", run_id);
-  if (!rows) return rows.error();
-  const TableInfo* t = nullptr;
-  for (const auto& x : schema_tables())
-    if (x.name == "frames") t = &x;
-  std::string o;
-  for (size_t i = 0; i < t->columns.size(); ++i) o += (i ? "," : "") + t->columns[i].name;
-  o += "\r\n";
-  for (const auto& r : *rows) {
-    for (size_t i = 0; i < r.size(); ++i) o += (i ? "," : "") + (r[i] ? csv_field(*r[i]) : std::string());
-    o += "\r\n";
-  }
-  return write_file(file, o);
+  return export_frames_csv(db, {run_id}, file);
 }
 
 namespace {
@@ -697,10 +711,7 @@ int cmd_results(const ResultsOptions& opts) {
   try {
     const std::string& sub = opts.sub;
     Opts o = opts;
-    if (o.db.empty()) {
-      const char* env = std::getenv("TRACR_OUTPUT");
-      o.db = env && *env ? env : "results/tracr.db";
-    }
+    if (o.db.empty()) o.db = default_results_db();
     if (!o.status.empty() && !parse_run_status(o.status))
       usage_error("--status: expected running, completed, failed or interrupted, got '" + o.status + "'");
     if (sub == "list" && !o.positional.empty())

@@ -3,7 +3,7 @@
 //   tracrctl results list    [--db PATH] [--limit N]
 //   tracrctl results show    RUN [--db PATH]
 //   tracrctl results compare RUN RUN [--db PATH]
-//   tracrctl results export  RUN (--csv FILE | --json FILE)... [--db PATH]
+//   tracrctl results export  RUN... (--csv FILE | --summary-csv FILE | --json FILE)... [--db PATH]
 //
 // RUN is a run id or `last`. The database is --db, else $TRACR_OUTPUT, else
 // results/tracr.db. Times are printed in milliseconds (median and p95 over
@@ -26,6 +26,7 @@ struct ResultsOptions {
   std::string db;                       // "" = $TRACR_OUTPUT, else results/tracr.db
   std::vector<std::string> positional;  // RUN arguments
   std::vector<std::string> csv, json;   // export
+  std::vector<std::string> summary_csv;  // export: per run x split x stage
   int limit = 0;                        // list
   bool markdown = false;                // schema
   bool wide = false;                    // show: every column of the per-split table
@@ -56,6 +57,10 @@ Status print_energy_table(ResultsDb& db, int64_t run_id, std::FILE* out = stdout
 // Top-1/top-5 accuracy columns appear when any split has labelled samples.
 std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide = false,
                                const std::map<int, std::string>& cut_names = {});
+
+// Split k -> the name of layer k-1 (the last on the participant), from the
+// run's layer profiles; empty when the run profiled none.
+Result<std::map<int, std::string>> cut_names(ResultsDb& db, int64_t run_id);
 
 // Writes the run's frames as CSV (RFC 4180, a header row, one row per frame).
 // Error io naming the file when it cannot be written.
