@@ -4,6 +4,7 @@
 // the command's function; adding a command or an option is one entry in
 // build_app() below (completion and --help follow from the tree).
 #include "controller/cli.hpp"
+#include "controller/user_error.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -559,7 +560,7 @@ int tracrctl_main(int argc, char** argv) {
     }
     return p.action();
   } catch (const Fatal& f) {
-    fmt::print(stderr, "tracrctl: {}\n", without_backtrace(f.what()));
+    fmt::print(stderr, "tracrctl: {}\n", without_backtrace(user_text(f.err)));
     return 2;
   } catch (const std::exception& e) {
     // Never a backtrace (LibTorch's c10::Error carries one in what()).

@@ -16,6 +16,7 @@
 
 #include "settings/config.hpp"
 #include "controller/deploy.hpp"
+#include "controller/user_error.hpp"
 #include "controller/device_setup.hpp"
 #include "controller/devices_cmd.hpp"
 #include "controller/launcher.hpp"
@@ -94,11 +95,11 @@ int cmd_devices_check(const DevicesOptions& opt) {
   if (!c.experiment.empty()) {
     auto e = load_experiment(c.experiment);
     if (!e) {
-      fmt::print(stderr, "tracrctl devices: {}\n", e.error().str());
+      fmt::print(stderr, "tracrctl devices: {}\n", user_text(e.error()));
       return 2;
     }
     if (auto st = check_experiment_files(*e); !st) {
-      fmt::print(stderr, "tracrctl devices: {}\n", st.error().str());
+      fmt::print(stderr, "tracrctl devices: {}\n", user_text(st.error()));
       return 2;
     }
     if (!c.devices_given) c.devices = e->devices;
@@ -106,7 +107,7 @@ int cmd_devices_check(const DevicesOptions& opt) {
   }
   auto devs = load_devices_option(c.devices, c.devices_given);
   if (!devs) {
-    fmt::print(stderr, "tracrctl devices: {}\n", devs.error().str());
+    fmt::print(stderr, "tracrctl devices: {}\n", user_text(devs.error()));
     return 2;
   }
   auto local_arch = elf_arch(c.agent);
@@ -222,7 +223,7 @@ int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
   const DevicesOptions c = resolved(opt);
   auto devs = load_devices_option(c.devices, c.devices_given);
   if (!devs) {
-    fmt::print(stderr, "tracrctl agents: {}\n", devs.error().str());
+    fmt::print(stderr, "tracrctl agents: {}\n", user_text(devs.error()));
     return 2;
   }
   std::atomic<int> bad{0};

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "controller/results_cli.hpp"
+#include "controller/user_error.hpp"
 #include "experiments/profile.hpp"
 #include "experiments/registry.hpp"
 #endif
@@ -78,7 +79,7 @@ int cmd_profile(const ProfileOptions& opt) {
     po.repetitions = reps;
     auto prof = experiments::profile_layers(**model, input, po);
     if (!prof) {
-      fmt::print(stderr, "tracrctl profile: {}\n", prof.error().str());
+      fmt::print(stderr, "tracrctl profile: {}\n", user_text(prof.error()));
       return 1;
     }
     fmt::print("{} on {}, input {}x{}x{}x{}, {} repetitions per layer\n\n", (*model)->name(), (*model)->device().str(),
@@ -97,7 +98,7 @@ int cmd_profile(const ProfileOptions& opt) {
                          json_num(l.mean_ms), json_num(l.min_ms), l.input_bytes, l.output_bytes, l.params, l.macs,
                          l.peak_rss_delta_bytes);
       if (auto st = write_file(csv, o); !st) {
-        fmt::print(stderr, "tracrctl profile: {}\n", st.error().str());
+        fmt::print(stderr, "tracrctl profile: {}\n", user_text(st.error()));
         return 1;
       }
       fmt::print("wrote {}\n", csv);
@@ -125,7 +126,7 @@ int cmd_profile(const ProfileOptions& opt) {
       }
       o += "]}\n";
       if (auto st = write_file(json, o); !st) {
-        fmt::print(stderr, "tracrctl profile: {}\n", st.error().str());
+        fmt::print(stderr, "tracrctl profile: {}\n", user_text(st.error()));
         return 1;
       }
       fmt::print("wrote {}\n", json);

@@ -1,4 +1,5 @@
 #include "controller/report.hpp"
+#include "controller/user_error.hpp"
 
 #include <cstdio>
 #include <map>
@@ -91,14 +92,14 @@ int cmd_report(const ReportOptions& opt) {
   }
   auto db = ResultsDb::open_readonly(opt.db.empty() ? default_results_db() : opt.db);
   if (!db) {
-    fmt::print(stderr, "tracrctl report: {}\n", db.error().str());
+    fmt::print(stderr, "tracrctl report: {}\n", user_text(db.error()));
     return 1;
   }
   std::vector<int64_t> runs;
   for (const auto& a : opt.runs) {
     auto id = run_id_arg(*db, a);
     if (!id) {
-      fmt::print(stderr, "tracrctl report: {}\n", id.error().str());
+      fmt::print(stderr, "tracrctl report: {}\n", user_text(id.error()));
       return 2;
     }
     runs.push_back(*id);
@@ -106,11 +107,11 @@ int cmd_report(const ReportOptions& opt) {
   if (!opt.out.empty()) {
     auto page = render_report(*db, runs);
     if (!page) {
-      fmt::print(stderr, "tracrctl report: {}\n", page.error().str());
+      fmt::print(stderr, "tracrctl report: {}\n", user_text(page.error()));
       return 1;
     }
     if (auto st = write_file(opt.out, *page); !st) {
-      fmt::print(stderr, "tracrctl report: {}\n", st.error().str());
+      fmt::print(stderr, "tracrctl report: {}\n", user_text(st.error()));
       return 1;
     }
     fmt::print("wrote {} ({} runs, {} bytes, opens without a network)\n", opt.out, runs.size(), page->size());
@@ -118,11 +119,11 @@ int cmd_report(const ReportOptions& opt) {
   if (!opt.figures.empty()) {
     auto figs = build_figures(*db, runs);
     if (!figs) {
-      fmt::print(stderr, "tracrctl report: {}\n", figs.error().str());
+      fmt::print(stderr, "tracrctl report: {}\n", user_text(figs.error()));
       return 1;
     }
     if (auto st = write_figures(*figs, opt.figures); !st) {
-      fmt::print(stderr, "tracrctl report: {}\n", st.error().str());
+      fmt::print(stderr, "tracrctl report: {}\n", user_text(st.error()));
       return 1;
     }
     std::vector<std::string> ids;

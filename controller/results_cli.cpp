@@ -1,4 +1,5 @@
 #include "controller/results_cli.hpp"
+#include "controller/user_error.hpp"
 #include "controller/results_export.hpp"
 #include "controller/default_db.hpp"
 
@@ -402,7 +403,7 @@ int cmd_rm(ResultsDb& db, const Opts& o) {
   }
   for (const auto& r : runs) {
     if (auto st = db.delete_run(r.id); !st) {  // a running run, a write error: the command failed
-      fmt::print(stderr, "tracrctl results: {}\n", st.error().str());
+      fmt::print(stderr, "tracrctl results: {}\n", user_text(st.error()));
       return 1;
     }
     fmt::print("removed run {} '{}' [{}] and its {} frames with every other row of it from {}\n", r.id, r.name,
@@ -730,7 +731,7 @@ int cmd_results(const ResultsOptions& opts) {
       }
       auto db = ResultsDb::open(o.db);
       if (!db) {
-        fmt::print(stderr, "tracrctl results: {}\n", db.error().str());
+        fmt::print(stderr, "tracrctl results: {}\n", user_text(db.error()));
         return 1;
       }
       if (sub == "migrate") {
@@ -740,13 +741,13 @@ int cmd_results(const ResultsOptions& opts) {
       try {
         return cmd_rm(*db, o);
       } catch (const Fatal& f) {
-        fmt::print(stderr, "tracrctl results {}: {}\n", sub, f.what());
+        fmt::print(stderr, "tracrctl results {}: {}\n", sub, user_text(f.err));
         return f.err.code == Errc::invalid_argument ? 2 : 1;
       }
     }
     auto db = ResultsDb::open_readonly(o.db);
     if (!db) {
-      fmt::print(stderr, "tracrctl results: {}\n", db.error().str());
+      fmt::print(stderr, "tracrctl results: {}\n", user_text(db.error()));
       return 1;
     }
     try {
@@ -755,11 +756,11 @@ int cmd_results(const ResultsOptions& opts) {
       if (sub == "compare") return cmd_compare(*db, o);
       return cmd_export(*db, o);
     } catch (const Fatal& f) {
-      fmt::print(stderr, "tracrctl results {}: {}\n", sub, f.what());
+      fmt::print(stderr, "tracrctl results {}: {}\n", sub, user_text(f.err));
       return f.err.code == Errc::invalid_argument ? 2 : 1;
     }
   } catch (const Fatal& f) {
-    fmt::print(stderr, "tracrctl results {0}: {1}\nrun 'tracrctl results {0} --help'\n", opts.sub, f.what());
+    fmt::print(stderr, "tracrctl results {0}: {1}\nrun 'tracrctl results {0} --help'\n", opts.sub, user_text(f.err));
     return 2;
   }
 }

@@ -5,6 +5,7 @@
 // cleanly: participants are told to STOP, the frames they still deliver are
 // written, the run is marked interrupted.
 #include "controller/run.hpp"
+#include "controller/user_error.hpp"
 #include "controller/event_pump.hpp"
 
 #include <signal.h>
@@ -190,7 +191,7 @@ void print_link_comparison(const std::string& db_path, const std::vector<int64_t
 int run_experiment(const RunOptions& ro) {
   auto cfg = load_experiment(ro.experiment, ro.sets);
   if (!cfg) {
-    fmt::print(stderr, "tracrctl run: {}\n", cfg.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(cfg.error()));
     return 2;
   }
   if (!ro.db.empty()) cfg->output = ro.db;
@@ -231,22 +232,22 @@ int run_experiment(const RunOptions& ro) {
 int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_out) {
   ExperimentConfig* cfg = &cfg_value;
   if (auto st = check_experiment_files(*cfg); !st) {
-    fmt::print(stderr, "tracrctl run: {}\n", st.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(st.error()));
     return 2;
   }
   // Model, input shape and split points: before any agent starts or any row is written.
   if (auto n = check_experiment_model(*cfg); !n) {
-    fmt::print(stderr, "tracrctl run: {}\n", n.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(n.error()));
     return 2;
   }
   auto devices = load_experiment_devices(*cfg);
   if (!devices) {
-    fmt::print(stderr, "tracrctl run: {}\n", devices.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(devices.error()));
     return 2;
   }
   const std::string agent_path = ro.agent_path.empty() ? self_dir() + "/tracr-agent" : ro.agent_path;
   if (auto st = check_device_agents(*devices); !st) {
-    fmt::print(stderr, "tracrctl run: {}\n", st.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(st.error()));
     return 2;
   }
   if (access(agent_path.c_str(), X_OK) != 0) {
@@ -255,7 +256,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   }
   auto db = ResultsDb::open(cfg->output);
   if (!db) {
-    fmt::print(stderr, "tracrctl run: {}\n", db.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(db.error()));
     return 1;
   }
   // The link profile: shaping left by a controller that died is removed
@@ -267,7 +268,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   if (!cfg->link.empty()) {
     auto l = resolve_link(*cfg, cfg->link[0]);
     if (!l) {
-      fmt::print(stderr, "tracrctl run: {}\n", l.error().str());
+      fmt::print(stderr, "tracrctl run: {}\n", user_text(l.error()));
       return 2;
     }
     link = *l;
@@ -283,7 +284,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     sctx.agent_delay = cfg->link_delay == "agent";
     auto sh = LinkShaper::apply(devices->server(), plinks, sctx);
     if (!sh) {
-      fmt::print(stderr, "tracrctl run: {}\n", sh.error().str());
+      fmt::print(stderr, "tracrctl run: {}\n", user_text(sh.error()));
       return 2;
     }
     shaper = std::move(*sh);
@@ -302,7 +303,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   info.devices_json = devices->to_json();
   auto run_id = db->begin_run(info);
   if (!run_id) {
-    fmt::print(stderr, "tracrctl run: {}\n", run_id.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(run_id.error()));
     return 1;
   }
   if (run_out) *run_out = *run_id;
@@ -337,7 +338,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   std::vector<uint8_t> secret(32);
   if (auto rb = protocol::random_bytes(secret.data(), secret.size()); !rb) {
     // A predictable session secret would authenticate nothing.
-    fmt::print(stderr, "tracrctl run: cannot draw the session secret: {}\n", rb.error().str());
+    fmt::print(stderr, "tracrctl run: cannot draw the session secret: {}\n", user_text(rb.error()));
     return 1;
   }
   if (detached) {
@@ -347,7 +348,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   const std::string log_dir = (fs::path(cfg->output).parent_path() / "logs").string();
   auto stamp = new_run_stamp();
   if (!stamp) {
-    fmt::print(stderr, "tracrctl run: {}\n", stamp.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(stamp.error()));
     return 1;
   }
   const std::string run_stamp = *stamp;
@@ -693,18 +694,18 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   if (ro.probe_only) {
     fmt::print("\nrun {} completed: link probes read back from {}\n", *run_id, cfg->output);
     if (auto pst = print_probe_table(*db, *run_id); !pst) {
-      fmt::print(stderr, "tracrctl link probe: {}\n", pst.error().str());
+      fmt::print(stderr, "tracrctl link probe: {}\n", user_text(pst.error()));
       return 1;
     }
     return 0;
   }
   fmt::print("\nrun {} completed: per-split table read back from {}\n", *run_id, cfg->output);
   if (auto pst = print_split_table(*db, *run_id, stdout, ro.wide); !pst) {
-    fmt::print(stderr, "tracrctl run: {}\n", pst.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(pst.error()));
     return 1;
   }
   if (auto est = print_energy_table(*db, *run_id); !est) {
-    fmt::print(stderr, "tracrctl run: {}\n", est.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(est.error()));
     return 1;
   }
   // After a sweep with layer profiles and a probe: the planner's prediction
@@ -715,7 +716,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
       validate_against(*db, *plan);
       auto id = store_plan(*db, *plan);
       fmt::print("\n{}{}", format_plan(*plan), id ? fmt::format("stored as plan {}\n", *id) : "");
-      if (!id) fmt::print(stderr, "tracrctl run: storing the plan: {}\n", id.error().str());
+      if (!id) fmt::print(stderr, "tracrctl run: storing the plan: {}\n", user_text(id.error()));
     } else {
       fmt::print("\n(no plan: {})\n", plan.error().message);
     }

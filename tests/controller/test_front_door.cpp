@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -56,12 +57,27 @@ struct Listener {
 TEST(FrontDoor, ADevicesFileNamedButMissingIsRefusedByEveryCommand) {
   TempDir d;
   const std::string missing = (d.path / "config/devices_confg.yaml").string();
-  for (const std::string cmd : {"devices check", "devices setup --dry-run", "agents status", "agents deploy"}) {
+  for (const std::string& cmd : std::vector<std::string>{"devices check", "devices setup --dry-run", "agents status", "agents deploy"}) {
     auto r = sh(kCtl + " " + cmd + " --devices " + missing);
     EXPECT_EQ(r.status, 2) << cmd << "\n" << r.out;
     EXPECT_TRUE(has(r.out, missing)) << cmd << "\n" << r.out;
     EXPECT_TRUE(has(r.out, "does not exist")) << cmd << "\n" << r.out;
     EXPECT_FALSE(has(r.out, " ok")) << cmd << " checked the embedded default instead:\n" << r.out;
+  }
+}
+
+TEST(FrontDoor, ErrorsReadAsSentencesWithoutInternalCodes) {
+  TempDir d;
+  const std::string db = (d.path / "none.db").string();
+  const std::regex code(R"((^|[\s:])(not_found|invalid_argument|io|config|remote|internal|timeout|unsupported): )");
+  for (const std::string& cmd :
+       std::vector<std::string>{"results show 999 --db " + db, "results list --db " + db, "report 9 -o " + (d.path / "x.html").string() +
+        " --db " + db, "run " + (d.path / "no_such.yaml").string(), "devices check --devices " + db + ".yaml",
+        "plan 3 --db " + db}) {
+    auto r = sh(kCtl + " " + cmd);
+    EXPECT_NE(r.status, 0) << cmd;
+    EXPECT_FALSE(std::regex_search(r.out, code)) << cmd << " printed an internal code:\n" << r.out;
+    EXPECT_GT(r.out.size(), 20u) << cmd << " said nothing useful:\n" << r.out;
   }
 }
 

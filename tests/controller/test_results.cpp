@@ -704,8 +704,8 @@ TEST_F(ResultsCliTest, ExportOfSeveralRunsIsTidyCsvThatPandasReads) {
     if (std::getenv("CI")) FAIL() << "python3-pandas missing: scripts/setup.sh installs it";
     GTEST_SKIP() << "python3-pandas not installed (apt-get install python3-pandas)";
   }
-  const std::string script = dir.file(
-      "check.py",
+  const std::string script = dir.file("check.py");
+  std::ofstream(script) << std::string(
       "import sys, pandas as pd\n"
       "d = pd.read_csv(sys.argv[1])\n"
       "assert not d.duplicated(['run', 'split', 'stage']).any(), 'one row per run x split x stage'\n"
@@ -716,7 +716,7 @@ TEST_F(ResultsCliTest, ExportOfSeveralRunsIsTidyCsvThatPandasReads) {
       "for r in t.itertuples():\n"
       "    print('total', r.run, r.split, r.codec, r.frames, '%.6f' % r.median_ms, '%.6f' % r.p95_ms)\n"
       "print('stages', ' '.join(sorted(d['stage'].unique())))\n");
-  const std::string res = dir.file("res.txt", "");
+  const std::string res = dir.file("res.txt");
   ASSERT_EQ(std::system((py + " " + script + " " + summary + " " + frames + " > " + res + " 2>&1").c_str()), 0)
       << read_all(res);
   const std::string text = read_all(res);
