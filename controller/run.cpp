@@ -61,14 +61,19 @@ void draw_progress(int64_t done, int64_t total, int split, Clock::time_point t0,
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (total <= 0) return;
   const int64_t pct = done * 100 / total;
+  // Time left at the pace so far (frames of later splits may be slower or faster).
+  const std::string eta = done > 0 && done < total
+                              ? fmt::format(", about {:.0f}s left", secs * static_cast<double>(total - done) /
+                                                                         static_cast<double>(done))
+                              : std::string();
   if (tty) {
     const int width = 30;
     const int fill = static_cast<int>(width * done / total);
-    fmt::print(stderr, "\r  [{}{}] {:>3}%  {}/{} frames  split {:<3} {:.0f}s ", std::string(fill, '#'),
-               std::string(width - fill, '.'), pct, done, total, split, secs);
+    fmt::print(stderr, "\r  [{}{}] {:>3}%  {}/{} frames  split {:<3} {:.0f}s{}   ", std::string(fill, '#'),
+               std::string(width - fill, '.'), pct, done, total, split, secs, eta);
     if (done == total) fmt::print(stderr, "\n");
   } else if (pct / 10 != last_pct / 10 || done == total) {
-    fmt::print(stderr, "  progress: {}/{} frames ({}%), split {}, {:.0f}s\n", done, total, pct, split, secs);
+    fmt::print(stderr, "  progress: {}/{} frames ({}%), split {}, {:.0f}s{}\n", done, total, pct, split, secs, eta);
   }
   last_pct = pct;
 }
