@@ -5,6 +5,7 @@
 // build_app() below (completion and --help follow from the tree).
 #include "controller/cli.hpp"
 #include "controller/user_error.hpp"
+#include "controller/help_format.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -148,6 +149,7 @@ void add_demo_options(CLI::App* c, DemoOptions& o, std::vector<size_t>& sizes) {
 
 // The whole tree. Every command sets p.action to what it runs.
 void build_app(CLI::App& app, Parsed& p) {
+  app.formatter(wrapping_formatter());  // before the subcommands: they copy it
   app.footer(kExitStatus);
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "every command's options");

@@ -13,11 +13,13 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "controller/default_db.hpp"
+#include "controller/help_format.hpp"
 #include "controller/launcher.hpp"
 #include "tests/system/system_util.hpp"
 
@@ -78,6 +80,20 @@ TEST(FrontDoor, ErrorsReadAsSentencesWithoutInternalCodes) {
     EXPECT_NE(r.status, 0) << cmd;
     EXPECT_FALSE(std::regex_search(r.out, code)) << cmd << " printed an internal code:\n" << r.out;
     EXPECT_GT(r.out.size(), 20u) << cmd << " said nothing useful:\n" << r.out;
+  }
+}
+
+TEST(FrontDoor, HelpWrapsAtWordsToTheTerminalWidth) {
+  EXPECT_EQ(tracr::controller::wrap_words("one two three four", 9), "one two\nthree\nfour");
+  EXPECT_EQ(tracr::controller::wrap_words("averyveryverylongword x", 5), "averyveryverylongword\nx");
+  EXPECT_EQ(tracr::controller::wrap_words("as it is", 0), "as it is");
+  for (const std::string& cmd : std::vector<std::string>{"--help", "run --help", "plan --help", "report --help",
+                                                          "results export --help", "devices check --help"}) {
+    auto r = sh("COLUMNS=80 " + kCtl + " " + cmd);
+    ASSERT_EQ(r.status, 0) << cmd << "\n" << r.out;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);)
+      EXPECT_LE(line.size(), 80u) << cmd << ": a line wider than the terminal:\n" << line;
   }
 }
 
