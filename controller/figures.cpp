@@ -102,6 +102,7 @@ struct SplitAxis {
   std::vector<std::string> labels;
   std::map<int, size_t> index;
   std::string layer(const std::vector<RunData>& runs, int split) const {
+    if (split == 0) return "(input)";
     for (const auto& r : runs)
       if (auto it = r.cuts.find(split); it != r.cuts.end()) return it->second;
     return {};
@@ -197,7 +198,9 @@ Figure bytes_figure(const std::vector<RunData>& runs, const SplitAxis& ax) {
   f.csv_header = {"run", "model", "codec", "split", "layer", "mean_raw_bytes", "mean_wire_bytes", "ratio"};
   std::set<std::string> raw_done;
   for (const auto& r : runs) {
-    svg::Series wire{fmt::format("wire {} [{}]", r.label, r.run.codec), {}, false};
+    // The codec is named once: in the label when the runs differ in it, else here.
+    const bool named = r.label.find(r.run.codec) != std::string::npos;
+    svg::Series wire{named ? "wire " + r.label : fmt::format("wire {} [{}]", r.label, r.run.codec), {}, false};
     svg::Series raw{fmt::format("raw ({})", r.run.model), {}, false};
     for (const auto& x : r.sums) {
       if (x.frames <= 0) continue;

@@ -205,7 +205,7 @@ TEST(Report, ComparesRunsInSvgFiguresThatChromiumRendersAndExportsAsSvgPdfCsv) {
     for (const char* ext : {".svg", ".pdf", ".csv"})
       EXPECT_TRUE(std::filesystem::exists(figdir + "/" + id + ext)) << id << ext;
     EXPECT_EQ(slurp(figdir + "/" + id + ".pdf").rfind("%PDF", 0), 0u) << id;
-    auto ppm = sh("pdftoppm -r 40 -singlefile " + figdir + "/" + id + ".pdf");
+    auto ppm = sh("pdftoppm -r 72 -singlefile " + figdir + "/" + id + ".pdf");
     ASSERT_EQ(ppm.status, 0) << id;
     EXPECT_GT(ink_in_ppm(ppm.out), 2000) << id << ".pdf renders blank";
   }
