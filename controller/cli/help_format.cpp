@@ -52,6 +52,11 @@ class WrappingFormatter : public CLI::Formatter {
   std::string make_option_desc(const CLI::Option* opt) const override {
     return wrap(CLI::Formatter::make_option_desc(opt));
   }
+  // The command's description and the footer span the whole width.
+  std::string make_description(const CLI::App* app) const override {
+    return wrap_full(CLI::Formatter::make_description(app));
+  }
+  std::string make_footer(const CLI::App* app) const override { return wrap_full(CLI::Formatter::make_footer(app)); }
   std::string make_subcommand(const CLI::App* sub) const override {
     std::stringstream out;
     CLI::detail::format_help(out, sub->get_display_name(true), wrap(sub->get_description()), column_width_);
@@ -64,6 +69,7 @@ class WrappingFormatter : public CLI::Formatter {
     const int room = w - static_cast<int>(column_width_) - 1;
     return w > 0 && room >= 20 ? wrap_words(desc, room) : desc;
   }
+  static std::string wrap_full(const std::string& text) { return wrap_words(text, terminal_width()); }
 };
 
 }  // namespace

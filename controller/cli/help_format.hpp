@@ -1,4 +1,5 @@
-// Help text that fits the terminal: option and command descriptions wrapped
+// Help text that fits the terminal: option and command descriptions, the
+// command's own description and the footer wrapped
 // at word boundaries to the terminal's width (stdout a terminal: its width;
 // otherwise $COLUMNS when set; otherwise not wrapped), continuation lines
 // indented under the description column.
