@@ -147,7 +147,7 @@ TEST(Cli, UnknownOptionsAndCommandsNameTheCommand) {
       {"demo --nope", "tracrctl demo: unknown option --nope"},
       {"bench protocol --nope", "tracrctl bench protocol: unknown option --nope"},
       {"report 1 -o x.html --nope", "tracrctl report: unknown option --nope"},
-      {"report 1", "tracrctl report: --out is required"},
+      {"report 1", "tracrctl report: expected -o FILE.html and/or --figures DIR"},
       {"frobnicate", "tracrctl: unknown command 'frobnicate'; expected one of: run, train, link"},
   };
   for (const auto& [args, expect] : cases) {
