@@ -1,6 +1,8 @@
 #include "analysis/plan.hpp"
 
 #include "core/token_bucket.hpp"
+#include "core/user_error.hpp"
+#include "store/default_db.hpp"
 #include "store/statement.hpp"
 
 
@@ -441,7 +443,7 @@ std::string format_plan(const Plan& p) {
 }
 
 int cmd_plan(const PlanCommand& cmd) {
-  std::string db_path = cmd.db, link_name = cmd.link;
+  std::string db_path = cmd.db.empty() ? default_results_db() : cmd.db, link_name = cmd.link;
   const bool validate = cmd.validate, store = cmd.store;
   PlanOptions opt = cmd.plan;
   const std::optional<double> up = cmd.up_mbit, down = cmd.down_mbit, rtt = cmd.rtt_ms;
@@ -452,7 +454,7 @@ int cmd_plan(const PlanCommand& cmd) {
   for (auto& c : opt.codecs) {
     auto spec = protocol::CodecSpec::parse(c);
     if (!spec) {
-      fmt::print(stderr, "tracrctl plan: --codecs: {}\n", spec.error().str());
+      fmt::print(stderr, "tracrctl plan: --codecs: {}\n", user_text(spec.error()));
       return 2;
     }
     c = spec->name();
@@ -470,7 +472,7 @@ int cmd_plan(const PlanCommand& cmd) {
   if (is_yaml) {
     auto e = settings::load_experiment(target, cmd.sets);
     if (!e) {
-      fmt::print(stderr, "tracrctl plan: {}\n", e.error().str());
+      fmt::print(stderr, "tracrctl plan: {}\n", user_text(e.error()));
       return 2;
     }
     exp = *e;
@@ -479,14 +481,14 @@ int cmd_plan(const PlanCommand& cmd) {
   }
   auto db = ResultsDb::open(db_path);
   if (!db) {
-    fmt::print(stderr, "tracrctl plan: {}\n", db.error().str());
+    fmt::print(stderr, "tracrctl plan: {}\n", user_text(db.error()));
     return 1;
   }
   int64_t run_id = 0;
   if (exp) {
     auto runs = db->list_runs(0);
     if (!runs) {
-      fmt::print(stderr, "tracrctl plan: {}\n", runs.error().str());
+      fmt::print(stderr, "tracrctl plan: {}\n", user_text(runs.error()));
       return 1;
     }
     for (const auto& r : *runs) {
@@ -513,7 +515,7 @@ int cmd_plan(const PlanCommand& cmd) {
   } else {
     auto id = run_id_arg(*db, target);
     if (!id) {
-      fmt::print(stderr, "tracrctl plan: {}\n", id.error().str());
+      fmt::print(stderr, "tracrctl plan: {}\n", user_text(id.error()));
       return 2;
     }
     run_id = *id;
@@ -529,7 +531,7 @@ int cmd_plan(const PlanCommand& cmd) {
       settings::ExperimentConfig ec = exp ? *exp : settings::ExperimentConfig{};
       auto ls = settings::resolve_link(ec, link_name);
       if (!ls) {
-        fmt::print(stderr, "tracrctl plan: {}\n", ls.error().str());
+        fmt::print(stderr, "tracrctl plan: {}\n", user_text(ls.error()));
         return 2;
       }
       l.name = ls->name;
@@ -554,7 +556,7 @@ int cmd_plan(const PlanCommand& cmd) {
   }
   auto p = plan_from_run(*db, run_id, opt);
   if (!p) {
-    fmt::print(stderr, "tracrctl plan: {}\n", p.error().str());
+    fmt::print(stderr, "tracrctl plan: {}\n", user_text(p.error()));
     return p.error().code == Errc::invalid_argument ? 2 : 1;
   }
   if (validate) validate_against(*db, *p);
@@ -562,7 +564,7 @@ int cmd_plan(const PlanCommand& cmd) {
   if (store) {
     auto id = store_plan(*db, *p);
     if (!id) {
-      fmt::print(stderr, "tracrctl plan: {}\n", id.error().str());
+      fmt::print(stderr, "tracrctl plan: {}\n", user_text(id.error()));
       return 1;
     }
     fmt::print("stored as plan {} in {}\n", *id, db_path);

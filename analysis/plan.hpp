@@ -98,7 +98,7 @@ std::string format_plan(const Plan& p);
 // (controller/cli/cli.cpp fills it from the command line).
 struct PlanCommand {
   std::string target;                 // a run id, "last" or an EXPERIMENT.yaml
-  std::string db = "results/tracr.db";  // ignored for an EXPERIMENT.yaml (its output)
+  std::string db;  // "" = default_results_db(); ignored for an EXPERIMENT.yaml (its output)
   bool validate = false, store = true;
   std::string link;                   // link profile name ("" = the basis run's probe)
   std::optional<double> up_mbit, down_mbit, rtt_ms;  // explicit link figures

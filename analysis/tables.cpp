@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/text.hpp"
+#include "store/export.hpp"
 
 namespace tracr::analysis {
 
@@ -154,28 +155,6 @@ Status print_energy_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
   std::fputs(align(rows, {1, 2, 3}).c_str(), out);
   return {};
 }
-
-namespace {
-
-Result<std::map<int, std::string>> cut_names(ResultsDb& db, int64_t run_id) {
-  // Split k cuts after layer k-1: its name, from the run's layer profiles.
-  std::map<int, std::string> out;
-  auto rows = db.rows("layer_profiles", run_id);
-  if (!rows) return rows.error();
-  const TableInfo* t = nullptr;
-  for (const auto& x : schema_tables())
-    if (x.name == "layer_profiles") t = &x;
-  size_t idx = 0, name = 0;
-  for (size_t i = 0; i < t->columns.size(); ++i) {
-    if (t->columns[i].name == "layer_index") idx = i;
-    if (t->columns[i].name == "name") name = i;
-  }
-  for (const auto& r : *rows)
-    if (r[idx] && r[name]) out[std::stoi(*r[idx]) + 1] = *r[name];
-  return out;
-}
-
-}  // namespace
 
 Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out, bool wide) {
   auto rows = db.split_table(run_id);

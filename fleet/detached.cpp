@@ -19,6 +19,7 @@
 #include "fleet/launcher.hpp"
 #include "fleet/process.hpp"
 #include "core/log.hpp"
+#include "core/user_error.hpp"
 
 namespace tracr::fleet {
 
@@ -126,7 +127,7 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
     if (e.path().extension() != ".state") continue;
     auto d = read_detached(e.path().string());
     if (!d) {
-      TRACR_LOG(error, "{}", d.error().str());
+      TRACR_LOG(error, "{}", user_text(d.error()));
       ++bad;
       continue;
     }
@@ -161,7 +162,7 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
       }
       auto s = SshSession::connect(device_ssh_target(*dev, devs->source, trust));
       if (!s) {
-        TRACR_LOG(error, "detached agent on {}: {}", d->device, s.error().str());
+        TRACR_LOG(error, "detached agent on {}: {}", d->device, user_text(s.error()));
         ++bad;
         continue;
       }
@@ -172,7 +173,7 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
                          pid + "; echo stopped; else echo gone; fi; rm -f " + shell_quote(base + ".secret") + " " +
                          shell_quote(base + ".experiment.yaml"));
       if (!r) {
-        TRACR_LOG(error, "detached agent on {}: {}", d->device, r.error().str());
+        TRACR_LOG(error, "detached agent on {}: {}", d->device, user_text(r.error()));
         ++bad;
         continue;
       }

@@ -1,4 +1,5 @@
 #include "fleet/device_setup.hpp"
+#include "core/user_error.hpp"
 
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -182,9 +183,9 @@ Status apply_setup(const DeviceShell& shell, const SetupPlan& plan) {
 }
 
 int devices_setup(const SetupOptions& o) {
-  auto devs = load_devices_or_default(o.devices);
+  auto devs = load_devices_option(o.devices, o.devices_given);
   if (!devs) {
-    fmt::print(stderr, "tracrctl devices setup: {}\n", devs.error().str());
+    fmt::print(stderr, "tracrctl devices setup: {}\n", user_text(devs.error()));
     return 2;
   }
   // Each device's own agent, when it has one, else the controller's: their
@@ -212,7 +213,7 @@ int devices_setup(const SetupOptions& o) {
   for (size_t i = 0; i < rows.size(); ++i) (void)packages_for(devs->devices[i]);  // before the threads
   for (const auto& [a, r] : by_agent) {
     if (!r) {
-      fmt::print(stderr, "tracrctl devices setup: agent {}: {}\n", a, r.error().str());
+      fmt::print(stderr, "tracrctl devices setup: agent {}: {}\n", a, user_text(r.error()));
       return 2;
     }
     fmt::print("agent {}: {} directly linked libraries from {} Debian packages: {}\n", a, r->libraries.size(),

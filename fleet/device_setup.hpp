@@ -48,6 +48,7 @@ Status apply_setup(const DeviceShell& shell, const SetupPlan& plan);
 // `tracrctl devices setup` after its options are parsed.
 struct SetupOptions {
   std::string devices = "config/devices_config.yaml";
+  bool devices_given = false;  // --devices named it: it must exist
   std::string agent;  // the controller's agent (packages from its libraries)
   bool trust_new_hosts = false;
   bool yes = false;

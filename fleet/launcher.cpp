@@ -323,6 +323,18 @@ std::string reachable_endpoint(const std::string& bound, const std::string& host
   return "tcp://" + host + bound.substr(colon);
 }
 
+std::string known_hosts_for(const std::string& devices_file) {
+  std::error_code ec;
+  const fs::path dir = fs::absolute(devices_file, ec).parent_path();
+  for (fs::path p = dir; !p.empty(); p = p.parent_path()) {
+    // A project (the Python tracr's layout too): config/ and pkeys/ side by side.
+    if (fs::is_directory(p / "pkeys", ec) && fs::is_directory(p / "config", ec))
+      return (p / "pkeys" / "known_hosts").lexically_normal().string();
+    if (p == p.parent_path()) break;
+  }
+  return (dir / "pkeys" / "known_hosts").lexically_normal().string();
+}
+
 SshTarget device_ssh_target(const DeviceConfig& dev, const std::string& devices_file, bool trust_new_hosts) {
   const auto& c = dev.connection();
   SshTarget t;
@@ -330,7 +342,7 @@ SshTarget device_ssh_target(const DeviceConfig& dev, const std::string& devices_
   t.port = c.ssh_port;
   t.user = c.user;
   t.key_path = c.pkey_path;
-  t.known_hosts_path = (fs::path(devices_file).parent_path().parent_path() / "pkeys" / "known_hosts").string();
+  t.known_hosts_path = known_hosts_for(devices_file);
   if (const char* kh = std::getenv("TRACR_KNOWN_HOSTS")) t.known_hosts_path = kh;
   t.trust_on_first_use = trust_new_hosts;
   return t;

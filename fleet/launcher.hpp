@@ -137,9 +137,15 @@ struct ConcurrentLaunch {
 std::vector<ConcurrentLaunch> launch_concurrently(
     size_t n, const std::function<Result<std::unique_ptr<AgentConn>>(size_t)>& start);
 
+// The known_hosts file of a devices file: pkeys/known_hosts of its project,
+// the nearest directory from the devices file's own upwards with pkeys/ and
+// config/ side by side (config/devices_config.yaml and
+// results/ssh_testbed/devices.yaml: the project's pkeys/known_hosts); when
+// there is none, pkeys/known_hosts beside the devices file. Absolute.
+std::string known_hosts_for(const std::string& devices_file);
+
 // The SSH target of a device: its default connection, its key, and the
-// known_hosts file pkeys/known_hosts beside the devices file (or
-// $TRACR_KNOWN_HOSTS).
+// known_hosts file known_hosts_for(devices_file) (or $TRACR_KNOWN_HOSTS).
 SshTarget device_ssh_target(const settings::DeviceConfig& dev, const std::string& devices_file, bool trust_new_hosts);
 
 // The agent arguments that make it emulate the device's CPU limits

@@ -132,7 +132,9 @@ class ShapeHost {
       return make_error(Errc::config,
                         fmt::format("device {} ({}) reaches {} over loopback; tracr shapes the interface between two "
                                     "agents and will not shape lo (it carries everything else on the machine). Put "
-                                    "the agents in network namespaces (devices with netns:) or on separate hosts",
+                                    "the agents in network namespaces (devices with netns:) or on separate hosts; on "
+                                    "one machine, `sudo bash scripts/netns_testbed.sh up` makes two namespaces that "
+                                    "`devices: config/devices_netns.yaml` names",
                                     dev_->name, where_, addr));
     return std::make_pair(dev, src.empty() ? addr : src);
   }
@@ -301,10 +303,13 @@ Result<std::unique_ptr<LinkShaper>> LinkShaper::apply(const DeviceConfig& server
       for (const char* k : kDefaults)
         if (cur.text.rfind(std::string("qdisc ") + k + " ", 0) == 0) is_default = true;
       if (!is_default)
-        return make_error(Errc::config, fmt::format("link profile '{}': interface {} on {} ({}) already has a root "
-                                                    "qdisc ({}); remove it first (tc qdisc del dev {} root)",
-                                                    link.name, d.ifname, d.dev->name, d.host->where(), cur.text,
-                                                    d.ifname));
+        return make_error(Errc::config,
+                          fmt::format("link profile '{}': interface {} on {} ({}) already has a root qdisc ({}). "
+                                      "Another run may be shaping this link now (tracrctl results list --status "
+                                      "running), and tracr never replaces its shaping. If none is, remove it with: "
+                                      "{}tc qdisc del dev {} root",
+                                      link.name, d.ifname, d.dev->name, d.host->where(), cur.text,
+                                      d.dev->netns.empty() ? "" : "ip netns exec " + d.dev->netns + " ", d.ifname));
       Shaped s{*d.dev, d.ifname, state_path(ctx.state_dir, *d.dev, d.ifname)};
       {
         std::ofstream f(s.state_file, std::ios::trunc);

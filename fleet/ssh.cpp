@@ -370,9 +370,27 @@ Status verify_host_key(SessionCore& c) {
     if (again == SSH_KNOWN_HOSTS_CHANGED || again == SSH_KNOWN_HOSTS_OTHER)
       return make_error(Errc::host_key_mismatch,
                         fmt::format("host key of {} changed while connecting ({})", c.who, file));
-    make_parent_dirs(expand_home(file));
-    if (ssh_session_update_known_hosts(c.s) != SSH_OK)
-      return make_error(Errc::io, fmt::format("cannot add the host key of {} to {}: {}", c.who, file, ssh_err(c)));
+    const std::string path = expand_home(file);
+    make_parent_dirs(path);
+    // The line libssh would append; written only when the file lacks it (two
+    // devices on one host:port, or another process, may have recorded it).
+    char* entry = nullptr;
+    if (ssh_session_export_known_hosts_entry(c.s, &entry) != SSH_OK || !entry)
+      return make_error(Errc::io, fmt::format("cannot read the host key of {} to record it: {}", c.who, ssh_err(c)));
+    std::string line(entry);
+    ssh_string_free_char(entry);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    {
+      std::ifstream in(path);
+      for (std::string l; std::getline(in, l);)
+        if (l == line) return {};
+    }
+    std::ofstream out(path, std::ios::app);
+    out << line << "\n";
+    out.flush();
+    if (!out) return make_error(Errc::io, fmt::format("cannot add the host key of {} to {}", c.who, file));
+    fmt::print(stderr, "tracrctl: trusted a new host: recorded the host key of {} ({}) in {}\n", known_hosts_name(t),
+               server_key_fingerprint(c), file);
     return {};
   };
   switch (ssh_session_is_known_server(c.s)) {

@@ -9,4 +9,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"${JOBS:-2}" --target tracrctl tracr-agent
+if ! command -v tracrctl >/dev/null; then
+  echo "quickstart: tracrctl is build/bin/tracrctl; put it on your PATH with" >&2
+  echo "  export PATH=\"$PWD/build/bin:\$PATH\"      # this shell" >&2
+  echo "  cmake --install build --prefix ~/.local   # or for good (~/.local/bin)" >&2
+fi
 exec ./build/bin/tracrctl run config/experiments/quickstart.yaml "$@"

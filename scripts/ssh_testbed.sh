@@ -9,13 +9,38 @@
 #   tracrctl devices check --devices results/ssh_testbed/devices.yaml --trust-new-hosts
 #   bash scripts/ssh_testbed.sh down
 # Run it as the user tracrctl runs as (root, or any user: sshd then only lets
-# that user in). Traffic stays on 127.0.0.0/8. TRACR_TESTBED_DIR and
-# TRACR_TESTBED_PORT choose another directory and port (the tests do).
+# that user in). Traffic stays on 127.0.0.0/8. Options (after up/down):
+# --port N and --dir DIR choose another port and directory (also
+# TRACR_TESTBED_PORT and TRACR_TESTBED_DIR). Safe to run twice: a second `up`
+# finds its sshd running and checks it. `up` fails loudly (exit 1) unless both
+# addresses answer with this test-bed's own host key within 5 s: a port
+# taken by another server is named, never reported as success.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${TRACR_TESTBED_DIR:-$PWD/results/ssh_testbed}"
 port="${TRACR_TESTBED_PORT:-2222}"
-case "${1:-}" in
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --port) port="${2:?--port needs a number}"; shift 2 ;;
+    --dir) dir="${2:?--dir needs a directory}"; shift 2 ;;
+    *) echo "ssh_testbed: unknown option '$1' (expected --port N or --dir DIR)" >&2; exit 2 ;;
+  esac
+done
+case "$port" in
+  ''|*[!0-9]*) echo "ssh_testbed: --port: expected a port number 1-65535, got '$port'" >&2; exit 2 ;;
+esac
+
+# Whether ADDR:$port answers with this test-bed's host key (not some other server's).
+answers_with_our_key() {
+  local got want
+  want="$(awk '{print $2}' "$dir/host_ed25519.pub")"
+  got="$(ssh-keyscan -T 2 -p "$port" -t ed25519 "$1" 2>/dev/null | awk '{print $3}' | head -n1)"
+  [ -n "$got" ] && [ "$got" = "$want" ]
+}
+
+case "$cmd" in
   up)
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
@@ -40,10 +65,33 @@ CONF
     if [ -f "$dir/sshd.pid" ] && kill -0 "$(cat "$dir/sshd.pid")" 2>/dev/null; then
       echo "ssh_testbed: sshd already running (pid $(cat "$dir/sshd.pid"))"
     else
+      rm -f "$dir/sshd.pid"
       mkdir -p /run/sshd 2>/dev/null || true
+      : > "$dir/sshd.log"
       /usr/sbin/sshd -f "$dir/sshd_config" -E "$dir/sshd.log" ||
-        { echo "ssh_testbed: sshd did not start; see $dir/sshd.log" >&2; exit 1; }
+        { echo "ssh_testbed: sshd did not start: $(tail -n 3 "$dir/sshd.log" | tr '\n' ' ')(log $dir/sshd.log)" >&2; exit 1; }
     fi
+    # Both addresses must answer with our host key: sshd logs a port it could
+    # not bind and may still start, and another server may hold the port.
+    for addr in 127.0.0.1 127.0.0.2; do
+      ok=0
+      for _ in $(seq 1 25); do
+        if answers_with_our_key "$addr"; then ok=1; break; fi
+        sleep 0.2
+      done
+      if [ "$ok" != 1 ]; then
+        if grep -q "Cannot bind\|Address already in use" "$dir/sshd.log" 2>/dev/null; then
+          why="port $port is taken on $addr ($(grep -m1 "Cannot bind\|Address already in use" "$dir/sshd.log"))"
+        elif ssh-keyscan -T 2 -p "$port" "$addr" >/dev/null 2>&1; then
+          why="$addr:$port answers with another server's host key: something else listens there"
+        else
+          why="nothing answers on $addr:$port"
+        fi
+        [ -f "$dir/sshd.pid" ] && kill "$(cat "$dir/sshd.pid")" 2>/dev/null && rm -f "$dir/sshd.pid"
+        echo "ssh_testbed: FAILED: $why. Choose another port: bash scripts/ssh_testbed.sh up --port N (sshd log: $dir/sshd.log)" >&2
+        exit 1
+      fi
+    done
     user="$(id -un)"
     cat > "$dir/devices.yaml" <<DEV
 # Written by scripts/ssh_testbed.sh: two SSH devices on loopback.
@@ -66,7 +114,7 @@ DEV
     echo "ssh_testbed: sshd stopped (keys kept; the devices' work_dirs are ~/.cache/tracr-testbed)"
     ;;
   *)
-    echo "usage: bash scripts/ssh_testbed.sh up|down" >&2
+    echo "usage: bash scripts/ssh_testbed.sh up|down [--port N] [--dir DIR]" >&2
     exit 2
     ;;
 esac

@@ -198,9 +198,15 @@ Status check_keys(const Ctx& c, const YAML::Node& map, const std::string& where,
     const std::string name = k.Scalar();
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       std::string hint = did_you_mean(name, allowed);
+      // A Python tracr config's top-level keys (default:, dataloader:, logging:) are not tracr's: say how to convert it.
+      const bool python = where.empty() && (name == "default" || name == "dataloader" || name == "logging");
       return err_at(pos_of(c, k), path_prefix + name,
-                    fmt::format("unknown key{}; expected one of: {}",
-                                hint.empty() ? "" : " (did you mean '" + hint + "'?)", join(allowed)));
+                    fmt::format("unknown key{}; expected one of: {}{}",
+                                hint.empty() ? "" : " (did you mean '" + hint + "'?)", join(allowed),
+                                python ? fmt::format(". This looks like a Python tracr config: `tracrctl convert {} "
+                                                     "-o NEW.yaml` writes it as a tracr experiment",
+                                                     c.file.empty() ? "OLD.yaml" : c.file)
+                                       : ""));
     }
     if (!seen.insert(name).second)
       return err_at(pos_of(c, k), path_prefix + name, "duplicate key; each key may appear once");
@@ -777,6 +783,10 @@ Result<DevicesConfig> load_devices(const std::string& path) {
   auto text = read_text(path, "devices");
   if (!text) return text.error();
   return parse_devices(*text, path);
+}
+
+Result<DevicesConfig> load_devices_option(const std::string& path, bool given) {
+  return given ? load_devices(path) : load_devices_or_default(path);
 }
 
 Result<DevicesConfig> load_devices_or_default(const std::string& path) {

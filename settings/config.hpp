@@ -129,6 +129,11 @@ Result<DevicesConfig> load_devices(const std::string& path);
 // Like load_devices, but a file that does not exist gives the embedded
 // default (DevicesConfig::embedded set). Other errors pass through.
 Result<DevicesConfig> load_devices_or_default(const std::string& path);
+// The devices file of a command's --devices option: a file it named must
+// exist (load_devices: error not_found naming it, as `run` refuses an
+// experiment's); only the default path, when absent, gives the embedded
+// default (load_devices_or_default).
+Result<DevicesConfig> load_devices_option(const std::string& path, bool given);
 // Parses devices YAML held in memory; `source` names it in messages and is
 // the base for resolving pkey_fp.
 Result<DevicesConfig> parse_devices(const std::string& text, const std::string& source);

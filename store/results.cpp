@@ -1607,10 +1607,26 @@ Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s) {
   if (s == "last" || s == "latest") return db.latest_run();
   char* e = nullptr;
   errno = 0;
+  // last-N: the run N before the newest (runs in id order), so a walkthrough
+  // can name the runs it just made without knowing their ids.
+  if (s.rfind("last-", 0) == 0) {
+    const long long back = std::strtoll(s.c_str() + 5, &e, 10);
+    if (s.size() > 5 && !*e && !errno && back >= 0) {
+      auto runs = db.list_runs();
+      if (!runs) return runs.error();
+      if (static_cast<size_t>(back) >= runs->size())
+        return make_error(Errc::not_found, fmt::format("RUN {}: the database holds {} run(s), so there is no run {} "
+                                                       "before the newest",
+                                                       s, runs->size(), back));
+      return (*runs)[static_cast<size_t>(back)].id;
+    }
+  }
+  e = nullptr;
+  errno = 0;
   long long v = std::strtoll(s.c_str(), &e, 10);
   if (s.empty() || *e || errno || v <= 0)
-    return make_error(Errc::invalid_argument,
-                      "RUN: expected a run id (see `tracrctl results list`) or 'last', got '" + s + "'");
+    return make_error(Errc::invalid_argument, "RUN: expected a run id (see `tracrctl results list`), 'last' or "
+                                              "'last-N' (the run N before the newest), got '" + s + "'");
   return static_cast<int64_t>(v);
 }
 

@@ -309,7 +309,9 @@ std::string failure_note_path(const std::string& db_path, int64_t run_id);
 // Current time as ISO-8601 UTC with milliseconds ("2025-05-01T12:00:00.123Z").
 std::string utc_now_iso();
 
-// A RUN argument: a run id, or "last"/"latest". Error invalid_argument naming what was expected.
+// A RUN argument: a run id, "last"/"latest", or "last-N" (the run N before the
+// newest). Error invalid_argument naming what was expected, not_found when
+// there is no run N before the newest.
 Result<int64_t> run_id_arg(ResultsDb& db, const std::string& s);
 
 }  // namespace tracr::store

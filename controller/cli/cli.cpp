@@ -4,6 +4,8 @@
 // the command's function; adding a command or an option is one entry in
 // build_app() below (completion and --help follow from the tree).
 #include "controller/cli/cli.hpp"
+#include "controller/cli/help_format.hpp"
+#include "core/user_error.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -151,6 +153,7 @@ void add_demo_options(CLI::App* c, DemoOptions& o, std::vector<size_t>& sizes) {
 
 // The whole tree. Every command sets p.action to what it runs.
 void build_app(CLI::App& app, Parsed& p) {
+  app.formatter(wrapping_formatter());  // before the subcommands: they copy it
   app.footer(kExitStatus);
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "every command's options");
@@ -212,7 +215,7 @@ void build_app(CLI::App& app, Parsed& p) {
   plan->add_option("BASIS", p.plan.target, "a run id, 'last', or an EXPERIMENT.yaml (its model's newest run)")
       ->type_name("RUN|last|EXPERIMENT.yaml")
       ->required();
-  add_db(plan, p.plan.db, "results database (default results/tracr.db; an EXPERIMENT.yaml's output)");
+  add_db(plan, p.plan.db, "results database (default as for results; an EXPERIMENT.yaml's output)");
   plan->add_flag("--validate", p.plan.validate, "compare the predictions with the run's measurements");
   plan->add_flag_function("--no-store", [&p](int64_t) { p.plan.store = false; }, "do not store the plan");
   plan->add_option("--objective", p.plan.plan.objective, "what to minimise or maximise")
@@ -241,12 +244,13 @@ void build_app(CLI::App& app, Parsed& p) {
 
   // report
   auto* report = app.add_subcommand("report",
-                                    "one self-contained HTML page: time, bytes and energy per split, predicted vs "
-                                    "measured, split and link estimate over time, settings and hardware");
+                                    "figures comparing runs (one self-contained HTML page, and SVG, PDF and CSV with --figures): "
+                                    "latency, stages, bytes, energy, accuracy, plan error and split over time per split");
   report->add_option("RUN", p.report.runs, "run ids or 'last'")->type_name("RUN ...")->required();
-  report->add_option("-o,--out", p.report.out, "the HTML file to write")->type_name("FILE.html")->required();
-  add_db(report, p.report.db, "results database (default results/tracr.db)");
-  report->add_option("--chartjs", p.report.chartjs, "Chart.js to inline (Debian's libjs-chart.js)")->type_name("PATH");
+  report->add_option("-o,--out", p.report.out, "the HTML file to write")->type_name("FILE.html");
+  report->add_option("--figures", p.report.figures, "write every figure as DIR/<figure>.svg, .pdf and .csv")
+      ->type_name("DIR");
+  add_db(report, p.report.db, "results database (default $TRACR_OUTPUT, else results/tracr.db here, else the project's)");
   report->callback([&p] { p.action = [&p] { return cmd_report(p.report); }; });
 
   // results
@@ -255,7 +259,7 @@ void build_app(CLI::App& app, Parsed& p) {
   results->require_subcommand(1);
   auto results_sub = [&](const std::string& name, const std::string& help, bool db) {
     auto* c = results->add_subcommand(name, help);
-    if (db) add_db(c, p.results.db, "results database (default $TRACR_OUTPUT, else results/tracr.db)");
+    if (db) add_db(c, p.results.db, "results database (default $TRACR_OUTPUT, else results/tracr.db here, else the project's)");
     c->callback([&p, name] {
       p.results.sub = name;
       p.action = [&p] { return cmd_results(p.results); };
@@ -276,9 +280,12 @@ void build_app(CLI::App& app, Parsed& p) {
       ->add_option("RUN", p.results.positional, "two or more run ids")
       ->type_name("RUN RUN ...")
       ->required();
-  auto* rexport = results_sub("export", "every row of a run as CSV (frames) or JSON (everything)", true);
-  rexport->add_option("RUN", p.results.positional, "a run id or 'last'")->required();
-  rexport->add_option("--csv", p.results.csv, "write the frames as CSV")->type_name("FILE")->allow_extra_args(false);
+  auto* rexport = results_sub("export", "runs as CSV (frames; per-split summaries) or one run as JSON (everything)", true);
+  rexport->add_option("RUN", p.results.positional, "run ids or 'last'")->type_name("RUN ...")->required();
+  rexport->add_option("--csv", p.results.csv, "write the runs' frames as CSV")->type_name("FILE")->allow_extra_args(false);
+  rexport->add_option("--summary-csv", p.results.summary_csv, "write one row per run, split and stage (tidy CSV)")
+      ->type_name("FILE")
+      ->allow_extra_args(false);
   rexport->add_option("--json", p.results.json, "write the run as JSON")->type_name("FILE")->allow_extra_args(false);
   results_sub("rm", "delete runs and all their rows", true)
       ->add_option("RUN", p.results.positional, "run ids or 'last'")
@@ -559,7 +566,7 @@ int tracrctl_main(int argc, char** argv) {
     }
     return p.action();
   } catch (const Fatal& f) {
-    fmt::print(stderr, "tracrctl: {}\n", without_backtrace(f.what()));
+    fmt::print(stderr, "tracrctl: {}\n", without_backtrace(core::user_text(f.err)));
     return 2;
   } catch (const std::exception& e) {
     // Never a backtrace (LibTorch's c10::Error carries one in what()).

@@ -8,6 +8,7 @@
 #include "controller/commands/run.hpp"
 #include "controller/session/agent_config.hpp"
 #include "controller/session/model_check.hpp"
+#include "core/user_error.hpp"
 #include "fleet/deploy.hpp"
 #include "fleet/detached.hpp"
 #include "fleet/launcher.hpp"
@@ -29,16 +30,16 @@ int cmd_agents_start(const RunOptions& opt) {
   const std::string agent_path = opt.agent_path.empty() ? self_dir() + "/tracr-agent" : opt.agent_path;
   auto cfg = load_experiment(opt.experiment, opt.sets);
   if (!cfg) {
-    fmt::print(stderr, "tracrctl agents start: {}\n", cfg.error().str());
+    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(cfg.error()));
     return 2;
   }
   if (auto n = check_experiment_model(*cfg); !n) {
-    fmt::print(stderr, "tracrctl agents start: {}\n", n.error().str());
+    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(n.error()));
     return 2;
   }
   auto devices = load_experiment_devices(*cfg);
   if (!devices) {
-    fmt::print(stderr, "tracrctl agents start: {}\n", devices.error().str());
+    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(devices.error()));
     return 2;
   }
   const DeviceConfig& server = devices->server();
@@ -52,7 +53,7 @@ int cmd_agents_start(const RunOptions& opt) {
   std::vector<uint8_t> secret(32);
   if (auto rb = protocol::random_bytes(secret.data(), secret.size()); !rb) {
     // A predictable session secret would authenticate nothing.
-    fmt::print(stderr, "tracrctl agents start: cannot draw the session secret: {}\n", rb.error().str());
+    fmt::print(stderr, "tracrctl agents start: cannot draw the session secret: {}\n", user_text(rb.error()));
     return 1;
   }
   const std::string secret_hex = protocol::to_hex(secret.data(), secret.size());
@@ -78,7 +79,7 @@ int cmd_agents_start(const RunOptions& opt) {
     const std::string exp_file = dir + "/" + server.name + ".experiment.yaml";
     for (const auto& [file, text] : {std::pair{secret_file, secret_hex + "\n"}, std::pair{exp_file, config_yaml}})
       if (auto w = write_owner_only(file, text); !w) {
-        fmt::print(stderr, "tracrctl agents start: {}\n", w.error().str());
+        fmt::print(stderr, "tracrctl agents start: {}\n", user_text(w.error()));
         return 1;
       }
     a.insert(a.end(), {"--experiment", exp_file});
@@ -89,7 +90,7 @@ int cmd_agents_start(const RunOptions& opt) {
     argv.insert(argv.end(), {"--secret-file", secret_file});
     auto pid = spawn_detached(argv, d.log, {"OMP_WAIT_POLICY=PASSIVE"});
     if (!pid) {
-      fmt::print(stderr, "tracrctl agents start: {}\n", pid.error().str());
+      fmt::print(stderr, "tracrctl agents start: {}\n", user_text(pid.error()));
       return 1;
     }
     d.pid = *pid;
@@ -98,12 +99,12 @@ int cmd_agents_start(const RunOptions& opt) {
   } else {
     auto s = SshSession::connect(device_ssh_target(server, devices->source, trust));
     if (!s) {
-      fmt::print(stderr, "tracrctl agents start: device {}: {}\n", server.name, s.error().str());
+      fmt::print(stderr, "tracrctl agents start: device {}: {}\n", server.name, user_text(s.error()));
       return 1;
     }
     auto dep = deploy_agent(**s, agent_path, server.work_dir);
     if (!dep) {
-      fmt::print(stderr, "tracrctl agents start: device {}: deploy: {}\n", server.name, dep.error().str());
+      fmt::print(stderr, "tracrctl agents start: device {}: deploy: {}\n", server.name, user_text(dep.error()));
       return 1;
     }
     auto missing = remote_missing_libraries(**s, dep->remote_path);
@@ -116,7 +117,7 @@ int cmd_agents_start(const RunOptions& opt) {
     const ExperimentConfig abs_cfg = agent_experiment(no_profile);
     auto staged = stage_files(**s, server, agent_files(abs_cfg, "SERVER"));
     if (!staged) {
-      fmt::print(stderr, "tracrctl agents start: {}\n", staged.error().str());
+      fmt::print(stderr, "tracrctl agents start: {}\n", user_text(staged.error()));
       return 1;
     }
     for (const auto& f : *staged) fmt::print("{}: {}\n", server.name, f.describe());
@@ -151,7 +152,7 @@ int cmd_agents_start(const RunOptions& opt) {
     ready = wait_ready_in_log([&]() { return (*s)->read_file_tail(d.log, 1u << 20); }, secret, 600000);
   }
   if (!ready) {
-    fmt::print(stderr, "tracrctl agents start: {}: {}\n", server.name, ready.error().str());
+    fmt::print(stderr, "tracrctl agents start: {}: {}\n", server.name, user_text(ready.error()));
     return 1;
   }
   d.endpoint = ready->get_or("endpoint", "");
@@ -159,7 +160,7 @@ int cmd_agents_start(const RunOptions& opt) {
   d.ready = ready->fields;
   d.secret_hex = secret_hex;
   if (auto st = write_detached(state, d); !st) {
-    fmt::print(stderr, "tracrctl agents start: {}\n", st.error().str());
+    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(st.error()));
     return 1;
   }
   fmt::print("SERVER agent on {} running detached: pid {}, {}, serving {}; runs of this model reuse it until "

@@ -1,4 +1,5 @@
 #include "controller/commands/demo.hpp"
+#include "core/user_error.hpp"
 
 #include "fleet/launcher.hpp"
 
@@ -265,13 +266,13 @@ int compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string&
   } cleanup{dir};
   auto gen = capture(o.python + " '" + script + "' activations '" + dir + "' 2>&1");
   if (!gen) {
-    fmt::print(stderr, "tracrctl: generating activations: {}\n", gen.error().str());
+    fmt::print(stderr, "tracrctl: generating activations: {}\n", user_text(gen.error()));
     return 1;
   }
   auto py = capture(o.python + " '" + script + "' baseline '" + dir + "' --reps " + std::to_string(o.reps) +
                     " --warmup " + std::to_string(o.warmup));
   if (!py) {
-    fmt::print(stderr, "tracrctl: Python baseline: {}\n", py.error().str());
+    fmt::print(stderr, "tracrctl: Python baseline: {}\n", user_text(py.error()));
     return 1;
   }
   std::map<size_t, PyRow> pyrows;
@@ -336,7 +337,7 @@ int compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string&
     for (const auto& codec : cfgs) {
       auto r = framed(enc, *t, codec, o);
       if (!r) {
-        fmt::print(stderr, "tracrctl: {}/aes at {} bytes: {}\n", codec, bytes, r.error().str());
+        fmt::print(stderr, "tracrctl: {}/aes at {} bytes: {}\n", codec, bytes, user_text(r.error()));
         rc = 1;
         continue;
       }
@@ -376,7 +377,7 @@ int run_demo(const DemoOptions& o) {
   }
   std::vector<uint8_t> secret(32);
   if (auto rb = random_bytes(secret.data(), secret.size()); !rb) {
-    fmt::print(stderr, "tracrctl: cannot draw the session secret: {}\n", rb.error().str());
+    fmt::print(stderr, "tracrctl: cannot draw the session secret: {}\n", user_text(rb.error()));
     return 1;
   }
   auto enc_agent = start_agent(agent, true, secret);
@@ -439,12 +440,12 @@ int run_demo(const DemoOptions& o) {
       bool aes = slash != std::string::npos && cfg.substr(slash + 1) == "aes";
       auto r = framed(aes ? **enc : **plain, t, codec, o);
       if (!r) {
-        fmt::print(stderr, "tracrctl: {} at {} bytes: {}\n", cfg, bytes, r.error().str());
+        fmt::print(stderr, "tracrctl: {} at {} bytes: {}\n", cfg, bytes, user_text(r.error()));
         rc = 1;
         // Replies of the failed row may still be in flight: start a fresh session.
         auto fresh = connect(aes);
         if (!fresh) {
-          fmt::print(stderr, "tracrctl: reconnect: {}\n", fresh.error().str());
+          fmt::print(stderr, "tracrctl: reconnect: {}\n", user_text(fresh.error()));
           break;
         }
         (aes ? enc : plain) = std::move(fresh);

@@ -18,6 +18,7 @@
 #include "fleet/deploy.hpp"
 #include "fleet/device_setup.hpp"
 #include "controller/commands/devices.hpp"
+#include "core/user_error.hpp"
 #include "fleet/launcher.hpp"
 #include "fleet/process.hpp"
 #include "controller/commands/run.hpp"
@@ -78,6 +79,7 @@ int cmd_devices_setup(const DevicesOptions& opt) {
   const DevicesOptions c = resolved(opt);
   SetupOptions so;
   so.devices = c.devices;
+  so.devices_given = c.devices_given;
   so.agent = c.agent;
   so.trust_new_hosts = c.trust;
   so.yes = c.yes;
@@ -92,19 +94,19 @@ int cmd_devices_check(const DevicesOptions& opt) {
   if (!c.experiment.empty()) {
     auto e = load_experiment(c.experiment);
     if (!e) {
-      fmt::print(stderr, "tracrctl devices: {}\n", e.error().str());
+      fmt::print(stderr, "tracrctl devices: {}\n", user_text(e.error()));
       return 2;
     }
     if (auto st = check_experiment_files(*e); !st) {
-      fmt::print(stderr, "tracrctl devices: {}\n", st.error().str());
+      fmt::print(stderr, "tracrctl devices: {}\n", user_text(st.error()));
       return 2;
     }
     if (!c.devices_given) c.devices = e->devices;
     exp = agent_experiment(*e);
   }
-  auto devs = load_devices_or_default(c.devices);
+  auto devs = load_devices_option(c.devices, c.devices_given);
   if (!devs) {
-    fmt::print(stderr, "tracrctl devices: {}\n", devs.error().str());
+    fmt::print(stderr, "tracrctl devices: {}\n", user_text(devs.error()));
     return 2;
   }
   auto local_arch = elf_arch(c.agent);
@@ -216,9 +218,9 @@ int cmd_devices_check(const DevicesOptions& opt) {
 
 int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
   const DevicesOptions c = resolved(opt);
-  auto devs = load_devices_or_default(c.devices);
+  auto devs = load_devices_option(c.devices, c.devices_given);
   if (!devs) {
-    fmt::print(stderr, "tracrctl agents: {}\n", devs.error().str());
+    fmt::print(stderr, "tracrctl agents: {}\n", user_text(devs.error()));
     return 2;
   }
   std::atomic<int> bad{0};

@@ -15,6 +15,7 @@
 #include "analysis/tables.hpp"
 #include "core/atomic_file.hpp"
 #include "core/text.hpp"
+#include "core/user_error.hpp"
 #include "experiments/profile.hpp"
 #include "experiments/registry.hpp"
 #endif
@@ -88,7 +89,7 @@ int cmd_profile(const ProfileOptions& opt) {
     po.repetitions = reps;
     auto prof = experiments::profile_layers(**model, input, po);
     if (!prof) {
-      fmt::print(stderr, "tracrctl profile: {}\n", prof.error().str());
+      fmt::print(stderr, "tracrctl profile: {}\n", user_text(prof.error()));
       return 1;
     }
     fmt::print("{} on {}, input {}, {} repetitions per layer\n\n", (*model)->name(), (*model)->device().str(),
@@ -107,7 +108,7 @@ int cmd_profile(const ProfileOptions& opt) {
                          json_num(l.mean_ms), json_num(l.min_ms), l.input_bytes, l.output_bytes, l.params, l.macs,
                          l.peak_rss_delta_bytes);
       if (auto st = write_file(csv, o); !st) {
-        fmt::print(stderr, "tracrctl profile: {}\n", st.error().str());
+        fmt::print(stderr, "tracrctl profile: {}\n", user_text(st.error()));
         return 1;
       }
       fmt::print("wrote {}\n", csv);
@@ -135,7 +136,7 @@ int cmd_profile(const ProfileOptions& opt) {
       }
       o += "]}\n";
       if (auto st = write_file(json, o); !st) {
-        fmt::print(stderr, "tracrctl profile: {}\n", st.error().str());
+        fmt::print(stderr, "tracrctl profile: {}\n", user_text(st.error()));
         return 1;
       }
       fmt::print("wrote {}\n", json);

@@ -2,6 +2,8 @@
 
 #include "analysis/tables.hpp"
 #include "core/text.hpp"
+#include "core/user_error.hpp"
+#include "store/default_db.hpp"
 #include "store/export.hpp"
 
 #include "controller/commands/train.hpp"
@@ -324,7 +326,7 @@ int cmd_rm(ResultsDb& db, const Opts& o) {
   }
   for (const auto& r : runs) {
     if (auto st = db.delete_run(r.id); !st) {  // a running run, a write error: the command failed
-      fmt::print(stderr, "tracrctl results: {}\n", st.error().str());
+      fmt::print(stderr, "tracrctl results: {}\n", user_text(st.error()));
       return 1;
     }
     fmt::print("removed run {} '{}' [{}] and its {} frames with every other row of it from {}\n", r.id, r.name,
@@ -334,21 +336,31 @@ int cmd_rm(ResultsDb& db, const Opts& o) {
 }
 
 int cmd_export(ResultsDb& db, const Opts& o) {
-  if (o.positional.size() != 1) usage_error("expected one RUN");
-  if (o.csv.empty() && o.json.empty()) usage_error("expected --csv FILE and/or --json FILE");
-  auto id = run_id_arg(db, o.positional[0]);
-  if (!id) throw Fatal(id.error());
+  if (o.positional.empty()) usage_error("expected one or more RUNs");
+  if (o.csv.empty() && o.json.empty() && o.summary_csv.empty())
+    usage_error("expected --csv FILE, --summary-csv FILE and/or --json FILE");
+  if (!o.json.empty() && o.positional.size() != 1)
+    usage_error("--json writes one run: give one RUN (--csv and --summary-csv take several)");
+  std::vector<int64_t> ids;
+  for (const auto& a : o.positional) {
+    auto id = run_id_arg(db, a);
+    if (!id) throw Fatal(id.error());
+    ids.push_back(*id);
+  }
   for (const auto& f : o.csv) {
-    check_or_throw(export_run_csv(db, *id, f));
-    fmt::print("wrote {}\n", f);
+    check_or_throw(export_frames_csv(db, ids, f));
+    fmt::print("wrote {} (frames of {} run(s))\n", f, ids.size());
+  }
+  for (const auto& f : o.summary_csv) {
+    check_or_throw(export_summary_csv(db, ids, f));
+    fmt::print("wrote {} (one row per run, split and stage; {} run(s))\n", f, ids.size());
   }
   for (const auto& f : o.json) {
-    check_or_throw(export_run_json(db, *id, f));
+    check_or_throw(export_run_json(db, ids.front(), f));
     fmt::print("wrote {}\n", f);
   }
   return 0;
 }
-
 
 }  // namespace
 
@@ -356,10 +368,7 @@ int cmd_results(const ResultsOptions& opts) {
   try {
     const std::string& sub = opts.sub;
     Opts o = opts;
-    if (o.db.empty()) {
-      const char* env = std::getenv("TRACR_OUTPUT");
-      o.db = env && *env ? env : "results/tracr.db";
-    }
+    if (o.db.empty()) o.db = default_results_db();
     if (!o.status.empty() && !parse_run_status(o.status))
       usage_error("--status: expected running, completed, failed or interrupted, got '" + o.status + "'");
     if (sub == "list" && !o.positional.empty())
@@ -378,7 +387,7 @@ int cmd_results(const ResultsOptions& opts) {
       }
       auto db = ResultsDb::open(o.db);
       if (!db) {
-        fmt::print(stderr, "tracrctl results: {}\n", db.error().str());
+        fmt::print(stderr, "tracrctl results: {}\n", user_text(db.error()));
         return 1;
       }
       if (sub == "migrate") {
@@ -388,13 +397,13 @@ int cmd_results(const ResultsOptions& opts) {
       try {
         return cmd_rm(*db, o);
       } catch (const Fatal& f) {
-        fmt::print(stderr, "tracrctl results {}: {}\n", sub, f.what());
+        fmt::print(stderr, "tracrctl results {}: {}\n", sub, user_text(f.err));
         return f.err.code == Errc::invalid_argument ? 2 : 1;
       }
     }
     auto db = ResultsDb::open_readonly(o.db);
     if (!db) {
-      fmt::print(stderr, "tracrctl results: {}\n", db.error().str());
+      fmt::print(stderr, "tracrctl results: {}\n", user_text(db.error()));
       return 1;
     }
     try {
@@ -403,11 +412,11 @@ int cmd_results(const ResultsOptions& opts) {
       if (sub == "compare") return cmd_compare(*db, o);
       return cmd_export(*db, o);
     } catch (const Fatal& f) {
-      fmt::print(stderr, "tracrctl results {}: {}\n", sub, f.what());
+      fmt::print(stderr, "tracrctl results {}: {}\n", sub, user_text(f.err));
       return f.err.code == Errc::invalid_argument ? 2 : 1;
     }
   } catch (const Fatal& f) {
-    fmt::print(stderr, "tracrctl results {0}: {1}\nrun 'tracrctl results {0} --help'\n", opts.sub, f.what());
+    fmt::print(stderr, "tracrctl results {0}: {1}\nrun 'tracrctl results {0} --help'\n", opts.sub, user_text(f.err));
     return 2;
   }
 }

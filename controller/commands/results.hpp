@@ -3,7 +3,7 @@
 //   tracrctl results list    [--db PATH] [--limit N]
 //   tracrctl results show    RUN [--db PATH]
 //   tracrctl results compare RUN RUN [--db PATH]
-//   tracrctl results export  RUN (--csv FILE | --json FILE)... [--db PATH]
+//   tracrctl results export  RUN... (--csv FILE | --summary-csv FILE | --json FILE)... [--db PATH]
 //
 // RUN is a run id or `last`. The database is --db, else $TRACR_OUTPUT, else
 // results/tracr.db. Times are printed in milliseconds (median and p95 over
@@ -26,6 +26,7 @@ struct ResultsOptions {
   std::string db;                       // "" = $TRACR_OUTPUT, else results/tracr.db
   std::vector<std::string> positional;  // RUN arguments
   std::vector<std::string> csv, json;   // export
+  std::vector<std::string> summary_csv;  // export: per run x split x stage
   int limit = 0;                        // list
   bool markdown = false;                // schema
   bool wide = false;                    // show: every column of the per-split table

@@ -5,6 +5,7 @@
 // cleanly: participants are told to STOP, the frames they still deliver are
 // written, the run is marked interrupted.
 #include "controller/commands/run.hpp"
+#include "core/user_error.hpp"
 #include "fleet/event_pump.hpp"
 
 #include <signal.h>
@@ -67,14 +68,19 @@ void draw_progress(int64_t done, int64_t total, int split, Clock::time_point t0,
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (total <= 0) return;
   const int64_t pct = done * 100 / total;
+  // Time left at the pace so far (frames of later splits may be slower or faster).
+  const std::string eta = done > 0 && done < total
+                              ? fmt::format(", about {:.0f}s left", secs * static_cast<double>(total - done) /
+                                                                         static_cast<double>(done))
+                              : std::string();
   if (tty) {
     const int width = 30;
     const int fill = static_cast<int>(width * done / total);
-    fmt::print(stderr, "\r  [{}{}] {:>3}%  {}/{} frames  split {:<3} {:.0f}s ", std::string(fill, '#'),
-               std::string(width - fill, '.'), pct, done, total, split, secs);
+    fmt::print(stderr, "\r  [{}{}] {:>3}%  {}/{} frames  split {:<3} {:.0f}s{}   ", std::string(fill, '#'),
+               std::string(width - fill, '.'), pct, done, total, split, secs, eta);
     if (done == total) fmt::print(stderr, "\n");
   } else if (pct / 10 != last_pct / 10 || done == total) {
-    fmt::print(stderr, "  progress: {}/{} frames ({}%), split {}, {:.0f}s\n", done, total, pct, split, secs);
+    fmt::print(stderr, "  progress: {}/{} frames ({}%), split {}, {:.0f}s{}\n", done, total, pct, split, secs, eta);
   }
   last_pct = pct;
 }
@@ -148,7 +154,7 @@ void print_link_comparison(const std::string& db_path, const std::vector<int64_t
 int run_experiment(const RunOptions& ro) {
   auto cfg = load_experiment(ro.experiment, ro.sets);
   if (!cfg) {
-    fmt::print(stderr, "tracrctl run: {}\n", cfg.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(cfg.error()));
     return 2;
   }
   if (!ro.db.empty()) cfg->output = ro.db;
@@ -189,22 +195,22 @@ int run_experiment(const RunOptions& ro) {
 int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_out) {
   ExperimentConfig* cfg = &cfg_value;
   if (auto st = check_experiment_files(*cfg); !st) {
-    fmt::print(stderr, "tracrctl run: {}\n", st.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(st.error()));
     return 2;
   }
   // Model, input shape and split points: before any agent starts or any row is written.
   if (auto n = check_experiment_model(*cfg); !n) {
-    fmt::print(stderr, "tracrctl run: {}\n", n.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(n.error()));
     return 2;
   }
   auto devices = load_experiment_devices(*cfg);
   if (!devices) {
-    fmt::print(stderr, "tracrctl run: {}\n", devices.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(devices.error()));
     return 2;
   }
   const std::string agent_path = ro.agent_path.empty() ? self_dir() + "/tracr-agent" : ro.agent_path;
   if (auto st = check_device_agents(*devices); !st) {
-    fmt::print(stderr, "tracrctl run: {}\n", st.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(st.error()));
     return 2;
   }
   if (access(agent_path.c_str(), X_OK) != 0) {
@@ -213,7 +219,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   }
   auto db = ResultsDb::open(cfg->output);
   if (!db) {
-    fmt::print(stderr, "tracrctl run: {}\n", db.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(db.error()));
     return 1;
   }
   // The link profile: shaping left by a controller that died is removed
@@ -225,7 +231,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   if (!cfg->link.empty()) {
     auto l = resolve_link(*cfg, cfg->link[0]);
     if (!l) {
-      fmt::print(stderr, "tracrctl run: {}\n", l.error().str());
+      fmt::print(stderr, "tracrctl run: {}\n", user_text(l.error()));
       return 2;
     }
     link = *l;
@@ -241,7 +247,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     sctx.agent_delay = cfg->link_delay == "agent";
     auto sh = LinkShaper::apply(devices->server(), plinks, sctx);
     if (!sh) {
-      fmt::print(stderr, "tracrctl run: {}\n", sh.error().str());
+      fmt::print(stderr, "tracrctl run: {}\n", user_text(sh.error()));
       return 2;
     }
     shaper = std::move(*sh);
@@ -260,7 +266,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   info.devices_json = devices->to_json();
   auto run_id = db->begin_run(info);
   if (!run_id) {
-    fmt::print(stderr, "tracrctl run: {}\n", run_id.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(run_id.error()));
     return 1;
   }
   if (run_out) *run_out = *run_id;
@@ -289,7 +295,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   std::vector<uint8_t> secret(32);
   if (auto rb = protocol::random_bytes(secret.data(), secret.size()); !rb) {
     // A predictable session secret would authenticate nothing.
-    fmt::print(stderr, "tracrctl run: cannot draw the session secret: {}\n", rb.error().str());
+    fmt::print(stderr, "tracrctl run: cannot draw the session secret: {}\n", user_text(rb.error()));
     return 1;
   }
   if (detached) {
@@ -299,7 +305,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   const std::string log_dir = (fs::path(cfg->output).parent_path() / "logs").string();
   auto stamp = new_run_stamp();
   if (!stamp) {
-    fmt::print(stderr, "tracrctl run: {}\n", stamp.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(stamp.error()));
     return 1;
   }
   const std::string run_stamp = *stamp;
@@ -644,18 +650,18 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   if (ro.probe_only) {
     fmt::print("\nrun {} completed: link probes read back from {}\n", *run_id, cfg->output);
     if (auto pst = print_probe_table(*db, *run_id); !pst) {
-      fmt::print(stderr, "tracrctl link probe: {}\n", pst.error().str());
+      fmt::print(stderr, "tracrctl link probe: {}\n", user_text(pst.error()));
       return 1;
     }
     return 0;
   }
   fmt::print("\nrun {} completed: per-split table read back from {}\n", *run_id, cfg->output);
   if (auto pst = print_split_table(*db, *run_id, stdout, ro.wide); !pst) {
-    fmt::print(stderr, "tracrctl run: {}\n", pst.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(pst.error()));
     return 1;
   }
   if (auto est = print_energy_table(*db, *run_id); !est) {
-    fmt::print(stderr, "tracrctl run: {}\n", est.error().str());
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(est.error()));
     return 1;
   }
   // After a sweep with layer profiles and a probe: the planner's prediction
@@ -666,7 +672,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
       validate_against(*db, *plan);
       auto id = store_plan(*db, *plan);
       fmt::print("\n{}{}", format_plan(*plan), id ? fmt::format("stored as plan {}\n", *id) : "");
-      if (!id) fmt::print(stderr, "tracrctl run: storing the plan: {}\n", id.error().str());
+      if (!id) fmt::print(stderr, "tracrctl run: storing the plan: {}\n", user_text(id.error()));
     } else {
       fmt::print("\n(no plan: {})\n", plan.error().message);
     }

@@ -4,6 +4,7 @@
 // workers' endpoints, passes the turn between owners, and records every
 // step, epoch, checkpoint and the exported model in SQLite.
 #include "controller/commands/train.hpp"
+#include "core/user_error.hpp"
 
 #include <unistd.h>
 
@@ -170,7 +171,7 @@ Result<ResumePoint> find_resume_point(ResultsDb& db, const std::string& which, c
 int cmd_train(const TrainOptions& ro) {
   auto loaded = load_experiment(ro.experiment, ro.sets);
   if (!loaded) {
-    fmt::print(stderr, "tracrctl train: {}\n", loaded.error().str());
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(loaded.error()));
     return 2;
   }
   ExperimentConfig cfg = *loaded;
@@ -180,27 +181,27 @@ int cmd_train(const TrainOptions& ro) {
     return 0;
   }
   if (auto st = check_experiment_files(cfg); !st) {
-    fmt::print(stderr, "tracrctl train: {}\n", st.error().str());
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(st.error()));
     return 2;
   }
   // Model, input shape and train.cuts against the model's layers, before launching.
   if (auto n = check_experiment_model(cfg); !n) {
-    fmt::print(stderr, "tracrctl train: {}\n", n.error().str());
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(n.error()));
     return 2;
   }
   auto devices = load_experiment_devices(cfg);
   if (!devices) {
-    fmt::print(stderr, "tracrctl train: {}\n", devices.error().str());
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(devices.error()));
     return 2;
   }
   auto layout = plan_training(cfg, *devices);
   if (!layout) {
-    fmt::print(stderr, "tracrctl train: {}\n", layout.error().str());
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(layout.error()));
     return 2;
   }
   const std::string agent_path = ro.agent_path.empty() ? self_dir() + "/tracr-agent" : ro.agent_path;
   if (auto st = check_device_agents(*devices); !st) {
-    fmt::print(stderr, "tracrctl train: {}\n", st.error().str());
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(st.error()));
     return 2;
   }
   if (access(agent_path.c_str(), X_OK) != 0) {
@@ -209,27 +210,27 @@ int cmd_train(const TrainOptions& ro) {
   }
   auto db = ResultsDb::open(cfg.output);
   if (!db) {
-    fmt::print(stderr, "tracrctl train: {}\n", db.error().str());
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(db.error()));
     return 1;
   }
   std::optional<ResumePoint> resume;
   if (!ro.resume.empty()) {
     auto r = find_resume_point(*db, ro.resume, cfg);
     if (!r) {
-      fmt::print(stderr, "tracrctl train: --resume: {}\n", r.error().str());
+      fmt::print(stderr, "tracrctl train: --resume: {}\n", user_text(r.error()));
       return 2;
     }
     resume = *r;
   }
   auto stamp = new_run_stamp();
   if (!stamp) {
-    fmt::print(stderr, "tracrctl train: {}\n", stamp.error().str());
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(stamp.error()));
     return 1;
   }
   const std::string tag = resume ? resume->tag : *stamp;
   std::vector<uint8_t> secret(32);
   if (auto rb = protocol::random_bytes(secret.data(), secret.size()); !rb) {
-    fmt::print(stderr, "tracrctl train: cannot draw the session secret: {}\n", rb.error().str());
+    fmt::print(stderr, "tracrctl train: cannot draw the session secret: {}\n", user_text(rb.error()));
     return 1;
   }
 
@@ -244,7 +245,7 @@ int cmd_train(const TrainOptions& ro) {
   info.devices_json = devices->to_json();
   auto run_id = db->begin_run(info);
   if (!run_id) {
-    fmt::print(stderr, "tracrctl train: {}\n", run_id.error().str());
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(run_id.error()));
     return 1;
   }
   RunRowGuard row(*db, *run_id, "train");
@@ -563,7 +564,7 @@ int cmd_train(const TrainOptions& ro) {
   }
   fmt::print("\nrun {} completed: {} steps\n", *run_id, steps_seen);
   if (auto st = print_train_table(*db, *run_id); !st) {
-    fmt::print(stderr, "tracrctl train: {}\n", st.error().str());
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(st.error()));
     return 1;
   }
   return 0;

@@ -50,7 +50,7 @@ TEST(Cli, EveryCommandAnswersHelpWithItsOwnOptions) {
       {"link probe", {"--db", "--trust-new-hosts", "--agent", "--set"}},
       {"plan", {"--validate", "--no-store", "--objective", "--max-latency-ms", "--max-energy-j", "--link",
                 "--up-mbit", "--down-mbit", "--rtt-ms", "--radio", "--codecs", "--set", "--db"}},
-      {"report", {"-o,--out", "--db", "--chartjs"}},
+      {"report", {"-o,--out", "--figures", "--db"}},
       {"results", {"list", "show", "compare", "export", "rm", "schema", "migrate"}},
       {"results list", {"--model", "--status", "--name", "--limit", "--db"}},
       {"results show", {"RUN", "--db", "--wide"}},
@@ -148,7 +148,7 @@ TEST(Cli, UnknownOptionsAndCommandsNameTheCommand) {
       {"demo --nope", "tracrctl demo: unknown option --nope"},
       {"bench protocol --nope", "tracrctl bench protocol: unknown option --nope"},
       {"report 1 -o x.html --nope", "tracrctl report: unknown option --nope"},
-      {"report 1", "tracrctl report: --out is required"},
+      {"report 1", "tracrctl report: expected -o FILE.html and/or --figures DIR"},
       {"frobnicate", "tracrctl: unknown command 'frobnicate'; expected one of: run, train, link"},
   };
   for (const auto& [args, expect] : cases) {

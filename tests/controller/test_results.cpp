@@ -16,10 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "controller/cli/cli.hpp"
-#include "store/results.hpp"
-#include "controller/commands/results.hpp"
+#include <fmt/format.h>
+
 #include "analysis/tables.hpp"
+#include "controller/cli/cli.hpp"
+#include "controller/commands/results.hpp"
+#include "store/export.hpp"
+#include "store/results.hpp"
 
 namespace tracr::controller {
 using namespace tracr::store;
@@ -684,6 +687,77 @@ TEST_F(ResultsCliTest, ExportCsvHasEveryColumnAndEscapedRows) {
   EXPECT_EQ(r3[col("link_est_mbps")], "0.25");
   EXPECT_EQ(r3[col("flags")], "negative_network");
   EXPECT_EQ(r3[col("ok")], "0");
+}
+
+TEST_F(ResultsCliTest, ExportOfSeveralRunsIsTidyCsvThatPandasReads) {
+  const std::string summary = dir.file("summary.csv"), frames = dir.file("frames.csv");
+  std::string out;
+  ASSERT_EQ(run_cli({"export", std::to_string(run), std::to_string(run2), "--summary-csv", summary, "--csv", frames,
+                     "--db", path},
+                    &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("2 run(s)"), std::string::npos) << out;
+  // --json writes one run: several are a usage error naming the options that take several.
+  EXPECT_EQ(run_cli({"export", std::to_string(run), std::to_string(run2), "--json", dir.file("x.json"), "--db", path},
+                    &out),
+            2);
+  // Debian's python3 with python3-pandas reads both files as they are.
+  const std::string py = "/usr/bin/python3";
+  if (std::system((py + " -c 'import pandas' 2>/dev/null").c_str()) != 0) {
+    if (std::getenv("CI")) FAIL() << "python3-pandas missing: scripts/setup.sh installs it";
+    GTEST_SKIP() << "python3-pandas not installed (apt-get install python3-pandas)";
+  }
+  const std::string script = dir.file("check.py");
+  std::ofstream(script) << std::string(
+      "import sys, pandas as pd\n"
+      "d = pd.read_csv(sys.argv[1])\n"
+      "assert not d.duplicated(['run', 'split', 'stage']).any(), 'one row per run x split x stage'\n"
+      "f = pd.read_csv(sys.argv[2])\n"
+      "print('runs', ' '.join(str(r) for r in sorted(d['run'].unique())))\n"
+      "print('frame_runs', ' '.join(str(r) for r in sorted(f['run_id'].unique())))\n"
+      "t = d[d['stage'] == 'total'].sort_values(['run', 'split'])\n"
+      "for r in t.itertuples():\n"
+      "    print('total', r.run, r.split, r.codec, r.frames, '%.6f' % r.median_ms, '%.6f' % r.p95_ms)\n"
+      "print('stages', ' '.join(sorted(d['stage'].unique())))\n");
+  const std::string res = dir.file("res.txt");
+  ASSERT_EQ(std::system((py + " " + script + " " + summary + " " + frames + " > " + res + " 2>&1").c_str()), 0)
+      << read_all(res);
+  const std::string text = read_all(res);
+  EXPECT_NE(text.find(fmt::format("runs {} {}\n", run, run2)), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("frame_runs {} {}\n", run, run2)), std::string::npos) << text;
+  EXPECT_NE(text.find("head"), std::string::npos) << text;
+  // Every total row equals the run's summary from the database.
+  auto db = ResultsDb::open_readonly(path);
+  ASSERT_TRUE(db.ok());
+  size_t checked = 0;
+  for (int64_t id : {run, run2}) {
+    auto sums = db->split_table(id);
+    ASSERT_TRUE(sums.ok());
+    auto r = db->get_run(id);
+    ASSERT_TRUE(r.ok());
+    for (const auto& s : *sums) {
+      if (!s.stages.count("total_ns")) continue;
+      const std::string line = fmt::format("total {} {} {} {} {:.6f} {:.6f}\n", id, s.split, r->codec, s.frames,
+                                           s.stage("total_ns").median_ns / 1e6, s.stage("total_ns").p95_ns / 1e6);
+      EXPECT_NE(text.find(line), std::string::npos) << line << text;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 3u);
+}
+
+TEST_F(ResultsCliTest, LastMinusNNamesARunByItsPlaceFromTheNewest) {
+  auto db = ResultsDb::open_readonly(path);
+  ASSERT_TRUE(db.ok());
+  EXPECT_EQ(*run_id_arg(*db, "last-0"), run2);
+  EXPECT_EQ(*run_id_arg(*db, "last-1"), run);
+  auto far = run_id_arg(*db, "last-2");
+  ASSERT_FALSE(far.ok());
+  EXPECT_NE(far.error().message.find("holds 2 run(s)"), std::string::npos) << far.error().message;
+  EXPECT_FALSE(run_id_arg(*db, "last-x").ok());
+  std::string out;
+  ASSERT_EQ(run_cli({"compare", "last-1", "last", "--db", path}, &out), 0) << out;
 }
 
 TEST_F(ResultsCliTest, ExportJsonHoldsRunSummariesFramesAndEvents) {

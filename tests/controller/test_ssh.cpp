@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "fleet/ssh.hpp"
 #include "tests/controller/sshd_fixture.hpp"
@@ -131,6 +132,25 @@ TEST_F(SshSessionTest, TrustOnFirstUseAddsHostKeyForLaterConnects) {
   auto r = (*second)->run("echo again");
   ASSERT_TRUE(r.ok()) << r.error().str();
   EXPECT_EQ(r->out, "again\n");
+}
+
+TEST_F(SshSessionTest, TrustOnFirstUseRecordsAHostKeyOnceForTwoDevicesOnOneHostPort) {
+  // Two devices on one host:port connecting at once (a run's server and participant).
+  std::vector<std::thread> th;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 2; ++i)
+    th.emplace_back([&] {
+      if (SshSession::connect(sshd().target(true)).ok()) ++ok;
+    });
+  for (auto& t : th) t.join();
+  ASSERT_EQ(ok.load(), 2);
+  auto again = SshSession::connect(sshd().target(true));
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  const std::string text = slurp(sshd().known_hosts());
+  const std::string host = "[127.0.0.1]:" + std::to_string(sshd().port()) + " ";
+  size_t lines = 0;
+  for (size_t i = 0; (i = text.find(host, i)) != std::string::npos; i += host.size()) ++lines;
+  EXPECT_EQ(lines, 1u) << text;
 }
 
 TEST_F(SshSessionTest, TrustOnFirstUseCreatesMissingKnownHostsFile) {

@@ -1,12 +1,15 @@
-// `tracrctl report` rendered in real headless Chromium (Debian's chromium):
-// the page opens from a file with no network, every chart draws (canvases
-// with ink, counted by the page itself and read back from the DOM Chromium
-// dumps after running its scripts), a screenshot is taken, and energy series
-// carry their source.
+// `tracrctl report` comparing two real runs (two codecs), rendered in real
+// headless Chromium (Debian's chromium): the page opens from a file with no
+// network and no script, every figure is an SVG in the DOM Chromium dumps,
+// with the marks, whiskers and legend entries the data calls for, and a
+// screenshot is taken. `--figures DIR` writes each figure as SVG, PDF
+// (rasterised back with pdftoppm and its ink counted) and CSV (parsed back).
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <regex>
+#include <sstream>
 
 #include "system/system_util.hpp"
 
@@ -28,14 +31,84 @@ std::string attr(const std::string& dom, const std::string& id, const std::strin
   return std::regex_search(dom, m, re2) ? std::string(m[1]) : std::string();
 }
 
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t i = 0; (i = text.find(what, i)) != std::string::npos; i += what.size()) ++n;
+  return n;
+}
+
+// RFC 4180 rows (quoted fields with "" escapes, commas and newlines inside quotes).
+std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
+  std::vector<std::vector<std::string>> rows(1);
+  std::string field;
+  bool quoted = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') field += text[++i];
+      else if (c == '"') quoted = false;
+      else field += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      rows.back().push_back(std::move(field));
+      field.clear();
+    } else if (c == '\r') {
+      continue;
+    } else if (c == '\n') {
+      rows.back().push_back(std::move(field));
+      field.clear();
+      rows.emplace_back();
+    } else {
+      field += c;
+    }
+  }
+  if (rows.back().empty()) rows.pop_back();
+  return rows;
+}
+
+// One <figure> element of the page (from the DOM Chromium dumped).
+std::string figure_of(const std::string& dom, const std::string& id) {
+  const size_t a = dom.find("id=\"fig-" + id + "\"");
+  if (a == std::string::npos) return {};
+  return dom.substr(a, dom.find("</figure>", a) - a);
+}
+
+// Pixels that are not white in a binary PPM (P6, what pdftoppm writes by default).
+long ink_in_ppm(const std::string& ppm) {
+  std::istringstream in(ppm);
+  std::string magic;
+  long w = 0, h = 0, maxv = 0;
+  in >> magic >> w >> h >> maxv;
+  in.get();
+  if (magic != "P6" || w <= 0 || h <= 0) return -1;
+  std::string px((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  long ink = 0;
+  for (size_t i = 0; i + 2 < px.size(); i += 3)
+    if (static_cast<unsigned char>(px[i]) < 240 || static_cast<unsigned char>(px[i + 1]) < 240 ||
+        static_cast<unsigned char>(px[i + 2]) < 240)
+      ++ink;
+  return ink;
+}
+
 }  // namespace
 
-TEST(Report, RendersInHeadlessChromiumWithEveryChartDrawn) {
+TEST(Report, ComparesRunsInSvgFiguresThatChromiumRendersAndExportsAsSvgPdfCsv) {
   const std::string browser = chromium();
   if (browser.empty()) {
     if (std::getenv("CI")) FAIL() << "chromium missing: scripts/setup.sh installs it";
     GTEST_SKIP() << "chromium not installed (apt-get install chromium)";
   }
+  for (const char* tool : {"rsvg-convert", "pdftoppm"})
+    if (sh(std::string("command -v ") + tool).status != 0) {
+      if (std::getenv("CI")) FAIL() << tool << " missing: scripts/setup.sh installs it";
+      GTEST_SKIP() << tool << " not installed (apt-get install librsvg2-bin poppler-utils)";
+    }
   TempDir d;
   const std::string db = (d.path / "r.db").string();
   const std::string devices = d.file(
@@ -44,53 +117,113 @@ TEST(Report, RendersInHeadlessChromiumWithEveryChartDrawn) {
       "  - device_type: SERVER\n    transport: local\n    power_model: {idle_w: 20, busy_w: 120}\n"
       "    connection_params:\n      - host: 127.0.0.1\n        port: 0\n"
       "  - device_type: PARTICIPANT\n    transport: local\n    power_model: {idle_w: 2.5, busy_w: 7.5}\n");
-  std::string y = small_experiment(db, "record:\n  layers: true\nprobe:\n  duration_ms: 300\nenergy:\n  radio: wifi\n"
-                                       "  layer_window_ms: 2\ncommands:\n  - {at_frame: 3, set_split: 13}\n",
-                                   devices);
-  y.replace(y.find("split: all"), 10, "split: [0, 6, 22]");
-  y.replace(y.find("repetitions: 1"), 14, "repetitions: 3");
-  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
-  ASSERT_EQ(r.status, 0) << r.out;
+  // Two runs that differ in their codec; the first changes split by command.
+  for (const char* codec : {"blosc-lz4", "fp16"}) {
+    std::string y = small_experiment(db, std::string("record:\n  layers: true\nprobe:\n  duration_ms: 300\nenergy:\n  radio: wifi\n"
+                                                     "  layer_window_ms: 2\n") +
+                                             (std::string(codec) == "fp16" ? "" : "commands:\n  - {at_frame: 3, set_split: 13}\n"),
+                                     devices);
+    y.replace(y.find("split: all"), 10, "split: [0, 6, 22]");
+    y.replace(y.find("repetitions: 1"), 14, "repetitions: 3");
+    y.replace(y.find("compression: blosc-lz4"), 22, std::string("compression: ") + codec);
+    auto r = sh(tracrctl() + " run " + d.file(std::string("exp-") + codec + ".yaml", y) + " --no-progress");
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
   const std::string page = (d.path / "report.html").string();
-  auto rep = sh(tracrctl() + " report last -o " + page + " --db " + db);
+  const std::string figdir = (d.path / "figs").string();
+  auto rep = sh(tracrctl() + " report 1 2 -o " + page + " --figures " + figdir + " --db " + db);
   ASSERT_EQ(rep.status, 0) << rep.out;
-  std::ifstream in(page);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Self-contained: Chart.js inlined, nothing fetched.
-  EXPECT_NE(text.find("Chart.js v"), std::string::npos);
+  const std::string text = slurp(page);
+  // Self-contained: no script, nothing fetched.
+  EXPECT_EQ(text.find("<script"), std::string::npos);
   EXPECT_EQ(text.find("src=\"http"), std::string::npos);
   EXPECT_EQ(text.find("href=\"http"), std::string::npos);
+  // Inference runs: the settings dump has no train: block.
+  EXPECT_EQ(text.find("\ntrain:"), std::string::npos);
   EXPECT_NE(text.find("[modelled:power_model]"), std::string::npos);
   EXPECT_NE(text.find("[modelled:radio-wifi]"), std::string::npos);
-  EXPECT_NE(text.find("Predicted against measured latency"), std::string::npos);
-  // Chromium runs the page's scripts; the DOM it dumps says what drew.
+
+  // Chromium parses the page; the figures are in the DOM it dumps.
   const std::string flags = " --headless --no-sandbox --disable-gpu --no-first-run --disable-dev-shm-usage "
-                            "--user-data-dir=" + (d.path / "chrome").string() + " --virtual-time-budget=10000 ";
+                            "--user-data-dir=" + (d.path / "chrome").string() + " --virtual-time-budget=5000 ";
   auto dom = sh(browser + flags + "--dump-dom file://" + page + " 2>/dev/null");
   ASSERT_EQ(dom.status, 0) << dom.out.substr(0, 2000);
-  const std::string charts = attr(dom.out, "status", "data-charts");
-  ASSERT_FALSE(charts.empty()) << dom.out.substr(0, 3000);
-  EXPECT_EQ(charts, "5");  // time, bytes, energy, predicted vs measured, timeline
-  EXPECT_EQ(attr(dom.out, "status", "data-drawn"), charts);
-  EXPECT_EQ(attr(dom.out, "status", "data-nonblank"), charts);
-  for (const char* id : {"time1", "bytes1", "energy1", "plan1", "timeline1"}) {
-    const std::string ink = attr(dom.out, id, "data-ink-pixels");
-    ASSERT_FALSE(ink.empty()) << id;
-    EXPECT_GT(std::stol(ink), 1000) << id << " drew nothing";
+  const std::vector<std::string> expected = {"latency", "stages", "bytes", "energy", "plan", "plan_error",
+                                             "timeline_split"};
+  for (const auto& id : expected) {
+    const std::string fig = figure_of(dom.out, id);
+    ASSERT_FALSE(fig.empty()) << id << " missing from the page";
+    EXPECT_NE(fig.find("<svg"), std::string::npos) << id;
+    EXPECT_GT(count(fig, "class=\"mark\""), 0u) << id << " drew no marks";
   }
-  // A screenshot of the page, as a reader would see it.
+  // Latency: one series per run, a point and a p95 whisker per measured split, x named by layer.
+  const std::string lat = figure_of(dom.out, "latency");
+  EXPECT_EQ(count(lat, "class=\"legend-item\""), 2u);
+  EXPECT_NE(lat.find("#1 system"), std::string::npos);
+  EXPECT_NE(lat.find("blosc-lz4"), std::string::npos);  // the runs differ in codec: the legend says so
+  EXPECT_NE(lat.find("fp16"), std::string::npos);
+  EXPECT_NE(lat.find("(input)"), std::string::npos);
+  EXPECT_NE(lat.find("features"), std::string::npos) << "x axis not named by layer";
+  EXPECT_EQ(count(lat, "class=\"whisker\""), count(lat, "class=\"mark\""));
+  // Bytes read in byte units, never as a bare 900,000.
+  const std::string bytes = figure_of(dom.out, "bytes");
+  EXPECT_TRUE(bytes.find(" kB<") != std::string::npos || bytes.find(" MB<") != std::string::npos) << bytes.substr(0, 3000);
+  EXPECT_FALSE(std::regex_search(bytes, std::regex(">[0-9]{1,3},[0-9]{3}")));
+  // Energy series name their source.
+  EXPECT_NE(figure_of(dom.out, "energy").find("[modelled:"), std::string::npos);
+
+  // Stages: the legend lists exactly the stages with time in some run (read back from the figure's CSV).
+  auto stages = parse_csv(slurp(figdir + "/stages.csv"));
+  ASSERT_GT(stages.size(), 1u);
+  ASSERT_EQ(stages[0], (std::vector<std::string>{"run", "split", "layer", "stage", "median_ms", "p95_ms"}));
+  std::map<std::string, bool> occurs;
+  for (size_t i = 1; i < stages.size(); ++i) occurs[stages[i][3]] = occurs[stages[i][3]] || std::stod(stages[i][4]) > 0;
+  const std::string st = figure_of(dom.out, "stages");
+  for (const auto& [stage, yes] : occurs)
+    EXPECT_EQ(st.find("data-name=\"" + stage + "\"") != std::string::npos, yes) << stage;
+  EXPECT_TRUE(occurs["head"] || occurs["server"]);
+
+  // Latency CSV: one row per run and measured split, p95 >= median, runs 1 and 2 both present.
+  auto lc = parse_csv(slurp(figdir + "/latency.csv"));
+  ASSERT_GE(lc.size(), 6u);  // header + run 2's 3 splits + run 1's (its command moves it to split 13)
+  ASSERT_EQ(lc[0][0], "run");
+  std::map<std::string, int> per_run;
+  for (size_t i = 1; i < lc.size(); ++i) {
+    ASSERT_EQ(lc[i].size(), lc[0].size());
+    per_run[lc[i][0]]++;
+    EXPECT_GE(std::stod(lc[i][9]), std::stod(lc[i][8])) << "p95 below the median in row " << i;
+  }
+  EXPECT_GE(per_run["1"], 2);
+  EXPECT_EQ(per_run["2"], 3);
+  // The exported SVG is the page's figure: same number of marks.
+  const std::string lat_svg = slurp(figdir + "/latency.svg");
+  EXPECT_EQ(lat_svg.rfind("<svg", 0), 0u);
+  EXPECT_EQ(count(lat_svg, "class=\"mark\""), count(lat, "class=\"mark\""));
+
+  // Every figure as SVG, PDF and CSV; each PDF rasterised by pdftoppm has ink.
+  for (const auto& id : expected) {
+    for (const char* ext : {".svg", ".pdf", ".csv"})
+      EXPECT_TRUE(std::filesystem::exists(figdir + "/" + id + ext)) << id << ext;
+    EXPECT_EQ(slurp(figdir + "/" + id + ".pdf").rfind("%PDF", 0), 0u) << id;
+    auto ppm = sh("pdftoppm -r 72 -singlefile " + figdir + "/" + id + ".pdf");
+    ASSERT_EQ(ppm.status, 0) << id;
+    EXPECT_GT(ink_in_ppm(ppm.out), 2000) << id << ".pdf renders blank";
+  }
+
+  // A screenshot of the page, as a reader would see it (kept beside the build for a look).
   const std::string shot = (d.path / "report.png").string();
-  auto s = sh("cd " + d.path.string() + " && " + browser + flags + "--window-size=1100,2400 --screenshot=" + shot +
+  auto s = sh("cd " + d.path.string() + " && " + browser + flags + "--window-size=1200,3000 --screenshot=" + shot +
               " file://" + page + " 2>/dev/null");
   EXPECT_EQ(s.status, 0) << s.out;
-  std::ifstream png(shot, std::ios::binary);
-  char sig[8] = {};
-  png.read(sig, 8);
-  EXPECT_EQ(std::string(sig + 1, 3), "PNG");
+  EXPECT_EQ(slurp(shot).substr(1, 3), "PNG");
   EXPECT_GT(std::filesystem::file_size(shot), 20000u);
+  if (const char* keep = std::getenv("TRACR_KEEP_REPORT")) {
+    std::filesystem::copy(d.path, keep, std::filesystem::copy_options::recursive |
+                                            std::filesystem::copy_options::overwrite_existing);
+  }
 }
 
-TEST(Report, UnknownRunAndMissingChartJsAreClearErrors) {
+TEST(Report, UnknownRunMissingOutputAndMissingConverterAreClearErrors) {
   TempDir d;
   const std::string db = (d.path / "r.db").string();
   std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n");
@@ -99,9 +232,11 @@ TEST(Report, UnknownRunAndMissingChartJsAreClearErrors) {
   auto r = sh(tracrctl() + " report 9 -o " + (d.path / "x.html").string() + " --db " + db);
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("9"), std::string::npos) << r.out;
-  auto c = sh(tracrctl() + " report 1 -o " + (d.path / "x.html").string() + " --db " + db + " --chartjs /nonexistent.js");
-  EXPECT_EQ(c.status, 1) << c.out;
-  EXPECT_NE(c.out.find("libjs-chart.js"), std::string::npos) << c.out;
   auto u = sh(tracrctl() + " report 1 --db " + db);
   EXPECT_EQ(u.status, 2) << u.out;
+  EXPECT_NE(u.out.find("--figures"), std::string::npos) << u.out;
+  // No rsvg-convert on the PATH: the error names the package, nothing half-written is claimed.
+  auto c = sh("env PATH=/nonexistent " + tracrctl() + " report 1 --figures " + (d.path / "f").string() + " --db " + db);
+  EXPECT_EQ(c.status, 1) << c.out;
+  EXPECT_NE(c.out.find("librsvg2-bin"), std::string::npos) << c.out;
 }

@@ -1,0 +1,219 @@
+// What a newcomer meets first (issue #20), run as the built tracrctl and the
+// shipped scripts: a devices file named but missing is refused by every
+// command (not replaced by the embedded default), a Python tracr config
+// points to `tracrctl convert`, the reading commands find the database `run`
+// wrote, and the test-bed scripts take their names and ports as options, are
+// safe to run twice and fail loudly when their sshd or namespaces did not come
+// up (a real sshd on 127.0.0.1/127.0.0.2, real namespaces and a veth pair).
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "controller/cli/help_format.hpp"
+#include "fleet/launcher.hpp"
+#include "store/default_db.hpp"
+#include "tests/system/system_util.hpp"
+
+namespace {
+
+using tracr::testing::sh;
+using tracr::testing::TempDir;
+namespace fs = std::filesystem;
+
+const std::string kCtl = tracr::testing::tracrctl();
+const std::string kScripts = std::string(TRACR_SOURCE_DIR) + "/scripts/";
+
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+// A listening TCP socket on 127.0.0.1 at a free port (the port is read back).
+struct Listener {
+  int fd = -1;
+  int port = 0;
+  Listener() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 4) != 0) return;
+    socklen_t n = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+    port = ntohs(a.sin_port);
+  }
+  ~Listener() { close(); }
+  void close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+TEST(FrontDoor, ADevicesFileNamedButMissingIsRefusedByEveryCommand) {
+  TempDir d;
+  const std::string missing = (d.path / "config/devices_confg.yaml").string();
+  for (const std::string& cmd : std::vector<std::string>{"devices check", "devices setup --dry-run", "agents status", "agents deploy"}) {
+    auto r = sh(kCtl + " " + cmd + " --devices " + missing);
+    EXPECT_EQ(r.status, 2) << cmd << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, missing)) << cmd << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "does not exist")) << cmd << "\n" << r.out;
+    EXPECT_FALSE(has(r.out, " ok")) << cmd << " checked the embedded default instead:\n" << r.out;
+  }
+}
+
+TEST(FrontDoor, ErrorsReadAsSentencesWithoutInternalCodes) {
+  TempDir d;
+  const std::string db = (d.path / "none.db").string();
+  const std::regex code(R"((^|[\s:])(not_found|invalid_argument|io|config|remote|internal|timeout|unsupported): )");
+  for (const std::string& cmd :
+       std::vector<std::string>{"results show 999 --db " + db, "results list --db " + db, "report 9 -o " + (d.path / "x.html").string() +
+        " --db " + db, "run " + (d.path / "no_such.yaml").string(), "devices check --devices " + db + ".yaml",
+        "plan 3 --db " + db}) {
+    auto r = sh(kCtl + " " + cmd);
+    EXPECT_NE(r.status, 0) << cmd;
+    EXPECT_FALSE(std::regex_search(r.out, code)) << cmd << " printed an internal code:\n" << r.out;
+    EXPECT_GT(r.out.size(), 20u) << cmd << " said nothing useful:\n" << r.out;
+  }
+}
+
+TEST(FrontDoor, HelpWrapsAtWordsToTheTerminalWidth) {
+  EXPECT_EQ(tracr::controller::wrap_words("one two three four", 9), "one two\nthree\nfour");
+  EXPECT_EQ(tracr::controller::wrap_words("averyveryverylongword x", 5), "averyveryverylongword\nx");
+  EXPECT_EQ(tracr::controller::wrap_words("as it is", 0), "as it is");
+  for (const std::string& cmd : std::vector<std::string>{"--help", "run --help", "plan --help", "report --help",
+                                                          "results export --help", "devices check --help"}) {
+    auto r = sh("COLUMNS=80 " + kCtl + " " + cmd);
+    ASSERT_EQ(r.status, 0) << cmd << "\n" << r.out;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);)
+      EXPECT_LE(line.size(), 80u) << cmd << ": a line wider than the terminal:\n" << line;
+  }
+}
+
+TEST(FrontDoor, APythonTracrConfigPointsToConvert) {
+  TempDir d;
+  const std::string old = d.file("alexnetsplit.yaml",
+                                 "default:\n  device: cpu\n  save_layer_images: false\n"
+                                 "model:\n  model_name: alexnet\n  split_layer: 5\n"
+                                 "dataloader:\n  batch_size: 1\n");
+  auto r = sh(kCtl + " run " + old + " --no-progress");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "default")) << r.out;
+  EXPECT_TRUE(has(r.out, "Python tracr config")) << r.out;
+  EXPECT_TRUE(has(r.out, "tracrctl convert " + old)) << r.out;
+  // The hint is only for a Python config's keys: a typo gets the suggestion alone.
+  auto typo = sh(kCtl + " run " + d.file("typo.yaml", "modle: alexnet\n") + " --no-progress");
+  EXPECT_EQ(typo.status, 2) << typo.out;
+  EXPECT_TRUE(has(typo.out, "did you mean 'model'")) << typo.out;
+  EXPECT_FALSE(has(typo.out, "tracrctl convert")) << typo.out;
+}
+
+// The reading commands' default database: $TRACR_OUTPUT, else results/tracr.db
+// here, else the project's (where the shipped experiments write from any directory).
+TEST(FrontDoor, TheDefaultDatabaseIsTheOneRunWrites) {
+  TempDir d;
+  const fs::path cwd = fs::current_path();
+  fs::current_path(d.path);
+  const char* old_env = std::getenv("TRACR_OUTPUT");
+  const std::string saved = old_env ? old_env : "";
+  ::unsetenv("TRACR_OUTPUT");
+  const fs::path project = fs::path(TRACR_SOURCE_DIR) / "results" / "tracr.db";
+  EXPECT_EQ(tracr::store::default_results_db(), fs::exists(project) ? project.string() : "results/tracr.db");
+  fs::create_directories(d.path / "results");
+  { std::ofstream(d.path / "results" / "tracr.db") << ""; }
+  EXPECT_EQ(tracr::store::default_results_db(), "results/tracr.db");
+  ::setenv("TRACR_OUTPUT", "/x/y.db", 1);
+  EXPECT_EQ(tracr::store::default_results_db(), "/x/y.db");
+  if (saved.empty()) ::unsetenv("TRACR_OUTPUT");
+  else ::setenv("TRACR_OUTPUT", saved.c_str(), 1);
+  fs::current_path(cwd);
+}
+
+// Host keys go to the project's pkeys/known_hosts (as documented), never to
+// a folder above a devices file that lives elsewhere.
+TEST(FrontDoor, KnownHostsAreThePkeysFolderOfTheDevicesFilesProject) {
+  TempDir d;
+  fs::create_directories(d.path / "proj" / "pkeys");
+  fs::create_directories(d.path / "proj" / "config");
+  fs::create_directories(d.path / "proj" / "results" / "ssh_testbed");
+  EXPECT_EQ(tracr::fleet::known_hosts_for((d.path / "proj/config/devices_config.yaml").string()),
+            (d.path / "proj/pkeys/known_hosts").string());
+  EXPECT_EQ(tracr::fleet::known_hosts_for((d.path / "proj/results/ssh_testbed/devices.yaml").string()),
+            (d.path / "proj/pkeys/known_hosts").string());
+  fs::create_directories(d.path / "elsewhere" / "sub");
+  fs::create_directories(d.path / "pkeys");  // a stray pkeys/ with no config/ beside it is no project
+  EXPECT_EQ(tracr::fleet::known_hosts_for((d.path / "elsewhere/sub/devices.yaml").string()),
+            (d.path / "elsewhere/sub/pkeys/known_hosts").string());
+  EXPECT_EQ(tracr::fleet::known_hosts_for((d.path / "elsewhere/devices.yaml").string()),
+            (d.path / "elsewhere/pkeys/known_hosts").string());
+  // A relative devices file resolves against the current directory.
+  const fs::path cwd = fs::current_path();
+  fs::current_path(d.path / "proj");
+  EXPECT_EQ(tracr::fleet::known_hosts_for("config/devices_config.yaml"),
+            (d.path / "proj/pkeys/known_hosts").string());
+  fs::current_path(cwd);
+}
+
+TEST(FrontDoor, SshTestbedFailsLoudlyOnATakenPortAndIsSafeToRunTwice) {
+  if (sh("command -v /usr/sbin/sshd && command -v ssh-keyscan").status != 0) {
+    if (std::getenv("CI")) FAIL() << "openssh-server missing: scripts/setup.sh installs it";
+    GTEST_SKIP() << "sshd not installed";
+  }
+  TempDir d;
+  const std::string dir = (d.path / "tb").string();
+  Listener taken;
+  ASSERT_GT(taken.port, 0);
+  const std::string port = std::to_string(taken.port);
+  auto r = sh("bash " + kScripts + "ssh_testbed.sh up --port " + port + " --dir " + dir);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "FAILED")) << r.out;
+  EXPECT_TRUE(has(r.out, port)) << r.out;
+  EXPECT_FALSE(has(r.out, "devices file")) << "reported success:\n" << r.out;
+  taken.close();
+  auto up = sh("bash " + kScripts + "ssh_testbed.sh up --port " + port + " --dir " + dir);
+  EXPECT_EQ(up.status, 0) << up.out;
+  auto again = sh("bash " + kScripts + "ssh_testbed.sh up --port " + port + " --dir " + dir);
+  EXPECT_EQ(again.status, 0) << again.out;
+  EXPECT_TRUE(has(again.out, "already running")) << again.out;
+  EXPECT_TRUE(fs::exists(dir + "/devices.yaml"));
+  auto bad = sh("bash " + kScripts + "ssh_testbed.sh up --port nope --dir " + dir);
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_EQ(sh("bash " + kScripts + "ssh_testbed.sh down --port " + port + " --dir " + dir).status, 0);
+}
+
+TEST(FrontDoor, NetnsTestbedTakesItsNamesAndIsSafeToRunTwice) {
+  if (::geteuid() != 0 || sh("ip netns list").status != 0) {
+    if (std::getenv("CI")) FAIL() << "needs root and ip netns";
+    GTEST_SKIP() << "needs root (ip netns add)";
+  }
+  TempDir d;
+  const std::string prefix = "trfd" + std::to_string(::getpid() % 100000);
+  const std::string subnet = "10.253." + std::to_string(::getpid() % 250);
+  const std::string opts = " --prefix " + prefix + " --subnet " + subnet;
+  const std::string devices = (d.path / "devices.yaml").string();
+  auto up = sh("bash " + kScripts + "netns_testbed.sh up" + opts + " --devices " + devices);
+  ASSERT_EQ(up.status, 0) << up.out;
+  auto again = sh("bash " + kScripts + "netns_testbed.sh up" + opts);
+  EXPECT_EQ(again.status, 0) << again.out;
+  EXPECT_TRUE(has(again.out, "already up")) << again.out;
+  // The namespaces hold their addresses and reach each other over the veth.
+  EXPECT_TRUE(has(sh("ip -n " + prefix + "-edge -br addr").out, subnet + ".2/24"));
+  auto reach = sh("ip netns exec " + prefix + "-srv bash -c '</dev/tcp/" + subnet + ".2/9' 2>&1");
+  EXPECT_TRUE(has(reach.out, "refused")) << "no reply from the edge namespace: " << reach.out;
+  std::ifstream in(devices);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(has(text, "netns: " + prefix + "-srv")) << text;
+  EXPECT_TRUE(has(text, "host: " + subnet + ".1")) << text;
+  EXPECT_EQ(sh("bash " + kScripts + "netns_testbed.sh down" + opts).status, 0);
+  EXPECT_EQ(sh("bash " + kScripts + "netns_testbed.sh status" + opts).status, 1);
+  EXPECT_EQ(sh("bash " + kScripts + "netns_testbed.sh up --prefix 'bad name'").status, 2);
+}
+
+}  // namespace
