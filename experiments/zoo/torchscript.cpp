@@ -22,6 +22,7 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/frozen_conv_add_relu_fusion.h>
 #include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
@@ -300,7 +301,9 @@ std::pair<std::string, std::string> module_of(tj::Node* n) {
   if (!cs) return {path, type};
   for (const auto& e : (*cs)->vec()) {
     const auto& mi = std::get<tj::kModuleInstanceInfo>(e);
-    if (!mi) continue;
+    // "SELF": a module calling one of its own methods (scripted Conv2d's
+    // forward -> _conv_forward); the module path does not change.
+    if (!mi || mi->instance_name() == "SELF") continue;
     path += (path.empty() ? "" : ".") + mi->instance_name();
     auto ct = mi->class_type();
     type = ct && ct->name() ? ct->name()->name() : std::string("Module");
@@ -374,6 +377,9 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
     tj::Module frozen = tj::freeze_module(root);
     eng->graph = frozen.get_method("forward").graph()->copy();
     tj::Inline(*eng->graph);
+    // A scripted module keeps branches on frozen attributes (Dropout's
+    // `if p < 0 or p > 1: raise`): folding them leaves the ops that run (#23).
+    tj::ConstantPropagation(eng->graph);
   } catch (const std::exception& ex) {
     return make_error(Errc::invalid_argument,
                       path + ": cannot freeze the module (" + error_line(ex) + ")");

@@ -865,9 +865,13 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "dataset.std",
                         "output",
                         "devices",
-                        "seed"})
+                        "seed",
+                        "granularity",
+                        "optimize",
+                        "dataset.resize_size",
+                        "dataset.interpolation"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 64u);
+  EXPECT_EQ(names.size(), 66u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());
