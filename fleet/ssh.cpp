@@ -871,11 +871,13 @@ Result<int> RemoteProcess::stop(int grace_ms) {
     return make_error(Errc::peer_closed, fmt::format("connection to {} lost while stopping `{}`; it exits when "
                                                      "its stdin closes",
                                                      c.who, short_cmd(p.cmd)));
-  // Each remote step is bounded by the grace too (at least 1 s): on a
-  // connection that went silent (a partition; TCP has not noticed yet)
-  // opening a channel to signal would otherwise wait the session timeout per
-  // signal, and that connection is given up after the first attempt.
-  const int step = std::min(c.target.timeout_ms, std::max(grace_ms, 1000));
+  // Each remote step is bounded by the grace too (at least 5 s: the kill
+  // runs in a login shell, whose start-up files alone can take a second on a
+  // loaded device): on a connection that went silent (a partition; TCP has
+  // not noticed yet) opening a channel to signal would otherwise wait the
+  // session timeout per signal, and that connection is given up after the
+  // first attempt.
+  const int step = std::min(c.target.timeout_ms, std::max(grace_ms, 5000));
   for (const char* sig : {"TERM", "KILL"}) {
     if (!kill_remote(c, p, sig, step)) {
       set_session_timeout(c.s, step);

@@ -175,7 +175,18 @@ Client::~Client() { close(); }
 
 Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::string& endpoint,
                                                 ChannelOptions opt) {
-  std::unique_ptr<Client> c(new Client(ctx, std::move(opt)));
+  const auto deadline = Clock::now() + std::chrono::milliseconds(opt.handshake_timeout_ms);
+  for (int attempt = 1;; ++attempt) {
+    bool evicted = false;
+    auto c = connect_once(ctx, endpoint, opt, deadline, &evicted);
+    if (c || !evicted || attempt == 3 || Clock::now() >= deadline) return c;
+  }
+}
+
+Result<std::unique_ptr<Client>> Client::connect_once(zmq::context_t& ctx, const std::string& endpoint,
+                                                     const ChannelOptions& opt, Clock::time_point deadline,
+                                                     bool* evicted) {
+  std::unique_ptr<Client> c(new Client(ctx, opt));
   try {
     c->sock_.connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -194,7 +205,6 @@ Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::
     s.emplace_back(hmac.data(), hmac.size());
     return send_segment(c->sock_, nullptr, std::move(s));
   }));
-  const auto deadline = Clock::now() + std::chrono::milliseconds(c->opt_.handshake_timeout_ms);
   auto welcome = c->recv_welcome(*hk, hmac.data(), deadline);
   if (!welcome) {
     if (welcome.error().code == Errc::timeout)
@@ -218,6 +228,10 @@ Result<std::unique_ptr<Client>> Client::connect(zmq::context_t& ctx, const std::
   hb.type = MsgType::heartbeat;
   TRACR_TRY(c->writer_.write(hb, {}, c->opt_.send, sink));
   auto ack = c->recv(remaining_ms(deadline));
+  // The server no longer holds this half-open session (its plain ERROR).
+  if (!ack && ack.error().code == Errc::remote &&
+      ack.error().message.find(std::string(errc_name(Errc::wrong_session)) + ":") != std::string::npos)
+    *evicted = true;
   if (!ack || ack->header.type != MsgType::heartbeat)
     return make_error(Errc::handshake_failed,
                       "key confirmation with " + endpoint + " failed: " +

@@ -76,6 +76,10 @@ class Client {
   // Connects and completes the handshake (HELLO, WELCOME, then an encrypted
   // HEARTBEAT each way as key confirmation). Errors: timeout when no server
   // answers, handshake_failed when the ends disagree or the keys differ.
+  // A server that ended the half-open session before its key confirmation
+  // arrived (evicted to make room, PROTOCOL.md section 6.3) answers it with
+  // wrong_session: connect starts over with a fresh HELLO on a new socket,
+  // at most three times, all within handshake_timeout_ms.
   static Result<std::unique_ptr<Client>> connect(zmq::context_t& ctx, const std::string& endpoint,
                                                  ChannelOptions opt);
   ~Client();
@@ -102,6 +106,9 @@ class Client {
   void close();
 
  private:
+  static Result<std::unique_ptr<Client>> connect_once(zmq::context_t& ctx, const std::string& endpoint,
+                                                      const ChannelOptions& opt, std::chrono::steady_clock::time_point deadline,
+                                                      bool* evicted);
   Client(zmq::context_t& ctx, ChannelOptions opt);
   // The answer to HELLO: a WELCOME whose MAC verifies, or the server's ERROR.
   Result<Frame> recv_welcome(const HelloKeys& hk, const uint8_t* hello_mac,

@@ -34,6 +34,7 @@
 #include "fleet/launcher.hpp"
 #include "controller/session/agent_config.hpp"
 #include "controller/session/model_check.hpp"
+#include "controller/session/liveness.hpp"
 #include "controller/session/run_row.hpp"
 #include "fleet/process.hpp"
 #include "store/recorder.hpp"
@@ -363,14 +364,14 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   const auto t0 = Clock::now();
   std::string server_endpoint;
   EventPump pump(agents);
-  std::map<size_t, Clock::time_point> last_seen;
+  AgentLiveness liveness(cfg->heartbeat_timeout_ms);
   std::map<size_t, bool> finished;
   std::map<size_t, bool> lost;  // silent past heartbeat_timeout_ms
   bool stopping = false;  // STOP sent after a signal: wait for the participants' last frames
 
   auto handle = [&](const Event& e) {
     AgentConn& a = *agents[e.agent];
-    last_seen[e.agent] = Clock::now();
+    liveness.heard(e.agent);
     if (e.closed) {
       if (!finished[e.agent]) {
         const std::string why = fmt::format("{} agent on {} exited unexpectedly ({}); log tail:\n{}", a.role(),
@@ -524,14 +525,11 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
       }
       if (!stopping) schedule(first_participant);
       for (size_t i = 0; i < agents.size(); ++i)
-        if (!finished[i] && !lost[i] && last_seen.count(i) &&
-            Clock::now() - last_seen[i] > std::chrono::milliseconds(cfg->heartbeat_timeout_ms)) {
-          lost[i] = true;
-          fail(fmt::format("{} agent on {} lost: no control line (it sends a heartbeat every second) for {} ms "
-                           "(heartbeat_timeout_ms); the agent or its connection is gone, and the agent stops by itself "
-                           "once it has not heard from tracrctl for as long",
-                           agents[i]->role(), agents[i]->device().name, cfg->heartbeat_timeout_ms));
-        }
+        if (!finished[i] && !lost[i])
+          if (auto why = liveness.lost(i, agents[i]->role(), agents[i]->device().name)) {
+            lost[i] = true;
+            fail(*why);
+          }
     }
     // Lines already read are still recorded.
     while (auto e = pump.pop(0)) handle(*e);
@@ -555,7 +553,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   }
   if (failure.empty() && !ro.in_process && !detached) {
     pump.start();
-    last_seen[0] = Clock::now();
+    liveness.launched(0);
     wait_until([&] { return !server_endpoint.empty() || g_signal_now(); }, 600000, agents.size());
   }
   // Then every PARTICIPANT.
@@ -597,7 +595,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   }
   if (failure.empty()) {
     pump.start();
-    for (size_t i = 0; i < agents.size(); ++i) last_seen[i] = Clock::now();
+    for (size_t i = 0; i < agents.size(); ++i) liveness.launched(i);
     wait_until(
         [&] {
           for (size_t i = first_participant; i < agents.size(); ++i)

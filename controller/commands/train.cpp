@@ -22,6 +22,7 @@
 #include "fleet/event_pump.hpp"
 #include "fleet/launcher.hpp"
 #include "controller/session/model_check.hpp"
+#include "controller/session/liveness.hpp"
 #include "controller/session/run_row.hpp"
 #include "fleet/process.hpp"
 #include "store/recorder.hpp"
@@ -325,7 +326,8 @@ int cmd_train(const TrainOptions& ro) {
   };
 
   EventPump pump(agents);
-  std::map<size_t, Clock::time_point> last_seen;
+  AgentLiveness liveness(cfg.heartbeat_timeout_ms);
+  std::map<size_t, bool> lost;
   std::map<size_t, bool> finished;
   std::map<size_t, std::string> endpoints;  // worker agents' data endpoints
   std::vector<size_t> owner_agents;
@@ -373,7 +375,7 @@ int cmd_train(const TrainOptions& ro) {
 
   auto handle = [&](const Event& e) {
     AgentConn& a = *agents[e.agent];
-    last_seen[e.agent] = Clock::now();
+    liveness.heard(e.agent);
     if (e.closed) {
       if (!finished[e.agent])
         fail(fmt::format("{} agent on {} exited unexpectedly ({}); log tail:\n{}", a.role(), a.device().name,
@@ -485,10 +487,11 @@ int cmd_train(const TrainOptions& ro) {
       if (auto e = pump.pop(100)) handle(*e);
       rec.maybe_flush();
       for (size_t i = 0; i < agents.size(); ++i)
-        if (!finished[i] && last_seen.count(i) &&
-            Clock::now() - last_seen[i] > std::chrono::milliseconds(cfg.heartbeat_timeout_ms))
-          fail(fmt::format("{} agent on {} lost: no heartbeat for {} ms (heartbeat_timeout_ms)", agents[i]->role(),
-                           agents[i]->device().name, cfg.heartbeat_timeout_ms));
+        if (!finished[i] && !lost[i])
+          if (auto why = liveness.lost(i, agents[i]->role(), agents[i]->device().name)) {
+            lost[i] = true;
+            fail(*why);
+          }
     }
     while (auto e = pump.pop(0)) handle(*e);
   };
@@ -504,7 +507,7 @@ int cmd_train(const TrainOptions& ro) {
   }
   if (failure.empty() && !agents.empty()) {
     pump.start();
-    for (size_t i = 0; i < agents.size(); ++i) last_seen[i] = Clock::now();
+    for (size_t i = 0; i < agents.size(); ++i) liveness.launched(i);
     wait_until([&] { return endpoints.size() == agents.size() || SignalCatcher::signal(); }, 600000);
   }
   if (failure.empty() && !SignalCatcher::signal()) {
@@ -530,7 +533,7 @@ int cmd_train(const TrainOptions& ro) {
   }
   if (failure.empty()) {
     pump.start();
-    for (size_t i = 0; i < agents.size(); ++i) last_seen[i] = Clock::now();
+    for (size_t i = 0; i < agents.size(); ++i) liveness.launched(i);
     wait_until(
         [&] {
           for (size_t i : owner_agents)

@@ -168,7 +168,10 @@ class Sshd {
     t.key_path = user_key();
     t.known_hosts_path = known_hosts();
     t.trust_on_first_use = tofu;
-    t.timeout_ms = 5000;
+    // Generous: each command starts the login shell, which can be slow (a
+    // .bashrc that runs `pyenv init` costs 0.6 s here), and under ctest -j2
+    // on 2 loaded cores four sessions at once have taken more than 5 s.
+    t.timeout_ms = 30000;
     return t;
   }
   // Adds the server's current host key to known_hosts.
@@ -271,7 +274,10 @@ class Sshd {
         error_ = "sshd exited at start-up: " + log();
         return false;
       }
-      if (port_accepts(port_, addr_)) return true;
+      // Its own "Server listening" line, not just a port that accepts: under
+      // ctest -j another test's sshd may have taken the port this one chose
+      // (this one then fails to bind, exits, and start_with_retries picks another).
+      if (log().find("Server listening on") != std::string::npos && port_accepts(port_, addr_)) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     stop();

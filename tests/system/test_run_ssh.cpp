@@ -59,7 +59,7 @@ struct SshNetnsHost {
     const std::string id = std::to_string(getpid() % 100000);
     addr = subnet_prefix + std::to_string(getpid() % 250) + ".";
     host_if = "vm" + id;
-    for (const std::string c : {"ip link add " + host_if + " type veth peer name vn" + id,
+    for (const std::string& c : {"ip link add " + host_if + " type veth peer name vn" + id,
                                 "ip link set vn" + id + " netns " + net.b, "ip addr add " + addr + "1/24 dev " + host_if,
                                 "ip -n " + net.b + " addr add " + addr + "2/24 dev vn" + id,
                                 "ip link set " + host_if + " up", "ip -n " + net.b + " link set vn" + id + " up"})

@@ -1,0 +1,35 @@
+// When run and train declare an agent lost (#24): an agent's heartbeat
+// clock starts at its first control line. Before that line the agent is
+// still starting (a CPU-limited device loading LibTorch takes seconds), and
+// the start-up limit applies instead: the larger of heartbeat_timeout_ms and
+// kStartLimitMs from its launch.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace tracr::controller {
+
+inline constexpr int kStartLimitMs = 120000;
+
+class AgentLiveness {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit AgentLiveness(int heartbeat_timeout_ms) : heartbeat_timeout_ms_(heartbeat_timeout_ms) {}
+  // The agent's launch (a later call for the same agent keeps the first).
+  void launched(size_t agent, Clock::time_point at = Clock::now());
+  // A control line arrived from it.
+  void heard(size_t agent, Clock::time_point at = Clock::now());
+  // Why the agent counts as lost at `now` (its role and device name the
+  // message), or nullopt while it is alive or was never launched.
+  std::optional<std::string> lost(size_t agent, const std::string& role, const std::string& device,
+                                  Clock::time_point now = Clock::now()) const;
+
+ private:
+  int heartbeat_timeout_ms_;
+  std::map<size_t, Clock::time_point> launched_, heard_;
+};
+
+}  // namespace tracr::controller
