@@ -2,6 +2,7 @@
 // can make a Server spend, and what legitimate participants still get.
 #include <sys/mman.h>
 
+#include <chrono>
 #include <atomic>
 #include <thread>
 
@@ -478,25 +479,30 @@ TEST(Hostile, PartialFrameOfAPeerThatLeftIsFreed) {
 }
 
 // The same, with a session that is evicted (idle) long before the frame
-// would time out: the frame goes with it.
+// would time out: the frame goes with it. The idle limit leaves room for
+// building the 16 MiB frame (about 1 s under ASan on a loaded machine: with
+// 500 ms the session was evicted before its first segment arrived).
 TEST(Hostile, PartialFrameIsFreedWhenItsSessionIsEvicted) {
   zmq::context_t ctx;
   ChannelOptions o = hostile_options(false);
-  o.session_idle_ms = 500;
+  o.session_idle_ms = 4000;
   o.partial_frame_timeout_ms = 600000;
   auto srv = bind_local(ctx, o);
   auto c = connect_served(ctx, *srv, hostile_options(false));
   ASSERT_TRUE(c);
+  const auto built_from = std::chrono::steady_clock::now();
   auto segs = big_frame(c->session(), 3, 16 * kMiB, kMiB);
+  const auto build_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - built_from).count();
   segs.pop_back();
   for (auto& s : segs) ASSERT_TRUE(c->send_raw(std::move(s)).ok());
   uint64_t held = 0;
-  for (int i = 0; i < 200 && held < 16 * kMiB; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (held < 16 * kMiB && std::chrono::steady_clock::now() < deadline) {
     (void)srv->recv(20);
     held = srv->partial_frame_bytes();
   }
-  EXPECT_EQ(held, 16 * kMiB);
-  for (int i = 0; i < 400 && srv->peers() > 0; ++i) (void)srv->recv(20);
+  EXPECT_EQ(held, 16 * kMiB) << "building the frame took " << build_ms << " ms against an idle limit of 4000 ms";
+  while (srv->peers() > 0 && std::chrono::steady_clock::now() < deadline) (void)srv->recv(20);
   EXPECT_EQ(srv->peers(), 0u);
   EXPECT_EQ(srv->partial_frame_bytes(), 0u);
 }
