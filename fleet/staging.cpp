@@ -27,6 +27,10 @@ const std::string kTorchscript = "torchscript:";
 Result<std::string> cached_file_hash(const std::string& path, uint64_t* size) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return make_error(Errc::not_found, fmt::format("{} does not exist", path));
+  if (!S_ISREG(st.st_mode))
+    return make_error(Errc::io, fmt::format("{} is not a regular file (a device, FIFO or socket): it cannot be "
+                                            "hashed or staged",
+                                            path));
   *size = static_cast<uint64_t>(st.st_size);
   using Key = std::tuple<std::string, uint64_t, int64_t, int64_t>;
   static std::mutex mu;

@@ -417,6 +417,7 @@ Status Server::handle_hello(const std::string& peer, Segment& seg, uint64_t prov
   p->last_seen = Clock::now();
   drop_peer(peers_.find(peer));  // a HELLO on a known routing id restarts its session
   peers_[peer] = std::move(p);
+  peer_count_ = peers_.size();
   return {};
 }
 
@@ -594,6 +595,7 @@ void Server::drop_peer(std::map<std::string, std::unique_ptr<Peer>>::iterator it
   rejected_closed_ += it->second->reader.rejected();
   rejected_closed_ += it->second->refused;
   peers_.erase(it);
+  peer_count_ = peers_.size();
 }
 
 std::chrono::milliseconds Server::sweep_interval() const {

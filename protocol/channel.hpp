@@ -148,7 +148,9 @@ class Server {
                    const Meta& meta = {}, FrameStats* stats = nullptr);
   Status send_error(const std::string& peer, const Error& err, int32_t split = -1);
   const std::string& last_error_peer() const { return last_error_peer_; }
-  size_t peers() const { return peers_.size(); }
+  // Sessions held now; safe to read from any thread (tests and monitors
+  // read it while the serving thread inserts and drops).
+  size_t peers() const { return peer_count_.load(std::memory_order_relaxed); }
   RejectCounters rejected() const;
   // One session's rejections by kind; nullopt when `peer` has no session
   // (peers without one are counted in rejected() only: a stranger costs no
@@ -203,6 +205,7 @@ class Server {
   zmq::socket_t sock_;
   std::string endpoint_;
   std::map<std::string, std::unique_ptr<Peer>> peers_;
+  std::atomic<size_t> peer_count_{0};  // peers_.size(), for peers() from other threads
   std::deque<Result<Incoming>> ready_;
   std::string last_error_peer_;
   RejectCounters rejected_closed_;  // counters of peers that were replaced

@@ -452,6 +452,29 @@ const std::vector<std::string> kDeviceKeys = {"device_type", "connection_params"
                                               "work_dir",    "power_model",       "link_profile", "netns",
                                               "cpu_quota",   "cpu_cores",         "device",       "threads",
                                               "agent",       "paths"};
+// Host and user names reach libssh and remote shells: only the characters
+// they can hold (#24: spaces, ';', '$(' and non-ASCII passed through and
+// failed after the run row with "unknown libssh error").
+constexpr std::string_view kHostChars =
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:_";
+constexpr std::string_view kUserChars =
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_";
+// "" when every character is allowed and the first is not '-'; else what is wrong.
+std::string bad_name_char(const std::string& v, std::string_view allowed) {
+  if (!v.empty() && v[0] == '-') return "it starts with '-', which ssh would read as an option";
+  for (const unsigned char ch : v)
+    if (allowed.find(static_cast<char>(ch)) == std::string_view::npos)
+      return ch >= 0x20 && ch < 0x7f ? fmt::format("'{}' is not allowed", static_cast<char>(ch))
+                                      : fmt::format("byte 0x{:02X} is not allowed", ch);
+  return {};
+}
+// The value with control and non-ASCII bytes written as \xNN (never sent raw to a terminal).
+std::string printable(const std::string& v) {
+  std::string out;
+  for (const unsigned char ch : v) out += ch >= 0x20 && ch < 0x7f ? std::string(1, static_cast<char>(ch)) : fmt::format("\\x{:02X}", ch);
+  return out;
+}
+
 const std::vector<std::string> kConnKeys = {"host", "user", "pkey_fp", "port", "ssh_port", "default"};
 
 bool valid_name(const std::string& s) {
@@ -483,6 +506,11 @@ Result<ConnectionParams> parse_connection(const Ctx& c, const YAML::Node& n, con
           pos_of(c, n["host"]), key + ".host",
           fmt::format("placeholder '{}' was not replaced: expected the device's IP address or host name",
                       *h));
+    if (auto bad = bad_name_char(*h, kHostChars); !bad.empty())
+      return err_at(pos_of(c, n["host"]), key + ".host",
+                    fmt::format("'{}' is not a host name or IP address ({}); expected letters, digits, '.', '-', "
+                                "':' (IPv6) and '_', not starting with '-'",
+                                printable(*h), bad));
     cp.host = *h;
   } else if (ssh) {
     TRACR_TRY(need("host"));
@@ -495,6 +523,11 @@ Result<ConnectionParams> parse_connection(const Ctx& c, const YAML::Node& n, con
     if (is_placeholder(*u))
       return err_at(pos_of(c, n["user"]), key + ".user",
                     fmt::format("placeholder '{}' was not replaced: expected the SSH user name", *u));
+    if (auto bad = bad_name_char(*u, kUserChars); !bad.empty())
+      return err_at(pos_of(c, n["user"]), key + ".user",
+                    fmt::format("'{}' is not an SSH user name ({}); expected letters, digits, '.', '-' and '_', "
+                                "not starting with '-'",
+                                printable(*u), bad));
     cp.user = *u;
   } else if (ssh) {
     TRACR_TRY(need("user"));
@@ -1346,7 +1379,8 @@ std::vector<Setting> build_settings() {
   t.push_back(int_setting(
       "heartbeat_timeout_ms", "int 2000..3600000", "5000",
       "Both ends of each agent's control channel send a HEARTBEAT line every second. The controller declares an "
-      "agent lost after this long without a line from it; an agent that hears nothing from the controller for this "
+      "agent lost after this long without a line from it (counted from its first line: before it, the agent is still "
+      "starting, and the larger of this and 120 s applies); an agent that hears nothing from the controller for this "
       "long stops as if its stdin had closed (a network partition leaves a remote agent's stdin open) and exits, at "
       "once if still running this long after.",
       2000, 3600000, [](ExperimentConfig& c, int64_t v) { c.heartbeat_timeout_ms = static_cast<int>(v); },
@@ -1996,6 +2030,12 @@ Status check_experiment_files(const ExperimentConfig& cfg) {
       return make_error(
           Errc::io, fmt::format("{}: {}: '{}' is {}; expected a {}", cfg.pos_of(setting).str(), setting, path,
                                 dir ? "a file" : "a directory", dir ? "directory" : "file"));
+    // A device, FIFO or socket would be hashed and staged forever (#24:
+    // weights: /dev/zero read 188 GB before anyone could stop it).
+    if (!dir && !fs::is_regular_file(p, ec))
+      return make_error(Errc::io, fmt::format("{}: {}: '{}' is not a regular file (a device, FIFO or socket); "
+                                              "expected a file",
+                                              cfg.pos_of(setting).str(), setting, path));
     return {};
   };
   if (cfg.model.rfind("torchscript:", 0) == 0) TRACR_TRY(need("model", cfg.model.substr(12), false));

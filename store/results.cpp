@@ -544,6 +544,31 @@ Result<ResultsDb> ResultsDb::open_readonly(const std::string& path) {
   db.read_only_ = true;
   if (rc != SQLITE_OK) return db_error(raw, path, "open read-only");
   sqlite3_busy_timeout(raw, 5000);
+  {
+    // A WAL database on read-only media (a CD, a read-only mount, a
+    // directory this user cannot write) cannot create its -shm file and
+    // fails "unable to open database file" (#24). Nothing can be writing
+    // to it there: read it as immutable.
+    bool cantopen = false;
+    {
+      Stmt probe(raw, "SELECT COUNT(*) FROM sqlite_master");
+      cantopen = !probe.prepared() && sqlite3_errcode(raw) == SQLITE_CANTOPEN;
+    }
+    if (cantopen) {
+      std::string uri = "file:";
+      for (const unsigned char c : fs::absolute(path, ec).string()) {
+        if (c == '?' || c == '#' || c == '%' || c < 0x20 || c >= 0x7f) uri += fmt::format("%{:02X}", c);
+        else uri += static_cast<char>(c);
+      }
+      uri += "?immutable=1";
+      db.db_.reset();
+      raw = nullptr;
+      const int irc = sqlite3_open_v2(uri.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+      db.db_.reset(raw);
+      if (irc != SQLITE_OK) return db_error(raw, path, "open read-only (immutable)");
+      db.immutable_ = true;
+    }
+  }
   int version = 0;
   {
     Stmt q(raw, "SELECT COALESCE(MAX(version), 0) FROM schema_migrations");
@@ -567,7 +592,7 @@ Result<ResultsDb> ResultsDb::open_readonly(const std::string& path) {
   // read-write open records it); nothing is written here.
   auto dead = db.find_dead_runs();
   if (!dead) return dead.error();
-  for (auto& [id, why] : *dead) db.dead_[id] = why;
+  for (auto& d : *dead) db.dead_[d.id] = d;
   return db;
 }
 
@@ -594,6 +619,7 @@ Result<ResultsDb> ResultsDb::open_impl(const std::string& path, int version, boo
   }
   if (fs::is_directory(path, ec))
     return make_error(Errc::io, fmt::format("{}: is a directory; expected a database file", path));
+  const bool existing = fs::is_regular_file(path, ec) && fs::file_size(path, ec) > 0;
   sqlite3* raw = nullptr;
   const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   ResultsDb db;
@@ -609,9 +635,31 @@ Result<ResultsDb> ResultsDb::open_impl(const std::string& path, int version, boo
     if (q.step() != SQLITE_ROW) return db_error(raw, path, "enable WAL");
   }
   TRACR_TRY(exec(raw, path, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;", "pragmas"));
+  // Nothing is added to a damaged database (#24: a run appended to one with
+  // corrupted pages and exited 0, and then `results list` failed).
+  if (existing) TRACR_TRY(db.check_integrity());
   TRACR_TRY(db.migrate(version));
   if (sweep) TRACR_TRY(db.sweep_interrupted());
   return db;
+}
+
+Status ResultsDb::check_integrity() {
+  sqlite3* raw = db_.get();
+  Stmt q(raw, "PRAGMA quick_check(5)");
+  if (!q.prepared()) return db_error(raw, path_, "check integrity");
+  std::string problems;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    const std::string line = q.text(0);
+    if (line == "ok") return {};
+    problems += (problems.empty() ? "" : "; ") + line;
+  }
+  if (rc != SQLITE_DONE) return db_error(raw, path_, "check integrity");
+  return make_error(Errc::config,
+                    fmt::format("{}: the database is damaged (PRAGMA quick_check: {}); nothing was written to it. "
+                                "Write to another file (output:), and recover what it holds with "
+                                "`sqlite3 {} .recover | sqlite3 recovered.db`",
+                                path_, problems, path_));
 }
 
 Result<int> ResultsDb::schema_version() {
@@ -653,10 +701,10 @@ Status ResultsDb::migrate(int target) {
   return {};
 }
 
-Result<std::vector<std::pair<int64_t, std::string>>> ResultsDb::find_dead_runs() {
+Result<std::vector<ResultsDb::DeadRun>> ResultsDb::find_dead_runs() {
   sqlite3* db = db_.get();
   const std::string host = host_name();
-  std::vector<std::pair<int64_t, std::string>> dead;
+  std::vector<DeadRun> dead;
   Stmt q(db,
          "SELECT id, controller_host, controller_pid, COALESCE(controller_start, 0) FROM runs "
          "WHERE status = 'running'");
@@ -671,8 +719,9 @@ Result<std::vector<std::pair<int64_t, std::string>>> ResultsDb::find_dead_runs()
       std::ifstream note(failure_note_path(path_, q.i64(0)));
       std::string cause((std::istreambuf_iterator<char>(note)), std::istreambuf_iterator<char>());
       while (!cause.empty() && (cause.back() == '\n' || cause.back() == ' ')) cause.pop_back();
+      // It failed (and exited 1 saying so) rather than being interrupted.
       if (!cause.empty()) why += ": " + cause;
-      dead.emplace_back(q.i64(0), why);
+      dead.push_back({q.i64(0), why, !cause.empty()});
     }
   }
   if (rc != SQLITE_DONE) return db_error(db, path_, "find running runs");
@@ -684,24 +733,24 @@ Status ResultsDb::sweep_interrupted() {
   auto found = find_dead_runs();
   if (!found) return found.error();
   const auto& dead = *found;
-  for (const auto& [id, why] : dead) {
+  for (const auto& [id, why, failed] : dead) {
     {
       Transaction tx(db, path_);
       TRACR_TRY(tx.begin());
       Stmt u(db,
-             "UPDATE runs SET status = 'interrupted', ended_at = ?, error = ? "
+             "UPDATE runs SET status = ?, ended_at = ?, error = ? "
              "WHERE id = ? AND status = 'running'");
-      u.bind(1, std::string_view(utc_now_iso()));
-      u.bind(2, std::string_view(why));
-      u.bind(3, id);
+      u.bind(1, std::string_view(failed ? "failed" : "interrupted"));
+      u.bind(2, std::string_view(utc_now_iso()));
+      u.bind(3, std::string_view(why));
+      u.bind(4, id);
       if (u.step() != SQLITE_DONE) return db_error(db, path_, "mark run interrupted");
       if (sqlite3_changes(db) == 0) continue;  // someone else got there first
-      Stmt e(db,
-             "INSERT INTO events(run_id, ts, level, kind, message) VALUES (?, ?, 'error', 'run_interrupted', "
-             "?)");
+      Stmt e(db, "INSERT INTO events(run_id, ts, level, kind, message) VALUES (?, ?, 'error', ?, ?)");
       e.bind(1, id);
       e.bind(2, std::string_view(utc_now_iso()));
-      e.bind(3, std::string_view(why));
+      e.bind(3, std::string_view(failed ? "run_failed" : "run_interrupted"));
+      e.bind(4, std::string_view(why));
       if (e.step() != SQLITE_DONE) return db_error(db, path_, "record run_interrupted");
       TRACR_TRY(tx.commit());
     }
@@ -1232,8 +1281,8 @@ RunRow read_run(const Stmt& q) {
 RunRow ResultsDb::shown(RunRow r) const {
   auto it = dead_.find(r.id);
   if (it != dead_.end()) {
-    r.status = RunStatus::interrupted;
-    r.error = it->second + " (seen read-only; recorded at the next read-write open)";
+    r.status = it->second.failed ? RunStatus::failed : RunStatus::interrupted;
+    r.error = it->second.why + " (seen read-only; recorded at the next read-write open)";
   }
   return r;
 }

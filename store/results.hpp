@@ -210,7 +210,9 @@ class ResultsDb {
   const std::string& path() const { return path_; }
   // Highest applied migration.
   Result<int> schema_version();
-  // Runs the open() sweep marked interrupted.
+  // Runs the open() sweep ended: their controller is gone. Each is marked
+  // 'failed' when its controller left the cause of its failure beside the
+  // database (it could not write it, e.g. on a full disk), else 'interrupted'.
   const std::vector<int64_t>& interrupted_on_open() const { return interrupted_; }
 
   // Inserts a run with status 'running' and this process as controller;
@@ -279,6 +281,8 @@ class ResultsDb {
 
   sqlite3* handle() { return db_.get(); }
   bool read_only() const { return read_only_; }
+  // Opened read-only as immutable (a WAL database on read-only media).
+  bool immutable() const { return immutable_; }
 
  private:
   struct Closer {
@@ -289,12 +293,20 @@ class ResultsDb {
   Status store_summaries(int64_t run_id, const std::vector<SplitSummary>& out,
                          const std::vector<EventRecord>& slow);
   Status migrate(int target);
+  // PRAGMA quick_check; config error naming what it found when not "ok".
+  Status check_integrity();
   Status sweep_interrupted();
   // Runs still 'running' whose controller no longer exists on this host, with the reason.
-  Result<std::vector<std::pair<int64_t, std::string>>> find_dead_runs();
-  // A run as shown: read-only opens show dead runs as interrupted.
+  struct DeadRun {
+    int64_t id = 0;
+    std::string why;
+    bool failed = false;  // its controller left the cause of a failure
+  };
+  Result<std::vector<DeadRun>> find_dead_runs();
+  // A run as shown: read-only opens show dead runs as interrupted (or failed).
   RunRow shown(RunRow r) const;
-  std::map<int64_t, std::string> dead_;
+  std::map<int64_t, DeadRun> dead_;
+  bool immutable_ = false;  // read-only media: opened with immutable=1
 
   std::unique_ptr<sqlite3, Closer> db_;
   std::string path_;

@@ -374,8 +374,8 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     liveness.heard(e.agent);
     if (e.closed) {
       if (!finished[e.agent]) {
-        const std::string why = fmt::format("{} agent on {} exited unexpectedly ({}); log tail:\n{}", a.role(),
-                                            a.device().name, e.msg.error().message, a.proc().log_tail());
+        const std::string why = fmt::format("{} agent on {} exited unexpectedly ({}); {}", a.role(),
+                                            a.device().name, e.msg.error().message, log_tail_text(a.proc().log_tail()));
         // While stopping after a signal the run is interrupted anyway; the crash is still recorded.
         if (g_signal_now()) rec.event("warn", "agent_lost", why, a.device().name);
         else fail(why);
@@ -399,6 +399,13 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     }
     if (auto st = rec.on_message(a.device().name, a.role(), m); !st) {
       fail(st.error().message);
+      return;
+    }
+    if (m.kind == "HEARTBEAT" && m.fields.count("stalled_ms")) {
+      // The agent answers, but its serving loop has stopped turning (#24).
+      fail(fmt::format("{} agent on {} is stuck: its serving loop has made no progress for {} ms (after {} turns), "
+                       "though its control channel still answers; ending the run",
+                       a.role(), a.device().name, m.get_or("stalled_ms", "?"), m.get_or("loop", "?")));
       return;
     }
     if (m.kind == "FRAME" && ro.progress) {

@@ -378,8 +378,8 @@ int cmd_train(const TrainOptions& ro) {
     liveness.heard(e.agent);
     if (e.closed) {
       if (!finished[e.agent])
-        fail(fmt::format("{} agent on {} exited unexpectedly ({}); log tail:\n{}", a.role(), a.device().name,
-                         e.msg.error().message, a.proc().log_tail()));
+        fail(fmt::format("{} agent on {} exited unexpectedly ({}); {}", a.role(), a.device().name,
+                         e.msg.error().message, log_tail_text(a.proc().log_tail())));
       finished[e.agent] = true;
       return;
     }

@@ -6,6 +6,12 @@
 
 namespace tracr::controller {
 
+std::string log_tail_text(const std::string& tail) {
+  if (tail.find_first_not_of(" \t\r\n") == std::string::npos)
+    return "its log is empty: it wrote nothing before it exited (killed, out of memory, or it never started)";
+  return "log tail:\n" + tail;
+}
+
 void AgentLiveness::launched(size_t agent, Clock::time_point at) { launched_.emplace(agent, at); }
 
 void AgentLiveness::heard(size_t agent, Clock::time_point at) { heard_[agent] = at; }

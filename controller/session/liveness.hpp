@@ -14,6 +14,10 @@ namespace tracr::controller {
 
 inline constexpr int kStartLimitMs = 120000;
 
+// What an agent that exited unexpectedly left in its log, for the failure
+// message: "log tail:\n<text>", or a sentence saying the log is empty.
+std::string log_tail_text(const std::string& tail);
+
 class AgentLiveness {
  public:
   using Clock = std::chrono::steady_clock;

@@ -45,3 +45,10 @@ TEST(Liveness, AHeartbeatTimeoutAboveTheStartUpLimitIsTheStartUpLimit) {
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("in the 300000 ms since its launch"), std::string::npos) << *why;
 }
+
+TEST(Liveness, AnEmptyAgentLogIsSaidToBeEmpty) {
+  using tracr::controller::log_tail_text;
+  EXPECT_EQ(log_tail_text("Killed\n"), "log tail:\nKilled\n");
+  for (const char* empty : {"", "\n", "  \r\n"})
+    EXPECT_EQ(log_tail_text(empty).rfind("its log is empty: it wrote nothing before it exited", 0), 0u) << empty;
+}

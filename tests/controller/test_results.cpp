@@ -1234,7 +1234,100 @@ TEST(ResultsDb, CauseOfAnUnfinishedRunIsKeptForTheNextOpen) {
   ASSERT_EQ(db->interrupted_on_open().size(), 1u);
   auto run = db->get_run(db->interrupted_on_open()[0]);
   EXPECT_NE(run->error.find("disk I/O error (insert frames)"), std::string::npos) << run->error;
+  // Its controller failed (and exited 1 saying so): stored as failed, not interrupted (#24).
+  EXPECT_EQ(run->status, RunStatus::failed);
+  EXPECT_EQ(scalar(*db, "SELECT kind FROM events WHERE run_id = 1 AND level = 'error'"), "run_failed");
   EXPECT_FALSE(fs::exists(failure_note_path(path, run->id)));
+  // A controller that left no cause (only the reserved, blank note) was interrupted.
+  const std::string quiet = dir.file("q.db");
+  ASSERT_TRUE(in_dead_controller(quiet, [&](ResultsDb&, int64_t run) {
+    return static_cast<bool>(std::ofstream(failure_note_path(quiet, run)) << std::string(4096, ' '));
+  }));
+  auto q = ResultsDb::open(quiet);
+  ASSERT_TRUE(q.ok());
+  ASSERT_EQ(q->interrupted_on_open().size(), 1u);
+  EXPECT_EQ(q->get_run(q->interrupted_on_open()[0])->status, RunStatus::interrupted);
+}
+
+// A database with damaged pages is refused before anything is written to
+// it, with what quick_check found and how to recover it (#24).
+TEST(ResultsDb, ADamagedDatabaseIsRefusedBeforeAnythingIsWritten) {
+  TempDir dir;
+  const std::string path = dir.file("d.db");
+  {
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    auto run = db->begin_run(info());
+    ASSERT_TRUE(run.ok());
+    std::vector<FrameRecord> batch;
+    for (int i = 0; i < 400; ++i) batch.push_back(frame(*run, 3, i, 1000000 + i));
+    ASSERT_TRUE(db->add_frames(batch).ok());
+    ASSERT_TRUE(db->finish_run(*run, RunStatus::completed).ok());
+  }  // closed: the WAL is checkpointed into the file
+  ASSERT_EQ(fs::exists(path + "-wal") ? fs::file_size(path + "-wal") : 0u, 0u);
+  const auto size = fs::file_size(path);
+  ASSERT_GT(size, 8u * 4096u);
+  {
+    // Garbage over the middle of the file: b-tree pages, not the header.
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size / 2 / 4096 * 4096));
+    const std::string junk(2 * 4096, '\xA5');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  const auto before = fs::last_write_time(path);
+  auto db = ResultsDb::open(path);
+  ASSERT_FALSE(db.ok()) << "a damaged database was opened for writing";
+  EXPECT_NE(db.error().message.find(path + ": the database is damaged (PRAGMA quick_check: "), std::string::npos)
+      << db.error().message;
+  EXPECT_NE(db.error().message.find(".recover"), std::string::npos) << db.error().message;
+  EXPECT_EQ(fs::last_write_time(path), before) << "the damaged file was written to";
+  // A sound database opens as before.
+  auto fresh = ResultsDb::open(dir.file("sound.db"));
+  ASSERT_TRUE(fresh.ok());
+  auto again = ResultsDb::open(dir.file("sound.db"));
+  EXPECT_TRUE(again.ok()) << again.error().str();
+}
+
+// A WAL database on read-only media cannot create its -shm file; the read
+// commands open it as immutable instead of failing (#24). The read-only
+// media is a read-only bind mount of the test's own directory.
+TEST(ResultsDb, ReadCommandsReadADatabaseOnReadOnlyMedia) {
+  TempDir dir;
+  const std::string src = dir.file("src");
+  const std::string ro_dir = dir.file("ro");
+  fs::create_directories(src);
+  fs::create_directories(ro_dir);
+  {
+    auto db = ResultsDb::open(src + "/r.db");
+    ASSERT_TRUE(db.ok());
+    auto run = db->begin_run(info("on-a-cd"));
+    ASSERT_TRUE(run.ok());
+    ASSERT_TRUE(db->add_frames({frame(*run, 2, 0, 1000), frame(*run, 2, 1, 2000)}).ok());
+    ASSERT_TRUE(db->finish_run(*run, RunStatus::completed).ok());
+  }
+  if (std::system(("mount --bind " + src + " " + ro_dir + " && mount -o remount,bind,ro " + ro_dir).c_str()) != 0) {
+    if (std::getenv("TRACR_REQUIRE_SSHD")) FAIL() << "cannot make a read-only bind mount (root needed)";
+    GTEST_SKIP() << "cannot make a read-only bind mount here (root needed)";
+  }
+  struct Unmount {
+    std::string m;
+    ~Unmount() { (void)std::system(("umount " + m).c_str()); }
+  } unmount{ro_dir};
+  const std::string path = ro_dir + "/r.db";
+  ASSERT_FALSE(std::ofstream(ro_dir + "/probe").good()) << "the bind mount is writable";
+  auto db = ResultsDb::open_readonly(path);
+  ASSERT_TRUE(db.ok()) << db.error().str();
+  EXPECT_TRUE(db->immutable());
+  EXPECT_EQ(scalar(*db, "SELECT name FROM runs WHERE id = 1"), "on-a-cd");
+  EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM frames"), "2");
+  // The commands a reader uses.
+  EXPECT_EQ(cmd_results({"list", "--db", path}), 0);
+  EXPECT_EQ(cmd_results({"show", "1", "--db", path}), 0);
+  EXPECT_EQ(cmd_results({"export", "1", "--csv", dir.file("x.csv"), "--db", path}), 0);
+  EXPECT_TRUE(fs::exists(dir.file("x.csv")));
+  // Writing is refused with the reason, never half-done.
+  auto w = ResultsDb::open(path);
+  EXPECT_FALSE(w.ok());
 }
 
 TEST(ResultsCli, ReadCommandsRefuseAMissingDatabase) {

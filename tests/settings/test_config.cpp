@@ -275,6 +275,38 @@ TEST(DevicesConfig, TemplatePlaceholdersMustBeReplaced) {
       << e.message;
 }
 
+// host and user reach libssh and remote shells: what they cannot hold is
+// refused at parse time, naming the file, line, column and character (#24).
+TEST(DevicesConfig, HostAndUserWithShellOrOptionCharactersAreRefused) {
+  auto with = [](const std::string& host, const std::string& user) {
+    return devices_error("devices:\n  - device_type: SERVER\n    connection_params:\n      - host: \"" + host +
+                         "\"\n        user: \"" + user + "\"\n        pkey_fp: k\n        default: true\n"
+                         "  - {device_type: PARTICIPANT, transport: local}\n");
+  };
+  struct Case {
+    std::string host, user, want;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"10.0.0.1; rm -rf /", "pi", "host: '10.0.0.1; rm -rf /' is not a host name or IP address (' ' is not allowed)"},
+           {"$(reboot)", "pi", "host: '$(reboot)' is not a host name or IP address ('$' is not allowed)"},
+           {"-oProxyCommand=x", "pi", "host: '-oProxyCommand=x' is not a host name or IP address (it starts with '-'"},
+           {"10.0.0.1", "pi user", "user: 'pi user' is not an SSH user name (' ' is not allowed)"},
+           {"10.0.0.1", "p\u00e9", "user: 'p\\xC3\\xA9' is not an SSH user name (byte 0xC3 is not allowed)"},
+           {"10.0.0.1", "-l", "user: '-l' is not an SSH user name (it starts with '-'"},
+       }) {
+    Error e = with(k.host, k.user);
+    EXPECT_NE(e.message.find("devices.yaml:"), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find("devices[0].connection_params[0]." + k.want), std::string::npos) << e.message;
+  }
+  // What real testbeds use still passes.
+  for (const std::string host : {"192.168.1.20", "fe80::1", "jetson-nano.local", "edge_01"}) {
+    auto r = parse_devices("devices:\n  - device_type: SERVER\n    connection_params:\n      - host: \"" + host +
+                           "\"\n        user: ubuntu.admin-2\n        pkey_fp: k\n        default: true\n"
+                           "  - {device_type: PARTICIPANT, transport: local}\n");
+    EXPECT_TRUE(r.ok()) << host << ": " << (r ? "" : r.error().str());
+  }
+}
+
 TEST(DevicesConfig, DefaultConnectionIsSelected) {
   auto r = parse_devices(R"(devices:
   - device_type: SERVER
@@ -704,6 +736,17 @@ TEST(ExperimentConfig, CheckFilesNamesTheKeyOfAMissingFile) {
       << s.error().message;
   dir.write("none.pt", "x");
   EXPECT_TRUE(check_experiment_files(*r).ok());
+  // A device would be read forever: refused before anything starts (#24).
+  for (const char* dev : {"/dev/zero", "/dev/urandom"}) {
+    auto z = parse_experiment(std::string("model: alexnet\nweights: ") + dev + "\n", "exp.yaml", false);
+    ASSERT_TRUE(z.ok());
+    Status zs = check_experiment_files(*z);
+    ASSERT_FALSE(zs.ok()) << dev;
+    EXPECT_NE(zs.error().message.find(std::string("exp.yaml:2:10: weights: '") + dev +
+                                      "' is not a regular file (a device, FIFO or socket)"),
+              std::string::npos)
+        << zs.error().message;
+  }
 
   auto folder = parse_experiment(
       "model: alexnet\ndataset:\n  type: imagefolder\n  path: " + dir.file("imgs") + "\n", "exp.yaml", false);
