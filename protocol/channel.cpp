@@ -229,8 +229,7 @@ Result<std::unique_ptr<Client>> Client::connect_once(zmq::context_t& ctx, const 
   TRACR_TRY(c->writer_.write(hb, {}, c->opt_.send, sink));
   auto ack = c->recv(remaining_ms(deadline));
   // The server no longer holds this half-open session (its plain ERROR).
-  if (!ack && ack.error().code == Errc::remote &&
-      ack.error().message.find(std::string(errc_name(Errc::wrong_session)) + ":") != std::string::npos)
+  if (!ack && ack.error().code == Errc::remote && c->reader_.last_remote_code() == Errc::wrong_session)
     *evicted = true;
   if (!ack || ack->header.type != MsgType::heartbeat)
     return make_error(Errc::handshake_failed,

@@ -636,8 +636,10 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
   // A peer without our keys (e.g. a restarted server) can only say why in
   // plain text; surface it as a remote error, never as data.
   if (h.type == MsgType::error && h.error && h.cipher == Cipher::none && h.seg == 0 &&
-      (h.cipher != cipher_ || (sealed && seg.size() == 1 + size_t{h.nparts})))
+      (h.cipher != cipher_ || (sealed && seg.size() == 1 + size_t{h.nparts}))) {
+    last_remote_code_ = h.error->code;
     return fail(make_error(Errc::remote, "peer sent an unauthenticated ERROR: " + h.error->str()));
+  }
   if (session_ != 0 && h.session != session_)
     return fail(make_error(Errc::wrong_session, "frame for session " + std::to_string(h.session) +
                                                     ", this connection is session " +

@@ -113,6 +113,7 @@ class FrameWriter {
   uint64_t next_ctr_ = 1;
   Cipher cipher_ = Cipher::none;
   bool seal_control_ = false;
+  Errc last_remote_code_ = Errc::ok;
   AesGcm aead_;
   std::vector<uint8_t> scratch_;         // lossy output before sparse/blosc
   std::vector<uint8_t> sparse_scratch_;  // sparse raw form before blosc
@@ -177,6 +178,10 @@ class FrameReader {
   std::optional<Error> abandon_stale(std::chrono::steady_clock::time_point older_than);
   // Tensor bytes allocated for the frame in progress (0 when none).
   uint64_t pending_bytes() const;
+  // The code an unauthenticated ERROR named (it comes out of feed() as
+  // `remote`), for the latest such ERROR; ok when none came. Its text is
+  // the peer's, never parsed: callers that act on the code read it here.
+  Errc last_remote_code() const { return last_remote_code_; }
 
  private:
   struct Pending;
@@ -193,6 +198,7 @@ class FrameReader {
   uint64_t last_ctr_ = 0;
   Cipher cipher_ = Cipher::none;
   bool seal_control_ = false;
+  Errc last_remote_code_ = Errc::ok;
   AesGcm aead_;
   RejectCounters rejected_;
   std::shared_ptr<Pending> pending_;

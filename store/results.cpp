@@ -629,15 +629,17 @@ Result<ResultsDb> ResultsDb::open_impl(const std::string& path, int version, boo
   sqlite3_extended_result_codes(raw, 0);
   // busy_timeout first so that the WAL switch waits for other writers.
   sqlite3_busy_timeout(raw, 5000);
+  // Nothing is added to a damaged database (#24: a run appended to one with
+  // corrupted pages and exited 0, and then `results list` failed). Checked
+  // first: switching to WAL reads the schema, and fails on damage with a
+  // bare "malformed".
+  if (existing) TRACR_TRY(db.check_integrity());
   {
     Stmt q(raw, "PRAGMA journal_mode=WAL");
     if (!q.prepared()) return db_error(raw, path, "enable WAL");
     if (q.step() != SQLITE_ROW) return db_error(raw, path, "enable WAL");
   }
   TRACR_TRY(exec(raw, path, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;", "pragmas"));
-  // Nothing is added to a damaged database (#24: a run appended to one with
-  // corrupted pages and exited 0, and then `results list` failed).
-  if (existing) TRACR_TRY(db.check_integrity());
   TRACR_TRY(db.migrate(version));
   if (sweep) TRACR_TRY(db.sweep_interrupted());
   return db;
@@ -646,15 +648,26 @@ Result<ResultsDb> ResultsDb::open_impl(const std::string& path, int version, boo
 Status ResultsDb::check_integrity() {
   sqlite3* raw = db_.get();
   Stmt q(raw, "PRAGMA quick_check(5)");
-  if (!q.prepared()) return db_error(raw, path_, "check integrity");
   std::string problems;
-  int rc;
-  while ((rc = q.step()) == SQLITE_ROW) {
-    const std::string line = q.text(0);
-    if (line == "ok") return {};
-    problems += (problems.empty() ? "" : "; ") + line;
+  // Damage bad enough that the check itself cannot run (a garbled schema
+  // page: SQLITE_CORRUPT) is said the same way; other failures (not a
+  // database at all, locked, I/O) keep their own text.
+  auto damaged = [&] { return sqlite3_errcode(raw) == SQLITE_CORRUPT; };
+  if (!q.prepared()) {
+    if (!damaged()) return db_error(raw, path_, "check integrity");
+    problems = sqlite3_errmsg(raw);
+  } else {
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      const std::string line = q.text(0);
+      if (line == "ok") return {};
+      problems += (problems.empty() ? "" : "; ") + line;
+    }
+    if (rc != SQLITE_DONE) {
+      if (!damaged()) return db_error(raw, path_, "check integrity");
+      problems += (problems.empty() ? "" : "; ") + std::string(sqlite3_errmsg(raw));
+    }
   }
-  if (rc != SQLITE_DONE) return db_error(raw, path_, "check integrity");
   return make_error(Errc::config,
                     fmt::format("{}: the database is damaged (PRAGMA quick_check: {}); nothing was written to it. "
                                 "Write to another file (output:), and recover what it holds with "

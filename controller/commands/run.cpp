@@ -366,7 +366,6 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   EventPump pump(agents);
   AgentLiveness liveness(cfg->heartbeat_timeout_ms);
   std::map<size_t, bool> finished;
-  std::map<size_t, bool> lost;  // silent past heartbeat_timeout_ms
   bool stopping = false;  // STOP sent after a signal: wait for the participants' last frames
 
   auto handle = [&](const Event& e) {
@@ -532,11 +531,8 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
       }
       if (!stopping) schedule(first_participant);
       for (size_t i = 0; i < agents.size(); ++i)
-        if (!finished[i] && !lost[i])
-          if (auto why = liveness.lost(i, agents[i]->role(), agents[i]->device().name)) {
-            lost[i] = true;
-            fail(*why);
-          }
+        if (!finished[i])
+          if (auto why = liveness.newly_lost(i, agents[i]->role(), agents[i]->device().name)) fail(*why);
     }
     // Lines already read are still recorded.
     while (auto e = pump.pop(0)) handle(*e);
@@ -617,7 +613,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   // bounded (AgentProc::stop), and it stops by itself on our silence.
   for (size_t i = 0; i < agents.size(); ++i) {
     finished[i] = true;
-    agents[i]->stop(lost[i] ? 1000 : 3000);
+    agents[i]->stop(liveness.declared_lost(i) ? 1000 : 3000);
   }
   pump.stop();
   while (auto e = pump.pop(0)) handle(*e);

@@ -327,7 +327,6 @@ int cmd_train(const TrainOptions& ro) {
 
   EventPump pump(agents);
   AgentLiveness liveness(cfg.heartbeat_timeout_ms);
-  std::map<size_t, bool> lost;
   std::map<size_t, bool> finished;
   std::map<size_t, std::string> endpoints;  // worker agents' data endpoints
   std::vector<size_t> owner_agents;
@@ -487,11 +486,8 @@ int cmd_train(const TrainOptions& ro) {
       if (auto e = pump.pop(100)) handle(*e);
       rec.maybe_flush();
       for (size_t i = 0; i < agents.size(); ++i)
-        if (!finished[i] && !lost[i])
-          if (auto why = liveness.lost(i, agents[i]->role(), agents[i]->device().name)) {
-            lost[i] = true;
-            fail(*why);
-          }
+        if (!finished[i])
+          if (auto why = liveness.newly_lost(i, agents[i]->role(), agents[i]->device().name)) fail(*why);
     }
     while (auto e = pump.pop(0)) handle(*e);
   };

@@ -34,4 +34,12 @@ std::optional<std::string> AgentLiveness::lost(size_t agent, const std::string& 
                      role, device, limit, kStartLimitMs);
 }
 
+std::optional<std::string> AgentLiveness::newly_lost(size_t agent, const std::string& role, const std::string& device,
+                                                     Clock::time_point now) {
+  if (declared_lost(agent)) return std::nullopt;
+  auto why = lost(agent, role, device, now);
+  if (why) declared_.insert(agent);
+  return why;
+}
+
 }  // namespace tracr::controller

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace tracr::controller {
@@ -30,10 +31,18 @@ class AgentLiveness {
   // message), or nullopt while it is alive or was never launched.
   std::optional<std::string> lost(size_t agent, const std::string& role, const std::string& device,
                                   Clock::time_point now = Clock::now()) const;
+  // lost(), said once: the first call that finds the agent lost returns why
+  // and declares it lost; later calls return nullopt.
+  std::optional<std::string> newly_lost(size_t agent, const std::string& role, const std::string& device,
+                                        Clock::time_point now = Clock::now());
+  // Whether newly_lost() declared it lost (its connection may be dead, so
+  // stopping it is given less time).
+  bool declared_lost(size_t agent) const { return declared_.count(agent) > 0; }
 
  private:
   int heartbeat_timeout_ms_;
   std::map<size_t, Clock::time_point> launched_, heard_;
+  std::set<size_t> declared_;
 };
 
 }  // namespace tracr::controller

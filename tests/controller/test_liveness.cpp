@@ -52,3 +52,21 @@ TEST(Liveness, AnEmptyAgentLogIsSaidToBeEmpty) {
   for (const char* empty : {"", "\n", "  \r\n"})
     EXPECT_EQ(log_tail_text(empty).rfind("its log is empty: it wrote nothing before it exited", 0), 0u) << empty;
 }
+
+// run and train declare an agent lost once, through newly_lost(), and stop
+// a declared one with less patience.
+TEST(Liveness, AnAgentIsDeclaredLostOnce) {
+  AgentLiveness l(5000);
+  const auto t0 = AgentLiveness::Clock::now();
+  l.launched(4, t0);
+  l.heard(4, t0);
+  EXPECT_FALSE(l.newly_lost(4, "PARTICIPANT", "pi", t0 + ms(5000)));
+  EXPECT_FALSE(l.declared_lost(4));
+  auto first = l.newly_lost(4, "PARTICIPANT", "pi", t0 + ms(5001));
+  ASSERT_TRUE(first);
+  EXPECT_NE(first->find("PARTICIPANT agent on pi lost"), std::string::npos) << *first;
+  EXPECT_TRUE(l.declared_lost(4));
+  EXPECT_FALSE(l.newly_lost(4, "PARTICIPANT", "pi", t0 + ms(9000)));
+  EXPECT_TRUE(l.lost(4, "PARTICIPANT", "pi", t0 + ms(9000)));  // the query still answers
+  EXPECT_FALSE(l.declared_lost(5));
+}

@@ -381,8 +381,12 @@ TEST(Hostile, PlainReaderWithControlKeyChecksSealsOnControlMessagesOnly) {
   EXPECT_EQ(r.feed(replayed).at(0).error().code, Errc::replay);
   Segment plain_hb = forged(MsgType::heartbeat, 9, 50);
   EXPECT_EQ(r.feed(plain_hb).at(0).error().code, Errc::auth_failed);
+  EXPECT_EQ(r.last_remote_code(), Errc::ok);
   Segment plain_err = forged(MsgType::error, 9, 51);
   EXPECT_EQ(r.feed(plain_err).at(0).error().code, Errc::remote);
+  // The code it named is kept apart from its text (Client::connect acts on
+  // wrong_session by the code, never by parsing the peer's words).
+  EXPECT_EQ(r.last_remote_code(), Errc::internal);
   Header bad;
   bad.type = MsgType::goodbye;
   EXPECT_EQ(w.write(bad, b, {}, sink).error().code, Errc::invalid_argument);

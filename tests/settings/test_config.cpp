@@ -287,7 +287,8 @@ TEST(DevicesConfig, HostAndUserWithShellOrOptionCharactersAreRefused) {
     std::string host, user, want;
   };
   for (const Case& k : std::vector<Case>{
-           {"10.0.0.1; rm -rf /", "pi", "host: '10.0.0.1; rm -rf /' is not a host name or IP address (' ' is not allowed)"},
+           {"10.0.0.1; rm -rf /", "pi", "host: '10.0.0.1; rm -rf /' is not a host name or IP address (';' is not allowed)"},
+           {"edge 01", "pi", "host: 'edge 01' is not a host name or IP address (' ' is not allowed)"},
            {"$(reboot)", "pi", "host: '$(reboot)' is not a host name or IP address ('$' is not allowed)"},
            {"-oProxyCommand=x", "pi", "host: '-oProxyCommand=x' is not a host name or IP address (it starts with '-'"},
            {"10.0.0.1", "pi user", "user: 'pi user' is not an SSH user name (' ' is not allowed)"},
@@ -302,7 +303,8 @@ TEST(DevicesConfig, HostAndUserWithShellOrOptionCharactersAreRefused) {
   for (const std::string host : {"192.168.1.20", "fe80::1", "jetson-nano.local", "edge_01"}) {
     auto r = parse_devices("devices:\n  - device_type: SERVER\n    connection_params:\n      - host: \"" + host +
                            "\"\n        user: ubuntu.admin-2\n        pkey_fp: k\n        default: true\n"
-                           "  - {device_type: PARTICIPANT, transport: local}\n");
+                           "  - {device_type: PARTICIPANT, transport: local}\n",
+                           "devices.yaml");
     EXPECT_TRUE(r.ok()) << host << ": " << (r ? "" : r.error().str());
   }
 }
@@ -1121,7 +1123,7 @@ TEST(ConfigTemplates, ExperimentTemplatesParse) {
 TEST(ConfigTemplates, ExperimentTemplatesWorkFromAnyDirectory) {
   NoSettingOverrides no_env;
   TempDir elsewhere;
-  for (const std::string cwd : {source_dir(), elsewhere.file("")}) {
+  for (const std::string& cwd : {source_dir(), elsewhere.file("")}) {
     ScopedCwd in(cwd);
     for (const auto& e : fs::directory_iterator(source_dir() + "/config/experiments")) {
       if (e.path().extension() != ".yaml") continue;
@@ -1139,12 +1141,15 @@ TEST(ConfigTemplates, ExperimentTemplatesWorkFromAnyDirectory) {
       EXPECT_EQ(fs::weakly_canonical(fs::absolute(r->output)).parent_path(),
                 fs::weakly_canonical(fs::path(source_dir()) / "results"))
           << arg << " from " << cwd << ": output " << r->output;
-      if (cwd == source_dir()) EXPECT_EQ(r->output.rfind("results/", 0), 0u) << arg << ": " << r->output;
+      if (cwd == source_dir()) {
+        EXPECT_EQ(r->output.rfind("results/", 0), 0u) << arg << ": " << r->output;
+      }
       // Weights a template names are the ones training writes under the project's results/.
-      if (!r->weights.empty())
+      if (!r->weights.empty()) {
         EXPECT_EQ(fs::weakly_canonical(fs::absolute(r->weights)).parent_path(),
                   fs::weakly_canonical(fs::path(source_dir()) / "results"))
             << arg << " from " << cwd << ": weights " << r->weights;
+      }
     }
   }
 }
