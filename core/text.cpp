@@ -28,7 +28,28 @@ std::string csv_field(const std::string& s) {
 
 // Rows of cells printed with columns padded to their widest cell; columns
 // listed in `left` are left-aligned, the others right-aligned.
-std::string align(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left) {
+std::string terminal_text(const std::string& s, bool keep_lines) {
+  std::string out;
+  out.reserve(s.size());
+  for (const unsigned char ch : s) {
+    const bool control = ch < 0x20 || ch == 0x7f;
+    if (control && !(keep_lines && (ch == '\n' || ch == '\t')))
+      out += fmt::format("\\x{:02X}", ch);
+    else
+      out += static_cast<char>(ch);
+  }
+  return out;
+}
+
+std::string align(const std::vector<std::vector<std::string>>& raw, const std::set<size_t>& left) {
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(raw.size());
+  for (const auto& r : raw) {
+    std::vector<std::string> cells;
+    cells.reserve(r.size());
+    for (const auto& cell : r) cells.push_back(terminal_text(cell, false));
+    rows.push_back(std::move(cells));
+  }
   std::vector<size_t> w;
   for (const auto& r : rows)
     for (size_t i = 0; i < r.size(); ++i) {

@@ -16,7 +16,13 @@ std::string json_num(double v);
 // An RFC 4180 CSV field: quoted (quotes doubled) when it holds a comma, a
 // quote or a line break, else as is.
 std::string csv_field(const std::string& s);
-// Rows of cells, one line each, columns padded to their widest cell;
+// `s` safe to write to a terminal: control bytes (ESC and the rest of C0,
+// and DEL) as the text \xNN, so that a name from a database or a peer
+// cannot move the cursor, recolour or retitle the terminal (#24). Line
+// breaks and tabs are kept when `keep_lines` (messages), escaped otherwise
+// (table cells). Other bytes, UTF-8 included, are kept.
+std::string terminal_text(const std::string& s, bool keep_lines = true);
+// Rows of cells, one line each (each cell through terminal_text), columns padded to their widest cell;
 // columns listed in `left` are left-aligned, the others right-aligned;
 // trailing spaces removed.
 std::string align(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left = {});

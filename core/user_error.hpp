@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "core/text.hpp"
 #include "protocol/error.hpp"
 
 namespace tracr::core {
@@ -18,7 +19,8 @@ inline std::string user_text(const Error& e) {
       if (c == '_') c = ' ';
     return m;
   }
-  return e.message;
+  // Names inside it may come from a database or a peer: no control bytes.
+  return terminal_text(e.message);
 }
 
 }  // namespace tracr::core

@@ -369,8 +369,14 @@ Result<at::Tensor> preprocess_image(const Image& img, const DatasetConfig& cfg,
     return make_error(Errc::invalid_argument,
                       "resize_mode '" + cfg.resize_mode + "', expected shorter, stretch or none");
   }
+  // One channel: PIL's convert('L') on the uint8 pixels (torchvision's
+  // Grayscale), L = (19595 R + 38470 G + 7471 B + 2^15) >> 16, a uint8
+  // again (#24: the unrounded float sum was up to 0.9 of a step off).
+  if (c == 1) {
+    const at::Tensor q = x.to(torch::kInt64);
+    x = (q[0] * 19595 + q[1] * 38470 + q[2] * 7471 + 32768).div(65536, "floor").to(torch::kFloat).unsqueeze(0);
+  }
   x = x / 255.0;
-  if (c == 1) x = (0.299 * x[0] + 0.587 * x[1] + 0.114 * x[2]).unsqueeze(0);
   if (transform) *transform = tf;
   return normalize(x, cfg).contiguous();
 }

@@ -172,8 +172,11 @@ std::vector<NamedTensor> SplitModel::state(int a, int b) const {
 
 std::vector<std::string> SplitModel::untrainable_layers(int a, int b) const {
   std::vector<std::string> out;
+  // A graph model (a TorchScript file cut as traced) runs for inference
+  // only: every layer of it counts, and nodes_ may not describe them.
   for (int i = std::max(a, 0); i < std::min(b, num_layers()); ++i)
-    if (nodes_[i].external_params) out.push_back(nodes_[i].name);
+    if (engine_ || (i < static_cast<int>(nodes_.size()) && nodes_[i].external_params))
+      out.push_back(layers_[i].name);
   return out;
 }
 

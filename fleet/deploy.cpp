@@ -1,5 +1,7 @@
 #include "fleet/deploy.hpp"
 
+#include "fleet/process.hpp"
+
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -61,6 +63,10 @@ Result<std::string> sha256_file(const std::string& path) {
     return make_error(Errc::internal, "cannot start a SHA-256 digest");
   std::vector<char> buf(1u << 20);
   while (in) {
+    // A caught SIGINT/SIGTERM/SIGHUP ends it (#24: 188 GB were hashed while
+    // signals went unanswered).
+    if (const int sig = SignalCatcher::signal())
+      return make_error(Errc::io, fmt::format("hashing {} interrupted by signal {}", path, sig));
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
   }

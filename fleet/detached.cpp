@@ -5,12 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -18,6 +22,7 @@
 #include "agent/control.hpp"
 #include "fleet/launcher.hpp"
 #include "fleet/process.hpp"
+#include "fleet/ssh.hpp"
 #include "core/log.hpp"
 #include "core/user_error.hpp"
 
@@ -53,6 +58,7 @@ Result<DetachedServer> read_detached(const std::string& path) {
     else if (k == "secret") d.secret_hex = *v;
     else if (k == "identity") d.identity = *v;
     else if (k == "log") d.log = *v;
+    else if (k == "devices") d.devices_file = *v;
     else if (k == "pid") d.pid = std::atol(v->c_str());
     else if (k == "start") d.start_ticks = std::atoll(v->c_str());
     else if (k.rfind("ready.", 0) == 0) d.ready[k.substr(6)] = *v;
@@ -82,6 +88,7 @@ Status write_detached(const std::string& path, const DetachedServer& d) {
   std::string text = "device=" + agent::pct_encode(d.device) + "\ntransport=" + agent::pct_encode(d.transport) +
                      "\nendpoint=" + agent::pct_encode(d.endpoint) + "\nsecret=" + d.secret_hex +
                      "\nidentity=" + agent::pct_encode(d.identity) + "\nlog=" + agent::pct_encode(d.log) +
+                     "\ndevices=" + agent::pct_encode(d.devices_file) +
                      "\npid=" + std::to_string(d.pid) + "\nstart=" + std::to_string(d.start_ticks) + "\n";
   for (const auto& [k, v] : d.ready) text += "ready." + agent::pct_encode(k) + "=" + agent::pct_encode(v) + "\n";
   TRACR_TRY(write_owner_only(tmp, text));
@@ -153,10 +160,13 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
       fs::remove(fs::path(state_dir) / (d->device + ".secret"), ec);
       fs::remove(fs::path(state_dir) / (d->device + ".experiment.yaml"), ec);
     } else {
-      auto devs = load_devices_or_default(devices_file);
+      // The devices file it was started from, else the one given.
+      const std::string from = d->devices_file.empty() ? devices_file : d->devices_file;
+      auto devs = load_devices_or_default(from);
       const DeviceConfig* dev = devs ? devs->find(d->device) : nullptr;
       if (!dev) {
-        TRACR_LOG(error, "detached agent on {}: device not in {}", d->device, devices_file);
+        TRACR_LOG(error, "detached agent on {}: device not in {}{}", d->device, from,
+                  devs ? "" : " (" + user_text(devs.error()) + ")");
         ++bad;
         continue;
       }
@@ -184,6 +194,146 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
     else fmt::print("the detached SERVER agent on {} (pid {}) had already ended; its state is removed\n", d->device, d->pid);
   }
   return bad ? 1 : 0;
+}
+
+std::string detached_index_path() {
+  const char* xdg = std::getenv("XDG_STATE_HOME");
+  if (xdg && *xdg == '/') return std::string(xdg) + "/tracr/detached-dirs";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.local/state/tracr/detached-dirs";
+}
+
+namespace {
+
+std::vector<std::string> read_index() {
+  std::vector<std::string> out;
+  std::ifstream f(detached_index_path());
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty() && line[0] == '/') out.push_back(line);
+  return out;
+}
+
+Status write_index(const std::vector<std::string>& dirs) {
+  const std::string path = detached_index_path();
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  std::string text;
+  for (const auto& d : dirs) text += d + "\n";
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    if (!f.flush()) return make_error(Errc::io, "cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) return make_error(Errc::io, "cannot write " + path + ": " + ec.message());
+  return {};
+}
+
+std::string canonical_or_absolute(const std::string& dir) {
+  std::error_code ec;
+  auto c = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  return ec ? fs::absolute(dir).lexically_normal().string() : c.string();
+}
+
+bool holds_state(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".state") return true;
+  return false;
+}
+
+}  // namespace
+
+Status remember_detached_dir(const std::string& dir) {
+  const std::string abs = canonical_or_absolute(dir);
+  auto dirs = read_index();
+  for (const auto& d : dirs)
+    if (d == abs) return {};
+  dirs.push_back(abs);
+  return write_index(dirs);
+}
+
+std::vector<std::string> detached_dirs(const std::string& given, std::vector<std::string>* gone) {
+  std::vector<std::string> out{canonical_or_absolute(given)};
+  std::vector<std::string> keep;
+  std::error_code ec;
+  for (const auto& d : read_index()) {
+    if (!fs::is_directory(d, ec)) {
+      if (gone) gone->push_back(d);
+      continue;
+    }
+    if (!holds_state(d)) continue;  // its agents were stopped: forgotten
+    keep.push_back(d);
+    if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  }
+  if (keep != read_index()) (void)write_index(keep);  // best effort: the listing is still right
+  return out;
+}
+
+DetachedWatch::DetachedWatch(DetachedServer d, const settings::DevicesConfig& devices, bool trust, int interval_ms)
+    : d_(std::move(d)), interval_ms_(std::max(interval_ms, 100)) {
+  thread_ = std::thread([this, devices, trust] { loop(devices, trust); });
+}
+
+DetachedWatch::~DetachedWatch() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string DetachedWatch::gone() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return gone_;
+}
+
+void DetachedWatch::loop(const settings::DevicesConfig& devices, bool trust) {
+  const std::string restart =
+      "; its frames cannot be served. Start it again with `tracrctl agents start` (or `tracrctl agents stop` to "
+      "forget it, and runs start their own SERVER)";
+  const std::string pid = std::to_string(d_.pid), ticks = std::to_string(d_.start_ticks);
+  std::unique_ptr<SshSession> ssh;
+  const DeviceConfig* dev = nullptr;
+  std::optional<DevicesConfig> own;
+  if (d_.transport != "local") {
+    if (!d_.devices_file.empty())
+      if (auto o = load_devices_or_default(d_.devices_file)) own = *o;
+    dev = own ? own->find(d_.device) : devices.find(d_.device);
+  }
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (cv_.wait_for(lk, std::chrono::milliseconds(interval_ms_), [&] { return stop_; })) return;
+    }
+    std::string why;
+    if (d_.transport == "local") {
+      if (d_.start_ticks > 0 && !process_alive(d_.pid, d_.start_ticks))
+        why = fmt::format("the detached SERVER agent on {} (pid {}, {}) is gone: no process with its identity runs "
+                          "here any more{}",
+                          d_.device, d_.pid, d_.endpoint, restart);
+    } else if (dev && d_.start_ticks > 0) {
+      if (!ssh) {
+        auto s = SshSession::connect(device_ssh_target(*dev, own ? own->source : devices.source, trust));
+        if (s) ssh = std::move(*s);
+      }
+      if (ssh) {
+        auto r = ssh->run("[ \"$(" + start_ticks_shell(pid) + ")\" = " + ticks + " ] && echo alive || echo gone");
+        if (!r) ssh.reset();  // cannot tell: try a new session next time
+        else if (r->out.find("gone") != std::string::npos)
+          why = fmt::format("the detached SERVER agent on {} (pid {}, {}) is gone: {} runs no process with its "
+                            "identity any more{}",
+                            d_.device, d_.pid, d_.endpoint, ssh->label(), restart);
+      }
+    }
+    if (!why.empty()) {
+      std::lock_guard<std::mutex> lk(mu_);
+      gone_ = why;
+      return;
+    }
+  }
 }
 
 }  // namespace tracr::fleet

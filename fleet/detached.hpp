@@ -3,14 +3,19 @@
 // same model reuse it until `tracrctl agents stop`.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent/control.hpp"
 #include "protocol/error.hpp"
+#include "settings/config.hpp"
 
 namespace tracr::fleet {
 
@@ -19,6 +24,9 @@ namespace tracr::fleet {
 // <dir of the experiment's output DB>/agents/<device>.state.
 struct DetachedServer {
   std::string device, transport, endpoint, secret_hex, identity, log;
+  // The devices file it was started from (absolute; "" in older states):
+  // `agents stop` reaches an SSH device through it, whatever --devices says.
+  std::string devices_file;
   long pid = 0;
   int64_t start_ticks = 0;  // with pid, the process's identity (0: not recorded)
   // Its READY line's fields (hardware identity): runs that reuse the agent
@@ -42,5 +50,46 @@ std::string read_local(const std::string& path);
 
 // tracrctl agents stop for detached agents recorded under `state_dir`.
 int stop_detached_agents(const std::string& state_dir, bool trust_new_hosts, const std::string& devices_file);
+
+// Watches a detached SERVER agent while a run uses it (#24: a dead one was
+// found only by the participants' 60 s frame timeout, and the error blamed
+// the PARTICIPANT). A thread checks its recorded identity (pid and start
+// time) every `interval_ms`: on this machine for a local agent, over one SSH
+// session (reached through its devices file) for a remote one. A check that
+// cannot be made (SSH down) says nothing: only a check that finds another
+// process, or none, under the pid counts.
+class DetachedWatch {
+ public:
+  DetachedWatch(DetachedServer d, const settings::DevicesConfig& devices, bool trust_new_hosts, int interval_ms);
+  ~DetachedWatch();
+  DetachedWatch(const DetachedWatch&) = delete;
+  DetachedWatch& operator=(const DetachedWatch&) = delete;
+  // Why the agent counts as gone; "" while it runs (or cannot be checked).
+  std::string gone() const;
+
+ private:
+  void loop(const settings::DevicesConfig& devices, bool trust);
+  DetachedServer d_;
+  int interval_ms_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::string gone_;
+  std::thread thread_;
+};
+
+// Every state directory `agents start` used is listed, absolute, one a
+// line, in this index, so that `agents stop` and `agents status` find
+// agents whose experiment's output is outside results/ (#24):
+// $XDG_STATE_HOME/tracr/detached-dirs, else ~/.local/state/tracr/detached-dirs.
+std::string detached_index_path();
+// Adds `dir` (made absolute) to the index unless it is there; error io
+// naming the index.
+Status remember_detached_dir(const std::string& dir);
+// `given` (the --state-dir option) first, then the index's directories,
+// each once (by canonical path). Directories the index lists that no longer
+// exist are returned in `gone` and dropped from the index, and so are those
+// that hold no state file any more.
+std::vector<std::string> detached_dirs(const std::string& given, std::vector<std::string>* gone);
 
 }  // namespace tracr::fleet

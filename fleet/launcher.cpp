@@ -14,6 +14,7 @@
 #include "agent/cpu_limits.hpp"
 #include "fleet/deploy.hpp"
 #include "fleet/process.hpp"
+#include "fleet/ssh.hpp"
 #include "protocol/crypto.hpp"
 
 namespace tracr::fleet {
@@ -294,10 +295,22 @@ std::string device_agent_path(const DeviceConfig& dev, const std::string& fallba
 }
 
 Status check_device_agents(const settings::DevicesConfig& devices) {
-  for (const auto& d : devices.devices)
+  for (const auto& d : devices.devices) {
     if (!d.agent_path.empty() && ::access(d.agent_path.c_str(), X_OK) != 0)
       return make_error(Errc::config, fmt::format("{}: device '{}': agent {} is not an executable file here", devices.source,
                                                   d.name, d.agent_path));
+    // Its key, before a run row or a login (#24: a missing key, a directory
+    // or a file that is no key failed after the run row, as "unknown
+    // libssh error").
+    if (d.transport == Transport::ssh) {
+      const auto& c = d.connection();
+      auto st = check_private_key(c.pkey_path, "this device");
+      if (!st)
+        return make_error(Errc::config, fmt::format("{}: device '{}': pkey_fp '{}': {}",
+                                                    c.pos.known() ? c.pos.str() : devices.source, d.name,
+                                                    c.pkey_fp, st.error().message));
+    }
+  }
   return {};
 }
 

@@ -154,8 +154,10 @@ std::vector<std::string> device_limit_args(const settings::DeviceConfig& dev);
 
 // The tracr-agent to run on `dev`: its devices-file `agent`, else `fallback`.
 std::string device_agent_path(const settings::DeviceConfig& dev, const std::string& fallback);
-// Every device's own `agent` exists and is executable here; error config
-// naming the device and the path otherwise.
+// Every device's own `agent` exists and is executable here, and every SSH
+// device's private key is one SshSession::connect accepts (check_private_key);
+// error config naming the devices file position, the device and the path
+// otherwise. Nothing is contacted.
 Status check_device_agents(const settings::DevicesConfig& devices);
 
 // A device that runs agents as local processes on loopback (tracrctl demo).

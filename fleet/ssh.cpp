@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "fleet/process.hpp"
 #include "protocol/crypto.hpp"
 
 namespace tracr::fleet {
@@ -308,8 +309,13 @@ Status check_key_file(const std::string& path, const std::string& who) {
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT)
       return make_error(Errc::not_found, fmt::format("private key {} for {} does not exist", path, who));
+    if (errno == ELOOP)
+      return make_error(Errc::io, fmt::format("private key {} for {} is a loop of symbolic links", path, who));
     return make_error(Errc::io, fmt::format("cannot stat private key {} for {}: {}", path, who, std::strerror(errno)));
   }
+  if (S_ISDIR(st.st_mode))
+    return make_error(Errc::invalid_argument,
+                      fmt::format("private key {} for {} is a directory; expected a private key file", path, who));
   if (!S_ISREG(st.st_mode))
     return make_error(Errc::invalid_argument, fmt::format("private key {} for {} is not a regular file", path, who));
   if ((st.st_mode & 077) != 0)
@@ -318,6 +324,20 @@ Status check_key_file(const std::string& path, const std::string& who) {
                                   "access it; ssh refuses such keys. Fix it with: chmod 600 {}",
                                   path, who, st.st_mode & 07777, shell_quote(path)));
   return {};
+}
+
+using KeyPtr = std::unique_ptr<std::remove_pointer_t<ssh_key>, void (*)(ssh_key)>;
+
+Result<KeyPtr> load_private_key(const std::string& path, const std::string& who) {
+  TRACR_TRY(check_key_file(path, who));
+  std::call_once(g_ssh_init, [] { ssh_init(); });
+  ssh_key key = nullptr;
+  if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK || !key)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("cannot load private key {} for {} (not a private key, or protected by a "
+                                  "passphrase, which is not supported)",
+                                  path, who));
+  return KeyPtr(key, ssh_key_free);
 }
 
 std::string key_fingerprint(ssh_key key) {
@@ -498,15 +518,10 @@ Result<std::unique_ptr<SshSession>> SshSession::connect(const SshTarget& target_
     return make_error(Errc::invalid_argument, fmt::format("SSH target {} needs a host and a user", who));
   if (t.port <= 0 || t.port > 65535)
     return make_error(Errc::invalid_argument, fmt::format("SSH target {} has an invalid port", who));
-  TRACR_TRY(check_key_file(t.key_path, who));
-
-  ssh_key key = nullptr;
-  if (ssh_pki_import_privkey_file(t.key_path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK || !key)
-    return make_error(Errc::invalid_argument,
-                      fmt::format("cannot load private key {} for {} (not a private key, or protected by a "
-                                  "passphrase, which is not supported)",
-                                  t.key_path, who));
-  std::unique_ptr<std::remove_pointer_t<ssh_key>, void (*)(ssh_key)> key_guard(key, ssh_key_free);
+  auto loaded = load_private_key(t.key_path, who);
+  if (!loaded) return std::move(loaded.error());
+  KeyPtr key_guard = std::move(*loaded);
+  ssh_key key = key_guard.get();
 
   auto core = std::make_shared<SessionCore>();
   core->target = t;
@@ -673,6 +688,10 @@ Status SshSession::upload(const std::string& local_path, const std::string& remo
   };
   std::vector<char> buf(kChunk);
   while (in) {
+    // A caught SIGINT/SIGTERM/SIGHUP ends a long upload (#24: signals were
+    // ignored during the long steps); the partial file is removed.
+    if (const int sig = SignalCatcher::signal())
+      return fail(make_error(Errc::io, fmt::format("upload of {} to {} interrupted by signal {}", local_path, c.who, sig)));
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     auto n = in.gcount();
     if (n <= 0) break;
@@ -893,6 +912,12 @@ Result<int> RemoteProcess::stop(int grace_ms) {
   // Last resort: closing the channel closes the command's pipes.
   release(c, p);
   return p.status;
+}
+
+Status check_private_key(const std::string& path, const std::string& who) {
+  auto key = load_private_key(expand_home(path), who);
+  if (!key) return std::move(key.error());
+  return {};
 }
 
 }  // namespace tracr::fleet

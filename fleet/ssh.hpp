@@ -153,4 +153,10 @@ class SshSession {
 // Quotes s for a POSIX shell: 'it'\''s'.
 std::string shell_quote(const std::string& s);
 
+// The private key at `path` is what SshSession::connect will accept: it
+// exists (a symlink loop or a directory said as such), only its owner may
+// read it, and libssh reads it as a private key without a passphrase.
+// Nothing is sent anywhere. `who` names the device in the message.
+Status check_private_key(const std::string& path, const std::string& who);
+
 }  // namespace tracr::fleet

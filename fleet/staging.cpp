@@ -93,6 +93,17 @@ std::vector<AgentFile> agent_files(const ExperimentConfig& cfg, const std::strin
   return v;
 }
 
+namespace {
+
+// The shell line that prints a tree's manifest hash on the device: what
+// content_hash computes here (sha256sum's listing of the sorted files).
+std::string tree_sha256_cmd(const std::string& dir) {
+  return "cd " + shell_quote(dir) +
+         " && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum | sha256sum | cut -c1-64";
+}
+
+}  // namespace
+
 Result<ContentHash> content_hash(const std::string& path) {
   ContentHash h;
   std::error_code ec;
@@ -134,7 +145,8 @@ std::string StagedFile::describe() const {
   const std::string what = hash.is_dir ? fmt::format("{} files, {}", hash.files, human_bytes(hash.bytes))
                                        : human_bytes(hash.bytes);
   const char* done = how == How::uploaded ? "uploaded" : how == How::present ? "already there" : "would be uploaded";
-  return fmt::format("{} {} -> {} (sha256 {}, {}, {})", key, local, remote, hash.sha256, what, done);
+  return fmt::format("{} {} -> {} (sha256 {}, {}, {}{})", key, local, remote, hash.sha256, what, done,
+                     replaced.empty() ? "" : "; " + replaced);
 }
 
 std::optional<std::string> declared_device_path(const DeviceConfig& dev, const std::string& local) {
@@ -199,10 +211,24 @@ Result<std::vector<StagedFile>> stage_files(SshSession& s, const DeviceConfig& d
       if (!have) return fail(have.error().code, have.error().message);
       present = *have == h->sha256;
     } else {
-      // Only a complete, verified tree is ever renamed to this name.
-      auto t = s.run("test -d " + shell_quote(sf.remote));
+      // Only a complete, verified tree is ever renamed to this name, but its
+      // files may have been changed or deleted on the device since: its
+      // manifest hash is checked as a single file's is (#24: a tree was
+      // trusted by name).
+      auto t = s.run("test -d " + shell_quote(sf.remote) + " && { " + tree_sha256_cmd(sf.remote) + "; }", "", 600000);
       if (!t) return fail(t.error().code, t.error().message);
-      present = t->exit_status == 0;
+      const std::string have = trim(t->out);
+      present = t->exit_status == 0 && have == h->sha256;
+      if (t->exit_status == 0 && !present && !check_only) {
+        sf.replaced = fmt::format("the copy there hashed to {}: staged again", have.empty() ? "(nothing)" : have);
+        auto rm = s.run("rm -rf " + shell_quote(sf.remote));
+        if (!rm) return fail(rm.error().code, rm.error().message);
+        if (rm->exit_status != 0)
+          return fail(Errc::io, fmt::format("{} on {} differs from {} (sha256 {} there) and cannot be removed: {}",
+                                            sf.remote, s.label(), f.local, have, trim(rm->err)));
+      } else if (t->exit_status == 0 && !present) {
+        sf.replaced = fmt::format("the copy there hashes to {}: it would be staged again", have.empty() ? "(nothing)" : have);
+      }
     }
     if (present || check_only) {
       sf.how = present ? StagedFile::How::present : StagedFile::How::would_upload;
@@ -240,9 +266,7 @@ Result<std::vector<StagedFile>> stage_files(SshSession& s, const DeviceConfig& d
       for (const auto& rel : tree->files)
         if (auto up = s.upload((fs::path(f.local) / rel.substr(2)).string(), tmp + "/" + rel.substr(2), 0644); !up)
           return drop(up.error());
-      auto got = s.run("cd " + shell_quote(tmp) +
-                           " && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum | sha256sum | cut -c1-64",
-                       "", 600000);
+      auto got = s.run(tree_sha256_cmd(tmp), "", 600000);
       if (!got) return drop(got.error());
       if (trim(got->out) != h->sha256)
         return drop(make_error(Errc::io, fmt::format("{} on {} hashes to {} after upload, expected {}{}", tmp, s.label(),

@@ -55,6 +55,9 @@ struct StagedFile {
   std::string remote;  // path on the device, as the agent is given it
   ContentHash hash;    // of the controller's copy (empty sha256 for a declared path)
   How how = How::present;
+  // Set when the copy on the device under this hash's name differed (a
+  // tree whose files were changed or deleted there) and was staged again.
+  std::string replaced;
   std::string describe() const;  // one line for events and `devices check`
 };
 

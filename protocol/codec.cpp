@@ -577,6 +577,14 @@ Result<LossyParams> lossy_prepare(const CodecSpec& spec, const Tensor& t) {
             Errc::codec_params,
             fmt::format("int8_channel axis {} is out of range for tensor '{}' of rank {}",
                         spec.channel_axis, t.name, rank));
+      if (t.shape[static_cast<size_t>(axis)] > kMaxInt8Channels) {
+        // Too many channels for the header: one scale for the tensor.
+        p.kind = Lossy::int8;
+        p.scale.resize(1);
+        p.zero_point.resize(1);
+        int8_params(finite_range(t.data, numel, {}), p.scale[0], p.zero_point[0]);
+        return p;
+      }
       p.axis = axis;
       p.channels = t.shape[static_cast<size_t>(axis)];
       p.inner = 1;

@@ -64,11 +64,18 @@ struct LossyParams {
   std::vector<int32_t> zero_point;
 };
 
+// int8_channel on a tensor with more channels than this is sent as per-tensor
+// int8 (its desc says int8): 25,088 channels (VGG's flatten cut) would need
+// 175,900 B of scales and zero points, above the 64 KiB header limit, and
+// ended whole sweeps (#24). PROTOCOL.md §4 states the rule.
+inline constexpr int64_t kMaxInt8Channels = 2048;
+
 // Decides the lossy stage for one tensor. Lossy transforms apply to float32
 // tensors only; other dtypes (and float32 tensors when spec.lossy is none)
 // get kind none, wire = src. For int8 computes scale/zero_point over the
-// tensor (per channel along spec.channel_axis for int8_channel). Error
-// codec_params if the axis is out of range.
+// tensor (per channel along spec.channel_axis for int8_channel, per tensor
+// beyond kMaxInt8Channels channels). Error codec_params if the axis is out of
+// range.
 Result<LossyParams> lossy_prepare(const CodecSpec& spec, const Tensor& t);
 
 // Transforms elements [first, first+count) of src (dtype p.src, contiguous)

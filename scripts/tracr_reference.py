@@ -152,6 +152,91 @@ def cmd_image(a):
     Image.fromarray(img.permute(1, 2, 0).numpy()).save(a.out, quality=95)
 
 
+def _png(path, w, h, depth, ctype, rows, extra=b"", interlace=0):
+    """A PNG written byte by byte (PIL cannot write 16-bit colour or 2/4-bit
+    gray): rows are the packed samples of each row, without filter bytes."""
+    import struct
+    import zlib
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+
+    raw = b"".join(b"\x00" + r for r in rows)
+    ihdr = struct.pack(">IIBBBBB", w, h, depth, ctype, 0, 0, interlace)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + extra + chunk(b"IDAT", zlib.compress(raw)) +
+                chunk(b"IEND", b""))
+
+
+def _pack(values, depth):
+    out, acc, n = bytearray(), 0, 0
+    for v in values:
+        acc = (acc << depth) | v
+        n += depth
+        if n == 8:
+            out.append(acc)
+            acc, n = 0, 0
+    if n:
+        out.append(acc << (8 - n))
+    return bytes(out)
+
+
+def cmd_modes(a):
+    """Images in every PNG mode and a truncated JPEG and PNG, with what
+    PIL's Image.open(f).convert('RGB') gives for each (torchvision's loader),
+    or refused.<name> where PIL raises."""
+    import os
+    import struct
+    import zlib
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.RandomState(a.seed)
+    w, h = 13, 7
+    files = {}
+
+    def put(name):
+        files[name] = os.path.join(a.dir, name)
+        return files[name]
+
+    Image.fromarray(rng.randint(0, 256, (h, w, 4), dtype=np.uint8), "RGBA").save(put("rgba.png"))
+    Image.fromarray(rng.randint(0, 256, (h, w, 2), dtype=np.uint8), "LA").save(put("la.png"))
+    Image.fromarray(rng.randint(0, 256, (h, w), dtype=np.uint8), "L").save(put("l.png"))
+    Image.fromarray(rng.randint(0, 256, (h, w, 3), dtype=np.uint8), "RGB").save(put("interlaced.png"), interlace=1)
+    p = Image.fromarray(rng.randint(0, 16, (h, w), dtype=np.uint8), "P")
+    p.putpalette(list(rng.randint(0, 256, 48)))
+    p.save(put("palette.png"))
+    p.save(put("palette_trns.png"), transparency=bytes(rng.randint(0, 256, 16).astype(np.uint8)))
+    Image.fromarray((rng.randint(0, 65536, (h, w))).astype(np.uint16)).save(put("gray16.png"))
+    small = rng.randint(0, 256, (h, w)).astype(np.uint16)  # 16-bit gray under 256: kept as is
+    Image.fromarray(small).save(put("gray16_low.png"))
+    rgb16 = rng.randint(0, 65536, (h, w, 3)).astype(">u2")
+    _png(put("rgb16.png"), w, h, 16, 2, [rgb16[y].tobytes() for y in range(h)])
+    rgba16 = rng.randint(0, 65536, (h, w, 4)).astype(">u2")
+    _png(put("rgba16.png"), w, h, 16, 6, [rgba16[y].tobytes() for y in range(h)])
+    for depth in (1, 2, 4):
+        g = rng.randint(0, 1 << depth, (h, w))
+        _png(put("gray%d.png" % depth), w, h, depth, 0, [_pack(g[y], depth) for y in range(h)])
+    # Gray with a tRNS colour key: the key is dropped like any alpha.
+    g = rng.randint(0, 256, (h, w)).astype(np.uint8)
+    trns = struct.pack(">I", 2) + b"tRNS" + struct.pack(">H", int(g[0, 0]))
+    trns += struct.pack(">I", zlib.crc32(b"tRNS" + struct.pack(">H", int(g[0, 0]))) & 0xFFFFFFFF)
+    _png(put("gray_trns.png"), w, h, 8, 0, [g[y].tobytes() for y in range(h)], extra=trns)
+    # Truncated: a JPEG and a PNG cut to two thirds.
+    Image.fromarray(rng.randint(0, 256, (64, 64, 3), dtype=np.uint8), "RGB").save(put("whole.jpg"), quality=90)
+    for src, dst in (("whole.jpg", "truncated.jpg"), ("rgba.png", "truncated.png")):
+        data = open(files[src], "rb").read()
+        open(put(dst), "wb").write(data[: len(data) * 2 // 3])
+    out = {}
+    for name, path in sorted(files.items()):
+        try:
+            out[name] = torch.from_numpy(np.asarray(Image.open(path).convert("RGB")).copy())
+        except OSError:
+            out["refused." + name] = torch.ones(1)
+    torch.save(out, a.out)
+
+
 PIL_FILTERS = {"nearest": 0, "bilinear": 2, "bicubic": 3}  # Image.Resampling values
 
 
@@ -202,9 +287,13 @@ def main(argv=None):
     r.add_argument("out")
     r.add_argument("specs", nargs="+")
     r.add_argument("--filter", choices=sorted(PIL_FILTERS), default="bilinear")
+    md = sub.add_parser("modes")
+    md.add_argument("dir")
+    md.add_argument("out")
+    md.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     {"model": cmd_model, "torchscript": cmd_torchscript, "preset": cmd_preset,
-     "image": cmd_image, "resize": cmd_resize}[a.cmd](a)
+     "image": cmd_image, "resize": cmd_resize, "modes": cmd_modes}[a.cmd](a)
     return 0
 
 

@@ -441,8 +441,10 @@ std::string resolve_pkey(const std::string& pkey_fp, const std::string& devices_
     candidates.push_back(dir / "pkeys" / p);
   }
   std::error_code ec;
+  // A link counts where it is, even a dangling or looping one: the key check
+  // then says what is wrong with it rather than "does not exist" elsewhere.
   for (const auto& cand : candidates)
-    if (fs::exists(cand, ec)) return cand.lexically_normal().string();
+    if (fs::exists(fs::symlink_status(cand, ec))) return cand.lexically_normal().string();
   return candidates.front().lexically_normal().string();
 }
 
@@ -592,6 +594,13 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
   if (n["work_dir"]) {
     auto s = get_nonempty(c, n["work_dir"], key + ".work_dir", "a directory path on the device");
     if (!s) return s.error();
+    // It reaches remote shell lines (quoted) and file names: a control
+    // character there is a mistake, never a directory (#24: a newline).
+    for (unsigned char ch : *s)
+      if (ch < 0x20 || ch == 0x7f)
+        return err_at(pos_of(c, n["work_dir"]), key + ".work_dir",
+                      fmt::format("'{}' holds control character 0x{:02X}; expected a directory path on the device",
+                                  printable(*s), ch));
     d.work_dir = *s;
   }
   if (n["netns"]) {
@@ -924,6 +933,12 @@ Setting string_setting(const std::string& name, const std::string& type, const s
                         ExperimentConfig& cfg) -> Status {
     auto v = get_nonempty(c, n, key, what);
     if (!v) return v.error();
+    // Names and paths end up in terminals, tables and shell lines: a
+    // control character (an ANSI escape, a newline) is refused (#24).
+    for (const unsigned char ch : *v)
+      if (ch < 0x20 || ch == 0x7f)
+        return err_at(pos_of(c, n), key,
+                      fmt::format("'{}' holds control character 0x{:02X}; expected {}", printable(*v), ch, what));
     ref(cfg) = *v;
     return {};
   };
@@ -987,8 +1002,20 @@ std::vector<Setting> build_settings() {
     s.env_yaml = true;
     s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
       const std::string what =
-          "a positive int n (for [3, n, n]) or a list of 1 to 8 positive ints such as [C, H, W], [4] or [T, D] "
-          "(or 1,28,28)";
+          "a positive int n up to 65536 (for [3, n, n]) or a list of 1 to 8 positive ints up to 65536 such as "
+          "[C, H, W], [4] or [T, D] (or 1,28,28)";
+      // One sample must fit a frame: PROTOCOL.md's 1 GiB of tensor bytes, as
+      // float32 (#24: [3, 100000, 100000] was refused without the limit).
+      constexpr int64_t kMaxValues = (int64_t{1} << 30) / 4;
+      auto fits = [&](const std::vector<int64_t>& dims) -> Status {
+        double values = 1;  // at most 8 dims of at most 65536: exact enough in a double
+        for (int64_t d : dims) values *= static_cast<double>(d);
+        if (values <= static_cast<double>(kMaxValues)) return {};
+        return err_at(pos_of(c, n), key,
+                      fmt::format("{} is {:.0f} values per sample; expected at most 268435456 (one frame carries at "
+                                  "most 1 GiB of tensor bytes, PROTOCOL.md limits, and a value is a 4-byte float32)",
+                                  flow_ints(dims), values));
+      };
       if (n.IsScalar() && n.Scalar().find(',') != std::string::npos) {
         // The comma form of `--set input_size=1,28,28` (as profile --input-shape takes it).
         std::vector<int64_t> dims;
@@ -1002,22 +1029,25 @@ std::vector<Setting> build_settings() {
           dims.push_back(v);
         }
         if (dims.size() > 8 || n.Scalar().back() == ',') return expected(c, n, key, what);
+        TRACR_TRY(fits(dims));
         cfg.input_size = dims;
         return {};
       }
       if (n.IsScalar()) {
         auto v = get_int(c, n, key, 1, 65536, what);
         if (!v) return v.error();
+        TRACR_TRY(fits({3, *v, *v}));
         cfg.input_size = {3, *v, *v};
         return {};
       }
       if (!n.IsSequence() || n.size() == 0 || n.size() > 8) return expected(c, n, key, what);
       std::vector<int64_t> dims;
       for (size_t i = 0; i < n.size(); ++i) {
-        auto v = get_int(c, n[i], fmt::format("{}[{}]", key, i), 1, 65536, "a positive int");
+        auto v = get_int(c, n[i], fmt::format("{}[{}]", key, i), 1, 65536, "a positive int up to 65536");
         if (!v) return v.error();
         dims.push_back(*v);
       }
+      TRACR_TRY(fits(dims));
       cfg.input_size = dims;
       return {};
     };
@@ -1385,6 +1415,23 @@ std::vector<Setting> build_settings() {
       "once if still running this long after.",
       2000, 3600000, [](ExperimentConfig& c, int64_t v) { c.heartbeat_timeout_ms = static_cast<int>(v); },
       [](const ExperimentConfig& c) { return int64_t{c.heartbeat_timeout_ms}; }));
+  {
+    Setting s;
+    s.info = {"on_participant_loss", "fail | continue", "fail",
+              "What one PARTICIPANT's death or silence (past heartbeat_timeout_ms) does to a run with several: fail "
+              "ends the run for all (its frames so far are kept), continue records it (event participant_lost, a "
+              "warning at the end) and the others finish their frames. The last participant's loss always ends the "
+              "run.",
+              ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      auto v = get_choice(c, n, key, {"fail", "continue"});
+      if (!v) return v.error();
+      cfg.on_participant_loss = *v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return c.on_participant_loss; };
+    t.push_back(s);
+  }
   t.push_back(bool_setting("probe.enabled", "true",
                            "Measure RTT and throughput both ways over each participant's session before the first frame "
                            "(probes table).",
@@ -1618,9 +1665,9 @@ std::vector<Setting> build_settings() {
   }
   t.push_back(name_list_setting(
       "train.segments", "~ ([owner, server, ..., owner])",
-      "The device of each segment (one per segment), by devices-file name; `owner` is the data owner. Segment 0 "
-      "must be `owner` (the raw data never leaves it). Default: the first and last segments on the owner, the "
-      "others on the SERVER device.",
+      "The device of each segment (one per segment), by devices-file name; `owner` is the data owner (with one "
+      "owner, its device name means the same). Segment 0 must be on the owner (the raw data never leaves it). "
+      "Default: the first and last segments on the owner, the others on the SERVER device.",
       [](ExperimentConfig& c) -> std::vector<std::string>& { return c.train.segments; }));
   t.push_back(name_list_setting(
       "train.owners", "~ ([first PARTICIPANT])",
@@ -1872,10 +1919,8 @@ Status cross_check(ExperimentConfig& cfg) {
       return err_at(cfg.pos_of("train.segments"), "train.segments",
                     fmt::format("lists {} devices; expected one per segment: {} (train.cuts has {} cuts)",
                                 cfg.train.segments.size(), cfg.train.cuts.size() + 1, cfg.train.cuts.size()));
-    if (cfg.train.segments[0] != "owner")
-      return err_at(cfg.pos_of("train.segments"), "train.segments[0]",
-                    "is '" + cfg.train.segments[0] + "'; expected owner (segment 0 reads the raw data, which never "
-                    "leaves the data owner)");
+    // Segment 0 on a data owner (`owner`, or the device name of the only
+    // owner) is checked against the devices file (plan_training).
   }
   if (cfg.dataset.kind == DatasetKind::fashion_mnist && cfg.dataset.path.empty())
     cfg.dataset.path = "/usr/share/datasets/fashion-mnist";
@@ -2022,7 +2067,16 @@ Status check_experiment_files(const ExperimentConfig& cfg) {
   auto need = [&](const std::string& setting, const std::string& path, bool dir) -> Status {
     if (path.empty()) return {};
     const std::string p = expand_home(path);
-    if (!fs::exists(p, ec))
+    const bool there = fs::exists(p, ec);
+    // A symlink loop or an unreadable parent is not "does not exist" (#24).
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      return make_error(Errc::io, fmt::format("{}: {}: '{}' cannot be looked up: {}; expected an existing {}",
+                                              cfg.pos_of(setting).str(), setting, path,
+                                              ec == std::errc::too_many_symbolic_link_levels
+                                                  ? "a loop of symbolic links"
+                                                  : ec.message(),
+                                              dir ? "directory" : "file"));
+    if (!there)
       return make_error(Errc::io,
                         fmt::format("{}: {}: '{}' does not exist; expected an existing {}",
                                     cfg.pos_of(setting).str(), setting, path, dir ? "directory" : "file"));

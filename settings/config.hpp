@@ -287,6 +287,9 @@ struct ExperimentConfig {
   int codec_threads = 1;  // threads coding a frame's parts at each end (0 = one per core)
   int max_consecutive_failures = 3;  // failed frames in a row before the run fails
   int heartbeat_timeout_ms = 5000;   // control-channel silence before an agent is lost / an agent stops
+  // A PARTICIPANT that dies or goes silent: "fail" ends the run (every
+  // participant), "continue" records it and the others go on.
+  std::string on_participant_loss = "fail";
   RecordSpec record;
   ProbeSpec probe;
   EnergySpec energy;

@@ -310,7 +310,9 @@ void build_app(CLI::App& app, Parsed& p) {
         ->type_name("PATH");
     if (agents) {
       add_int(c, "--tail", p.devices.tail, 0, 1LL << 40, "logs: the last BYTES of each log");
-      c->add_option("--state-dir", p.devices.state_dir, "where `agents start` recorded detached agents")
+      c->add_option("--state-dir", p.devices.state_dir,
+                    "only the detached agents recorded in DIR (default: results/agents and every directory "
+                    "`agents start` used, as listed in ~/.local/state/tracr/detached-dirs)")
           ->type_name("DIR");
     }
   };

@@ -159,10 +159,16 @@ int cmd_agents_start(const RunOptions& opt) {
   if (server.transport != Transport::local) d.endpoint = reachable_endpoint(d.endpoint, server.connection().host);
   d.ready = ready->fields;
   d.secret_hex = secret_hex;
+  if (!devices->embedded) d.devices_file = std::filesystem::absolute(devices->source).lexically_normal().string();
   if (auto st = write_detached(state, d); !st) {
     fmt::print(stderr, "tracrctl agents start: {}\n", user_text(st.error()));
     return 1;
   }
+  // `agents stop` finds it wherever the experiment's output is (#24).
+  if (auto st = remember_detached_dir(std::filesystem::path(state).parent_path().string()); !st)
+    fmt::print(stderr,
+               "tracrctl agents start: warning: {}; `tracrctl agents stop --state-dir {}` will still stop it\n",
+               user_text(st.error()), std::filesystem::path(state).parent_path().string());
   fmt::print("SERVER agent on {} running detached: pid {}, {}, serving {}; runs of this model reuse it until "
              "`tracrctl agents stop`\n",
              server.name, d.pid, d.endpoint, cfg->model);

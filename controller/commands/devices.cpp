@@ -216,6 +216,34 @@ int cmd_devices_check(const DevicesOptions& opt) {
   return bad.load() ? 1 : 0;
 }
 
+// `agents stop` / `agents status` for detached SERVER agents: those under
+// --state-dir, else under results/agents and every directory `agents start`
+// used (an experiment's output may be anywhere, #24). Returns 1 when one
+// could not be stopped or a recorded directory is gone.
+static int detached_agents(const std::string& verb, const DevicesOptions& c) {
+  int rc = 0;
+  std::vector<std::string> gone;
+  const auto dirs = c.state_dir.empty() ? detached_dirs("results/agents", &gone) : std::vector<std::string>{c.state_dir};
+  for (const auto& g : gone) {
+    fmt::print(stderr,
+               "tracrctl agents {}: {} (listed in {}) no longer exists: detached agents started with their state "
+               "there cannot be found; stop them by hand (`tracrctl agents status` on each device lists agents "
+               "that run); the directory is dropped from the list\n",
+               verb, g, detached_index_path());
+    rc = 1;
+  }
+  for (const auto& dir : dirs) {
+    if (verb == "stop" && stop_detached_agents(dir, c.trust, c.devices) != 0) rc = 1;
+    if (verb != "status") continue;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".state")
+        if (auto d = read_detached(e.path().string()))
+          fmt::print("detached SERVER agent on {}: pid {}, {} (state in {})\n", d->device, d->pid, d->endpoint, dir);
+  }
+  return rc;
+}
+
 int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
   const DevicesOptions c = resolved(opt);
   auto devs = load_devices_option(c.devices, c.devices_given);
@@ -276,14 +304,7 @@ int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
   });
   for (const auto& r : rows) fmt::print("{}\n", r);
   int rc = bad.load() ? 1 : 0;
-  if (verb == "stop" && stop_detached_agents(c.state_dir, c.trust, c.devices) != 0) rc = 1;
-  if (verb == "status") {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(c.state_dir, ec))
-      if (e.path().extension() == ".state")
-        if (auto d = read_detached(e.path().string()))
-          fmt::print("detached SERVER agent on {}: pid {}, {}\n", d->device, d->pid, d->endpoint);
-  }
+  if ((verb == "stop" || verb == "status") && detached_agents(verb, c) != 0) rc = 1;
   return rc;
 }
 

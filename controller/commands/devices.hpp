@@ -12,7 +12,9 @@ struct DevicesOptions {
   bool trust = false;     // --trust-new-hosts
   std::string agent;      // tracr-agent to deploy or compare ("" = next to tracrctl)
   size_t tail = 4000;     // agents logs: bytes per log
-  std::string state_dir = "results/agents";  // detached agents started by `agents start`
+  // Where `agents start` recorded detached agents; "" = results/agents and
+  // every directory in the index of directories it used (detached_dirs).
+  std::string state_dir;
   bool devices_given = false;  // --devices was given (else devices check --experiment uses the experiment's)
   std::string experiment;      // devices check: the experiment whose files would be staged
   bool yes = false;            // devices setup: install without asking

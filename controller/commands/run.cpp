@@ -286,6 +286,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   // model is reused (its session secret keys the whole run).
   const DeviceConfig& server = devices->server();
   std::optional<DetachedServer> detached;
+  std::unique_ptr<DetachedWatch> detached_watch;  // is it still there? (#24)
   if (!ro.in_process) {
     auto d = read_detached(detached_state_path(cfg->output, server.name));
     if (d && d->identity == server_identity(*cfg)) {
@@ -368,6 +369,22 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   std::map<size_t, bool> finished;
   bool stopping = false;  // STOP sent after a signal: wait for the participants' last frames
 
+  // on_participant_loss: continue (#24): a PARTICIPANT that dies or goes
+  // silent while another still runs is recorded and left behind; the run
+  // goes on with the others. Returns whether it was (else the run fails).
+  std::vector<std::string> lost_participants;
+  auto spare = [&](size_t i, const std::string& why) {
+    if (cfg->on_participant_loss != "continue" || agents[i]->role() != "PARTICIPANT") return false;
+    bool others = false;
+    for (size_t j = 0; j < agents.size(); ++j)
+      if (j != i && agents[j]->role() == "PARTICIPANT" && !finished[j] && !liveness.declared_lost(j)) others = true;
+    if (!others) return false;
+    const std::string& dev = agents[i]->device().name;
+    rec.event("warn", "participant_lost", why + "; the other participants go on (on_participant_loss: continue)", dev);
+    lost_participants.push_back(dev + " after " + std::to_string(rec.timed_frames(dev)) + " timed frames (" + why + ")");
+    finished[i] = true;
+    return true;
+  };
   auto handle = [&](const Event& e) {
     AgentConn& a = *agents[e.agent];
     liveness.heard(e.agent);
@@ -377,7 +394,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
                                             a.device().name, e.msg.error().message, log_tail_text(a.proc().log_tail()));
         // While stopping after a signal the run is interrupted anyway; the crash is still recorded.
         if (g_signal_now()) rec.event("warn", "agent_lost", why, a.device().name);
-        else fail(why);
+        else if (!spare(e.agent, why)) fail(why);
       }
       finished[e.agent] = true;
       return;
@@ -517,6 +534,11 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
         stop_deadline = Clock::now() + kStopGrace;
       }
       if (stopping && Clock::now() > stop_deadline) break;
+      if (detached_watch)
+        if (auto why = detached_watch->gone(); !why.empty()) {
+          fail(why);
+          break;
+        }
       if (timeout_ms > 0 && Clock::now() > deadline) {
         fail("timed out waiting for the agents");
         break;
@@ -532,7 +554,8 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
       if (!stopping) schedule(first_participant);
       for (size_t i = 0; i < agents.size(); ++i)
         if (!finished[i])
-          if (auto why = liveness.newly_lost(i, agents[i]->role(), agents[i]->device().name)) fail(*why);
+          if (auto why = liveness.newly_lost(i, agents[i]->role(), agents[i]->device().name))
+            if (!spare(i, *why)) fail(*why);
     }
     // Lines already read are still recorded.
     while (auto e = pump.pop(0)) handle(*e);
@@ -545,6 +568,8 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
               fmt::format("SERVER {}: detached agent pid {} at {}", server.name, detached->pid, detached->endpoint),
               server.name);
     fmt::print("using the detached SERVER agent on {} (pid {}, {})\n", server.name, detached->pid, detached->endpoint);
+    detached_watch = std::make_unique<DetachedWatch>(*detached, *devices, ro.trust_new_hosts,
+                                                     detached->transport == "local" ? 500 : 2000);
     // Its READY (hardware identity) came when it started: recorded for this run too.
     ControlMsg ready;
     ready.kind = "READY";
@@ -656,7 +681,12 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     }
     return 0;
   }
-  fmt::print("\nrun {} completed: per-split table read back from {}\n", *run_id, cfg->output);
+  for (const auto& lp : lost_participants)
+    fmt::print(stderr, "tracrctl run: warning: run {} went on without participant {}; its frames until then are "
+               "recorded (events: participant_lost)\n", *run_id, lp);
+  fmt::print("\nrun {} completed{}: per-split table read back from {}\n", *run_id,
+             lost_participants.empty() ? "" : fmt::format(" without {} lost participant(s)", lost_participants.size()),
+             cfg->output);
   if (auto pst = print_split_table(*db, *run_id, stdout, ro.wide); !pst) {
     fmt::print(stderr, "tracrctl run: {}\n", user_text(pst.error()));
     return 1;

@@ -105,6 +105,12 @@ Result<TrainLayout> plan_training(const ExperimentConfig& cfg, const DevicesConf
     }
     l.segment_device.push_back(n);
   }
+  if (l.segment_device.front() != "owner")
+    return make_error(Errc::config,
+                      fmt::format("{}: train.segments[0]: '{}' is not a data owner; expected owner{} (segment 0 "
+                                  "reads the raw data, which never leaves the data owner)",
+                                  cfg.pos_of("train.segments").str(), seg.front(),
+                                  l.owners.size() == 1 ? " or '" + l.owners.front()->name + "'" : ""));
   if (l.segment_device.back() != "owner")
     l.warnings.push_back(fmt::format(
         "the last segment runs on {}: the gradient of the model's output it receives is derived from the labels "

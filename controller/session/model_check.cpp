@@ -129,6 +129,18 @@ Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
       return e;
     }
   }
+  // Every segment of a split-training run is trained: a model that cannot
+  // be is refused here, not after the agents started (#24).
+  if (!cfg.train.cuts.empty())
+    if (auto bad = (*model)->untrainable_layers(0, n); !bad.empty())
+      return config_error(cfg, "model",
+                          fmt::format("'{}' cannot be trained: its layer '{}' {}; expected a model from the "
+                                      "registry (tracrctl models) or a TorchScript nn.Sequential of torch.nn "
+                                      "modules for split training",
+                                      cfg.model, bad.front(),
+                                      (*model)->execution() == "layers"
+                                          ? "keeps its parameters outside torch::nn (a TorchScript import)"
+                                          : "is part of a TorchScript graph, which runs for inference only"));
   return n;
 #else
   (void)cfg;

@@ -4,11 +4,15 @@
 #include <sys/utsname.h>
 
 #include <chrono>
+#include <csignal>
+#include <fstream>
 #include <filesystem>
 #include <thread>
 
 #include "fleet/deploy.hpp"
 #include "fleet/launcher.hpp"
+#include "fleet/process.hpp"
+#include "fleet/ssh.hpp"
 #include "tests/controller/sshd_fixture.hpp"
 
 namespace tracr::controller {
@@ -248,6 +252,37 @@ TEST(DeployLocal, AgentArchitectureMatchesThisMachine) {
   auto missing = sha256_file("/nonexistent/tracr-agent");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code, Errc::not_found);
+}
+
+// A caught signal ends hashing and uploads (#24: 188 GB were hashed while
+// SIGINT and SIGTERM went unanswered, and only SIGKILL stopped tracrctl).
+TEST_F(DeployTest, ACaughtSignalEndsHashingAndUploads) {
+  const std::string big = (std::filesystem::path(sshd().dir()) / "big.bin").string();
+  {
+    std::ofstream f(big, std::ios::binary);
+    const std::string mib(1u << 20, 'x');
+    for (int i = 0; i < 8; ++i) f << mib;
+  }
+  ASSERT_TRUE(sha256_file(big).ok());
+  auto s = connect_trusted();
+  ASSERT_TRUE(s);
+  {
+    SignalCatcher catcher;
+    ASSERT_EQ(::raise(SIGTERM), 0);
+    ASSERT_EQ(SignalCatcher::signal(), SIGTERM);
+    auto h = sha256_file(big);
+    ASSERT_FALSE(h.ok());
+    EXPECT_NE(h.error().message.find("hashing " + big + " interrupted by signal 15"), std::string::npos)
+        << h.error().message;
+    const std::string remote = (std::filesystem::path(sshd().dir()) / "remote.bin").string();
+    auto up = s->upload(big, remote);
+    ASSERT_FALSE(up.ok());
+    EXPECT_NE(up.error().message.find("interrupted by signal 15"), std::string::npos) << up.error().message;
+    EXPECT_FALSE(std::filesystem::exists(remote));
+    for (const auto& e : std::filesystem::directory_iterator(sshd().dir()))
+      EXPECT_EQ(e.path().filename().string().rfind("remote.bin.tmp", 0), std::string::npos) << "partial upload left";
+  }
+  SignalCatcher reset;  // the caught signal is process-wide: clear it for the tests after this one
 }
 
 }  // namespace

@@ -180,6 +180,44 @@ TEST_F(StagingSsh, UploadsATreeAndAFileOnceThenFindsThemByHash) {
   EXPECT_EQ(slurp((*third)[1].remote), "cat\ndog\nbird\n");
 }
 
+// A staged tree changed or thinned out on the device is found by its
+// manifest hash and staged again (#24: it was trusted by name).
+TEST_F(StagingSsh, AStagedTreeChangedOnTheDeviceIsStagedAgain) {
+  auto s = connect_trusted();
+  ASSERT_TRUE(s);
+  const std::string tree = make_tree(sshd().dir() + "/local/images");
+  const auto dev = ssh_device(sshd().dir() + "/work");
+  const std::vector<AgentFile> files = {{"dataset.path", tree}};
+  auto first = stage_files(*s, dev, files);
+  ASSERT_TRUE(first.ok()) << first.error().str();
+  const std::string remote = (*first)[0].remote;
+  ASSERT_EQ(slurp(remote + "/dogs/c.txt"), slurp(tree + "/dogs/c.txt"));
+  // Edited there.
+  spit(remote + "/dogs/c.txt", "tampered");
+  auto check = stage_files(*s, dev, files, true);
+  ASSERT_TRUE(check.ok()) << check.error().str();
+  EXPECT_EQ((*check)[0].how, StagedFile::How::would_upload);
+  EXPECT_TRUE(contains((*check)[0].describe(), "it would be staged again")) << (*check)[0].describe();
+  EXPECT_EQ(slurp(remote + "/dogs/c.txt"), "tampered");  // a check changes nothing
+  auto again = stage_files(*s, dev, files);
+  ASSERT_TRUE(again.ok()) << again.error().str();
+  EXPECT_EQ((*again)[0].how, StagedFile::How::uploaded);
+  EXPECT_EQ((*again)[0].remote, remote);
+  EXPECT_TRUE(contains((*again)[0].describe(), "staged again")) << (*again)[0].describe();
+  EXPECT_EQ(slurp(remote + "/dogs/c.txt"), slurp(tree + "/dogs/c.txt"));
+  // A file deleted there.
+  fs::remove(remote + "/cats/small/b.bin");
+  auto thinned = stage_files(*s, dev, files);
+  ASSERT_TRUE(thinned.ok()) << thinned.error().str();
+  EXPECT_EQ((*thinned)[0].how, StagedFile::How::uploaded);
+  EXPECT_EQ(slurp(remote + "/cats/small/b.bin"), std::string(300000, 'x'));
+  // And a sound copy is still found as it is.
+  auto sound = stage_files(*s, dev, files);
+  ASSERT_TRUE(sound.ok()) << sound.error().str();
+  EXPECT_EQ((*sound)[0].how, StagedFile::How::present);
+  EXPECT_TRUE((*sound)[0].replaced.empty());
+}
+
 TEST_F(StagingSsh, DeclaredPathIsUsedWhenPresentAndNamedWhenMissing) {
   auto s = connect_trusted();
   ASSERT_TRUE(s);

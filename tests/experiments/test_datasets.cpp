@@ -264,6 +264,62 @@ TEST(Resample, MatchesPillowBitForBitOnJpegsUpAndDownscaledWithEachFilter) {
   }
 }
 
+// Every PNG mode decodes as PIL's Image.open(f).convert('RGB') does (what
+// torchvision's ImageFolder loader gives), bit for bit, and files PIL
+// refuses (a truncated JPEG or PNG) are refused (#24: alpha was composited
+// in linear light, 16-bit data sRGB-encoded, truncated JPEGs accepted).
+TEST(ImageIo, EveryPngModeDecodesAsPillowsConvertRgb) {
+  TempDir dir;
+  const std::string ref = test::script("tracr_reference.py");
+  ASSERT_EQ(test::run_python(ref + " modes " + dir.file("") + " " + dir.file("modes.ref")), 0);
+  const auto want = test::read_ref(dir.file("modes.ref"));
+  int compared = 0, refused = 0;
+  for (const auto& [name, t] : want) {
+    if (name.rfind("refused.", 0) == 0) {
+      const std::string file = name.substr(8);
+      auto img = decode_image(dir.file(file));
+      EXPECT_FALSE(img.ok()) << file << ": PIL refuses it, tracr decoded it";
+      if (!img.ok()) {
+        EXPECT_NE(img.error().message.find(dir.file(file)), std::string::npos) << img.error().message;
+        if (file == "truncated.jpg") {
+          EXPECT_NE(img.error().message.find("JPEG file is truncated"), std::string::npos) << img.error().message;
+        }
+      }
+      ++refused;
+      continue;
+    }
+    auto img = decode_image(dir.file(name));
+    ASSERT_TRUE(img.ok()) << name << ": " << img.error().str();
+    expect_same_pixels(hwc(img->rgb, img->width, img->height, 3), t, name);
+    ++compared;
+  }
+  EXPECT_EQ(compared, 15);
+  EXPECT_EQ(refused, 2);
+}
+
+// One channel is PIL's convert('L') of the uint8 pixels: integers 0..255,
+// L = (19595 R + 38470 G + 7471 B + 2^15) >> 16.
+TEST(ImageIo, OneChannelIsPillowsConvertL) {
+  Image img;
+  img.width = 4;
+  img.height = 1;
+  img.rgb = {255, 0, 0, 0, 255, 0, 0, 0, 255, 13, 200, 77};
+  DatasetConfig dc;
+  dc.kind = "imagefolder";
+  dc.input_shape = {1, 1, 4};
+  dc.resize_mode = "none";
+  dc.mean = {0.0f};
+  dc.std = {1.0f};
+  auto t = preprocess_image(img, dc, nullptr);
+  ASSERT_TRUE(t.ok()) << t.error().str();
+  auto l = ((*t) * 255).round().to(torch::kLong).flatten();
+  const std::vector<int64_t> want = {(255 * 19595 + 32768) >> 16, (255 * 38470 + 32768) >> 16,
+                                     (255 * 7471 + 32768) >> 16, (13 * 19595 + 200 * 38470 + 77 * 7471 + 32768) >> 16};
+  EXPECT_EQ(test::to_vec(l), want);
+  // Exactly integers over 255: no fractional step.
+  EXPECT_TRUE(torch::equal(*t * 255, (*t * 255).round()));
+}
+
 TEST(Resample, RejectsBadSizesAndBoxesNamingThem) {
   const std::vector<uint8_t> px(4 * 3 * 3, 7);
   auto r = resize_image(px, 4, 3, 3, 0, 5);

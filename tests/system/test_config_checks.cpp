@@ -257,3 +257,64 @@ TEST(ConfigChecks, NumClassesThatDisagreeWithTheModelsOutputAreRejectedNamingThe
   expect_short_message(r.out);
   EXPECT_EQ(query(db, "select count(*) from runs"), "0");
 }
+
+// An SSH device's key is checked before a run row or a login (#24: these
+// failed after the run row as "unknown libssh error"). Port 1 on loopback
+// has no sshd: a login attempt would say so instead.
+TEST(ConfigChecks, AnSshKeyThatCannotServeIsRefusedBeforeAnythingStarts) {
+  TempDir d;
+  const std::string db = empty_db(d);
+  std::filesystem::create_directories(d.path / "pkeys" / "adir");
+  d.file("pkeys/notakey", "hello, I am not a private key\n");
+  std::filesystem::permissions(d.path / "pkeys" / "notakey", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::filesystem::create_symlink("loop_b", d.path / "pkeys" / "loop_a");
+  std::filesystem::create_symlink("loop_a", d.path / "pkeys" / "loop_b");
+  const std::string exp = d.file("exp.yaml", "name: key\nmodel: fmnist_cnn\ndevices: devices.yaml\noutput: " + db + "\n");
+  for (const auto& [key, want] : std::vector<std::pair<std::string, std::string>>{
+           {"missing", "does not exist"},
+           {"adir", "is a directory; expected a private key file"},
+           {"notakey", "(not a private key, or protected by a passphrase"},
+           {"loop_a", "is a loop of symbolic links"}}) {
+    d.file("devices.yaml", "devices:\n  - device_type: SERVER\n    connection_params:\n"
+                           "      - host: 127.0.0.1\n        user: nobody\n        ssh_port: 1\n        pkey_fp: " +
+                               key + "\n        default: true\n  - {device_type: PARTICIPANT, transport: local}\n");
+    auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+    EXPECT_EQ(r.status, 2) << key << ": " << r.out;
+    EXPECT_NE(r.out.find(d.path.string() + "/devices.yaml:4:9: device 'server': pkey_fp '" + key + "': "),
+              std::string::npos)
+        << key << ": " << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << key << ": " << r.out;
+    EXPECT_EQ(r.out.find("libssh"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+}
+
+// Split training of a model that cannot be trained (a traced TorchScript
+// graph runs for inference only) is refused before any agent starts (#24:
+// the agents refused it after launch, with a --resume hint that could not
+// help).
+TEST(ConfigChecks, TrainingAModelThatCannotBeTrainedIsRefusedBeforeLaunching) {
+  TempDir d;
+  const std::string db = empty_db(d);
+  const std::string ts = (d.path / "skip.ts").string();
+  const std::string py = d.file("trace.py",
+                                "import sys, torch\n"
+                                "class M(torch.nn.Module):\n"
+                                "    def __init__(self):\n"
+                                "        super().__init__()\n"
+                                "        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)\n"
+                                "        self.fc = torch.nn.Linear(4 * 8 * 8, 5)\n"
+                                "    def forward(self, x):\n"
+                                "        return self.fc(torch.flatten(self.conv(x) + x[:, :1], 1))\n"
+                                "torch.jit.trace(M().eval(), torch.zeros(1, 3, 8, 8)).save(sys.argv[1])\n");
+  ASSERT_EQ(sh("/usr/bin/python3 " + py + " " + ts).status, 0);
+  const std::string exp = d.file("exp.yaml", "model: torchscript:" + ts + "\ninput_size: [3, 8, 8]\ndataset:\n  type: synthetic\n"
+                                             "train:\n  cuts: [1]\noutput: " + db + "\n");
+  auto r = sh(tracrctl() + " train " + exp + " --no-progress");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find(exp + ":1:8: model: 'torchscript:" + ts + "' cannot be trained: its layer '"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("is part of a TorchScript graph, which runs for inference only"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--resume"), std::string::npos) << r.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+}

@@ -4,6 +4,7 @@
 #include <csignal>
 #include <regex>
 
+#include "fleet/detached.hpp"
 #include "system/system_util.hpp"
 
 using namespace tracr::testing;
@@ -11,6 +12,52 @@ using namespace tracr::testing;
 namespace {
 const int kAlexNetLayers = 22;  // splits 0..22
 }
+
+namespace {
+
+// `tracrctl run EXP --no-progress` in the background, its output and exit
+// status kept in files: a test waits for frames, breaks something, then
+// reads how the run ended.
+class BackgroundRun {
+ public:
+  BackgroundRun(const TempDir& d, const std::string& exp) : out_((d.path / "out.txt").string()) {
+    thread_ = std::thread([this, exp] {
+      sh(tracrctl() + " run " + exp + " --no-progress > " + out_ + " 2>&1; echo $? > " + out_ + ".rc");
+    });
+  }
+  ~BackgroundRun() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // Waits for the run to end; its exit status (-1 when unknown).
+  int join() {
+    if (thread_.joinable()) thread_.join();
+    std::ifstream rc(out_ + ".rc");
+    int code = -1;
+    rc >> code;
+    return code;
+  }
+  std::string output() const {
+    std::ifstream o(out_);
+    return std::string((std::istreambuf_iterator<char>(o)), std::istreambuf_iterator<char>());
+  }
+
+ private:
+  std::string out_;
+  std::thread thread_;
+};
+
+// Polls until `count_sql` (a count over the database) exceeds n; false
+// after 60 s.
+bool wait_for_count(const std::string& db, const std::string& count_sql, int n) {
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto c = query(db, count_sql);
+    if (!c.empty() && std::stoi(c) > n) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 TEST(RunLocal, SweepsEverySplitAndPrintsTableFromSqlite) {
   TempDir d;
@@ -78,27 +125,16 @@ TEST(RunLocal, KilledServerFailsRunCleanlyAndKeepsRows) {
   const std::string exp = d.file(
       "exp.yaml", "name: kill\nmodel: alexnet\ninput_size: [3, 64, 64]\ndataset:\n  type: synthetic\n  max_samples: 4\n"
                   "split: all\nwarmup: 0\nrepetitions: 200\nseed: 424242\noutput: " + db + "\nrecord:\n  layers: false\n");
-  std::string out_file = (d.path / "out.txt").string();
-  std::thread runner([&] { sh(tracrctl() + " run " + exp + " --no-progress > " + out_file + " 2>&1; echo $? > " + out_file + ".rc"); });
+  BackgroundRun run(d, exp);
   // Wait until frames are being recorded, then kill the SERVER agent.
-  bool saw_frames = false;
-  for (int i = 0; i < 600 && !saw_frames; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    auto n = query(db, "select count(*) from frames");
-    saw_frames = !n.empty() && std::stoi(n) > 5;
-  }
-  ASSERT_TRUE(saw_frames);
+  ASSERT_TRUE(wait_for_count(db, "select count(*) from frames", 5));
   const auto servers = agent_pids(db, "SERVER");
   const auto participants = agent_pids(db, "PARTICIPANT");
   ASSERT_EQ(servers.size(), 1u);
   ASSERT_EQ(participants.size(), 1u);
   ASSERT_EQ(::kill(static_cast<pid_t>(servers[0]), SIGKILL), 0);
-  runner.join();
-  std::ifstream rc(out_file + ".rc");
-  int code = -1;
-  rc >> code;
-  std::ifstream o(out_file);
-  std::string out((std::istreambuf_iterator<char>(o)), std::istreambuf_iterator<char>());
+  const int code = run.join();
+  const std::string out = run.output();
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find("SERVER"), std::string::npos) << out;
   EXPECT_EQ(query(db, "select status from runs where id = 1"), "failed");
@@ -107,6 +143,39 @@ TEST(RunLocal, KilledServerFailsRunCleanlyAndKeepsRows) {
   // No agent is left behind.
   EXPECT_FALSE(alive(servers[0]));
   EXPECT_FALSE(alive(participants[0]));
+}
+
+// on_participant_loss: continue (#24): one of two participants is killed
+// mid-run; the other finishes its frames, the run is completed, and the loss
+// is recorded with its cause and said at the end.
+TEST(RunLocal, AParticipantsDeathLeavesTheOthersRunningWhenAskedTo) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml",
+                                     "devices:\n  - {device_type: SERVER, transport: local}\n"
+                                     "  - {device_type: PARTICIPANT, name: p1, transport: local}\n"
+                                     "  - {device_type: PARTICIPANT, name: p2, transport: local}\n");
+  const std::string exp = d.file(
+      "exp.yaml", "name: spare\nmodel: alexnet\ninput_size: [3, 64, 64]\ndataset:\n  type: synthetic\n  max_samples: 4\n"
+                  "split: [5]\nwarmup: 0\nrepetitions: 150\nseed: 434343\noutput: " + db + "\ndevices: " + devices +
+                  "\non_participant_loss: continue\nrecord:\n  layers: false\n");
+  BackgroundRun run(d, exp);
+  ASSERT_TRUE(wait_for_count(db, "select count(*) from frames where participant = 'p1'", 5));
+  const auto participants = agent_pids(db, "PARTICIPANT");
+  ASSERT_EQ(participants.size(), 2u);
+  ASSERT_EQ(::kill(static_cast<pid_t>(participants[0]), SIGKILL), 0);  // p1 (device order)
+  const int code = run.join();
+  const std::string out = run.output();
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(query(db, "select status from runs where id = 1"), "completed");
+  EXPECT_NE(out.find("run 1 completed without 1 lost participant(s)"), std::string::npos) << out;
+  EXPECT_NE(out.find("warning: run 1 went on without participant p1 after "), std::string::npos) << out;
+  EXPECT_NE(out.find("PARTICIPANT agent on p1 exited unexpectedly"), std::string::npos) << out;
+  EXPECT_EQ(query(db, "select count(*) from events where kind = 'participant_lost' and device = 'p1'"), "1");
+  // p2 delivered every frame; p1 fewer.
+  EXPECT_EQ(query(db, "select count(*) from frames where participant = 'p2'"), "600");
+  EXPECT_LT(std::stoi(query(db, "select count(*) from frames where participant = 'p1'")), 600);
+  EXPECT_EQ(query(db, "pragma integrity_check"), "ok");
 }
 
 TEST(RunLocal, FashionMnistTemplatesTrainThenReportAccuracyPerSplit) {
@@ -168,7 +237,8 @@ TEST(RunLocal, DetachedServerStartedOnceServesSeveralRunsUntilStopped) {
   y.replace(y.find("split: all"), 10, "split: [0, 22]");
   y.replace(y.find("seed: 7"), 7, "seed: 777123");
   const std::string exp = d.file("exp.yaml", y);
-  auto start = sh(tracrctl() + " agents start " + exp);
+  const std::string xdg = "XDG_STATE_HOME=" + (d.path / "state").string() + " ";  // its own index, never the user's
+  auto start = sh(xdg + tracrctl() + " agents start " + exp);
   ASSERT_EQ(start.status, 0) << start.out;
   const std::string state = (d.path / "agents" / "server.state").string();
   struct stat st {};
@@ -186,10 +256,85 @@ TEST(RunLocal, DetachedServerStartedOnceServesSeveralRunsUntilStopped) {
   // The detached server outlived both runs; stop ends it and forgets its state.
   const std::string agent_cmd = "pgrep -f 'tracr-agen[t] --role SERVER.*" + (d.path / "agents").string() + "/server.experiment.yaml'";
   EXPECT_EQ(sh(agent_cmd).status, 0);
-  auto stop = sh(tracrctl() + " agents stop --state-dir " + (d.path / "agents").string());
+  auto stop = sh(xdg + tracrctl() + " agents stop --state-dir " + (d.path / "agents").string());
   EXPECT_EQ(stop.status, 0) << stop.out;
   EXPECT_NE(sh(agent_cmd).status, 0);
   EXPECT_NE(::stat(state.c_str(), &st), 0);
+}
+
+// An experiment whose output is outside results/ keeps its detached agent's
+// state beside its database; `agents stop` without --state-dir, run from
+// anywhere, still finds and stops it (#24: it was silently missed), and says
+// which recorded directories it can no longer search.
+TEST(RunLocal, AgentsStopFindsDetachedAgentsWhereverTheirOutputIs) {
+  TempDir d;
+  const std::string db = (d.path / "elsewhere" / "r.db").string();
+  std::string y = small_experiment(db, "record:\n  layers: false\n");
+  y.replace(y.find("split: all"), 10, "split: [22]");
+  y.replace(y.find("seed: 7"), 7, "seed: 777124");
+  const std::string exp = d.file("exp.yaml", y);
+  const std::string xdg = "XDG_STATE_HOME=" + (d.path / "state").string() + " ";
+  auto start = sh(xdg + tracrctl() + " agents start " + exp);
+  ASSERT_EQ(start.status, 0) << start.out;
+  const std::string agents = (d.path / "elsewhere" / "agents").string();
+  const std::string index = (d.path / "state" / "tracr" / "detached-dirs").string();
+  EXPECT_EQ(sh("cat " + index).out, agents + "\n");
+  // A directory the index lists that was deleted since: said, not skipped in silence.
+  {
+    std::ofstream f(index, std::ios::app);
+    f << (d.path / "deleted" / "agents").string() << "\n";
+  }
+  const std::string agent_cmd = "pgrep -f 'tracr-agen[t] --role SERVER.*" + agents + "/server.experiment.yaml'";
+  EXPECT_EQ(sh(agent_cmd).status, 0);
+  auto status = sh("cd " + d.path.string() + " && " + xdg + tracrctl() + " agents status");
+  EXPECT_EQ(status.status, 1) << status.out;  // the deleted directory is reported, once
+  EXPECT_NE(status.out.find("detached SERVER agent on server: pid "), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("(state in " + agents + ")"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find((d.path / "deleted" / "agents").string() + " (listed in " + index +
+                            ") no longer exists: detached agents started with their state there cannot be found"),
+            std::string::npos)
+      << status.out;
+  auto stop = sh("cd " + d.path.string() + " && " + xdg + tracrctl() + " agents stop");
+  EXPECT_EQ(stop.status, 0) << stop.out;
+  EXPECT_NE(stop.out.find("stopped the detached SERVER agent on server"), std::string::npos) << stop.out;
+  EXPECT_NE(sh(agent_cmd).status, 0);
+  EXPECT_FALSE(std::filesystem::exists(agents + "/server.state"));
+  // Both directories are gone from the index now.
+  auto again = sh("cd " + d.path.string() + " && " + xdg + tracrctl() + " agents stop");
+  EXPECT_EQ(again.status, 0) << again.out;
+  EXPECT_EQ(sh("cat " + index).out, "");
+}
+
+// A detached SERVER that dies during a run is named as the cause within a
+// few seconds (#24: it was found only by the participants' 60 s frame
+// timeout, and the error blamed the PARTICIPANT).
+TEST(RunLocal, ADeadDetachedServerIsNamedAsTheCause) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "record:\n  layers: false\n");
+  y.replace(y.find("split: all"), 10, "split: [5]");
+  y.replace(y.find("repetitions: 1"), 14, "repetitions: 5000");
+  y.replace(y.find("seed: 7"), 7, "seed: 777125");
+  const std::string exp = d.file("exp.yaml", y);
+  const std::string xdg = "XDG_STATE_HOME=" + (d.path / "state").string() + " ";
+  auto start = sh(xdg + tracrctl() + " agents start " + exp);
+  ASSERT_EQ(start.status, 0) << start.out;
+  auto state = tracr::fleet::read_detached((d.path / "agents" / "server.state").string());
+  ASSERT_TRUE(state.ok()) << state.error().str();
+  BackgroundRun run(d, exp);
+  ASSERT_TRUE(wait_for_count(db, "select count(*) from frames", 5));
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(static_cast<pid_t>(state->pid), SIGKILL), 0);
+  const int code = run.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  const std::string out = run.output();
+  std::printf("[ detached ] the run ended %.1f s after its detached SERVER was killed (steady clock, this test)\n", secs);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("the detached SERVER agent on server (pid " + std::to_string(state->pid)), std::string::npos) << out;
+  EXPECT_NE(out.find("is gone: no process with its identity runs here any more"), std::string::npos) << out;
+  EXPECT_EQ(out.find("timed out"), std::string::npos) << out;
+  EXPECT_EQ(query(db, "select status from runs where id = 1"), "failed");
+  EXPECT_EQ(sh(xdg + tracrctl() + " agents stop --state-dir " + (d.path / "agents").string()).status, 0);
 }
 
 // `agents stop` signals a detached agent only when its pid still names the

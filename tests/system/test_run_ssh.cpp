@@ -123,8 +123,10 @@ TEST_F(RunSsh, LoosePrivateKeyPermissionsAreRefusedWithFix) {
   sshd().trust();
   ASSERT_EQ(::chmod(sshd().user_key().c_str(), 0644), 0);
   auto r = run(devices(sshd().user_key(), sshd().port()));
-  EXPECT_EQ(r.status, 1) << r.out;
+  // Checked before anything starts (#24): a configuration error, no run row.
+  EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("chmod 600"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(db())) << "nothing was started, so no database was created";
 }
 
 TEST_F(RunSsh, UnreachableHostFailsClearly) {
@@ -162,13 +164,17 @@ TEST_F(RunSsh, DevicesCheckAndAgentsCommands) {
   auto logs = sh(env + tracrctl() + " agents logs --devices " + dev);
   // Named per run (time stamp, random tag, run id, device), so runs of different databases never share a log.
   EXPECT_TRUE(std::regex_search(logs.out, std::regex("run-[0-9T]+Z-[0-9a-f]{6}-1-server\\.log"))) << logs.out;
-  EXPECT_EQ(sh(env + tracrctl() + " agents stop --devices " + dev).status, 0);
+  // Without --state-dir: results/agents and the index of state directories, here its own.
+  EXPECT_EQ(sh(env + "XDG_STATE_HOME=" + (d.path / "state").string() + " " + tracrctl() + " agents stop --devices " + dev)
+                .status,
+            0);
 }
 
 TEST_F(RunSsh, DetachedServerOverSshServesRunsUntilStopped) {
   sshd().trust();
   const std::string dev = devices(sshd().user_key(), sshd().port());
-  const std::string env = "TRACR_KNOWN_HOSTS=" + sshd().known_hosts() + " ";
+  // Its own index of detached state directories, never the user's.
+  const std::string env = "TRACR_KNOWN_HOSTS=" + sshd().known_hosts() + " XDG_STATE_HOME=" + (d.path / "state").string() + " ";
   std::string y = small_experiment(db(), "record:\n  layers: false\n", dev);
   y.replace(y.find("split: all"), 10, "split: [3]");
   const std::string exp = d.file("exp.yaml", y);
