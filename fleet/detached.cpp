@@ -258,7 +258,8 @@ std::vector<std::string> detached_dirs(const std::string& given, std::vector<std
   std::vector<std::string> out{canonical_or_absolute(given)};
   std::vector<std::string> keep;
   std::error_code ec;
-  for (const auto& d : read_index()) {
+  const auto index = read_index();
+  for (const auto& d : index) {
     if (!fs::is_directory(d, ec)) {
       if (gone) gone->push_back(d);
       continue;
@@ -267,7 +268,7 @@ std::vector<std::string> detached_dirs(const std::string& given, std::vector<std
     keep.push_back(d);
     if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
   }
-  if (keep != read_index()) (void)write_index(keep);  // best effort: the listing is still right
+  if (keep != index) (void)write_index(keep);  // best effort: the listing is still right
   return out;
 }
 

@@ -477,6 +477,16 @@ std::string printable(const std::string& v) {
   return out;
 }
 
+// Error naming the first control byte (C0 or DEL) of `v`, if any.
+Status no_control_chars(const Ctx& c, const YAML::Node& n, const std::string& key, const std::string& v,
+                        const std::string& what) {
+  for (const unsigned char ch : v)
+    if (ch < 0x20 || ch == 0x7f)
+      return err_at(pos_of(c, n), key,
+                    fmt::format("'{}' holds control character 0x{:02X}; expected {}", printable(v), ch, what));
+  return {};
+}
+
 const std::vector<std::string> kConnKeys = {"host", "user", "pkey_fp", "port", "ssh_port", "default"};
 
 bool valid_name(const std::string& s) {
@@ -596,11 +606,7 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
     if (!s) return s.error();
     // It reaches remote shell lines (quoted) and file names: a control
     // character there is a mistake, never a directory (#24: a newline).
-    for (unsigned char ch : *s)
-      if (ch < 0x20 || ch == 0x7f)
-        return err_at(pos_of(c, n["work_dir"]), key + ".work_dir",
-                      fmt::format("'{}' holds control character 0x{:02X}; expected a directory path on the device",
-                                  printable(*s), ch));
+    TRACR_TRY(no_control_chars(c, n["work_dir"], key + ".work_dir", *s, "a directory path on the device"));
     d.work_dir = *s;
   }
   if (n["netns"]) {
@@ -935,10 +941,7 @@ Setting string_setting(const std::string& name, const std::string& type, const s
     if (!v) return v.error();
     // Names and paths end up in terminals, tables and shell lines: a
     // control character (an ANSI escape, a newline) is refused (#24).
-    for (const unsigned char ch : *v)
-      if (ch < 0x20 || ch == 0x7f)
-        return err_at(pos_of(c, n), key,
-                      fmt::format("'{}' holds control character 0x{:02X}; expected {}", printable(*v), ch, what));
+    TRACR_TRY(no_control_chars(c, n, key, *v, what));
     ref(cfg) = *v;
     return {};
   };
