@@ -331,11 +331,14 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       if (!st) failures.note(make_error(st.error().code, "probe: " + st.error().message));
       continue;
     }
+    // Every answer names the frame it answers (PROTOCOL.md 3.4, req_seq).
+    auto answer_error = [&](Error e) {
+      e.frame_seq = f.header.seq;
+      (void)(*server)->send_error(in->peer, e, f.header.split);
+    };
     if (tail ? !tail->serves(f.header.type) : f.header.type != MsgType::infer_request) {
-      (void)(*server)->send_error(in->peer,
-                                  make_error(Errc::unexpected_message,
-                                             fmt::format("SERVER does not handle {}", msg_type_name(f.header.type))),
-                                  f.header.split);
+      answer_error(make_error(Errc::unexpected_message,
+                              fmt::format("SERVER does not handle {}", msg_type_name(f.header.type))));
       continue;
     }
     Bundle out;
@@ -343,7 +346,7 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     if (tail) {
       auto r = tail->handle(f);
       if (!r) {
-        (void)(*server)->send_error(in->peer, r.error(), f.header.split);
+        answer_error(r.error());
         failures.note(r.error());
         continue;
       }
@@ -359,6 +362,7 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       meta["srv_wire_bytes"] = static_cast<int64_t>(f.stats.wire_bytes);
       if (f.header.meta.count("echo")) out = f.tensors;
     }
+    meta["req_seq"] = static_cast<int64_t>(f.header.seq);
     const MsgType reply = tail ? tail->reply_type(f.header.type) : MsgType::infer_result;
     const auto so = tail ? tail->reply_send_for(f) : std::nullopt;
     auto st = so ? (*server)->send_with(in->peer, *so, reply, f.header.split, out, meta)
@@ -366,8 +370,7 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     if (!st) {
       // The peer waits for an answer: it gets the reason, not silence.
       failures.note(make_error(st.error().code, "reply: " + st.error().message));
-      (void)(*server)->send_error(in->peer, make_error(st.error().code, "the reply could not be encoded: " + st.error().message),
-                                  f.header.split);
+      answer_error(make_error(st.error().code, "the reply could not be encoded: " + st.error().message));
     }
   }
   report("warn", rejections.flush(std::chrono::steady_clock::now()));

@@ -169,6 +169,7 @@ Status InProcessLink::send(const SendOptions& so, int32_t split, const Bundle& b
         r.type = MsgType::error;
         r.error = res.error();
       }
+      r.meta["req_seq"] = static_cast<int64_t>(fr->header.seq);
       SendOptions reply;  // results go back uncompressed, like the SERVER agent's replies
       TRACR_TRY(down_w_.write(r, outputs, reply, collect_back));
       for (auto& x : back)
@@ -222,6 +223,7 @@ namespace {
 
 struct Pending {
   FrameRecord rec;
+  uint64_t req_seq = 0;  // the request frame's seq: its reply names it (meta req_seq)
   Clock::time_point t0, t_head, t_sent;
   std::optional<EnergyMeter::Mark> e0, e_head;
   at::Tensor labels;
@@ -346,8 +348,7 @@ class Pipeline {
   // first batch's activations (protocol/codec_choice.hpp) at the link's
   // upstream rate (the probe's, else the running estimate).
   Status pick_codec() {
-    ex::BatchLoader l(ds_, spec_.batch, spec_.max_samples);
-    auto b = l.next();
+    auto b = first_batch();
     if (!b) return std::move(b.error());
     if (!*b) return {};
     auto head = model_.run(0, split_, ex::SplitModel::input_bundle((*b)->images.to(model_.device())));
@@ -370,8 +371,7 @@ class Pipeline {
   Status run_step(const PolicyStep& step) {
     if (spec_.auto_codec) TRACR_TRY(pick_codec());
     if (step.warmup > 0) {
-      ex::BatchLoader wl(ds_, spec_.batch, spec_.max_samples);
-      auto b = wl.next();
+      auto b = first_batch();
       if (!b) return std::move(b.error());
       if (*b)
         for (int w = 0; w < step.warmup && !stop_; ++w) TRACR_TRY(frame(**b, 0, -1, true));
@@ -380,16 +380,110 @@ class Pipeline {
     }
     for (int rep = 0; rep < step.passes && !stop_; ++rep) {
       ex::BatchLoader loader(ds_, spec_.batch, spec_.max_samples);
-      int64_t sample = 0;
       while (!stop_) {
         auto b = loader.next();
         if (!b) return std::move(b.error());
         if (!*b) break;
-        TRACR_TRY(frame(**b, sample, rep, false));
-        sample += (*b)->images.size(0);
+        for (const auto& f : (*b)->failures) TRACR_TRY(sample_failed(f, rep));
+        if ((*b)->size() > 0) TRACR_TRY(frame(**b, (*b)->indices.front(), rep, false));
+        else if (hooks_.progress) hooks_.progress(++done_, planned_);  // a planned frame with no sample left
       }
     }
     return {};
+  }
+
+  // The first batch with at least one sample the dataset could give.
+  Result<std::optional<ex::Batch>> first_batch() {
+    ex::BatchLoader l(ds_, spec_.batch, spec_.max_samples);
+    while (true) {
+      auto b = l.next();
+      if (!b || !*b || (**b).size() > 0) return b;
+    }
+  }
+
+  // A sample the dataset could not give (unreadable, truncated, CMYK) fails
+  // alone: one row with ok = 0, no samples, its id and the reason, no times.
+  // It counts toward max_consecutive_failures like a failed frame.
+  Status sample_failed(const ex::SampleFailure& f, int rep) {
+    TRACR_TRY(commands());
+    if (stop_) return {};
+    FrameRecord r;
+    r.frame = next_frame_++;
+    r.split = split_;
+    r.sample = f.index;
+    r.sample_id = f.id;
+    r.rep = rep;
+    r.batch = 0;
+    r.policy = policy_name_;
+    r.codec = so_.codec.name();
+    r.cipher = link_.cipher();
+    r.correct = -1;
+    r.top5_correct = -1;
+    r.ok = 0;
+    r.error = "sample " + std::to_string(f.index) + " left out: " + f.error;
+    r.flags = "sample_error";
+    const int64_t now = ns(run_t0_, Clock::now());
+    r.start_ns = now;
+    r.end_ns = now;
+    return record_failure(r);
+  }
+
+  // A failed row that is not a reply's: emitted, and counted toward
+  // max_consecutive_failures.
+  Status record_failure(const FrameRecord& r) {
+    if (hooks_.emit) hooks_.emit(r);
+    if (++consecutive_failures_ > spec_.max_consecutive_failures)
+      return make_error(Errc::remote, fmt::format("{} frames in a row failed (more than max_consecutive_failures = "
+                                                  "{}); the last: {}",
+                                                  consecutive_failures_, spec_.max_consecutive_failures, r.error));
+    return {};
+  }
+
+  // Which awaited request a reply answers (PROTOCOL.md 3.4, meta req_seq).
+  // false: a stray reply (to a request answered already or never sent),
+  // dropped and counted. Requests it passes over got no reply of their own:
+  // each is recorded failed. A reply without req_seq is matched by order.
+  Result<bool> match_reply(const Frame& f) {
+    auto it = f.header.meta.find("req_seq");
+    if (it == f.header.meta.end()) return true;
+    const int64_t* rs = std::get_if<int64_t>(&it->second);
+    size_t at = 0;
+    while (rs && at < pending_.size() && pending_[at].req_seq != static_cast<uint64_t>(*rs)) ++at;
+    if (!rs || at == pending_.size()) {
+      ++stray_replies_;
+      event("stray_reply", nullptr,
+            fmt::format("a {} for request {} that is not awaited (answered already, or never sent): dropped; "
+                        "{} so far",
+                        msg_type_name(f.header.type), rs ? std::to_string(*rs) : std::string("(not an integer)"),
+                        stray_replies_));
+      return false;
+    }
+    for (; at > 0; --at) {
+      Pending p = std::move(pending_.front());
+      pending_.pop_front();
+      TRACR_TRY(no_reply(p, *rs));
+    }
+    return true;
+  }
+
+  // A request the server never answered (its frame was lost on the way):
+  // its measured times stand, the rest of the round trip is network_ns.
+  Status no_reply(Pending& p, int64_t answered) {
+    FrameRecord& r = p.rec;
+    const auto t_end = Clock::now();
+    r.ok = 0;
+    r.error = fmt::format("no reply from the server to request {}: it answered the later request {} first (the "
+                          "frame was lost on the way)",
+                          p.req_seq, answered);
+    r.flags = "no_reply";
+    r.head_ns = ns(p.t0, p.t_head);
+    r.encode_ns = ns(p.t_head, p.t_sent);
+    r.total_ns = ns(p.t0, t_end);
+    r.network_ns = r.total_ns - r.head_ns - r.encode_ns;
+    r.start_ns = ns(run_t0_, p.t0);
+    r.end_ns = ns(run_t0_, t_end);
+    if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
+    return record_failure(r);
   }
 
   // Applies the controller's commands; blocks while paused.
@@ -489,6 +583,7 @@ class Pipeline {
                                          : Clock::now();
     r.raw_bytes = static_cast<int64_t>(st.raw_bytes);
     r.wire_bytes = static_cast<int64_t>(st.wire_bytes);
+    p.req_seq = st.seq;
     pending_.push_back(std::move(p));
     pending_.back().rec.inflight = static_cast<int64_t>(pending_.size());
     // Replies already here are taken right away (not held behind the next head).
@@ -519,6 +614,9 @@ class Pipeline {
       waited = true;
     }
     if (!f) return make_error(f.error().code, fmt::format("split {}: {}", pending_.front().rec.split, f.error().message));
+    auto matched = match_reply(*f);
+    if (!matched) return std::move(matched.error());
+    if (!*matched) return {};  // a stray reply, dropped: the caller asks again
     const auto t_got = Clock::now();
     if (got) *got = true;
     Pending p = std::move(pending_.front());
@@ -642,6 +740,7 @@ class Pipeline {
   std::string policy_name_ = "sweep";
   int64_t next_frame_ = 0, done_ = 0, planned_ = 0;
   int consecutive_failures_ = 0;
+  int64_t stray_replies_ = 0;
   bool stop_ = false;
 };
 

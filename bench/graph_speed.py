@@ -10,7 +10,7 @@ here, at::set_num_threads(1) in C++; warm-up runs, then the median of REPS):
   unsplit  tracr's graph of the same file, optimize: true, split 0..N
   split    head [0, k) then tail [k, N) at the middle cut k
 Prints a markdown table with the ratios unsplit/python (target <= 1.1) and
-split/unsplit (target <= 1.15). Needs BUILD_DIR/bench/tracr_graph_bench.
+split/unsplit (target <= 1.15). Needs BUILD_DIR/bin/tracr_graph_bench.
 """
 import argparse
 import os
@@ -40,7 +40,11 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--side", type=int, default=224)
     a = ap.parse_args()
-    tool = os.path.join(a.build_dir, "bench", "tracr_graph_bench")
+    tool = next((p for p in (os.path.join(a.build_dir, "bin", "tracr_graph_bench"),
+                             os.path.join(a.build_dir, "bench", "tracr_graph_bench")) if os.path.exists(p)), None)
+    if tool is None:
+        sys.exit(f"graph_speed: no tracr_graph_bench under {a.build_dir}/bin or {a.build_dir}/bench; "
+                 "build it with: cmake --build BUILD_DIR --target tracr_graph_bench")
     torch.set_num_threads(1)
     print(f"one thread, batch 1, {a.side}x{a.side}, median of {a.reps} after warm-up; torch {torch.__version__}")
     print("| model | python ms | tracr unsplit ms | unsplit/python | tracr head+tail ms | split/unsplit | cut |")

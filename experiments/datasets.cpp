@@ -182,6 +182,9 @@ class ImageFolderDataset : public Dataset {
     s.id = path;
     return s;
   }
+  std::string id_of(int64_t i) const override {
+    return i >= 0 && i < size() ? items_[static_cast<size_t>(i)].first : Dataset::id_of(i);
+  }
   const std::vector<std::string>& class_names() const override { return names_; }
 
  private:
@@ -407,15 +410,21 @@ Result<std::optional<Batch>> BatchLoader::next() {
   Batch b;
   for (int64_t i = pos_; i < end; ++i) {
     auto s = ds_.get(i);
-    if (!s) return s.error();
+    if (!s) {
+      b.failures.push_back({i, ds_.id_of(i), s.error().str()});
+      continue;
+    }
     images.push_back(s->image);
     labels.push_back(s->label);
     b.ids.push_back(std::move(s->id));
     b.transforms.push_back(s->transform);
+    b.indices.push_back(i);
   }
   pos_ = end;
-  b.images = torch::stack(images);
-  b.labels = torch::tensor(labels, torch::kLong);
+  if (!images.empty()) {
+    b.images = torch::stack(images);
+    b.labels = torch::tensor(labels, torch::kLong);
+  }
   return std::optional<Batch>(std::move(b));
 }
 

@@ -44,11 +44,22 @@ struct Sample {
   ImageTransform transform;
 };
 
+// A sample the dataset could not give (an unreadable, truncated or CMYK
+// image): it fails alone, recorded with its reason, and the run goes on.
+struct SampleFailure {
+  int64_t index = 0;   // the sample's index in the dataset
+  std::string id;      // Dataset::id_of(index): the file, for an image folder
+  std::string error;   // why
+};
+
 struct Batch {
-  at::Tensor images;  // float32 [B, C, H, W]
+  at::Tensor images;  // float32 [B, C, H, W]; undefined when every sample failed
   at::Tensor labels;  // int64 [B]
   std::vector<std::string> ids;
   std::vector<ImageTransform> transforms;
+  std::vector<int64_t> indices;         // each image's index in the dataset
+  std::vector<SampleFailure> failures;  // samples of this batch's range left out, in order
+  int64_t size() const { return images.defined() ? images.size(0) : 0; }
 };
 
 class Dataset {
@@ -59,6 +70,9 @@ class Dataset {
   // Error io / invalid_argument naming the file for unreadable images;
   // invalid_argument for an index out of range.
   virtual Result<Sample> get(int64_t index) const = 0;
+  // The id get(index) gives its sample (the file, for an image folder),
+  // known without reading it.
+  virtual std::string id_of(int64_t index) const { return name() + "/" + std::to_string(index); }
   virtual const std::vector<std::string>& class_names() const = 0;
 };
 
@@ -104,7 +118,9 @@ class BatchLoader {
   BatchLoader(const Dataset& ds, int64_t batch_size, int64_t max_samples = 0);
   int64_t num_samples() const { return total_; }
   int64_t num_batches() const { return (total_ + batch_ - 1) / batch_; }
-  // Next batch; nullopt after the last one. Errors from get() pass through.
+  // Next batch of up to batch_size consecutive samples; nullopt after the
+  // last one. A sample get() refuses is left out of the images and listed
+  // in Batch::failures (a batch may hold failures only).
   Result<std::optional<Batch>> next();
   void reset() { pos_ = 0; }
 

@@ -114,6 +114,9 @@ Result<Image> decode_png(const std::string& path, FILE* f) {
   std::vector<png_bytep> rows;
   if (setjmp(err.jump)) {
     png_destroy_read_struct(&png, &info, nullptr);
+    // libpng's reader says only "Read Error" when the file ends early.
+    if (std::feof(f))
+      return make_error(Errc::invalid_argument, path + ": PNG file is truncated (it ends before its image data does)");
     return make_error(Errc::invalid_argument, path + ": PNG decode failed: " + err.message);
   }
   if (!info) png_fail(png, "cannot create PNG info");

@@ -506,6 +506,7 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
           Header eh;
           eh.type = MsgType::error;
           eh.error = r.error();
+          if (r.error().frame_seq != 0) eh.meta["req_seq"] = static_cast<int64_t>(r.error().frame_seq);
           (void)p.writer.write(eh, {}, opt_.send, [&](Segment&& s) { return deliver(peer, std::move(s)); });
         } else {
           // Key confirmation failed (PROTOCOL.md 6.1): the peer's keys do not
@@ -520,14 +521,34 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
         ready_.push_back(std::move(e));
         continue;
       }
-      p.last_seen = Clock::now();
-      if (r->header.type == MsgType::goodbye && p.confirmed) {
-        gone = true;  // an authenticated goodbye ends the session
+      if (r->header.type == MsgType::goodbye) {
+        gone = true;  // an authenticated goodbye ends the session, confirmed or not (PROTOCOL.md 3.2)
         break;
       }
       auto reply = [&](Header h) {
         return p.writer.write(std::move(h), {}, opt_.send, [&](Segment&& s) { return deliver(peer, std::move(s)); });
       };
+      if (!p.confirmed && r->header.type != MsgType::heartbeat) {
+        // Before key confirmation nothing is served and the handshake clock
+        // keeps running from the HELLO (PROTOCOL.md 6.1): on a plain session
+        // a data frame passes its checks without any key, so serving it
+        // would serve whoever replayed a HELLO.
+        Error e = make_error(Errc::unexpected_message,
+                             std::string(msg_type_name(r->header.type)) +
+                                 " before key confirmation: nothing is served until the session's key-confirming "
+                                 "HEARTBEAT (PROTOCOL.md 6.1)");
+        e.frame_seq = r->header.seq;
+        p.refused.add(e.code);
+        Header ans;
+        ans.type = MsgType::error;
+        ans.error = e;
+        ans.meta["req_seq"] = static_cast<int64_t>(r->header.seq);
+        (void)reply(ans);
+        e.message = "peer " + peer_name(peer) + ": " + e.message;
+        ready_.push_back(std::move(e));
+        continue;
+      }
+      p.last_seen = Clock::now();
       if (r->header.type == MsgType::heartbeat) {
         p.confirmed = true;
         Header hb;
@@ -663,6 +684,7 @@ Status Server::send_error(const std::string& peer, const Error& err, int32_t spl
   h.type = MsgType::error;
   h.split = split;
   h.error = err;
+  if (err.frame_seq != 0) h.meta["req_seq"] = static_cast<int64_t>(err.frame_seq);
   return it->second->writer.write(
       std::move(h), {}, opt_.send, [&](Segment&& s) { return deliver(peer, std::move(s)); });
 }

@@ -62,6 +62,9 @@ std::string_view errc_name(Errc c);
 struct Error {
   Errc code = Errc::internal;
   std::string message;
+  // The frame (its seq) this error is about, 0 when none: a server's ERROR
+  // answering a frame carries it as meta req_seq (PROTOCOL.md 3.4).
+  uint64_t frame_seq = 0;
   // "auth_failed: tag mismatch on part 2 of frame 17"
   std::string str() const;
 };

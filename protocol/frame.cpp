@@ -279,6 +279,7 @@ Status FrameWriter::write(Header proto, const Bundle& bundle, const SendOptions&
   st.tensor_wire.assign(bundle.size(), 0);
 
   const uint64_t seq = next_seq_++;
+  st.seq = seq;
   const bool has_work = enc || opt.codec.lossy != Lossy::none || opt.codec.sparse ||
                         opt.codec.comp != Compressor::none;
   // Without per-part work there is nothing to overlap: one segment.
@@ -527,7 +528,44 @@ std::optional<Error> FrameReader::drop_pending(const char* why) {
   bool failed = pending_->failed;
   pending_.reset();
   if (failed) return std::nullopt;  // already reported
-  return reject(make_error(Errc::truncated, "frame " + std::to_string(seq) + why));
+  Error e = make_error(Errc::truncated, "frame " + std::to_string(seq) + why);
+  e.frame_seq = seq;
+  return reject(std::move(e));
+}
+
+// A segment other than the next one of the frame in progress: one was lost
+// (or the peer misbehaves). Each frame gets one refusal, never one per
+// segment, so the ERRORs stay one per request (PROTOCOL.md 3.4): the frame
+// in progress, if another, is truncated; this frame is refused once and its
+// later segments are absorbed. nullopt: nothing more to say.
+std::optional<Error> FrameReader::continuation_out_of_order(const Header& h, Clock::time_point t0,
+                                                            std::vector<Result<Frame>>& out) {
+  const bool same = pending_ && pending_->frame.header.seq == h.seq;
+  std::string why = "segment " + std::to_string(h.seg) + " of frame " + std::to_string(h.seq);
+  if (same) {
+    why += " arrived where segment " + std::to_string(pending_->next_seg) + " was expected (a segment was lost)";
+    pending_->failed = true;
+    pending_->last_segment = t0;
+    if (h.last) pending_.reset();
+    return make_error(Errc::unexpected_message, why);
+  }
+  if (pending_)
+    if (auto e = abandon()) out.emplace_back(std::move(*e));
+  if (h.seq <= last_seq_)
+    return make_error(Errc::unexpected_message, why + " does not continue the frame in progress (frame " +
+                                                    std::to_string(h.seq) + " is not after frame " +
+                                                    std::to_string(last_seq_) + ")");
+  // The frame's first segment never came: refuse it now, absorb the rest.
+  last_seq_ = h.seq;
+  if (!h.last) {
+    auto p = std::make_shared<Pending>();
+    p->failed = true;
+    p->frame.header.seq = h.seq;
+    p->next_seg = h.seg + 1;
+    p->last_segment = t0;
+    pending_ = std::move(p);
+  }
+  return make_error(Errc::unexpected_message, why + " arrived before its segment 0 (a segment was lost)");
 }
 
 Status FrameReader::decode_parts(Pending& p, Segment& seg, size_t first, size_t n, uint64_t ctr) {
@@ -628,7 +666,10 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
   Header& h = *hr;
   const bool enc = cipher_ != Cipher::none;
   int64_t seal_ns = 0;
+  // Every refusal from here on is about frame h.seq: the ERROR that answers
+  // it names that frame (PROTOCOL.md 3.4, req_seq).
   auto fail = [&](Error e) {
+    if (e.frame_seq == 0) e.frame_seq = h.seq;
     out.emplace_back(reject(std::move(e)));
     return std::move(out);
   };
@@ -737,9 +778,8 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
         if (h.last) pending_.reset();
         return out;  // rest of a frame already rejected
       }
-      return fail(make_error(Errc::unexpected_message,
-                             "segment " + std::to_string(h.seg) + " of frame " + std::to_string(h.seq) +
-                                 " does not continue the frame in progress"));
+      if (auto lost = continuation_out_of_order(h, t0, out)) return fail(std::move(*lost));
+      return out;
     }
     pending_->next_seg++;
     pending_->last_segment = t0;

@@ -71,6 +71,7 @@ struct Lanes {
 
 // What one frame cost, on the side that wrote or read it.
 struct FrameStats {
+  uint64_t seq = 0;            // writer: the frame's seq (a reply names it as meta req_seq)
   uint64_t raw_bytes = 0;      // tensor bytes before any codec
   uint64_t payload_bytes = 0;  // payload parts as sent (after codec and cipher)
   uint64_t wire_bytes = 0;     // every ZeroMQ part: headers, payload, seals
@@ -188,6 +189,8 @@ class FrameReader {
   Error reject(Error e);
   // Drops the pending frame; `truncated` with `why` unless already reported.
   std::optional<Error> drop_pending(const char* why);
+  std::optional<Error> continuation_out_of_order(const Header& h, std::chrono::steady_clock::time_point t0,
+                                                 std::vector<Result<Frame>>& out);
   Status decode_parts(Pending& p, Segment& seg, size_t first, size_t n, uint64_t ctr);
 
   Limits lim_;

@@ -35,7 +35,11 @@ def main():
     ap.add_argument("--max-params", type=float, default=150e6)
     ap.add_argument("--only", default="")
     a = ap.parse_args()
-    tool = os.path.join(a.build_dir, "bench", "tracr_graph_bench")
+    tool = next((p for p in (os.path.join(a.build_dir, "bin", "tracr_graph_bench"),
+                             os.path.join(a.build_dir, "bench", "tracr_graph_bench")) if os.path.exists(p)), None)
+    if tool is None:
+        sys.exit(f"graph_models_all: no tracr_graph_bench under {a.build_dir}/bin or {a.build_dir}/bench; "
+                 "build it with: cmake --build BUILD_DIR --target tracr_graph_bench")
     names = torchvision.models.list_models(module=torchvision.models)
     if a.only:
         names = [n for n in names if n in a.only.split(",")]

@@ -739,7 +739,7 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
 
 }  // namespace
 
-Result<DevicesConfig> parse_devices(const std::string& text, const std::string& source) {
+Result<DevicesConfig> parse_devices(const std::string& text, const std::string& source, RoleCheck roles) {
   Ctx c{source};
   auto loaded = load_one_document(c, text, "devices list");
   if (!loaded) return loaded.error();
@@ -791,10 +791,10 @@ Result<DevicesConfig> parse_devices(const std::string& text, const std::string& 
     if (!names.insert(cfg.devices[i].name).second)
       return err_at(cfg.devices[i].pos, fmt::format("devices[{}].name", i),
                     fmt::format("duplicate device name '{}'; expected unique names", cfg.devices[i].name));
-  if (n_server != 1)
+  if (n_server != 1 && roles == RoleCheck::inference)
     return err_at(pos_of(c, devs), "devices",
                   fmt::format("expected exactly one device with device_type: SERVER, found {}", n_server));
-  if (n_part < 1)
+  if (n_part < 1 && roles == RoleCheck::inference)
     return err_at(pos_of(c, devs), "devices",
                   "expected at least one device with device_type: PARTICIPANT, found none");
 
@@ -827,19 +827,19 @@ Result<DevicesConfig> parse_devices(const std::string& text, const std::string& 
   return cfg;
 }
 
-Result<DevicesConfig> load_devices(const std::string& path) {
+Result<DevicesConfig> load_devices(const std::string& path, RoleCheck roles) {
   auto text = read_text(path, "devices");
   if (!text) return text.error();
-  return parse_devices(*text, path);
+  return parse_devices(*text, path, roles);
 }
 
 Result<DevicesConfig> load_devices_option(const std::string& path, bool given) {
   return given ? load_devices(path) : load_devices_or_default(path);
 }
 
-Result<DevicesConfig> load_devices_or_default(const std::string& path) {
+Result<DevicesConfig> load_devices_or_default(const std::string& path, RoleCheck roles) {
   std::error_code ec;
-  if (!path.empty() && fs::exists(path, ec)) return load_devices(path);
+  if (!path.empty() && fs::exists(path, ec)) return load_devices(path, roles);
   auto cfg = parse_devices(std::string(embedded_devices_yaml()), "<embedded default>");
   if (cfg) cfg->embedded = true;
   return cfg;
@@ -2102,14 +2102,14 @@ Status check_experiment_files(const ExperimentConfig& cfg) {
   return {};
 }
 
-Result<DevicesConfig> load_experiment_devices(const ExperimentConfig& cfg) {
+Result<DevicesConfig> load_experiment_devices(const ExperimentConfig& cfg, RoleCheck roles) {
   if (cfg.devices_explicit) {
-    auto d = load_devices(cfg.devices);
+    auto d = load_devices(cfg.devices, roles);
     if (!d && d.error().code == Errc::io)
       d.error().message = fmt::format("{}: devices: {}", cfg.pos_of("devices").str(), d.error().message);
     return d;
   }
-  return load_devices_or_default(cfg.devices);
+  return load_devices_or_default(cfg.devices, roles);
 }
 
 std::string to_yaml(const ExperimentConfig& cfg) {

@@ -123,12 +123,17 @@ struct DevicesConfig {
 // content): SERVER and PARTICIPANT, both transport: local on 127.0.0.1.
 std::string_view embedded_devices_yaml();
 
+// What the roles in a devices file must be: split inference (run, plan,
+// agents) needs exactly one SERVER and at least one PARTICIPANT; split
+// training places segments on devices by name and ignores roles.
+enum class RoleCheck { inference, none };
+
 // Parses a devices file. Error io when it cannot be read, config for every
 // content problem (position, key, what was expected).
-Result<DevicesConfig> load_devices(const std::string& path);
+Result<DevicesConfig> load_devices(const std::string& path, RoleCheck roles = RoleCheck::inference);
 // Like load_devices, but a file that does not exist gives the embedded
 // default (DevicesConfig::embedded set). Other errors pass through.
-Result<DevicesConfig> load_devices_or_default(const std::string& path);
+Result<DevicesConfig> load_devices_or_default(const std::string& path, RoleCheck roles = RoleCheck::inference);
 // The devices file of a command's --devices option: a file it named must
 // exist (load_devices: error not_found naming it, as `run` refuses an
 // experiment's); only the default path, when absent, gives the embedded
@@ -136,7 +141,8 @@ Result<DevicesConfig> load_devices_or_default(const std::string& path);
 Result<DevicesConfig> load_devices_option(const std::string& path, bool given);
 // Parses devices YAML held in memory; `source` names it in messages and is
 // the base for resolving pkey_fp.
-Result<DevicesConfig> parse_devices(const std::string& text, const std::string& source);
+Result<DevicesConfig> parse_devices(const std::string& text, const std::string& source,
+                                    RoleCheck roles = RoleCheck::inference);
 
 // Resolves pkey_fp: absolute paths and ~/ are taken as they are; a relative
 // name is looked up in $TRACR_PKEYS_DIR if set, else in <root>/pkeys/ (root =
@@ -343,7 +349,7 @@ Status check_experiment_files(const ExperimentConfig& cfg);
 
 // The devices file the experiment uses: load_devices when `devices` was set
 // explicitly, load_devices_or_default otherwise.
-Result<DevicesConfig> load_experiment_devices(const ExperimentConfig& cfg);
+Result<DevicesConfig> load_experiment_devices(const ExperimentConfig& cfg, RoleCheck roles = RoleCheck::inference);
 
 // The effective configuration as YAML (every setting, defaults included), as
 // stored in runs.config_yaml; parse_experiment accepts it back.

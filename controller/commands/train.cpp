@@ -67,6 +67,10 @@ Result<TrainLayout> plan_training(const ExperimentConfig& cfg, const DevicesConf
                                         "\"Split training\")");
   // Owners: named, or the first PARTICIPANT.
   if (cfg.train.owners.empty()) {
+    if (devices.participants().empty())
+      return make_error(Errc::config, fmt::format("{}: train.owners is not set and {} has no PARTICIPANT to be the "
+                                                  "data owner; name the owner(s) in train.owners",
+                                                  cfg.pos_of("train").str(), devices.source));
     l.owners.push_back(devices.participants().front());
   } else {
     std::set<std::string> seen;
@@ -83,7 +87,13 @@ Result<TrainLayout> plan_training(const ExperimentConfig& cfg, const DevicesConf
   const size_t S = cfg.train.cuts.size() + 1;
   std::vector<std::string> seg = cfg.train.segments;
   if (seg.empty()) {
-    seg.assign(S, devices.server().name);
+    const auto server = std::find_if(devices.devices.begin(), devices.devices.end(),
+                                     [](const DeviceConfig& d) { return d.role == DeviceRole::server; });
+    if (server == devices.devices.end())
+      return make_error(Errc::config, fmt::format("{}: train.segments is not set and {} has no SERVER to run the "
+                                                  "middle segments; name a device for each segment in train.segments",
+                                                  cfg.pos_of("train").str(), devices.source));
+    seg.assign(S, server->name);
     seg.front() = "owner";
     if (S >= 3) seg.back() = "owner";
   }
@@ -196,7 +206,7 @@ int cmd_train(const TrainOptions& ro) {
     fmt::print(stderr, "tracrctl train: {}\n", user_text(n.error()));
     return 2;
   }
-  auto devices = load_experiment_devices(cfg);
+  auto devices = load_experiment_devices(cfg, RoleCheck::none);  // segments go to devices by name
   if (!devices) {
     fmt::print(stderr, "tracrctl train: {}\n", user_text(devices.error()));
     return 2;

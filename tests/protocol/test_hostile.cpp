@@ -32,6 +32,7 @@ struct Serving {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> errors{0};
   std::atomic<uint64_t> shutdowns{0};  // SHUTDOWNs the server handed to its application
+  std::atomic<uint64_t> served{0};     // INFER_REQUESTs the server handed to its application
   std::string last_peer;               // read after join()
   Serving(zmq::context_t& ctx, ChannelOptions o) {
     auto s = Server::bind(ctx, "tcp://127.0.0.1:0", std::move(o));
@@ -46,8 +47,10 @@ struct Serving {
         }
         last_peer = in->peer;
         if (in->frame.header.type == MsgType::shutdown) ++shutdowns;
-        if (in->frame.header.type == MsgType::infer_request)
+        if (in->frame.header.type == MsgType::infer_request) {
+          ++served;
           (void)server->send(in->peer, MsgType::infer_result, in->frame.header.split, {});
+        }
       }
     });
   }
@@ -965,4 +968,199 @@ TEST(Hostile, VanishedPeersDoNotLockOthersOut) {
   EXPECT_TRUE(c.ok()) << c.error().str();
   srv.join();
   EXPECT_EQ(srv.server->send_counters().sessions_evicted, 1u);
+}
+
+// Requests lose a segment on the way: the middle one of frame 3, the first
+// of frame 5, the last of frame 7 (4, 6 and 8 arrive whole). The server
+// answers each broken frame with exactly one ERROR that names it (meta
+// req_seq), absorbs the rest of its segments, and serves the next request
+// as itself: the participant sees one answer per request, in order, each
+// naming its request. Before, every later segment of a broken frame earned
+// an ERROR of its own, and the replies slipped behind the requests.
+TEST(Hostile, ALostSegmentCostsItsOwnRequestOnly) {
+  zmq::context_t ctx;
+  auto srv = bind_local(ctx, hostile_options(false));
+  auto c = connect_served(ctx, *srv, hostile_options(false));
+  ASSERT_TRUE(c);
+  enum Lose { none, first, middle, last };
+  const std::vector<std::pair<uint64_t, Lose>> frames = {{3, middle}, {4, none}, {5, first},
+                                                         {6, none},   {7, last}, {8, none}};
+  for (const auto& [seq, lose] : frames) {  // HELLO and HEARTBEAT used seq 1 and 2
+    auto segs = big_frame(c->session(), seq, 4 * 65536, 65536);
+    ASSERT_GE(segs.size(), 4u);
+    if (lose == first) segs.erase(segs.begin());
+    if (lose == middle) segs.erase(segs.begin() + 1);
+    if (lose == last) segs.pop_back();
+    for (auto& s : segs) ASSERT_TRUE(c->send_raw(std::move(s)).ok());
+  }
+  std::vector<uint64_t> served;
+  std::vector<std::pair<Errc, uint64_t>> refused;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (served.size() < 3 && std::chrono::steady_clock::now() < deadline) {
+    auto in = srv->recv(50);
+    if (!in) {
+      if (in.error().code != Errc::timeout) refused.emplace_back(in.error().code, in.error().frame_seq);
+      continue;
+    }
+    served.push_back(in->frame.header.seq);
+    ASSERT_TRUE(srv->send(in->peer, MsgType::infer_result, in->frame.header.split, {},
+                          {{"req_seq", static_cast<int64_t>(in->frame.header.seq)}})
+                    .ok());
+  }
+  EXPECT_EQ(served, (std::vector<uint64_t>{4, 6, 8}));
+  const std::vector<std::pair<Errc, uint64_t>> want_refused = {
+      {Errc::unexpected_message, 3}, {Errc::unexpected_message, 5}, {Errc::truncated, 7}};
+  EXPECT_EQ(refused, want_refused);
+  // What the participant sees: one answer per request, in order, each named.
+  std::vector<std::string> answers;
+  while (true) {
+    auto f = c->recv(answers.size() < 6 ? 5000 : 300);
+    if (!f) {
+      EXPECT_EQ(f.error().code, Errc::timeout) << f.error().str();
+      break;
+    }
+    auto it = f->header.meta.find("req_seq");
+    const std::string req =
+        it == f->header.meta.end() ? "?" : std::to_string(std::get<int64_t>(it->second));
+    answers.push_back(f->header.type == MsgType::error ? "error(" + std::string(errc_name(f->header.error->code)) + ")@" + req
+                                                       : std::string(msg_type_name(f->header.type)) + "@" + req);
+  }
+  EXPECT_EQ(answers, (std::vector<std::string>{"error(unexpected_message)@3", "INFER_RESULT@4",
+                                               "error(unexpected_message)@5", "INFER_RESULT@6", "error(truncated)@7",
+                                               "INFER_RESULT@8"}));
+}
+
+namespace {
+
+// A peer that completes HELLO/WELCOME with the right secret and derives the
+// session keys, but does not confirm them: what a participant is between
+// WELCOME and its HEARTBEAT, and what a HELLO replayed on a plain session
+// can send frames as.
+struct HalfOpen {
+  zmq::socket_t sock;
+  FrameWriter w;
+  FrameReader r;
+  uint64_t session = 0;
+  HalfOpen(zmq::context_t& ctx, const std::string& ep, const ChannelOptions& o)
+      : sock(stranger_socket(ctx, ep, 1000)) {
+    ClientHandshake hs(o.security, "PARTICIPANT", "half-open", 1u << 20);
+    auto hk = derive_hello_keys(o.security.secret);
+    EXPECT_TRUE(hk.ok());
+    auto hello = hs.hello();
+    EXPECT_TRUE(hello.ok());
+    std::array<uint8_t, kHelloMacBytes> mac{};
+    (void)w.write(*hello, {}, {}, [&](Segment&& s) {
+      mac = hello_mac(*hk, static_cast<const uint8_t*>(s[0].data()), s[0].size());
+      s.emplace_back(mac.data(), mac.size());
+      send_segment_raw(sock, std::move(s));
+      return Status{};
+    });
+    Segment welcome;
+    for (;;) {
+      zmq::message_t m;
+      if (!sock.recv(m)) break;  // the receive timeout: no WELCOME
+      const bool more = m.more();
+      welcome.push_back(std::move(m));
+      if (!more) break;
+    }
+    EXPECT_FALSE(welcome.empty()) << "no WELCOME";
+    if (welcome.empty()) return;
+    auto h = decode_header(static_cast<const uint8_t*>(welcome[0].data()), welcome[0].size(), Limits{});
+    EXPECT_TRUE(h.ok() && h->type == MsgType::welcome);
+    if (!h.ok()) return;
+    auto keys = hs.on_welcome(*h);
+    EXPECT_TRUE(keys.ok()) << keys.error().str();
+    if (!keys.ok()) return;
+    session = keys->session;
+    w.set_session(session);
+    r.set_session(session);
+    EXPECT_TRUE(w.set_control_key(keys->c2s.key, keys->c2s.iv).ok());  // plain session: control frames sealed
+    EXPECT_TRUE(r.set_control_key(keys->s2c.key, keys->s2c.iv).ok());
+  }
+  void send(MsgType type) {
+    Header h;
+    h.type = type;
+    (void)w.write(h, {}, {}, [&](Segment&& s) {
+      send_segment_raw(sock, std::move(s));
+      return Status{};
+    });
+  }
+  // The next frame the server sent, read with the session's keys.
+  std::optional<Frame> recv_frame() {
+    Segment seg;
+    for (;;) {
+      zmq::message_t m;
+      if (!sock.recv(m)) return std::nullopt;
+      const bool more = m.more();
+      seg.push_back(std::move(m));
+      if (!more) break;
+    }
+    for (auto& f : r.feed(seg))
+      if (f) return std::move(*f);
+    return std::nullopt;
+  }
+};
+
+}  // namespace
+
+// Before key confirmation nothing is served (PROTOCOL.md 6.1): on a plain
+// session an INFER_REQUEST passes its checks without any key, so a peer
+// that replayed a HELLO could otherwise have its frames served and keep
+// its slot alive for ever by sending them. Each such frame gets an ERROR
+// over the session naming it, and the handshake clock keeps running from
+// the HELLO.
+TEST(Hostile, NothingIsServedBeforeKeyConfirmation) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(false);
+  o.handshake_timeout_ms = 1500;
+  Serving s(ctx, o);
+  {
+    HalfOpen p(ctx, s.server->endpoint(), o);
+    ASSERT_NE(p.session, 0u);
+    // INFER_REQUESTs every 250 ms for 4 s: each is refused, and the session
+    // still ends at its handshake timeout (1.5 s after the HELLO).
+    int refused = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+    while (std::chrono::steady_clock::now() < until) {
+      p.send(MsgType::infer_request);
+      auto f = p.recv_frame();
+      if (f && f->header.type == MsgType::error && f->header.error->code == Errc::unexpected_message) {
+        EXPECT_NE(f->header.error->message.find("before key confirmation"), std::string::npos)
+            << f->header.error->message;
+        EXPECT_EQ(f->header.meta.count("req_seq"), 1u);
+        ++refused;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    EXPECT_GE(refused, 1);
+    EXPECT_EQ(s.served.load(), 0u) << "an unconfirmed session was served";
+    EXPECT_EQ(s.server->peers(), 0u) << "frames before key confirmation kept the half-open session alive";
+  }
+  // A participant that confirms its keys is served as before.
+  auto c = Client::connect(ctx, s.server->endpoint(), o);
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  ASSERT_TRUE((*c)->send(MsgType::infer_request, 0, {}).ok());
+  auto reply = (*c)->recv(5000);
+  ASSERT_TRUE(reply.ok()) << reply.error().str();
+  EXPECT_EQ(reply->header.type, MsgType::infer_result);
+  EXPECT_EQ(s.served.load(), 1u);
+}
+
+// An authenticated GOODBYE ends a half-open session at once (PROTOCOL.md
+// 3.2): with a 60 s handshake timeout, nothing else could have ended it.
+TEST(Hostile, GoodbyeEndsAHalfOpenSession) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(false);
+  o.handshake_timeout_ms = 60000;
+  Serving s(ctx, o);
+  HalfOpen p(ctx, s.server->endpoint(), o);
+  ASSERT_NE(p.session, 0u);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (s.server->peers() != 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(s.server->peers(), 1u);
+  p.send(MsgType::goodbye);
+  while (s.server->peers() != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(s.server->peers(), 0u);
 }

@@ -144,3 +144,63 @@ TEST(Accuracy, Resnet18OnARealImageGetsAnImageNetClassName) {
   }
   EXPECT_EQ(query(db, "select result like (select class_name from frame_topk where rank = 1) || ':%' from frames"), "1");
 }
+
+// One unreadable image fails alone: a junk .jpg, a truncated PNG and a
+// truncated JPEG are each stored as one ok = 0 row naming the file and the
+// reason, the other samples (also in the same batch) run and are classified,
+// and the run exits 0. With max_consecutive_failures below the bad files in
+// a row, the run fails and says why, with every row before it kept.
+TEST(Accuracy, AnUnreadableImageIsARecordedSampleFailureNotTheEndOfTheRun) {
+  TempDir d;
+  const auto img = d.path / "images";
+  for (const char* c : {"a", "b", "c"}) std::filesystem::create_directories(img / c);
+  const std::string png = "/usr/share/pixmaps/debian-logo.png";
+  const std::string jpg = "/usr/share/doc/nodejs/thin-white-stripe.jpg";
+  std::filesystem::copy_file(png, img / "a" / "1.png");
+  d.file("images/a/2.jpg", "this is not a JPEG\n");
+  auto read_file = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string png_bytes = read_file(png), jpg_bytes = read_file(jpg);
+  d.file("images/b/3.png", png_bytes.substr(0, png_bytes.size() / 2));
+  d.file("images/b/4.jpg", jpg_bytes.substr(0, jpg_bytes.size() / 2));
+  std::filesystem::copy_file(jpg, img / "c" / "5.jpg");
+  auto experiment = [&](const std::string& db, int max_failures) {
+    return "model: resnet18\ninput_size: 32\ndataset:\n  type: imagefolder\n  path: " + img.string() +
+           "\nbatch_size: 2\nsplit: [4]\nwarmup: 1\nrepetitions: 1\nprobe: {enabled: false}\nrecord: {layers: false}\n"
+           "max_consecutive_failures: " + std::to_string(max_failures) + "\noutput: " + db + "\n";
+  };
+  const std::string db = (d.path / "r.db").string();
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", experiment(db, 3)) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select status from runs"), "completed");
+  // Timed rows in frame order: [1.png | 2.jpg failed], [3.png, 4.jpg failed], [5.jpg].
+  EXPECT_EQ(query(db, "select group_concat(ok || ':' || batch || ':' || sample || ':' || coalesce(flags, ''), ' ') from "
+                      "(select * from frames where warmup = 0 order by frame)"),
+            "0:0:1:sample_error 1:1:0: 0:0:2:sample_error 0:0:3:sample_error 1:1:4:");
+  for (const char* f : {"a/2.jpg", "b/3.png", "b/4.jpg"}) {
+    const std::string id = (img / f).string();
+    EXPECT_EQ(query(db, "select count(*) from frames where ok = 0 and sample_id = '" + id + "' and error like '%" + id +
+                            "%' and total_ns = 0"),
+              "1")
+        << f << "\n" << query(db, "select group_concat(sample_id || ' ' || error, '\n') from frames");
+  }
+  EXPECT_EQ(query(db, "select count(*) from frames where error like '%file is truncated%'"), "2")
+      << query(db, "select group_concat(error, '\n') from frames where ok = 0");
+  EXPECT_EQ(query(db, "select group_concat(sample_id, ' ') from frames where ok = 1 and warmup = 0 order by frame"),
+            (img / "a" / "1.png").string() + " " + (img / "c" / "5.jpg").string());
+  EXPECT_EQ(query(db, "select count(*) from frame_topk where rank = 1 and frame in (select frame from frames where "
+                      "warmup = 0)"),
+            "2");
+  // The failures are counted in the summary, not in the timings.
+  EXPECT_EQ(query(db, "select failed || '/' || frames from summaries"), "3/2")
+      << query(db, "select * from summaries");
+
+  const std::string db2 = (d.path / "r2.db").string();
+  auto f = sh(tracrctl() + " run " + d.file("exp2.yaml", experiment(db2, 1)) + " --no-progress");
+  EXPECT_EQ(f.status, 1) << f.out;
+  EXPECT_NE(f.out.find("2 frames in a row failed"), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find((img / "b" / "4.jpg").string()), std::string::npos) << f.out;
+  EXPECT_EQ(query(db2, "select count(*) from frames where warmup = 0"), "4");
+}

@@ -304,3 +304,34 @@ TEST(Train, ALossyCodecShrinksActivationsAndGradientsBothWays) {
   auto m = ex::create_model("fmnist_cnn", mc);
   ASSERT_TRUE(m) << m.error().str();
 }
+
+// Training places segments on devices by name: a devices file without a
+// SERVER (three PARTICIPANTs, as three boards might all be listed) trains
+// the same as with one. Without train.segments the middle segments need a
+// SERVER to default to, and the error says so before anything starts.
+TEST(Train, DevicesWithoutAServerTrainWhenSegmentsNameTheirDevices) {
+  TempDir d;
+  const std::string db = (d.path / "t.db").string();
+  std::string y = train_yaml(d, "  max_steps: 4\n");
+  auto devices = devices_yaml(1);
+  devices.replace(devices.find("device_type: SERVER"), 19, "device_type: PARTICIPANT");
+  d.file("devices.yaml", devices);  // the file train_yaml named, now without a SERVER
+  const std::string exp = d.file("t.yaml", y);
+  auto r = sh(tracrctl() + " train " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select count(*) from train_steps"), "4");
+  expect_same(query_col(db, "select loss from train_steps order by step"), reference_losses(4, 3));
+  // The same without train.segments: no SERVER to default the middle to.
+  const std::string seg_line = "  segments: [owner, worker_a, worker_b, owner]\n";
+  y.erase(y.find(seg_line), seg_line.size());
+  auto bad = sh(tracrctl() + " train " + d.file("u.yaml", y) + " --no-progress");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("train.segments is not set and " + (d.path / "devices.yaml").string() + " has no SERVER"),
+            std::string::npos)
+      << bad.out;
+  // Inference still needs its SERVER.
+  auto run = sh(tracrctl() + " run " + d.file("i.yaml", "model: fmnist_cnn\ndevices: " + (d.path / "devices.yaml").string() +
+                                                         "\noutput: " + (d.path / "i.db").string() + "\n"));
+  EXPECT_EQ(run.status, 2) << run.out;
+  EXPECT_NE(run.out.find("expected exactly one device with device_type: SERVER, found 0"), std::string::npos) << run.out;
+}
