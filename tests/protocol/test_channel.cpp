@@ -1,4 +1,5 @@
 // Real ZeroMQ sockets on tcp://127.0.0.1 with the bound port read back.
+#include <atomic>
 #include <thread>
 
 #include "frame_fixture.hpp"
@@ -182,10 +183,16 @@ TEST(Channel, ServerRestartIsReportedToClientAtOnce) {
     rebound = Server::bind(ctx, ep, options(true));
   }
   ASSERT_TRUE(rebound.ok()) << rebound.error().str();
-  std::thread th([&] { (void)(*rebound)->recv(3000); });
+  // The new server serves until the client has its answer: under load the
+  // client's reconnection can come late (once, after a single 3 s recv).
+  std::atomic<bool> answered{false};
+  std::thread th([&] {
+    while (!answered) (void)(*rebound)->recv(100);
+  });
   Bundle b{random_tensor("x", DType::float32, {16}, 1)};
   ASSERT_TRUE(client->send(MsgType::infer_request, 0, b).ok());
-  auto r = client->recv(5000);
+  auto r = client->recv(30000);
+  answered = true;
   th.join();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, Errc::remote) << r.error().str();
