@@ -432,10 +432,16 @@ class Pipeline {
   // max_consecutive_failures.
   Status record_failure(const FrameRecord& r) {
     if (hooks_.emit) hooks_.emit(r);
-    if (++consecutive_failures_ > spec_.max_consecutive_failures)
+    ++consecutive_failures_;
+    return failure_limit(r.error);
+  }
+
+  // The run ends once more than max_consecutive_failures frames in a row failed.
+  Status failure_limit(const std::string& last) const {
+    if (consecutive_failures_ > spec_.max_consecutive_failures)
       return make_error(Errc::remote, fmt::format("{} frames in a row failed (more than max_consecutive_failures = "
                                                   "{}); the last: {}",
-                                                  consecutive_failures_, spec_.max_consecutive_failures, r.error));
+                                                  consecutive_failures_, spec_.max_consecutive_failures, last));
     return {};
   }
 
@@ -674,11 +680,7 @@ class Pipeline {
     if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
     if (hooks_.emit) hooks_.emit(r);
     if (hooks_.energy) emit_energy(p, *f);
-    if (consecutive_failures_ > spec_.max_consecutive_failures)
-      return make_error(Errc::remote, fmt::format("{} frames in a row failed (more than max_consecutive_failures = "
-                                                  "{}); the last: {}",
-                                                  consecutive_failures_, spec_.max_consecutive_failures, r.error));
-    return {};
+    return failure_limit(r.error);
   }
 
   // The frame's energy rows: the participant's head and whole frame, the

@@ -1042,7 +1042,7 @@ struct HalfOpen {
   FrameReader r;
   uint64_t session = 0;
   HalfOpen(zmq::context_t& ctx, const std::string& ep, const ChannelOptions& o)
-      : sock(stranger_socket(ctx, ep, 1000)) {
+      : sock(stranger_socket(ctx, ep, 10000)) {
     ClientHandshake hs(o.security, "PARTICIPANT", "half-open", 1u << 20);
     auto hk = derive_hello_keys(o.security.secret);
     EXPECT_TRUE(hk.ok());
@@ -1076,6 +1076,7 @@ struct HalfOpen {
     r.set_session(session);
     EXPECT_TRUE(w.set_control_key(keys->c2s.key, keys->c2s.iv).ok());  // plain session: control frames sealed
     EXPECT_TRUE(r.set_control_key(keys->s2c.key, keys->s2c.iv).ok());
+    sock.set(zmq::sockopt::rcvtimeo, 1000);  // answers to frames: a second is plenty, none is fine
   }
   void send(MsgType type) {
     Header h;
@@ -1112,15 +1113,15 @@ struct HalfOpen {
 TEST(Hostile, NothingIsServedBeforeKeyConfirmation) {
   zmq::context_t ctx;
   ChannelOptions o = hostile_options(false);
-  o.handshake_timeout_ms = 1500;
+  o.handshake_timeout_ms = 3000;
   Serving s(ctx, o);
   {
     HalfOpen p(ctx, s.server->endpoint(), o);
     ASSERT_NE(p.session, 0u);
-    // INFER_REQUESTs every 250 ms for 4 s: each is refused, and the session
-    // still ends at its handshake timeout (1.5 s after the HELLO).
+    // INFER_REQUESTs every 250 ms for 9 s: each is refused, and the session
+    // still ends at its handshake timeout (3 s after the HELLO).
     int refused = 0;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(9);
     while (std::chrono::steady_clock::now() < until) {
       p.send(MsgType::infer_request);
       auto f = p.recv_frame();
