@@ -42,25 +42,72 @@ const RadioModel* find_radio(const std::string& name) {
 }
 
 std::unique_ptr<EnergyMeter> EnergyMeter::open(const std::optional<PowerModel>& model,
-                                               const meters::DiscoverOptions& opt) {
+                                               const meters::DiscoverOptions& opt, double slow_read_s) {
   auto e = std::unique_ptr<EnergyMeter>(new EnergyMeter());
   e->found_ = meters::discover(opt);
   e->model_ = model;
+  double slowest_read = 0;
   for (auto& m : e->found_.meters) {
     Source s;
     s.label = "measured:" + m->name();
     s.meter = m.get();
     s.period_s = m->update_period_s();
     s.integrated = m->integrated();
+    // How long a read takes here: the median of three.
+    std::vector<double> t;
+    std::optional<double> last;
+    for (int i = 0; i < 3; ++i) {
+      const auto a = std::chrono::steady_clock::now();
+      last = m->joules();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+    }
+    std::sort(t.begin(), t.end());
+    s.read_s = t[1];
+    s.sampled = s.read_s >= slow_read_s;
+    if (s.sampled) slowest_read = std::max(slowest_read, s.read_s);
+    e->latest_.push_back(s.sampled ? last : std::nullopt);
     e->sources_.push_back(s);
   }
   if (model) {
     Source s;
     s.label = "modelled:power_model";
     s.idle_w = model->idle_w;
+    e->latest_.push_back(std::nullopt);
     e->sources_.push_back(s);
   }
+  if (slowest_read > 0) {
+    // Reads take at most ~5 % of one CPU, and come no more often than every 5 ms.
+    e->sample_every_s_ = std::max(20 * slowest_read, 0.005);
+    // A sampled reading is as fresh as the sampler makes it: windows span 10 of those too.
+    for (auto& s : e->sources_)
+      if (s.sampled) s.period_s = std::max(s.period_s, e->sample_every_s_);
+    const auto every = std::chrono::nanoseconds(static_cast<int64_t>(e->sample_every_s_ * 1e9));
+    e->sampler_ = std::thread([p = e.get(), every] { p->sample_loop(every); });
+  }
   return e;
+}
+
+EnergyMeter::~EnergyMeter() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (sampler_.joinable()) sampler_.join();
+}
+
+void EnergyMeter::sample_loop(std::chrono::nanoseconds every) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stop_) {
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      if (!sources_[i].sampled) continue;
+      lk.unlock();
+      auto v = sources_[i].meter->joules();  // only this thread reads a sampled meter
+      lk.lock();
+      latest_[i] = v;
+    }
+    cv_.wait_for(lk, every, [this] { return stop_; });
+  }
 }
 
 std::vector<std::string> EnergyMeter::describe() const {
@@ -68,6 +115,11 @@ std::vector<std::string> EnergyMeter::describe() const {
   for (const auto& i : found_.all)
     out.push_back(i.available ? fmt::format("{} ({}) available", i.name, i.path)
                               : fmt::format("{} unavailable: {}", i.name, i.why));
+  for (const auto& s : sources_)
+    if (s.sampled)
+      out.push_back(fmt::format("{}: a read takes {:.3f} ms here, so it is read every {:.1f} ms in the background and "
+                                "a window's edges take its latest reading (rows flagged sampled)",
+                                s.label, s.read_s * 1e3, sample_every_s_ * 1e3));
   if (model_)
     out.push_back(fmt::format("power_model idle {} W, busy {} W over {} CPUs (modelled)", model_->idle_w,
                               model_->busy_w, model_->cores));
@@ -83,7 +135,15 @@ double EnergyMeter::max_period_s() const {
 EnergyMeter::Mark EnergyMeter::mark() {
   Mark m;
   m.joules.reserve(sources_.size());
-  for (auto& s : sources_) m.joules.push_back(s.meter ? s.meter->joules() : std::nullopt);
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    const Source& s = sources_[i];
+    if (s.sampled) {
+      std::lock_guard<std::mutex> lk(mu_);
+      m.joules.push_back(latest_[i]);
+    } else {
+      m.joules.push_back(s.meter ? s.meter->joules() : std::nullopt);
+    }
+  }
   m.cpu_ns = process_cpu_ns();
   m.t = std::chrono::steady_clock::now();
   return m;
@@ -112,6 +172,7 @@ std::vector<EnergyRecord> EnergyMeter::between(const Mark& a, const Mark& b, int
       }
       if (s.period_s > 0 && win_s < kMinUpdates * s.period_s) flags.push_back("short_window");
       if (s.integrated) flags.push_back("integrated");
+      if (s.sampled) flags.push_back("sampled");
     } else if (model_) {
       const double dyn = (model_->busy_w - model_->idle_w) * (static_cast<double>(cpu) / 1e9) /
                          std::max(model_->cores, 1e-9);

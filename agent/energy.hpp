@@ -9,13 +9,22 @@
 // synchronised by the caller before a window closes); idle power is measured
 // over a quiet window at run start and subtracted (gross and net are both
 // kept); a window shorter than 10 meter updates is flagged short_window.
+//
+// A meter slow to read (NVML: milliseconds a read on some machines) would put
+// its reads inside the frame's timed stages (the head's end is in encode_ns,
+// the server's marks in server_ns). Such a meter is read by a background
+// thread instead, and a mark takes its latest reading: its rows are flagged
+// sampled, and describe() says how long a read took and how often it is taken.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent/record.hpp"
@@ -49,9 +58,16 @@ const RadioModel* find_radio(const std::string& name);
 
 class EnergyMeter {
  public:
+  // A meter whose median read takes at least this long is sampled in the
+  // background rather than read at a mark.
+  static constexpr double kSlowReadS = 100e-6;
   // Opens every meter discover() finds; adds the power model when given.
   static std::unique_ptr<EnergyMeter> open(const std::optional<PowerModel>& model,
-                                           const meters::DiscoverOptions& opt = {});
+                                           const meters::DiscoverOptions& opt = {},
+                                           double slow_read_s = kSlowReadS);
+  ~EnergyMeter();
+  EnergyMeter(const EnergyMeter&) = delete;
+  EnergyMeter& operator=(const EnergyMeter&) = delete;
   // Whether any source (meter or model) exists.
   bool any() const { return !sources_.empty(); }
   // Meters seen, usable or not, and the model: one line each.
@@ -73,16 +89,26 @@ class EnergyMeter {
   double max_period_s() const;
 
  private:
+  EnergyMeter() = default;
   struct Source {
     std::string label;   // measured:rapl:package-0 | modelled:power_model
     meters::Meter* meter = nullptr;
     double period_s = 0;
     bool integrated = false;
     std::optional<double> idle_w;
+    double read_s = 0;   // median time one read took at open
+    bool sampled = false;  // read by the sampler thread; a mark takes the latest reading
   };
+  void sample_loop(std::chrono::nanoseconds every);
   meters::Discovered found_;
   std::optional<PowerModel> model_;
   std::vector<Source> sources_;
+  double sample_every_s_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::vector<std::optional<double>> latest_;  // per source, sampled ones only (under mu_)
+  std::thread sampler_;
 };
 
 // The transmission row of one frame: wire bytes each way over the measured

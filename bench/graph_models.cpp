@@ -1,13 +1,15 @@
 // tracr_graph_bench: TorchScript graph models outside the test suite.
 //
-//   tracr_graph_bench check FILE SIDE
-//     Loads FILE as torchscript:FILE (optimize false) at input [3, SIDE, SIDE],
+//   tracr_graph_bench check FILE SIDE [DEVICE]
+//     Loads FILE as torchscript:FILE (optimize false) at input [3, SIDE, SIDE]
+//     on DEVICE (cpu by default; cuda, cuda:N where LibTorch has CUDA),
 //     checks that head-then-tail equals the unsplit module at every cut (the
 //     crossing values recorded by chaining segments, then every tail) and
 //     prints one tab-separated row: cuts, refused cuts, max abs diff, pass.
-//   tracr_graph_bench speed FILE SIDE [REPS]
+//   tracr_graph_bench speed FILE SIDE [REPS [DEVICE]]
 //     Optimized graph (optimize true) at one thread: the unsplit graph, and
-//     head + tail at the middle cut; warm-up, then the median of REPS runs.
+//     head + tail at the middle cut; warm-up, then the median of REPS runs
+//     (on CUDA, each run ends with a device synchronisation).
 //     Prints: unsplit_ms, split_ms, middle cut.
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -52,16 +54,16 @@ ex::Bundle clone(const ex::Bundle& b) {
   return out;
 }
 
-int check(const std::string& file, int64_t side) {
+int check(const std::string& file, int64_t side, const std::string& device) {
   torch::NoGradGuard ng;
   torch::manual_seed(1);
-  const at::Tensor x = torch::rand({1, 3, side, side});
-  auto mod = torch::jit::load(file);
+  const at::Tensor x = torch::rand({1, 3, side, side}).to(c10::Device(device));
+  auto mod = torch::jit::load(file, c10::Device(device));
   mod.eval();
   const auto ref = leaves(mod.forward({x}));
   ex::ModelConfig cfg;
   cfg.input_shape = {3, side, side};
-  cfg.device = "cpu";
+  cfg.device = device;
   cfg.optimize = false;
   auto m = ex::create_model("torchscript:" + file, cfg);
   if (!m) {
@@ -109,13 +111,14 @@ double median_ms(F&& f, int reps) {
   return t[t.size() / 2];
 }
 
-int speed(const std::string& file, int64_t side, int reps) {
+int speed(const std::string& file, int64_t side, int reps, const std::string& device) {
   at::set_num_threads(1);
   torch::NoGradGuard ng;
-  const at::Tensor x = torch::rand({1, 3, side, side});
+  const c10::Device dev(device);
+  const at::Tensor x = torch::rand({1, 3, side, side}).to(dev);
   ex::ModelConfig cfg;
   cfg.input_shape = {3, side, side};
-  cfg.device = "cpu";
+  cfg.device = device;
   cfg.optimize = true;
   auto m = ex::create_model("torchscript:" + file, cfg);
   if (!m) {
@@ -125,10 +128,17 @@ int speed(const std::string& file, int64_t side, int reps) {
   const int n = (*m)->num_layers();
   int mid = n / 2;
   while (mid < n && !(*m)->split_refusal(mid).empty()) ++mid;
-  auto full = [&] { (void)(*m)->run(0, n, ex::SplitModel::input_bundle(x)); };
+  auto sync = [&] {
+    if (dev.is_cuda()) torch::cuda::synchronize(dev.index() < 0 ? 0 : dev.index());
+  };
+  auto full = [&] {
+    (void)(*m)->run(0, n, ex::SplitModel::input_bundle(x));
+    sync();
+  };
   auto split = [&] {
     auto h = (*m)->run(0, mid, ex::SplitModel::input_bundle(x));
     (void)(*m)->run(mid, n, std::move(*h));
+    sync();
   };
   for (int i = 0; i < 3; ++i) full(), split();  // the profiling executor optimises on first runs
   const double a = median_ms(full, reps);
@@ -141,13 +151,13 @@ int speed(const std::string& file, int64_t side, int reps) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: tracr_graph_bench check|speed FILE SIDE [REPS]\n");
+    std::fprintf(stderr, "usage: tracr_graph_bench check FILE SIDE [DEVICE] | speed FILE SIDE [REPS [DEVICE]]\n");
     return 2;
   }
   const std::string mode = argv[1];
   const int64_t side = std::stoll(argv[3]);
-  if (mode == "check") return check(argv[2], side);
-  if (mode == "speed") return speed(argv[2], side, argc > 4 ? std::stoi(argv[4]) : 20);
+  if (mode == "check") return check(argv[2], side, argc > 4 ? argv[4] : "cpu");
+  if (mode == "speed") return speed(argv[2], side, argc > 4 ? std::stoi(argv[4]) : 20, argc > 5 ? argv[5] : "cpu");
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }

@@ -51,6 +51,62 @@ double secs(const EnergyRecord& r) { return static_cast<double>(r.window_ns) / 1
 
 }  // namespace
 
+// A meter slow to read (NVML took milliseconds a read on an H100 machine,
+// inside encode_ns and server_ns) is read by a background thread; a mark
+// takes its latest reading and its rows say so. The threshold is 0 here so
+// the file-backed RAPL counter counts as slow.
+TEST(Energy, ASlowMeterIsSampledInTheBackgroundAndItsRowsSaySo) {
+  Tree t;
+  t.put("powercap/intel-rapl:0/name", "package-0");
+  t.put("powercap/intel-rapl:0/max_energy_range_uj", "262143328850");
+  t.put("powercap/intel-rapl:0/energy_uj", "1000000");
+  {
+    auto fast = EnergyMeter::open(std::nullopt, t.opt());  // the default threshold: read at each mark
+    bool said = false;
+    for (const auto& l : fast->describe()) said |= l.find("background") != std::string::npos;
+    EXPECT_FALSE(said);
+    const auto a = fast->mark();
+    t.put("powercap/intel-rapl:0/energy_uj", "1250000");
+    auto rows = fast->between(a, fast->mark(), 1);
+    ASSERT_EQ(rows.size(), 1u);
+    ASSERT_TRUE(rows[0].joules);
+    EXPECT_DOUBLE_EQ(*rows[0].joules, 0.25);  // read at the mark itself
+    EXPECT_EQ(rows[0].flags.find("sampled"), std::string::npos) << rows[0].flags;
+  }
+  auto em = EnergyMeter::open(std::nullopt, t.opt(), 0.0);
+  std::string described;
+  for (const auto& l : em->describe()) described += l + "\n";
+  EXPECT_NE(described.find("measured:rapl:package-0: a read takes "), std::string::npos) << described;
+  EXPECT_NE(described.find("in the background"), std::string::npos) << described;
+  EXPECT_GE(em->max_period_s(), 0.005);  // windows span 10 samples, not 10 of the counter's 1 ms updates
+  const auto a = em->mark();
+  ASSERT_TRUE(a.joules.at(0));
+  const double start = *a.joules[0];
+  t.put("powercap/intel-rapl:0/energy_uj", "3250000");
+  // The sampler picks the new value up within its period (5 ms); allow a loaded machine 20 s.
+  EnergyMeter::Mark b = em->mark();
+  for (int i = 0; i < 2000 && !(b.joules[0] && *b.joules[0] > start); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    b = em->mark();
+  }
+  auto rows = em->between(a, b, 1);
+  ASSERT_EQ(rows.size(), 1u);
+  ASSERT_TRUE(rows[0].joules);
+  EXPECT_DOUBLE_EQ(*rows[0].joules, 2.0);
+  EXPECT_NE(rows[0].flags.find("sampled"), std::string::npos) << rows[0].flags;
+  // A counter that can no longer be read gives read_failed, not a stale figure forever.
+  fs::remove(t.root + "/powercap/intel-rapl:0/energy_uj");
+  EnergyMeter::Mark c = em->mark();
+  for (int i = 0; i < 2000 && c.joules[0]; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    c = em->mark();
+  }
+  auto failed = em->between(b, c, 1);
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_FALSE(failed[0].joules);
+  EXPECT_NE(failed[0].flags.find("read_failed"), std::string::npos) << failed[0].flags;
+}
+
 TEST(Energy, RaplWindowIdleAndNetFromTheCounter) {
   Tree t;
   t.put("powercap/intel-rapl:0/name", "package-0");
