@@ -141,6 +141,34 @@ Result<int64_t> find_codec_run(ResultsDb& db, const RunRow& basis, const std::st
                                 basis.model, input_shape, codec, db.path(), codec));
 }
 
+// Keeps the rows of the splits asked for (PlanOptions::splits).
+Status limit_splits(Plan& p, const std::string& splits, int n) {
+  if (splits.empty() || splits == "all") return {};
+  const size_t before = p.rows.size();
+  if (splits == "measured") {
+    p.rows.erase(std::remove_if(p.rows.begin(), p.rows.end(), [](const PlanRow& r) { return r.bytes_from != "measured"; }),
+                 p.rows.end());
+    p.splits_note = fmt::format("splits: the {} of {} rows whose bytes a run measured", p.rows.size(), before);
+    return {};
+  }
+  std::vector<int> keep;
+  for (const auto& t : agent::split_on(splits, ',')) {
+    char* end = nullptr;
+    const long k = std::strtol(t.c_str(), &end, 10);
+    if (t.empty() || *end != '\0' || k < 0 || k > n)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("--splits: '{}' is not a split of {} (expected all, measured, or split points "
+                                    "0..{} separated by commas)",
+                                    t, p.model, n));
+    keep.push_back(static_cast<int>(k));
+  }
+  p.rows.erase(std::remove_if(p.rows.begin(), p.rows.end(),
+                              [&](const PlanRow& r) { return std::find(keep.begin(), keep.end(), r.split) == keep.end(); }),
+               p.rows.end());
+  p.splits_note = fmt::format("splits: {} as asked ({} of {} rows)", splits, p.rows.size(), before);
+  return {};
+}
+
 bool choose(Plan& p, const PlanOptions& opt, const std::vector<int>* only) {
   double min_lat = 1e300, min_e = 1e300;
   for (const auto& r : p.rows) {
@@ -318,6 +346,7 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
                       fmt::format("run {} has no per-layer energy for {}: an energy objective needs a meter on the "
                                   "device or a power_model in the devices file, and record.layers",
                                   run_id, part_dev));
+  TRACR_TRY(limit_splits(p, opt.splits, n));
   choose(p, opt, nullptr);
   return p;
 }
@@ -428,6 +457,7 @@ std::string format_plan(const Plan& p) {
                      r.feasible ? "" : "  (violates a constraint)");
   }
   o += "other ms: " + p.overhead + "\n";
+  if (!p.splits_note.empty()) o += p.splits_note + "\n";
   if (p.chosen < 0) o += "no split meets the constraints\n";
   else o += fmt::format("* chosen: split {}{}\n", p.chosen, several ? ", codec " + p.chosen_codec : "");
   if (!p.energy_source.empty()) o += fmt::format("edge J: participant energy per frame, {}\n", p.energy_source);

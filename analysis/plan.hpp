@@ -54,6 +54,10 @@ struct PlanOptions {
   // codec's bytes and costs come from the newest run of the same model and
   // input that used it.
   std::vector<std::string> codecs;
+  // Which splits to plan: "" or "all" every split of the model; "measured"
+  // those whose bytes a run measured (per codec: the run that codec's bytes
+  // came from); else a comma list of split points.
+  std::string splits;
 };
 
 struct PlanRow {
@@ -74,6 +78,7 @@ struct Plan {
   PlanLink link;
   std::string energy_source;  // label of the energy figures ("" = no energy predicted)
   std::string overhead;       // how the per-frame processing term was obtained
+  std::string splits_note;    // which splits the rows were limited to ("" = every split)
   std::vector<PlanRow> rows;
   std::string basis_codec;    // the basis run's codec (validation compares its rows)
   int chosen = -1;            // -1: no split meets the constraints

@@ -239,6 +239,9 @@ void build_app(CLI::App& app, Parsed& p) {
           "--codecs", [&p](const std::string& v) { p.plan.plan.codecs = split_commas(v); },
           "codecs to plan, each from the newest run of the model that used it")
       ->type_name("C1,C2,...");
+  plan->add_option("--splits", p.plan.plan.splits,
+                   "splits to plan: all (default), measured (those whose bytes a run measured), or K1,K2,...")
+      ->type_name("all|measured|K,...");
   add_sets(plan, p.plan.sets);
   plan->callback([&p] { p.action = [&p] { return cmd_plan(p.plan); }; });
 

@@ -3,7 +3,10 @@
 # time into the frame's stages? Builds tracrctl and tracr-agent, sweeps three
 # splits of a traced ResNet-18 (CPU PARTICIPANT, CUDA SERVER) with this tree,
 # then again with agent/energy.{hpp,cpp} as given in $OLD (meters read at
-# every mark), and prints the per-split medians of both runs.
+# every mark), and prints the per-split medians of both runs. The files of
+# 2026-11-26's check were those before commit bea87d2:
+#   mkdir -p .devsys/old && for f in hpp cpp; do
+#     git show bea87d2^:agent/energy.$f > .devsys/old/energy.$f; done
 set -uo pipefail
 OUT=${OUT:-/tmp/meter_check_out}; mkdir -p "$OUT"
 DEPS=$PWD/${DEPS:-.devsys}

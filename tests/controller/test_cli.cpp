@@ -49,7 +49,7 @@ TEST(Cli, EveryCommandAnswersHelpWithItsOwnOptions) {
       {"link", {"probe"}},
       {"link probe", {"--db", "--trust-new-hosts", "--agent", "--set"}},
       {"plan", {"--validate", "--no-store", "--objective", "--max-latency-ms", "--max-energy-j", "--link",
-                "--up-mbit", "--down-mbit", "--rtt-ms", "--radio", "--codecs", "--set", "--db"}},
+                "--up-mbit", "--down-mbit", "--rtt-ms", "--radio", "--codecs", "--splits", "--set", "--db"}},
       {"report", {"-o,--out", "--figures", "--db"}},
       {"results", {"list", "show", "compare", "export", "rm", "schema", "migrate"}},
       {"results list", {"--model", "--status", "--name", "--limit", "--db"}},

@@ -81,6 +81,28 @@ TEST(Plan, SweepIsPlannedValidatedAndStoredPerLink) {
   // fp16 halves the bytes crossing at a split where the run measured them.
   EXPECT_LT(std::stod(query(db, "select wire_bytes from plan_rows where plan_id = " + pid + " and codec = 'fp16' and split = 0")),
             0.6 * std::stod(query(db, "select wire_bytes from plan_rows where plan_id = " + pid + " and codec = 'blosc-lz4' and split = 0")));
+  // Limited to the measured splits: each codec's run measured 4 of the 23 (a table of 46 rows becomes 8).
+  auto measured = sh(tracrctl() + " plan 1 --db " + db + " --codecs blosc-lz4,fp16 --splits measured");
+  EXPECT_EQ(measured.status, 0) << measured.out;
+  EXPECT_NE(measured.out.find("splits: the 8 of 46 rows whose bytes a run measured"), std::string::npos) << measured.out;
+  const std::string mid = query(db, "select max(id) from plans");
+  for (const char* c : {"fp16", "blosc-lz4"})
+    EXPECT_EQ(query(db, std::string("select group_concat(split) from (select split from plan_rows where codec = '") + c +
+                            "' and plan_id = " + mid + " order by split)"),
+              "0,6,13,22")
+        << c;
+  // Or to named splits; the choice is among them.
+  auto named = sh(tracrctl() + " plan 1 --db " + db + " --splits 6,13 --no-store");
+  EXPECT_EQ(named.status, 0) << named.out;
+  EXPECT_NE(named.out.find("splits: 6,13 as asked (2 of 23 rows)"), std::string::npos) << named.out;
+  EXPECT_TRUE(named.out.find("* chosen: split 6\n") != std::string::npos ||
+              named.out.find("* chosen: split 13\n") != std::string::npos)
+      << named.out;
+  auto outside = sh(tracrctl() + " plan 1 --db " + db + " --splits 6,99 --no-store");
+  EXPECT_EQ(outside.status, 2) << outside.out;
+  EXPECT_NE(outside.out.find("--splits: '99' is not a split of alexnet (expected all, measured, or split points 0..22"),
+            std::string::npos)
+      << outside.out;
   auto bad = sh(tracrctl() + " plan 1 --db " + db + " --objective fastest --no-store");
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("expected latency, energy, throughput or weighted:W"), std::string::npos) << bad.out;
