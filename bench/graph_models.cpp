@@ -9,13 +9,15 @@
 //   tracr_graph_bench speed FILE SIDE [REPS [DEVICE]]
 //     Optimized graph (optimize true) at one thread: the unsplit graph, and
 //     head + tail at the middle cut; warm-up, then the median of REPS runs
-//     (on CUDA, each run ends with a device synchronisation).
+//     (on CUDA, each run ends with a device synchronisation). TRACR_BENCH_CUT=K
+//     times cut K instead of the middle; head and tail alone go to stderr.
 //     Prints: unsplit_ms, split_ms, middle cut.
 #include <torch/script.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -127,6 +129,7 @@ int speed(const std::string& file, int64_t side, int reps, const std::string& de
   }
   const int n = (*m)->num_layers();
   int mid = n / 2;
+  if (const char* c = std::getenv("TRACR_BENCH_CUT"); c && *c) mid = std::atoi(c);  // another cut than the middle
   while (mid < n && !(*m)->split_refusal(mid).empty()) ++mid;
   auto sync = [&] {
     if (dev.is_cuda()) torch::cuda::synchronize(dev.index() < 0 ? 0 : dev.index());
@@ -141,9 +144,23 @@ int speed(const std::string& file, int64_t side, int reps, const std::string& de
     sync();
   };
   for (int i = 0; i < 3; ++i) full(), split();  // the profiling executor optimises on first runs
+  const auto cut = (*m)->run(0, mid, ex::SplitModel::input_bundle(x));
+  auto head = [&] {
+    (void)(*m)->run(0, mid, ex::SplitModel::input_bundle(x));
+    sync();
+  };
+  auto tail = [&] {
+    (void)(*m)->run(mid, n, clone(*cut));
+    sync();
+  };
+  for (int i = 0; i < 3; ++i) head(), tail();
   const double a = median_ms(full, reps);
   const double b = median_ms(split, reps);
+  const double h = median_ms(head, reps);
+  const double t = median_ms(tail, reps);
+  // unsplit, head + tail, the cut, its last layer; then head alone and tail alone (stderr: the table's columns stay)
   std::printf("%.3f\t%.3f\t%d\t%s\n", a, b, mid, (*m)->layers()[mid - 1].name.c_str());
+  std::fprintf(stderr, "head %.3f ms, tail %.3f ms\n", h, t);
   return 0;
 }
 

@@ -125,6 +125,10 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     std::string level = m.get_or("level", "info");
     if (level != "debug" && level != "info" && level != "warn" && level != "error") level = "info";
     event(level, "agent_log", device + ": " + m.get_or("msg", ""), device);
+    // A warning is also the user's to see now (an agent on the reference BLAS, junk from peers).
+    if (level == "warn" || level == "error")
+      fmt::print(stderr, "{}: {} agent on {}: {}\n", level == "warn" ? "warning" : "error", role, device,
+                 m.get_or("msg", ""));
   }
   maybe_flush();
   return {};

@@ -70,6 +70,16 @@ TEST(RunLocal, SweepsEverySplitAndPrintsTableFromSqlite) {
   EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1"), std::to_string((kAlexNetLayers + 1) * 2));
   EXPECT_EQ(query(db, "select count(distinct split) from summaries where run_id = 1"),
             std::to_string(kAlexNetLayers + 1));
+  // Each agent names the BLAS its LibTorch loaded when it is the netlib reference one (Debian's default, 10 to
+  // 20 times slower on linear layers), and says nothing of an optimised one.
+  std::error_code ec;
+  const bool reference = std::filesystem::canonical("/usr/lib/x86_64-linux-gnu/libblas.so.3", ec)
+                             .string()
+                             .find("/blas/libblas.so") != std::string::npos;
+  EXPECT_EQ(query(db, "select count(*) from events where kind = 'agent_log' and level = 'warn' and message like "
+                      "'%is the netlib reference BLAS%libopenblas0-openmp%'"),
+            reference ? "2" : "0");
+  EXPECT_EQ(r.out.find("warning: SERVER agent on server: blas: ") != std::string::npos, reference) << r.out;
   EXPECT_EQ(query(db, "select count(*) from frames where ok = 0"), "0");
   // Per-layer profiles from both devices, every layer.
   EXPECT_EQ(query(db, "select count(*) from layer_profiles where device_role = 'SERVER'"), std::to_string(kAlexNetLayers));
