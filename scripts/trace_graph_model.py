@@ -9,7 +9,8 @@ inception_v3); one Python start for many models.
 
 NAME is a torchvision classification model (resnet50, vit_b_16, ...) or
 "yolo_like": a small YOLO-style detector defined here (a multi-scale backbone,
-a concatenating FPN/PAN neck and a tuple of three head outputs). The model is
+a concatenating FPN/PAN neck and a tuple of three head outputs), or one of the
+small test modules below (view_inplace, two_inputs, flatten_int). The model is
 put in eval mode, traced at batch 1 and saved with torch.jit.save.
 Exit status 0 on success; 3 when torch.jit.trace refused a model (the
 others are still written).
@@ -101,6 +102,21 @@ class ViewInplace(nn.Module):
         return self.out(y).flatten(1) + w.sum(1, keepdim=True)
 
 
+class FlattenInt(nn.Module):
+    """A convolution, then y.view(y.size(0), -1) and a linear layer: at node
+    granularity the cut between aten::size and the view sends the batch size
+    as a 0-dim int64 tensor (PROTOCOL.md 3.4 and its section 9 vector)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 2, 1)
+        self.fc = nn.Linear(2 * 4 * 4, 3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.fc(y.view(y.size(0), -1))
+
+
 class TwoInputs(nn.Module):
     def __init__(self):
         super().__init__()
@@ -117,6 +133,8 @@ def build(name, size):
         return ViewInplace()
     if name == "two_inputs":
         return TwoInputs()
+    if name == "flatten_int":
+        return FlattenInt()
     kwargs = {}
     if name.startswith("vit_"):
         kwargs["image_size"] = size[0]

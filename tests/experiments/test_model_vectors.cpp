@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <filesystem>
+
 #include "experiments/registry.hpp"
 #include "experiments/tensor_bridge.hpp"
 #include "protocol/crypto.hpp"
 #include "protocol/frame.hpp"
 #include "spec_vectors.hpp"
+#include "test_util.hpp"
 
 using namespace tracr;
 using namespace tracr::experiments;
@@ -81,4 +84,76 @@ TEST(ModelVectors, Resnet18SplitsMatchTheSpec) {
     EXPECT_NE(wrong.error().message.find("'x' does not cross split " + std::to_string(k)), std::string::npos)
         << wrong.error().message;
   }
+}
+
+// A graph model whose cut carries an integer (PROTOCOL.md 3.4: a 0-dim int64
+// tensor, shape [], no batch dimension): flatten_int (scripts/
+// trace_graph_model.py, a 1x1 convolution, y.view(y.size(0), -1), a linear
+// layer) at input [3, 4, 4], node granularity, optimize false, cut between
+// aten::size and the view. The integer's payload is the batch size, so its
+// bytes are a vector; the float tensor's bytes depend on the LibTorch build.
+TEST(ModelVectors, AnIntegerCrossingAGraphCutMatchesTheSpec) {
+  tracr::testing::SpecCheck check;
+  const std::string dir = std::string(TRACR_BINARY_DIR) + "/traced_models";
+  const std::string file = dir + "/flatten_int@4.pt";
+  if (!std::filesystem::exists(file)) {
+    std::filesystem::create_directories(dir);
+    ASSERT_EQ(test::run_python(test::script("trace_graph_model.py") + " " + dir + " flatten_int@4"), 0);
+  }
+  ModelConfig cfg;
+  cfg.input_shape = {3, 4, 4};
+  cfg.device = "cpu";
+  cfg.optimize = false;
+  cfg.granularity = "node";
+  auto m = create_model("torchscript:" + file, cfg);
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  SplitModel& model = **m;
+  int k = -1;
+  for (int i = 0; i <= model.num_layers() && k < 0; ++i)
+    for (const auto& t : model.crossing(i))
+      if (t.dtype == protocol::DType::int64 && t.shape.empty()) k = i;
+  ASSERT_GE(k, 0) << "no cut of flatten_int carries an integer";
+  check("model.flatten_int_4.layers", std::to_string(model.num_layers()));
+  check("model.flatten_int_4.int_split", std::to_string(k));
+  const std::string pre = "model.flatten_int_4.split" + std::to_string(k);
+  std::string crossing;
+  for (const auto& t : model.crossing(k))
+    crossing += (crossing.empty() ? "" : " ") + t.name + ":" + std::string(protocol::dtype_name(t.dtype)) + ":" +
+                shape_text(t.shape);
+  check(pre + ".crossing", crossing);
+  torch::manual_seed(0);
+  const auto input = torch::rand({1, 3, 4, 4});
+  auto head = model.run(0, k, SplitModel::input_bundle(input));
+  ASSERT_TRUE(head.ok()) << head.error().str();
+  auto pb = to_protocol(*head);
+  ASSERT_TRUE(pb.ok());
+  for (const auto& t : *pb)
+    if (t.dtype == protocol::DType::int64) check(pre + ".int_payload", protocol::to_hex(t.data, t.nbytes));
+  // Plain session 7, the participant's first INFER_REQUEST (seq 3), codec none.
+  protocol::FrameWriter w;
+  w.set_session(7);
+  std::vector<protocol::Segment> segs;
+  auto sink = [&](protocol::Segment&& s) {
+    segs.push_back(std::move(s));
+    return Status{};
+  };
+  protocol::Header skip;
+  skip.type = protocol::MsgType::heartbeat;
+  ASSERT_TRUE(w.write(skip, {}, {}, sink).ok());
+  ASSERT_TRUE(w.write(skip, {}, {}, sink).ok());
+  segs.clear();
+  protocol::Header h;
+  h.type = protocol::MsgType::infer_request;
+  h.split = k;
+  ASSERT_TRUE(w.write(h, *pb, {}, sink).ok());
+  ASSERT_EQ(segs.size(), 1u);
+  check(pre + ".header", protocol::to_hex(static_cast<const uint8_t*>(segs[0][0].data()), segs[0][0].size()));
+  check(pre + ".parts", std::to_string(segs[0].size() - 1));
+  // The tail rebuilds the integer and gives the unsplit module's output.
+  auto tail = model.run(k, model.num_layers(), *head);
+  ASSERT_TRUE(tail.ok()) << tail.error().str();
+  auto whole = model.run(0, model.num_layers(), SplitModel::input_bundle(input));
+  ASSERT_TRUE(whole.ok()) << whole.error().str();
+  ASSERT_EQ(tail->size(), 1u);
+  EXPECT_TRUE(torch::equal((*tail)[0].tensor, (*whole)[0].tensor));
 }
