@@ -6,11 +6,13 @@
 #include <sys/stat.h>
 #include <sys/utsname.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -42,8 +44,13 @@ std::string remote_sha256_cmd(const std::string& path) {
   return fmt::format("if [ -f {0} ]; then (sha256sum {0} 2>/dev/null || shasum -a 256 {0}) | cut -c1-64; fi", q);
 }
 
-Result<std::string> remote_sha256(SshSession& s, const std::string& path) {
-  auto r = s.run(remote_sha256_cmd(path));
+int hash_timeout_ms(int session_timeout_ms, uint64_t bytes) {
+  const uint64_t base = session_timeout_ms > 0 ? static_cast<uint64_t>(session_timeout_ms) : 10000;
+  return static_cast<int>(std::min<uint64_t>(base + bytes / 2000, 24ull * 3600 * 1000));
+}
+
+Result<std::string> remote_sha256(SshSession& s, const std::string& path, uint64_t bytes) {
+  auto r = s.run(remote_sha256_cmd(path), "", hash_timeout_ms(s.target().timeout_ms, bytes));
   if (!r) return std::move(r.error());
   if (r->exit_status != 0)
     return make_error(Errc::io, fmt::format("cannot hash {} on {} (exit status {}): {}", path, s.label(),
@@ -173,12 +180,15 @@ Result<DeployInfo> deploy_agent(SshSession& s, const std::string& local_agent_pa
   auto hash = sha256_file(local_agent_path);
   if (!hash) return std::move(hash.error());
   info.sha256 = *hash;
+  std::error_code size_ec;
+  const uint64_t bytes = std::filesystem::file_size(local_agent_path, size_ec);
 
   // One round trip: architecture, directory, hash of an existing copy.
   const std::string dir = normalize_remote_dir(remote_dir);
   info.remote_path = dir + "/tracr-agent-" + info.sha256.substr(0, 16);
   auto probe = s.run(fmt::format("uname -m || exit 90; mkdir -p {} || exit 91; {}", shell_quote(dir),
-                                 remote_sha256_cmd(info.remote_path)));
+                                 remote_sha256_cmd(info.remote_path)),
+                     "", hash_timeout_ms(s.target().timeout_ms, size_ec ? 0 : bytes));
   if (!probe) return std::move(probe.error());
   if (probe->exit_status == 90)
     return make_error(Errc::io, fmt::format("`uname -m` failed on {}: {}", s.label(), trim(probe->err)));
@@ -199,7 +209,7 @@ Result<DeployInfo> deploy_agent(SshSession& s, const std::string& local_agent_pa
   if (have == info.sha256) return Result<DeployInfo>(std::move(info));  // identical agent already there
 
   TRACR_TRY(s.upload(local_agent_path, info.remote_path, 0755));
-  auto got = remote_sha256(s, info.remote_path);
+  auto got = remote_sha256(s, info.remote_path, size_ec ? 0 : bytes);
   if (!got) return std::move(got.error());
   if (*got != info.sha256)
     return make_error(Errc::io, fmt::format("{} on {} has sha256 {} after upload, expected {}", info.remote_path,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,9 +52,15 @@ std::string normalize_remote_dir(std::string d);
 // Shell snippet printing the sha256 of a remote file (nothing when it does
 // not exist).
 std::string remote_sha256_cmd(const std::string& path);
+// How long hashing `bytes` on a device may take: the session's timeout plus
+// 1 s per 2 MB (a board's SD card under load; the 109 MB agent once took
+// over 10 s on a loaded 2-core machine hashing beside two other uploads).
+// session_timeout_ms <= 0 counts as 10 s.
+int hash_timeout_ms(int session_timeout_ms, uint64_t bytes);
 // The sha256 of a remote file as lower-case hex; "" when it does not exist.
+// `bytes` (its expected size) sets the timeout (hash_timeout_ms).
 // Errors: io (the command failed), plus the session's transport errors.
-Result<std::string> remote_sha256(SshSession& session, const std::string& path);
+Result<std::string> remote_sha256(SshSession& session, const std::string& path, uint64_t bytes = 0);
 
 // A command's output without the whitespace around it.
 std::string trim(std::string s);

@@ -207,7 +207,7 @@ Result<std::vector<StagedFile>> stage_files(SshSession& s, const DeviceConfig& d
     sf.remote = dir + "/" + name;
     bool present = false;
     if (!h->is_dir) {
-      auto have = remote_sha256(s, sf.remote);
+      auto have = remote_sha256(s, sf.remote, h->bytes);
       if (!have) return fail(have.error().code, have.error().message);
       present = *have == h->sha256;
     } else {
@@ -240,7 +240,7 @@ Result<std::vector<StagedFile>> stage_files(SshSession& s, const DeviceConfig& d
     if (mk->exit_status != 0) return fail(Errc::io, fmt::format("cannot create {} on {}: {}", dir, s.label(), trim(mk->err)));
     if (!h->is_dir) {
       if (auto up = s.upload(f.local, sf.remote, 0644); !up) return fail(up.error().code, up.error().message);
-      auto got = remote_sha256(s, sf.remote);
+      auto got = remote_sha256(s, sf.remote, h->bytes);
       if (!got) return fail(got.error().code, got.error().message);
       if (*got != h->sha256) {
         (void)s.run("rm -f " + shell_quote(sf.remote));

@@ -45,6 +45,17 @@ bool remote_pid_gone_eventually(SshSession& s, long pid) {
 
 using DeployTest = SshdTest;
 
+// Hashing on the device gets time for the file's size: the session's timeout
+// plus 1 s per 2 MB (the 109 MB agent took over 10 s to hash on a loaded
+// machine, and a board's SD card is slower still).
+TEST(Deploy, HashingTimeGrowsWithTheFileSize) {
+  EXPECT_EQ(hash_timeout_ms(10000, 0), 10000);
+  EXPECT_EQ(hash_timeout_ms(0, 0), 10000);  // the session's default
+  EXPECT_EQ(hash_timeout_ms(10000, 109124376), 10000 + 54562);
+  EXPECT_EQ(hash_timeout_ms(5000, 1000000000), 5000 + 500000);
+  EXPECT_EQ(hash_timeout_ms(10000, uint64_t(1) << 50), 24 * 3600 * 1000);  // capped at a day
+}
+
 TEST_F(DeployTest, UploadsTheAgentThenSkipsAnIdenticalCopy) {
   auto s = connect_trusted();
   ASSERT_TRUE(s);
