@@ -180,15 +180,16 @@ Result<DeployInfo> deploy_agent(SshSession& s, const std::string& local_agent_pa
   auto hash = sha256_file(local_agent_path);
   if (!hash) return std::move(hash.error());
   info.sha256 = *hash;
-  std::error_code size_ec;
-  const uint64_t bytes = std::filesystem::file_size(local_agent_path, size_ec);
+  std::error_code size_ec;  // an unknown size gets the session's own timeout
+  const uint64_t size = std::filesystem::file_size(local_agent_path, size_ec);
+  const uint64_t bytes = size_ec ? 0 : size;
 
   // One round trip: architecture, directory, hash of an existing copy.
   const std::string dir = normalize_remote_dir(remote_dir);
   info.remote_path = dir + "/tracr-agent-" + info.sha256.substr(0, 16);
   auto probe = s.run(fmt::format("uname -m || exit 90; mkdir -p {} || exit 91; {}", shell_quote(dir),
                                  remote_sha256_cmd(info.remote_path)),
-                     "", hash_timeout_ms(s.target().timeout_ms, size_ec ? 0 : bytes));
+                     "", hash_timeout_ms(s.target().timeout_ms, bytes));
   if (!probe) return std::move(probe.error());
   if (probe->exit_status == 90)
     return make_error(Errc::io, fmt::format("`uname -m` failed on {}: {}", s.label(), trim(probe->err)));
@@ -209,7 +210,7 @@ Result<DeployInfo> deploy_agent(SshSession& s, const std::string& local_agent_pa
   if (have == info.sha256) return Result<DeployInfo>(std::move(info));  // identical agent already there
 
   TRACR_TRY(s.upload(local_agent_path, info.remote_path, 0755));
-  auto got = remote_sha256(s, info.remote_path, size_ec ? 0 : bytes);
+  auto got = remote_sha256(s, info.remote_path, bytes);
   if (!got) return std::move(got.error());
   if (*got != info.sha256)
     return make_error(Errc::io, fmt::format("{} on {} has sha256 {} after upload, expected {}", info.remote_path,
