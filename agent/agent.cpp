@@ -269,6 +269,7 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
   co.security.encrypt = opt.encrypt;
   co.security.x25519 = opt.x25519;
   co.security.secret = opt.secret;
+  co.security.clock = opt.clock;
   if (tail)
     if (auto so = tail->reply_send()) co.send = *so;
   if (opt.experiment) {  // the experiment's codec_threads at this end too
@@ -397,6 +398,28 @@ bool read_first_line(std::string& line) {
   }
 }
 
+// "HEX" or "HEX clock_ms=N": the session secret, then the controller's
+// clock (Unix ms) when it handed the line over, which HELLO timestamps then
+// run on (PROTOCOL.md 6.3).
+Status parse_secret_line(const std::string& line, AgentOptions& opt) {
+  const auto sp = line.find(' ');
+  auto secret = from_hex(line.substr(0, sp));
+  if (!secret || secret->size() < 16)
+    return make_error(Errc::invalid_argument,
+                      "the first stdin line (or --secret-file) must be the session secret, at least 32 hex digits");
+  opt.secret = *secret;
+  if (sp == std::string::npos) return {};
+  const std::string rest = line.substr(sp + 1);
+  constexpr std::string_view key = "clock_ms=";
+  char* end = nullptr;
+  const long long ms = rest.rfind(key, 0) == 0 ? std::strtoll(rest.c_str() + key.size(), &end, 10) : -1;
+  if (ms <= 0 || end == nullptr || *end != '\0')
+    return make_error(Errc::invalid_argument, "after the session secret, expected 'clock_ms=N' (the controller's "
+                                              "Unix time in ms), got '" + rest.substr(0, 40) + "'");
+  opt.clock = protocol::anchored_clock(ms);
+  return {};
+}
+
 }  // namespace
 
 int agent_main(int argc, char** argv) {
@@ -426,12 +449,10 @@ int agent_main(int argc, char** argv) {
     std::fprintf(stderr, "tracr-agent: expected the session secret (hex) on the first line of stdin\n");
     return 2;
   }
-  auto secret = from_hex(line);
-  if (!secret || secret->size() < 16) {
-    std::fprintf(stderr, "tracr-agent: the first stdin line must be the session secret, at least 32 hex digits\n");
+  if (auto st = parse_secret_line(line, opt); !st) {
+    std::fprintf(stderr, "tracr-agent: %s\n", st.error().message.c_str());
     return 2;
   }
-  opt.secret = *secret;
   ControlOut ctl(opt.secret, opt.secret_file.empty(), opt.heartbeat_timeout_ms);
   // An emulated slower device limits itself before any thread starts.
   std::string cgroup;

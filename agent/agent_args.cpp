@@ -14,7 +14,8 @@ namespace tracr::agent {
 namespace {
 
 constexpr const char* kAgentFooter =
-    "The hex session secret is the first line of stdin (or --secret-file FILE, owner-only, for a detached agent).\n"
+    "The hex session secret is the first line of stdin (or --secret-file FILE, owner-only, for a detached agent),\n"
+    "optionally followed by ' clock_ms=N', the controller's Unix time in ms: HELLO timestamps run on it.\n"
     "--config stdin: the controller sends the effective experiment (the YAML `tracrctl run --show-config`\n"
     "describes) as an authenticated CONFIG line; --experiment FILE reads the same YAML from a file.\n"
     "Without either, a SERVER echoes frames (protocol demo; --no-encrypt, --no-x25519 apply to it).\n"

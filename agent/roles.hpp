@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,9 @@ struct AgentOptions {
   bool x25519 = true;
   std::vector<uint8_t> secret;      // from stdin, never argv
   std::string secret_file;          // detached agents: secret from this 0600 file; stdin not watched
+  // The controller's clock, handed over with the secret ("HEX clock_ms=N"):
+  // HELLO timestamps run on it (PROTOCOL.md 6.3). Empty: the system clock.
+  std::function<int64_t()> clock;
   int heartbeat_timeout_ms = 0;     // stop after this long without a control line (0: never; see ControlOut)
   // Where the experiment comes from: "stdin" (a CONFIG control line from the
   // controller, --config stdin) or a file (--experiment FILE: detached or

@@ -264,6 +264,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     co.security.encrypt = o.encrypt;
     co.security.x25519 = o.x25519;
     co.security.secret = o.secret;
+    co.security.clock = o.clock;
     co.handshake_timeout_ms = 15000;
     co.read.threads = static_cast<unsigned>(cfg.codec_threads);
     // link_delay: agent: the session runs through a relay that holds each byte for the delay.

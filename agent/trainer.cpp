@@ -379,6 +379,7 @@ Status Owner::setup(zmq::context_t& ctx) {
     co.security.encrypt = cfg_.encryption;
     co.security.x25519 = cfg_.key_exchange != "none";
     co.security.secret = o_.secret;
+    co.security.clock = o_.clock;
     co.send = send_;
     co.read.threads = static_cast<unsigned>(cfg_.codec_threads);
     co.handshake_timeout_ms = 15000;

@@ -217,6 +217,13 @@ Result<agent::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
   }
 }
 
+std::string agent_secret_line(const std::string& secret_hex) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  return secret_hex + " clock_ms=" + std::to_string(ms) + "\n";
+}
+
 Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
   std::vector<std::string> args = {"--role", s.role};
   if (!s.config_yaml.empty()) args.insert(args.end(), {"--config", "stdin"});
@@ -240,7 +247,7 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
   if (!p) return std::move(p.error());
   auto conn = std::make_unique<AgentConn>(s.device, s.role, std::move(*p), s.secret);
   conn->set_staged(std::move(staged));
-  if (auto w = conn->proc().write(protocol::to_hex(s.secret.data(), s.secret.size()) + "\n"); !w)
+  if (auto w = conn->proc().write(agent_secret_line(protocol::to_hex(s.secret.data(), s.secret.size()))); !w)
     return conn->abandon(Errc::peer_closed, "exited before READY (could not take the session secret: " + w.error().message + ")");
   if (!config_yaml.empty())
     if (auto w = conn->send("CONFIG", {{"yaml", config_yaml}}); !w)

@@ -121,6 +121,12 @@ class AgentConn {
 // name the device and what failed (SSH hints included).
 Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& spec);
 
+// The first line an agent reads (stdin, or its --secret-file): the session
+// secret in hex, then this controller's clock now ("HEX clock_ms=N"). The
+// agent's HELLO timestamps run on that clock (PROTOCOL.md 6.3), so devices
+// whose own clocks were never set agree with each other.
+std::string agent_secret_line(const std::string& secret_hex);
+
 // Runs fn(0) .. fn(n-1) each on its own thread, all started before any is
 // waited for; returns when all have returned.
 void run_concurrently(size_t n, const std::function<void(size_t)>& fn);

@@ -10,8 +10,6 @@ namespace tracr::protocol {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// HELLO MACs remembered against replay (about 5 MB at most).
-constexpr size_t kHelloReplayWindow = 65536;
 
 // Waits for input; false on timeout.
 Result<bool> wait_readable(zmq::socket_t& s, int timeout_ms) {
@@ -347,6 +345,40 @@ Error Server::reject_stranger(const std::string& peer, Error e) {
   return e;
 }
 
+Status Server::check_hello_fresh(const Handshake& hs) {
+  // The texts are short: a plain ERROR is never larger than the HELLO it answers (6.3).
+  if (!hs.ts_ms) return make_error(Errc::handshake_failed, "HELLO has no timestamp 'ts' (PROTOCOL.md 6.3)");
+  const int64_t now = hello_clock_ms(opt_.security);
+  const uint64_t ts = *hs.ts_ms;
+  const uint64_t window = static_cast<uint64_t>(std::max(opt_.hello_window_ms, 0));
+  const uint64_t now_u = static_cast<uint64_t>(std::max<int64_t>(now, 0));
+  const uint64_t off = ts > now_u ? ts - now_u : now_u - ts;
+  if (off > window)
+    return make_error(Errc::replay, fmt::format("HELLO ts {:.1f} s {} the server's clock (window +-{} s)",
+                                                static_cast<double>(off) / 1000.0, ts > now_u ? "ahead of" : "behind",
+                                                window / 1000));
+  if (hello_floor_ms_ && static_cast<int64_t>(ts) <= *hello_floor_ms_)
+    return make_error(Errc::replay, "HELLO no newer than one the server had to forget (replay memory full)");
+  return {};
+}
+
+void Server::remember_hello(const std::array<uint8_t, kHelloMacBytes>& mac, int64_t ts_ms) {
+  // What has left the window is refused by its timestamp: forget it freely.
+  const int64_t oldest = hello_clock_ms(opt_.security) - std::max(opt_.hello_window_ms, 0);
+  while (!hello_seen_order_.empty() && hello_seen_order_.front().ts_ms < oldest) {
+    hello_seen_.erase(hello_seen_order_.front().mac);
+    hello_seen_order_.pop_front();
+  }
+  hello_seen_.insert(mac);
+  hello_seen_order_.push_back({mac, ts_ms});
+  while (hello_seen_order_.size() > std::max<size_t>(opt_.hello_replay_memory, 1)) {
+    const auto& f = hello_seen_order_.front();
+    hello_floor_ms_ = std::max(hello_floor_ms_.value_or(f.ts_ms), f.ts_ms);
+    hello_seen_.erase(f.mac);
+    hello_seen_order_.pop_front();
+  }
+}
+
 Status Server::handle_hello(const std::string& peer, Segment& seg, uint64_t provoked_bytes) {
   auto refuse = [&](Error e) {
     // Unauthenticated (this end cannot know the peer): a typed reason, no
@@ -373,6 +405,8 @@ Status Server::handle_hello(const std::string& peer, Segment& seg, uint64_t prov
   auto outs = r.feed(seg);
   if (outs.size() != 1 || !outs[0])
     return refuse(outs.empty() ? make_error(Errc::handshake_failed, "incomplete HELLO") : Error(outs.back().error()));
+  if (outs[0]->header.hs)
+    if (auto fresh = check_hello_fresh(*outs[0]->header.hs); !fresh) return refuse(fresh.error());
   if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers) make_room();
   if (!peers_.count(peer) && static_cast<int>(peers_.size()) >= opt_.max_peers)
     return refuse(make_error(Errc::limit_exceeded, "this server holds its limit of " +
@@ -380,12 +414,7 @@ Status Server::handle_hello(const std::string& peer, Segment& seg, uint64_t prov
   auto acc = server_accept(opt_.security, outs[0]->header, opt_.agent, opt_.limits.max_frame_bytes);
   if (!acc) return refuse(acc.error());
   // Remembered only once accepted, so a bounded set holds real HELLOs.
-  hello_seen_.insert(mac);
-  hello_seen_order_.push_back(mac);
-  if (hello_seen_order_.size() > kHelloReplayWindow) {
-    hello_seen_.erase(hello_seen_order_.front());
-    hello_seen_order_.pop_front();
-  }
+  remember_hello(mac, static_cast<int64_t>(*outs[0]->header.hs->ts_ms));
   auto p = std::make_unique<Peer>();
   p->reader = FrameReader(opt_.limits, opt_.read);
   p->writer.set_session(acc->keys.session);

@@ -59,6 +59,14 @@ struct ChannelOptions {
   // server: plain (unauthenticated) ERRORs to peers without a session, per
   // second (a bucket of as many); beyond it they are dropped and counted.
   int plain_errors_per_s = 64;
+  // server: HELLO freshness (PROTOCOL.md 6.3). A HELLO whose `ts` is more
+  // than this far from the server's clock (security.clock), or that has no
+  // `ts`, is refused without a key exchange or a session slot.
+  int hello_window_ms = 120000;
+  // server: MACs of accepted HELLOs remembered against replay within the
+  // window (about 80 B each). When it is full the oldest is forgotten, and a
+  // HELLO no newer than a forgotten one is refused as a possible replay.
+  size_t hello_replay_memory = 65536;
 };
 
 // What a Server did with replies it could not send at once (see
@@ -214,7 +222,16 @@ class Server {
   // MACs of recently accepted HELLOs: a replayed HELLO is refused before it
   // costs a key exchange or a slot (bounded; PROTOCOL.md §6.3).
   std::set<std::array<uint8_t, kHelloMacBytes>> hello_seen_;
-  std::deque<std::array<uint8_t, kHelloMacBytes>> hello_seen_order_;
+  struct SeenHello {
+    std::array<uint8_t, kHelloMacBytes> mac;
+    int64_t ts_ms;
+  };
+  std::deque<SeenHello> hello_seen_order_;  // in acceptance order
+  // Set once an accepted HELLO still inside the window had to be forgotten:
+  // HELLOs whose ts is not newer are refused (the memory cannot vouch).
+  std::optional<int64_t> hello_floor_ms_;
+  Status check_hello_fresh(const Handshake& hs);
+  void remember_hello(const std::array<uint8_t, kHelloMacBytes>& mac, int64_t ts_ms);
   struct AtomicSendCounters {
     std::atomic<uint64_t> deferred{0}, replies_dropped{0}, sessions_dropped{0}, errors_suppressed{0},
         sessions_evicted{0};

@@ -102,7 +102,7 @@ void pack_desc(Packer& pk, VecStream& vs, const TensorDesc& d) {
 }
 
 void pack_hs(Packer& pk, const Handshake& h) {
-  pk.pack_map(8);
+  pk.pack_map(h.ts_ms ? 9 : 8);
   pack_str(pk, "versions");
   pk.pack_array(static_cast<uint32_t>(h.versions.size()));
   for (auto v : h.versions) pk.pack_uint32(v);
@@ -117,6 +117,7 @@ void pack_hs(Packer& pk, const Handshake& h) {
   pack_str(pk, "role"); pack_str(pk, h.role);
   pack_str(pk, "agent"); pack_str(pk, h.agent);
   pack_str(pk, "maxb"); pk.pack_uint64(h.max_frame_bytes);
+  if (h.ts_ms) { pack_str(pk, "ts"); pk.pack_uint64(*h.ts_ms); }
 }
 
 // ---- decoding -------------------------------------------------------------
@@ -343,6 +344,7 @@ Result<Handshake> decode_hs(const Obj& o, const Limits& lim) {
     else if (key_is(kv, "role")) ASSIGN_OR_RETURN(h.role, as_str(kv.val, "role", lim));
     else if (key_is(kv, "agent")) ASSIGN_OR_RETURN(h.agent, as_str(kv.val, "agent", lim));
     else if (key_is(kv, "maxb")) ASSIGN_OR_RETURN(h.max_frame_bytes, as_uint(kv.val, "maxb"));
+    else if (key_is(kv, "ts")) ASSIGN_OR_RETURN(h.ts_ms, as_uint(kv.val, "ts"));
   }
   return h;
 }

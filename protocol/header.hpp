@@ -73,6 +73,9 @@ struct Handshake {
   std::string role;                  // "PARTICIPANT", "SERVER", "CONTROLLER"
   std::string agent;                 // software name and version
   uint64_t max_frame_bytes = 0;      // receiver's limit on raw bytes per frame
+  // HELLO: the sender's clock, Unix milliseconds (PROTOCOL.md 6.3: a server
+  // refuses a HELLO outside its freshness window). Absent on WELCOME.
+  std::optional<uint64_t> ts_ms;
 };
 
 struct Header {

@@ -1,6 +1,7 @@
 #include "protocol/session.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace tracr::protocol {
@@ -16,6 +17,21 @@ void split_key(const std::vector<uint8_t>& okm, DirectionKey& k) {
   std::memcpy(k.iv.data(), okm.data() + 32, 12);
 }
 }  // namespace
+
+int64_t hello_clock_ms(const Security& sec) {
+  if (sec.clock) return sec.clock();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::function<int64_t()> anchored_clock(int64_t unix_ms) {
+  const auto at = std::chrono::steady_clock::now();
+  return [unix_ms, at] {
+    return unix_ms +
+           std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - at).count();
+  };
+}
 
 Result<SessionKeys> derive_keys(const std::vector<uint8_t>& secret, const std::vector<uint8_t>& dh,
                                 const std::vector<uint8_t>& nonce_c, const std::vector<uint8_t>& nonce_s,
@@ -94,6 +110,9 @@ Result<Header> ClientHandshake::hello() {
   hs.role = role_;
   hs.agent = agent_;
   hs.max_frame_bytes = max_frame_bytes_;
+  const int64_t now = hello_clock_ms(sec_);
+  if (now < 0) return hs_err("this end's clock reads before 1970; HELLO needs a Unix time (PROTOCOL.md 6.3)");
+  hs.ts_ms = static_cast<uint64_t>(now);
   h.hs = std::move(hs);
   return h;
 }

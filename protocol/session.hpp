@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,18 @@ struct Security {
   // and WELCOME whatever the cipher.
   std::vector<uint8_t> secret;
   bool x25519 = true;           // add an ephemeral X25519 exchange (forward secrecy)
+  // The clock HELLO timestamps are written and checked with (Unix ms;
+  // PROTOCOL.md 6.3). Empty: this machine's system clock. An agent launched
+  // by tracrctl runs on the controller's clock (anchored_clock), so a board
+  // whose clock was never set still agrees with its peers.
+  std::function<int64_t()> clock;
 };
+
+// Unix milliseconds on sec.clock, or on the system clock when it is empty.
+int64_t hello_clock_ms(const Security& sec);
+// A clock that read `unix_ms` at the moment of the call and runs on from
+// there with this machine's monotonic clock (never jumps with NTP).
+std::function<int64_t()> anchored_clock(int64_t unix_ms);
 
 struct DirectionKey {
   Key256 key{};

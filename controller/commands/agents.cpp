@@ -77,7 +77,7 @@ int cmd_agents_start(const RunOptions& opt) {
     fs::create_directories(dir, ec);
     const std::string secret_file = dir + "/" + server.name + ".secret";
     const std::string exp_file = dir + "/" + server.name + ".experiment.yaml";
-    for (const auto& [file, text] : {std::pair{secret_file, secret_hex + "\n"}, std::pair{exp_file, config_yaml}})
+    for (const auto& [file, text] : {std::pair{secret_file, fleet::agent_secret_line(secret_hex)}, std::pair{exp_file, config_yaml}})
       if (auto w = write_owner_only(file, text); !w) {
         fmt::print(stderr, "tracrctl agents start: {}\n", user_text(w.error()));
         return 1;
@@ -125,7 +125,7 @@ int cmd_agents_start(const RunOptions& opt) {
     const std::string dir = dep->remote_path.substr(0, dep->remote_path.rfind('/') + 1);
     const std::string secret_file = dir + server.name + ".secret";
     d.log = dir + server.name + "-detached.log";
-    auto w = (*s)->run("umask 077 && cat > " + shell_quote(secret_file), secret_hex + "\n");
+    auto w = (*s)->run("umask 077 && cat > " + shell_quote(secret_file), fleet::agent_secret_line(secret_hex));
     if (!w || w->exit_status != 0) {
       fmt::print(stderr, "tracrctl agents start: device {}: cannot write the secret file\n", server.name);
       return 1;

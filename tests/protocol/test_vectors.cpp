@@ -197,6 +197,7 @@ TEST(Vectors, AuthenticatedHandshake) {
     hs.role = role;
     hs.agent = "tracr/0.1";
     hs.max_frame_bytes = 1ull << 30;
+    if (type == MsgType::hello) hs.ts_ms = 1767225600000ull;  // 2026-01-01T00:00:00Z (6.3 freshness)
     h.hs = std::move(hs);
     FrameWriter w;
     w.set_session(sid);
