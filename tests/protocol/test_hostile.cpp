@@ -2,6 +2,8 @@
 // can make a Server spend, and what legitimate participants still get.
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <functional>
 #include <chrono>
 #include <atomic>
 #include <thread>
@@ -97,13 +99,17 @@ Segment padded_heartbeat(FrameWriter& w) {
 
 // A HELLO segment as Client::connect sends it, its MAC made with `mac_secret`
 // (no MAC part when it is empty).
-Segment hello_segment(bool encrypt, const std::vector<uint8_t>& mac_secret) {
+// `clock` dates it (empty: the system clock); `undated` drops its `ts`.
+Segment hello_segment(bool encrypt, const std::vector<uint8_t>& mac_secret,
+                      std::function<int64_t()> clock = {}, bool undated = false) {
   Security sec;
   sec.encrypt = encrypt;
   sec.secret.assign(32, 0x55);
+  sec.clock = std::move(clock);
   ClientHandshake hs(sec, "PARTICIPANT", "hostile", 1u << 20);
   auto h = hs.hello();
   EXPECT_TRUE(h.ok());
+  if (undated) h->hs->ts_ms.reset();
   Segment out;
   FrameWriter w;
   (void)w.write(*h, {}, {}, [&](Segment&& seg) {
@@ -254,6 +260,85 @@ TEST(Hostile, ReplayedHelloIsRefused) {
   EXPECT_EQ(srv.server->rejected().replay, 1u);
 }
 
+// What the server answers one HELLO on a fresh connection: its header.
+Header answer_to_hello(zmq::context_t& ctx, const std::string& ep, Segment hello) {
+  zmq::socket_t s = stranger_socket(ctx, ep, 3000);
+  send_segment_raw(s, std::move(hello));
+  Segment reply;
+  EXPECT_TRUE(zmq::recv_multipart(s, std::back_inserter(reply)).has_value());
+  if (reply.size() == 2 && reply[1].size() == kHelloMacBytes) reply.pop_back();  // a WELCOME's MAC
+  FrameReader r;
+  auto out = r.feed(reply);
+  EXPECT_EQ(out.size(), 1u);
+  if (out.size() != 1 || !out[0]) return Header{};
+  return out[0]->header;
+}
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// PROTOCOL.md 6.3 "Freshness": a HELLO dated outside the server's window, or
+// not dated at all, is refused before any key exchange; the server's clock
+// is the one it was handed (an agent's controller clock), not the system's.
+TEST(Hostile, StaleOrUndatedHelloIsRefused) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(false);
+  const int64_t hour_ms = 3600 * 1000;
+  o.security.clock = anchored_clock(unix_ms_now() - hour_ms);  // a server handed a clock an hour behind
+  Serving srv(ctx, o);
+  const std::string ep = srv.server->endpoint();
+  const std::vector<uint8_t> key(32, 7);  // the server's secret: every MAC verifies
+  // On this machine's clock, an hour ahead of the server's: refused, with the offset.
+  Header ahead = answer_to_hello(ctx, ep, hello_segment(false, key));
+  ASSERT_EQ(ahead.type, MsgType::error);
+  EXPECT_EQ(ahead.error->code, Errc::replay);
+  EXPECT_NE(ahead.error->message.find("ahead of the server's clock"), std::string::npos) << ahead.error->message;
+  // Two hours behind this machine (an hour behind the server's): refused.
+  Header behind = answer_to_hello(ctx, ep, hello_segment(false, key, anchored_clock(unix_ms_now() - 2 * hour_ms)));
+  ASSERT_EQ(behind.type, MsgType::error);
+  EXPECT_EQ(behind.error->code, Errc::replay);
+  EXPECT_NE(behind.error->message.find("behind the server's clock"), std::string::npos) << behind.error->message;
+  // No `ts` at all (a peer that predates it): refused, saying so.
+  Header undated = answer_to_hello(ctx, ep, hello_segment(false, key, anchored_clock(unix_ms_now() - hour_ms), true));
+  ASSERT_EQ(undated.type, MsgType::error);
+  EXPECT_EQ(undated.error->code, Errc::handshake_failed);
+  EXPECT_NE(undated.error->message.find("no timestamp 'ts'"), std::string::npos) << undated.error->message;
+  // On the server's clock (both handed the same controller clock): welcomed.
+  Header ok = answer_to_hello(ctx, ep, hello_segment(false, key, anchored_clock(unix_ms_now() - hour_ms)));
+  EXPECT_EQ(ok.type, MsgType::welcome);
+  srv.join();
+  EXPECT_EQ(srv.server->rejected().replay, 2u);
+}
+
+// A replay the bounded memory no longer holds is still refused: once an
+// accepted HELLO inside the window is forgotten, nothing dated no later than
+// it is accepted (here a memory of 4, so 6 newer HELLOs push the first out).
+TEST(Hostile, ReplayedHelloIsRefusedAfterTheMemoryForgetsIt) {
+  zmq::context_t ctx;
+  ChannelOptions o = hostile_options(false);
+  o.hello_replay_memory = 4;
+  Serving srv(ctx, o);
+  const std::string ep = srv.server->endpoint();
+  const std::vector<uint8_t> key(32, 7);
+  Segment first = hello_segment(false, key);
+  EXPECT_EQ(answer_to_hello(ctx, ep, copy_segment(first)).type, MsgType::welcome);
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // each dated after the first
+    EXPECT_EQ(answer_to_hello(ctx, ep, hello_segment(false, key)).type, MsgType::welcome) << i;
+  }
+  Header replayed = answer_to_hello(ctx, ep, copy_segment(first));
+  ASSERT_EQ(replayed.type, MsgType::error);
+  EXPECT_EQ(replayed.error->code, Errc::replay);
+  EXPECT_NE(replayed.error->message.find("had to forget"), std::string::npos) << replayed.error->message;
+  // A fresh HELLO still gets in.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  EXPECT_EQ(answer_to_hello(ctx, ep, hello_segment(false, key)).type, MsgType::welcome);
+  srv.join();
+  EXPECT_EQ(srv.server->rejected().replay, 1u);
+}
+
 TEST(Hostile, ServerWithoutSecretRefusesToBindEvenInPlainMode) {
   zmq::context_t ctx;
   ChannelOptions o = hostile_options(false);
@@ -310,7 +395,6 @@ TEST(Hostile, PlainSessionRefusesForgedControlMessagesAndSaysSo) {
   round_trip(**c);  // the session carries on
   srv.join();
   EXPECT_EQ(srv.shutdowns, 0u);
-  EXPECT_EQ(srv.server->peers(), 1u);  // the forged GOODBYE ended nothing
   EXPECT_EQ(srv.server->rejected().auth_failed, 3u);
   auto mine = srv.server->rejected_by(srv.last_peer);
   ASSERT_TRUE(mine.has_value());
@@ -763,6 +847,60 @@ TEST(Hostile, NonReadingStrangerCannotFreezeTheServer) {
               static_cast<unsigned long long>(sent));
   EXPECT_EQ(bytes, 0u) << "an answer to a 1-byte message is larger than what provoked it";
   s.close();
+  srv.join();
+}
+
+// The junk flood of issue #24: 20,000 malformed messages and 4 messages of
+// 8 MiB from strangers, on four connections, while a participant with a
+// session sends requests with a 1 MiB tensor. Every request is answered
+// (within the client's 30 s wait; before the server loop stopped waiting on
+// peers, one run in four under load stalled a session for 60 s), and the
+// worst round trip during the flood is printed against a quiet baseline.
+TEST(Hostile, JunkFloodDoesNotStallASession) {
+  zmq::context_t ctx;
+  Serving srv(ctx, hostile_options(true));
+  const std::string ep = srv.server->endpoint();
+  auto c = Client::connect(ctx, ep, hostile_options(true));
+  ASSERT_TRUE(c.ok()) << c.error().str();
+  Bundle b{Tensor::allocate("act", DType::float32, {1, 256, 1024})};
+  auto round_trips = [&](int n, std::vector<double>& ms) -> Status {
+    for (int i = 0; i < n; ++i) {
+      const auto t0 = Clock::now();
+      TRACR_TRY((*c)->send(MsgType::infer_request, 1, b));
+      auto r = (*c)->recv(30000);
+      if (!r) return std::move(r.error());
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    return {};
+  };
+  std::vector<double> quiet, flooded;
+  ASSERT_TRUE(round_trips(10, quiet).ok());
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> junk_sent{0};
+  std::thread flood([&] {
+    std::vector<zmq::socket_t> socks;
+    for (int i = 0; i < 4; ++i) {
+      socks.push_back(stranger_socket(ctx, ep));
+      socks.back().set(zmq::sockopt::sndhwm, 0);
+    }
+    std::vector<uint8_t> big(8u << 20, 0xa5);
+    for (int i = 0; i < 4; ++i) socks[i].send(zmq::buffer(big), zmq::send_flags::none);
+    const uint8_t bad[] = {0x81, 0xa5, 'm', 'a', 'g', 'i', 'c', 0xa4, 'X', 'X', 'X', 'X'};
+    for (int i = 0; i < 20000; ++i)
+      if (socks[i % 4].send(zmq::buffer(bad, sizeof bad), zmq::send_flags::none)) ++junk_sent;
+    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  });
+  const Status st = round_trips(50, flooded);
+  done = true;
+  flood.join();
+  ASSERT_TRUE(st.ok()) << "a request was not answered during the junk flood: " << st.error().str();
+  std::sort(quiet.begin(), quiet.end());
+  std::sort(flooded.begin(), flooded.end());
+  std::printf("[ junk flood ] %llu malformed + 4 x 8 MiB from strangers: 50 of 50 requests (1 MiB) answered; "
+              "round trip median %.1f ms, worst %.1f ms (quiet: median %.1f, worst %.1f; steady clock)\n",
+              static_cast<unsigned long long>(junk_sent.load()), flooded[flooded.size() / 2], flooded.back(),
+              quiet[quiet.size() / 2], quiet.back());
+  (*c)->close();
   srv.join();
 }
 
