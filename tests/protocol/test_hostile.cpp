@@ -853,9 +853,11 @@ TEST(Hostile, NonReadingStrangerCannotFreezeTheServer) {
 // The junk flood of issue #24: 20,000 malformed messages and 4 messages of
 // 8 MiB from strangers, on four connections, while a participant with a
 // session sends requests with a 1 MiB tensor. Every request is answered
-// (within the client's 30 s wait; before the server loop stopped waiting on
-// peers, one run in four under load stalled a session for 60 s), and the
-// worst round trip during the flood is printed against a quiet baseline.
+// within the client's 30 s wait, and the worst round trip during the flood
+// is printed against a quiet baseline. (This bounds the flood at the Server;
+// it does not reproduce the 60 s stall of a real run the issue saw once in
+// four under load 12: the same test passed on the code before the server
+// loop stopped waiting on peers, 1f033ae^, 6 of 6 runs under load 12.)
 TEST(Hostile, JunkFloodDoesNotStallASession) {
   zmq::context_t ctx;
   Serving srv(ctx, hostile_options(true));
