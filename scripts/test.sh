@@ -3,10 +3,11 @@
 #   1. installs missing Debian packages (scripts/setup.sh),
 #   2. builds everything (RelWithDebInfo, ccache when present) and runs ctest,
 #   3. builds the protocol and agent tests with ASan+UBSan and runs them,
-#   4. builds the threaded tests (frame parallel parts and worker pool, delay
-#      relay, energy sampling, meters) with ThreadSanitizer and runs them,
+#   4. builds the threaded tests (the server loop and its hostile campaign,
+#      frame parallel parts and worker pool, delay relay, energy sampling,
+#      control channel, meters) with ThreadSanitizer and runs them,
 #   5. runs the libFuzzer frame target for a bounded time (FUZZ_SECONDS, default 60).
-# Set TRACR_SKIP_ASAN=1 or FUZZ_SECONDS=0 to skip steps 3 or 5 locally; TRACR_TSAN=1 runs step 4 (TSan, opt-in: TODO(#22)).
+# Set TRACR_SKIP_ASAN=1, TRACR_SKIP_TSAN=1 or FUZZ_SECONDS=0 to skip steps 3, 4 or 5 locally.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
@@ -32,21 +33,17 @@ if [ "${TRACR_SKIP_ASAN:-0}" != "1" ]; then
     ./build-asan/bin/tracr_protocol_tests --gtest_brief=1
 fi
 
-# TODO(#22): opt-in (TRACR_TSAN=1) until it passes. Its first run found
-# tests that read Server::peers() from the test thread while the server
-# thread inserts (Channel.TenThousandSequentialSessionsThenANormalOne,
-# Channel.AnIdleSessionEndsAndItsPeerIsToldToReconnect), and
-# Energy.RaplWindowIdleAndNetFromTheCounter expects a short window that
-# TSan's slowdown lengthens. libzmq's own queues are suppressed
-# (scripts/tsan.supp: Debian's libzmq is not instrumented).
-if [ "${TRACR_TSAN:-0}" = "1" ]; then
+# libzmq's own queues are suppressed (scripts/tsan.supp: Debian's libzmq is
+# not instrumented). The server loop runs under the whole hostile campaign
+# (tests/protocol/test_hostile.cpp: floods, non-reading peers, replays).
+if [ "${TRACR_SKIP_TSAN:-0}" != "1" ]; then
   echo "== threaded tests under ThreadSanitizer (build-tsan/)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRACR_TSAN=ON -DTRACR_WITH_TORCH=OFF \
     -DTRACR_BUILD_BENCH=OFF >/dev/null
   cmake --build build-tsan -j"$JOBS" --target tracr_protocol_tests tracr_agent_tests tracr_meters_tests
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
   ./build-tsan/bin/tracr_protocol_tests --gtest_brief=1 \
-    --gtest_filter='*Parallel*:*Pool*:*Channel*:*Session*'
+    --gtest_filter='*Parallel*:*Pool*:*Channel*:*Session*:Hostile.*'
   ./build-tsan/bin/tracr_agent_tests --gtest_brief=1 --gtest_filter='*DelayRelay*:*Energy*:*Control*'
   ./build-tsan/bin/tracr_meters_tests --gtest_brief=1
 fi
