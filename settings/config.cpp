@@ -14,6 +14,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace tracr::settings {
 
@@ -1252,29 +1253,49 @@ std::vector<Setting> build_settings() {
       [](const ExperimentConfig& c) { return int64_t{c.batch_size}; }));
   {
     Setting s;
-    s.info = {"compression", "codec text", "none",
+    s.info = {"compression", "codec text | [codec text]", "none",
               "Codec for the tensors crossing the split (`tracrctl codecs`), e.g. int8+blosc-zstd:level=5; auto: the "
-              "participant picks a lossless codec per split from the activations and the link's rate.",
+              "participant picks a lossless codec per split from the activations and the link's rate. A list repeats "
+              "the experiment under each codec, one run per codec (and per link profile when `link` is a list too).",
               ""};
     s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = get_nonempty(c, n, key, "a codec text such as none, fp16, blosc-lz4 (see `tracrctl codecs`), or auto");
-      if (!v) return v.error();
-      if (*v == "auto") {  // chosen per split by the participant (lossless candidates only)
-        cfg.codec = protocol::CodecSpec{};
-        cfg.compression = "auto";
+      // One codec text: its canonical name and parsed spec (auto: chosen per split by the participant).
+      auto one = [&](const YAML::Node& v_node, const std::string& where) -> Result<std::pair<std::string, protocol::CodecSpec>> {
+        auto v = get_nonempty(c, v_node, where, "a codec text such as none, fp16, blosc-lz4 (see `tracrctl codecs`), or auto");
+        if (!v) return v.error();
+        if (*v == "auto") return std::pair{std::string("auto"), protocol::CodecSpec{}};
+        auto spec = protocol::CodecSpec::parse(*v);
+        if (!spec)
+          return err_at(pos_of(c, v_node), where,
+                        fmt::format("invalid codec '{}': {}; expected e.g. none, fp16, int8+blosc-zstd:level=5 "
+                                    "(see `tracrctl codecs`)",
+                                    *v, spec.error().message));
+        return std::pair{spec->name(), *spec};
+      };
+      cfg.compression_list.clear();
+      if (n.IsSequence()) {
+        if (n.size() == 0) return err_at(pos_of(c, n), key, "an empty list; expected a codec text or a list of them");
+        for (size_t i = 0; i < n.size(); ++i) {
+          const std::string where = fmt::format("{}[{}]", key, i);
+          auto v = one(n[i], where);
+          if (!v) return v.error();
+          if (std::find(cfg.compression_list.begin(), cfg.compression_list.end(), v->first) != cfg.compression_list.end())
+            return err_at(pos_of(c, n[i]), where, "codec '" + v->first + "' is listed twice");
+          cfg.compression_list.push_back(v->first);
+          if (i == 0) std::tie(cfg.compression, cfg.codec) = *v;
+        }
+        if (cfg.compression_list.size() == 1) cfg.compression_list.clear();
         return {};
       }
-      auto spec = protocol::CodecSpec::parse(*v);
-      if (!spec)
-        return err_at(pos_of(c, n), key,
-                      fmt::format("invalid codec '{}': {}; expected e.g. none, fp16, int8+blosc-zstd:level=5 "
-                                  "(see `tracrctl codecs`)",
-                                  *v, spec.error().message));
-      cfg.codec = *spec;
-      cfg.compression = spec->name();
+      auto v = one(n, key);
+      if (!v) return v.error();
+      std::tie(cfg.compression, cfg.codec) = *v;
       return {};
     };
-    s.show = [](const ExperimentConfig& c) { return yaml_str(c.compression); };
+    s.show = [](const ExperimentConfig& c) {
+      return c.compression_list.empty() ? yaml_str(c.compression) : flow_strs(c.compression_list);
+    };
+    s.env_yaml = true;  // TRACR_COMPRESSION='[none, int8]'
     t.push_back(s);
   }
   t.push_back(bool_setting("encryption", "true",

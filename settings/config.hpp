@@ -286,6 +286,10 @@ struct ExperimentConfig {
   int batch_size = 1;
   std::string compression = "none";  // canonical codec text (CodecSpec::name())
   protocol::CodecSpec codec;         // parsed compression
+  // `compression` given as a list: the experiment once per codec (with a list
+  // of links, once per link and codec), each a run of its own; empty for one
+  // codec. `compression` and `codec` hold the first.
+  std::vector<std::string> compression_list;
   bool encryption = true;
   std::string key_exchange = "x25519";  // x25519 | none
   int64_t chunk_bytes = 256 * 1024;

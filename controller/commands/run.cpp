@@ -110,16 +110,21 @@ namespace {
 
 // The split table of several runs (one per link profile) side by side: the
 // median total per split under each link, the best split of each marked.
-void print_link_comparison(const std::string& db_path, const std::vector<int64_t>& runs) {
+void print_series_comparison(const std::string& db_path, const std::vector<int64_t>& runs, bool by_link,
+                             bool by_codec) {
   auto db = ResultsDb::open_readonly(db_path);
   if (!db) return;
   std::vector<std::string> names;
   std::vector<std::map<int, double>> med(runs.size());
   std::vector<int> best(runs.size(), -1);
   std::set<int> splits;
+  size_t width = 12;
   for (size_t i = 0; i < runs.size(); ++i) {
     auto r = db->get_run(runs[i]);
-    names.push_back(r ? (r->link.empty() ? "-" : r->link) : "?");
+    const std::string link = r && !r->link.empty() ? r->link : "-";
+    std::string n = !r ? "?" : by_link && by_codec ? link + "/" + r->codec : by_codec ? r->codec : link;
+    width = std::max(width, n.size() + 1);
+    names.push_back(std::move(n));
     auto t = db->split_table(runs[i]);
     if (!t) continue;
     double bv = 0;
@@ -134,20 +139,59 @@ void print_link_comparison(const std::string& db_path, const std::vector<int64_t
       }
     }
   }
-  fmt::print("\nmedian total ms per split and link profile (runs");
+  const char* what = by_link && by_codec ? "link profile and codec" : by_codec ? "codec" : "link profile";
+  fmt::print("\nmedian total ms per split and {} (runs", what);
   for (auto id : runs) fmt::print(" {}", id);
-  fmt::print("); * = the link's best split\n{:>7}", "split");
-  for (const auto& n : names) fmt::print("  {:>12}", n);
+  fmt::print("); * = the run's best split\n{:>7}", "split");
+  for (const auto& n : names) fmt::print("  {:>{}}", n, width);
   fmt::print("\n");
   for (int k : splits) {
     fmt::print("{:>7}", k);
     for (size_t i = 0; i < runs.size(); ++i) {
       auto it = med[i].find(k);
       const std::string cell = it == med[i].end() ? "-" : fmt::format("{:.3f}{}", it->second / 1e6, best[i] == k ? "*" : " ");
-      fmt::print("  {:>12}", cell);
+      fmt::print("  {:>{}}", cell, width);
     }
     fmt::print("\n");
   }
+}
+
+// One run per link profile and codec of the experiment's lists, then the
+// table comparing them. A failure or an interruption ends the series.
+int run_series(const RunOptions& ro, const ExperimentConfig& cfg) {
+  const std::vector<std::string> links = cfg.link.empty() ? std::vector<std::string>{""} : cfg.link;
+  const std::vector<std::string> codecs =
+      cfg.compression_list.empty() ? std::vector<std::string>{cfg.compression} : cfg.compression_list;
+  RunOptions one_ro = ro;
+  one_ro.codec_in_name = codecs.size() > 1;
+  std::vector<int64_t> runs;
+  for (const auto& name : links) {
+    for (const auto& codec : codecs) {
+      ExperimentConfig one = cfg;
+      if (!name.empty()) one.link = {name};
+      one.compression_list.clear();
+      one.compression = codec;
+      one.codec = protocol::CodecSpec{};  // auto: chosen per split by the participant
+      if (codec != "auto") {
+        auto spec = protocol::CodecSpec::parse(codec);  // checked when the file was read
+        if (!spec) {
+          fmt::print(stderr, "tracrctl run: compression: {}\n", user_text(spec.error()));
+          return 2;
+        }
+        one.codec = *spec;
+      }
+      if (name.empty()) fmt::print("\n== compression {}\n", codec);
+      else if (codecs.size() == 1) fmt::print("\n== link profile {}\n", name);
+      else fmt::print("\n== link profile {}, compression {}\n", name, codec);
+      std::fflush(stdout);
+      int64_t id = 0;
+      const int rc = run_loaded(one_ro, one, &id);
+      if (id > 0) runs.push_back(id);
+      if (rc != 0) return rc;
+    }
+  }
+  if (runs.size() > 1) print_series_comparison(cfg.output, runs, !links[0].empty(), codecs.size() > 1);
+  return 0;
 }
 
 }  // namespace
@@ -163,6 +207,7 @@ int run_experiment(const RunOptions& ro) {
     // Measure the links only: no layer profiles, no frames, a probe always.
     cfg->record.layers = false;
     cfg->probe.enabled = true;
+    cfg->compression_list.clear();  // a probe sends no frames: one per link is enough
     cfg->commands.clear();
     if (ro.in_process) {
       fmt::print(stderr, "tracrctl link probe: an in-process run has no link to probe\n");
@@ -173,23 +218,9 @@ int run_experiment(const RunOptions& ro) {
     fmt::print("{}", format_settings(*cfg));
     return 0;
   }
-  // A list of link profiles: the experiment once under each, one run each.
-  if (cfg->link.size() > 1) {
-    std::vector<int64_t> runs;
-    int rc = 0;
-    for (const auto& name : cfg->link) {
-      ExperimentConfig one = *cfg;
-      one.link = {name};
-      fmt::print("\n== link profile {}\n", name);
-      std::fflush(stdout);
-      int64_t id = 0;
-      rc = run_loaded(ro, one, &id);
-      if (id > 0) runs.push_back(id);
-      if (rc != 0) break;  // a failure or an interruption ends the series
-    }
-    if (runs.size() > 1) print_link_comparison(cfg->output, runs);
-    return rc;
-  }
+  // Lists of link profiles and/or codecs: the experiment once under each
+  // link and codec (links outer), one run each.
+  if (cfg->link.size() > 1 || !cfg->compression_list.empty()) return run_series(ro, *cfg);
   return run_loaded(ro, *cfg, nullptr);
 }
 
@@ -258,6 +289,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   info.shaping = shaper ? shaper->shaping() : "";
   info.name = ro.probe_only ? cfg->name + " (link probe)" : cfg->name;
   if (link) info.name += "@" + link->name;
+  if (ro.codec_in_name) info.name += "/" + cfg->compression;
   info.config_yaml = to_yaml(*cfg);
   info.tracr_version = agent::kAgentVersion;
   info.protocol_version = static_cast<int>(protocol::kVersion);

@@ -26,6 +26,7 @@ struct RunOptions {
   std::string agent_path;       // tracr-agent; next to tracrctl when empty
   bool probe_only = false;      // tracrctl link probe: measure each participant's link, run no frames
   std::vector<std::string> sets;  // --set key=value overrides, applied after the file and TRACR_* variables
+  bool codec_in_name = false;     // a run of a codec series: its name ends in "/CODEC" (NAME@LINK/CODEC)
 };
 
 // tracrctl agents start EXPERIMENT.yaml [--trust-new-hosts] [--agent PATH] [--set K=V]...

@@ -716,6 +716,27 @@ TEST(ExperimentConfig, BadCodecTextReportsCodecMessageWithPosition) {
   EXPECT_EQ(ok->compression, protocol::CodecSpec::parse("fp16+blosc-lz4")->name());
 }
 
+// `compression` takes a list, as `link` does: one run per codec.
+TEST(ExperimentConfig, CompressionListKeepsEachCodecAndRefusesRepeats) {
+  auto ok = parse_experiment("model: alexnet\ncompression: [none, int8+blosc-lz4, auto]\n", "exp.yaml", false);
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  EXPECT_EQ(ok->compression_list, (std::vector<std::string>{"none", "int8+blosc-lz4", "auto"}));
+  EXPECT_EQ(ok->compression, "none");  // the first, until the series sets each
+  EXPECT_NE(format_settings(*ok).find("[none, int8+blosc-lz4, auto]"), std::string::npos) << format_settings(*ok);
+  auto single = parse_experiment("model: alexnet\ncompression: [fp16]\n", "exp.yaml", false);
+  ASSERT_TRUE(single.ok());
+  EXPECT_TRUE(single->compression_list.empty());
+  EXPECT_EQ(single->compression, "fp16");
+  Error twice = experiment_error("model: alexnet\ncompression: [int8, none, int8]\n");
+  EXPECT_NE(twice.message.find("exp.yaml:2:27: compression[2]: codec 'int8' is listed twice"), std::string::npos)
+      << twice.message;
+  Error bad = experiment_error("model: alexnet\ncompression: [none, blosc-snappy]\n");
+  EXPECT_NE(bad.message.find("exp.yaml:2:21: compression[1]: invalid codec 'blosc-snappy'"), std::string::npos)
+      << bad.message;
+  Error empty = experiment_error("model: alexnet\ncompression: []\n");
+  EXPECT_NE(empty.message.find("compression: an empty list"), std::string::npos) << empty.message;
+}
+
 TEST(ExperimentConfig, MissingFileIsIoError) {
   TempDir dir;
   auto r = load_experiment(dir.file("missing.yaml"));

@@ -50,6 +50,34 @@ TEST(LinkProfiles, ShapedRunsAreMeasuredNamedAndCleanedUp) {
   EXPECT_TRUE(std::filesystem::is_empty(d.path / "shaping"));
 }
 
+// Two axes in one command: a list of links and a list of codecs give one run
+// per link and codec (links outer), named NAME@LINK/CODEC, then one table
+// comparing them (#20: two codecs used to need two runs, both NAME@lte).
+TEST(LinkProfiles, ALinkListTimesACodecListIsOneRunEachAndOneTable) {
+  NetnsPair net("");
+  NEED_NETNS(net);
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml", net.devices_yaml());
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n"
+                                       "links:\n  slow: {up_mbit: 8, down_mbit: 4}\nlink: [slow, unlimited]\n", devices);
+  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  y.replace(y.find("compression: blosc-lz4"), 22, "compression: [none, int8]");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select group_concat(name || ' ' || link || ' ' || codec, ',') from runs order by id"),
+            "system@slow/none slow none,system@slow/int8 slow int8,system@unlimited/none unlimited none,"
+            "system@unlimited/int8 unlimited int8");
+  // Every frame was sent with its run's codec.
+  EXPECT_EQ(query(db, "select count(*) from frames f join runs r on r.id = f.run_id where f.codec <> r.codec"), "0");
+  EXPECT_EQ(query(db, "select count(*) from frames where ok = 0"), "0");
+  EXPECT_NE(r.out.find("== link profile slow, compression int8"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("median total ms per split and link profile and codec (runs 1 2 3 4)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("slow/int8"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("unlimited/none"), std::string::npos) << r.out;
+}
+
 TEST(LinkProfiles, AKilledControllersShapingIsRemovedByTheNextRun) {
   NetnsPair net("");
   NEED_NETNS(net);
