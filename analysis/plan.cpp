@@ -196,6 +196,29 @@ bool choose(Plan& p, const PlanOptions& opt, const std::vector<int>* only) {
   return p.chosen >= 0;
 }
 
+// The link as run `run` measured it with its probe (tbf's bucket included
+// where tracr emulated it); not_found when it has none.
+Result<PlanLink> probe_link(const RunRow& run, const ProbeRow* probe) {
+  if (!probe || !probe->up_mbps || !probe->down_mbps)
+    return make_error(Errc::not_found,
+                      fmt::format("run {} has no link probe; give a link (--link PROFILE, or --up-mbit/--down-mbit/"
+                                  "--rtt-ms) or run with probe.enabled: true",
+                                  run.id));
+  PlanLink l;
+  l.up_mbps = *probe->up_mbps;
+  l.down_mbps = *probe->down_mbps;
+  l.rtt_ms = static_cast<double>(probe->rtt_min_ns) / 1e6;
+  l.name = run.link.empty() ? "probe" : run.link;
+  l.source = fmt::format("link probe of run {} (measured by {})", run.id, probe->participant);
+  // A link tracr emulated with tbf lets each message's first bytes through at once.
+  const double up_tbf = tbf_rate(run.shaping, "up"), down_tbf = tbf_rate(run.shaping, "down");
+  if (up_tbf > 0) l.up_burst = static_cast<double>(tbf_burst_bytes(up_tbf));
+  if (down_tbf > 0) l.down_burst = static_cast<double>(tbf_burst_bytes(down_tbf));
+  if (up_tbf > 0 || down_tbf > 0)
+    l.source += fmt::format("; emulated with tbf: bursts of {:.0f} B up, {:.0f} B down", l.up_burst, l.down_burst);
+  return l;
+}
+
 }  // namespace
 
 Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt) {
@@ -259,23 +282,9 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
   if (opt.link) {
     p.link = *opt.link;
   } else {
-    if (!probe || !probe->up_mbps || !probe->down_mbps)
-      return make_error(Errc::not_found,
-                        fmt::format("run {} has no link probe; give a link (--link PROFILE, or --up-mbit/--down-mbit/"
-                                    "--rtt-ms) or run with probe.enabled: true",
-                                    run_id));
-    p.link.up_mbps = *probe->up_mbps;
-    p.link.down_mbps = *probe->down_mbps;
-    p.link.rtt_ms = static_cast<double>(probe->rtt_min_ns) / 1e6;
-    p.link.name = run->link.empty() ? "probe" : run->link;
-    p.link.source = fmt::format("link probe of run {} (measured by {})", run_id, probe->participant);
-    // A link tracr emulated with tbf lets each message's first bytes through at once.
-    const double up_tbf = tbf_rate(run->shaping, "up"), down_tbf = tbf_rate(run->shaping, "down");
-    if (up_tbf > 0) p.link.up_burst = static_cast<double>(tbf_burst_bytes(up_tbf));
-    if (down_tbf > 0) p.link.down_burst = static_cast<double>(tbf_burst_bytes(down_tbf));
-    if (up_tbf > 0 || down_tbf > 0)
-      p.link.source += fmt::format("; emulated with tbf: bursts of {:.0f} B up, {:.0f} B down", p.link.up_burst,
-                                   p.link.down_burst);
+    auto l = probe_link(*run, probe);
+    if (!l) return std::move(l.error());
+    p.link = *l;
   }
 
   // Participant energy: per-layer rows of one source (a meter when there is one).
@@ -351,16 +360,20 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
   return p;
 }
 
-void validate_against(ResultsDb& db, Plan& p) {
-  auto sums = db.split_table(p.basis_run);
+void validate_against(ResultsDb& db, Plan& p, int64_t run) {
+  if (run == 0) run = p.basis_run;
+  auto sums = db.split_table(run);
   if (!sums) return;
+  auto row = db.get_run(run);
+  const std::string codec = row ? row->codec : p.basis_codec;
+  p.validation_run = run;
   std::vector<int> measured;
   double best = 1e300, err_sum = 0;
   for (const auto& s : *sums) {
     if (s.frames == 0) continue;
     const double ms = s.stage("total_ns").median_ns / 1e6;
     for (auto& r : p.rows)
-      if (r.split == s.split && r.codec == p.basis_codec) {
+      if (r.split == s.split && r.codec == codec) {
         r.measured_ms = ms;
         r.error_pct = (r.latency_ms - ms) / ms * 100;
         err_sum += std::fabs(*r.error_pct);
@@ -400,13 +413,14 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
   TRACR_TRY(exec("BEGIN", {}));
   auto st = exec(
       "INSERT INTO plans(created_at, basis_run, model, input_shape, objective, link, link_source, up_mbps, down_mbps, "
-      "rtt_ms, overhead, energy_source, chosen, chosen_codec, mape_pct, measured_best, miss_pct) VALUES "
-      "(strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "rtt_ms, overhead, energy_source, chosen, chosen_codec, mape_pct, measured_best, miss_pct, validation_run) "
+      "VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       {i64(p.basis_run), txt(p.model), txt(p.input_shape), txt(p.objective), txt(p.link.name), txt(p.link.source),
        num(p.link.up_mbps), num(p.link.down_mbps), num(p.link.rtt_ms), txt(p.overhead),
        p.energy_source.empty() ? std::nullopt : txt(p.energy_source),
        p.chosen >= 0 ? i64(p.chosen) : std::nullopt, p.chosen >= 0 ? txt(p.chosen_codec) : std::nullopt, num(p.mape_pct),
-       p.measured_best >= 0 ? i64(p.measured_best) : std::nullopt, num(p.miss_pct)});
+       p.measured_best >= 0 ? i64(p.measured_best) : std::nullopt, num(p.miss_pct),
+       p.mape_pct && p.validation_run > 0 ? i64(p.validation_run) : std::nullopt});
   if (!st) {
     (void)exec("ROLLBACK", {});
     return std::move(st.error());
@@ -462,7 +476,11 @@ std::string format_plan(const Plan& p) {
   else o += fmt::format("* chosen: split {}{}\n", p.chosen, several ? ", codec " + p.chosen_codec : "");
   if (!p.energy_source.empty()) o += fmt::format("edge J: participant energy per frame, {}\n", p.energy_source);
   if (validated)
-    o += fmt::format("validation: latency MAPE {:.1f} % over {} splits; measured best split {}; chosen split {} {}\n",
+    o += fmt::format("validation{}: latency MAPE {:.1f} % over {} splits; measured best split {}; chosen split {} {}\n",
+                     p.validation_run != p.basis_run
+                         ? fmt::format(" against run {} (held out: planned from run {} alone)", p.validation_run,
+                                       p.basis_run)
+                         : std::string(),
                      *p.mape_pct,
                      std::count_if(p.rows.begin(), p.rows.end(), [](const PlanRow& r) { return r.measured_ms.has_value(); }),
                      p.measured_best, p.chosen,
@@ -471,6 +489,50 @@ std::string format_plan(const Plan& p) {
                                 : std::string("was not measured"));
   return o;
 }
+
+namespace {
+
+// `plan --validate RUN` with RUN other than the basis: RUN must be of the same
+// model and input; its codec is planned too; unless a link was given, the
+// plan is made for RUN's link (its profile as tracr emulates it, resolved with
+// RUN's own `links`, else its probe), never from RUN's frames or profiles.
+Status prepare_held_out(ResultsDb& db, int64_t basis, int64_t other, bool link_given, PlanOptions& opt,
+                        std::string& link_name, std::optional<settings::ExperimentConfig>& link_defs) {
+  auto a = db.get_run(basis);
+  if (!a) return std::move(a.error());
+  auto b = db.get_run(other);
+  if (!b) return std::move(b.error());
+  if (b->model != a->model)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("--validate {}: run {} ran {}, the basis run {} ran {}; validate against a run of "
+                                  "the same model",
+                                  other, other, b->model, basis, a->model));
+  auto bcfg = settings::parse_experiment(b->config_yaml, fmt::format("run {}'s stored experiment", other), false);
+  auto lp = db.layer_profiles(basis);
+  if (bcfg && lp && !lp->empty() && !bcfg->input_size.empty()) {
+    const std::string shape = fmt::format("{}", fmt::join(bcfg->input_size, ","));
+    if (shape != lp->front().input_shape)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("--validate {}: run {} ran at input {}, the basis run {} was profiled at {}",
+                                    other, other, shape, basis, lp->front().input_shape));
+  }
+  if (opt.codecs.empty()) opt.codecs.push_back(a->codec);
+  if (std::find(opt.codecs.begin(), opt.codecs.end(), b->codec) == opt.codecs.end()) opt.codecs.push_back(b->codec);
+  if (link_given) return {};
+  if (!b->link.empty() && b->link != "devices-file") {
+    link_name = b->link;
+    if (bcfg) link_defs = *bcfg;
+    return {};
+  }
+  auto probes = db.probes(other);
+  if (!probes) return std::move(probes.error());
+  auto l = probe_link(*b, probes->empty() ? nullptr : &probes->front());
+  if (!l) return std::move(l.error());
+  opt.link = *l;
+  return {};
+}
+
+}  // namespace
 
 int cmd_plan(const PlanCommand& cmd) {
   std::string db_path = cmd.db.empty() ? default_results_db() : cmd.db, link_name = cmd.link;
@@ -550,6 +612,22 @@ int cmd_plan(const PlanCommand& cmd) {
     }
     run_id = *id;
   }
+  int64_t check_run = 0;  // --validate RUN
+  if (!cmd.validate_run.empty()) {
+    auto id = run_id_arg(*db, cmd.validate_run);
+    if (id)
+      if (auto r = db->get_run(*id); !r) id = std::move(r.error());
+    if (!id) {
+      fmt::print(stderr, "tracrctl plan: --validate-on: {}\n", user_text(id.error()));
+      return 2;
+    }
+    check_run = *id;
+    if (check_run != run_id)
+      if (auto st = prepare_held_out(*db, run_id, check_run, !link_name.empty() || up, opt, link_name, exp); !st) {
+        fmt::print(stderr, "tracrctl plan: {}\n", user_text(st.error()));
+        return st.error().code == Errc::invalid_argument ? 2 : 1;
+      }
+  }
   // The link: a profile (its rates and delay over the basis run's loopback rtt) or explicit figures.
   if (!link_name.empty() || up) {
     PlanLink l;
@@ -589,7 +667,7 @@ int cmd_plan(const PlanCommand& cmd) {
     fmt::print(stderr, "tracrctl plan: {}\n", user_text(p.error()));
     return p.error().code == Errc::invalid_argument ? 2 : 1;
   }
-  if (validate) validate_against(*db, *p);
+  if (validate || check_run) validate_against(*db, *p, check_run);
   std::fputs(format_plan(*p).c_str(), stdout);
   if (store) {
     auto id = store_plan(*db, *p);

@@ -83,7 +83,9 @@ struct Plan {
   std::string basis_codec;    // the basis run's codec (validation compares its rows)
   int chosen = -1;            // -1: no split meets the constraints
   std::string chosen_codec;
-  // Validation (against the basis run's measured medians):
+  // Validation (against a run's measured medians: the basis run's, or held
+  // out, another run of the same model and input):
+  int64_t validation_run = 0;  // 0: not validated
   std::optional<double> mape_pct;
   int measured_best = -1;
   std::optional<double> miss_pct;  // chosen's measured latency over the measured best's, minus 100
@@ -92,9 +94,10 @@ struct Plan {
 // Plans from a stored run (its layer profiles on both devices, its frames'
 // bytes, its probe). Error not_found naming what is missing and how to get it.
 Result<Plan> plan_from_run(store::ResultsDb& db, int64_t run_id, const PlanOptions& opt);
-// Adds the run's measured medians, the error per split, MAPE and whether the
-// chosen split is the measured best (by how much it misses).
-void validate_against(store::ResultsDb& db, Plan& p);
+// Adds a run's measured medians (the basis run's when `run` is 0), the error
+// per split for that run's codec, MAPE and whether the chosen split is the
+// measured best (by how much it misses).
+void validate_against(store::ResultsDb& db, Plan& p, int64_t run = 0);
 // Stores a plan (plans + plan_rows); returns its id.
 Result<int64_t> store_plan(store::ResultsDb& db, const Plan& p);
 std::string format_plan(const Plan& p);
@@ -105,6 +108,10 @@ struct PlanCommand {
   std::string target;                 // a run id, "last" or an EXPERIMENT.yaml
   std::string db;  // "" = default_results_db(); ignored for an EXPERIMENT.yaml (its output)
   bool validate = false, store = true;
+  // --validate RUN: validate against that run instead of the basis (held
+  // out). Unless a link is given, the plan is made for RUN's link: its link
+  // profile as tracr emulates it, else its probe.
+  std::string validate_run;
   std::string link;                   // link profile name ("" = the basis run's probe)
   std::optional<double> up_mbit, down_mbit, rtt_ms;  // explicit link figures
   PlanOptions plan;                   // objective, constraints, radio, codecs (as given)

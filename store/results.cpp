@@ -471,6 +471,9 @@ CREATE TABLE outputs (
   PRIMARY KEY (run_id, participant, split, codec)
 );
 )sql"},
+    {11, "plans: the run a plan was validated against (held-out validation)", R"sql(
+ALTER TABLE plans ADD COLUMN validation_run INTEGER;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,

@@ -231,7 +231,7 @@ std::vector<TableInfo> build() {
   }
   {
     TableInfo t{"plans", "one row per `tracrctl plan`: the basis run, the link and objective, the chosen split and, "
-                         "with --validate, how far predictions were from the run's measurements", {}};
+                         "with --validate [RUN], how far predictions were from that run's measurements", {}};
     t.columns = {
         {"id", "INTEGER", "", "controller", "row id"},
         {"created_at", "TEXT", "UTC", "controller", "when the plan was made"},
@@ -251,6 +251,7 @@ std::vector<TableInfo> build() {
         {"mape_pct", "REAL", "%", "controller", "validation: mean absolute percentage error of predicted latency over the measured splits"},
         {"measured_best", "INTEGER", "", "controller", "validation: the split with the lowest measured median total"},
         {"miss_pct", "REAL", "%", "controller", "validation: chosen split's measured median over the measured best's, minus 100 (0: it is the best)"},
+        {"validation_run", "INTEGER", "", "controller", "-> runs.id: the run the plan was validated against (basis_run, or another run of the same model: held out); NULL: not validated"},
     };
     v.push_back(t);
   }

@@ -211,12 +211,16 @@ void build_app(CLI::App& app, Parsed& p) {
   // plan
   auto* plan = app.add_subcommand("plan",
                                   "predict latency, edge energy and throughput per split from stored layer profiles, "
-                                  "bytes and the link; choose a split; --validate compares with the run");
+                                  "bytes and the link; choose a split; --validate compares with the run, --validate-on with another");
   plan->add_option("BASIS", p.plan.target, "a run id, 'last', or an EXPERIMENT.yaml (its model's newest run)")
       ->type_name("RUN|last|EXPERIMENT.yaml")
       ->required();
   add_db(plan, p.plan.db, "results database (default as for results; an EXPERIMENT.yaml's output)");
   plan->add_flag("--validate", p.plan.validate, "compare the predictions with the run's measurements");
+  plan->add_option("--validate-on", p.plan.validate_run,
+                   "held out: compare with another run of the same model and input (planned for its link unless "
+                   "one is given)")
+      ->type_name("RUN|last");
   plan->add_flag_function("--no-store", [&p](int64_t) { p.plan.store = false; }, "do not store the plan");
   plan->add_option("--objective", p.plan.plan.objective, "what to minimise or maximise")
       ->type_name("latency|energy|throughput|weighted:W");

@@ -53,6 +53,26 @@ TEST(Plan, SweepIsPlannedValidatedAndStoredPerLink) {
   auto again = sh(tracrctl() + " plan 1 --db " + db + " --validate");
   EXPECT_EQ(again.status, 0) << again.out;
   EXPECT_NE(again.out.find("stored as plan 3"), std::string::npos) << again.out;
+  // Held out (#21): planned from the 3g run alone, for the gigabit run's link profile, and validated against
+  // the gigabit run's measurements; both runs are named in the stored plan.
+  auto held = sh(tracrctl() + " plan 1 --db " + db + " --validate-on 2");
+  EXPECT_EQ(held.status, 0) << held.out;
+  EXPECT_NE(held.out.find("from run 1 (objective latency): link gigabit"), std::string::npos) << held.out;
+  EXPECT_NE(held.out.find("validation against run 2 (held out: planned from run 1 alone): latency MAPE"),
+            std::string::npos)
+      << held.out;
+  EXPECT_EQ(query(db, "select basis_run || ',' || validation_run || ',' || link || ',' || (mape_pct is not null) "
+                      "from plans where id = 4"),
+            "1,2,gigabit,1");
+  EXPECT_EQ(query(db, "select validation_run from plans where id = 3"), "1");  // validated on its own basis
+  EXPECT_EQ(query(db, "select count(*) from plans where id <= 2 and validation_run = basis_run"), "2");
+  for (const auto& row : query_col(db, "select 'held out, from run ' || basis_run || ' (3g) to run ' || "
+                                       "validation_run || ' (gigabit): MAPE ' || round(mape_pct, 1) || ' %, miss ' || "
+                                       "round(miss_pct, 1) || ' %' from plans where id = 4"))
+    std::printf("%s\n", row.c_str());
+  auto nohere = sh(tracrctl() + " plan 1 --db " + db + " --validate-on 99 --no-store");
+  EXPECT_EQ(nohere.status, 2) << nohere.out;
+  EXPECT_NE(nohere.out.find("--validate-on: "), std::string::npos) << nohere.out;
   auto lte = sh(tracrctl() + " plan " + exp + " --link lte --no-store");
   EXPECT_EQ(lte.status, 0) << lte.out;
   EXPECT_NE(lte.out.find("link profile lte"), std::string::npos) << lte.out;
@@ -73,6 +93,14 @@ TEST(Plan, SweepIsPlannedValidatedAndStoredPerLink) {
   y16.replace(y16.find("compression: blosc-lz4\n"), 23, "");
   y16.replace(y16.find("split: all"), 10, "split: [0, 6, 13, 22]");
   ASSERT_EQ(sh(tracrctl() + " run " + d.file("fp16.yaml", y16) + " --no-progress").status, 0);
+  // Held out against the fp16 run (3, unshaped, no probe): it needs a link, then plans and checks fp16's rows.
+  auto fp16_noprobe = sh(tracrctl() + " plan 1 --db " + db + " --validate-on 3 --no-store");
+  EXPECT_EQ(fp16_noprobe.status, 1) << fp16_noprobe.out;
+  EXPECT_NE(fp16_noprobe.out.find("run 3 has no link probe"), std::string::npos) << fp16_noprobe.out;
+  auto fp16_held = sh(tracrctl() + " plan 1 --db " + db + " --validate-on 3 --up-mbit 1000 --no-store");
+  EXPECT_EQ(fp16_held.status, 0) << fp16_held.out;
+  EXPECT_NE(fp16_held.out.find("validation against run 3"), std::string::npos) << fp16_held.out;
+  EXPECT_NE(fp16_held.out.find(" fp16 "), std::string::npos) << fp16_held.out;
   auto both = sh(tracrctl() + " plan 1 --db " + db + " --codecs blosc-lz4,fp16");
   EXPECT_EQ(both.status, 0) << both.out;
   const std::string pid = query(db, "select max(id) from plans");
