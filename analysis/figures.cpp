@@ -47,9 +47,15 @@ struct PlanPoints {
 PlanPoints newest_plan(ResultsDb& db, int64_t run) {
   PlanPoints p;
   sqlite3* h = db.handle();
-  Statement plan(h,
-                 "SELECT id, COALESCE(link, ''), mape_pct FROM plans WHERE basis_run = ? AND mape_pct IS NOT NULL "
-                 "ORDER BY id DESC LIMIT 1");
+  // Validated against this run's measurements: on its own basis, or held out
+  // from another run (plans.validation_run, schema 11; NULL: the basis). A
+  // database from before schema 11, read without migrating, has the basis only.
+  const bool has_validation_run = Statement(h, "SELECT validation_run FROM plans LIMIT 0").prepared();
+  Statement plan(h, has_validation_run
+                        ? "SELECT id, COALESCE(link, ''), mape_pct FROM plans WHERE COALESCE(validation_run, "
+                          "basis_run) = ? AND mape_pct IS NOT NULL ORDER BY id DESC LIMIT 1"
+                        : "SELECT id, COALESCE(link, ''), mape_pct FROM plans WHERE basis_run = ? AND mape_pct IS "
+                          "NOT NULL ORDER BY id DESC LIMIT 1");
   if (!plan.prepared()) return p;  // a database from before plans existed
   plan.bind(1, run);
   if (plan.next_row()) {

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "analysis/figures.hpp"
+#include "analysis/plan.hpp"
 #include "analysis/report.hpp"
 #include "analysis/svg_chart.hpp"
 #include "store/export.hpp"
@@ -109,6 +110,43 @@ class FiguresTest : public ::testing::Test {
   TempDir dir;
   std::string path = (dir.path / "r.db").string();
 };
+
+// A plan made from run 1 and validated held out against run 2 (plan
+// --validate-on) carries run 2's measurements: it is drawn with run 2, never
+// as run 1's validation.
+TEST_F(FiguresTest, AHeldOutPlanIsDrawnWithTheRunItWasValidatedAgainst) {
+  {
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    Plan p;
+    p.basis_run = 1;
+    p.validation_run = 2;
+    p.model = "alexnet";
+    p.objective = "latency";
+    p.mape_pct = 4.0;
+    p.chosen = 0;
+    PlanRow r;
+    r.split = 0;
+    r.codec = "none";
+    r.latency_ms = 1.0;
+    r.measured_ms = 1.04;
+    r.error_pct = -3.8;
+    p.rows = {r};
+    ASSERT_TRUE(store_plan(*db, p).ok());
+  }
+  auto db = ResultsDb::open_readonly(path);
+  ASSERT_TRUE(db.ok());
+  auto has_plan = [&](int64_t run) {
+    auto figs = build_figures(*db, {run});
+    EXPECT_TRUE(figs.ok());
+    bool found = false;
+    if (figs.ok())
+      for (const auto& f : *figs) found = found || f.id == "plan";
+    return found;
+  };
+  EXPECT_FALSE(has_plan(1));
+  EXPECT_TRUE(has_plan(2));
+}
 
 TEST_F(FiguresTest, EachFigureComparesTheRunsWithLayerNamesWhiskersAndOnlyStagesThatOccur) {
   auto db = ResultsDb::open_readonly(path);
