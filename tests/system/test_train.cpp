@@ -226,6 +226,11 @@ TEST(Train, LayoutMistakesAreRefusedBeforeAnyAgentStarts) {
                             "expected cuts in 1..9"),
             std::string::npos)
       << beyond.out;
+  // A list of codecs is a series of inference runs; training takes one codec.
+  auto codecs = sh(tracrctl() + " train " + d.file("d.yaml", train_yaml(d, "")) +
+                   " --set 'compression=[none, fp16]' --no-progress");
+  EXPECT_EQ(codecs.status, 2) << codecs.out;
+  EXPECT_NE(codecs.out.find("compression: 2 codecs given"), std::string::npos) << codecs.out;
   EXPECT_EQ(query(db, "select count(*) from runs"), "") << "no run row for a refused layout";
 }
 
