@@ -532,6 +532,19 @@ Status prepare_held_out(ResultsDb& db, int64_t basis, int64_t other, bool link_g
   return {};
 }
 
+// The run `--validate-on ARG` names (invalid_argument when there is none),
+// prepared as held out when it is not the basis.
+Result<int64_t> resolve_validation_run(ResultsDb& db, const std::string& arg, int64_t basis, bool link_given,
+                                       PlanOptions& opt, std::string& link_name,
+                                       std::optional<settings::ExperimentConfig>& link_defs) {
+  auto id = run_id_arg(db, arg);
+  if (id)
+    if (auto r = db.get_run(*id); !r) id = std::move(r.error());
+  if (!id) return make_error(Errc::invalid_argument, "--validate-on: " + id.error().message);
+  if (*id != basis) TRACR_TRY(prepare_held_out(db, basis, *id, link_given, opt, link_name, link_defs));
+  return *id;
+}
+
 }  // namespace
 
 int cmd_plan(const PlanCommand& cmd) {
@@ -612,21 +625,14 @@ int cmd_plan(const PlanCommand& cmd) {
     }
     run_id = *id;
   }
-  int64_t check_run = 0;  // --validate RUN
+  int64_t check_run = 0;  // --validate-on RUN
   if (!cmd.validate_run.empty()) {
-    auto id = run_id_arg(*db, cmd.validate_run);
-    if (id)
-      if (auto r = db->get_run(*id); !r) id = std::move(r.error());
-    if (!id) {
-      fmt::print(stderr, "tracrctl plan: --validate-on: {}\n", user_text(id.error()));
-      return 2;
+    auto v = resolve_validation_run(*db, cmd.validate_run, run_id, !link_name.empty() || up, opt, link_name, exp);
+    if (!v) {
+      fmt::print(stderr, "tracrctl plan: {}\n", user_text(v.error()));
+      return v.error().code == Errc::invalid_argument ? 2 : 1;
     }
-    check_run = *id;
-    if (check_run != run_id)
-      if (auto st = prepare_held_out(*db, run_id, check_run, !link_name.empty() || up, opt, link_name, exp); !st) {
-        fmt::print(stderr, "tracrctl plan: {}\n", user_text(st.error()));
-        return st.error().code == Errc::invalid_argument ? 2 : 1;
-      }
+    check_run = *v;
   }
   // The link: a profile (its rates and delay over the basis run's loopback rtt) or explicit figures.
   if (!link_name.empty() || up) {
