@@ -108,8 +108,8 @@ void keep_cause(const std::string& db_path, int64_t run_id, const std::string& c
 
 namespace {
 
-// The split table of several runs (one per link profile) side by side: the
-// median total per split under each link, the best split of each marked.
+// The split table of several runs (one per link profile and/or codec) side
+// by side: the median total per split of each run, its best split marked.
 void print_series_comparison(const std::string& db_path, const std::vector<int64_t>& runs, bool by_link,
                              bool by_codec) {
   auto db = ResultsDb::open_readonly(db_path);
