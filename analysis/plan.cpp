@@ -492,7 +492,7 @@ std::string format_plan(const Plan& p) {
 
 namespace {
 
-// `plan --validate RUN` with RUN other than the basis: RUN must be of the same
+// `plan --validate-on RUN` with RUN other than the basis: RUN must be of the same
 // model and input; its codec is planned too; unless a link was given, the
 // plan is made for RUN's link (its profile as tracr emulates it, resolved with
 // RUN's own `links`, else its probe), never from RUN's frames or profiles.
@@ -504,7 +504,7 @@ Status prepare_held_out(ResultsDb& db, int64_t basis, int64_t other, bool link_g
   if (!b) return std::move(b.error());
   if (b->model != a->model)
     return make_error(Errc::invalid_argument,
-                      fmt::format("--validate {}: run {} ran {}, the basis run {} ran {}; validate against a run of "
+                      fmt::format("--validate-on {}: run {} ran {}, the basis run {} ran {}; validate against a run of "
                                   "the same model",
                                   other, other, b->model, basis, a->model));
   auto bcfg = settings::parse_experiment(b->config_yaml, fmt::format("run {}'s stored experiment", other), false);
@@ -513,7 +513,7 @@ Status prepare_held_out(ResultsDb& db, int64_t basis, int64_t other, bool link_g
     const std::string shape = fmt::format("{}", fmt::join(bcfg->input_size, ","));
     if (shape != lp->front().input_shape)
       return make_error(Errc::invalid_argument,
-                        fmt::format("--validate {}: run {} ran at input {}, the basis run {} was profiled at {}",
+                        fmt::format("--validate-on {}: run {} ran at input {}, the basis run {} was profiled at {}",
                                     other, other, shape, basis, lp->front().input_shape));
   }
   if (opt.codecs.empty()) opt.codecs.push_back(a->codec);

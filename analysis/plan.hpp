@@ -108,7 +108,7 @@ struct PlanCommand {
   std::string target;                 // a run id, "last" or an EXPERIMENT.yaml
   std::string db;  // "" = default_results_db(); ignored for an EXPERIMENT.yaml (its output)
   bool validate = false, store = true;
-  // --validate RUN: validate against that run instead of the basis (held
+  // --validate-on RUN: validate against that run instead of the basis (held
   // out). Unless a link is given, the plan is made for RUN's link: its link
   // profile as tracr emulates it, else its probe.
   std::string validate_run;
