@@ -16,6 +16,7 @@
 #include "fleet/process.hpp"
 #include "fleet/ssh.hpp"
 #include "protocol/crypto.hpp"
+#include "protocol/session.hpp"
 
 namespace tracr::fleet {
 
@@ -218,10 +219,7 @@ Result<agent::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
 }
 
 std::string agent_secret_line(const std::string& secret_hex) {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count();
-  return secret_hex + " clock_ms=" + std::to_string(ms) + "\n";
+  return secret_hex + " clock_ms=" + std::to_string(protocol::hello_clock_ms(protocol::Security{})) + "\n";
 }
 
 Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {

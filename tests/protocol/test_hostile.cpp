@@ -274,10 +274,6 @@ Header answer_to_hello(zmq::context_t& ctx, const std::string& ep, Segment hello
   return out[0]->header;
 }
 
-int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // PROTOCOL.md 6.3 "Freshness": a HELLO dated outside the server's window, or
 // not dated at all, is refused before any key exchange; the server's clock
@@ -286,7 +282,7 @@ TEST(Hostile, StaleOrUndatedHelloIsRefused) {
   zmq::context_t ctx;
   ChannelOptions o = hostile_options(false);
   const int64_t hour_ms = 3600 * 1000;
-  o.security.clock = anchored_clock(unix_ms_now() - hour_ms);  // a server handed a clock an hour behind
+  o.security.clock = anchored_clock(hello_clock_ms(Security{}) - hour_ms);  // a server handed a clock an hour behind
   Serving srv(ctx, o);
   const std::string ep = srv.server->endpoint();
   const std::vector<uint8_t> key(32, 7);  // the server's secret: every MAC verifies
@@ -296,17 +292,17 @@ TEST(Hostile, StaleOrUndatedHelloIsRefused) {
   EXPECT_EQ(ahead.error->code, Errc::replay);
   EXPECT_NE(ahead.error->message.find("ahead of the server's clock"), std::string::npos) << ahead.error->message;
   // Two hours behind this machine (an hour behind the server's): refused.
-  Header behind = answer_to_hello(ctx, ep, hello_segment(false, key, anchored_clock(unix_ms_now() - 2 * hour_ms)));
+  Header behind = answer_to_hello(ctx, ep, hello_segment(false, key, anchored_clock(hello_clock_ms(Security{}) - 2 * hour_ms)));
   ASSERT_EQ(behind.type, MsgType::error);
   EXPECT_EQ(behind.error->code, Errc::replay);
   EXPECT_NE(behind.error->message.find("behind the server's clock"), std::string::npos) << behind.error->message;
   // No `ts` at all (a peer that predates it): refused, saying so.
-  Header undated = answer_to_hello(ctx, ep, hello_segment(false, key, anchored_clock(unix_ms_now() - hour_ms), true));
+  Header undated = answer_to_hello(ctx, ep, hello_segment(false, key, anchored_clock(hello_clock_ms(Security{}) - hour_ms), true));
   ASSERT_EQ(undated.type, MsgType::error);
   EXPECT_EQ(undated.error->code, Errc::handshake_failed);
   EXPECT_NE(undated.error->message.find("no timestamp 'ts'"), std::string::npos) << undated.error->message;
   // On the server's clock (both handed the same controller clock): welcomed.
-  Header ok = answer_to_hello(ctx, ep, hello_segment(false, key, anchored_clock(unix_ms_now() - hour_ms)));
+  Header ok = answer_to_hello(ctx, ep, hello_segment(false, key, anchored_clock(hello_clock_ms(Security{}) - hour_ms)));
   EXPECT_EQ(ok.type, MsgType::welcome);
   srv.join();
   EXPECT_EQ(srv.server->rejected().replay, 2u);

@@ -18,11 +18,6 @@ using namespace tracr::testing;
 
 namespace {
 const std::string kAgent = std::string(TRACR_BIN_DIR) + "/tracr-agent";
-
-int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 }  // namespace
 
 TEST(HelloClock, AnAgentDatesAndChecksHellosOnTheClockItsControllerHandsIt) {
@@ -32,7 +27,7 @@ TEST(HelloClock, AnAgentDatesAndChecksHellosOnTheClockItsControllerHandsIt) {
   ASSERT_TRUE(p.ok()) << p.error().str();
   const std::vector<uint8_t> secret(32, 9);
   // The controller's clock is an hour behind this machine's.
-  const int64_t controller_ms = unix_ms_now() - 3600 * 1000;
+  const int64_t controller_ms = protocol::hello_clock_ms(protocol::Security{}) - 3600 * 1000;
   ASSERT_TRUE(
       p->write_stdin(protocol::to_hex(secret.data(), secret.size()) + " clock_ms=" + std::to_string(controller_ms) + "\n")
           .ok());
