@@ -9,7 +9,8 @@
 // "tracr/1 control c2a", 32). A line with a bad MAC, a repeated or skipped
 // seq, or bad syntax is rejected with a typed error naming the agent.
 // Kinds, agent -> controller: READY (role, endpoint/link, cipher, and the
-// hardware identity fields of record_fields.def), HEARTBEAT, LOG, PROFILE and
+// hardware identity fields of record_fields.def), HEARTBEAT, LOG, PROFILE,
+// SEGMENT (a graph model's head or tail timed whole) and
 // FRAME (every field of record_fields.def, see record.hpp), EVENT (kind,
 // frame, cmd, op, message: commands applied or rejected, pause, resume,
 // stop), DONE (frames, stopped), FAIL (error).

@@ -46,6 +46,14 @@ const std::vector<FieldInfo>& probe_fields() {
   };
   return v;
 }
+const std::vector<FieldInfo>& segment_fields() {
+  static const std::vector<FieldInfo> v = {
+#define TRACR_SEGMENT_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
+#include "agent/record_fields.def"
+#undef TRACR_SEGMENT_FIELD
+  };
+  return v;
+}
 const std::vector<FieldInfo>& energy_fields() {
   static const std::vector<FieldInfo> v = {
 #define TRACR_ENERGY_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
@@ -250,6 +258,11 @@ std::map<std::string, std::string> to_control(const ProbeRecord& r) {
   visit_probe(r, Emit{&out});
   return out;
 }
+std::map<std::string, std::string> to_control(const SegmentRecord& r) {
+  std::map<std::string, std::string> out;
+  visit_segment(r, Emit{&out});
+  return out;
+}
 std::map<std::string, std::string> to_control(const EnergyRecord& r) {
   std::map<std::string, std::string> out;
   visit_energy(r, Emit{&out});
@@ -283,6 +296,14 @@ Result<ProfileRecord> profile_from_control(const ControlMsg& m) {
 }
 Result<ProbeRecord> probe_from_control(const ControlMsg& m) {
   return parse_record<ProbeRecord>(m, [](ProbeRecord& r, const Parse& p) { visit_probe(r, p); });
+}
+Result<SegmentRecord> segment_from_control(const ControlMsg& m) {
+  auto r = parse_record<SegmentRecord>(m, [](SegmentRecord& r, const Parse& p) { visit_segment(r, p); });
+  if (r && r->side != "head" && r->side != "tail")
+    return make_error(Errc::field_type, fmt::format("{} field 'side' must be head or tail, got '{}'", m.kind, r->side));
+  if (r && r->split < 0)
+    return make_error(Errc::field_type, fmt::format("{} field 'split' must be >= 0, got {}", m.kind, r->split));
+  return r;
 }
 Result<EnergyRecord> energy_from_control(const ControlMsg& m) {
   auto r = parse_record<EnergyRecord>(m, [](EnergyRecord& r, const Parse& p) { visit_energy(r, p); });

@@ -66,6 +66,17 @@ struct ProfileRecord {
 #undef TRACR_PROFILE_FIELD
 };
 
+// One segment of a graph model timed as its frames run it: the head
+// run(0, k) on the PARTICIPANT or the tail run(k, N) on the SERVER. A
+// frozen, optimised graph fuses across layers, so the sum of its layers
+// timed one by one is not what a frame costs; these rows are (the planner
+// prefers them, analysis/plan.cpp).
+struct SegmentRecord {
+#define TRACR_SEGMENT_FIELD(n, k, ...) TRACR_FT_##k n{};
+#include "agent/record_fields.def"
+#undef TRACR_SEGMENT_FIELD
+};
+
 // One link probe between a participant and its server.
 struct ProbeRecord {
 #define TRACR_PROBE_FIELD(n, k, ...) TRACR_FT_##k n{};
@@ -91,6 +102,7 @@ struct HwIdentity {
 const std::vector<FieldInfo>& frame_fields();
 const std::vector<FieldInfo>& profile_fields();
 const std::vector<FieldInfo>& hw_fields();
+const std::vector<FieldInfo>& segment_fields();
 const std::vector<FieldInfo>& probe_fields();
 const std::vector<FieldInfo>& energy_fields();
 
@@ -110,6 +122,14 @@ void visit_profile(R& r, F&& f) {
 #define TRACR_PROFILE_FIELD(n, ...) f(info[i++], r.n);
 #include "agent/record_fields.def"
 #undef TRACR_PROFILE_FIELD
+}
+template <class R, class F>
+void visit_segment(R& r, F&& f) {
+  const auto& info = segment_fields();
+  size_t i = 0;
+#define TRACR_SEGMENT_FIELD(n, ...) f(info[i++], r.n);
+#include "agent/record_fields.def"
+#undef TRACR_SEGMENT_FIELD
 }
 template <class R, class F>
 void visit_probe(R& r, F&& f) {
@@ -147,6 +167,7 @@ std::map<std::string, std::string> to_control(const FrameRecord& r);
 std::map<std::string, std::string> to_control(const ProfileRecord& r);
 std::map<std::string, std::string> to_control(const HwIdentity& r);
 std::map<std::string, std::string> to_control(const ProbeRecord& r);
+std::map<std::string, std::string> to_control(const SegmentRecord& r);
 std::map<std::string, std::string> to_control(const EnergyRecord& r);
 
 // FRAME lines also carry the frame's top-k rows as key "topk" (entries
@@ -164,6 +185,8 @@ std::vector<std::string> split_on(const std::string& s, char sep);
 Result<ProfileRecord> profile_from_control(const ControlMsg& m);
 Result<HwIdentity> hw_from_control(const ControlMsg& m);
 Result<ProbeRecord> probe_from_control(const ControlMsg& m);
+// Also checks side: head or tail.
+Result<SegmentRecord> segment_from_control(const ControlMsg& m);
 // Also checks source: measured:<meter> or modelled:<model>.
 Result<EnergyRecord> energy_from_control(const ControlMsg& m);
 

@@ -119,12 +119,17 @@ std::string blas_warning() {
   return "";
 }
 
+// A random input of `batch` samples of the model's shape (any rank: [C, H,
+// W], [features], [T, D]) on its device, as the profiles time it.
+at::Tensor profile_input(const ex::SplitModel& m, int64_t batch) {
+  std::vector<int64_t> batched = {batch};
+  batched.insert(batched.end(), m.input_shape().begin(), m.input_shape().end());
+  return torch::rand(batched, torch::TensorOptions().dtype(torch::kFloat)).to(m.device());
+}
+
 Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m, ControlOut& ctl,
                EnergyMeter* energy, int layer_window_ms) {
-  const auto& s = m.input_shape();  // any rank: [C, H, W], [features], [T, D]
-  std::vector<int64_t> batched = {batch};
-  batched.insert(batched.end(), s.begin(), s.end());
-  auto input = torch::rand(batched, torch::TensorOptions().dtype(torch::kFloat));
+  const auto& s = m.input_shape();
   ex::ProfileOptions po;
   po.repetitions = reps;
   if (energy) {
@@ -146,7 +151,7 @@ Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m
       }
     };
   }
-  auto prof = ex::profile_layers(m, input.to(m.device()), po);
+  auto prof = ex::profile_layers(m, profile_input(m, batch), po);
   if (!prof) return std::move(prof.error());
   const std::string fp = model_fingerprint(m);
   const std::string shape = fmt::format("{}", fmt::join(s, ","));
@@ -176,6 +181,47 @@ Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m
   return {};
 }
 
+// The splits a run of `c` sweeps: those listed, or every split the model
+// does not refuse.
+std::vector<int> sweep_splits(const settings::ExperimentConfig& c, const ex::SplitModel& model) {
+  if (!c.split.all) return c.split.points;
+  std::vector<int> out;
+  for (int k = 0; k <= model.num_layers(); ++k)
+    if (model.split_refusal(k).empty()) out.push_back(k);
+  return out;
+}
+
+// A graph model's segments timed whole at the sweep's splits: the
+// PARTICIPANT its heads, the SERVER its tails (SEGMENT lines).
+Status profile_segments(const AgentOptions& o, const settings::ExperimentConfig& c, int reps, ex::SplitModel& m,
+                        ControlOut& ctl) {
+  const auto& s = m.input_shape();
+  ex::ProfileOptions po;
+  po.repetitions = reps;
+  auto segs = ex::profile_segments(m, profile_input(m, c.batch_size), sweep_splits(c, m), o.role != "SERVER", po);
+  if (!segs) return std::move(segs.error());
+  const std::string fp = model_fingerprint(m);
+  const std::string shape = fmt::format("{}", fmt::join(s, ","));
+  const std::string hw_id = hw_identity(o, m).hw_id;
+  for (const auto& p : *segs) {
+    SegmentRecord r;
+    r.split = p.split;
+    r.side = p.head ? "head" : "tail";
+    r.execution = m.execution();
+    r.model_fp = fp;
+    r.input_shape = shape;
+    r.batch = c.batch_size;
+    r.device_kind = p.device;
+    r.reps = p.repetitions;
+    r.median_ns = static_cast<int64_t>(std::llround(p.median_ms * 1e6));
+    r.p95_ns = static_cast<int64_t>(std::llround(p.p95_ms * 1e6));
+    r.mean_ns = static_cast<int64_t>(std::llround(p.mean_ms * 1e6));
+    r.hw_id = hw_id;
+    ctl.send("SEGMENT", to_control(r));
+  }
+  return {};
+}
+
 std::map<std::string, std::string> ready_fields(std::map<std::string, std::string> base, const HwIdentity& h) {
   for (auto& [k, v] : to_control(h)) base[k] = v;
   return base;
@@ -190,14 +236,10 @@ ParticipantSpec participant_spec(const settings::ExperimentConfig& c, const ex::
   ps.max_samples = d.kind == settings::DatasetKind::synthetic && d.max_samples == 0 ? 16 : d.max_samples;
   if (d.kind == settings::DatasetKind::synthetic) ps.dataset.num_samples = ps.max_samples;
   ps.batch = c.batch_size;
-  if (!c.split.all) {
-    ps.splits = c.split.points;
-  } else if (model.execution() != "layers") {
-    // A graph model's sweep leaves out the cuts it refuses (the controller
-    // refuses them when named; model_check.cpp lists the reasons).
-    for (int k = 0; k <= model.num_layers(); ++k)
-      if (model.split_refusal(k).empty()) ps.splits.push_back(k);
-  }
+  // A graph model's sweep leaves out the cuts it refuses (the controller
+  // refuses them when named; model_check.cpp lists the reasons); a zoo
+  // model's whole sweep is an empty list.
+  if (!c.split.all || model.execution() != "layers") ps.splits = sweep_splits(c, model);
   ps.warmup = c.warmup;
   ps.reps = c.repetitions;
   ps.record_outputs = c.record.outputs;
@@ -243,6 +285,13 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     if (!st) {
       ctl.send("FAIL", {{"error", "profiling: " + st.error().str()}});
       return 1;
+    }
+    if (model->execution() != "layers") {
+      st = profile_segments(o, cfg, std::max(10, cfg.repetitions), *model, ctl);
+      if (!st) {
+        ctl.send("FAIL", {{"error", "profiling segments: " + st.error().str()}});
+        return 1;
+      }
     }
   }
   if (o.role == "SERVER") {

@@ -219,6 +219,58 @@ Result<PlanLink> probe_link(const RunRow& run, const ProbeRow* probe) {
   return l;
 }
 
+// Head and tail compute per split k = 0..n. A graph model's run holds its
+// segments timed whole (segment_profiles: the PARTICIPANT's heads, the
+// SERVER's tails, as frames run them, fused and optimised); those are used
+// where they exist, else the sum of the layer profiles (the mean where it
+// was stored: what a run of frames sees under a CPU quota; else the median).
+struct ComputeTimes {
+  std::vector<double> head_ms, tail_ms;
+  std::vector<std::string> from;
+  std::string note;
+};
+
+Result<ComputeTimes> compute_times(ResultsDb& db, int64_t run_id, const std::vector<const LayerProfileRecord*>& part,
+                                   const std::vector<const LayerProfileRecord*>& srv, const std::string& part_dev) {
+  const int n = static_cast<int>(part.size());
+  auto segs = db.segment_profiles(run_id);
+  if (!segs) return std::move(segs.error());
+  std::map<int, double> head_seg, tail_seg;
+  std::string srv_dev;
+  for (const auto& s : *segs) {
+    if (s.split < 0 || s.split > n) continue;
+    if (s.side == "head" && s.device_role == "PARTICIPANT" && s.device == part_dev) head_seg[s.split] = s.mean_ns / 1e6;
+    if (s.side == "tail" && s.device_role == "SERVER" && (srv_dev.empty() || s.device == srv_dev)) {
+      srv_dev = s.device;
+      tail_seg[s.split] = s.mean_ns / 1e6;
+    }
+  }
+  auto layer_ms = [](const LayerProfileRecord* l) {
+    return static_cast<double>(l->mean_ns ? *l->mean_ns : l->median_ns) / 1e6;
+  };
+  ComputeTimes t;
+  int both = 0, some = 0;
+  for (int k = 0; k <= n; ++k) {
+    double h = 0, tl = 0;
+    for (int i = 0; i < k; ++i) h += layer_ms(part[i]);
+    for (int i = k; i < n; ++i) tl += layer_ms(srv[i]);
+    // An empty head (k = 0) or tail (k = n) costs nothing either way.
+    const bool hs = k == 0 || head_seg.count(k), ts = k == n || tail_seg.count(k);
+    t.head_ms.push_back(k == 0 ? 0.0 : hs ? head_seg[k] : h);
+    t.tail_ms.push_back(k == n ? 0.0 : ts ? tail_seg[k] : tl);
+    t.from.push_back(hs && ts ? "segments" : hs ? "head segment, tail layers" : ts ? "head layers, tail segment" : "layers");
+    both += hs && ts && (head_seg.count(k) || tail_seg.count(k));
+    some += hs != ts;
+  }
+  if (head_seg.empty() && tail_seg.empty())
+    t.note = "head and tail: sums of each device's layer profiles";
+  else
+    t.note = fmt::format("head and tail: timed whole as frames run them (segment profiles) at {} splits{}; sums of "
+                         "layer profiles elsewhere (compute_from)",
+                         both, some ? fmt::format(", one side only at {}", some) : "");
+  return t;
+}
+
 }  // namespace
 
 Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt) {
@@ -309,17 +361,18 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
     p.energy_source = "modelled:plan(" + p.energy_source + (radio ? ", radio-" + radio->name : "") + ")";
   }
 
+  auto compute = compute_times(db, run_id, part, srv, part_dev);
+  if (!compute) return std::move(compute.error());
+  p.compute_note = compute->note;
+
   for (const CodecBasis& cb : bases)
   for (int k = 0; k <= n; ++k) {
     PlanRow r;
     r.split = k;
     r.codec = cb.codec;
-    // The mean where it was stored (what a run of frames sees under a CPU quota), else the median.
-    auto layer_ms = [](const LayerProfileRecord* l) {
-      return static_cast<double>(l->mean_ns ? *l->mean_ns : l->median_ns) / 1e6;
-    };
-    for (int i = 0; i < k; ++i) r.head_ms += layer_ms(part[i]);
-    for (int i = k; i < n; ++i) r.tail_ms += layer_ms(srv[i]);
+    r.head_ms = compute->head_ms[k];
+    r.tail_ms = compute->tail_ms[k];
+    r.compute_from = compute->from[k];
     if (auto it = cb.by_split.find(k); it != cb.by_split.end()) {
       r.wire_bytes = it->second->mean_wire_bytes;
       r.reply_bytes = it->second->mean_reply_bytes;
@@ -428,12 +481,12 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
   const int64_t id = last_insert_rowid(h);
   for (const auto& r : p.rows) {
     st = exec("INSERT INTO plan_rows(plan_id, split, codec, head_ms, up_ms, rtt_ms, tail_ms, down_ms, other_ms, "
-              "latency_ms, fps, wire_bytes, reply_bytes, bytes_from, energy_j, feasible, measured_ms, error_pct) VALUES "
-              "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              "latency_ms, fps, wire_bytes, reply_bytes, bytes_from, energy_j, feasible, measured_ms, error_pct, compute_from) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
               {i64(id), i64(r.split), txt(r.codec), num(r.head_ms), num(r.up_ms), num(r.rtt_ms), num(r.tail_ms), num(r.down_ms),
                num(r.overhead_ms),
                num(r.latency_ms), num(r.fps), num(r.wire_bytes), num(r.reply_bytes), txt(r.bytes_from),
-               num(r.energy_j), i64(r.feasible ? 1 : 0), num(r.measured_ms), num(r.error_pct)});
+               num(r.energy_j), i64(r.feasible ? 1 : 0), num(r.measured_ms), num(r.error_pct), txt(r.compute_from)});
     if (!st) {
       (void)exec("ROLLBACK", {});
       return std::move(st.error());
@@ -471,6 +524,7 @@ std::string format_plan(const Plan& p) {
                      r.feasible ? "" : "  (violates a constraint)");
   }
   o += "other ms: " + p.overhead + "\n";
+  if (!p.compute_note.empty()) o += p.compute_note + "\n";
   if (!p.splits_note.empty()) o += p.splits_note + "\n";
   if (p.chosen < 0) o += "no split meets the constraints\n";
   else o += fmt::format("* chosen: split {}{}\n", p.chosen, several ? ", codec " + p.chosen_codec : "");

@@ -66,6 +66,10 @@ struct PlanRow {
   double head_ms = 0, tail_ms = 0, up_ms = 0, down_ms = 0, rtt_ms = 0, overhead_ms = 0, latency_ms = 0, fps = 0;
   double wire_bytes = 0, reply_bytes = 0;
   std::string bytes_from;            // "measured" | "profiled x ratio"
+  // Where head_ms and tail_ms came from: "segments" (both timed whole, or
+  // empty), "layers" (sums of layer profiles), or "head segment, tail
+  // layers" and the reverse.
+  std::string compute_from;
   std::optional<double> energy_j;    // participant, per frame
   bool feasible = true;              // meets the constraints
   std::optional<double> measured_ms; // validation: the run's median total
@@ -79,6 +83,7 @@ struct Plan {
   std::string energy_source;  // label of the energy figures ("" = no energy predicted)
   std::string overhead;       // how the per-frame processing term was obtained
   std::string splits_note;    // which splits the rows were limited to ("" = every split)
+  std::string compute_note;   // how head and tail times were obtained
   std::vector<PlanRow> rows;
   std::string basis_codec;    // the basis run's codec (validation compares its rows)
   int chosen = -1;            // -1: no split meets the constraints

@@ -2,6 +2,7 @@
 
 #include "protocol/stats.hpp"
 
+#include <fmt/core.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -120,6 +121,48 @@ Result<std::vector<LayerProfile>> profile_layers(const SplitModel& model, const 
         p.output_bytes = nt.tensor.numel() * static_cast<int64_t>(nt.tensor.element_size());
     bundle = std::move(next);
     out.push_back(std::move(p));
+  }
+  return out;
+}
+
+Result<std::vector<SegmentProfile>> profile_segments(const SplitModel& model, const at::Tensor& input,
+                                                     const std::vector<int>& splits, bool heads,
+                                                     const ProfileOptions& opts) {
+  if (opts.repetitions < 1 || opts.warmup < 0)
+    return make_error(Errc::invalid_argument, "profile: repetitions must be >= 1 and warmup >= 0");
+  torch::NoGradGuard no_grad;
+  const auto dev = model.device();
+  const int n = model.num_layers();
+  const Bundle in = SplitModel::input_bundle(input.to(dev));
+  std::vector<SegmentProfile> out;
+  for (int k : splits) {
+    if (k < 0 || k > n || (heads && k == 0) || (!heads && k == n) || !model.split_refusal(k).empty()) continue;
+    Bundle seg_in = in;
+    if (!heads) {
+      auto h = model.run(0, k, in);
+      if (!h) return make_error(h.error().code, fmt::format("segment [0,{}): {}", k, h.error().message));
+      seg_in = std::move(*h);
+    }
+    const int a = heads ? 0 : k, b = heads ? k : n;
+    std::vector<double> ms;
+    for (int r = 0; r < opts.warmup + opts.repetitions; ++r) {
+      sync(dev);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto res = model.run(a, b, seg_in);
+      sync(dev);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (!res) return make_error(res.error().code, fmt::format("segment [{},{}): {}", a, b, res.error().message));
+      if (r >= opts.warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    SegmentProfile p;
+    p.split = k;
+    p.head = heads;
+    p.device = dev.str();
+    p.repetitions = opts.repetitions;
+    p.mean_ms = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
+    p.median_ms = protocol::median_of(ms);
+    p.p95_ms = protocol::p95_of(ms);
+    out.push_back(p);
   }
   return out;
 }

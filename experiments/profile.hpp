@@ -53,6 +53,28 @@ struct ProfileOptions {
 Result<std::vector<LayerProfile>> profile_layers(const SplitModel& model, const at::Tensor& input,
                                                  const ProfileOptions& opts = {});
 
+// One segment of a split timed whole, as a frame runs it: the head run(0, k)
+// or the tail run(k, N). A graph model's optimised segments fuse across
+// layers, so they cost less (or more) than the sum of their layers.
+struct SegmentProfile {
+  int split = 0;
+  bool head = true;            // head [0, k), else tail [k, N)
+  std::string device;          // "cpu", "cuda:0"
+  int repetitions = 0;
+  double median_ms = 0;
+  double p95_ms = 0;
+  double mean_ms = 0;
+};
+
+// Times the heads (k > 0) or the tails (k < N) of the given splits on
+// `input` ([B, ...]): opts.warmup untimed runs, then opts.repetitions timed
+// ones each. A tail's input is the head's output at k, computed once
+// (untimed). Splits the model refuses (split_refusal) are skipped. Error
+// naming the split when a segment fails.
+Result<std::vector<SegmentProfile>> profile_segments(const SplitModel& model, const at::Tensor& input,
+                                                     const std::vector<int>& splits, bool heads,
+                                                     const ProfileOptions& opts = {});
+
 // Per split point k = 0..N: the estimated head (sum of median layer times of
 // [0, k)) and tail ([k, N)) latency and what crosses the cut at the profiled
 // batch size.

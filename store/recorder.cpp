@@ -89,6 +89,16 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     r.outputs.clear();
     r.outputs.shrink_to_fit();
     if (record_frames_) frames_.push_back(std::move(r));
+  } else if (m.kind == "SEGMENT") {
+    auto sp = agent::segment_from_control(m);
+    if (!sp) return malformed(sp.error());
+    SegmentProfileRow row;
+    static_cast<agent::SegmentRecord&>(row) = *sp;
+    row.run_id = run_id_;
+    row.device = device;
+    row.device_role = role;
+    if (record_layers_)
+      if (auto st = db_.add_segment_profile(row); !st && write_error_.empty()) write_error_ = st.error().str();
   } else if (m.kind == "PROBE") {
     auto pr = agent::probe_from_control(m);
     if (!pr) return malformed(pr.error());

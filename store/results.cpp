@@ -474,6 +474,27 @@ CREATE TABLE outputs (
     {11, "plans: the run a plan was validated against (held-out validation)", R"sql(
 ALTER TABLE plans ADD COLUMN validation_run INTEGER;
 )sql"},
+    {12, "segment profiles: a graph model's heads and tails timed whole, and where a plan's compute times came from", R"sql(
+CREATE TABLE segment_profiles (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  device      TEXT NOT NULL,
+  device_role TEXT NOT NULL CHECK (device_role IN ('SERVER','PARTICIPANT')),
+  split       INTEGER NOT NULL,
+  side        TEXT NOT NULL CHECK (side IN ('head','tail')),
+  execution   TEXT,
+  model_fp    TEXT,
+  input_shape TEXT,
+  batch       INTEGER,
+  device_kind TEXT,
+  reps        INTEGER NOT NULL,
+  median_ns   INTEGER NOT NULL,
+  p95_ns      INTEGER NOT NULL,
+  mean_ns     INTEGER NOT NULL,
+  hw_id       TEXT,
+  PRIMARY KEY (run_id, device, side, split)
+);
+ALTER TABLE plan_rows ADD COLUMN compute_from TEXT;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
@@ -1458,6 +1479,43 @@ Status ResultsDb::add_probe(const ProbeRow& p) {
   return {};
 }
 
+Status ResultsDb::add_segment_profile(const SegmentProfileRow& r) {
+  const auto& fields = agent::segment_fields();
+  static const std::string sql = "INSERT OR REPLACE INTO segment_profiles(run_id, device, device_role" +
+                                 field_list(fields) + ") VALUES (" + placeholders(fields.size() + 3) + ")";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "insert segment profile");
+  q.bind(1, r.run_id);
+  q.bind(2, std::string_view(r.device));
+  q.bind(3, std::string_view(r.device_role));
+  int i = 4;
+  agent::visit_segment(r, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+  if (q.step() != SQLITE_DONE)
+    return db_error(db_.get(), path_, fmt::format("insert {} segment profile {} of {}", r.side, r.split, r.device));
+  return {};
+}
+
+Result<std::vector<SegmentProfileRow>> ResultsDb::segment_profiles(int64_t run_id) {
+  static const std::string sql = "SELECT run_id, device, device_role" + field_list(agent::segment_fields()) +
+                                 " FROM segment_profiles WHERE run_id = ? ORDER BY side, device, split";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read segment profiles");
+  q.bind(1, run_id);
+  std::vector<SegmentProfileRow> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    SegmentProfileRow r;
+    r.run_id = q.i64(0);
+    r.device = q.text(1);
+    r.device_role = q.text(2);
+    int c = 3;
+    agent::visit_segment(r, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read segment profiles");
+  return out;
+}
+
 Result<std::vector<ProbeRow>> ResultsDb::probes(int64_t run_id) {
   static const std::string sql = "SELECT run_id, COALESCE(participant, ''), COALESCE(link, ''), COALESCE(shaping, '')" +
                                  field_list(agent::probe_fields()) + " FROM probes WHERE run_id = ? ORDER BY id";
@@ -1613,6 +1671,7 @@ Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(con
   std::string order = table == "frames" || table == "events" || table == "probes" || table == "energy" ? "id"
                       : table == "energy_stats" ? "split, device, stage, source"
                       : table == "layer_profiles" ? "device, layer_index"
+                      : table == "segment_profiles" ? "side, device, split"
                       : table == "stage_stats" ? "split, field" : table == "runs" ? "id" : table == "devices" ? "device"
                       : table == "train_runs" ? "run_id" : table == "train_segments" ? "segment"
                       : table == "train_steps" || table == "train_checkpoints" ? "owner, step"

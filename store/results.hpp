@@ -87,6 +87,13 @@ struct LayerProfileRecord : agent::ProfileRecord {
   std::string device_role;  // "SERVER" | "PARTICIPANT"
 };
 
+// A stored segment profile (a graph model's head or tail timed whole).
+struct SegmentProfileRow : agent::SegmentRecord {
+  int64_t run_id = 0;
+  std::string device;       // device name
+  std::string device_role;  // "SERVER" | "PARTICIPANT"
+};
+
 // A stored link probe: the participant's record plus where it came from.
 struct ProbeRow : agent::ProbeRecord {
   int64_t run_id = 0;
@@ -185,7 +192,7 @@ double p95_of(std::vector<int64_t>& v);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 11;
+  static constexpr int kSchemaVersion = 12;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process
@@ -223,6 +230,9 @@ class ResultsDb {
   Status add_frames(const std::vector<FrameRecord>& frames);
   Status add_layer_profiles(const std::vector<LayerProfileRecord>& layers);
   Status add_probe(const ProbeRow& p);
+  Status add_segment_profile(const SegmentProfileRow& s);
+  // A run's segment profiles, by side and split.
+  Result<std::vector<SegmentProfileRow>> segment_profiles(int64_t run_id);
   // Error invalid_argument for a source not starting with measured: / modelled:.
   Status add_energy(const std::vector<EnergyRow>& rows);
   Result<std::vector<EnergyRow>> energy(int64_t run_id);

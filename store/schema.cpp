@@ -92,6 +92,18 @@ std::vector<TableInfo> build() {
     v.push_back(t);
   }
   {
+    TableInfo t{"segment_profiles",
+                "one row per (run, device, side, split) of a graph model: the head [0,k) timed whole on the "
+                "PARTICIPANT, the tail [k,N) on the SERVER, as its frames run them (fused and optimised segments "
+                "cost less than their layers timed one by one); the planner prefers them to layer sums",
+                {}};
+    t.columns = {{"run_id", "INTEGER", "", "controller", "-> runs.id"},
+                 {"device", "TEXT", "", "controller", "device name"},
+                 {"device_role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
+    add_fields(t, agent::segment_fields());
+    v.push_back(t);
+  }
+  {
     TableInfo t{"devices", "hardware identity of every device in a run (reported by its agent at READY)", {}};
     t.columns = {{"run_id", "INTEGER", "", "controller", "-> runs.id"},
                  {"device", "TEXT", "", "controller", "device name"},
@@ -261,10 +273,10 @@ std::vector<TableInfo> build() {
         {"plan_id", "INTEGER", "", "controller", "-> plans.id"},
         {"split", "INTEGER", "", "controller", "split point"},
         {"codec", "TEXT", "", "controller", "codec planned (the basis run's, or one asked for with --codecs)"},
-        {"head_ms", "REAL", "ms", "controller", "sum of the participant's profiled layer medians [0,k)"},
+        {"head_ms", "REAL", "ms", "controller", "the participant's head [0,k): its segment profile's mean, else the sum of its layer profiles' means (compute_from)"},
         {"up_ms", "REAL", "ms", "controller", "wire_bytes x 8 / up rate"},
         {"rtt_ms", "REAL", "ms", "controller", "round trip"},
-        {"tail_ms", "REAL", "ms", "controller", "sum of the server's profiled layer medians [k,N)"},
+        {"tail_ms", "REAL", "ms", "controller", "the server's tail [k,N): its segment profile's mean, else the sum of its layer profiles' means (compute_from)"},
         {"down_ms", "REAL", "ms", "controller", "reply_bytes x 8 / down rate"},
         {"other_ms", "REAL", "ms", "controller", "per-frame processing outside layers and link: a + b x wire_bytes (plans.overhead)"},
         {"latency_ms", "REAL", "ms", "controller", "head + up + rtt + tail + down + other"},
@@ -275,6 +287,7 @@ std::vector<TableInfo> build() {
         {"energy_j", "REAL", "J", "controller", "participant energy per frame: layer energy [0,k) + idle power while waiting + radio model"},
         {"feasible", "INTEGER", "", "controller", "1 = meets the latency and energy bounds"},
         {"measured_ms", "REAL", "ms", "controller", "validation: the basis run's median total at this split"},
+        {"compute_from", "TEXT", "", "controller", "where head_ms / tail_ms came from: segments (both timed whole), layers (both sums of layer profiles), or head segment, tail layers (and the reverse); NULL in plans stored before schema 12"},
         {"error_pct", "REAL", "%", "controller", "validation: (predicted - measured) / measured x 100"},
     };
     v.push_back(t);

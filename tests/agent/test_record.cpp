@@ -95,6 +95,37 @@ TEST(Record, ProfileAndHardwareFieldsSurviveToo) {
   EXPECT_NE(other.hw_id, h.hw_id);
 }
 
+TEST(Record, SegmentProfilesSurviveAndASideThatIsNeitherIsRefused) {
+  SegmentRecord s;
+  s.split = 12;
+  s.side = "tail";
+  s.execution = "graph-optimized";
+  s.median_ns = 4567890;
+  s.mean_ns = 4600000;
+  s.reps = 10;
+  auto m = through_the_channel("SEGMENT", to_control(s));
+  ASSERT_TRUE(m.ok());
+  auto q = segment_from_control(*m);
+  ASSERT_TRUE(q.ok()) << q.error().str();
+  EXPECT_EQ(q->split, 12);
+  EXPECT_EQ(q->side, "tail");
+  EXPECT_EQ(q->execution, "graph-optimized");
+  EXPECT_EQ(q->mean_ns, 4600000);
+  auto fields = to_control(s);
+  fields["side"] = "middle";
+  auto bad = through_the_channel("SEGMENT", fields);
+  ASSERT_TRUE(bad.ok());
+  auto r = segment_from_control(*bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("SEGMENT field 'side' must be head or tail, got 'middle'"), std::string::npos)
+      << r.error().message;
+  fields = to_control(s);
+  fields["split"] = "-1";
+  auto neg = through_the_channel("SEGMENT", fields);
+  ASSERT_TRUE(neg.ok());
+  EXPECT_FALSE(segment_from_control(*neg).ok());
+}
+
 TEST(Record, MissingOrMalformedFieldIsAnErrorNamingIt) {
   auto fields = to_control(awkward_frame());
   fields.erase("network_ns");

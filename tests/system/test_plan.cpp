@@ -146,3 +146,78 @@ TEST(Plan, RunWithoutProfilesSaysHowToGetThem) {
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("record: {layers: true}"), std::string::npos) << r.out;
 }
+
+// A traced model (#23) runs as frozen, optimised graph segments, which fuse
+// across layers: the sum of its layers timed one by one is not what a frame
+// costs. Each side times the segments it runs at the sweep's splits (the
+// PARTICIPANT its heads, the SERVER its tails), and the planner uses them.
+// The figures (segment vs layer sums against the frames' own head and tail
+// times) are printed, not asserted.
+TEST(Plan, ATracedModelIsPlannedFromItsSegmentsTimedWhole) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string pt = (d.path / "mnv2.pt").string();
+  auto ex = sh("/usr/bin/python3 " + std::string(TRACR_SOURCE_DIR) + "/scripts/export_model.py mobilenet_v2 " + pt +
+               " --input-shape 3,64,64");
+  ASSERT_EQ(ex.status, 0) << ex.out;
+  std::string y = small_experiment(db, "record:\n  layers: true\nprobe:\n  duration_ms: 300\n  chunk_bytes: 16384\n");
+  y.replace(y.find("model: alexnet"), 14, "model: torchscript:" + pt);
+  y.replace(y.find("split: all"), 10, "split: [0, 12, 60, 152]");
+  y.replace(y.find("repetitions: 1"), 14, "repetitions: 3");
+  // Warm frames: a segment's first runs build and optimise it.
+  y.replace(y.find("warmup: 0"), 9, "warmup: 2");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // Heads where there is one (k > 0) from the participant, tails (k < N) from the server, as frames run them.
+  EXPECT_EQ(query(db, "select group_concat(split) from (select split from segment_profiles where side = 'head' and "
+                      "device_role = 'PARTICIPANT' order by split)"),
+            "12,60,152");
+  EXPECT_EQ(query(db, "select group_concat(split) from (select split from segment_profiles where side = 'tail' and "
+                      "device_role = 'SERVER' order by split)"),
+            "0,12,60");
+  EXPECT_EQ(query(db, "select count(*) from segment_profiles where execution = 'graph-optimized' and mean_ns > 0 and "
+                      "median_ns > 0 and p95_ns >= median_ns and reps >= 10"),
+            "6");
+  // The run's own plan takes head and tail from them at the swept splits, from layer sums elsewhere.
+  EXPECT_NE(r.out.find("head and tail: timed whole as frames run them (segment profiles) at 4 splits"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(query(db, "select group_concat(split) from (select split from plan_rows where plan_id = 1 and "
+                      "compute_from = 'segments' order by split)"),
+            "0,12,60,152");
+  EXPECT_EQ(query(db, "select count(*) from plan_rows where plan_id = 1 and compute_from <> 'layers' and "
+                      "compute_from <> 'segments'"),
+            "0");
+  EXPECT_EQ(query(db, "select round(head_ms * 1e6) from plan_rows where plan_id = 1 and split = 60"),
+            query(db, "select round(mean_ns * 1.0) from segment_profiles where side = 'head' and split = 60"));
+  // Exported with the run.
+  const std::string json = (d.path / "r.json").string();
+  auto exj = sh(tracrctl() + " results export 1 --db " + db + " --json " + json);
+  ASSERT_EQ(exj.status, 0) << exj.out;
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"segment_profiles\": [\n  {\"run_id\":1,\"device\":"), std::string::npos)
+      << text.substr(text.find("\"segment_profiles\""), 400);
+  // Figures: per swept split, the frames' median head / tail against the segment and the layer sum.
+  for (const auto& row : query_col(
+           db, "with f as (select split, head_ns, tail_ns from frames where warmup = 0 and ok = 1), "
+               "l as (select device_role, layer_index, mean_ns from layer_profiles) "
+               "select 'split ' || s.split || ' ' || s.side || ': frames ' || "
+               "round((select avg(case when s.side = 'head' then head_ns else tail_ns end) from f where f.split = "
+               "s.split) / 1e6, 3) || ' ms, segment ' || round(s.mean_ns / 1e6, 3) || ' ms, layer sum ' || "
+               "round((select sum(mean_ns) from l where l.device_role = s.device_role and "
+               "(case when s.side = 'head' then l.layer_index < s.split else l.layer_index >= s.split end)) / 1e6, 3) "
+               "|| ' ms' from segment_profiles s order by s.side, s.split"))
+    std::printf("%s\n", row.c_str());
+  // And the run's plan against its measured totals, beside the same plan with layer sums in place of segments.
+  std::printf("%s\n",
+              query(db, "with l as (select device_role, layer_index, mean_ns from layer_profiles), "
+                        "p as (select measured_ms, latency_ms, latency_ms - head_ms - tail_ms + "
+                        "coalesce((select sum(mean_ns) from l where device_role = 'PARTICIPANT' and layer_index < "
+                        "plan_rows.split), 0) / 1e6 + coalesce((select sum(mean_ns) from l where device_role = 'SERVER' "
+                        "and layer_index >= plan_rows.split), 0) / 1e6 as layers_ms from plan_rows where plan_id = 1 and "
+                        "measured_ms is not null) select 'plan MAPE over ' || count(*) || ' splits: segments ' || "
+                        "round(avg(abs(latency_ms - measured_ms) / measured_ms) * 100, 1) || ' %, layer sums ' || "
+                        "round(avg(abs(layers_ms - measured_ms) / measured_ms) * 100, 1) || ' %' from p")
+                  .c_str());
+}
