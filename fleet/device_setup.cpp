@@ -228,7 +228,7 @@ int devices_setup(const SetupOptions& o) {
     if (d.transport == Transport::ssh) {
       auto s = SshSession::connect(device_ssh_target(d, devs->source, o.trust_new_hosts));
       if (!s) {
-        row.error = s.error().str();
+        row.error = user_text(s.error());
         return;
       }
       row.session = std::move(*s);
@@ -236,7 +236,7 @@ int devices_setup(const SetupOptions& o) {
       shell = ssh_shell(*row.session);
     }
     auto plan = plan_setup(shell, packages_for(d)->packages);
-    if (!plan) row.error = plan.error().str();
+    if (!plan) row.error = user_text(plan.error());
     else row.plan = std::move(*plan);
   });
   int bad = 0;
@@ -275,7 +275,7 @@ int devices_setup(const SetupOptions& o) {
     if (!r.error.empty() || r.plan.missing.empty()) return;
     const DeviceShell shell = r.session ? ssh_shell(*r.session) : local_shell();
     auto st = apply_setup(shell, r.plan);
-    results[i] = st ? "installed " + fmt::format("{}", fmt::join(r.plan.missing, " ")) : "FAIL  " + st.error().str();
+    results[i] = st ? "installed " + fmt::format("{}", fmt::join(r.plan.missing, " ")) : "FAIL  " + user_text(st.error());
   });
   for (size_t i = 0; i < rows.size(); ++i) {
     if (results[i].empty()) continue;

@@ -1,5 +1,6 @@
 #include "fleet/shaping.hpp"
 #include "core/token_bucket.hpp"
+#include "core/user_error.hpp"
 
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -345,7 +346,7 @@ std::vector<std::string> LinkShaper::remove() {
       fs::remove(s.state_file, ec);
     } else {
       left.push_back(fmt::format("could not remove shaping on {} of {} ({}); the next run retries (state file {})",
-                                 s.dev, s.device.name, h ? o.text : h.error().str(), s.state_file));
+                                 s.dev, s.device.name, h ? o.text : user_text(h.error()), s.state_file));
     }
   }
   shaped_.clear();
@@ -363,7 +364,7 @@ LinkShaper::~LinkShaper() {
 
 std::string tc_capability(const DeviceConfig& d, const std::string& devices_file, bool trust) {
   auto h = ShapeHost::open(d, devices_file, trust);
-  if (!h) return "tc: unknown (" + h.error().str() + ")";
+  if (!h) return "tc: unknown (" + user_text(h.error()) + ")";
   if (!h->why_not().empty()) return "tc: no (" + h->why_not() + ")";
   return fmt::format("tc: yes ({}), netem: {}", h->sudo().empty() ? "root" : "sudo -n", h->netem());
 }
@@ -418,7 +419,7 @@ std::vector<std::string> sweep_stale_shaping(const std::string& state_dir, const
     auto h = ShapeHost::open(*d, devices.source, trust);
     if (!h) {
       out.push_back(fmt::format("cannot remove shaping on {} of {} left by controller {}: {}", dev, name, pid,
-                                h.error().str()));
+                                user_text(h.error())));
       continue;
     }
     auto o = h->tc("qdisc del dev " + shell_quote(dev) + " root");

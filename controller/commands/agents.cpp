@@ -144,7 +144,7 @@ int cmd_agents_start(const RunOptions& opt) {
     auto r = (*s)->run(cmd);
     if (!r || r->exit_status != 0) {
       fmt::print(stderr, "tracrctl agents start: device {}: cannot start the agent: {}\n", server.name,
-                 r ? r->err : r.error().str());
+                 r ? r->err : user_text(r.error()));
       return 1;
     }
     d.pid = std::atol(r->out.c_str());

@@ -113,7 +113,7 @@ int cmd_devices_check(const DevicesOptions& opt) {
   auto local_hash = sha256_file(c.agent);
   if (!local_arch || !local_hash) {
     fmt::print(stderr, "tracrctl devices: agent {}: {}\n", c.agent,
-               (!local_arch ? local_arch.error() : local_hash.error()).str());
+               user_text(!local_arch ? local_arch.error() : local_hash.error()));
     return 2;
   }
   fmt::print("devices from {}; local agent {} ({}, sha256 {})\n", devs->source, c.agent, *local_arch,
@@ -131,7 +131,7 @@ int cmd_devices_check(const DevicesOptions& opt) {
     }
     if (!exp) return o;
     auto staged = stage_files(s, d, agent_files(*exp, std::string(device_role_name(d.role))), true);
-    if (!staged) return o + "\n    files: FAIL " + staged.error().str();
+    if (!staged) return o + "\n    files: FAIL " + user_text(staged.error());
     uint64_t upload = 0;
     for (const auto& f : *staged) {
       o += "\n    file " + f.describe();
@@ -160,7 +160,7 @@ int cmd_devices_check(const DevicesOptions& opt) {
     auto s = SshSession::connect(device_ssh_target(d, devs->source, c.trust));
     if (!s) {
       ++bad;
-      return head + " FAIL  " + s.error().str();
+      return head + " FAIL  " + user_text(s.error());
     }
     // The device's own agent (devices file `agent:`) when it has one.
     const std::string agent_for = device_agent_path(d, c.agent);
@@ -169,7 +169,7 @@ int cmd_devices_check(const DevicesOptions& opt) {
       auto ah = sha256_file(agent_for);
       if (!ah) {
         ++bad;
-        return head + " FAIL  agent " + agent_for + ": " + ah.error().str();
+        return head + " FAIL  agent " + agent_for + ": " + user_text(ah.error());
       }
       a_hash = *ah;
       if (auto aa = elf_arch(agent_for)) a_arch = *aa;
@@ -200,14 +200,14 @@ int cmd_devices_check(const DevicesOptions& opt) {
     auto ver = (*s)->run(remote + " --version");
     const bool deployed = ver && ver->exit_status == 0;
     std::string agent = deployed ? trim(ver->out) + " deployed"
-                                 : "deployed but `--version` failed: " + (ver ? trim(ver->out + ver->err) : ver.error().str());
+                                 : "deployed but `--version` failed: " + (ver ? trim(ver->out + ver->err) : user_text(ver.error()));
     if (!deployed) ++bad;
     std::string meters = "\n    energy meters: unknown until the agent runs there";
     if (deployed) {
       std::string cmd = remote + " --meters";
       for (const auto& a : device_limit_args(d)) cmd += " " + shell_quote(a);
       auto m = (*s)->run(cmd);
-      meters = meter_lines(m ? m->out : m.error().str());
+      meters = meter_lines(m ? m->out : user_text(m.error()));
     }
     return head + fmt::format(" {}  {} {}, auth ok, agent {}; {}{}{}", deployed ? "ok  " : "FAIL", (*s)->label(), arch,
                               agent, tc_capability(d, devs->source, c.trust), meters, extra);
@@ -267,13 +267,13 @@ int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
     auto s = SshSession::connect(device_ssh_target(d, devs->source, c.trust));
     if (!s) {
       ++bad;
-      return head + " FAIL  " + s.error().str();
+      return head + " FAIL  " + user_text(s.error());
     }
     if (verb == "deploy") {
       auto info = deploy_agent(**s, device_agent_path(d, c.agent), d.work_dir);  // the device's own agent: when it has one
       if (!info) {
         ++bad;
-        return head + " FAIL  " + info.error().str();
+        return head + " FAIL  " + user_text(info.error());
       }
       return head + fmt::format(" {} {} ({}){}", info->uploaded ? "uploaded" : "already there", info->remote_path,
                                 info->remote_arch, info->note.empty() ? "" : "; " + info->note);
@@ -284,7 +284,7 @@ int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
       auto r = (*s)->run("ls -1 " + dir + "/tracr-agent-* 2>/dev/null; echo '--'; pgrep -af " + pat + " || true");
       if (!r) {
         ++bad;
-        return head + " FAIL  " + r.error().str();
+        return head + " FAIL  " + user_text(r.error());
       }
       return head + " " + (*s)->label() + "\n" + r->out;
     }
@@ -293,7 +293,7 @@ int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
                          std::to_string(c.tail) + " \"$f\"; done; true");
       if (!r) {
         ++bad;
-        return head + " FAIL  " + r.error().str();
+        return head + " FAIL  " + user_text(r.error());
       }
       return head + " " + (*s)->label() + "\n" + (r->out.empty() ? "  no logs\n" : r->out);
     }

@@ -64,6 +64,14 @@ namespace {
 int g_signal_now() { return SignalCatcher::signal(); }
 
 
+// What the run is doing before its first frame (deploying, loading,
+// profiling can take minutes): one line each when stderr is not a terminal,
+// else on the line the progress bar takes over.
+void draw_phase(const std::string& text, bool tty) {
+  if (tty) fmt::print(stderr, "\r  {:<76.76}", text + " ...");
+  else fmt::print(stderr, "  {} ...\n", text);
+}
+
 void draw_progress(int64_t done, int64_t total, int split, Clock::time_point t0, bool tty) {
   static int64_t last_pct = -1;
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -394,6 +402,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
 
   int64_t frames_total = 0, frames_done = 0;
   const bool tty = ro.progress && isatty(2);
+  std::set<std::string> phases_seen;  // "device KIND" whose phase line was drawn
   const auto t0 = Clock::now();
   std::string server_endpoint;
   EventPump pump(agents);
@@ -437,6 +446,14 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     }
     const ControlMsg& m = *e.msg;
     if (m.kind == "READY" && a.role() == "SERVER") server_endpoint = m.get_or("endpoint", "");
+    if (ro.progress && frames_done == 0 && (m.kind == "PROFILE" || m.kind == "SEGMENT" || m.kind == "PROBE") &&
+        phases_seen.insert(a.device().name + " " + m.kind).second)
+      draw_phase(fmt::format("{} {}: {}", a.role(), a.device().name,
+                             m.kind == "PROFILE"   ? "profiling each layer"
+                             : m.kind == "SEGMENT" ? std::string("timing the ") +
+                                                         (a.role() == "SERVER" ? "tails" : "heads") + " it will run"
+                                                   : "link probed, frames next"),
+                 tty);
     if (m.kind == "FAIL") {
       fail(fmt::format("{} agent on {} failed: {}", a.role(), a.device().name, m.get_or("error", "?")));
       return;
@@ -608,6 +625,9 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     ready.fields = detached->ready;
     if (auto st = rec.on_message(server.name, "SERVER", ready); !st) fail(st.error().message);
   } else if (!ro.in_process) {
+    if (ro.progress)
+      draw_phase(fmt::format("starting the SERVER agent on {} (it loads the model and profiles it first)", server.name),
+                 tty);
     st = launch(server, "SERVER", {"--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)});
     if (!st) fail("SERVER " + server.name + ": " + st.error().str());
   }
@@ -639,6 +659,10 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
       }
       part_args.push_back(std::move(args));
     }
+    if (ro.progress)
+      draw_phase(fmt::format("starting {} PARTICIPANT agent{} (model, profiles, link probe)", parts.size(),
+                             parts.size() == 1 ? "" : "s"),
+                 tty);
     auto launched = launch_concurrently(parts.size(), [&](size_t i) {
       return start(*parts[i], "PARTICIPANT", part_args[i]);
     });

@@ -83,6 +83,26 @@ TEST(FrontDoor, ErrorsReadAsSentencesWithoutInternalCodes) {
   }
 }
 
+// A device that cannot be reached is named with the reason as a sentence
+// (#20: "FAIL  unreachable: cannot reach ..."). Port 1 on loopback has no sshd.
+TEST(FrontDoor, AnUnreachableDeviceIsReportedWithoutAnInternalCode) {
+  TempDir d;
+  std::filesystem::create_directories(d.path / "pkeys");
+  ASSERT_EQ(sh("ssh-keygen -q -t ed25519 -N '' -f " + (d.path / "pkeys" / "k").string()).status, 0);
+  const std::string devices =
+      d.file("devices.yaml", "devices:\n  - device_type: SERVER\n    name: far\n    connection_params:\n"
+                             "      - host: 127.0.0.1\n        user: nobody\n        ssh_port: 1\n        pkey_fp: k\n"
+                             "        default: true\n  - {device_type: PARTICIPANT, transport: local}\n");
+  const std::regex code(R"((unreachable|auth_refused|host_key_unknown|host_key_changed|peer_closed|timeout|io|remote): )");
+  for (const char* cmd : {"devices check", "agents status"}) {
+    auto r = sh(kCtl + " " + cmd + " --devices " + devices);
+    EXPECT_EQ(r.status, 1) << cmd << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "far")) << cmd << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "FAIL  cannot reach nobody@127.0.0.1:1")) << cmd << "\n" << r.out;
+    EXPECT_FALSE(std::regex_search(r.out, code)) << cmd << " printed an internal code:\n" << r.out;
+  }
+}
+
 TEST(FrontDoor, HelpWrapsAtWordsToTheTerminalWidth) {
   EXPECT_EQ(tracr::controller::wrap_words("one two three four", 9), "one two\nthree\nfour");
   EXPECT_EQ(tracr::controller::wrap_words("averyveryverylongword x", 5), "averyveryverylongword\nx");

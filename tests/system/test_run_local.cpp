@@ -96,6 +96,32 @@ TEST(RunLocal, SweepsEverySplitAndPrintsTableFromSqlite) {
     EXPECT_TRUE(std::regex_search(r.out, std::regex("\n[* ] +" + std::to_string(k) + " +[^ ]+ +2 "))) << k << "\n" << r.out;
 }
 
+// Before its first frame a run deploys, loads and profiles, which can take
+// minutes: piped, it says so one line at a time, then the progress lines (#20).
+TEST(RunLocal, APipedRunSaysWhatItDoesBeforeItsFirstFrame) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "probe:\n  duration_ms: 200\n");
+  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y));  // stderr is a pipe here
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto server = r.out.find("  starting the SERVER agent on server (it loads the model and profiles it first) ...\n");
+  const auto parts = r.out.find("  starting 1 PARTICIPANT agent (model, profiles, link probe) ...\n");
+  const auto profiling = r.out.find("  PARTICIPANT participant: profiling each layer ...\n");
+  const auto probed = r.out.find("  PARTICIPANT participant: link probed, frames next ...\n");
+  const auto progress = r.out.find("  progress: ");
+  ASSERT_NE(server, std::string::npos) << r.out;
+  ASSERT_NE(parts, std::string::npos) << r.out;
+  ASSERT_NE(profiling, std::string::npos) << r.out;
+  ASSERT_NE(probed, std::string::npos) << r.out;
+  ASSERT_NE(progress, std::string::npos) << r.out;
+  EXPECT_LT(server, parts);
+  EXPECT_LT(parts, profiling);
+  EXPECT_LT(profiling, probed);
+  EXPECT_LT(probed, progress);
+  EXPECT_EQ(r.out.find("\r"), std::string::npos) << "no carriage returns when piped";
+}
+
 TEST(RunLocal, InProcessMatchesNetworkedNumerics) {
   TempDir d;
   const std::string db = (d.path / "r.db").string();
