@@ -634,6 +634,11 @@ int cmd_plan(const PlanCommand& cmd) {
       fmt::print(stderr, "tracrctl plan: {}\n", user_text(e.error()));
       return 2;
     }
+    if (!e->model_list.empty()) {
+      fmt::print(stderr, "tracrctl plan: {}: model: a list of {} models; plan one of its runs (tracrctl plan RUN)\n",
+                 target, e->model_list.size());
+      return 2;
+    }
     exp = *e;
     db_path = exp->output;
     if (link_name.empty() && !exp->link.empty()) link_name = exp->link[0];

@@ -958,11 +958,48 @@ std::vector<Setting> build_settings() {
   t.push_back(string_setting(
       "name", "string", "<file name>", "Run name stored in the results database.", "a run name",
       [](ExperimentConfig& c) -> std::string& { return c.name; }, false));
-  t.push_back(string_setting(
-      "model", "string", "(required)",
-      "Model registry id (`tracrctl models`), e.g. alexnet, or torchscript:<path>.",
-      "a model id such as alexnet (see `tracrctl models`)",
-      [](ExperimentConfig& c) -> std::string& { return c.model; }, false));
+  {
+    // One model, or a list: the experiment once per model.
+    Setting s;
+    s.info = {"model", "string | [string, ...]", "(required)",
+              "Model registry id (`tracrctl models`), e.g. alexnet, or torchscript:<path>; a list runs the "
+              "experiment once per model.",
+              ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      static const char* what = "a model id such as alexnet (see `tracrctl models`), or torchscript:<path>";
+      auto one = [&](const YAML::Node& v_node, const std::string& where) -> Result<std::string> {
+        auto v = get_nonempty(c, v_node, where, what);
+        if (!v) return v.error();
+        // Names and paths end up in terminals, tables and shell lines (#24).
+        TRACR_TRY(no_control_chars(c, v_node, where, *v, what));
+        return *v;
+      };
+      cfg.model_list.clear();
+      if (n.IsSequence()) {
+        if (n.size() == 0) return err_at(pos_of(c, n), key, std::string("an empty list; expected ") + what + ", or a list of them");
+        for (size_t i = 0; i < n.size(); ++i) {
+          const std::string where = fmt::format("{}[{}]", key, i);
+          auto v = one(n[i], where);
+          if (!v) return v.error();
+          if (std::find(cfg.model_list.begin(), cfg.model_list.end(), *v) != cfg.model_list.end())
+            return err_at(pos_of(c, n[i]), where, "model '" + *v + "' is listed twice");
+          cfg.model_list.push_back(*v);
+        }
+        cfg.model = cfg.model_list.front();
+        if (cfg.model_list.size() == 1) cfg.model_list.clear();
+        return {};
+      }
+      auto v = one(n, key);
+      if (!v) return v.error();
+      cfg.model = *v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) {
+      return !c.model_list.empty() ? flow_strs(c.model_list) : c.model.empty() ? std::string("~") : yaml_str(c.model);
+    };
+    s.env_yaml = true;  // TRACR_MODEL='[alexnet, resnet18]'
+    t.push_back(s);
+  }
   t.push_back(string_setting(
       "weights", "path", "~ (none)",
       "Weights file for the model (see the models issue); none = deterministic init.",
@@ -1918,6 +1955,12 @@ Status cross_check(ExperimentConfig& cfg) {
   if (cfg.model.empty())
     return err_at(SourcePos{cfg.source.empty() ? "<experiment>" : cfg.source, 0, 0}, "model",
                   "missing; expected a model id such as alexnet (see `tracrctl models`)");
+  if (!cfg.model_list.empty() && !cfg.weights.empty())
+    return err_at(cfg.pos_of("weights"), "weights",
+                  fmt::format("one weights file for a list of {} models; expected none (each model starts from its "
+                              "own initial weights), or export each model with its weights "
+                              "(scripts/export_model.py --weights) and list the torchscript: files",
+                              cfg.model_list.size()));
   if (cfg.dataset.kind == DatasetKind::imagefolder && cfg.dataset.path.empty())
     return err_at(
         cfg.pos_of("dataset.type").known() ? cfg.pos_of("dataset.type") : SourcePos{cfg.source, 0, 0},
@@ -2053,11 +2096,14 @@ void resolve_paths_against_file(ExperimentConfig& cfg) {
   resolve("dataset.path", cfg.dataset.path);
   resolve("dataset.class_names", cfg.dataset.class_names_file);
   static const std::string ts = "torchscript:";
-  if (cfg.model.rfind(ts, 0) == 0) {
-    std::string p = cfg.model.substr(ts.size());
+  auto resolve_model = [&](std::string& m) {
+    if (m.rfind(ts, 0) != 0) return;
+    std::string p = m.substr(ts.size());
     resolve("model", p);
-    cfg.model = ts + p;
-  }
+    m = ts + p;
+  };
+  resolve_model(cfg.model);
+  for (auto& m : cfg.model_list) resolve_model(m);
 }
 
 }  // namespace
@@ -2117,6 +2163,8 @@ Status check_experiment_files(const ExperimentConfig& cfg) {
     return {};
   };
   if (cfg.model.rfind("torchscript:", 0) == 0) TRACR_TRY(need("model", cfg.model.substr(12), false));
+  for (const auto& m : cfg.model_list)
+    if (m.rfind("torchscript:", 0) == 0) TRACR_TRY(need("model", m.substr(12), false));
   TRACR_TRY(need("weights", cfg.weights, false));
   if (cfg.dataset.kind != DatasetKind::synthetic) TRACR_TRY(need("dataset.path", cfg.dataset.path, true));
   TRACR_TRY(need("dataset.class_names", cfg.dataset.class_names_file, false));

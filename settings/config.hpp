@@ -290,6 +290,10 @@ struct ExperimentConfig {
   // of links, once per link and codec), each a run of its own; empty for one
   // codec. `compression` and `codec` hold the first.
   std::vector<std::string> compression_list;
+  // `model` given as a list: the experiment once per model (outermost, before
+  // links and codecs), each a run of its own; empty for one model. `model`
+  // holds the first.
+  std::vector<std::string> model_list;
   bool encryption = true;
   std::string key_exchange = "x25519";  // x25519 | none
   int64_t chunk_bytes = 256 * 1024;

@@ -33,6 +33,11 @@ int cmd_agents_start(const RunOptions& opt) {
     fmt::print(stderr, "tracrctl agents start: {}\n", user_text(cfg.error()));
     return 2;
   }
+  if (!cfg->model_list.empty()) {
+    fmt::print(stderr, "tracrctl agents start: model: {} models given; a detached SERVER serves one: start one per "
+                       "model (--set model=ID)\n", cfg->model_list.size());
+    return 2;
+  }
   if (auto n = check_experiment_model(*cfg); !n) {
     fmt::print(stderr, "tracrctl agents start: {}\n", user_text(n.error()));
     return 2;

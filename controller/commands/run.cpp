@@ -116,10 +116,19 @@ void keep_cause(const std::string& db_path, int64_t run_id, const std::string& c
 
 namespace {
 
-// The split table of several runs (one per link profile and/or codec) side
-// by side: the median total per split of each run, its best split marked.
-void print_series_comparison(const std::string& db_path, const std::vector<int64_t>& runs, bool by_link,
-                             bool by_codec) {
+// A model as a run name shows it: a registry id as it is, a torchscript:
+// file by its name without directory and extension.
+std::string model_label(const std::string& model) {
+  static const std::string ts = "torchscript:";
+  if (model.rfind(ts, 0) != 0) return model;
+  return std::filesystem::path(model.substr(ts.size())).stem().string();
+}
+
+// The split table of several runs (one per model, link profile and/or
+// codec) side by side: the median total per split of each run, its best
+// split marked.
+void print_series_comparison(const std::string& db_path, const std::vector<int64_t>& runs, bool by_model,
+                             bool by_link, bool by_codec) {
   auto db = ResultsDb::open_readonly(db_path);
   if (!db) return;
   std::vector<std::string> names;
@@ -129,8 +138,15 @@ void print_series_comparison(const std::string& db_path, const std::vector<int64
   size_t width = 12;
   for (size_t i = 0; i < runs.size(); ++i) {
     auto r = db->get_run(runs[i]);
-    const std::string link = r && !r->link.empty() ? r->link : "-";
-    std::string n = !r ? "?" : by_link && by_codec ? link + "/" + r->codec : by_codec ? r->codec : link;
+    std::string n;
+    if (!r) n = "?";
+    else {
+      std::vector<std::string> parts;
+      if (by_model) parts.push_back(model_label(r->model));
+      if (by_link) parts.push_back(r->link.empty() ? "-" : r->link);
+      if (by_codec) parts.push_back(r->codec);
+      n = fmt::format("{}", fmt::join(parts, "/"));
+    }
     width = std::max(width, n.size() + 1);
     names.push_back(std::move(n));
     auto t = db->split_table(runs[i]);
@@ -147,7 +163,13 @@ void print_series_comparison(const std::string& db_path, const std::vector<int64
       }
     }
   }
-  const char* what = by_link && by_codec ? "link profile and codec" : by_codec ? "codec" : "link profile";
+  std::vector<std::string> axes;
+  if (by_model) axes.push_back("model");
+  if (by_link) axes.push_back("link profile");
+  if (by_codec) axes.push_back("codec");
+  const std::string what = axes.size() == 1 ? axes[0]
+                           : axes.size() == 2 ? axes[0] + " and " + axes[1]
+                                              : axes[0] + ", " + axes[1] + " and " + axes[2];
   fmt::print("\nmedian total ms per split and {} (runs", what);
   for (auto id : runs) fmt::print(" {}", id);
   fmt::print("); * = the run's best split\n{:>7}", "split");
@@ -164,18 +186,35 @@ void print_series_comparison(const std::string& db_path, const std::vector<int64
   }
 }
 
-// One run per link profile and codec of the experiment's lists, then the
-// table comparing them. A failure or an interruption ends the series.
+// One run per model, link profile and codec of the experiment's lists
+// (models outer, then links), then the table comparing them. Every model is
+// checked before the first run starts; a failure or an interruption ends
+// the series.
 int run_series(const RunOptions& ro, const ExperimentConfig& cfg) {
+  const std::vector<std::string> models = cfg.model_list.empty() ? std::vector<std::string>{cfg.model} : cfg.model_list;
   const std::vector<std::string> links = cfg.link.empty() ? std::vector<std::string>{""} : cfg.link;
   const std::vector<std::string> codecs =
       cfg.compression_list.empty() ? std::vector<std::string>{cfg.compression} : cfg.compression_list;
   RunOptions one_ro = ro;
   one_ro.codec_in_name = codecs.size() > 1;
+  one_ro.model_in_name = models.size() > 1;
+  if (models.size() > 1)
+    for (size_t i = 0; i < models.size(); ++i) {
+      ExperimentConfig one = cfg;
+      one.model = models[i];
+      one.model_list.clear();
+      if (auto n = check_experiment_model(one); !n) {
+        fmt::print(stderr, "tracrctl run: model[{}]: {}\n", i, user_text(n.error()));
+        return 2;
+      }
+    }
   std::vector<int64_t> runs;
+  for (const auto& model : models)
   for (const auto& name : links) {
     for (const auto& codec : codecs) {
       ExperimentConfig one = cfg;
+      one.model = model;
+      one.model_list.clear();
       if (!name.empty()) one.link = {name};
       one.compression_list.clear();
       one.compression = codec;
@@ -188,9 +227,11 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg) {
         }
         one.codec = *spec;
       }
-      if (name.empty()) fmt::print("\n== compression {}\n", codec);
-      else if (codecs.size() == 1) fmt::print("\n== link profile {}\n", name);
-      else fmt::print("\n== link profile {}, compression {}\n", name, codec);
+      std::vector<std::string> what;
+      if (models.size() > 1) what.push_back("model " + model);
+      if (!name.empty()) what.push_back("link profile " + name);
+      if (codecs.size() > 1 || (name.empty() && models.size() == 1)) what.push_back("compression " + codec);
+      fmt::print("\n== {}\n", fmt::join(what, ", "));
       std::fflush(stdout);
       int64_t id = 0;
       const int rc = run_loaded(one_ro, one, &id);
@@ -198,7 +239,7 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg) {
       if (rc != 0) return rc;
     }
   }
-  if (runs.size() > 1) print_series_comparison(cfg.output, runs, !links[0].empty(), codecs.size() > 1);
+  if (runs.size() > 1) print_series_comparison(cfg.output, runs, models.size() > 1, !links[0].empty(), codecs.size() > 1);
   return 0;
 }
 
@@ -216,6 +257,7 @@ int run_experiment(const RunOptions& ro) {
     cfg->record.layers = false;
     cfg->probe.enabled = true;
     cfg->compression_list.clear();  // a probe sends no frames: one per link is enough
+    cfg->model_list.clear();
     cfg->commands.clear();
     if (ro.in_process) {
       fmt::print(stderr, "tracrctl link probe: an in-process run has no link to probe\n");
@@ -226,9 +268,9 @@ int run_experiment(const RunOptions& ro) {
     fmt::print("{}", format_settings(*cfg));
     return 0;
   }
-  // Lists of link profiles and/or codecs: the experiment once under each
-  // link and codec (links outer), one run each.
-  if (cfg->link.size() > 1 || !cfg->compression_list.empty()) return run_series(ro, *cfg);
+  // Lists of models, link profiles and/or codecs: the experiment once with
+  // each model, under each link and codec (models outer, then links), one run each.
+  if (cfg->link.size() > 1 || !cfg->compression_list.empty() || !cfg->model_list.empty()) return run_series(ro, *cfg);
   return run_loaded(ro, *cfg, nullptr);
 }
 
@@ -296,6 +338,7 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
   info.link = link ? link->name : plinks.empty() ? "" : "devices-file";
   info.shaping = shaper ? shaper->shaping() : "";
   info.name = ro.probe_only ? cfg->name + " (link probe)" : cfg->name;
+  if (ro.model_in_name) info.name += "/" + model_label(cfg->model);
   if (link) info.name += "@" + link->name;
   if (ro.codec_in_name) info.name += "/" + cfg->compression;
   info.config_yaml = to_yaml(*cfg);

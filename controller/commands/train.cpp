@@ -197,6 +197,11 @@ int cmd_train(const TrainOptions& ro) {
     std::fputs(format_settings(cfg).c_str(), stdout);
     return 0;
   }
+  if (!cfg.model_list.empty()) {
+    fmt::print(stderr, "tracrctl train: model: {} models given; a list repeats `tracrctl run` once per model, "
+                       "training takes one\n", cfg.model_list.size());
+    return 2;
+  }
   if (!cfg.compression_list.empty()) {
     fmt::print(stderr, "tracrctl train: compression: {} codecs given; a list repeats `tracrctl run` once per codec, "
                        "training takes one\n", cfg.compression_list.size());

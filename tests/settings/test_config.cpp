@@ -615,7 +615,7 @@ TEST(ExperimentConfig, WrongTypesNameKeyAndExpectation) {
       {"model: alexnet\nkey_exchange: rsa\n",
        "exp.yaml:2:15: key_exchange: expected one of x25519 | none, got 'rsa'"},
       {"model: alexnet\ninflight: 100\n", "exp.yaml:2:11: inflight: expected an integer 1..64, got '100'"},
-      {"model: [alexnet]\n", "exp.yaml:1:8: model: expected a model id such as alexnet"},
+      {"model: {id: alexnet}\n", "exp.yaml:1:8: model: expected a model id such as alexnet"},
       {"model: alexnet\ninput_size: []\n",
        "exp.yaml:2:13: input_size: expected a positive int n up to 65536 (for [3, n, n]) or a list of 1 to 8 "
        "positive ints up to 65536 such as [C, H, W], [4] or [T, D] (or 1,28,28), got a list"},
@@ -735,6 +735,28 @@ TEST(ExperimentConfig, CompressionListKeepsEachCodecAndRefusesRepeats) {
       << bad.message;
   Error empty = experiment_error("model: alexnet\ncompression: []\n");
   EXPECT_NE(empty.message.find("compression: an empty list"), std::string::npos) << empty.message;
+}
+
+TEST(ExperimentConfig, ModelListKeepsEachModelAndRefusesRepeatsAndOneWeightsFile) {
+  auto ok = parse_experiment("model: [alexnet, resnet18]\n", "exp.yaml", false);
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  EXPECT_EQ(ok->model_list, (std::vector<std::string>{"alexnet", "resnet18"}));
+  EXPECT_EQ(ok->model, "alexnet");  // the first, until the series sets each
+  EXPECT_NE(format_settings(*ok).find("[alexnet, resnet18]"), std::string::npos) << format_settings(*ok);
+  auto single = parse_experiment("model: [vgg11]\n", "exp.yaml", false);
+  ASSERT_TRUE(single.ok());
+  EXPECT_TRUE(single->model_list.empty());
+  EXPECT_EQ(single->model, "vgg11");
+  Error twice = experiment_error("model: [alexnet, resnet18, alexnet]\n");
+  EXPECT_NE(twice.message.find("exp.yaml:1:28: model[2]: model 'alexnet' is listed twice"), std::string::npos)
+      << twice.message;
+  Error empty = experiment_error("model: []\n");
+  EXPECT_NE(empty.message.find("model: an empty list"), std::string::npos) << empty.message;
+  Error blank = experiment_error("model: [alexnet, '']\n");
+  EXPECT_NE(blank.message.find("model[1]"), std::string::npos) << blank.message;
+  Error weights = experiment_error("model: [alexnet, resnet18]\nweights: w.pth\n");
+  EXPECT_NE(weights.message.find("weights: one weights file for a list of 2 models"), std::string::npos)
+      << weights.message;
 }
 
 TEST(ExperimentConfig, MissingFileIsIoError) {

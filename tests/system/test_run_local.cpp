@@ -122,6 +122,38 @@ TEST(RunLocal, APipedRunSaysWhatItDoesBeforeItsFirstFrame) {
   EXPECT_EQ(r.out.find("\r"), std::string::npos) << "no carriage returns when piped";
 }
 
+// A list of models runs the experiment once per model, models outer, each
+// run named after its model, then one table (#20: a second model needed a
+// second experiment file). Every model is checked before the first starts.
+TEST(RunLocal, AModelListTimesACodecListIsOneRunEachAndOneTable) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n");
+  y.replace(y.find("model: alexnet"), 14, "model: [alexnet, resnet18]");
+  y.replace(y.find("split: all"), 10, "split: [0, 5]");
+  y.replace(y.find("compression: blosc-lz4"), 22, "compression: [none, fp16]");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select group_concat(name || ' ' || model || ' ' || codec, ',') from runs order by id"),
+            "system/alexnet/none alexnet none,system/alexnet/fp16 alexnet fp16,system/resnet18/none resnet18 none,"
+            "system/resnet18/fp16 resnet18 fp16");
+  EXPECT_EQ(query(db, "select count(*) from frames where ok = 0"), "0");
+  EXPECT_EQ(query(db, "select count(distinct run_id) from frames"), "4");
+  EXPECT_NE(r.out.find("== model resnet18, compression fp16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("median total ms per split and model and codec (runs 1 2 3 4)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("resnet18/fp16"), std::string::npos) << r.out;
+  // A split that one model lacks is refused before anything runs, naming the model.
+  const std::string db2 = (d.path / "r2.db").string();
+  std::string bad = small_experiment(db2, "probe:\n  enabled: false\n");
+  bad.replace(bad.find("model: alexnet"), 14, "model: [resnet18, alexnet]");
+  bad.replace(bad.find("split: all"), 10, "split: [0, 30]");
+  auto refused = sh(tracrctl() + " run " + d.file("bad.yaml", bad) + " --no-progress");
+  EXPECT_EQ(refused.status, 2) << refused.out;
+  EXPECT_NE(refused.out.find("model[1]: "), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("split point 30 is beyond model 'alexnet'"), std::string::npos) << refused.out;
+  EXPECT_FALSE(std::filesystem::exists(db2)) << "nothing started, so no database";
+}
+
 TEST(RunLocal, InProcessMatchesNetworkedNumerics) {
   TempDir d;
   const std::string db = (d.path / "r.db").string();

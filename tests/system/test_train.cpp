@@ -231,6 +231,11 @@ TEST(Train, LayoutMistakesAreRefusedBeforeAnyAgentStarts) {
                    " --set 'compression=[none, fp16]' --no-progress");
   EXPECT_EQ(codecs.status, 2) << codecs.out;
   EXPECT_NE(codecs.out.find("compression: 2 codecs given"), std::string::npos) << codecs.out;
+  // So is a list of models.
+  auto models = sh(tracrctl() + " train " + d.file("d.yaml", train_yaml(d, "")) +
+                   " --set 'model=[fmnist_cnn, alexnet]' --no-progress");
+  EXPECT_EQ(models.status, 2) << models.out;
+  EXPECT_NE(models.out.find("model: 2 models given"), std::string::npos) << models.out;
   EXPECT_EQ(query(db, "select count(*) from runs"), "") << "no run row for a refused layout";
 }
 
