@@ -669,7 +669,8 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
     if (auto st = rec.on_message(server.name, "SERVER", ready); !st) fail(st.error().message);
   } else if (!ro.in_process) {
     if (ro.progress)
-      draw_phase(fmt::format("starting the SERVER agent on {} (it loads the model and profiles it first)", server.name),
+      draw_phase(fmt::format("starting the SERVER agent on {} (it loads the model{} first)", server.name,
+                             cfg->record.layers ? " and profiles it" : ""),
                  tty);
     st = launch(server, "SERVER", {"--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)});
     if (!st) fail("SERVER " + server.name + ": " + st.error().str());
@@ -703,8 +704,8 @@ int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_ou
       part_args.push_back(std::move(args));
     }
     if (ro.progress)
-      draw_phase(fmt::format("starting {} PARTICIPANT agent{} (model, profiles, link probe)", parts.size(),
-                             parts.size() == 1 ? "" : "s"),
+      draw_phase(fmt::format("starting {} PARTICIPANT agent{} (model{}{})", parts.size(), parts.size() == 1 ? "" : "s",
+                             cfg->record.layers ? ", profiles" : "", cfg->probe.enabled ? ", link probe" : ""),
                  tty);
     auto launched = launch_concurrently(parts.size(), [&](size_t i) {
       return start(*parts[i], "PARTICIPANT", part_args[i]);
