@@ -192,7 +192,12 @@ TEST(LinkProfiles, DevicesFileProfileWithDelayInTheAgent) {
   std::printf("devices-file profile 8 Mbit/s + 20 ms in the agent: probe rtt min %.2f ms, up %.2f Mbit/s\n", rtt_ms,
               up);
   EXPECT_GE(rtt_ms, 40.0);  // both ways held 20 ms: a floor, whatever the machine's speed
-  EXPECT_NEAR(up, 8, 0.8);
+  // The rate is a ceiling whatever the load; below it the user-space relay
+  // and the probe's window on a loaded 2-core machine decide (6.69 Mbit/s
+  // once in CI, beside the traced-model tests), so the floor only catches a
+  // wrong rate.
+  EXPECT_LE(up, 8 * 1.1);
+  EXPECT_GE(up, 8 * 0.5);
   // Frames at split 0 (the input crosses the link) took at least the round trip.
   EXPECT_GE(std::stod(query(db, "select min(network_ns) from frames where split = 0")) / 1e6, 40.0);
   EXPECT_NE(root_qdisc(net, true).find("noqueue"), std::string::npos) << root_qdisc(net, true);
