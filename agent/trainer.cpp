@@ -684,7 +684,9 @@ Status Owner::run() {
                          {"up_bytes", std::to_string(bytes.up_wire)},
                          {"down_bytes", std::to_string(bytes.down_wire)},
                          {"up_raw", std::to_string(bytes.up_raw)},
-                         {"down_raw", std::to_string(bytes.down_raw)}});
+                         {"down_raw", std::to_string(bytes.down_raw)},
+                         // The steps this owner will take in all: the controller's progress, not a column.
+                         {"total", std::to_string(limit)}});
       if (turn_left == 0 && o_.owners > 1) ctl_.send("TURN", {{"owner", std::to_string(o_.owner_index)}, {"state", "done"}});
       if (o_.owners == 1 && cfg_.train.checkpoint_steps > 0 && step % cfg_.train.checkpoint_steps == 0 &&
           step % per_epoch != 0 && step < limit)

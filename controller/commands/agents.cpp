@@ -7,7 +7,7 @@
 
 #include "controller/commands/run.hpp"
 #include "controller/session/agent_config.hpp"
-#include "controller/session/model_check.hpp"
+#include "controller/session/prelude.hpp"
 #include "core/user_error.hpp"
 #include "fleet/deploy.hpp"
 #include "fleet/detached.hpp"
@@ -25,9 +25,121 @@ using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by thei
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// One detached SERVER being started: what it is started with, and what is
+// known of it so far (written to its state file once it is READY).
+struct DetachedStart {
+  const DeviceConfig& server;
+  const SessionPrelude& pre;
+  std::vector<uint8_t> secret;
+  std::string secret_hex;
+  ExperimentConfig experiment;    // without layer profiling: it serves many runs
+  std::vector<std::string> args;  // after the agent's path
+  bool trust = false;
+  DetachedServer d;
+};
+
+// A local agent: its secret and experiment in files beside its state,
+// started in its own session, READY read from its log.
+Result<agent::ControlMsg> start_local(DetachedStart& st, const std::string& state) {
+  const DeviceConfig& server = st.server;
+  const std::string dir = fs::path(state).parent_path().string();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string secret_file = dir + "/" + server.name + ".secret";
+  const std::string exp_file = dir + "/" + server.name + ".experiment.yaml";
+  for (const auto& [file, text] : {std::pair{secret_file, fleet::agent_secret_line(st.secret_hex)},
+                                   std::pair{exp_file, agent_config_yaml(st.experiment)}})
+    if (auto w = write_owner_only(file, text); !w) return w.error();
+  st.d.log = dir + "/" + server.name + ".log";
+  std::vector<std::string> argv = netns_exec_argv(server.netns);
+  argv.push_back(st.pre.agent_path);
+  argv.insert(argv.end(), st.args.begin(), st.args.end());
+  argv.insert(argv.end(), {"--experiment", exp_file, "--secret-file", secret_file});
+  auto pid = spawn_detached(argv, st.d.log, {"OMP_WAIT_POLICY=PASSIVE"});
+  if (!pid) return pid.error();
+  st.d.pid = *pid;
+  st.d.start_ticks = process_start_ticks(st.d.pid);
+  auto ready = wait_ready_in_log([&]() -> Result<std::string> { return read_local(st.d.log); }, st.secret, 600000);
+  if (!ready) return make_error(ready.error().code, server.name + ": " + user_text(ready.error()));
+  return ready;
+}
+
+// Writes `text` to a file only its owner can read, on the device.
+Status write_remote(SshSession& s, const std::string& device, const std::string& path, const std::string& text,
+                    const std::string& what) {
+  auto w = s.run("umask 077 && cat > " + shell_quote(path), text);
+  if (!w || w->exit_status != 0) return make_error(Errc::io, fmt::format("device {}: cannot write the {}", device, what));
+  return {};
+}
+
+// Over SSH: the agent deployed, the files a SERVER reads staged, its secret
+// and experiment written beside it, started with setsid, READY read from
+// its log on the device.
+Result<agent::ControlMsg> start_remote(DetachedStart& st) {
+  const DeviceConfig& server = st.server;
+  const std::string dev = "device " + server.name;
+  auto s = SshSession::connect(device_ssh_target(server, st.pre.devices.source, st.trust));
+  if (!s) return make_error(s.error().code, dev + ": " + user_text(s.error()));
+  auto dep = deploy_agent(**s, st.pre.agent_path, server.work_dir);
+  if (!dep) return make_error(dep.error().code, dev + ": deploy: " + user_text(dep.error()));
+  auto missing = remote_missing_libraries(**s, dep->remote_path);
+  if (missing && !missing->empty())
+    return make_error(Errc::not_found, missing_libraries_message(dev, dep->remote_path, *missing));
+  // The files a SERVER reads (model, weights): at the device's paths.
+  const ExperimentConfig abs_cfg = agent_experiment(st.experiment);
+  auto staged = stage_files(**s, server, agent_files(abs_cfg, "SERVER"));
+  if (!staged) return staged.error();
+  for (const auto& f : *staged) fmt::print("{}: {}\n", server.name, f.describe());
+  const std::string dir = dep->remote_path.substr(0, dep->remote_path.rfind('/') + 1);
+  const std::string secret_file = dir + server.name + ".secret";
+  const std::string exp_file = dir + server.name + ".experiment.yaml";
+  st.d.log = dir + server.name + "-detached.log";
+  TRACR_TRY(write_remote(**s, server.name, secret_file, fleet::agent_secret_line(st.secret_hex), "secret file"));
+  TRACR_TRY(write_remote(**s, server.name, exp_file, to_yaml(with_device_paths(abs_cfg, *staged)), "experiment file"));
+  std::string cmd = "setsid nohup " + shell_quote(dep->remote_path);
+  for (const auto& x : st.args) cmd += " " + shell_quote(x);
+  cmd += " --experiment " + shell_quote(exp_file) + " --secret-file " + shell_quote(secret_file) + " > " +
+         shell_quote(st.d.log) + " 2>&1 < /dev/null & p=$!; echo $p; " + start_ticks_shell("$p");
+  auto r = (*s)->run(cmd);
+  if (!r || r->exit_status != 0)
+    return make_error(Errc::remote, fmt::format("{}: cannot start the agent: {}", dev, r ? r->err : user_text(r.error())));
+  st.d.pid = std::atol(r->out.c_str());
+  if (const auto nl = r->out.find('\n'); nl != std::string::npos) st.d.start_ticks = std::atoll(r->out.c_str() + nl + 1);
+  auto ready = wait_ready_in_log([&]() { return (*s)->read_file_tail(st.d.log, 1u << 20); }, st.secret, 600000);
+  if (!ready) return make_error(ready.error().code, server.name + ": " + user_text(ready.error()));
+  return ready;
+}
+
+// The READY agent's state file, where `agents stop` finds it.
+int record_detached(DetachedStart& st, const agent::ControlMsg& ready, const std::string& state,
+                    const std::string& model) {
+  const DeviceConfig& server = st.server;
+  st.d.endpoint = ready.get_or("endpoint", "");
+  if (server.transport != Transport::local) st.d.endpoint = reachable_endpoint(st.d.endpoint, server.connection().host);
+  st.d.ready = ready.fields;
+  st.d.secret_hex = st.secret_hex;
+  if (!st.pre.devices.embedded)
+    st.d.devices_file = fs::absolute(st.pre.devices.source).lexically_normal().string();
+  if (auto w = write_detached(state, st.d); !w) {
+    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(w.error()));
+    return 1;
+  }
+  // `agents stop` finds it wherever the experiment's output is (#24).
+  const std::string dir = fs::path(state).parent_path().string();
+  if (auto w = remember_detached_dir(dir); !w)
+    fmt::print(stderr, "tracrctl agents start: warning: {}; `tracrctl agents stop --state-dir {}` will still stop it\n",
+               user_text(w.error()), dir);
+  fmt::print("SERVER agent on {} running detached: pid {}, {}, serving {}; runs of this model reuse it until "
+             "`tracrctl agents stop`\n",
+             server.name, st.d.pid, st.d.endpoint, model);
+  return 0;
+}
+
+}  // namespace
+
 int cmd_agents_start(const RunOptions& opt) {
-  const bool trust = opt.trust_new_hosts;
-  const std::string agent_path = opt.agent_path.empty() ? self_dir() + "/tracr-agent" : opt.agent_path;
   auto cfg = load_experiment(opt.experiment, opt.sets);
   if (!cfg) {
     fmt::print(stderr, "tracrctl agents start: {}\n", user_text(cfg.error()));
@@ -38,16 +150,10 @@ int cmd_agents_start(const RunOptions& opt) {
                        "model (--set model=ID)\n", cfg->model_list.size());
     return 2;
   }
-  if (auto n = check_experiment_model(*cfg); !n) {
-    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(n.error()));
-    return 2;
-  }
-  auto devices = load_experiment_devices(*cfg);
-  if (!devices) {
-    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(devices.error()));
-    return 2;
-  }
-  const DeviceConfig& server = devices->server();
+  // The same checks as run's before anything starts.
+  SessionPrelude pre;
+  if (auto s = check_session(*cfg, "agents start", RoleCheck::inference, opt.agent_path, pre); !s) return *s.exit_code;
+  const DeviceConfig& server = pre.devices.server();
   const std::string state = detached_state_path(cfg->output, server.name);
   if (auto old = read_detached(state);
       old && (old->transport != "local" || process_alive(old->pid, old->start_ticks))) {
@@ -55,129 +161,21 @@ int cmd_agents_start(const RunOptions& opt) {
                old->endpoint);
     return old->identity == server_identity(*cfg) ? 0 : 1;
   }
-  std::vector<uint8_t> secret(32);
-  if (auto rb = protocol::random_bytes(secret.data(), secret.size()); !rb) {
-    // A predictable session secret would authenticate nothing.
-    fmt::print(stderr, "tracrctl agents start: cannot draw the session secret: {}\n", user_text(rb.error()));
-    return 1;
-  }
-  const std::string secret_hex = protocol::to_hex(secret.data(), secret.size());
-  // The detached agent reads the effective experiment from a file beside its
-  // secret (no layer profiling: it serves many runs).
-  ExperimentConfig no_profile = *cfg;
-  no_profile.record.layers = false;
-  std::string config_yaml = agent_config_yaml(no_profile);
-  std::vector<std::string> a = {"--role", "SERVER", "--bind",
-                                fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)};
-  for (const auto& x : device_limit_args(server)) a.push_back(x);
-
-  DetachedServer d;
-  d.device = server.name;
-  d.transport = std::string(transport_name(server.transport));
-  d.identity = server_identity(*cfg);
-  Result<agent::ControlMsg> ready = make_error(Errc::internal, "");
-  if (server.transport == Transport::local) {
-    const std::string dir = fs::path(state).parent_path().string();
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    const std::string secret_file = dir + "/" + server.name + ".secret";
-    const std::string exp_file = dir + "/" + server.name + ".experiment.yaml";
-    for (const auto& [file, text] : {std::pair{secret_file, fleet::agent_secret_line(secret_hex)}, std::pair{exp_file, config_yaml}})
-      if (auto w = write_owner_only(file, text); !w) {
-        fmt::print(stderr, "tracrctl agents start: {}\n", user_text(w.error()));
-        return 1;
-      }
-    a.insert(a.end(), {"--experiment", exp_file});
-    d.log = dir + "/" + server.name + ".log";
-    std::vector<std::string> argv = netns_exec_argv(server.netns);
-    argv.push_back(agent_path);
-    argv.insert(argv.end(), a.begin(), a.end());
-    argv.insert(argv.end(), {"--secret-file", secret_file});
-    auto pid = spawn_detached(argv, d.log, {"OMP_WAIT_POLICY=PASSIVE"});
-    if (!pid) {
-      fmt::print(stderr, "tracrctl agents start: {}\n", user_text(pid.error()));
-      return 1;
-    }
-    d.pid = *pid;
-    d.start_ticks = process_start_ticks(d.pid);
-    ready = wait_ready_in_log([&]() -> Result<std::string> { return read_local(d.log); }, secret, 600000);
-  } else {
-    auto s = SshSession::connect(device_ssh_target(server, devices->source, trust));
-    if (!s) {
-      fmt::print(stderr, "tracrctl agents start: device {}: {}\n", server.name, user_text(s.error()));
-      return 1;
-    }
-    auto dep = deploy_agent(**s, agent_path, server.work_dir);
-    if (!dep) {
-      fmt::print(stderr, "tracrctl agents start: device {}: deploy: {}\n", server.name, user_text(dep.error()));
-      return 1;
-    }
-    auto missing = remote_missing_libraries(**s, dep->remote_path);
-    if (missing && !missing->empty()) {
-      fmt::print(stderr, "tracrctl agents start: {}\n",
-                 missing_libraries_message("device " + server.name, dep->remote_path, *missing));
-      return 1;
-    }
-    // The files a SERVER reads (model, weights): at the device's paths.
-    const ExperimentConfig abs_cfg = agent_experiment(no_profile);
-    auto staged = stage_files(**s, server, agent_files(abs_cfg, "SERVER"));
-    if (!staged) {
-      fmt::print(stderr, "tracrctl agents start: {}\n", user_text(staged.error()));
-      return 1;
-    }
-    for (const auto& f : *staged) fmt::print("{}: {}\n", server.name, f.describe());
-    config_yaml = to_yaml(with_device_paths(abs_cfg, *staged));
-    const std::string dir = dep->remote_path.substr(0, dep->remote_path.rfind('/') + 1);
-    const std::string secret_file = dir + server.name + ".secret";
-    d.log = dir + server.name + "-detached.log";
-    auto w = (*s)->run("umask 077 && cat > " + shell_quote(secret_file), fleet::agent_secret_line(secret_hex));
-    if (!w || w->exit_status != 0) {
-      fmt::print(stderr, "tracrctl agents start: device {}: cannot write the secret file\n", server.name);
-      return 1;
-    }
-    const std::string exp_file = dir + server.name + ".experiment.yaml";
-    auto we = (*s)->run("umask 077 && cat > " + shell_quote(exp_file), config_yaml);
-    if (!we || we->exit_status != 0) {
-      fmt::print(stderr, "tracrctl agents start: device {}: cannot write the experiment file\n", server.name);
-      return 1;
-    }
-    a.insert(a.end(), {"--experiment", exp_file});
-    std::string cmd = "setsid nohup " + shell_quote(dep->remote_path);
-    for (const auto& x : a) cmd += " " + shell_quote(x);
-    cmd += " --secret-file " + shell_quote(secret_file) + " > " + shell_quote(d.log) + " 2>&1 < /dev/null & p=$!; echo $p; " +
-           start_ticks_shell("$p");
-    auto r = (*s)->run(cmd);
-    if (!r || r->exit_status != 0) {
-      fmt::print(stderr, "tracrctl agents start: device {}: cannot start the agent: {}\n", server.name,
-                 r ? r->err : user_text(r.error()));
-      return 1;
-    }
-    d.pid = std::atol(r->out.c_str());
-    if (const auto nl = r->out.find('\n'); nl != std::string::npos) d.start_ticks = std::atoll(r->out.c_str() + nl + 1);
-    ready = wait_ready_in_log([&]() { return (*s)->read_file_tail(d.log, 1u << 20); }, secret, 600000);
-  }
+  DetachedStart st{server, pre, {}, {}, *cfg, {}, opt.trust_new_hosts, {}};
+  if (auto s = draw_session_secret("agents start", st.secret); !s) return *s.exit_code;
+  st.secret_hex = protocol::to_hex(st.secret.data(), st.secret.size());
+  st.experiment.record.layers = false;
+  st.args = {"--role", "SERVER", "--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)};
+  for (const auto& x : device_limit_args(server)) st.args.push_back(x);
+  st.d.device = server.name;
+  st.d.transport = std::string(transport_name(server.transport));
+  st.d.identity = server_identity(*cfg);
+  auto ready = server.transport == Transport::local ? start_local(st, state) : start_remote(st);
   if (!ready) {
-    fmt::print(stderr, "tracrctl agents start: {}: {}\n", server.name, user_text(ready.error()));
+    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(ready.error()));
     return 1;
   }
-  d.endpoint = ready->get_or("endpoint", "");
-  if (server.transport != Transport::local) d.endpoint = reachable_endpoint(d.endpoint, server.connection().host);
-  d.ready = ready->fields;
-  d.secret_hex = secret_hex;
-  if (!devices->embedded) d.devices_file = std::filesystem::absolute(devices->source).lexically_normal().string();
-  if (auto st = write_detached(state, d); !st) {
-    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(st.error()));
-    return 1;
-  }
-  // `agents stop` finds it wherever the experiment's output is (#24).
-  if (auto st = remember_detached_dir(std::filesystem::path(state).parent_path().string()); !st)
-    fmt::print(stderr,
-               "tracrctl agents start: warning: {}; `tracrctl agents stop --state-dir {}` will still stop it\n",
-               user_text(st.error()), std::filesystem::path(state).parent_path().string());
-  fmt::print("SERVER agent on {} running detached: pid {}, {}, serving {}; runs of this model reuse it until "
-             "`tracrctl agents stop`\n",
-             server.name, d.pid, d.endpoint, cfg->model);
-  return 0;
+  return record_detached(st, *ready, state, cfg->model);
 }
 
 }  // namespace tracr::controller

@@ -36,6 +36,8 @@
 #include "controller/session/model_check.hpp"
 #include "controller/session/liveness.hpp"
 #include "controller/session/run_row.hpp"
+#include "controller/session/agent_set.hpp"
+#include "controller/session/prelude.hpp"
 #include "fleet/process.hpp"
 #include "store/recorder.hpp"
 #include "store/results.hpp"
@@ -59,10 +61,6 @@ using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
 namespace {
-
-// The signal that ends the run (0: none yet).
-int g_signal_now() { return SignalCatcher::signal(); }
-
 
 // What the run is doing before its first frame (deploying, loading,
 // profiling can take minutes): one line each when stderr is not a terminal,
@@ -92,24 +90,6 @@ void draw_progress(int64_t done, int64_t total, int split, Clock::time_point t0,
     fmt::print(stderr, "  progress: {}/{} frames ({}%), split {}, {:.0f}s{}\n", done, total, pct, split, secs, eta);
   }
   last_pct = pct;
-}
-
-// Writes the cause of a run that could not be finished in its database
-// beside it, for the next open's interruption reason; stderr always.
-// The note is created with its space reserved when the run starts, so that it
-// can still be written in place when the disk is full.
-constexpr size_t kNoteBytes = 4096;
-void reserve_cause_note(const std::string& db_path, int64_t run_id) {
-  std::ofstream f(failure_note_path(db_path, run_id), std::ios::trunc);
-  if (f) f << std::string(kNoteBytes, ' ');
-}
-void keep_cause(const std::string& db_path, int64_t run_id, const std::string& cause) {
-  fmt::print(stderr, "tracrctl run: run {} could not be finished in {}: {}\n", run_id, db_path, cause);
-  std::string text = cause.substr(0, kNoteBytes - 1) + "\n";
-  if (std::FILE* f = std::fopen(failure_note_path(db_path, run_id).c_str(), "r+")) {  // in place, no truncation
-    std::fwrite(text.data(), 1, text.size(), f);
-    std::fclose(f);
-  }
 }
 
 }  // namespace
@@ -274,541 +254,441 @@ int run_experiment(const RunOptions& ro) {
   return run_loaded(ro, *cfg, nullptr);
 }
 
-int run_loaded(const RunOptions& ro, ExperimentConfig cfg_value, int64_t* run_out) {
-  ExperimentConfig* cfg = &cfg_value;
-  if (auto st = check_experiment_files(*cfg); !st) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(st.error()));
-    return 2;
-  }
-  // Model, input shape and split points: before any agent starts or any row is written.
-  if (auto n = check_experiment_model(*cfg); !n) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(n.error()));
-    return 2;
-  }
-  auto devices = load_experiment_devices(*cfg);
-  if (!devices) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(devices.error()));
-    return 2;
-  }
-  const std::string agent_path = ro.agent_path.empty() ? self_dir() + "/tracr-agent" : ro.agent_path;
-  if (auto st = check_device_agents(*devices); !st) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(st.error()));
-    return 2;
-  }
-  if (access(agent_path.c_str(), X_OK) != 0) {
-    fmt::print(stderr, "tracrctl run: cannot find tracr-agent at {} (pass --agent PATH)\n", agent_path);
-    return 2;
-  }
-  auto db = ResultsDb::open(cfg->output);
-  if (!db) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(db.error()));
-    return 1;
-  }
-  // The link profile: shaping left by a controller that died is removed
-  // first, then this run's is applied (and removed however the run ends).
-  const std::string shaping_dir = (fs::path(cfg->output).parent_path() / "shaping").string();
-  for (const auto& line : sweep_stale_shaping(shaping_dir, *devices, ro.trust_new_hosts))
-    fmt::print(stderr, "tracrctl run: {}\n", line);
-  std::optional<settings::LinkSpec> link;
-  if (!cfg->link.empty()) {
-    auto l = resolve_link(*cfg, cfg->link[0]);
-    if (!l) {
-      fmt::print(stderr, "tracrctl run: {}\n", user_text(l.error()));
-      return 2;
-    }
-    link = *l;
-  }
-  // The experiment's profile, or else each participant's link_profile from the devices file.
-  const auto plinks = participant_links(link, *devices);
-  std::unique_ptr<LinkShaper> shaper;
-  if (!plinks.empty()) {
-    ShapingContext sctx;
-    sctx.state_dir = shaping_dir;
-    sctx.devices_file = devices->source;
-    sctx.trust_new_hosts = ro.trust_new_hosts;
-    sctx.agent_delay = cfg->link_delay == "agent";
-    auto sh = LinkShaper::apply(devices->server(), plinks, sctx);
-    if (!sh) {
-      fmt::print(stderr, "tracrctl run: {}\n", user_text(sh.error()));
-      return 2;
-    }
-    shaper = std::move(*sh);
-  }
-  RunInfo info;
-  info.link = link ? link->name : plinks.empty() ? "" : "devices-file";
-  info.shaping = shaper ? shaper->shaping() : "";
-  info.name = ro.probe_only ? cfg->name + " (link probe)" : cfg->name;
-  if (ro.model_in_name) info.name += "/" + model_label(cfg->model);
-  if (link) info.name += "@" + link->name;
-  if (ro.codec_in_name) info.name += "/" + cfg->compression;
-  info.config_yaml = to_yaml(*cfg);
-  info.tracr_version = agent::kAgentVersion;
-  info.protocol_version = static_cast<int>(protocol::kVersion);
-  info.model = cfg->model;
-  info.codec = cfg->compression;
-  info.cipher = cfg->encryption ? "aes-256-gcm" : "none";
-  info.devices_json = devices->to_json();
-  auto run_id = db->begin_run(info);
-  if (!run_id) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(run_id.error()));
-    return 1;
-  }
-  if (run_out) *run_out = *run_id;
-  // Whatever ends this function (an exception included), the run row is finished.
-  RunRowGuard row(*db, *run_id, "run");
-  reserve_cause_note(cfg->output, *run_id);
-  fmt::print("run {} '{}': model {}, codec {}, cipher {}, devices {}{}{}\n", *run_id, info.name, cfg->model,
-             cfg->compression, info.cipher, devices->source, ro.in_process ? " (in-process)" : "",
-             info.link.empty() ? "" : fmt::format(", link {} ({})", info.link, info.shaping));
-  std::fflush(stdout);  // before the progress lines on stderr
+namespace {
 
-  // SIGINT, SIGTERM and SIGHUP all end the run the same clean way.
-  SignalCatcher signals;
+// One run, from its checks to its tables: the prelude, the link profile,
+// the run row, the agents (the SERVER first, then every PARTICIPANT at
+// once), the session loop with scheduled commands and adaptive re-planning,
+// the outcome, then the tables and the plan read back from the database.
+class RunSession {
+ public:
+  RunSession(const RunOptions& ro, ExperimentConfig& cfg) : ro_(ro), cfg_(cfg) {}
+  int run(int64_t* run_out);
 
-  // A SERVER agent started earlier with `tracrctl agents start` for this
-  // model is reused (its session secret keys the whole run).
-  const DeviceConfig& server = devices->server();
-  std::optional<DetachedServer> detached;
-  std::unique_ptr<DetachedWatch> detached_watch;  // is it still there? (#24)
-  if (!ro.in_process) {
-    auto d = read_detached(detached_state_path(cfg->output, server.name));
-    if (d && d->identity == server_identity(*cfg)) {
-      const bool alive = d->transport != "local" || process_alive(d->pid, d->start_ticks);
-      if (alive) detached = *d;
-    }
-  }
-  std::vector<uint8_t> secret(32);
-  if (auto rb = protocol::random_bytes(secret.data(), secret.size()); !rb) {
-    // A predictable session secret would authenticate nothing.
-    fmt::print(stderr, "tracrctl run: cannot draw the session secret: {}\n", user_text(rb.error()));
-    return 1;
-  }
-  if (detached) {
-    auto sb = protocol::from_hex(detached->secret_hex);
-    if (sb) secret = *sb;
-  }
-  const std::string log_dir = (fs::path(cfg->output).parent_path() / "logs").string();
-  auto stamp = new_run_stamp();
-  if (!stamp) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(stamp.error()));
-    return 1;
-  }
-  const std::string run_stamp = *stamp;
+ private:
+  SessionStep prepare();
+  SessionStep shape_link();
+  SessionStep open_row();
+  SessionStep connect();
+  Result<std::unique_ptr<AgentConn>> start(const DeviceConfig& dev, const std::string& role,
+                                           std::vector<std::string> args);
+  void start_server();
+  std::vector<std::string> participant_args(const DeviceConfig& p) const;
+  void start_participants();
+  void on_line(size_t i, const ControlMsg& m);
+  bool spare(size_t i, const std::string& why);
+  void send_cmd(size_t i, std::map<std::string, std::string> fields, const std::string& what);
+  void adapt(size_t i);
+  void schedule();
+  int finish();
+  int report();
 
-  Recorder rec(*db, *run_id, cfg->record.frames, cfg->record.layers);
-  rec.set_link(info.link, info.shaping);
-  rec.set_server(devices->server().name);
-  if (shaper) rec.event("info", "link_shaped", fmt::format("link {}: {}", info.link, info.shaping));
-  // Every agent gets the effective experiment and parses it with the same code.
-  const std::string config_yaml = agent_config_yaml(*cfg);
-  std::vector<std::unique_ptr<AgentConn>> agents;
-  std::string failure;
-  auto fail = [&](const std::string& why) {
-    if (failure.empty()) failure = why;
-  };
-  const ExperimentConfig agent_cfg = agent_experiment(*cfg);
-  // Starts one agent; touches nothing shared, so participants start concurrently.
-  auto start = [&](const DeviceConfig& dev, const std::string& role,
-                   std::vector<std::string> args) -> Result<std::unique_ptr<AgentConn>> {
-    LaunchSpec ls;
-    ls.device = &dev;
-    ls.role = role;
-    ls.args = std::move(args);
-    ls.agent_path = device_agent_path(dev, agent_path);
-    ls.secret = secret;
-    ls.log_dir = log_dir.empty() ? "." : log_dir;
-    // Unique per run across databases and controllers (run ids repeat per database).
-    ls.log_name = fmt::format("run-{}-{}-{}.log", run_stamp, *run_id, dev.name);
-    ls.devices_file = devices->source;
-    ls.trust_new_hosts = ro.trust_new_hosts;
-    ls.config_yaml = config_yaml;
-    ls.experiment = &agent_cfg;
-    ls.heartbeat_timeout_ms = cfg->heartbeat_timeout_ms;
-    return launch_agent(ls);
-  };
-  // Records a started agent (its files staged on the device first) and keeps it.
-  auto adopt = [&](std::unique_ptr<AgentConn> conn, const std::string& when) {
-    const DeviceConfig& dev = conn->device();
-    for (const auto& f : conn->staged()) rec.event("info", "file_staged", f.describe(), dev.name);
-    rec.event("info", "agent_started",
-              fmt::format("{} {} ({}, pid {}){}", conn->role(), dev.name, transport_name(dev.transport),
-                          conn->proc().pid(), when),
-              dev.name);
-    agents.push_back(std::move(conn));
-  };
-  auto launch = [&](const DeviceConfig& dev, const std::string& role, std::vector<std::string> args) -> Status {
-    auto conn = start(dev, role, std::move(args));
-    if (!conn) return std::move(conn.error());
-    adopt(std::move(*conn), "");
-    return {};
-  };
-
-  int64_t frames_total = 0, frames_done = 0;
-  const bool tty = ro.progress && isatty(2);
-  std::set<std::string> phases_seen;  // "device KIND" whose phase line was drawn
-  const auto t0 = Clock::now();
-  std::string server_endpoint;
-  EventPump pump(agents);
-  AgentLiveness liveness(cfg->heartbeat_timeout_ms);
-  std::map<size_t, bool> finished;
-  bool stopping = false;  // STOP sent after a signal: wait for the participants' last frames
-
-  // on_participant_loss: continue (#24): a PARTICIPANT that dies or goes
-  // silent while another still runs is recorded and left behind; the run
-  // goes on with the others. Returns whether it was (else the run fails).
-  std::vector<std::string> lost_participants;
-  auto spare = [&](size_t i, const std::string& why) {
-    if (cfg->on_participant_loss != "continue" || agents[i]->role() != "PARTICIPANT") return false;
-    bool others = false;
-    for (size_t j = 0; j < agents.size(); ++j)
-      if (j != i && agents[j]->role() == "PARTICIPANT" && !finished[j] && !liveness.declared_lost(j)) others = true;
-    if (!others) return false;
-    const std::string& dev = agents[i]->device().name;
-    rec.event("warn", "participant_lost", why + "; the other participants go on (on_participant_loss: continue)", dev);
-    lost_participants.push_back(dev + " after " + std::to_string(rec.timed_frames(dev)) + " timed frames (" + why + ")");
-    finished[i] = true;
-    return true;
-  };
-  auto handle = [&](const Event& e) {
-    AgentConn& a = *agents[e.agent];
-    liveness.heard(e.agent);
-    if (e.closed) {
-      if (!finished[e.agent]) {
-        const std::string why = fmt::format("{} agent on {} exited unexpectedly ({}); {}", a.role(),
-                                            a.device().name, e.msg.error().message, log_tail_text(a.proc().log_tail()));
-        // While stopping after a signal the run is interrupted anyway; the crash is still recorded.
-        if (g_signal_now()) rec.event("warn", "agent_lost", why, a.device().name);
-        else if (!spare(e.agent, why)) fail(why);
-      }
-      finished[e.agent] = true;
-      return;
-    }
-    if (!e.msg) {
-      fail(fmt::format("{} agent on {}: bad control line: {}", a.role(), a.device().name, e.msg.error().str()));
-      return;
-    }
-    const ControlMsg& m = *e.msg;
-    if (m.kind == "READY" && a.role() == "SERVER") server_endpoint = m.get_or("endpoint", "");
-    if (ro.progress && frames_done == 0 && (m.kind == "PROFILE" || m.kind == "SEGMENT" || m.kind == "PROBE") &&
-        phases_seen.insert(a.device().name + " " + m.kind).second)
-      draw_phase(fmt::format("{} {}: {}", a.role(), a.device().name,
-                             m.kind == "PROFILE"   ? "profiling each layer"
-                             : m.kind == "SEGMENT" ? std::string("timing the ") +
-                                                         (a.role() == "SERVER" ? "tails" : "heads") + " it will run"
-                                                   : "link probed, frames next"),
-                 tty);
-    if (m.kind == "FAIL") {
-      fail(fmt::format("{} agent on {} failed: {}", a.role(), a.device().name, m.get_or("error", "?")));
-      return;
-    }
-    if (m.kind == "DONE") {
-      finished[e.agent] = true;
-      return;
-    }
-    if (auto st = rec.on_message(a.device().name, a.role(), m); !st) {
-      fail(st.error().message);
-      return;
-    }
-    if (m.kind == "HEARTBEAT" && m.fields.count("stalled_ms")) {
-      // The agent answers, but its serving loop has stopped turning (#24).
-      fail(fmt::format("{} agent on {} is stuck: its serving loop has made no progress for {} ms (after {} turns), "
-                       "though its control channel still answers; ending the run",
-                       a.role(), a.device().name, m.get_or("stalled_ms", "?"), m.get_or("loop", "?")));
-      return;
-    }
-    if (m.kind == "FRAME" && ro.progress) {
-      frames_done = rec.frames_done();
-      frames_total = rec.frames_total();
-      draw_progress(frames_done, frames_total, rec.current_split(), t0, tty);
-    }
-  };
-
+  const RunOptions& ro_;
+  ExperimentConfig& cfg_;
+  SessionPrelude pre_;
+  std::optional<ResultsDb> db_;
+  std::optional<settings::LinkSpec> link_;
+  std::unique_ptr<LinkShaper> shaper_;  // removes the shaping however the run ends
+  RunInfo info_;
+  int64_t run_id_ = 0;
+  std::unique_ptr<RunRowGuard> row_;
+  std::string link_name_;  // the experiment's link profile, "devices-file", or "" (none)
+  std::unique_ptr<SessionLaunch> launch_;
+  std::optional<DetachedServer> detached_;
+  std::unique_ptr<DetachedWatch> detached_watch_;  // is it still there? (#24)
+  std::unique_ptr<Recorder> rec_;
+  std::unique_ptr<AgentSet> agents_;
+  std::string server_endpoint_;
+  bool tty_ = false;
+  std::set<std::string> phases_seen_;  // "device KIND" whose phase line was drawn
+  int64_t frames_total_ = 0, frames_done_ = 0;
+  Clock::time_point t0_ = Clock::now();
+  std::vector<std::string> lost_participants_;
   // Scheduled commands, per participant: the next one to send, and a pending resume.
   struct CmdState {
     size_t next = 0;
     std::optional<Clock::time_point> resume_at;
   };
-  std::map<size_t, CmdState> cmd_state;
-  int64_t cmd_id = 0;
-  auto send_cmd = [&](size_t i, std::map<std::string, std::string> fields, const std::string& what) {
-    fields["id"] = std::to_string(++cmd_id);
-    AgentConn& a = *agents[i];
-    if (auto st = a.send("CMD", fields); !st) {
-      fail(st.error().message);
-      return;
-    }
-    rec.event("info", "command_sent",
-              fmt::format("command {} {} after {} timed frames", cmd_id, what, rec.timed_frames(a.device().name)),
-              a.device().name);
-  };
-  // The adaptive policy: re-plan from the participant's live link estimate.
-  struct AdaptState {
-    int64_t last_decision = 0;  // timed frames at the last re-plan
-  };
-  std::map<size_t, AdaptState> adapt_state;
-  std::optional<double> probe_rtt_ms;
-  auto adapt = [&](size_t i) {
-    const std::string& dev = agents[i]->device().name;
-    AdaptState& as = adapt_state[i];
-    const int64_t timed = rec.timed_frames(dev);
-    if (timed - as.last_decision < cfg->adapt.interval_frames) return;
-    const auto est = rec.link_estimate(dev);
-    const int current = rec.last_split(dev);
-    if (!est || *est <= 0 || current < 0) return;
-    as.last_decision = timed;
-    rec.flush();  // profiles and frames so far, for the planner
-    if (!probe_rtt_ms) {
-      auto pr = db->probes(*run_id);
-      probe_rtt_ms = pr && !pr->empty() ? static_cast<double>(pr->front().rtt_min_ns) / 1e6 : 0.0;
-    }
-    PlanOptions po;
-    PlanLink l;
-    l.up_mbps = l.down_mbps = *est;
-    l.rtt_ms = *probe_rtt_ms;
-    l.name = "live estimate";
-    l.source = fmt::format("{}'s running link estimate after {} timed frames", dev, timed);
-    po.link = l;
-    auto plan = plan_from_run(*db, *run_id, po);
-    if (!plan) {
-      rec.event("warn", "adapt_skipped", "cannot re-plan: " + plan.error().message, dev);
-      return;
-    }
-    const PlanRow* cur = nullptr;
-    const PlanRow* best = nullptr;
-    for (const auto& r : plan->rows) {
-      if (r.split == current) cur = &r;
-      if (r.split == plan->chosen) best = &r;
-    }
-    if (!cur || !best || best->split == current) return;
-    const double gain = (cur->latency_ms - best->latency_ms) / cur->latency_ms * 100;
-    if (gain <= cfg->adapt.hysteresis_pct) return;
-    rec.event("info", "adapt_switch",
-              fmt::format("link estimate {:.3f} Mbit/s: split {} predicted {:.3f} ms -> split {} predicted {:.3f} ms "
-                          "(gain {:.1f} % > hysteresis {} %)",
-                          *est, current, cur->latency_ms, best->split, best->latency_ms, gain, cfg->adapt.hysteresis_pct),
-              dev);
-    send_cmd(i, {{"op", "set_split"}, {"split", std::to_string(best->split)}},
-             fmt::format("set_split {} (adaptive)", best->split));
-  };
-  auto schedule = [&](size_t first_participant) {
-    for (size_t i = first_participant; i < agents.size(); ++i) {
-      if (finished[i]) continue;
-      if (cfg->adapt.enabled) adapt(i);
-      CmdState& cs = cmd_state[i];
-      if (cs.resume_at && Clock::now() >= *cs.resume_at) {
-        cs.resume_at.reset();
-        send_cmd(i, {{"op", "resume"}}, "resume");
-      }
-      while (cs.next < cfg->commands.size() &&
-             rec.timed_frames(agents[i]->device().name) >= cfg->commands[cs.next].at_frame) {
-        const ScheduledCommand& c = cfg->commands[cs.next++];
-        if (c.op == "set_split") send_cmd(i, {{"op", "set_split"}, {"split", std::to_string(c.split)}}, fmt::format("set_split {}", c.split));
-        else if (c.op == "set_codec") send_cmd(i, {{"op", "set_codec"}, {"codec", c.codec}}, "set_codec " + c.codec);
-        else if (c.op == "pause") {
-          send_cmd(i, {{"op", "pause"}}, fmt::format("pause {} ms", c.pause_ms));
-          cs.resume_at = Clock::now() + std::chrono::milliseconds(c.pause_ms);
-        } else send_cmd(i, {{"op", "stop"}}, "stop");
-      }
-    }
-  };
+  std::map<size_t, CmdState> cmd_state_;
+  int64_t cmd_id_ = 0;
+  std::map<size_t, int64_t> last_decision_;  // adaptive: timed frames at the last re-plan
+  std::optional<double> probe_rtt_ms_;
+};
 
-  auto wait_until = [&](const std::function<bool()>& done_pred, int timeout_ms, size_t first_participant) {
-    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    Clock::time_point stop_deadline{};
-    while (failure.empty() && !done_pred()) {
-      if (g_signal_now() && !stopping) {
-        // Ask every participant to stop after its frames in flight; what it
-        // still delivers is recorded.
-        stopping = true;
-        rec.event("warn", "run_interrupted", fmt::format("{} received: stopping the participants", signal_name(g_signal_now())));
-        for (size_t i = first_participant; i < agents.size(); ++i)
-          if (!finished[i]) (void)agents[i]->send("STOP", {});
-        stop_deadline = Clock::now() + kStopGrace;
-      }
-      if (stopping && Clock::now() > stop_deadline) break;
-      if (detached_watch)
-        if (auto why = detached_watch->gone(); !why.empty()) {
-          fail(why);
-          break;
-        }
-      if (timeout_ms > 0 && Clock::now() > deadline) {
-        fail("timed out waiting for the agents");
-        break;
-      }
-      auto e = pump.pop(100);
-      if (e) handle(*e);
-      rec.maybe_flush();
-      // A database that cannot take the rows ends the run: nothing more could be recorded.
-      if (!rec.write_error().empty()) {
-        fail("database: " + rec.write_error());
-        break;
-      }
-      if (!stopping) schedule(first_participant);
-      for (size_t i = 0; i < agents.size(); ++i)
-        if (!finished[i])
-          if (auto why = liveness.newly_lost(i, agents[i]->role(), agents[i]->device().name))
-            if (!spare(i, *why)) fail(*why);
-    }
-    // Lines already read are still recorded.
-    while (auto e = pump.pop(0)) handle(*e);
-  };
+// Checks, database, link profile: nothing started, nothing written yet.
+SessionStep RunSession::prepare() {
+  if (auto s = check_session(cfg_, "run", RoleCheck::inference, ro_.agent_path, pre_); !s) return s;
+  auto db = ResultsDb::open(cfg_.output);
+  if (!db) {
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(db.error()));
+    return SessionStep{1};
+  }
+  db_.emplace(std::move(*db));
+  return shape_link();
+}
 
-  Status st;
-  if (detached) {
-    server_endpoint = detached->endpoint;
-    rec.event("info", "agent_reused",
-              fmt::format("SERVER {}: detached agent pid {} at {}", server.name, detached->pid, detached->endpoint),
-              server.name);
-    fmt::print("using the detached SERVER agent on {} (pid {}, {})\n", server.name, detached->pid, detached->endpoint);
-    detached_watch = std::make_unique<DetachedWatch>(*detached, *devices, ro.trust_new_hosts,
-                                                     detached->transport == "local" ? 500 : 2000);
+// The link profile: shaping left by a controller that died is removed
+// first, then this run's is applied (and removed however the run ends).
+SessionStep RunSession::shape_link() {
+  const std::string shaping_dir = (fs::path(cfg_.output).parent_path() / "shaping").string();
+  for (const auto& line : sweep_stale_shaping(shaping_dir, pre_.devices, ro_.trust_new_hosts))
+    fmt::print(stderr, "tracrctl run: {}\n", line);
+  if (!cfg_.link.empty()) {
+    auto l = resolve_link(cfg_, cfg_.link[0]);
+    if (!l) {
+      fmt::print(stderr, "tracrctl run: {}\n", user_text(l.error()));
+      return SessionStep{2};
+    }
+    link_ = *l;
+  }
+  // The experiment's profile, or else each participant's link_profile from the devices file.
+  const auto plinks = participant_links(link_, pre_.devices);
+  link_name_ = link_ ? link_->name : plinks.empty() ? "" : "devices-file";
+  if (plinks.empty()) return {};
+  ShapingContext sctx;
+  sctx.state_dir = shaping_dir;
+  sctx.devices_file = pre_.devices.source;
+  sctx.trust_new_hosts = ro_.trust_new_hosts;
+  sctx.agent_delay = cfg_.link_delay == "agent";
+  auto sh = LinkShaper::apply(pre_.devices.server(), plinks, sctx);
+  if (!sh) {
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(sh.error()));
+    return SessionStep{2};
+  }
+  shaper_ = std::move(*sh);
+  return {};
+}
+
+// The run row, and the line that announces the run.
+SessionStep RunSession::open_row() {
+  std::string name = ro_.probe_only ? cfg_.name + " (link probe)" : cfg_.name;
+  if (ro_.model_in_name) name += "/" + model_label(cfg_.model);
+  if (link_) name += "@" + link_->name;
+  if (ro_.codec_in_name) name += "/" + cfg_.compression;
+  info_ = session_run_info(cfg_, pre_, std::move(name));
+  info_.link = link_name_;
+  info_.shaping = shaper_ ? shaper_->shaping() : "";
+  if (auto s = begin_session_row(*db_, info_, "run", run_id_); !s) return s;
+  // Whatever ends the run (an exception included), its row is finished.
+  row_ = std::make_unique<RunRowGuard>(*db_, run_id_, "run");
+  fmt::print("run {} '{}': model {}, codec {}, cipher {}, devices {}{}{}\n", run_id_, info_.name, cfg_.model,
+             cfg_.compression, info_.cipher, pre_.devices.source, ro_.in_process ? " (in-process)" : "",
+             info_.link.empty() ? "" : fmt::format(", link {} ({})", info_.link, info_.shaping));
+  std::fflush(stdout);  // before the progress lines on stderr
+  return {};
+}
+
+// The session's secret, names and recorder. A SERVER agent started earlier
+// with `tracrctl agents start` for this model is reused (its session secret
+// keys the whole run).
+SessionStep RunSession::connect() {
+  const DeviceConfig& server = pre_.devices.server();
+  if (!ro_.in_process) {
+    auto d = read_detached(detached_state_path(cfg_.output, server.name));
+    if (d && d->identity == server_identity(cfg_) && (d->transport != "local" || process_alive(d->pid, d->start_ticks)))
+      detached_ = *d;
+  }
+  std::vector<uint8_t> secret;
+  if (auto s = draw_session_secret("run", secret); !s) return s;
+  if (detached_)
+    if (auto sb = protocol::from_hex(detached_->secret_hex)) secret = *sb;
+  auto stamp = new_run_stamp();
+  if (!stamp) {
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(stamp.error()));
+    return SessionStep{1};
+  }
+  // Every agent gets the effective experiment and parses it with the same code.
+  launch_ = std::make_unique<SessionLaunch>(cfg_, pre_, std::move(secret), *stamp, run_id_, ro_.trust_new_hosts);
+  rec_ = std::make_unique<Recorder>(*db_, run_id_, cfg_.record.frames, cfg_.record.layers);
+  rec_->set_link(info_.link, info_.shaping);
+  rec_->set_server(server.name);
+  if (shaper_) rec_->event("info", "link_shaped", fmt::format("link {}: {}", info_.link, info_.shaping));
+  tty_ = ro_.progress && isatty(2);
+  agents_ = std::make_unique<AgentSet>(*rec_, cfg_.heartbeat_timeout_ms, "participants");
+  agents_->on_line([this](size_t i, const ControlMsg& m) { on_line(i, m); });
+  agents_->on_loss([this](size_t i, const std::string& why) { return spare(i, why); });
+  agents_->on_tick([this] { schedule(); });
+  agents_->watch([this] { return detached_watch_ ? detached_watch_->gone() : std::string(); });
+  return {};
+}
+
+// Starts one agent; touches nothing shared, so participants start concurrently.
+Result<std::unique_ptr<AgentConn>> RunSession::start(const DeviceConfig& dev, const std::string& role,
+                                                     std::vector<std::string> args) {
+  return launch_agent(launch_->spec(dev, role, std::move(args)));
+}
+
+// The SERVER: the detached one, or one of this run (waited for until it
+// serves); none for an in-process run.
+void RunSession::start_server() {
+  const DeviceConfig& server = pre_.devices.server();
+  if (detached_) {
+    server_endpoint_ = detached_->endpoint;
+    rec_->event("info", "agent_reused",
+                fmt::format("SERVER {}: detached agent pid {} at {}", server.name, detached_->pid, detached_->endpoint),
+                server.name);
+    fmt::print("using the detached SERVER agent on {} (pid {}, {})\n", server.name, detached_->pid, detached_->endpoint);
+    detached_watch_ = std::make_unique<DetachedWatch>(*detached_, pre_.devices, ro_.trust_new_hosts,
+                                                      detached_->transport == "local" ? 500 : 2000);
     // Its READY (hardware identity) came when it started: recorded for this run too.
     ControlMsg ready;
     ready.kind = "READY";
-    ready.fields = detached->ready;
-    if (auto st = rec.on_message(server.name, "SERVER", ready); !st) fail(st.error().message);
-  } else if (!ro.in_process) {
-    if (ro.progress)
-      draw_phase(fmt::format("starting the SERVER agent on {} (it loads the model{} first)", server.name,
-                             cfg->record.layers ? " and profiles it" : ""),
-                 tty);
-    st = launch(server, "SERVER", {"--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)});
-    if (!st) fail("SERVER " + server.name + ": " + st.error().str());
+    ready.fields = detached_->ready;
+    if (auto st = rec_->on_message(server.name, "SERVER", ready); !st) agents_->fail(st.error().message);
+    return;
   }
-  if (failure.empty() && !ro.in_process && !detached) {
-    pump.start();
-    liveness.launched(0);
-    wait_until([&] { return !server_endpoint.empty() || g_signal_now(); }, 600000, agents.size());
+  if (ro_.in_process) return;
+  if (ro_.progress)
+    draw_phase(fmt::format("starting the SERVER agent on {} (it loads the model{} first)", server.name,
+                           cfg_.record.layers ? " and profiles it" : ""),
+               tty_);
+  auto conn = start(server, "SERVER", {"--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)});
+  if (!conn) {
+    agents_->fail("SERVER " + server.name + ": " + user_text(conn.error()));
+    return;
   }
-  // Then every PARTICIPANT.
-  const size_t first_participant = agents.size();
-  if (failure.empty() && !g_signal_now()) {
-    // Every participant is launched at once, each on its own thread (SSH
-    // connect, deploy, staging and start overlap); they are kept in device order.
-    const auto parts = devices->participants();
-    std::vector<std::vector<std::string>> part_args;
-    for (const DeviceConfig* p : parts) {
-      std::vector<std::string> args;
-      if (ro.probe_only) args.push_back("--probe-only");
-      if (ro.in_process) args.push_back("--in-process");
-      else
-        args.insert(args.end(), {"--connect", server.transport == Transport::local && server.netns.empty()
-                                                  ? server_endpoint
-                                                  : reachable_endpoint(server_endpoint, server.connection().host)});
-      if (shaper && !ro.in_process) {
-        const auto [delay, jitter] = shaper->agent_delay(p->name);
-        if (delay > 0 || jitter > 0)
-          args.insert(args.end(), {"--link-delay-ms", fmt::format("{}", delay), "--link-jitter-ms",
-                                   fmt::format("{}", jitter)});
-      }
-      part_args.push_back(std::move(args));
+  agents_->adopt(std::move(*conn));
+  agents_->start_reading();
+  agents_->wait_until([&] { return !server_endpoint_.empty() || SignalCatcher::signal(); }, 600000);
+}
+
+std::vector<std::string> RunSession::participant_args(const DeviceConfig& p) const {
+  const DeviceConfig& server = pre_.devices.server();
+  std::vector<std::string> args;
+  if (ro_.probe_only) args.push_back("--probe-only");
+  if (ro_.in_process) args.push_back("--in-process");
+  else
+    args.insert(args.end(), {"--connect", server.transport == Transport::local && server.netns.empty()
+                                              ? server_endpoint_
+                                              : reachable_endpoint(server_endpoint_, server.connection().host)});
+  if (shaper_ && !ro_.in_process) {
+    const auto [delay, jitter] = shaper_->agent_delay(p.name);
+    if (delay > 0 || jitter > 0)
+      args.insert(args.end(), {"--link-delay-ms", fmt::format("{}", delay), "--link-jitter-ms", fmt::format("{}", jitter)});
+  }
+  return args;
+}
+
+// Every PARTICIPANT is launched at once, each on its own thread (SSH
+// connect, deploy, staging and start overlap); they are kept in device order.
+void RunSession::start_participants() {
+  const auto parts = pre_.devices.participants();
+  std::vector<std::vector<std::string>> part_args;
+  for (const DeviceConfig* p : parts) part_args.push_back(participant_args(*p));
+  if (ro_.progress)
+    draw_phase(fmt::format("starting {} PARTICIPANT agent{} (model{}{})", parts.size(), parts.size() == 1 ? "" : "s",
+                           cfg_.record.layers ? ", profiles" : "", cfg_.probe.enabled ? ", link probe" : ""),
+               tty_);
+  auto launched = launch_concurrently(parts.size(), [&](size_t i) { return start(*parts[i], "PARTICIPANT", part_args[i]); });
+  for (size_t i = 0; i < parts.size(); ++i) {
+    auto& l = launched[i];
+    if (!l.conn) {
+      agents_->fail("PARTICIPANT " + parts[i]->name + ": " + user_text(l.conn.error()));
+      continue;
     }
-    if (ro.progress)
-      draw_phase(fmt::format("starting {} PARTICIPANT agent{} (model{}{})", parts.size(), parts.size() == 1 ? "" : "s",
-                             cfg->record.layers ? ", profiles" : "", cfg->probe.enabled ? ", link probe" : ""),
-                 tty);
-    auto launched = launch_concurrently(parts.size(), [&](size_t i) {
-      return start(*parts[i], "PARTICIPANT", part_args[i]);
-    });
-    for (size_t i = 0; i < parts.size(); ++i) {
-      auto& l = launched[i];
-      if (!l.conn) {
-        fail("PARTICIPANT " + parts[i]->name + ": " + l.conn.error().str());
-        continue;
-      }
-      adopt(std::move(*l.conn), fmt::format("; launch issued at +{:.3f} ms, started at +{:.3f} ms (tracrctl's steady "
-                                            "clock, from the first participant launch)",
-                                            l.issued_ms, l.started_ms));
+    agents_->adopt(std::move(*l.conn), fmt::format("; launch issued at +{:.3f} ms, started at +{:.3f} ms (tracrctl's "
+                                                   "steady clock, from the first participant launch)",
+                                                   l.issued_ms, l.started_ms));
+  }
+}
+
+// run's part of a control line: the SERVER's endpoint, the phase lines
+// before the first frame, the progress bar.
+void RunSession::on_line(size_t i, const ControlMsg& m) {
+  AgentConn& a = (*agents_)[i];
+  if (m.kind == "READY" && a.role() == "SERVER") server_endpoint_ = m.get_or("endpoint", "");
+  if (!ro_.progress) return;
+  if (frames_done_ == 0 && (m.kind == "PROFILE" || m.kind == "SEGMENT" || m.kind == "PROBE") &&
+      phases_seen_.insert(a.device().name + " " + m.kind).second)
+    draw_phase(fmt::format("{} {}: {}", a.role(), a.device().name,
+                           m.kind == "PROFILE"   ? "profiling each layer"
+                           : m.kind == "SEGMENT" ? std::string("timing the ") +
+                                                       (a.role() == "SERVER" ? "tails" : "heads") + " it will run"
+                                                 : "link probed, frames next"),
+               tty_);
+  if (m.kind == "FRAME") {
+    frames_done_ = rec_->frames_done();
+    frames_total_ = rec_->frames_total();
+    draw_progress(frames_done_, frames_total_, rec_->current_split(), t0_, tty_);
+  }
+}
+
+// on_participant_loss: continue (#24): a PARTICIPANT that dies or goes
+// silent while another still runs is recorded and left behind; the run
+// goes on with the others. Returns whether it was (else the run fails).
+bool RunSession::spare(size_t i, const std::string& why) {
+  AgentSet& s = *agents_;
+  if (cfg_.on_participant_loss != "continue" || s[i].role() != "PARTICIPANT") return false;
+  bool others = false;
+  for (size_t j = 0; j < s.size(); ++j)
+    if (j != i && s[j].role() == "PARTICIPANT" && !s.finished(j) && !s.lost(j)) others = true;
+  if (!others) return false;
+  const std::string& dev = s[i].device().name;
+  rec_->event("warn", "participant_lost", why + "; the other participants go on (on_participant_loss: continue)", dev);
+  lost_participants_.push_back(dev + " after " + std::to_string(rec_->timed_frames(dev)) + " timed frames (" + why + ")");
+  s.set_finished(i);
+  return true;
+}
+
+void RunSession::send_cmd(size_t i, std::map<std::string, std::string> fields, const std::string& what) {
+  fields["id"] = std::to_string(++cmd_id_);
+  AgentConn& a = (*agents_)[i];
+  if (auto st = a.send("CMD", fields); !st) {
+    agents_->fail(st.error().message);
+    return;
+  }
+  rec_->event("info", "command_sent",
+              fmt::format("command {} {} after {} timed frames", cmd_id_, what, rec_->timed_frames(a.device().name)),
+              a.device().name);
+}
+
+// The adaptive policy: re-plan from the participant's live link estimate.
+void RunSession::adapt(size_t i) {
+  const std::string& dev = (*agents_)[i].device().name;
+  const int64_t timed = rec_->timed_frames(dev);
+  if (timed - last_decision_[i] < cfg_.adapt.interval_frames) return;
+  const auto est = rec_->link_estimate(dev);
+  const int current = rec_->last_split(dev);
+  if (!est || *est <= 0 || current < 0) return;
+  last_decision_[i] = timed;
+  rec_->flush();  // profiles and frames so far, for the planner
+  if (!probe_rtt_ms_) {
+    auto pr = db_->probes(run_id_);
+    probe_rtt_ms_ = pr && !pr->empty() ? static_cast<double>(pr->front().rtt_min_ns) / 1e6 : 0.0;
+  }
+  PlanOptions po;
+  PlanLink l;
+  l.up_mbps = l.down_mbps = *est;
+  l.rtt_ms = *probe_rtt_ms_;
+  l.name = "live estimate";
+  l.source = fmt::format("{}'s running link estimate after {} timed frames", dev, timed);
+  po.link = l;
+  auto plan = plan_from_run(*db_, run_id_, po);
+  if (!plan) {
+    rec_->event("warn", "adapt_skipped", "cannot re-plan: " + plan.error().message, dev);
+    return;
+  }
+  const PlanRow* cur = nullptr;
+  const PlanRow* best = nullptr;
+  for (const auto& r : plan->rows) {
+    if (r.split == current) cur = &r;
+    if (r.split == plan->chosen) best = &r;
+  }
+  if (!cur || !best || best->split == current) return;
+  const double gain = (cur->latency_ms - best->latency_ms) / cur->latency_ms * 100;
+  if (gain <= cfg_.adapt.hysteresis_pct) return;
+  rec_->event("info", "adapt_switch",
+              fmt::format("link estimate {:.3f} Mbit/s: split {} predicted {:.3f} ms -> split {} predicted {:.3f} ms "
+                          "(gain {:.1f} % > hysteresis {} %)",
+                          *est, current, cur->latency_ms, best->split, best->latency_ms, gain, cfg_.adapt.hysteresis_pct),
+              dev);
+  send_cmd(i, {{"op", "set_split"}, {"split", std::to_string(best->split)}},
+           fmt::format("set_split {} (adaptive)", best->split));
+}
+
+// Once per turn of the loop: adaptive re-planning, a pending resume, and the
+// experiment's commands whose frame has come, per participant.
+void RunSession::schedule() {
+  for (size_t i = 0; i < agents_->size(); ++i) {
+    if ((*agents_)[i].role() != "PARTICIPANT" || agents_->finished(i)) continue;
+    if (cfg_.adapt.enabled) adapt(i);
+    CmdState& cs = cmd_state_[i];
+    if (cs.resume_at && Clock::now() >= *cs.resume_at) {
+      cs.resume_at.reset();
+      send_cmd(i, {{"op", "resume"}}, "resume");
+    }
+    while (cs.next < cfg_.commands.size() &&
+           rec_->timed_frames((*agents_)[i].device().name) >= cfg_.commands[cs.next].at_frame) {
+      const ScheduledCommand& c = cfg_.commands[cs.next++];
+      if (c.op == "set_split") send_cmd(i, {{"op", "set_split"}, {"split", std::to_string(c.split)}}, fmt::format("set_split {}", c.split));
+      else if (c.op == "set_codec") send_cmd(i, {{"op", "set_codec"}, {"codec", c.codec}}, "set_codec " + c.codec);
+      else if (c.op == "pause") {
+        send_cmd(i, {{"op", "pause"}}, fmt::format("pause {} ms", c.pause_ms));
+        cs.resume_at = Clock::now() + std::chrono::milliseconds(c.pause_ms);
+      } else send_cmd(i, {{"op", "stop"}}, "stop");
     }
   }
-  if (failure.empty()) {
-    pump.start();
-    for (size_t i = 0; i < agents.size(); ++i) liveness.launched(i);
-    wait_until(
-        [&] {
-          for (size_t i = first_participant; i < agents.size(); ++i)
-            if (!finished[i]) return false;
-          return true;
-        },
-        0, first_participant);
-    if (ro.progress && tty && frames_done < frames_total) fmt::print(stderr, "\n");
+}
+
+int RunSession::run(int64_t* run_out) {
+  if (auto s = prepare(); !s) return *s.exit_code;
+  if (auto s = open_row(); !s) return *s.exit_code;
+  if (run_out) *run_out = run_id_;
+  SignalCatcher signals;  // SIGINT, SIGTERM and SIGHUP all end the run the same clean way
+  if (auto s = connect(); !s) return *s.exit_code;
+  start_server();
+  if (agents_->failure().empty() && !SignalCatcher::signal()) start_participants();
+  if (agents_->failure().empty()) {
+    agents_->start_reading();
+    agents_->wait_until([&] { return agents_->drivers_done(); }, 0);
+    if (ro_.progress && tty_ && frames_done_ < frames_total_) fmt::print(stderr, "\n");
   }
-  // Stop every agent (they exit when stdin closes) and record the outcome.
-  // A lost agent's connection may be dead (a partition): stopping it is
-  // bounded (AgentProc::stop), and it stops by itself on our silence.
-  for (size_t i = 0; i < agents.size(); ++i) {
-    finished[i] = true;
-    agents[i]->stop(liveness.declared_lost(i) ? 1000 : 3000);
-  }
-  pump.stop();
-  while (auto e = pump.pop(0)) handle(*e);
-  rec.flush();
-  if (auto wo = rec.write_outputs(); !wo) failure += (failure.empty() ? "" : "; ") + ("record.outputs: " + wo.error().str());
-  if (!rec.write_error().empty()) {
-    std::string cause = "database: " + rec.write_error();
-    if (rec.unwritten()) {
-      // Received rows the database did not take are saved elsewhere, not dropped.
-      const char* tmp = std::getenv("TMPDIR");
-      const std::string path = fmt::format("{}/tracr-run{}-unwritten-{}.jsonl", tmp && *tmp ? tmp : "/tmp", *run_id, getpid());
-      auto saved = rec.save_unwritten(path);
-      cause += saved ? fmt::format(" ({} received rows the database did not take are saved in {})", rec.unwritten(), *saved)
-                     : fmt::format(" ({} received rows could not be written anywhere: {})", rec.unwritten(), saved.error().str());
-    }
-    if (failure.empty() || failure == "database: " + rec.write_error()) failure = cause;
-    else failure += "; " + cause;
-  }
-  const int sig = g_signal_now();
-  const SessionOutcome end = session_outcome(std::move(failure), sig);
-  failure = end.failure;
-  const RunStatus status = end.status;
-  if (auto fs2 = row.finish(end); !fs2) {
-    keep_cause(cfg->output, *run_id, failure.empty() ? fs2.error().str() : failure + "; " + fs2.error().str());
-  } else {
-    std::error_code ec;
-    fs::remove(failure_note_path(cfg->output, *run_id), ec);
-  }
-  if (!failure.empty()) {
-    fmt::print(stderr, "tracrctl run: run {} {}: {}\n", *run_id, run_status_name(status), failure);
+  // Every agent stopped (they exit when stdin closes), then the outcome.
+  agents_->stop_all();
+  return finish();
+}
+
+int RunSession::finish() {
+  std::string failure = agents_->take_failure();
+  rec_->flush();
+  if (auto wo = rec_->write_outputs(); !wo)
+    failure += (failure.empty() ? "" : "; ") + ("record.outputs: " + user_text(wo.error()));
+  const SessionOutcome end = finish_session(*rec_, *row_, std::move(failure), cfg_.output, run_id_, "run");
+  if (!end.failure.empty()) {
+    const int sig = SignalCatcher::signal();
+    fmt::print(stderr, "tracrctl run: run {} {}: {}\n", run_id_, run_status_name(end.status), end.failure);
     fmt::print(stderr, "tracrctl run: {} frames received, rows written are kept in {} (tracrctl results show {})\n",
-               rec.frames_received(), cfg->output, *run_id);
+               rec_->frames_received(), cfg_.output, run_id_);
     return sig ? signal_exit_code(sig) : 1;
   }
-  if (ro.probe_only) {
-    fmt::print("\nrun {} completed: link probes read back from {}\n", *run_id, cfg->output);
-    if (auto pst = print_probe_table(*db, *run_id); !pst) {
+  return report();
+}
+
+// The completed run's tables, read back from the database, and after a
+// sweep with layer profiles and a probe the planner's prediction for it,
+// validated against what was just measured, and stored.
+int RunSession::report() {
+  if (ro_.probe_only) {
+    fmt::print("\nrun {} completed: link probes read back from {}\n", run_id_, cfg_.output);
+    if (auto pst = print_probe_table(*db_, run_id_); !pst) {
       fmt::print(stderr, "tracrctl link probe: {}\n", user_text(pst.error()));
       return 1;
     }
     return 0;
   }
-  for (const auto& lp : lost_participants)
+  for (const auto& lp : lost_participants_)
     fmt::print(stderr, "tracrctl run: warning: run {} went on without participant {}; its frames until then are "
-               "recorded (events: participant_lost)\n", *run_id, lp);
-  fmt::print("\nrun {} completed{}: per-split table read back from {}\n", *run_id,
-             lost_participants.empty() ? "" : fmt::format(" without {} lost participant(s)", lost_participants.size()),
-             cfg->output);
-  if (auto pst = print_split_table(*db, *run_id, stdout, ro.wide); !pst) {
+               "recorded (events: participant_lost)\n", run_id_, lp);
+  fmt::print("\nrun {} completed{}: per-split table read back from {}\n", run_id_,
+             lost_participants_.empty() ? "" : fmt::format(" without {} lost participant(s)", lost_participants_.size()),
+             cfg_.output);
+  if (auto pst = print_split_table(*db_, run_id_, stdout, ro_.wide); !pst) {
     fmt::print(stderr, "tracrctl run: {}\n", user_text(pst.error()));
     return 1;
   }
-  if (auto est = print_energy_table(*db, *run_id); !est) {
+  if (auto est = print_energy_table(*db_, run_id_); !est) {
     fmt::print(stderr, "tracrctl run: {}\n", user_text(est.error()));
     return 1;
   }
-  // After a sweep with layer profiles and a probe: the planner's prediction
-  // for this run, validated against what was just measured, and stored.
-  if (cfg->record.layers && cfg->probe.enabled && !ro.in_process && (cfg->split.all || cfg->split.points.size() > 1)) {
-    auto plan = plan_from_run(*db, *run_id, PlanOptions{});
-    if (plan) {
-      validate_against(*db, *plan);
-      auto id = store_plan(*db, *plan);
-      fmt::print("\n{}{}", format_plan(*plan), id ? fmt::format("stored as plan {}\n", *id) : "");
-      if (!id) fmt::print(stderr, "tracrctl run: storing the plan: {}\n", user_text(id.error()));
-    } else {
-      fmt::print("\n(no plan: {})\n", plan.error().message);
-    }
+  if (!cfg_.record.layers || !cfg_.probe.enabled || ro_.in_process || (!cfg_.split.all && cfg_.split.points.size() <= 1))
+    return 0;
+  auto plan = plan_from_run(*db_, run_id_, PlanOptions{});
+  if (!plan) {
+    fmt::print("\n(no plan: {})\n", plan.error().message);
+    return 0;
   }
+  validate_against(*db_, *plan);
+  auto id = store_plan(*db_, *plan);
+  fmt::print("\n{}{}", format_plan(*plan), id ? fmt::format("stored as plan {}\n", *id) : "");
+  if (!id) fmt::print(stderr, "tracrctl run: storing the plan: {}\n", user_text(id.error()));
   return 0;
+}
+
+}  // namespace
+
+int run_loaded(const RunOptions& ro, ExperimentConfig cfg, int64_t* run_out) {
+  RunSession session(ro, cfg);
+  return session.run(run_out);
 }
 
 }  // namespace tracr::controller

@@ -13,7 +13,9 @@
 #include <csignal>
 #include <functional>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 
 #include <fmt/format.h>
@@ -24,6 +26,8 @@
 #include "controller/session/model_check.hpp"
 #include "controller/session/liveness.hpp"
 #include "controller/session/run_row.hpp"
+#include "controller/session/agent_set.hpp"
+#include "controller/session/prelude.hpp"
 #include "fleet/process.hpp"
 #include "store/recorder.hpp"
 #include "store/results.hpp"
@@ -185,6 +189,426 @@ Result<ResumePoint> find_resume_point(ResultsDb& db, const std::string& which, c
 
 }  // namespace
 
+namespace {
+
+std::optional<std::string> txt(const std::string& s) { return s; }
+template <typename T>
+std::optional<std::string> num(T v) {
+  return fmt::format("{}", v);
+}
+
+const std::vector<std::string> kSegCols = {"run_id", "segment", "first_layer", "end_layer", "device", "params"};
+const std::vector<std::string> kStepCols = {"owner",   "step",     "epoch",      "batch",  "loss",
+                                            "correct", "step_ns",  "fwd_ns",     "bwd_ns", "remote_ns",
+                                            "srv_ns",  "up_bytes", "down_bytes", "up_raw", "down_raw"};
+const std::vector<std::string> kEpochCols = {"owner",     "epoch",    "step",      "train_loss", "train_acc",
+                                             "test_loss", "test_acc", "test_top5", "test_n",     "test_source",
+                                             "epoch_ns",  "eval_ns",  "up_bytes",  "down_bytes"};
+
+std::vector<std::string> with_run(std::vector<std::string> cols) {
+  cols.insert(cols.begin(), "run_id");
+  return cols;
+}
+
+// One training run: the prelude, the layout and its rows, the workers (their
+// endpoints go to the owners), the data owners taking turns on shared
+// segments, every step, epoch and checkpoint recorded, the outcome.
+class TrainSession {
+ public:
+  TrainSession(const TrainOptions& ro, ExperimentConfig& cfg) : ro_(ro), cfg_(cfg) {}
+  int run();
+
+ private:
+  SessionStep prepare();
+  SessionStep open_row();
+  void insert_layout_rows();
+  SessionStep connect();
+  Status launch(const DeviceConfig& dev, const std::string& role, std::vector<std::string> args);
+  void start_workers();
+  void start_owners();
+  void on_line(size_t i, const ControlMsg& m);
+  void on_ready(const ControlMsg& m);
+  void on_epoch(const ControlMsg& m);
+  void on_export(const ControlMsg& m, const std::string& device);
+  void draw_step(const ControlMsg& m);
+  void flush_steps();
+  std::string save_unwritten_steps() const;
+  void give_turn();
+  std::vector<std::optional<std::string>> row_of(const ControlMsg& m, const std::vector<std::string>& cols) const;
+  int finish();
+
+  const TrainOptions& ro_;
+  ExperimentConfig& cfg_;
+  SessionPrelude pre_;
+  TrainLayout layout_;
+  std::optional<ResultsDb> db_;
+  std::optional<ResumePoint> resume_;
+  std::string stamp_, tag_;
+  std::vector<uint8_t> secret_;
+  RunInfo info_;
+  int64_t run_id_ = 0;
+  std::unique_ptr<RunRowGuard> row_;
+  std::unique_ptr<SessionLaunch> launch_;
+  std::unique_ptr<Recorder> rec_;
+  std::unique_ptr<AgentSet> agents_;
+  // Segment rows; the last one's end and every segment's parameter count
+  // come with the agents' READY lines.
+  std::vector<std::vector<std::optional<std::string>>> seg_rows_;
+  std::map<size_t, std::string> endpoints_;  // worker agents' data endpoints
+  std::vector<size_t> owner_agents_;
+  size_t turn_ = 0;  // index into owner_agents_ whose turn it is
+  std::map<size_t, bool> waiting_;
+  std::vector<std::vector<std::optional<std::string>>> steps_, unwritten_steps_;
+  Clock::time_point last_flush_ = Clock::now();
+  const Clock::time_point t0_ = Clock::now();
+  int64_t steps_seen_ = 0;
+  bool tty_ = false;
+  // Progress per owner: its first step in this run and when it came; the
+  // tenth of its steps last reported.
+  std::map<std::string, std::pair<int64_t, Clock::time_point>> step_pace_;
+  std::map<std::string, int64_t> step_tenth_;
+};
+
+// Checks, layout, database, resume point, names: nothing started yet.
+SessionStep TrainSession::prepare() {
+  // Segments go to devices by name: no SERVER/PARTICIPANT rule.
+  if (auto s = check_session(cfg_, "train", RoleCheck::none, ro_.agent_path, pre_); !s) return s;
+  auto layout = plan_training(cfg_, pre_.devices);
+  if (!layout) {
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(layout.error()));
+    return SessionStep{2};
+  }
+  layout_ = std::move(*layout);
+  auto db = ResultsDb::open(cfg_.output);
+  if (!db) {
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(db.error()));
+    return SessionStep{1};
+  }
+  db_.emplace(std::move(*db));
+  if (!ro_.resume.empty()) {
+    auto r = find_resume_point(*db_, ro_.resume, cfg_);
+    if (!r) {
+      fmt::print(stderr, "tracrctl train: --resume: {}\n", user_text(r.error()));
+      return SessionStep{2};
+    }
+    resume_ = *r;
+  }
+  auto stamp = new_run_stamp();
+  if (!stamp) {
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(stamp.error()));
+    return SessionStep{1};
+  }
+  stamp_ = *stamp;
+  tag_ = resume_ ? resume_->tag : stamp_;
+  return draw_session_secret("train", secret_);
+}
+
+// The run row, the training rows and the line that announces the run.
+SessionStep TrainSession::open_row() {
+  info_ = session_run_info(cfg_, pre_, cfg_.name + " (train)");
+  if (auto s = begin_session_row(*db_, info_, "train", run_id_); !s) return s;
+  row_ = std::make_unique<RunRowGuard>(*db_, run_id_, "train");
+  rec_ = std::make_unique<Recorder>(*db_, run_id_, false, false);
+  agents_ = std::make_unique<AgentSet>(*rec_, cfg_.heartbeat_timeout_ms, "data owners");
+  insert_layout_rows();
+  std::string layout_text;
+  for (size_t i = 0; i < layout_.segment_device.size(); ++i)
+    layout_text += fmt::format("{}{}", i ? " | " : "", layout_.segment_device[i]);
+  fmt::print("run {} '{}': train {} cut at [{}] ({}), {} lr {}, batch {}, {} epoch(s), codec {}, cipher {}{}\n", run_id_,
+             info_.name, cfg_.model, join_ints(cfg_.train.cuts), layout_text, cfg_.train.optimizer, cfg_.train.lr,
+             cfg_.train.batch_size, cfg_.train.epochs, cfg_.compression, info_.cipher,
+             resume_ ? fmt::format(", resuming run {} at step {}", resume_->run, resume_->step) : "");
+  std::fflush(stdout);
+  for (const auto& w : layout_.warnings) {
+    fmt::print(stderr, "tracrctl train: warning: {}\n", w);
+    rec_->event("warn", "train_layout", w);
+  }
+  return {};
+}
+
+void TrainSession::insert_layout_rows() {
+  if (auto st = db_->insert_rows("train_runs",
+                                 {"run_id", "tag", "resumed_from", "resume_step", "cuts", "optimizer", "lr", "batch_size",
+                                  "epochs", "owners"},
+                                 {{num(run_id_), txt(tag_), resume_ ? num(resume_->run) : std::nullopt,
+                                   resume_ ? num(resume_->step) : std::nullopt, txt(join_ints(cfg_.train.cuts)),
+                                   txt(cfg_.train.optimizer), num(cfg_.train.lr), num(cfg_.train.batch_size),
+                                   num(cfg_.train.epochs), num(layout_.owners.size())}});
+      !st)
+    agents_->fail("database: " + user_text(st.error()));
+  int64_t a = 0;
+  for (size_t i = 0; i < layout_.segment_device.size(); ++i) {
+    const int64_t b = i < cfg_.train.cuts.size() ? cfg_.train.cuts[i] : -1;
+    seg_rows_.push_back(
+        {num(run_id_), num(i), num(a), b >= 0 ? num(b) : std::nullopt, txt(layout_.segment_device[i]), std::nullopt});
+    a = b;
+  }
+  if (auto st = db_->insert_rows("train_segments", kSegCols, seg_rows_); !st) agents_->fail("database: " + user_text(st.error()));
+}
+
+SessionStep TrainSession::connect() {
+  launch_ = std::make_unique<SessionLaunch>(cfg_, pre_, secret_, stamp_, run_id_, ro_.trust_new_hosts);
+  tty_ = ro_.progress && isatty(2);
+  agents_->on_line([this](size_t i, const ControlMsg& m) { on_line(i, m); });
+  return {};
+}
+
+Status TrainSession::launch(const DeviceConfig& dev, const std::string& role, std::vector<std::string> args) {
+  args.insert(args.end(), {"--run-tag", tag_});
+  if (resume_) args.insert(args.end(), {"--resume-step", std::to_string(resume_->step)});
+  auto conn = launch_agent(launch_->spec(dev, role, std::move(args)));
+  if (!conn) return std::move(conn.error());
+  agents_->adopt(std::move(*conn));
+  return {};
+}
+
+// Workers first, waited for until each serves: their endpoints go to the owners.
+void TrainSession::start_workers() {
+  for (const auto& [dev, segs] : layout_.workers) {
+    std::string list;
+    for (int s : segs) list += (list.empty() ? "" : ",") + std::to_string(s);
+    auto st = launch(*dev, "TRAIN_WORKER",
+                     {"--bind", fmt::format("tcp://{}:{}", server_bind_host(*dev), dev->connection().port), "--segments", list});
+    if (!st) {
+      agents_->fail("TRAIN_WORKER " + dev->name + ": " + user_text(st.error()));
+      return;
+    }
+  }
+  if (agents_->size() == 0) return;
+  agents_->start_reading();
+  agents_->wait_until([&] { return endpoints_.size() == agents_->size() || SignalCatcher::signal(); }, 600000);
+}
+
+void TrainSession::start_owners() {
+  std::vector<std::string> worker_args;
+  for (size_t w = 0; w < layout_.workers.size(); ++w) {
+    const DeviceConfig* dev = layout_.workers[w].first;
+    const std::string ep = dev->transport == Transport::local && dev->netns.empty()
+                               ? endpoints_[w]
+                               : reachable_endpoint(endpoints_[w], dev->connection().host);
+    for (int s : layout_.workers[w].second) worker_args.insert(worker_args.end(), {"--worker", fmt::format("{}={}", s, ep)});
+  }
+  for (size_t k = 0; k < layout_.owners.size(); ++k) {
+    std::vector<std::string> args = worker_args;
+    args.insert(args.end(), {"--owner", fmt::format("{}/{}", k, layout_.owners.size())});
+    const size_t idx = agents_->size();
+    if (auto st = launch(*layout_.owners[k], "TRAIN_OWNER", args); !st) {
+      agents_->fail("TRAIN_OWNER " + layout_.owners[k]->name + ": " + user_text(st.error()));
+      return;
+    }
+    owner_agents_.push_back(idx);
+  }
+}
+
+std::vector<std::optional<std::string>> TrainSession::row_of(const ControlMsg& m,
+                                                            const std::vector<std::string>& cols) const {
+  std::vector<std::optional<std::string>> row{num(run_id_)};
+  for (const auto& c : cols) row.push_back(opt_field(m, c));
+  return row;
+}
+
+void TrainSession::flush_steps() {
+  if (steps_.empty()) return;
+  last_flush_ = Clock::now();
+  if (unwritten_steps_.empty()) {
+    auto st = db_->insert_rows("train_steps", with_run(kStepCols), steps_);
+    if (st) {
+      steps_.clear();
+      return;
+    }
+    agents_->fail("database: " + user_text(st.error()));
+  }
+  // Steps the database did not take are kept for a file, never dropped.
+  unwritten_steps_.insert(unwritten_steps_.end(), steps_.begin(), steps_.end());
+  steps_.clear();
+}
+
+// Whether a field's text is a JSON number as it stands.
+bool is_number(const std::string& v) {
+  static const std::regex number(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)");
+  return std::regex_match(v, number);
+}
+
+// The received steps the database did not take, as JSON lines in $TMPDIR:
+// what the failure says about them.
+std::string TrainSession::save_unwritten_steps() const {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string path =
+      fmt::format("{}/tracr-run{}-unwritten-steps-{}.jsonl", tmp && *tmp ? tmp : "/tmp", run_id_, getpid());
+  std::ofstream out(path, std::ios::trunc);
+  const auto cols = with_run(kStepCols);
+  for (const auto& row : unwritten_steps_) {
+    std::string o = "{\"table\":\"train_steps\"";
+    for (size_t c = 0; c < cols.size() && c < row.size(); ++c)
+      o += fmt::format(",\"{}\":{}", cols[c], !row[c] ? "null" : is_number(*row[c]) ? *row[c] : settings::json_quote(*row[c]));
+    out << o << "}\n";
+  }
+  out.flush();
+  return out ? fmt::format("{} received steps the database did not take are saved in {}", unwritten_steps_.size(), path)
+             : fmt::format("{} received steps could not be written anywhere ({} failed)", unwritten_steps_.size(), path);
+}
+
+// The next owner still training gets the turn once it asks for it.
+void TrainSession::give_turn() {
+  if (owner_agents_.size() <= 1) return;
+  for (size_t k = 0; k < owner_agents_.size(); ++k) {
+    const size_t i = owner_agents_[(turn_ + k) % owner_agents_.size()];
+    if (agents_->finished(i)) continue;
+    if (!waiting_[i]) return;  // its turn: it will ask
+    waiting_[i] = false;
+    turn_ = (turn_ + k) % owner_agents_.size();
+    if (auto st = (*agents_)[i].send("CMD", {{"op", "turn"}, {"id", "0"}}); !st) agents_->fail("turn: " + user_text(st.error()));
+    return;
+  }
+}
+
+// "segment=params,..." and the model's layer count complete the segment rows.
+void TrainSession::on_ready(const ControlMsg& m) {
+  const std::string sp = m.get_or("seg_params", "");
+  for (size_t pos = 0; pos < sp.size();) {
+    const size_t comma = std::min(sp.find(',', pos), sp.size());
+    const std::string item = sp.substr(pos, comma - pos);
+    const size_t eq = item.find('=');
+    const long seg = eq == std::string::npos ? -1 : std::strtol(item.substr(0, eq).c_str(), nullptr, 10);
+    if (seg >= 0 && static_cast<size_t>(seg) < seg_rows_.size()) seg_rows_[seg][5] = item.substr(eq + 1);
+    pos = comma + 1;
+  }
+  if (auto n = m.get_int("layers"); n && !seg_rows_.empty()) seg_rows_.back()[3] = std::to_string(*n);
+  if (auto st = db_->insert_rows("train_segments", kSegCols, seg_rows_); !st) agents_->fail("database: " + user_text(st.error()));
+}
+
+void TrainSession::on_epoch(const ControlMsg& m) {
+  flush_steps();
+  if (auto st = db_->insert_rows("train_epochs", with_run(kEpochCols), {row_of(m, kEpochCols)}); !st)
+    agents_->fail("database: " + user_text(st.error()));
+  auto d = [&](const char* k) { return std::strtod(m.get_or(k, "nan").c_str(), nullptr); };
+  if (tty_) fmt::print(stderr, "\n");
+  fmt::print("owner {} epoch {} (step {}): train loss {:.4f} acc {:.4f} | test loss {:.4f} acc {:.4f} top-5 {:.4f} "
+             "({} samples) | {:.1f} s, {:.1f} MB up, {:.1f} MB down\n",
+             m.get_or("owner", "?"), m.get_or("epoch", "?"), m.get_or("step", "?"), d("train_loss"), d("train_acc"),
+             d("test_loss"), d("test_acc"), d("test_top5"), m.get_or("test_n", "?"), d("epoch_ns") / 1e9,
+             d("up_bytes") / 1e6, d("down_bytes") / 1e6);
+  std::fflush(stdout);
+}
+
+void TrainSession::on_export(const ControlMsg& m, const std::string& device) {
+  rec_->event("info", "model_exported",
+              fmt::format("owner {}: {} ({} tensors, {} values) on {}", m.get_or("owner", "?"), m.get_or("path", "?"),
+                          m.get_or("tensors", "?"), m.get_or("values", "?"), device),
+              device);
+  if (m.get_or("owner", "") != "0") return;
+  Statement q(db_->handle(), "UPDATE train_runs SET export_path = ? WHERE run_id = ?");
+  if (!q.prepared()) return;
+  const std::string p = m.get_or("path", "");
+  q.bind(1, std::string_view(p));
+  q.bind(2, run_id_);
+  (void)q.step();
+}
+
+// The progress of one owner's steps: on a terminal one line redrawn, else
+// a line at every tenth of its steps; the time left is at the pace of the
+// steps since its first one in this run (start-up and a resume excluded).
+void TrainSession::draw_step(const ControlMsg& m) {
+  const std::string owner = m.get_or("owner", "?");
+  const auto step_field = m.get_int("step"), total_field = m.get_int("total");
+  const int64_t step = step_field ? *step_field : 0, total = total_field ? *total_field : 0;
+  const auto now = Clock::now();
+  auto& [first_step, first_at] = step_pace_.try_emplace(owner, step, now).first->second;
+  const double secs = std::chrono::duration<double>(now - first_at).count();
+  const int64_t done = step - first_step;
+  const std::string of = total > 0 ? fmt::format("/{}", total) : "";
+  const std::string left = total > step && done > 0
+                               ? fmt::format(", about {:.0f} s left", secs / static_cast<double>(done) *
+                                                                           static_cast<double>(total - step))
+                               : "";
+  const double loss = std::strtod(m.get_or("loss", "nan").c_str(), nullptr);
+  if (tty_) {
+    fmt::print(stderr, "\r  owner {} epoch {} step {}{}: loss {:.4f}  ({:.0f} s{})   ", owner, m.get_or("epoch", "?"),
+               step, of, loss, std::chrono::duration<double>(now - t0_).count(), left);
+    return;
+  }
+  const int64_t tenth = total > 0 ? step * 10 / total : -1;
+  auto last = step_tenth_.try_emplace(owner, -1).first;
+  if (total <= 0 || tenth == last->second) return;
+  last->second = tenth;
+  fmt::print(stderr, "  progress: owner {} step {}{} ({}%), epoch {}, loss {:.4f}, {:.0f} s{}\n", owner, step, of,
+             step * 100 / total, m.get_or("epoch", "?"), loss, std::chrono::duration<double>(now - t0_).count(), left);
+}
+
+// train's part of a control line: endpoints, steps, epochs, checkpoints,
+// the exported model, traces and the owners' turns.
+void TrainSession::on_line(size_t i, const ControlMsg& m) {
+  AgentConn& a = (*agents_)[i];
+  if (m.kind == "READY" && a.role() == "TRAIN_WORKER") endpoints_[i] = m.get_or("endpoint", "");
+  if (m.kind == "READY") on_ready(m);
+  if (m.kind == "STEP") {
+    steps_.push_back(row_of(m, kStepCols));
+    ++steps_seen_;
+    if (Clock::now() - last_flush_ > std::chrono::seconds(1) || steps_.size() >= 256) flush_steps();
+    if (ro_.progress) draw_step(m);
+  } else if (m.kind == "EPOCH") {
+    on_epoch(m);
+  } else if (m.kind == "CHECKPOINT") {
+    flush_steps();
+    if (auto st = db_->insert_rows("train_checkpoints", {"run_id", "owner", "step", "epoch", "dir", "at"},
+                                   {{num(run_id_), opt_field(m, "owner"), opt_field(m, "step"), opt_field(m, "epoch"),
+                                     opt_field(m, "dir"), txt(utc_now_iso())}});
+        !st)
+      agents_->fail("database: " + user_text(st.error()));
+  } else if (m.kind == "EXPORT") {
+    on_export(m, a.device().name);
+  } else if (m.kind == "TRACE") {
+    rec_->event("debug", "frame_received",
+                fmt::format("{} split {} op {} | meta {} | {}", m.get_or("type", "?"), m.get_or("split", "?"),
+                            m.get_or("op", "?"), m.get_or("meta", ""), m.get_or("tensors", "")),
+                a.device().name);
+  } else if (m.kind == "TURN") {
+    if (m.get_or("state", "") == "waiting") waiting_[i] = true;
+    else turn_ = (turn_ + 1) % std::max<size_t>(1, owner_agents_.size());
+    give_turn();
+  } else if (m.kind == "DONE") {
+    give_turn();  // an owner that is done passes its turn on
+  }
+}
+
+int TrainSession::run() {
+  if (auto s = prepare(); !s) return *s.exit_code;
+  if (auto s = open_row(); !s) return *s.exit_code;
+  SignalCatcher signals;  // SIGINT, SIGTERM, SIGHUP: the owners stop after their step, rows are kept
+  if (auto s = connect(); !s) return *s.exit_code;
+  if (agents_->failure().empty()) start_workers();
+  if (agents_->failure().empty() && !SignalCatcher::signal()) start_owners();
+  if (agents_->failure().empty()) {
+    agents_->start_reading();
+    agents_->wait_until([&] { return agents_->drivers_done(); }, 0);
+  }
+  agents_->stop_all();
+  flush_steps();
+  return finish();
+}
+
+int TrainSession::finish() {
+  std::string failure = agents_->take_failure();
+  if (!unwritten_steps_.empty()) failure += (failure.empty() ? "" : "; ") + save_unwritten_steps();
+  const SessionOutcome end = finish_session(*rec_, *row_, std::move(failure), cfg_.output, run_id_, "train");
+  if (!end.failure.empty()) {
+    const int sig = SignalCatcher::signal();
+    fmt::print(stderr, "tracrctl train: run {} {}: {}\n", run_id_, run_status_name(end.status), end.failure);
+    fmt::print(stderr, "tracrctl train: {} steps received, rows written are kept in {} (tracrctl results show {}); "
+               "resume with --resume {}\n",
+               steps_seen_, cfg_.output, run_id_, run_id_);
+    return sig ? signal_exit_code(sig) : 1;
+  }
+  fmt::print("\nrun {} completed: {} steps\n", run_id_, steps_seen_);
+  if (auto st = print_train_table(*db_, run_id_); !st) {
+    fmt::print(stderr, "tracrctl train: {}\n", user_text(st.error()));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
 int cmd_train(const TrainOptions& ro) {
   auto loaded = load_experiment(ro.experiment, ro.sets);
   if (!loaded) {
@@ -207,392 +631,8 @@ int cmd_train(const TrainOptions& ro) {
                        "training takes one\n", cfg.compression_list.size());
     return 2;
   }
-  if (auto st = check_experiment_files(cfg); !st) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(st.error()));
-    return 2;
-  }
-  // Model, input shape and train.cuts against the model's layers, before launching.
-  if (auto n = check_experiment_model(cfg); !n) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(n.error()));
-    return 2;
-  }
-  auto devices = load_experiment_devices(cfg, RoleCheck::none);  // segments go to devices by name
-  if (!devices) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(devices.error()));
-    return 2;
-  }
-  auto layout = plan_training(cfg, *devices);
-  if (!layout) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(layout.error()));
-    return 2;
-  }
-  const std::string agent_path = ro.agent_path.empty() ? self_dir() + "/tracr-agent" : ro.agent_path;
-  if (auto st = check_device_agents(*devices); !st) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(st.error()));
-    return 2;
-  }
-  if (access(agent_path.c_str(), X_OK) != 0) {
-    fmt::print(stderr, "tracrctl train: cannot find tracr-agent at {} (pass --agent PATH)\n", agent_path);
-    return 2;
-  }
-  auto db = ResultsDb::open(cfg.output);
-  if (!db) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(db.error()));
-    return 1;
-  }
-  std::optional<ResumePoint> resume;
-  if (!ro.resume.empty()) {
-    auto r = find_resume_point(*db, ro.resume, cfg);
-    if (!r) {
-      fmt::print(stderr, "tracrctl train: --resume: {}\n", user_text(r.error()));
-      return 2;
-    }
-    resume = *r;
-  }
-  auto stamp = new_run_stamp();
-  if (!stamp) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(stamp.error()));
-    return 1;
-  }
-  const std::string tag = resume ? resume->tag : *stamp;
-  std::vector<uint8_t> secret(32);
-  if (auto rb = protocol::random_bytes(secret.data(), secret.size()); !rb) {
-    fmt::print(stderr, "tracrctl train: cannot draw the session secret: {}\n", user_text(rb.error()));
-    return 1;
-  }
-
-  RunInfo info;
-  info.name = cfg.name + " (train)";
-  info.config_yaml = to_yaml(cfg);
-  info.tracr_version = agent::kAgentVersion;
-  info.protocol_version = static_cast<int>(protocol::kVersion);
-  info.model = cfg.model;
-  info.codec = cfg.compression;
-  info.cipher = cfg.encryption ? "aes-256-gcm" : "none";
-  info.devices_json = devices->to_json();
-  auto run_id = db->begin_run(info);
-  if (!run_id) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(run_id.error()));
-    return 1;
-  }
-  RunRowGuard row(*db, *run_id, "train");
-  auto txt = [](const std::string& s) -> std::optional<std::string> { return s; };
-  auto num = [](auto v) -> std::optional<std::string> { return fmt::format("{}", v); };
-  std::string failure;
-  auto fail = [&](const std::string& why) {
-    if (failure.empty()) failure = why;
-  };
-  if (auto st = db->insert_rows("train_runs",
-                                {"run_id", "tag", "resumed_from", "resume_step", "cuts", "optimizer", "lr", "batch_size",
-                                 "epochs", "owners"},
-                                {{num(*run_id), txt(tag), resume ? num(resume->run) : std::nullopt,
-                                  resume ? num(resume->step) : std::nullopt, txt(join_ints(cfg.train.cuts)),
-                                  txt(cfg.train.optimizer), num(cfg.train.lr), num(cfg.train.batch_size),
-                                  num(cfg.train.epochs), num(layout->owners.size())}});
-      !st)
-    fail("database: " + st.error().str());
-  // Segment rows; the last one's end and every segment's parameter count
-  // come with the agents' READY lines.
-  std::vector<std::vector<std::optional<std::string>>> seg_rows;
-  {
-    int64_t a = 0;
-    for (size_t i = 0; i < layout->segment_device.size(); ++i) {
-      const int64_t b = i < cfg.train.cuts.size() ? cfg.train.cuts[i] : -1;
-      seg_rows.push_back({num(*run_id), num(i), num(a), b >= 0 ? num(b) : std::nullopt,
-                          txt(layout->segment_device[i]), std::nullopt});
-      a = b;
-    }
-  }
-  const std::vector<std::string> seg_cols = {"run_id", "segment", "first_layer", "end_layer", "device", "params"};
-  if (auto st = db->insert_rows("train_segments", seg_cols, seg_rows); !st) fail("database: " + st.error().str());
-  std::string layout_text;
-  for (size_t i = 0; i < layout->segment_device.size(); ++i)
-    layout_text += fmt::format("{}{}", i ? " | " : "", layout->segment_device[i]);
-  fmt::print("run {} '{}': train {} cut at [{}] ({}), {} lr {}, batch {}, {} epoch(s), codec {}, cipher {}{}\n", *run_id,
-             info.name, cfg.model, join_ints(cfg.train.cuts), layout_text, cfg.train.optimizer, cfg.train.lr,
-             cfg.train.batch_size, cfg.train.epochs, cfg.compression, info.cipher,
-             resume ? fmt::format(", resuming run {} at step {}", resume->run, resume->step) : "");
-  std::fflush(stdout);
-  for (const auto& w : layout->warnings) {
-    fmt::print(stderr, "tracrctl train: warning: {}\n", w);
-    (void)db->add_event(*run_id, "warn", "train_layout", w);
-  }
-
-  SignalCatcher signals;  // SIGINT, SIGTERM, SIGHUP: the owners stop after their step, rows are kept
-
-  Recorder rec(*db, *run_id, false, false);
-  const std::string log_dir = (fs::path(cfg.output).parent_path() / "logs").string();
-  const std::string config_yaml = agent_config_yaml(cfg);
-  const ExperimentConfig agent_cfg = agent_experiment(cfg);
-  std::vector<std::unique_ptr<AgentConn>> agents;
-  auto launch = [&](const DeviceConfig& dev, const std::string& role, std::vector<std::string> args) -> Status {
-    LaunchSpec ls;
-    ls.device = &dev;
-    ls.role = role;
-    args.insert(args.end(), {"--run-tag", tag});
-    if (resume) args.insert(args.end(), {"--resume-step", std::to_string(resume->step)});
-    ls.args = std::move(args);
-    ls.agent_path = device_agent_path(dev, agent_path);
-    ls.secret = secret;
-    ls.log_dir = log_dir.empty() ? "." : log_dir;
-    ls.log_name = fmt::format("run-{}-{}-{}.log", *stamp, *run_id, dev.name);
-    ls.devices_file = devices->source;
-    ls.trust_new_hosts = ro.trust_new_hosts;
-    ls.config_yaml = config_yaml;
-    ls.experiment = &agent_cfg;
-    ls.heartbeat_timeout_ms = cfg.heartbeat_timeout_ms;
-    auto conn = launch_agent(ls);
-    if (!conn) return std::move(conn.error());
-    for (const auto& f : (*conn)->staged()) rec.event("info", "file_staged", f.describe(), dev.name);
-    rec.event("info", "agent_started",
-              fmt::format("{} {} ({}, pid {})", role, dev.name, transport_name(dev.transport), (*conn)->proc().pid()),
-              dev.name);
-    agents.push_back(std::move(*conn));
-    return {};
-  };
-
-  EventPump pump(agents);
-  AgentLiveness liveness(cfg.heartbeat_timeout_ms);
-  std::map<size_t, bool> finished;
-  std::map<size_t, std::string> endpoints;  // worker agents' data endpoints
-  std::vector<size_t> owner_agents;
-  size_t turn = 0;           // index into owner_agents whose turn it is
-  std::map<size_t, bool> waiting;
-  std::vector<std::vector<std::optional<std::string>>> steps;
-  auto last_flush = Clock::now();
-  const auto t0 = Clock::now();
-  int64_t steps_seen = 0;
-  const bool tty = ro.progress && isatty(2);
-  const std::vector<std::string> step_cols = {"owner",   "step",      "epoch",    "batch",    "loss",
-                                              "correct", "step_ns",   "fwd_ns",   "bwd_ns",   "remote_ns",
-                                              "srv_ns",  "up_bytes",  "down_bytes", "up_raw", "down_raw"};
-  const std::vector<std::string> epoch_cols = {"owner",    "epoch",     "step",   "train_loss", "train_acc",
-                                               "test_loss", "test_acc", "test_top5", "test_n",  "test_source",
-                                               "epoch_ns", "eval_ns",   "up_bytes", "down_bytes"};
-  auto row_of = [&](const ControlMsg& m, const std::vector<std::string>& cols) {
-    std::vector<std::optional<std::string>> row{num(*run_id)};
-    for (const auto& c : cols) row.push_back(opt_field(m, c));
-    return row;
-  };
-  auto with_run = [](std::vector<std::string> cols) {
-    cols.insert(cols.begin(), "run_id");
-    return cols;
-  };
-  auto flush_steps = [&] {
-    if (steps.empty()) return;
-    if (auto st = db->insert_rows("train_steps", with_run(step_cols), steps); !st) fail("database: " + st.error().str());
-    steps.clear();
-    last_flush = Clock::now();
-  };
-  auto give_turn = [&] {
-    // The next owner still training gets the turn once it asks for it.
-    if (owner_agents.size() <= 1) return;
-    for (size_t k = 0; k < owner_agents.size(); ++k) {
-      const size_t i = owner_agents[(turn + k) % owner_agents.size()];
-      if (finished[i]) continue;
-      if (!waiting[i]) return;  // its turn: it will ask
-      waiting[i] = false;
-      turn = (turn + k) % owner_agents.size();
-      if (auto st = agents[i]->send("CMD", {{"op", "turn"}, {"id", "0"}}); !st) fail("turn: " + st.error().str());
-      return;
-    }
-  };
-
-  auto handle = [&](const Event& e) {
-    AgentConn& a = *agents[e.agent];
-    liveness.heard(e.agent);
-    if (e.closed) {
-      if (!finished[e.agent])
-        fail(fmt::format("{} agent on {} exited unexpectedly ({}); {}", a.role(), a.device().name,
-                         e.msg.error().message, log_tail_text(a.proc().log_tail())));
-      finished[e.agent] = true;
-      return;
-    }
-    if (!e.msg) {
-      fail(fmt::format("{} agent on {}: bad control line: {}", a.role(), a.device().name, e.msg.error().str()));
-      return;
-    }
-    const ControlMsg& m = *e.msg;
-    if (m.kind == "READY" && a.role() == "TRAIN_WORKER") endpoints[e.agent] = m.get_or("endpoint", "");
-    if (m.kind == "READY") {  // "segment=params,..." and the model's layer count
-      const std::string sp = m.get_or("seg_params", "");
-      for (size_t pos = 0; pos < sp.size();) {
-        const size_t comma = std::min(sp.find(',', pos), sp.size());
-        const std::string item = sp.substr(pos, comma - pos);
-        const size_t eq = item.find('=');
-        const long seg = eq == std::string::npos ? -1 : std::strtol(item.substr(0, eq).c_str(), nullptr, 10);
-        if (seg >= 0 && static_cast<size_t>(seg) < seg_rows.size()) seg_rows[seg][5] = item.substr(eq + 1);
-        pos = comma + 1;
-      }
-      if (auto n = m.get_int("layers"); n && !seg_rows.empty()) seg_rows.back()[3] = std::to_string(*n);
-      if (auto st = db->insert_rows("train_segments", seg_cols, seg_rows); !st) fail("database: " + st.error().str());
-    }
-    if (m.kind == "FAIL") {
-      fail(fmt::format("{} agent on {} failed: {}", a.role(), a.device().name, m.get_or("error", "?")));
-      return;
-    }
-    if (m.kind == "STEP") {
-      steps.push_back(row_of(m, step_cols));
-      ++steps_seen;
-      if (Clock::now() - last_flush > std::chrono::seconds(1) || steps.size() >= 256) flush_steps();
-      if (tty)
-        fmt::print(stderr, "\r  owner {} epoch {} step {}: loss {:.4f}  ({:.0f} s)   ", m.get_or("owner", "?"),
-                   m.get_or("epoch", "?"), m.get_or("step", "?"), std::strtod(m.get_or("loss", "nan").c_str(), nullptr),
-                   std::chrono::duration<double>(Clock::now() - t0).count());
-    } else if (m.kind == "EPOCH") {
-      flush_steps();
-      if (auto st = db->insert_rows("train_epochs", with_run(epoch_cols), {row_of(m, epoch_cols)}); !st)
-        fail("database: " + st.error().str());
-      auto d = [&](const char* k) { return std::strtod(m.get_or(k, "nan").c_str(), nullptr); };
-      if (tty) fmt::print(stderr, "\n");
-      fmt::print("owner {} epoch {} (step {}): train loss {:.4f} acc {:.4f} | test loss {:.4f} acc {:.4f} top-5 {:.4f} "
-                 "({} samples) | {:.1f} s, {:.1f} MB up, {:.1f} MB down\n",
-                 m.get_or("owner", "?"), m.get_or("epoch", "?"), m.get_or("step", "?"), d("train_loss"), d("train_acc"),
-                 d("test_loss"), d("test_acc"), d("test_top5"), m.get_or("test_n", "?"), d("epoch_ns") / 1e9,
-                 d("up_bytes") / 1e6, d("down_bytes") / 1e6);
-      std::fflush(stdout);
-    } else if (m.kind == "CHECKPOINT") {
-      flush_steps();
-      if (auto st = db->insert_rows("train_checkpoints", {"run_id", "owner", "step", "epoch", "dir", "at"},
-                                    {{num(*run_id), opt_field(m, "owner"), opt_field(m, "step"), opt_field(m, "epoch"),
-                                      opt_field(m, "dir"), txt(utc_now_iso())}});
-          !st)
-        fail("database: " + st.error().str());
-    } else if (m.kind == "EXPORT") {
-      rec.event("info", "model_exported",
-                fmt::format("owner {}: {} ({} tensors, {} values) on {}", m.get_or("owner", "?"), m.get_or("path", "?"),
-                            m.get_or("tensors", "?"), m.get_or("values", "?"), a.device().name),
-                a.device().name);
-      if (m.get_or("owner", "") == "0") {
-        Statement q(db->handle(), "UPDATE train_runs SET export_path = ? WHERE run_id = ?");
-        if (q.prepared()) {
-          const std::string p = m.get_or("path", "");
-          q.bind(1, std::string_view(p));
-          q.bind(2, *run_id);
-          (void)q.step();
-        }
-      }
-    } else if (m.kind == "TRACE") {
-      rec.event("debug", "frame_received",
-                fmt::format("{} split {} op {} | meta {} | {}", m.get_or("type", "?"), m.get_or("split", "?"),
-                            m.get_or("op", "?"), m.get_or("meta", ""), m.get_or("tensors", "")),
-                a.device().name);
-    } else if (m.kind == "TURN") {
-      if (m.get_or("state", "") == "waiting") {
-        waiting[e.agent] = true;
-      } else {
-        turn = (turn + 1) % std::max<size_t>(1, owner_agents.size());
-      }
-      give_turn();
-    } else if (m.kind == "DONE") {
-      finished[e.agent] = true;
-      give_turn();  // an owner that is done passes its turn on
-    }
-    if (auto st = rec.on_message(a.device().name, a.role(), m); !st) fail(st.error().message);
-  };
-
-  bool stopping = false;
-  auto wait_until = [&](const std::function<bool()>& done, int timeout_ms) {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    Clock::time_point stop_deadline{};
-    while (failure.empty() && !done()) {
-      if (SignalCatcher::signal() && !stopping) {
-        stopping = true;
-        rec.event("warn", "run_interrupted",
-                  fmt::format("{} received: stopping the data owners", signal_name(SignalCatcher::signal())));
-        for (size_t i : owner_agents)
-          if (!finished[i]) (void)agents[i]->send("STOP", {});
-        stop_deadline = Clock::now() + kStopGrace;
-      }
-      if (stopping && (owner_agents.empty() || Clock::now() > stop_deadline)) break;
-      if (timeout_ms > 0 && Clock::now() > deadline) {
-        fail("timed out waiting for the agents");
-        break;
-      }
-      if (auto e = pump.pop(100)) handle(*e);
-      rec.maybe_flush();
-      for (size_t i = 0; i < agents.size(); ++i)
-        if (!finished[i])
-          if (auto why = liveness.newly_lost(i, agents[i]->role(), agents[i]->device().name)) fail(*why);
-    }
-    while (auto e = pump.pop(0)) handle(*e);
-  };
-
-  // Workers first: their endpoints go to the owners.
-  for (const auto& [dev, segs] : layout->workers) {
-    if (!failure.empty()) break;
-    std::string list;
-    for (int s : segs) list += (list.empty() ? "" : ",") + std::to_string(s);
-    auto st = launch(*dev, "TRAIN_WORKER",
-                     {"--bind", fmt::format("tcp://{}:{}", server_bind_host(*dev), dev->connection().port), "--segments", list});
-    if (!st) fail("TRAIN_WORKER " + dev->name + ": " + st.error().str());
-  }
-  if (failure.empty() && !agents.empty()) {
-    pump.start();
-    for (size_t i = 0; i < agents.size(); ++i) liveness.launched(i);
-    wait_until([&] { return endpoints.size() == agents.size() || SignalCatcher::signal(); }, 600000);
-  }
-  if (failure.empty() && !SignalCatcher::signal()) {
-    std::vector<std::string> worker_args;
-    for (size_t w = 0; w < layout->workers.size(); ++w) {
-      const DeviceConfig* dev = layout->workers[w].first;
-      const std::string ep = dev->transport == Transport::local && dev->netns.empty()
-                                 ? endpoints[w]
-                                 : reachable_endpoint(endpoints[w], dev->connection().host);
-      for (int s : layout->workers[w].second) worker_args.insert(worker_args.end(), {"--worker", fmt::format("{}={}", s, ep)});
-    }
-    for (size_t k = 0; k < layout->owners.size(); ++k) {
-      std::vector<std::string> args = worker_args;
-      args.insert(args.end(), {"--owner", fmt::format("{}/{}", k, layout->owners.size())});
-      const size_t idx = agents.size();
-      auto st = launch(*layout->owners[k], "TRAIN_OWNER", args);
-      if (!st) {
-        fail("TRAIN_OWNER " + layout->owners[k]->name + ": " + st.error().str());
-        break;
-      }
-      owner_agents.push_back(idx);
-    }
-  }
-  if (failure.empty()) {
-    pump.start();
-    for (size_t i = 0; i < agents.size(); ++i) liveness.launched(i);
-    wait_until(
-        [&] {
-          for (size_t i : owner_agents)
-            if (!finished[i]) return false;
-          return true;
-        },
-        0);
-  }
-  for (size_t i = 0; i < agents.size(); ++i) {
-    finished[i] = true;
-    agents[i]->stop(3000);
-  }
-  pump.stop();
-  while (auto e = pump.pop(0)) handle(*e);
-  flush_steps();
-  rec.flush();
-  if (!rec.write_error().empty()) fail("database: " + rec.write_error());
-  const int sig = SignalCatcher::signal();
-  const SessionOutcome end = session_outcome(std::move(failure), sig);
-  failure = end.failure;
-  const RunStatus status = end.status;
-  if (auto fs2 = row.finish(end); !fs2) {
-    // The row could not be finished: the cause goes to stderr with the failure.
-    failure = failure.empty() ? fs2.error().str() : failure + "; " + fs2.error().str();
-  }
-  if (!failure.empty()) {
-    fmt::print(stderr, "tracrctl train: run {} {}: {}\n", *run_id, run_status_name(status), failure);
-    fmt::print(stderr, "tracrctl train: {} steps recorded in {} (tracrctl results show {}); resume with --resume {}\n",
-               steps_seen, cfg.output, *run_id, *run_id);
-    return sig ? signal_exit_code(sig) : 1;
-  }
-  fmt::print("\nrun {} completed: {} steps\n", *run_id, steps_seen);
-  if (auto st = print_train_table(*db, *run_id); !st) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(st.error()));
-    return 1;
-  }
-  return 0;
+  TrainSession session(ro, cfg);
+  return session.run();
 }
 
 Status print_train_table(ResultsDb& db, int64_t run_id) {

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,6 +116,67 @@ inline bool alive(long pid) {
   auto close = line.rfind(')');
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
 }
+
+// No agent of the run is left behind: `count` agents of these roles were
+// started (agent_started events) and none of them is alive.
+inline void expect_agents_gone(const std::string& db, const std::vector<std::string>& roles, size_t count) {
+  size_t n = 0;
+  for (const auto& role : roles)
+    for (long p : agent_pids(db, role)) {
+      ++n;
+      EXPECT_FALSE(alive(p)) << role << " pid " << p;
+    }
+  EXPECT_EQ(n, count);
+}
+
+// The `field` numbers of the rows a failure says it saved ("saved in
+// FILE.jsonl" in `text`), which must lie in `dir`; none when it saved none.
+inline std::set<int64_t> saved_numbers(const std::string& text, const std::string& dir, const std::string& field) {
+  std::set<int64_t> out;
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex("saved in (\\S+\\.jsonl)"))) return out;
+  const std::string saved = m[1];
+  EXPECT_EQ(saved.rfind(dir, 0), 0u) << saved;
+  std::ifstream in(saved);
+  const std::regex value("\"" + field + "\":(\\d+)");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch f;
+    EXPECT_TRUE(std::regex_search(line, f, value)) << line;
+    if (!f.empty()) out.insert(std::stoll(f[1]));
+  }
+  return out;
+}
+
+// The cause of a run its database could not take survives for the next
+// read-write open: on a copy of `db` in `copy_dir` (with room to write),
+// run 1 is failed with `cause` in its error, whether the row itself took it
+// or the open recorded it from the note (#24).
+inline void expect_next_open_records(const std::string& db, const std::string& copy_dir, const std::string& cause) {
+  std::filesystem::create_directories(copy_dir);
+  sh("cp -a " + db + "* " + copy_dir + "/");
+  const std::string copy = copy_dir + "/" + std::filesystem::path(db).filename().string();
+  auto mig = sh(tracrctl() + " results migrate --db " + copy);
+  ASSERT_EQ(mig.status, 0) << mig.out;
+  EXPECT_EQ(query(copy, "select status from runs where id = 1"), "failed");
+  const std::string error = query(copy, "select error from runs where id = 1");
+  EXPECT_NE(error.find(cause), std::string::npos) << error;
+}
+
+// A small tmpfs of the test's own at `dir` (root only), for a disk that
+// fills up; unmounted when destroyed. mounted is false when it could not be.
+struct SmallTmpfs {
+  std::string dir;
+  bool mounted = false;
+  explicit SmallTmpfs(std::string d, const std::string& size = "4m") : dir(std::move(d)) {
+    std::filesystem::create_directories(dir);
+    mounted = sh("mount -t tmpfs -o size=" + size + " tmpfs " + dir).status == 0;
+  }
+  ~SmallTmpfs() {
+    if (mounted) sh("umount " + dir);
+  }
+  SmallTmpfs(const SmallTmpfs&) = delete;
+  SmallTmpfs& operator=(const SmallTmpfs&) = delete;
+};
 
 // Two namespaced test hosts joined by a veth pair, both ends rate limited
 // with tc tbf: a (10.231.x.1) and b (10.231.x.2). Removed when destroyed.

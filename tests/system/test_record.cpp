@@ -168,10 +168,7 @@ TEST(Record, SigtermKeepsEveryReceivedFrameAndMarksTheRunInterrupted) {
   EXPECT_EQ(query(db, "select count(*) from events where kind = 'stopped' and frame is not null"), "1");
   EXPECT_EQ(query(db, "pragma integrity_check"), "ok");
   // No agent of this run is left behind.
-  const auto pids = agent_pids(db, "SERVER"), ppids = agent_pids(db, "PARTICIPANT");
-  ASSERT_EQ(pids.size() + ppids.size(), 2u);
-  for (long p : pids) EXPECT_FALSE(alive(p)) << "SERVER pid " << p;
-  for (long p : ppids) EXPECT_FALSE(alive(p)) << "PARTICIPANT pid " << p;
+  expect_agents_gone(db, {"SERVER", "PARTICIPANT"}, 2);
 }
 
 TEST(Record, CommandsChangeSplitAndCodecMidRun) {
@@ -219,18 +216,14 @@ TEST(Record, CommandsChangeSplitAndCodecMidRun) {
 
 TEST(Record, FullDiskKeepsTheCauseAndEveryReceivedFrame) {
   TempDir d;
-  const std::string mnt = (d.path / "small").string();
-  std::filesystem::create_directories(mnt);
   // A small file system of the test's own for the database, filled up once
   // frames are being committed.
-  if (sh("mount -t tmpfs -o size=4m tmpfs " + mnt).status != 0) {
+  SmallTmpfs small((d.path / "small").string());
+  if (!small.mounted) {
     if (std::getenv("TRACR_REQUIRE_SSHD")) FAIL() << "cannot mount a tmpfs (root needed)";
     GTEST_SKIP() << "cannot mount a tmpfs here (root needed)";
   }
-  struct Unmount {
-    std::string m;
-    ~Unmount() { sh("umount " + m); }
-  } unmount{mnt};
+  const std::string& mnt = small.dir;
   const std::string db = mnt + "/r.db";
   const std::string tmp = (d.path / "tmp").string();
   const std::string out = (d.path / "out.txt").string();
@@ -269,33 +262,11 @@ TEST(Record, FullDiskKeepsTheCauseAndEveryReceivedFrame) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(text, m, std::regex("(\\d+) frames received"))) << text;
   const int64_t received = std::stoll(m[1]);
-  std::set<int64_t> frames;
-  if (std::regex_search(text, m, std::regex("saved in (\\S+\\.jsonl)"))) {
-    const std::string saved = m[1];
-    EXPECT_EQ(saved.rfind(tmp, 0), 0u) << saved;
-    std::ifstream in(saved);
-    for (std::string line; std::getline(in, line);) {
-      std::smatch f;
-      ASSERT_TRUE(std::regex_search(line, f, std::regex("\"frame\":(\\d+)"))) << line;
-      frames.insert(std::stoll(f[1]));
-    }
-  }
+  std::set<int64_t> frames = saved_numbers(text, tmp, "frame");
   for (const auto& v : query_col(db, "select frame from frames")) frames.insert(std::stoll(v));
   EXPECT_EQ(static_cast<int64_t>(frames.size()), received) << text;
   EXPECT_EQ(*frames.rbegin() + 1, received);  // frame numbers 0..received-1, none missing
-  // The cause survives for the next read-write open, which records it (on a
-  // copy, with room to write).
-  const std::string copy = (d.path / "copy").string();
-  std::filesystem::create_directories(copy);
-  sh("cp -a " + mnt + "/r.db* " + copy + "/");
-  auto mig = sh(tracrctl() + " results migrate --db " + copy + "/r.db");
-  ASSERT_EQ(mig.status, 0) << mig.out;
-  const std::string status_now = query(copy + "/r.db", "select status from runs where id = 1");
-  const std::string error = query(copy + "/r.db", "select error from runs where id = 1");
-  // Either the run row itself took the cause, or the next open recorded it
-  // from the note: failed either way, as the exit status said (#24).
-  EXPECT_EQ(status_now, "failed");
-  EXPECT_NE(error.find("database or disk is full"), std::string::npos) << error;
+  expect_next_open_records(db, (d.path / "copy").string(), "database or disk is full");
 }
 
 TEST(Record, CpuLimitedParticipantEmulatesASlowerDevice) {

@@ -3,8 +3,15 @@
 // training must equal single-process training step by step, keep the raw
 // data and the labels on the owner, resume exactly from a checkpoint, and
 // pass turns between several owners.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -86,7 +93,129 @@ void expect_same(const std::vector<std::string>& got, const std::vector<double>&
   std::printf("worst relative loss difference over %zu steps: %.3g\n", ref.size(), worst);
 }
 
+// A training run long enough to be interrupted (100 epochs), started as
+// `tracrctl train EXP --no-progress` with stdout and stderr in a file, its
+// database at `db` (default: in the test's directory).
+struct LongTraining {
+  TempDir d;
+  std::string db, out, exp;
+  pid_t pid = -1;
+  explicit LongTraining(const std::string& db_path = "") {
+    db = db_path.empty() ? (d.path / "t.db").string() : db_path;
+    out = (d.path / "out.txt").string();
+    exp = d.file("t.yaml", std::regex_replace(train_yaml(d, "  epochs: 100\n"), std::regex("output: \\S+"),
+                                              "output: " + db));
+    pid = fork();
+    if (pid == 0) {
+      int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      const std::string bin = tracrctl();
+      execl(bin.c_str(), bin.c_str(), "train", exp.c_str(), "--no-progress", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  // Waits (up to 120 s) until the run has committed `n` steps.
+  bool wait_steps(int n) const {
+    for (int i = 0; i < 1200; ++i) {
+      const std::string c = query(db, "select count(*) from train_steps");
+      if (!c.empty() && std::stoi(c) >= n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  // The command's exit code and what it printed.
+  std::pair<int, std::string> wait() {
+    int status = 0;
+    const bool exited = waitpid(pid, &status, 0) == pid && WIFEXITED(status);
+    pid = -1;
+    std::ifstream f(out);
+    return {exited ? WEXITSTATUS(status) : -1,
+            std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>())};
+  }
+  ~LongTraining() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
 }  // namespace
+
+// The session loop run and train share (#22): a signal stops the data
+// owners (as it stops a run's participants), every step they still deliver
+// is kept, the run is interrupted, no agent is left behind.
+TEST(Train, SigtermStopsTheOwnerKeepsItsStepsAndMarksTheRunInterrupted) {
+  LongTraining t;
+  ASSERT_GT(t.pid, 0);
+  ASSERT_TRUE(t.wait_steps(3)) << "no step committed within 120 s";
+  ASSERT_EQ(kill(t.pid, SIGTERM), 0);
+  const auto [code, text] = t.wait();
+  const std::string& db = t.db;
+  EXPECT_EQ(code, 143) << text;
+  EXPECT_EQ(query(db, "select status from runs where id = 1"), "interrupted");
+  EXPECT_NE(query(db, "select error from runs where id = 1").find("SIGTERM"), std::string::npos);
+  EXPECT_EQ(query(db, "select message from events where kind = 'run_interrupted' and level = 'warn'"),
+            "SIGTERM received: stopping the data owners");
+  // Every step the controller counted is in the database, numbered without a gap.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("(\\d+) steps received"))) << text;
+  EXPECT_EQ(query(db, "select count(*) from train_steps"), m[1].str());
+  EXPECT_EQ(query(db, "select max(step) from train_steps"), m[1].str());
+  EXPECT_NE(text.find("resume with --resume 1"), std::string::npos) << text;
+  expect_agents_gone(db, {"TRAIN_OWNER", "TRAIN_WORKER"}, 3);
+}
+
+// An agent that dies fails a training run the way it fails a run: named,
+// with its log's tail, the steps so far kept, the others stopped.
+TEST(Train, AWorkerThatDiesFailsTheRunNamingItAndKeepsTheSteps) {
+  LongTraining t;
+  ASSERT_GT(t.pid, 0);
+  ASSERT_TRUE(t.wait_steps(3)) << "no step committed within 120 s";
+  const auto workers = agent_pids(t.db, "TRAIN_WORKER");
+  ASSERT_EQ(workers.size(), 2u);
+  ASSERT_EQ(kill(static_cast<pid_t>(workers[0]), SIGKILL), 0);
+  const auto [code, text] = t.wait();
+  EXPECT_EQ(code, 1) << text;
+  EXPECT_EQ(query(t.db, "select status from runs where id = 1"), "failed");
+  const std::string error = query(t.db, "select error from runs where id = 1");
+  EXPECT_NE(error.find("TRAIN_WORKER agent on worker_a exited unexpectedly"), std::string::npos) << error;
+  EXPECT_GE(std::stoi(query(t.db, "select count(*) from train_steps")), 3);
+  expect_agents_gone(t.db, {"TRAIN_OWNER", "TRAIN_WORKER"}, 3);
+}
+
+// A database that stops taking rows ends a training run as it ends a run:
+// exit 1, the cause kept for the next open, and every received step either
+// in the database or in the file the failure names.
+TEST(Train, AFullDiskKeepsTheCauseAndEveryReceivedStep) {
+  TempDir d;
+  SmallTmpfs mnt((d.path / "small").string());
+  if (!mnt.mounted) {
+    if (std::getenv("TRACR_REQUIRE_SSHD")) FAIL() << "cannot mount a tmpfs (root needed)";
+    GTEST_SKIP() << "cannot mount a tmpfs here (root needed)";
+  }
+  const std::string tmp = (d.path / "tmp").string();
+  std::filesystem::create_directories(tmp);
+  setenv("TMPDIR", tmp.c_str(), 1);
+  LongTraining t(mnt.dir + "/t.db");
+  unsetenv("TMPDIR");
+  ASSERT_GT(t.pid, 0);
+  ASSERT_TRUE(t.wait_steps(3)) << "no step committed within 120 s";
+  sh("dd if=/dev/zero of=" + mnt.dir + "/filler bs=64k");  // fills the file system
+  const auto [code, text] = t.wait();
+  EXPECT_EQ(code, 1) << text;
+  EXPECT_NE(text.find("database or disk is full"), std::string::npos) << text;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("(\\d+) steps received"))) << text;
+  const int64_t received = std::stoll(m[1]);
+  std::set<int64_t> steps = saved_numbers(text, tmp, "step");
+  for (const auto& v : query_col(t.db, "select step from train_steps")) steps.insert(std::stoll(v));
+  ASSERT_FALSE(steps.empty()) << text;
+  EXPECT_EQ(static_cast<int64_t>(steps.size()), received) << text;
+  EXPECT_EQ(*steps.rbegin(), received);  // steps 1..received, none missing
+  expect_next_open_records(t.db, (d.path / "copy").string(), "database or disk is full");
+}
 
 TEST(Train, ThreeAgentsMatchSingleProcessTrainingAndKeepDataOnTheOwner) {
   TempDir d;
@@ -182,6 +311,23 @@ TEST(Train, ResumedRunContinuesExactlyWhereTheCheckpointWas) {
   auto bad = sh(tracrctl() + " train " + exp + " --resume 7 --no-progress");
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("run 7 is not a training run"), std::string::npos) << bad.out;
+}
+
+// Piped, a training run says how far each owner is: a line at every tenth
+// of its steps, out of the steps it will take, with the time left.
+TEST(Train, APipedRunReportsStepsOutOfTheirTotalWithTimeLeft) {
+  TempDir d;
+  const std::string exp = d.file("t.yaml", train_yaml(d, "  max_steps: 20\n"));
+  auto r = sh(tracrctl() + " train " + exp);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<int> steps;
+  const std::regex line(R"(progress: owner 0 step (\d+)/20 \((\d+)%\))");
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), line); it != std::sregex_iterator(); ++it) {
+    steps.push_back(std::stoi((*it)[1]));
+    EXPECT_EQ(std::stoi((*it)[2]), steps.back() * 5) << (*it)[0];
+  }
+  EXPECT_EQ(steps, (std::vector<int>{1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20})) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(step 18/20 \(90%\).*about \d+ s left)"))) << r.out;
 }
 
 TEST(Train, TwoOwnersTakeTurnsOnTheSharedSegments) {

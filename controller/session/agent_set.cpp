@@ -1,0 +1,141 @@
+#include "controller/session/agent_set.hpp"
+
+#include <fmt/format.h>
+
+#include "controller/session/run_row.hpp"
+#include "fleet/process.hpp"
+
+namespace tracr::controller {
+
+using agent::ControlMsg;
+
+bool drives_session(const std::string& role) { return role == "PARTICIPANT" || role == "TRAIN_OWNER"; }
+
+AgentSet::AgentSet(store::Recorder& rec, int heartbeat_timeout_ms, std::string drivers)
+    : rec_(rec), drivers_(std::move(drivers)), pump_(agents_), liveness_(heartbeat_timeout_ms) {}
+
+AgentSet::~AgentSet() { pump_.stop(); }
+
+size_t AgentSet::adopt(std::unique_ptr<fleet::AgentConn> conn, const std::string& when) {
+  const settings::DeviceConfig& dev = conn->device();
+  for (const auto& f : conn->staged()) rec_.event("info", "file_staged", f.describe(), dev.name);
+  rec_.event("info", "agent_started",
+             fmt::format("{} {} ({}, pid {}){}", conn->role(), dev.name, settings::transport_name(dev.transport),
+                         conn->proc().pid(), when),
+             dev.name);
+  agents_.push_back(std::move(conn));
+  return agents_.size() - 1;
+}
+
+void AgentSet::start_reading() {
+  pump_.start();
+  for (size_t i = 0; i < agents_.size(); ++i) liveness_.launched(i);
+}
+
+bool AgentSet::finished(size_t i) const {
+  auto it = finished_.find(i);
+  return it != finished_.end() && it->second;
+}
+
+bool AgentSet::drivers_done() const {
+  for (size_t i = 0; i < agents_.size(); ++i)
+    if (drives_session(agents_[i]->role()) && !finished(i)) return false;
+  return true;
+}
+
+void AgentSet::fail(const std::string& why) {
+  if (failure_.empty()) failure_ = why;
+}
+
+void AgentSet::dispatch(const fleet::Event& e) {
+  fleet::AgentConn& a = *agents_[e.agent];
+  const std::string& dev = a.device().name;
+  liveness_.heard(e.agent);
+  if (e.closed) {
+    if (!finished(e.agent)) {
+      const std::string why = fmt::format("{} agent on {} exited unexpectedly ({}); {}", a.role(), dev,
+                                          e.msg.error().message, log_tail_text(a.proc().log_tail()));
+      // While stopping after a signal the session is interrupted anyway; the crash is still recorded.
+      if (fleet::SignalCatcher::signal()) rec_.event("warn", "agent_lost", why, dev);
+      else if (!(spare_ && spare_(e.agent, why))) fail(why);
+    }
+    finished_[e.agent] = true;
+    return;
+  }
+  if (!e.msg) {
+    fail(fmt::format("{} agent on {}: bad control line: {}", a.role(), dev, e.msg.error().str()));
+    return;
+  }
+  const ControlMsg& m = *e.msg;
+  if (m.kind == "FAIL") {
+    fail(fmt::format("{} agent on {} failed: {}", a.role(), dev, m.get_or("error", "?")));
+    return;
+  }
+  if (m.kind == "DONE") finished_[e.agent] = true;
+  else if (auto st = rec_.on_message(dev, a.role(), m); !st) {
+    fail(st.error().message);
+    return;
+  }
+  if (m.kind == "HEARTBEAT" && m.fields.count("stalled_ms")) {
+    // The agent answers, but its serving loop has stopped turning (#24).
+    fail(fmt::format("{} agent on {} is stuck: its serving loop has made no progress for {} ms (after {} turns), "
+                     "though its control channel still answers; ending the run",
+                     a.role(), dev, m.get_or("stalled_ms", "?"), m.get_or("loop", "?")));
+    return;
+  }
+  if (handler_) handler_(e.agent, m);
+}
+
+void AgentSet::interrupt(int sig) {
+  // Every driving agent is asked to stop after what it has in flight; what
+  // it still delivers is recorded.
+  stopping_ = true;
+  rec_.event("warn", "run_interrupted", fmt::format("{} received: stopping the {}", signal_name(sig), drivers_));
+  for (size_t i = 0; i < agents_.size(); ++i)
+    if (drives_session(agents_[i]->role()) && !finished(i)) (void)agents_[i]->send("STOP", {});
+  stop_deadline_ = Clock::now() + kStopGrace;
+}
+
+void AgentSet::wait_until(const std::function<bool()>& done, int timeout_ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (failure_.empty() && !done()) {
+    if (const int sig = fleet::SignalCatcher::signal(); sig && !stopping_) interrupt(sig);
+    if (stopping_ && (drivers_done() || Clock::now() > stop_deadline_)) break;
+    if (watch_)
+      if (auto why = watch_(); !why.empty()) {
+        fail(why);
+        break;
+      }
+    if (timeout_ms > 0 && Clock::now() > deadline) {
+      fail("timed out waiting for the agents");
+      break;
+    }
+    if (auto e = pump_.pop(100)) dispatch(*e);
+    rec_.maybe_flush();
+    // A database that cannot take the rows ends the session: nothing more could be recorded.
+    if (!rec_.write_error().empty()) {
+      fail("database: " + rec_.write_error());
+      break;
+    }
+    if (!stopping_ && tick_) tick_();
+    for (size_t i = 0; i < agents_.size(); ++i)
+      if (!finished(i))
+        if (auto why = liveness_.newly_lost(i, agents_[i]->role(), agents_[i]->device().name))
+          if (!(spare_ && spare_(i, *why))) fail(*why);
+  }
+  // Lines already read are still recorded.
+  while (auto e = pump_.pop(0)) dispatch(*e);
+}
+
+void AgentSet::stop_all() {
+  // A lost agent's connection may be dead (a partition): stopping it is
+  // bounded (AgentProc::stop), and it stops by itself on our silence.
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    finished_[i] = true;
+    agents_[i]->stop(liveness_.declared_lost(i) ? 1000 : 3000);
+  }
+  pump_.stop();
+  while (auto e = pump_.pop(0)) dispatch(*e);
+}
+
+}  // namespace tracr::controller

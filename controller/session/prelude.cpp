@@ -1,0 +1,165 @@
+#include "controller/session/prelude.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "agent/agent.hpp"
+#include "controller/session/agent_config.hpp"
+#include "controller/session/model_check.hpp"
+#include "core/user_error.hpp"
+#include "fleet/launcher.hpp"
+#include "fleet/process.hpp"
+#include "protocol/crypto.hpp"
+#include "protocol/header.hpp"
+
+namespace tracr::controller {
+
+using namespace tracr::core;
+using namespace tracr::store;
+
+namespace {
+
+SessionStep refuse(const std::string& command, int code, const std::string& text) {
+  fmt::print(stderr, "tracrctl {}: {}\n", command, text);
+  return SessionStep{code};
+}
+
+// The note's size: written in place, never grown, so it fits on a full disk.
+constexpr size_t kNoteBytes = 4096;
+
+}  // namespace
+
+SessionStep check_session(const settings::ExperimentConfig& cfg, const std::string& command,
+                          settings::RoleCheck roles, const std::string& agent_option, SessionPrelude& out) {
+  if (auto st = settings::check_experiment_files(cfg); !st) return refuse(command, 2, user_text(st.error()));
+  // Model, input shape, split points and cuts: before any agent starts or any row is written.
+  if (auto n = check_experiment_model(cfg); !n) return refuse(command, 2, user_text(n.error()));
+  auto devices = settings::load_experiment_devices(cfg, roles);
+  if (!devices) return refuse(command, 2, user_text(devices.error()));
+  out.devices = std::move(*devices);
+  out.agent_path = agent_option.empty() ? fleet::self_dir() + "/tracr-agent" : agent_option;
+  if (auto st = fleet::check_device_agents(out.devices); !st) return refuse(command, 2, user_text(st.error()));
+  if (access(out.agent_path.c_str(), X_OK) != 0)
+    return refuse(command, 2, fmt::format("cannot find tracr-agent at {} (pass --agent PATH)", out.agent_path));
+  return {};
+}
+
+SessionLaunch::SessionLaunch(const settings::ExperimentConfig& cfg, const SessionPrelude& pre_,
+                             std::vector<uint8_t> secret_, std::string stamp_, int64_t run_id_, bool trust)
+    : pre(pre_),
+      secret(std::move(secret_)),
+      stamp(std::move(stamp_)),
+      run_id(run_id_),
+      trust_new_hosts(trust),
+      log_dir((std::filesystem::path(cfg.output).parent_path() / "logs").string()),
+      config_yaml(agent_config_yaml(cfg)),
+      experiment(agent_experiment(cfg)),
+      heartbeat_timeout_ms(cfg.heartbeat_timeout_ms) {}
+
+fleet::LaunchSpec SessionLaunch::spec(const settings::DeviceConfig& dev, const std::string& role,
+                                      std::vector<std::string> args) const {
+  fleet::LaunchSpec ls;
+  ls.device = &dev;
+  ls.role = role;
+  ls.args = std::move(args);
+  ls.agent_path = fleet::device_agent_path(dev, pre.agent_path);
+  ls.secret = secret;
+  ls.log_dir = log_dir.empty() ? "." : log_dir;
+  // Unique per run across databases and controllers (run ids repeat per database).
+  ls.log_name = fmt::format("run-{}-{}-{}.log", stamp, run_id, dev.name);
+  ls.devices_file = pre.devices.source;
+  ls.trust_new_hosts = trust_new_hosts;
+  ls.config_yaml = config_yaml;
+  ls.experiment = &experiment;
+  ls.heartbeat_timeout_ms = heartbeat_timeout_ms;
+  return ls;
+}
+
+RunInfo session_run_info(const settings::ExperimentConfig& cfg, const SessionPrelude& pre, std::string name) {
+  RunInfo info;
+  info.name = std::move(name);
+  info.config_yaml = settings::to_yaml(cfg);
+  info.tracr_version = agent::kAgentVersion;
+  info.protocol_version = static_cast<int>(protocol::kVersion);
+  info.model = cfg.model;
+  info.codec = cfg.compression;
+  info.cipher = cfg.encryption ? "aes-256-gcm" : "none";
+  info.devices_json = pre.devices.to_json();
+  return info;
+}
+
+SessionStep draw_session_secret(const std::string& command, std::vector<uint8_t>& out) {
+  out.assign(32, 0);
+  if (auto rb = protocol::random_bytes(out.data(), out.size()); !rb)
+    return refuse(command, 1, "cannot draw the session secret: " + user_text(rb.error()));
+  return {};
+}
+
+SessionStep begin_session_row(ResultsDb& db, const RunInfo& info, const std::string& command, int64_t& run_id) {
+  auto id = db.begin_run(info);
+  if (!id) return refuse(command, 1, user_text(id.error()));
+  run_id = *id;
+  std::ofstream f(failure_note_path(db.path(), run_id), std::ios::trunc);
+  if (f) f << std::string(kNoteBytes, ' ');
+  return {};
+}
+
+namespace {
+
+// The cause of a run that could not be finished in its database: on stderr,
+// and in the note reserved beside it for the next open's interruption reason.
+void keep_cause(const std::string& db_path, int64_t run_id, const std::string& cause, const std::string& command) {
+  fmt::print(stderr, "tracrctl {}: run {} could not be finished in {}: {}\n", command, run_id, db_path, cause);
+  const std::string text = cause.substr(0, kNoteBytes - 1) + "\n";
+  if (std::FILE* f = std::fopen(failure_note_path(db_path, run_id).c_str(), "r+")) {  // in place, no truncation
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+}
+
+// "database: <error>", with where the rows it did not take went.
+std::string write_error_cause(Recorder& rec, int64_t run_id) {
+  std::string cause = "database: " + rec.write_error();
+  if (!rec.unwritten()) return cause;
+  // Received rows the database did not take are saved elsewhere, not dropped.
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string path =
+      fmt::format("{}/tracr-run{}-unwritten-{}.jsonl", tmp && *tmp ? tmp : "/tmp", run_id, getpid());
+  auto saved = rec.save_unwritten(path);
+  return cause + (saved ? fmt::format(" ({} received rows the database did not take are saved in {})", rec.unwritten(),
+                                      *saved)
+                        : fmt::format(" ({} received rows could not be written anywhere: {})", rec.unwritten(),
+                                      user_text(saved.error())));
+}
+
+}  // namespace
+
+SessionOutcome finish_session(Recorder& rec, RunRowGuard& row, std::string failure, const std::string& db_path,
+                              int64_t run_id, const std::string& command) {
+  rec.flush();
+  if (!rec.write_error().empty()) {
+    const std::string cause = write_error_cause(rec, run_id);
+    // The loop's "database: <error>" is the same cause, now with its rows' fate.
+    if (failure.empty() || failure == "database: " + rec.write_error()) failure = cause;
+    else failure += "; " + cause;
+  }
+  SessionOutcome end = session_outcome(std::move(failure), fleet::SignalCatcher::signal());
+  if (auto fin = row.finish(end); !fin) {
+    // Not recorded is not completed: the session fails with this cause too.
+    end.failure = end.failure.empty() ? user_text(fin.error()) : end.failure + "; " + user_text(fin.error());
+    if (end.status == RunStatus::completed) end.status = RunStatus::failed;
+    keep_cause(db_path, run_id, end.failure, command);
+  } else {
+    std::error_code ec;
+    std::filesystem::remove(failure_note_path(db_path, run_id), ec);
+  }
+  return end;
+}
+
+}  // namespace tracr::controller

@@ -1,0 +1,80 @@
+// What run, train and agents start do before the first agent starts, and
+// what run and train do after the last one stopped (#22). Each step prints
+// its own error as "tracrctl COMMAND: ..." and gives the exit code: 2 for a
+// mistake in the experiment, the devices file or the command line (nothing
+// started, nothing written), 1 for a failure at run time.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controller/session/run_row.hpp"
+#include "fleet/launcher.hpp"
+#include "settings/config.hpp"
+#include "store/recorder.hpp"
+#include "store/results.hpp"
+
+namespace tracr::controller {
+
+// The checks before anything starts: the experiment's files, its model
+// (input shape, splits, cuts), its devices file and every device's agent
+// binary. `agent_path` is the controller's tracr-agent (--agent, else the
+// one beside tracrctl). What they found, or the exit code (2) with the
+// error printed.
+struct SessionPrelude {
+  settings::DevicesConfig devices;
+  std::string agent_path;
+};
+struct SessionStep {
+  std::optional<int> exit_code;  // set when the step failed (its error is printed)
+  explicit operator bool() const { return !exit_code; }
+};
+SessionStep check_session(const settings::ExperimentConfig& cfg, const std::string& command,
+                          settings::RoleCheck roles, const std::string& agent_option, SessionPrelude& out);
+
+// What every agent of one session is launched with (the session secret,
+// the effective experiment, its log names), set once; spec() is one launch.
+struct SessionLaunch {
+  SessionLaunch(const settings::ExperimentConfig& cfg, const SessionPrelude& pre, std::vector<uint8_t> secret,
+                std::string stamp, int64_t run_id, bool trust_new_hosts);
+  // Touches nothing shared: agents may be launched concurrently.
+  fleet::LaunchSpec spec(const settings::DeviceConfig& dev, const std::string& role,
+                         std::vector<std::string> args) const;
+
+  const SessionPrelude& pre;
+  std::vector<uint8_t> secret;
+  std::string stamp;
+  int64_t run_id;
+  bool trust_new_hosts;
+  std::string log_dir;      // agents' logs: "logs" beside the database
+  std::string config_yaml;  // agent_config_yaml(cfg): the CONFIG line
+  settings::ExperimentConfig experiment;  // agent_experiment(cfg)
+  int heartbeat_timeout_ms;
+};
+
+// The run row's description of a session (its name, the experiment as
+// YAML, versions, model, codec, cipher, devices).
+store::RunInfo session_run_info(const settings::ExperimentConfig& cfg, const SessionPrelude& pre, std::string name);
+
+// A session secret: 32 random bytes (exit 1 when none can be drawn: a
+// predictable secret would authenticate nothing).
+SessionStep draw_session_secret(const std::string& command, std::vector<uint8_t>& out);
+
+// The run row of a session: begin_run, then a note beside the database with
+// room reserved for the cause of a run that cannot be finished in it (the
+// disk may be full by then). Exit 1 when the row cannot be written.
+SessionStep begin_session_row(store::ResultsDb& db, const store::RunInfo& info, const std::string& command,
+                              int64_t& run_id);
+
+// How the session ended, recorded: the rows still buffered are flushed; a
+// database that stopped taking rows is the cause (the received rows it did
+// not take saved to $TMPDIR, named in the cause); a signal makes the run
+// interrupted. The row is finished; when even that fails, the session has
+// failed with that cause too, kept in the note for the next open. Returns
+// the outcome.
+SessionOutcome finish_session(store::Recorder& rec, RunRowGuard& row, std::string failure, const std::string& db_path,
+                              int64_t run_id, const std::string& command);
+
+}  // namespace tracr::controller
