@@ -23,4 +23,12 @@ inline std::string user_text(const Error& e) {
   return terminal_text(e.message);
 }
 
+// The exit status of a command that failed with `e` (docs/COMMANDS.md):
+// 2 for a usage or configuration error (a bad option, value or file: the
+// command started nothing), 1 for every other failure (a device, agent or
+// database error, no such run).
+inline int exit_code(const Error& e) {
+  return e.code == Errc::invalid_argument || e.code == Errc::config ? 2 : 1;
+}
+
 }  // namespace tracr::core

@@ -182,6 +182,54 @@ Status apply_setup(const DeviceShell& shell, const SetupPlan& plan) {
                                               tail_of(r->out, 1500), hint));
 }
 
+namespace {
+
+// One device of `devices setup`: its line's head, what it lacks, and the
+// SSH session the install runs over.
+struct SetupRow {
+  std::string head, error;
+  SetupPlan plan;
+  std::unique_ptr<SshSession> session;
+};
+
+// Each device's plan; whether any device needs packages (`bad` counts the
+// devices that could not be inspected).
+bool print_setup_plans(const std::vector<SetupRow>& rows, int& bad) {
+  bool any = false;
+  for (const auto& r : rows) {
+    if (!r.error.empty()) {
+      ++bad;
+      fmt::print("{} FAIL  {}\n", r.head, r.error);
+    } else if (r.plan.missing.empty()) {
+      fmt::print("{} ok    nothing to install\n", r.head);
+    } else {
+      any = true;
+      fmt::print("{} needs {} package(s): {}\n    {}\n", r.head, r.plan.missing.size(), fmt::join(r.plan.missing, " "),
+                 r.plan.command);
+    }
+  }
+  return any;
+}
+
+// The user's consent (--yes, or y on a terminal): 0 to install, else the exit code.
+int confirm_install(const SetupOptions& o) {
+  if (o.yes) return 0;
+  if (!::isatty(0)) {
+    fmt::print(stderr, "tracrctl devices setup: not installing: stdin is not a terminal to confirm on; pass --yes "
+                       "to install the packages above, or --dry-run to only list them\n");
+    return 2;
+  }
+  fmt::print("install these packages on the devices above? [y/N] ");
+  std::fflush(stdout);
+  std::string answer;
+  std::getline(std::cin, answer);
+  if (answer == "y" || answer == "Y" || answer == "yes") return 0;
+  fmt::print("nothing installed\n");
+  return 1;
+}
+
+}  // namespace
+
 int devices_setup(const SetupOptions& o) {
   auto devs = load_devices_option(o.devices, o.devices_given);
   if (!devs) {
@@ -204,12 +252,7 @@ int devices_setup(const SetupOptions& o) {
     if (it == by_agent.end()) it = by_agent.emplace(a, agent_runtime_packages(a)).first;
     return it->second;
   };
-  struct Row {
-    std::string head, error;
-    SetupPlan plan;
-    std::unique_ptr<SshSession> session;
-  };
-  std::vector<Row> rows(devs->devices.size());
+  std::vector<SetupRow> rows(devs->devices.size());
   for (size_t i = 0; i < rows.size(); ++i) (void)packages_for(devs->devices[i]);  // before the threads
   for (const auto& [a, r] : by_agent) {
     if (!r) {
@@ -222,7 +265,7 @@ int devices_setup(const SetupOptions& o) {
   }
   run_concurrently(rows.size(), [&](size_t i) {
     const DeviceConfig& d = devs->devices[i];
-    Row& row = rows[i];
+    SetupRow& row = rows[i];
     row.head = fmt::format("{:<14} {:<6}", d.name, transport_name(d.transport));
     DeviceShell shell = local_shell();
     if (d.transport == Transport::ssh) {
@@ -240,38 +283,12 @@ int devices_setup(const SetupOptions& o) {
     else row.plan = std::move(*plan);
   });
   int bad = 0;
-  bool any = false;
-  for (const auto& r : rows) {
-    if (!r.error.empty()) {
-      ++bad;
-      fmt::print("{} FAIL  {}\n", r.head, r.error);
-    } else if (r.plan.missing.empty()) {
-      fmt::print("{} ok    nothing to install\n", r.head);
-    } else {
-      any = true;
-      fmt::print("{} needs {} package(s): {}\n    {}\n", r.head, r.plan.missing.size(), fmt::join(r.plan.missing, " "),
-                 r.plan.command);
-    }
-  }
+  const bool any = print_setup_plans(rows, bad);
   if (!any || o.dry_run) return bad ? 1 : 0;
-  if (!o.yes) {
-    if (!::isatty(0)) {
-      fmt::print(stderr, "tracrctl devices setup: not installing: stdin is not a terminal to confirm on; pass --yes "
-                         "to install the packages above, or --dry-run to only list them\n");
-      return 2;
-    }
-    fmt::print("install these packages on the devices above? [y/N] ");
-    std::fflush(stdout);
-    std::string answer;
-    std::getline(std::cin, answer);
-    if (answer != "y" && answer != "Y" && answer != "yes") {
-      fmt::print("nothing installed\n");
-      return 1;
-    }
-  }
+  if (const int no = confirm_install(o); no != 0) return no;
   std::vector<std::string> results(rows.size());
   run_concurrently(rows.size(), [&](size_t i) {
-    Row& r = rows[i];
+    SetupRow& r = rows[i];
     if (!r.error.empty() || r.plan.missing.empty()) return;
     const DeviceShell shell = r.session ? ssh_shell(*r.session) : local_shell();
     auto st = apply_setup(shell, r.plan);

@@ -237,6 +237,36 @@ std::vector<ParticipantLink> participant_links(const std::optional<LinkSpec>& ex
   return out;
 }
 
+namespace {
+
+// Never replace someone else's shaping: the interface's root qdisc must be
+// a kernel default.
+Status check_root_free(ShapeHost& host, const DeviceConfig& dev, const std::string& ifname, const LinkSpec& link) {
+  auto cur = host.tc("qdisc show dev " + shell_quote(ifname) + " root");
+  static const char* kDefaults[] = {"noqueue", "pfifo_fast", "fq_codel", "mq", "pfifo", "fq"};
+  bool is_default = cur.status == 0 && cur.text.find("qdisc ") == std::string::npos;
+  for (const char* k : kDefaults)
+    if (cur.text.rfind(std::string("qdisc ") + k + " ", 0) == 0) is_default = true;
+  if (is_default) return {};
+  return make_error(Errc::config,
+                    fmt::format("link profile '{}': interface {} on {} ({}) already has a root qdisc ({}). "
+                                "Another run may be shaping this link now (tracrctl results list --status "
+                                "running), and tracr never replaces its shaping. If none is, remove it with: "
+                                "{}tc qdisc del dev {} root",
+                                link.name, ifname, dev.name, host.where(), cur.text,
+                                dev.netns.empty() ? "" : "ip netns exec " + dev.netns + " ", ifname));
+}
+
+// What a later controller needs to remove this shaping if this one dies.
+void write_state(const std::string& path, ShapeHost& host, const DeviceConfig& dev, const std::string& ifname) {
+  std::ofstream f(path, std::ios::trunc);
+  f << "device=" << dev.name << "\ntransport=" << settings::transport_name(dev.transport) << "\nnetns=" << dev.netns
+    << "\ndev=" << ifname << "\nsudo=" << host.sudo() << "\npid=" << ::getpid() << "\nstart=" << self_start_ticks()
+    << "\n";
+}
+
+}  // namespace
+
 Result<std::unique_ptr<LinkShaper>> LinkShaper::apply(const DeviceConfig& server, const std::vector<ParticipantLink>& links,
                                                       const ShapingContext& ctx) {
   auto sh = std::unique_ptr<LinkShaper>(new LinkShaper());
@@ -297,27 +327,9 @@ Result<std::unique_ptr<LinkShaper>> LinkShaper::apply(const DeviceConfig& server
                           fmt::format("link profile '{}': cannot shape {} ({}): {}. Log in as root or allow "
                                       "passwordless sudo for tc (`tracrctl devices check` shows this per device)",
                                       link.name, d.dev->name, d.host->where(), d.host->why_not()));
-      // Never replace someone else's shaping.
-      auto cur = d.host->tc("qdisc show dev " + shell_quote(d.ifname) + " root");
-      static const char* kDefaults[] = {"noqueue", "pfifo_fast", "fq_codel", "mq", "pfifo", "fq"};
-      bool is_default = cur.status == 0 && cur.text.find("qdisc ") == std::string::npos;
-      for (const char* k : kDefaults)
-        if (cur.text.rfind(std::string("qdisc ") + k + " ", 0) == 0) is_default = true;
-      if (!is_default)
-        return make_error(Errc::config,
-                          fmt::format("link profile '{}': interface {} on {} ({}) already has a root qdisc ({}). "
-                                      "Another run may be shaping this link now (tracrctl results list --status "
-                                      "running), and tracr never replaces its shaping. If none is, remove it with: "
-                                      "{}tc qdisc del dev {} root",
-                                      link.name, d.ifname, d.dev->name, d.host->where(), cur.text,
-                                      d.dev->netns.empty() ? "" : "ip netns exec " + d.dev->netns + " ", d.ifname));
+      TRACR_TRY(check_root_free(*d.host, *d.dev, d.ifname, link));
       Shaped s{*d.dev, d.ifname, state_path(ctx.state_dir, *d.dev, d.ifname)};
-      {
-        std::ofstream f(s.state_file, std::ios::trunc);
-        f << "device=" << d.dev->name << "\ntransport=" << settings::transport_name(d.dev->transport)
-          << "\nnetns=" << d.dev->netns << "\ndev=" << d.ifname << "\nsudo=" << d.host->sudo()
-          << "\npid=" << ::getpid() << "\nstart=" << self_start_ticks() << "\n";
-      }
+      write_state(s.state_file, *d.host, *d.dev, d.ifname);
       sh->shaped_.push_back(s);
       std::string what;
       if (auto st = add_qdiscs(*d.host, d.ifname, d.peer, d.mbit, link, !ctx.agent_delay, &what); !st)

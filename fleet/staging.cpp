@@ -164,6 +164,86 @@ std::optional<std::string> declared_device_path(const DeviceConfig& dev, const s
   return best;
 }
 
+namespace {
+
+// Uploads one file to `remote` and checks its sha256 there (a copy that
+// differs is removed).
+Status upload_file(SshSession& s, const std::string& local, const ContentHash& h, const std::string& remote) {
+  if (auto up = s.upload(local, remote, 0644); !up) return up.error();
+  auto got = remote_sha256(s, remote, h.bytes);
+  if (!got) return got.error();
+  if (*got == h.sha256) return {};
+  (void)s.run("rm -f " + shell_quote(remote));
+  return make_error(Errc::io, fmt::format("{} on {} has sha256 {} after upload, expected {}", remote, s.label(),
+                                          got->empty() ? "(missing)" : *got, h.sha256));
+}
+
+// Uploads a directory tree into a temporary directory beside `remote`,
+// checks its manifest hash there, then renames it into place (another
+// controller's copy that got there first stays).
+Status upload_tree(SshSession& s, const std::string& local, const ContentHash& h, const std::string& dir,
+                   const std::string& name, const std::string& remote) {
+  auto tree = walk(local);
+  if (!tree) return tree.error();
+  uint8_t rnd[6] = {};
+  TRACR_TRY(protocol::random_bytes(rnd, sizeof rnd));
+  const std::string tmp = dir + "/." + name + ".tmp-" + protocol::to_hex(rnd, sizeof rnd);
+  std::string dirs;
+  for (const auto& d : tree->dirs) dirs += d + '\0';
+  auto md = s.run(fmt::format("mkdir -p {0} && cd {0} && xargs -0 -r mkdir -p --", shell_quote(tmp)), dirs);
+  if (!md) return md.error();
+  if (md->exit_status != 0)
+    return make_error(Errc::io, fmt::format("cannot create {} on {}: {}", tmp, s.label(), trim(md->err)));
+  auto drop = [&](Error e) {
+    (void)s.run("rm -rf " + shell_quote(tmp));
+    return e;
+  };
+  for (const auto& rel : tree->files)
+    if (auto up = s.upload((fs::path(local) / rel.substr(2)).string(), tmp + "/" + rel.substr(2), 0644); !up)
+      return drop(up.error());
+  auto got = s.run(tree_sha256_cmd(tmp), "", 600000);
+  if (!got) return drop(got.error());
+  if (trim(got->out) != h.sha256)
+    return drop(make_error(Errc::io, fmt::format("{} on {} hashes to {} after upload, expected {}{}", tmp, s.label(),
+                                                 trim(got->out), h.sha256,
+                                                 got->err.empty() ? "" : " (" + trim(got->err) + ")")));
+  // Another controller may have staged the same tree meanwhile: theirs stays.
+  auto mv = s.run(fmt::format("mv -T {0} {1} 2>/dev/null || {{ test -d {1} && rm -rf {0}; }}", shell_quote(tmp),
+                              shell_quote(remote)));
+  if (!mv) return drop(mv.error());
+  if (mv->exit_status != 0)
+    return drop(make_error(Errc::io, fmt::format("cannot rename {} to {} on {}", tmp, remote, s.label())));
+  return {};
+}
+
+// Whether the tree at sf.remote is this one. Only a complete, verified tree
+// is ever renamed to that name, but its files may have been changed or
+// deleted on the device since: its manifest hash is checked as a single
+// file's is (#24: a tree was trusted by name). A tree that differs is
+// removed to be staged again (unless check_only), and sf.replaced says so.
+Result<bool> tree_present(SshSession& s, const std::string& local, const ContentHash& h, bool check_only,
+                          StagedFile& sf) {
+  auto t = s.run("test -d " + shell_quote(sf.remote) + " && { " + tree_sha256_cmd(sf.remote) + "; }", "", 600000);
+  if (!t) return t.error();
+  const std::string have = trim(t->out);
+  const bool present = t->exit_status == 0 && have == h.sha256;
+  if (t->exit_status != 0 || present) return present;
+  const std::string was = have.empty() ? "(nothing)" : have;
+  if (check_only) {
+    sf.replaced = fmt::format("the copy there hashes to {}: it would be staged again", was);
+    return false;
+  }
+  sf.replaced = fmt::format("the copy there hashed to {}: staged again", was);
+  auto rm = s.run("rm -rf " + shell_quote(sf.remote));
+  if (!rm) return rm.error();
+  if (rm->exit_status != 0)
+    return make_error(Errc::io, fmt::format("{} on {} differs from {} (sha256 {} there) and cannot be removed: {}",
+                                            sf.remote, s.label(), local, have, trim(rm->err)));
+  return false;
+}
+
+}  // namespace
+
 Result<std::vector<StagedFile>> stage_files(SshSession& s, const DeviceConfig& dev, const std::vector<AgentFile>& files,
                                             bool check_only) {
   std::vector<StagedFile> out;
@@ -211,24 +291,9 @@ Result<std::vector<StagedFile>> stage_files(SshSession& s, const DeviceConfig& d
       if (!have) return fail(have.error().code, have.error().message);
       present = *have == h->sha256;
     } else {
-      // Only a complete, verified tree is ever renamed to this name, but its
-      // files may have been changed or deleted on the device since: its
-      // manifest hash is checked as a single file's is (#24: a tree was
-      // trusted by name).
-      auto t = s.run("test -d " + shell_quote(sf.remote) + " && { " + tree_sha256_cmd(sf.remote) + "; }", "", 600000);
-      if (!t) return fail(t.error().code, t.error().message);
-      const std::string have = trim(t->out);
-      present = t->exit_status == 0 && have == h->sha256;
-      if (t->exit_status == 0 && !present && !check_only) {
-        sf.replaced = fmt::format("the copy there hashed to {}: staged again", have.empty() ? "(nothing)" : have);
-        auto rm = s.run("rm -rf " + shell_quote(sf.remote));
-        if (!rm) return fail(rm.error().code, rm.error().message);
-        if (rm->exit_status != 0)
-          return fail(Errc::io, fmt::format("{} on {} differs from {} (sha256 {} there) and cannot be removed: {}",
-                                            sf.remote, s.label(), f.local, have, trim(rm->err)));
-      } else if (t->exit_status == 0 && !present) {
-        sf.replaced = fmt::format("the copy there hashes to {}: it would be staged again", have.empty() ? "(nothing)" : have);
-      }
+      auto have = tree_present(s, f.local, *h, check_only, sf);
+      if (!have) return fail(have.error().code, have.error().message);
+      present = *have;
     }
     if (present || check_only) {
       sf.how = present ? StagedFile::How::present : StagedFile::How::would_upload;
@@ -238,47 +303,8 @@ Result<std::vector<StagedFile>> stage_files(SshSession& s, const DeviceConfig& d
     auto mk = s.run("mkdir -p " + shell_quote(dir));
     if (!mk) return fail(mk.error().code, mk.error().message);
     if (mk->exit_status != 0) return fail(Errc::io, fmt::format("cannot create {} on {}: {}", dir, s.label(), trim(mk->err)));
-    if (!h->is_dir) {
-      if (auto up = s.upload(f.local, sf.remote, 0644); !up) return fail(up.error().code, up.error().message);
-      auto got = remote_sha256(s, sf.remote, h->bytes);
-      if (!got) return fail(got.error().code, got.error().message);
-      if (*got != h->sha256) {
-        (void)s.run("rm -f " + shell_quote(sf.remote));
-        return fail(Errc::io, fmt::format("{} on {} has sha256 {} after upload, expected {}", sf.remote, s.label(),
-                                          got->empty() ? "(missing)" : *got, h->sha256));
-      }
-    } else {
-      auto tree = walk(f.local);
-      if (!tree) return fail(tree.error().code, tree.error().message);
-      uint8_t rnd[6] = {};
-      TRACR_TRY(protocol::random_bytes(rnd, sizeof rnd));
-      const std::string tmp = dir + "/." + name + ".tmp-" + protocol::to_hex(rnd, sizeof rnd);
-      std::string dirs;
-      for (const auto& d : tree->dirs) dirs += d + '\0';
-      auto md = s.run(fmt::format("mkdir -p {0} && cd {0} && xargs -0 -r mkdir -p --", shell_quote(tmp)), dirs);
-      if (!md) return fail(md.error().code, md.error().message);
-      if (md->exit_status != 0)
-        return fail(Errc::io, fmt::format("cannot create {} on {}: {}", tmp, s.label(), trim(md->err)));
-      auto drop = [&](Error e) {
-        (void)s.run("rm -rf " + shell_quote(tmp));
-        return fail(e.code, e.message);
-      };
-      for (const auto& rel : tree->files)
-        if (auto up = s.upload((fs::path(f.local) / rel.substr(2)).string(), tmp + "/" + rel.substr(2), 0644); !up)
-          return drop(up.error());
-      auto got = s.run(tree_sha256_cmd(tmp), "", 600000);
-      if (!got) return drop(got.error());
-      if (trim(got->out) != h->sha256)
-        return drop(make_error(Errc::io, fmt::format("{} on {} hashes to {} after upload, expected {}{}", tmp, s.label(),
-                                                     trim(got->out), h->sha256,
-                                                     got->err.empty() ? "" : " (" + trim(got->err) + ")")));
-      // Another controller may have staged the same tree meanwhile: theirs stays.
-      auto mv = s.run(fmt::format("mv -T {0} {1} 2>/dev/null || {{ test -d {1} && rm -rf {0}; }}", shell_quote(tmp),
-                                  shell_quote(sf.remote)));
-      if (!mv) return drop(mv.error());
-      if (mv->exit_status != 0)
-        return drop(make_error(Errc::io, fmt::format("cannot rename {} to {} on {}", tmp, sf.remote, s.label())));
-    }
+    const Status up = h->is_dir ? upload_tree(s, f.local, *h, dir, name, sf.remote) : upload_file(s, f.local, *h, sf.remote);
+    if (!up) return fail(up.error().code, up.error().message);
     sf.how = StagedFile::How::uploaded;
     out.push_back(std::move(sf));
   }

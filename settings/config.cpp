@@ -576,14 +576,8 @@ Result<ConnectionParams> parse_connection(const Ctx& c, const YAML::Node& n, con
   return cp;
 }
 
-Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::string& key,
-                                  const std::string& map_name, const std::string& devices_file) {
-  if (!n.IsMap()) return expected(c, n, key, "a map with device_type and connection_params");
-  TRACR_TRY(check_keys(c, n, key, kDeviceKeys));
-  DeviceConfig d;
-  d.pos = pos_of(c, n);
-  if (!n["device_type"])
-    return err_at(d.pos, key + ".device_type", "missing; expected SERVER or PARTICIPANT");
+// device_type, transport, name, work_dir and netns.
+Status parse_device_identity(const Ctx& c, const YAML::Node& n, const std::string& key, DeviceConfig& d) {
   {
     auto t = get_choice(c, n["device_type"], key + ".device_type", {"SERVER", "PARTICIPANT"});
     if (!t) return t.error();
@@ -594,7 +588,6 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
     if (!t) return t.error();
     d.transport = *t == "local" ? Transport::local : Transport::ssh;
   }
-  d.name = map_name;
   if (n["name"]) {
     auto s = get_string(c, n["name"], key + ".name", "a device name of letters, digits, '_', '-', '.'");
     if (!s) return s.error();
@@ -618,6 +611,11 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
       return expected(c, n["netns"], key + ".netns", "netns only with transport: local (the agent runs in that namespace)");
     d.netns = *s;
   }
+  return {};
+}
+
+// Where and how the agent computes: CPU quota and cores, LibTorch device and threads, its own binary.
+Status parse_device_compute(const Ctx& c, const YAML::Node& n, const std::string& key, const std::string& devices_file, DeviceConfig& d) {
   if (n["cpu_quota"]) {
     auto v = get_double(c, n["cpu_quota"], key + ".cpu_quota", 0.01, "a CPU quota in cores >= 0.01 (e.g. 0.5)");
     if (!v) return v.error();
@@ -646,6 +644,16 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
       p = fs::path(devices_file).parent_path() / p;
     d.agent_path = p.lexically_normal().string();
   }
+  if (n["threads"]) {
+    auto v = get_int(c, n["threads"], key + ".threads", 1, 1024, "a LibTorch thread count 1..1024");
+    if (!v) return v.error();
+    d.torch_threads = static_cast<int>(*v);
+  }
+  return {};
+}
+
+// paths: controller paths the device holds at its own paths (relative ones from the devices file).
+Status parse_device_paths(const Ctx& c, const YAML::Node& n, const std::string& key, const std::string& devices_file, DeviceConfig& d) {
   if (n["paths"]) {
     const YAML::Node pm = n["paths"];
     const std::string k = key + ".paths";
@@ -665,11 +673,11 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
       d.paths[norm] = *to;
     }
   }
-  if (n["threads"]) {
-    auto v = get_int(c, n["threads"], key + ".threads", 1, 1024, "a LibTorch thread count 1..1024");
-    if (!v) return v.error();
-    d.torch_threads = static_cast<int>(*v);
-  }
+  return {};
+}
+
+// power_model and link_profile.
+Status parse_device_models(const Ctx& c, const YAML::Node& n, const std::string& key, DeviceConfig& d) {
   if (n["power_model"]) {
     const YAML::Node pm = n["power_model"];
     const std::string k = key + ".power_model";
@@ -706,6 +714,11 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
     }
     d.link_profile = l;
   }
+  return {};
+}
+
+// connection_params: a list with exactly one default (an implicit 127.0.0.1 for a local device).
+Status parse_device_connections(const Ctx& c, const YAML::Node& n, const std::string& key, const std::string& devices_file, DeviceConfig& d) {
   const YAML::Node cps = n["connection_params"];
   const std::string ck = key + ".connection_params";
   if (!cps) {
@@ -735,7 +748,52 @@ Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::
                                 "default: true (the one to use)",
                                 d.connections.size()));
   }
+  return {};
+}
+
+Result<DeviceConfig> parse_device(const Ctx& c, const YAML::Node& n, const std::string& key,
+                                  const std::string& map_name, const std::string& devices_file) {
+  if (!n.IsMap()) return expected(c, n, key, "a map with device_type and connection_params");
+  TRACR_TRY(check_keys(c, n, key, kDeviceKeys));
+  DeviceConfig d;
+  d.pos = pos_of(c, n);
+  d.name = map_name;
+  if (!n["device_type"])
+    return err_at(d.pos, key + ".device_type", "missing; expected SERVER or PARTICIPANT");
+  TRACR_TRY(parse_device_identity(c, n, key, d));
+  TRACR_TRY(parse_device_compute(c, n, key, devices_file, d));
+  TRACR_TRY(parse_device_paths(c, n, key, devices_file, d));
+  TRACR_TRY(parse_device_models(c, n, key, d));
+  TRACR_TRY(parse_device_connections(c, n, key, devices_file, d));
   return d;
+}
+
+// The Python tracr devices file's split_inference_network: its server and
+// participants must name the devices' roles.
+Status check_split_inference_network(const Ctx& c, const YAML::Node& sin, const DevicesConfig& cfg) {
+  const std::string k = "split_inference_network";
+  if (!sin.IsMap()) return expected(c, sin, k, "a map with server and participants");
+  TRACR_TRY(check_keys(c, sin, k, {"server", "participants"}));
+  if (sin["server"]) {
+    auto s = get_string(c, sin["server"], k + ".server", "SERVER or the server's name");
+    if (!s) return s.error();
+    if (*s != "SERVER" && *s != cfg.server().name)
+      return expected(c, sin["server"], k + ".server",
+                      "SERVER or the server device's name '" + cfg.server().name + "'");
+  }
+  if (const YAML::Node ps = sin["participants"]) {
+    if (!ps.IsSequence())
+      return expected(c, ps, k + ".participants", "a list of PARTICIPANT or participant names");
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const std::string pk = fmt::format("{}.participants[{}]", k, i);
+      auto s = get_string(c, ps[i], pk, "PARTICIPANT or a participant's name");
+      if (!s) return s.error();
+      const DeviceConfig* d = cfg.find(*s);
+      if (*s != "PARTICIPANT" && !(d && d->role == DeviceRole::participant))
+        return expected(c, ps[i], pk, "PARTICIPANT or the name of a PARTICIPANT device");
+    }
+  }
+  return {};
 }
 
 }  // namespace
@@ -801,30 +859,7 @@ Result<DevicesConfig> parse_devices(const std::string& text, const std::string& 
 
   // Python tracr compatibility: split_inference_network names the roles; it
   // is accepted and checked against the devices.
-  if (const YAML::Node sin = root["split_inference_network"]) {
-    const std::string k = "split_inference_network";
-    if (!sin.IsMap()) return expected(c, sin, k, "a map with server and participants");
-    TRACR_TRY(check_keys(c, sin, k, {"server", "participants"}));
-    if (sin["server"]) {
-      auto s = get_string(c, sin["server"], k + ".server", "SERVER or the server's name");
-      if (!s) return s.error();
-      if (*s != "SERVER" && *s != cfg.server().name)
-        return expected(c, sin["server"], k + ".server",
-                        "SERVER or the server device's name '" + cfg.server().name + "'");
-    }
-    if (const YAML::Node ps = sin["participants"]) {
-      if (!ps.IsSequence())
-        return expected(c, ps, k + ".participants", "a list of PARTICIPANT or participant names");
-      for (size_t i = 0; i < ps.size(); ++i) {
-        const std::string pk = fmt::format("{}.participants[{}]", k, i);
-        auto s = get_string(c, ps[i], pk, "PARTICIPANT or a participant's name");
-        if (!s) return s.error();
-        const DeviceConfig* d = cfg.find(*s);
-        if (*s != "PARTICIPANT" && !(d && d->role == DeviceRole::participant))
-          return expected(c, ps[i], pk, "PARTICIPANT or the name of a PARTICIPANT device");
-      }
-    }
-  }
+  if (const YAML::Node sin = root["split_inference_network"]) TRACR_TRY(check_split_inference_network(c, sin, cfg));
   return cfg;
 }
 
@@ -953,8 +988,102 @@ Setting string_setting(const std::string& name, const std::string& type, const s
   return s;
 }
 
-std::vector<Setting> build_settings() {
-  std::vector<Setting> t;
+// One entry of `commands`: {at_frame: N} and exactly one action.
+Result<ScheduledCommand> parse_command(const Ctx& c, const YAML::Node& e, const std::string& k) {
+  ScheduledCommand sc;
+  bool have_at = false;
+  for (const auto& kv : e) {
+    const std::string name = kv.first.Scalar();
+    const std::string kk = k + "." + name;
+    if (name == "at_frame") {
+      auto v = get_int(c, kv.second, kk, 0, std::numeric_limits<int32_t>::max(), "a frame count >= 0");
+      if (!v) return v.error();
+      sc.at_frame = *v;
+      have_at = true;
+      continue;
+    }
+    if (!sc.op.empty())
+      return err_at(pos_of(c, kv.first), kk,
+                    fmt::format("a command has one action; this one already has {}", sc.op));
+    if (name == "set_split") {
+      auto v = get_int(c, kv.second, kk, 0, 100000, "a split point (int >= 0)");
+      if (!v) return v.error();
+      sc.op = "set_split";
+      sc.split = static_cast<int>(*v);
+    } else if (name == "set_codec") {
+      auto v = get_string(c, kv.second, kk, "a codec text such as fp16 or blosc-lz4");
+      if (!v) return v.error();
+      auto spec = protocol::CodecSpec::parse(*v);
+      if (!spec)
+        return err_at(pos_of(c, kv.second), kk, fmt::format("invalid codec '{}': {}", *v, spec.error().message));
+      sc.op = "set_codec";
+      sc.codec = spec->name();
+    } else if (name == "pause_ms") {
+      auto v = get_int(c, kv.second, kk, 0, 86400000, "a pause in ms");
+      if (!v) return v.error();
+      sc.op = "pause";
+      sc.pause_ms = *v;
+    } else if (name == "stop") {
+      if (!kv.second.IsScalar() || kv.second.Scalar() != "true") return expected(c, kv.second, kk, "true");
+      sc.op = "stop";
+    } else {
+      std::string dym = did_you_mean(name, {"at_frame", "set_split", "set_codec", "pause_ms", "stop"});
+      return err_at(pos_of(c, kv.first), kk,
+                    "unknown command key '" + name + "'; expected at_frame, set_split, set_codec, pause_ms or stop" +
+                        (dym.empty() ? "" : " (did you mean '" + dym + "'?)"));
+    }
+  }
+  if (!have_at) return expected(c, e, k, "at_frame: N (timed frames delivered before the command is sent)");
+  if (sc.op.empty()) return expected(c, e, k, "one of set_split, set_codec, pause_ms, stop");
+  return sc;
+}
+
+// A number setting: >= lo, or > lo when exclusive.
+Setting double_setting(const std::string& name, const std::string& type, const std::string& def,
+                       const std::string& desc, double lo, bool exclusive,
+                       std::function<double&(ExperimentConfig&)> ref) {
+  Setting s;
+  s.info = {name, type, def, desc, ""};
+  const std::string what = "a number " + std::string(exclusive ? "> " : ">= ") + fmt::format("{}", lo);
+  s.apply = [lo, exclusive, what, ref](const Ctx& c, const YAML::Node& n, const std::string& key,
+                                      ExperimentConfig& cfg) -> Status {
+    auto v = get_double(c, n, key, lo, what);
+    if (!v) return v.error();
+    if (exclusive && !(*v > lo)) return expected(c, n, key, what);
+    ref(cfg) = *v;
+    return {};
+  };
+  s.show = [ref](const ExperimentConfig& c) { return fmt::format("{}", ref(const_cast<ExperimentConfig&>(c))); };
+  return s;
+}
+
+// A list of device names.
+Setting name_list_setting(const std::string& name, const std::string& def, const std::string& desc,
+                          std::function<std::vector<std::string>&(ExperimentConfig&)> ref) {
+  Setting s;
+  s.info = {name, "[device name]", def, desc, ""};
+  s.nullable = true;
+  s.env_yaml = true;
+  s.apply = [ref](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, "a list of device names");
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n.size(); ++i) {
+      auto v = get_nonempty(c, n[i], fmt::format("{}[{}]", key, i), "a device name");
+      if (!v) return v.error();
+      out.push_back(*v);
+    }
+    ref(cfg) = out;
+    return {};
+  };
+  s.show = [ref](const ExperimentConfig& c) {
+    const auto& v = ref(const_cast<ExperimentConfig&>(c));
+    return v.empty() ? std::string("~") : flow_strs(v);
+  };
+  return s;
+}
+
+// The settings name .. optimize, in the order they are documented.
+void add_model_settings(std::vector<Setting>& t) {
   t.push_back(string_setting(
       "name", "string", "<file name>", "Run name stored in the results database.", "a run name",
       [](ExperimentConfig& c) -> std::string& { return c.name; }, false));
@@ -1025,6 +1154,10 @@ std::vector<Setting> build_settings() {
                            "false runs the traced ops as they are. Recorded with the run and in the model "
                            "fingerprint.",
                            [](ExperimentConfig& c) -> bool& { return c.optimize; }));
+}
+
+// The settings num_classes .. input_size, in the order they are documented.
+void add_input_settings(std::vector<Setting>& t) {
   t.push_back(int_setting(
       "num_classes", "int >= 0", "0 (the model's own)",
       "Classes the model's last layer outputs (models that take it build their classifier with it); checked "
@@ -1097,6 +1230,10 @@ std::vector<Setting> build_settings() {
     };
     t.push_back(s);
   }
+}
+
+// The settings dataset.type .. dataset.class_names, in the order they are documented.
+void add_dataset_settings(std::vector<Setting>& t) {
   {
     Setting s;
     s.info = {"dataset.type", "synthetic | imagefolder | fashion_mnist", "synthetic",
@@ -1153,6 +1290,10 @@ std::vector<Setting> build_settings() {
     };
     t.push_back(s);
   }
+}
+
+// The settings dataset.mean .. dataset.resize_size, in the order they are documented.
+void add_normalization_settings(std::vector<Setting>& t) {
   for (const bool is_std : {false, true}) {
     Setting s;
     s.info = {is_std ? "dataset.std" : "dataset.mean", "number | [number, ...]",
@@ -1220,6 +1361,10 @@ std::vector<Setting> build_settings() {
       "resize_size; e.g. 232 for resnet50's IMAGENET1K_V2 weights). 0 = crop x 256 / 224 rounded (256 for 224).",
       0, 65536, [](ExperimentConfig& c, int64_t v) { c.dataset.resize_size = v; },
       [](const ExperimentConfig& c) { return c.dataset.resize_size; }));
+}
+
+// The settings dataset.interpolation .. batch_size, in the order they are documented.
+void add_preprocessing_settings(std::vector<Setting>& t) {
   {
     Setting s;
     s.info = {"dataset.interpolation", "bilinear | bicubic | nearest", "bilinear",
@@ -1288,6 +1433,10 @@ std::vector<Setting> build_settings() {
       "batch_size", "int >= 1", "1", "Samples per frame.", 1, 65536,
       [](ExperimentConfig& c, int64_t v) { c.batch_size = static_cast<int>(v); },
       [](const ExperimentConfig& c) { return int64_t{c.batch_size}; }));
+}
+
+// The settings compression .. key_exchange, in the order they are documented.
+void add_codec_settings(std::vector<Setting>& t) {
   {
     Setting s;
     s.info = {"compression", "codec text | [codec text]", "none",
@@ -1352,6 +1501,10 @@ std::vector<Setting> build_settings() {
     s.show = [](const ExperimentConfig& c) { return c.key_exchange; };
     t.push_back(s);
   }
+}
+
+// The settings chunk_bytes .. max_consecutive_failures, in the order they are documented.
+void add_frame_settings(std::vector<Setting>& t) {
   {
     Setting s;
     s.info = {"chunk_bytes", "int bytes | \"<n>KiB\" | \"<n>MiB\"", "262144 (256KiB)",
@@ -1394,52 +1547,9 @@ std::vector<Setting> build_settings() {
         const std::string k = fmt::format("{}[{}]", key, i);
         const YAML::Node& e = n[i];
         if (!e.IsMap()) return expected(c, e, k, "a map {at_frame: N, set_split: K | set_codec: TEXT | pause_ms: M | stop: true}");
-        ScheduledCommand sc;
-        bool have_at = false;
-        for (const auto& kv : e) {
-          const std::string name = kv.first.Scalar();
-          const std::string kk = k + "." + name;
-          if (name == "at_frame") {
-            auto v = get_int(c, kv.second, kk, 0, std::numeric_limits<int32_t>::max(), "a frame count >= 0");
-            if (!v) return v.error();
-            sc.at_frame = *v;
-            have_at = true;
-            continue;
-          }
-          if (!sc.op.empty())
-            return err_at(pos_of(c, kv.first), kk,
-                          fmt::format("a command has one action; this one already has {}", sc.op));
-          if (name == "set_split") {
-            auto v = get_int(c, kv.second, kk, 0, 100000, "a split point (int >= 0)");
-            if (!v) return v.error();
-            sc.op = "set_split";
-            sc.split = static_cast<int>(*v);
-          } else if (name == "set_codec") {
-            auto v = get_string(c, kv.second, kk, "a codec text such as fp16 or blosc-lz4");
-            if (!v) return v.error();
-            auto spec = protocol::CodecSpec::parse(*v);
-            if (!spec)
-              return err_at(pos_of(c, kv.second), kk, fmt::format("invalid codec '{}': {}", *v, spec.error().message));
-            sc.op = "set_codec";
-            sc.codec = spec->name();
-          } else if (name == "pause_ms") {
-            auto v = get_int(c, kv.second, kk, 0, 86400000, "a pause in ms");
-            if (!v) return v.error();
-            sc.op = "pause";
-            sc.pause_ms = *v;
-          } else if (name == "stop") {
-            if (!kv.second.IsScalar() || kv.second.Scalar() != "true") return expected(c, kv.second, kk, "true");
-            sc.op = "stop";
-          } else {
-            std::string dym = did_you_mean(name, {"at_frame", "set_split", "set_codec", "pause_ms", "stop"});
-            return err_at(pos_of(c, kv.first), kk,
-                          "unknown command key '" + name + "'; expected at_frame, set_split, set_codec, pause_ms or stop" +
-                              (dym.empty() ? "" : " (did you mean '" + dym + "'?)"));
-          }
-        }
-        if (!have_at) return expected(c, e, k, "at_frame: N (timed frames delivered before the command is sent)");
-        if (sc.op.empty()) return expected(c, e, k, "one of set_split, set_codec, pause_ms, stop");
-        out.push_back(sc);
+        auto sc = parse_command(c, e, k);
+        if (!sc) return sc.error();
+        out.push_back(*sc);
       }
       std::stable_sort(out.begin(), out.end(),
                        [](const ScheduledCommand& a, const ScheduledCommand& b) { return a.at_frame < b.at_frame; });
@@ -1467,6 +1577,10 @@ std::vector<Setting> build_settings() {
       "run fails only when more than this many fail in a row.",
       0, 1000000, [](ExperimentConfig& c, int64_t v) { c.max_consecutive_failures = static_cast<int>(v); },
       [](const ExperimentConfig& c) { return int64_t{c.max_consecutive_failures}; }));
+}
+
+// The settings heartbeat_timeout_ms .. probe.chunk_bytes, in the order they are documented.
+void add_agent_settings(std::vector<Setting>& t) {
   t.push_back(int_setting(
       "heartbeat_timeout_ms", "int 2000..3600000", "5000",
       "Both ends of each agent's control channel send a HEARTBEAT line every second. The controller declares an "
@@ -1509,6 +1623,10 @@ std::vector<Setting> build_settings() {
       "probe.chunk_bytes", "int 1024..67108864", "262144", "Payload per bulk probe message.", 1024, int64_t{64} << 20,
       [](ExperimentConfig& c, int64_t v) { c.probe.chunk_bytes = v; },
       [](const ExperimentConfig& c) { return c.probe.chunk_bytes; }));
+}
+
+// The settings link .. energy.layer_window_ms, in the order they are documented.
+void add_link_profile_settings(std::vector<Setting>& t) {
   {
     Setting s;
     s.info = {"link", "profile name | [profile name]", "~ (the link as it is)",
@@ -1570,6 +1688,10 @@ std::vector<Setting> build_settings() {
       "least 10 meter updates).",
       1, 60000, [](ExperimentConfig& c, int64_t v) { c.energy.layer_window_ms = static_cast<int>(v); },
       [](const ExperimentConfig& c) { return int64_t{c.energy.layer_window_ms}; }));
+}
+
+// The settings energy.radio .. link_delay, in the order they are documented.
+void add_energy_settings(std::vector<Setting>& t) {
   {
     Setting s;
     s.info = {"energy.radio", "auto | none | 3g | lte | wifi", "auto",
@@ -1601,6 +1723,10 @@ std::vector<Setting> build_settings() {
     s.show = [](const ExperimentConfig& c) { return c.link_delay; };
     t.push_back(s);
   }
+}
+
+// The settings links .. output, in the order they are documented.
+void add_link_table_settings(std::vector<Setting>& t) {
   {
     Setting s;
     s.info = {"links", "{name: {up_mbit, down_mbit, delay_ms, jitter_ms, loss_pct}}", "{}",
@@ -1659,47 +1785,11 @@ std::vector<Setting> build_settings() {
       "SQLite results database (created if missing); a relative path written in the experiment file is relative "
       "to that file's directory.",
       "a database file path", [](ExperimentConfig& c) -> std::string& { return c.output; }, false));
+}
+
+// The settings train.cuts .. train.segments, in the order they are documented.
+void add_train_layout_settings(std::vector<Setting>& t) {
   // ---- split training (tracrctl train)
-  auto double_setting = [](const std::string& name, const std::string& type, const std::string& def,
-                           const std::string& desc, double lo, bool exclusive,
-                           std::function<double&(ExperimentConfig&)> ref) {
-    Setting s;
-    s.info = {name, type, def, desc, ""};
-    const std::string what = "a number " + std::string(exclusive ? "> " : ">= ") + fmt::format("{}", lo);
-    s.apply = [lo, exclusive, what, ref](const Ctx& c, const YAML::Node& n, const std::string& key,
-                                        ExperimentConfig& cfg) -> Status {
-      auto v = get_double(c, n, key, lo, what);
-      if (!v) return v.error();
-      if (exclusive && !(*v > lo)) return expected(c, n, key, what);
-      ref(cfg) = *v;
-      return {};
-    };
-    s.show = [ref](const ExperimentConfig& c) { return fmt::format("{}", ref(const_cast<ExperimentConfig&>(c))); };
-    return s;
-  };
-  auto name_list_setting = [](const std::string& name, const std::string& def, const std::string& desc,
-                              std::function<std::vector<std::string>&(ExperimentConfig&)> ref) {
-    Setting s;
-    s.info = {name, "[device name]", def, desc, ""};
-    s.nullable = true;
-    s.env_yaml = true;
-    s.apply = [ref](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, "a list of device names");
-      std::vector<std::string> out;
-      for (size_t i = 0; i < n.size(); ++i) {
-        auto v = get_nonempty(c, n[i], fmt::format("{}[{}]", key, i), "a device name");
-        if (!v) return v.error();
-        out.push_back(*v);
-      }
-      ref(cfg) = out;
-      return {};
-    };
-    s.show = [ref](const ExperimentConfig& c) {
-      const auto& v = ref(const_cast<ExperimentConfig&>(c));
-      return v.empty() ? std::string("~") : flow_strs(v);
-    };
-    return s;
-  };
   {
     Setting s;
     s.info = {"train.cuts", "[int]", "~ (not a training experiment)",
@@ -1730,6 +1820,10 @@ std::vector<Setting> build_settings() {
       "owner, its device name means the same). Segment 0 must be on the owner (the raw data never leaves it). "
       "Default: the first and last segments on the owner, the others on the SERVER device.",
       [](ExperimentConfig& c) -> std::vector<std::string>& { return c.train.segments; }));
+}
+
+// The settings train.owners .. train.export, in the order they are documented.
+void add_train_run_settings(std::vector<Setting>& t) {
   t.push_back(name_list_setting(
       "train.owners", "~ ([first PARTICIPANT])",
       "Data owners, each with its own data (dataset on its device) and its own first and last segments, training "
@@ -1798,6 +1892,10 @@ std::vector<Setting> build_settings() {
       "Where the first data owner writes the trained model at the end (state dict by layer name, torch.save format, "
       "on its device); further owners add -owner<k> to the name. Usable as `weights:` of tracrctl run.",
       "a file path", [](ExperimentConfig& c) -> std::string& { return c.train.export_path; }, true));
+}
+
+// The settings train.trace_frames .. seed, in the order they are documented.
+void add_train_output_settings(std::vector<Setting>& t) {
   t.push_back(bool_setting(
       "train.trace_frames", "false",
       "Every worker writes a line per frame it receives (type, tensor names, dtypes, shapes, a hash of the bytes) "
@@ -1835,6 +1933,24 @@ std::vector<Setting> build_settings() {
     s.show = [](const ExperimentConfig& c) { return std::to_string(c.seed); };
     t.push_back(s);
   }
+}
+
+std::vector<Setting> build_settings() {
+  std::vector<Setting> t;
+  add_model_settings(t);
+  add_input_settings(t);
+  add_dataset_settings(t);
+  add_normalization_settings(t);
+  add_preprocessing_settings(t);
+  add_codec_settings(t);
+  add_frame_settings(t);
+  add_agent_settings(t);
+  add_link_profile_settings(t);
+  add_energy_settings(t);
+  add_link_table_settings(t);
+  add_train_layout_settings(t);
+  add_train_run_settings(t);
+  add_train_output_settings(t);
   for (auto& s : t) {
     std::string env = "TRACR_";
     for (char ch : s.info.name)

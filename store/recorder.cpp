@@ -30,10 +30,16 @@ void Recorder::event(std::string_view level, std::string_view kind, const std::s
     write_error_ = st.error().str();
 }
 
+namespace {
+
+Error malformed_line(const std::string& role, const std::string& device, const std::string& kind, const Error& e) {
+  return make_error(e.code, fmt::format("{} agent on {} sent a malformed {}: {}", role, device, kind, e.message));
+}
+
+}  // namespace
+
 Status Recorder::on_message(const std::string& device, const std::string& role, const agent::ControlMsg& m) {
-  auto malformed = [&](const Error& e) {
-    return make_error(e.code, fmt::format("{} agent on {} sent a malformed {}: {}", role, device, m.kind, e.message));
-  };
+  auto malformed = [&](const Error& e) { return malformed_line(role, device, m.kind, e); };
   if (m.kind == "READY") {
     if (m.fields.count("hw_id")) {
       auto hw = agent::hw_from_control(m);
@@ -57,38 +63,7 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     r.device_role = role;
     if (record_layers_) profiles_.push_back(std::move(r));
   } else if (m.kind == "FRAME") {
-    auto f = agent::frame_from_control(m);
-    if (!f) return malformed(f.error());
-    // What the database would refuse is refused here, naming the field, so
-    // one bad row cannot fail a whole batch of good ones.
-    if (f->warmup != 0 && f->warmup != 1) return malformed(make_error(Errc::field_type, "warmup must be 0 or 1"));
-    if (f->ok != 0 && f->ok != 1) return malformed(make_error(Errc::field_type, "ok must be 0 or 1"));
-    FrameRecord r;
-    static_cast<agent::FrameRecord&>(r) = *f;
-    r.run_id = run_id_;
-    r.participant = device;
-    r.link = link_;
-    r.shaping = shaping_;
-    ++received_;
-    if (!r.warmup) ++timed_by_device_[device];
-    split_ = static_cast<int>(r.split);
-    last_split_[device] = split_;
-    if (r.ok) last_est_[device] = r.link_est_mbps;
-    // Progress counters ride along on the line; they are not fields.
-    if (auto d = m.get_int("done")) done_ = *d;
-    if (auto t = m.get_int("total")) total_ = *t;
-    if (!r.outputs.empty() && r.ok && !r.warmup) {
-      if (r.outputs_shape.size() != 2)
-        return malformed(make_error(Errc::field_type, "outputs_shape must be samples,classes"));
-      auto it = outputs_.find({device, r.split, r.codec});
-      if (it != outputs_.end() && it->second.cols != r.outputs_shape[1])
-        return malformed(make_error(Errc::field_type, fmt::format("outputs: {} classes after {} in earlier frames",
-                                                                  r.outputs_shape[1], it->second.cols)));
-      if (auto st = append_outputs(device, r); !st && write_error_.empty()) write_error_ = st.error().str();
-    }
-    r.outputs.clear();
-    r.outputs.shrink_to_fit();
-    if (record_frames_) frames_.push_back(std::move(r));
+    TRACR_TRY(on_frame(device, role, m));
   } else if (m.kind == "SEGMENT") {
     auto sp = agent::segment_from_control(m);
     if (!sp) return malformed(sp.error());
@@ -100,20 +75,7 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     if (record_layers_)
       if (auto st = db_.add_segment_profile(row); !st && write_error_.empty()) write_error_ = st.error().str();
   } else if (m.kind == "PROBE") {
-    auto pr = agent::probe_from_control(m);
-    if (!pr) return malformed(pr.error());
-    ProbeRow row;
-    static_cast<agent::ProbeRecord&>(row) = *pr;
-    row.run_id = run_id_;
-    row.participant = device;
-    row.link = link_;
-    row.shaping = shaping_;
-    if (auto st = db_.add_probe(row); !st && write_error_.empty()) write_error_ = st.error().str();
-    event("info", "link_probed",
-          fmt::format("{}: rtt median {:.3f} ms, up {} Mbit/s, down {} Mbit/s", device, pr->rtt_median_ns / 1e6,
-                      pr->up_mbps ? fmt::format("{:.2f}", *pr->up_mbps) : "-",
-                      pr->down_mbps ? fmt::format("{:.2f}", *pr->down_mbps) : "-"),
-          device);
+    TRACR_TRY(on_probe(device, role, m));
   } else if (m.kind == "ENERGY") {
     auto e = agent::energy_from_control(m);
     if (!e) return malformed(e.error());
@@ -132,16 +94,76 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     if (!m.get_or("cmd", "").empty()) msg = fmt::format("command {} {}: {}", m.get_or("cmd", ""), m.get_or("op", ""), msg);
     event(kind == "command_rejected" ? "warn" : "info", kind, msg, device, frame);
   } else if (m.kind == "LOG") {
-    std::string level = m.get_or("level", "info");
-    if (level != "debug" && level != "info" && level != "warn" && level != "error") level = "info";
-    event(level, "agent_log", device + ": " + m.get_or("msg", ""), device);
-    // A warning is also the user's to see now (an agent on the reference BLAS, junk from peers).
-    if (level == "warn" || level == "error")
-      fmt::print(stderr, "{}: {} agent on {}: {}\n", level == "warn" ? "warning" : "error", role, device,
-                 m.get_or("msg", ""));
+    on_log(device, role, m);
   }
   maybe_flush();
   return {};
+}
+
+Status Recorder::on_frame(const std::string& device, const std::string& role, const agent::ControlMsg& m) {
+  auto malformed = [&](const Error& e) { return malformed_line(role, device, m.kind, e); };
+  auto f = agent::frame_from_control(m);
+  if (!f) return malformed(f.error());
+  // What the database would refuse is refused here, naming the field, so
+  // one bad row cannot fail a whole batch of good ones.
+  if (f->warmup != 0 && f->warmup != 1) return malformed(make_error(Errc::field_type, "warmup must be 0 or 1"));
+  if (f->ok != 0 && f->ok != 1) return malformed(make_error(Errc::field_type, "ok must be 0 or 1"));
+  FrameRecord r;
+  static_cast<agent::FrameRecord&>(r) = *f;
+  r.run_id = run_id_;
+  r.participant = device;
+  r.link = link_;
+  r.shaping = shaping_;
+  ++received_;
+  if (!r.warmup) ++timed_by_device_[device];
+  split_ = static_cast<int>(r.split);
+  last_split_[device] = split_;
+  if (r.ok) last_est_[device] = r.link_est_mbps;
+  // Progress counters ride along on the line; they are not fields.
+  if (auto d = m.get_int("done")) done_ = *d;
+  if (auto t = m.get_int("total")) total_ = *t;
+  if (!r.outputs.empty() && r.ok && !r.warmup) {
+    if (r.outputs_shape.size() != 2)
+      return malformed(make_error(Errc::field_type, "outputs_shape must be samples,classes"));
+    auto it = outputs_.find({device, r.split, r.codec});
+    if (it != outputs_.end() && it->second.cols != r.outputs_shape[1])
+      return malformed(make_error(Errc::field_type, fmt::format("outputs: {} classes after {} in earlier frames",
+                                                                r.outputs_shape[1], it->second.cols)));
+    if (auto st = append_outputs(device, r); !st && write_error_.empty()) write_error_ = st.error().str();
+  }
+  r.outputs.clear();
+  r.outputs.shrink_to_fit();
+  if (record_frames_) frames_.push_back(std::move(r));
+  return {};
+}
+
+Status Recorder::on_probe(const std::string& device, const std::string& role, const agent::ControlMsg& m) {
+  auto malformed = [&](const Error& e) { return malformed_line(role, device, m.kind, e); };
+  auto pr = agent::probe_from_control(m);
+  if (!pr) return malformed(pr.error());
+  ProbeRow row;
+  static_cast<agent::ProbeRecord&>(row) = *pr;
+  row.run_id = run_id_;
+  row.participant = device;
+  row.link = link_;
+  row.shaping = shaping_;
+  if (auto st = db_.add_probe(row); !st && write_error_.empty()) write_error_ = st.error().str();
+  event("info", "link_probed",
+        fmt::format("{}: rtt median {:.3f} ms, up {} Mbit/s, down {} Mbit/s", device, pr->rtt_median_ns / 1e6,
+                    pr->up_mbps ? fmt::format("{:.2f}", *pr->up_mbps) : "-",
+                    pr->down_mbps ? fmt::format("{:.2f}", *pr->down_mbps) : "-"),
+        device);
+  return {};
+}
+
+void Recorder::on_log(const std::string& device, const std::string& role, const agent::ControlMsg& m) {
+  std::string level = m.get_or("level", "info");
+  if (level != "debug" && level != "info" && level != "warn" && level != "error") level = "info";
+  event(level, "agent_log", device + ": " + m.get_or("msg", ""), device);
+  // A warning is also the user's to see now (an agent on the reference BLAS, junk from peers).
+  if (level == "warn" || level == "error")
+    fmt::print(stderr, "{}: {} agent on {}: {}\n", level == "warn" ? "warning" : "error", role, device,
+               m.get_or("msg", ""));
 }
 
 void Recorder::maybe_flush() {

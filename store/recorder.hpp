@@ -73,6 +73,10 @@ class Recorder {
   int64_t frames_received() const { return received_; }
 
  private:
+  // on_message's parts: a FRAME (counters, outputs, the row), a PROBE, a LOG line.
+  Status on_frame(const std::string& device, const std::string& role, const agent::ControlMsg& m);
+  Status on_probe(const std::string& device, const std::string& role, const agent::ControlMsg& m);
+  void on_log(const std::string& device, const std::string& role, const agent::ControlMsg& m);
   ResultsDb& db_;
   int64_t run_id_;
   bool record_frames_, record_layers_;

@@ -151,14 +151,8 @@ void add_demo_options(CLI::App* c, DemoOptions& o, std::vector<size_t>& sizes) {
       }));
 }
 
-// The whole tree. Every command sets p.action to what it runs.
-void build_app(CLI::App& app, Parsed& p) {
-  app.formatter(wrapping_formatter());  // before the subcommands: they copy it
-  app.footer(kExitStatus);
-  app.require_subcommand(1);
-  app.set_help_all_flag("--help-all", "every command's options");
-
-  // run
+// run: the sweep
+void add_run(CLI::App& app, Parsed& p) {
   auto* run = app.add_subcommand("run",
                                  "bring up agents (local processes or SSH), sweep the splits, record in SQLite, print "
                                  "the per-split table read back from the database");
@@ -176,8 +170,10 @@ void build_app(CLI::App& app, Parsed& p) {
   run->add_option("--agent", p.run.agent_path, "tracr-agent to run (default: next to tracrctl)")->type_name("PATH");
   add_sets(run, p.run.sets);
   run->callback([&p] { p.action = [&p] { return run_experiment(p.run); }; });
+}
 
-  // train
+// train: split training
+void add_train(CLI::App& app, Parsed& p) {
   auto* train = app.add_subcommand("train",
                                    "split training (train.cuts): data owners keep data, labels and the loss, workers "
                                    "their segments; steps, epochs and checkpoints in SQLite, the model exported");
@@ -191,8 +187,10 @@ void build_app(CLI::App& app, Parsed& p) {
   train->add_option("--agent", p.train.agent_path, "tracr-agent to run (default: next to tracrctl)")->type_name("PATH");
   add_sets(train, p.train.sets);
   train->callback([&p] { p.action = [&p] { return cmd_train(p.train); }; });
+}
 
-  // link probe
+// link probe
+void add_link_probe(CLI::App& app, Parsed& p) {
   auto* link = app.add_subcommand("link", "measure the link between devices");
   link->require_subcommand(1);
   auto* probe = link->add_subcommand("probe", "measure RTT and throughput both ways between each PARTICIPANT and its "
@@ -207,8 +205,10 @@ void build_app(CLI::App& app, Parsed& p) {
     p.probe.probe_only = true;
     p.action = [&p] { return run_experiment(p.probe); };
   });
+}
 
-  // plan
+// plan
+void add_plan(CLI::App& app, Parsed& p) {
   auto* plan = app.add_subcommand("plan",
                                   "predict latency, edge energy and throughput per split from stored layer profiles, "
                                   "bytes and the link; choose a split; --validate compares with the run, --validate-on with another");
@@ -248,8 +248,10 @@ void build_app(CLI::App& app, Parsed& p) {
       ->type_name("all|measured|K,...");
   add_sets(plan, p.plan.sets);
   plan->callback([&p] { p.action = [&p] { return cmd_plan(p.plan); }; });
+}
 
-  // report
+// report
+void add_report(CLI::App& app, Parsed& p) {
   auto* report = app.add_subcommand("report",
                                     "figures comparing runs (one self-contained HTML page, and SVG, PDF and CSV with --figures): "
                                     "latency, stages, bytes, energy, accuracy, plan error and split over time per split");
@@ -259,8 +261,10 @@ void build_app(CLI::App& app, Parsed& p) {
       ->type_name("DIR");
   add_db(report, p.report.db, "results database (default $TRACR_OUTPUT, else results/tracr.db here, else the project's)");
   report->callback([&p] { p.action = [&p] { return cmd_report(p.report); }; });
+}
 
-  // results
+// results and its subcommands
+void add_results(CLI::App& app, Parsed& p) {
   auto* results = app.add_subcommand("results", "read the results database back (RUN: a run id or 'last'; the "
                                                 "database: --db, else $TRACR_OUTPUT, else results/tracr.db)");
   results->require_subcommand(1);
@@ -301,8 +305,10 @@ void build_app(CLI::App& app, Parsed& p) {
   results_sub("schema", "the tables and columns of the results database", false)
       ->add_flag("--markdown", p.results.markdown, "as Markdown (docs/SCHEMA.md)");
   results_sub("migrate", "bring an existing database to this version's schema", true);
+}
 
-  // devices check, agents ...
+// devices check/setup, agents start/deploy/status/logs/stop
+void add_devices_and_agents(CLI::App& app, Parsed& p) {
   auto devices_options = [&](CLI::App* c, bool agents) {
     c->add_option_function<std::string>(
          "--devices",
@@ -360,8 +366,10 @@ void build_app(CLI::App& app, Parsed& p) {
     devices_options(c, true);
     c->callback([&p, v = verb] { p.action = [&p, v] { return cmd_agents(v, p.devices); }; });
   }
+}
 
-  // models, profile
+// models, profile
+void add_models(CLI::App& app, Parsed& p) {
   app.add_subcommand("models", "list the splittable models of the registry")->callback([&p] {
     p.action = [] { return cmd_models(); };
   });
@@ -381,8 +389,10 @@ void build_app(CLI::App& app, Parsed& p) {
   profile->add_option("--csv", p.profile.csv, "also write one CSV row per layer")->type_name("FILE");
   profile->add_option("--json", p.profile.json, "also write the layers and splits as JSON")->type_name("FILE");
   profile->callback([&p] { p.action = [&p] { return cmd_profile(p.profile); }; });
+}
 
-  // demo, bench protocol
+// demo, bench protocol
+void add_demo(CLI::App& app, Parsed& p) {
   auto* demo = app.add_subcommand("demo",
                                   "start tracr-agent SERVER processes on loopback, send real tensors under each codec "
                                   "and cipher, print the measured table beside raw ZeroMQ");
@@ -405,8 +415,10 @@ void build_app(CLI::App& app, Parsed& p) {
     if (!p.demo_sizes.empty()) p.bench.sizes = p.demo_sizes;
     p.action = [&p] { return run_demo(p.bench); };
   });
+}
 
-  // convert
+// convert
+void add_convert(CLI::App& app, Parsed& p) {
   auto* convert = app.add_subcommand("convert",
                                      "a Python tracr model config (alexnetsplit.yaml, ...) as a tracr experiment "
                                      "file, listing what could not be carried over (docs/FROM_PYTHON_TRACR.md)");
@@ -415,8 +427,10 @@ void build_app(CLI::App& app, Parsed& p) {
       ->type_name("NEW.yaml");
   convert->add_flag("--force", p.convert.force, "replace NEW.yaml when it exists");
   convert->callback([&p] { p.action = [&p] { return cmd_convert(p.convert); }; });
+}
 
-  // codecs, version, completion
+// codecs, version, completion
+void add_misc(CLI::App& app, Parsed& p) {
   app.add_subcommand("codecs", "list the codecs this build supports")->callback([&p] {
     p.action = [] {
       for (const auto& c : protocol::list_codecs()) std::puts(c.c_str());
@@ -436,6 +450,26 @@ void build_app(CLI::App& app, Parsed& p) {
       ->required()
       ->check(CLI::IsMember({"bash"}));
   completion->callback([&p, &app] { p.action = [&app] { return std::fputs(bash_completion(app).c_str(), stdout) < 0; }; });
+}
+
+// The whole tree. Every command sets p.action to what it runs.
+void build_app(CLI::App& app, Parsed& p) {
+  app.formatter(wrapping_formatter());  // before the subcommands: they copy it
+  app.footer(kExitStatus);
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "every command's options");
+
+  add_run(app, p);
+  add_train(app, p);
+  add_link_probe(app, p);
+  add_plan(app, p);
+  add_report(app, p);
+  add_results(app, p);
+  add_devices_and_agents(app, p);
+  add_models(app, p);
+  add_demo(app, p);
+  add_convert(app, p);
+  add_misc(app, p);
 }
 
 // The deepest command that was being parsed, and its words ("results list").
@@ -576,7 +610,7 @@ int tracrctl_main(int argc, char** argv) {
     return p.action();
   } catch (const Fatal& f) {
     fmt::print(stderr, "tracrctl: {}\n", without_backtrace(core::user_text(f.err)));
-    return 2;
+    return core::exit_code(f.err);
   } catch (const std::exception& e) {
     // Never a backtrace (LibTorch's c10::Error carries one in what()).
     fmt::print(stderr, "tracrctl: {}\n", without_backtrace(e.what()));

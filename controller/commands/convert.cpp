@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -174,6 +175,19 @@ class Converter {
 
   // ------------------------------------------------------------- sections
 
+  // Python tracr model keys tracr has no counterpart for, and why.
+  static const std::map<std::string, std::string>& dropped_model_keys() {
+    static const std::map<std::string, std::string> keys = {
+        {"save_layers", "tracr keeps no layer outputs; it records every layer's time, output bytes and energy "
+                        "(record.layers) instead"},
+        {"depth", "tracr's layer list is fixed per model (`tracrctl profile MODEL` shows it); the split points "
+                  "index it"},
+        {"flush_buffer_size", "tracr's recorder writes frames to SQLite in batches and at least once a second"},
+        {"log_file", "tracr logs to stderr; measurements and events go to the results database (output)"},
+        {"version", "tracr's zoo has one version per model id"}};
+    return keys;
+  }
+
   Status model(const YAML::Node& m) {
     for (const auto& kv : m) {
       const std::string k = kv.first.Scalar(), key = "model." + k;
@@ -222,22 +236,12 @@ class Converter {
         if (!n) return n.error();
         num_classes_ = *n;
         num_classes_node_ = v;
-      } else if (k == "save_layers") {
-        drop(key, v, "tracr keeps no layer outputs; it records every layer's time, output bytes and energy "
-                     "(record.layers) instead");
-      } else if (k == "depth") {
-        drop(key, v, "tracr's layer list is fixed per model (`tracrctl profile MODEL` shows it); the split "
-                     "points index it");
+      } else if (auto it = dropped_model_keys().find(k); it != dropped_model_keys().end()) {
+        drop(key, v, it->second);
       } else if (k == "mode") {
         // eval is what tracr does: nothing is lost.
         if (!(v.IsScalar() && v.Scalar() == "eval"))
           drop(key, v, "tracr runs inference in eval mode; training is `tracrctl train` with train.* keys");
-      } else if (k == "flush_buffer_size") {
-        drop(key, v, "tracr's recorder writes frames to SQLite in batches and at least once a second");
-      } else if (k == "log_file") {
-        drop(key, v, "tracr logs to stderr; measurements and events go to the results database (output)");
-      } else if (k == "version") {
-        drop(key, v, "tracr's zoo has one version per model id");
       } else {
         drop(key, v, "not a model key this converter knows");
       }

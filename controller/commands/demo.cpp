@@ -13,6 +13,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <sstream>
@@ -252,6 +253,83 @@ struct PyRow {
   uint64_t wire = 0;
 };
 
+// One size of the side-by-side table: python, raw ZeroMQ and tracr with
+// each lossless codec on the same activation; its verdicts appended.
+int compare_size(const DemoOptions& o, zmq::context_t& ctx, const std::string& raw_ep, Client& enc, size_t bytes,
+                 const Tensor& t, const PyRow& p, std::vector<std::string>& verdicts) {
+  int rc = 0;
+  const double mbs_py = bytes / p.rtt;  // bytes per us = MB/s
+  const double ratio_py = static_cast<double>(bytes) / p.wire;
+  auto [raw_rtt, raw_mbs] = raw_zmq(ctx, raw_ep, t, o);
+  (void)raw_mbs;
+  auto line = [&](const std::string& name, double rtt, double p95, uint64_t wire, const std::string& check) {
+    fmt::print("{:>9} {:<34} {:>9.1f} {:>9.1f} {:>8.0f} {:>9} {:>6.2f} {:>8.2f} {:>6.2f} {:>7}\n", bytes, name, rtt, p95,
+               bytes / rtt, wire, static_cast<double>(bytes) / wire, (bytes / rtt) / mbs_py, rtt / raw_rtt, check);
+  };
+  line("python pickle+blosc-zstd3/tcp", p.rtt, p.p95, p.wire, "-");
+  line("raw zeromq (same bytes)", raw_rtt, raw_rtt, bytes, "-");
+  std::string best;
+  double best_x = 0, best_ratio = 0;
+  std::vector<std::string> cfgs = {"none"};
+  cfgs.insert(cfgs.end(), o.lossless.begin(), o.lossless.end());
+  double none_x_raw = 0;
+  for (const auto& codec : cfgs) {
+    auto r = framed(enc, t, codec, o);
+    if (!r) {
+      fmt::print(stderr, "tracrctl: {}/aes at {} bytes: {}\n", codec, bytes, user_text(r.error()));
+      rc = 1;
+      continue;
+    }
+    line("tracr " + codec + "/aes", r->rtt.median, r->rtt.p95, r->wire, r->check);
+    const double ratio = static_cast<double>(bytes) / r->wire;
+    const double x = (bytes / r->rtt.median) / mbs_py;
+    if (codec == "none") none_x_raw = r->rtt.median / raw_rtt;
+    else if (ratio >= ratio_py && x > best_x) {
+      best = codec;
+      best_x = x;
+      best_ratio = ratio;
+    }
+  }
+  if (best.empty())
+    verdicts.push_back(fmt::format("{:>9}: no lossless codec reached python's ratio {:.2f}", bytes, ratio_py));
+  else
+    verdicts.push_back(fmt::format("{:>9}: best lossless at >= python's ratio: {}/aes, {:.1f}x python's throughput "
+                                   "(target >= 15x: {}), ratio {:.2f} vs {:.2f}",
+                                   bytes, best, best_x, best_x >= 15 ? "met" : "not met", best_ratio, ratio_py));
+  if (bytes == 774400)
+    verdicts.push_back(fmt::format("{:>9}: encrypted uncompressed round trip none/aes = {:.2f}x raw ZeroMQ "
+                                   "(target <= 2x: {})",
+                                   bytes, none_x_raw, none_x_raw <= 2 ? "met" : "not met"));
+  return rc;
+}
+
+// The baseline script's output: "python,BYTES,rtt,p95,wire,enc,dec" rows by
+// size, and its "info,..." line into `info`.
+std::map<size_t, PyRow> parse_python_rows(const std::string& text, std::string& info) {
+  std::map<size_t, PyRow> rows;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    std::istringstream ls(line);
+    std::string x;
+    while (std::getline(ls, x, ',')) f.push_back(x);
+    if (f.size() > 1 && f[0] == "info") {
+      for (size_t i = 1; i < f.size(); ++i) info += (i > 1 ? ", " : "") + f[i];
+      continue;
+    }
+    if (f.size() != 7 || f[0] != "python") continue;
+    PyRow r;
+    r.rtt = std::stod(f[2]);
+    r.p95 = std::stod(f[3]);
+    r.wire = std::stoull(f[4]);
+    r.enc = std::stod(f[5]);
+    r.dec = std::stod(f[6]);
+    rows[std::stoull(f[1])] = r;
+  }
+  return rows;
+}
+
 int compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string& raw_ep, Client& enc) {
   const std::string script = python_script(o);
   char tmpl[] = "/tmp/tracr-bench-XXXXXX";
@@ -275,30 +353,8 @@ int compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string&
     fmt::print(stderr, "tracrctl: Python baseline: {}\n", user_text(py.error()));
     return 1;
   }
-  std::map<size_t, PyRow> pyrows;
   std::string py_info;
-  {
-    std::istringstream in(*py);
-    std::string line;
-    while (std::getline(in, line)) {
-      std::vector<std::string> f;
-      std::istringstream ls(line);
-      std::string x;
-      while (std::getline(ls, x, ',')) f.push_back(x);
-      if (f.size() > 1 && f[0] == "info") {
-        for (size_t i = 1; i < f.size(); ++i) py_info += (i > 1 ? ", " : "") + f[i];
-        continue;
-      }
-      if (f.size() != 7 || f[0] != "python") continue;
-      PyRow r;
-      r.rtt = std::stod(f[2]);
-      r.p95 = std::stod(f[3]);
-      r.wire = std::stoull(f[4]);
-      r.enc = std::stod(f[5]);
-      r.dec = std::stod(f[6]);
-      pyrows[std::stoull(f[1])] = r;
-    }
-  }
+  const std::map<size_t, PyRow> pyrows = parse_python_rows(*py, py_info);
   fmt::print("\nside by side with the Python tracr pipeline (issue #14): real post-ReLU activations "
              "(bench/python_baseline.py: Fashion-MNIST image, seeded torchvision AlexNet/ResNet-18 layers)\n");
   fmt::print("python = pickle + blosc zstd level 3 byte shuffle + length-prefixed TCP, two processes ({}: {}); "
@@ -317,54 +373,68 @@ int compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string&
       fmt::print("{:>9} (no real activation of this size from the generator: skipped)\n", bytes);
       continue;
     }
-    const PyRow& p = pit->second;
-    const double mbs_py = bytes / p.rtt;  // bytes per us = MB/s
-    const double ratio_py = static_cast<double>(bytes) / p.wire;
-    auto [raw_rtt, raw_mbs] = raw_zmq(ctx, raw_ep, *t, o);
-    (void)raw_mbs;
-    auto line = [&](const std::string& name, double rtt, double p95, uint64_t wire, const std::string& check) {
-      fmt::print("{:>9} {:<34} {:>9.1f} {:>9.1f} {:>8.0f} {:>9} {:>6.2f} {:>8.2f} {:>6.2f} {:>7}\n", bytes, name, rtt,
-                 p95, bytes / rtt, wire, static_cast<double>(bytes) / wire, (bytes / rtt) / mbs_py, rtt / raw_rtt,
-                 check);
-    };
-    line("python pickle+blosc-zstd3/tcp", p.rtt, p.p95, p.wire, "-");
-    line("raw zeromq (same bytes)", raw_rtt, raw_rtt, bytes, "-");
-    std::string best;
-    double best_x = 0, best_ratio = 0;
-    std::vector<std::string> cfgs = {"none"};
-    cfgs.insert(cfgs.end(), o.lossless.begin(), o.lossless.end());
-    double none_x_raw = 0;
-    for (const auto& codec : cfgs) {
-      auto r = framed(enc, *t, codec, o);
-      if (!r) {
-        fmt::print(stderr, "tracrctl: {}/aes at {} bytes: {}\n", codec, bytes, user_text(r.error()));
-        rc = 1;
-        continue;
-      }
-      line("tracr " + codec + "/aes", r->rtt.median, r->rtt.p95, r->wire, r->check);
-      const double ratio = static_cast<double>(bytes) / r->wire;
-      const double x = (bytes / r->rtt.median) / mbs_py;
-      if (codec == "none") none_x_raw = r->rtt.median / raw_rtt;
-      else if (ratio >= ratio_py && x > best_x) {
-        best = codec;
-        best_x = x;
-        best_ratio = ratio;
-      }
-    }
-    if (best.empty())
-      verdicts.push_back(fmt::format("{:>9}: no lossless codec reached python's ratio {:.2f}", bytes, ratio_py));
-    else
-      verdicts.push_back(fmt::format("{:>9}: best lossless at >= python's ratio: {}/aes, {:.1f}x python's throughput "
-                                     "(target >= 15x: {}), ratio {:.2f} vs {:.2f}",
-                                     bytes, best, best_x, best_x >= 15 ? "met" : "not met", best_ratio, ratio_py));
-    if (bytes == 774400)
-      verdicts.push_back(fmt::format("{:>9}: encrypted uncompressed round trip none/aes = {:.2f}x raw ZeroMQ "
-                                     "(target <= 2x: {})",
-                                     bytes, none_x_raw, none_x_raw <= 2 ? "met" : "not met"));
+    if (compare_size(o, ctx, raw_ep, enc, bytes, *t, pit->second, verdicts) != 0) rc = 1;
   }
   fmt::print("\n");
   for (const auto& v : verdicts) fmt::print("{}\n", v);
   return rc;
+}
+
+using ClientResult = Result<std::unique_ptr<Client>>;
+
+// The codec table: for each size and codec/cipher pair, the framed round
+// trip and stream against raw ZeroMQ measured right before it. A failed row
+// starts a fresh session (its replies may still be in flight).
+int codec_table(const DemoOptions& o, zmq::context_t& ctx, const std::string& raw_ep,
+                const std::function<ClientResult(bool)>& connect, ClientResult& enc, ClientResult& plain,
+                std::vector<Row>& rows) {
+  int rc = 0;
+  fmt::print("{:>9} {:<28} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>8}\n", "bytes",
+             "codec/cipher", "rtt_us", "p95_us", "enc_us", "dec_us", "raw_us", "x_raw", "payload_B", "MB/s", "raw_MB/s",
+             "x_raw", "max_err", "check");
+  for (size_t bytes : o.sizes) {
+    Tensor t = make_activations(bytes, static_cast<uint32_t>(bytes));
+    for (const auto& cfg : o.configs) {
+      // The baseline is measured right before each row, so both share the
+      // machine's conditions of the moment.
+      auto [raw_rtt, raw_mbs] = raw_zmq(ctx, raw_ep, t, o);
+      auto slash = cfg.find('/');
+      std::string codec = cfg.substr(0, slash);
+      bool aes = slash != std::string::npos && cfg.substr(slash + 1) == "aes";
+      auto r = framed(aes ? **enc : **plain, t, codec, o);
+      if (!r) {
+        fmt::print(stderr, "tracrctl: {} at {} bytes: {}\n", cfg, bytes, user_text(r.error()));
+        rc = 1;
+        auto fresh = connect(aes);
+        if (!fresh) {
+          fmt::print(stderr, "tracrctl: reconnect: {}\n", user_text(fresh.error()));
+          break;
+        }
+        (aes ? enc : plain) = std::move(fresh);
+        continue;
+      }
+      r->bytes = bytes;
+      r->config = cfg;
+      r->raw_rtt = raw_rtt;
+      r->raw_stream_mbs = raw_mbs;
+      fmt::print("{:>9} {:<28} {:>9.1f} {:>9.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>6.2f} {:>9} {:>9.0f} {:>9.0f} {:>6.2f} {:>9.2g} {:>8}\n",
+                 bytes, cfg, r->rtt.median, r->rtt.p95, r->enc_us, r->srv_us, raw_rtt, r->rtt.median / raw_rtt, r->wire,
+                 r->stream_mbs, raw_mbs, r->stream_mbs / raw_mbs, r->max_err, r->check);
+      rows.push_back(*r);
+    }
+  }
+  fmt::print("\nx_raw: framed / raw ZeroMQ (round trip: lower is better; stream: higher is better). "
+             "rejected frames: client {} ; MB/s counts raw tensor bytes.\n",
+             (*enc)->rejected().total() + (*plain)->rejected().total());
+  return rc;
+}
+
+void write_demo_csv(const std::string& path, const std::vector<Row>& rows) {
+  std::ofstream f(path);
+  f << "bytes,config,rtt_median_us,rtt_p95_us,raw_rtt_us,rtt_ratio,payload_bytes,stream_MBps,raw_stream_MBps,max_abs_err\n";
+  for (const auto& r : rows)
+    f << fmt::format("{},{},{:.2f},{:.2f},{:.2f},{:.3f},{},{:.1f},{:.1f},{:.3g}\n", r.bytes, r.config, r.rtt.median,
+                     r.rtt.p95, r.raw_rtt, r.rtt.median / r.raw_rtt, r.wire, r.stream_mbs, r.raw_stream_mbs, r.max_err);
 }
 
 }  // namespace
@@ -425,55 +495,9 @@ int run_demo(const DemoOptions& o) {
              o.warmup, o.reps, o.stream_frames, o.window);
   std::vector<Row> rows;
   int rc = 0;
-  if (!o.compare_only) {
-  fmt::print("{:>9} {:<28} {:>9} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>9} {:>9} {:>6} {:>9} {:>8}\n", "bytes",
-             "codec/cipher", "rtt_us", "p95_us", "enc_us", "dec_us", "raw_us", "x_raw", "payload_B", "MB/s", "raw_MB/s",
-             "x_raw", "max_err", "check");
-  for (size_t bytes : o.sizes) {
-    Tensor t = make_activations(bytes, static_cast<uint32_t>(bytes));
-    for (const auto& cfg : o.configs) {
-      // The baseline is measured right before each row, so both share the
-      // machine's conditions of the moment.
-      auto [raw_rtt, raw_mbs] = raw_zmq(ctx, enc_agent->raw_endpoint, t, o);
-      auto slash = cfg.find('/');
-      std::string codec = cfg.substr(0, slash);
-      bool aes = slash != std::string::npos && cfg.substr(slash + 1) == "aes";
-      auto r = framed(aes ? **enc : **plain, t, codec, o);
-      if (!r) {
-        fmt::print(stderr, "tracrctl: {} at {} bytes: {}\n", cfg, bytes, user_text(r.error()));
-        rc = 1;
-        // Replies of the failed row may still be in flight: start a fresh session.
-        auto fresh = connect(aes);
-        if (!fresh) {
-          fmt::print(stderr, "tracrctl: reconnect: {}\n", user_text(fresh.error()));
-          break;
-        }
-        (aes ? enc : plain) = std::move(fresh);
-        continue;
-      }
-      r->bytes = bytes;
-      r->config = cfg;
-      r->raw_rtt = raw_rtt;
-      r->raw_stream_mbs = raw_mbs;
-      fmt::print("{:>9} {:<28} {:>9.1f} {:>9.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>6.2f} {:>9} {:>9.0f} {:>9.0f} {:>6.2f} {:>9.2g} {:>8}\n",
-                 bytes, cfg, r->rtt.median, r->rtt.p95, r->enc_us, r->srv_us, raw_rtt, r->rtt.median / raw_rtt, r->wire,
-                 r->stream_mbs, raw_mbs, r->stream_mbs / raw_mbs, r->max_err, r->check);
-      rows.push_back(*r);
-    }
-  }
-  fmt::print("\nx_raw: framed / raw ZeroMQ (round trip: lower is better; stream: higher is better). "
-             "rejected frames: client {} ; MB/s counts raw tensor bytes.\n",
-             (*enc)->rejected().total() + (*plain)->rejected().total());
-  }
+  if (!o.compare_only && codec_table(o, ctx, enc_agent->raw_endpoint, connect, enc, plain, rows) != 0) rc = 1;
   if (o.compare_python && compare_python(o, ctx, enc_agent->raw_endpoint, **enc) != 0) rc = 1;
-  if (!o.csv_path.empty()) {
-    std::ofstream f(o.csv_path);
-    f << "bytes,config,rtt_median_us,rtt_p95_us,raw_rtt_us,rtt_ratio,payload_bytes,stream_MBps,raw_stream_MBps,max_abs_err\n";
-    for (const auto& r : rows)
-      f << fmt::format("{},{},{:.2f},{:.2f},{:.2f},{:.3f},{},{:.1f},{:.1f},{:.3g}\n", r.bytes, r.config, r.rtt.median,
-                       r.rtt.p95, r.raw_rtt, r.rtt.median / r.raw_rtt, r.wire, r.stream_mbs, r.raw_stream_mbs,
-                       r.max_err);
-  }
+  if (!o.csv_path.empty()) write_demo_csv(o.csv_path, rows);
   draining = false;
   if (d1.joinable()) d1.join();
   if (d2.joinable()) d2.join();

@@ -87,6 +87,116 @@ int cmd_devices_setup(const DevicesOptions& opt) {
   return devices_setup(so);
 }
 
+namespace {
+
+// What `devices check` knows before it visits a device.
+struct CheckContext {
+  const DevicesOptions& c;
+  const DevicesConfig& devs;
+  const std::optional<ExperimentConfig>& exp;  // with --experiment: as agents get it
+  std::string local_arch, local_hash;          // of the controller's agent
+};
+
+// One device's line, and whether it found something wrong.
+struct DeviceLine {
+  std::string text;
+  bool bad = false;
+};
+DeviceLine failed(std::string text) { return {std::move(text), true}; }
+
+// The devices file's declared paths, and the experiment's files this
+// device's role reads: declared and present, already staged, or what would
+// be uploaded (nothing is uploaded here).
+std::string files_lines(SshSession& s, const DeviceConfig& d, const std::optional<ExperimentConfig>& exp) {
+  std::string o;
+  for (const auto& [from, to] : d.paths) {
+    auto t = s.run("test -e " + remote_word(to));
+    const bool ok = t && t->exit_status == 0;
+    o += fmt::format("\n    path {} -> {}: {}", from, to, ok ? "present" : " FAIL does not exist there");
+  }
+  if (!exp) return o;
+  auto staged = stage_files(s, d, agent_files(*exp, std::string(device_role_name(d.role))), true);
+  if (!staged) return o + "\n    files: FAIL " + user_text(staged.error());
+  uint64_t upload = 0;
+  for (const auto& f : *staged) {
+    o += "\n    file " + f.describe();
+    if (f.how == StagedFile::How::would_upload) upload += f.hash.bytes;
+  }
+  if (upload) o += "\n    files: the next run uploads " + human_bytes(upload) + " to this device";
+  return o;
+}
+
+// A local device (its network namespace, if any): the agent runs there, and its meters.
+DeviceLine check_local_device(const CheckContext& x, const DeviceConfig& d, const std::string& head) {
+  const std::string& agent = x.c.agent;
+  const auto r = run_local_command(netns_exec_prefix(d.netns) + shell_quote(agent) + " --version");
+  const std::string v = trim(r.text.substr(0, r.text.find('\n')));
+  if (r.status != 0) {
+    const auto missing = ldd_missing(run_local_command("ldd " + shell_quote(agent)).text);
+    if (!missing.empty()) return failed(head + " FAIL  " + missing_libraries_message("this machine", agent, missing));
+    return failed(head + " FAIL  cannot run the agent locally: " + v);
+  }
+  std::string meters_cmd = netns_exec_prefix(d.netns) + shell_quote(agent) + " --meters";
+  for (const auto& a : device_limit_args(d)) meters_cmd += " " + shell_quote(a);
+  return {head + " ok    " + v + (d.netns.empty() ? "" : " (netns " + d.netns + ")") + "; " +
+          tc_capability(d, x.devs.source, x.c.trust) + meter_lines(run_local_command(meters_cmd).text)};
+}
+
+// The deployed agent on an SSH device: its libraries, version and meters.
+DeviceLine check_deployed_agent(const CheckContext& x, SshSession& s, const DeviceConfig& d, const std::string& head,
+                                const std::string& arch, const std::string& name, const std::string& extra) {
+  const std::string remote = remote_word(d.work_dir + "/" + name);
+  // Shared libraries first: an agent that cannot load says nothing else.
+  auto missing = remote_missing_libraries(s, as_in_cmdline(d.work_dir) + "/" + name);
+  if (missing && !missing->empty())
+    return failed(head + " FAIL  " + missing_libraries_message(s.label(), name, *missing) + extra);
+  auto ver = s.run(remote + " --version");
+  const bool deployed = ver && ver->exit_status == 0;
+  std::string agent = deployed ? trim(ver->out) + " deployed"
+                               : "deployed but `--version` failed: " + (ver ? trim(ver->out + ver->err) : user_text(ver.error()));
+  std::string meters = "\n    energy meters: unknown until the agent runs there";
+  if (deployed) {
+    std::string cmd = remote + " --meters";
+    for (const auto& a : device_limit_args(d)) cmd += " " + shell_quote(a);
+    auto m = s.run(cmd);
+    meters = meter_lines(m ? m->out : user_text(m.error()));
+  }
+  return {head + fmt::format(" {}  {} {}, auth ok, agent {}; {}{}{}", deployed ? "ok  " : "FAIL", s.label(), arch, agent,
+                             tc_capability(d, x.devs.source, x.c.trust), meters, extra),
+          !deployed || extra.find(" FAIL ") != std::string::npos};
+}
+
+// An SSH device: login, architecture against the agent's, the agent
+// deployed or not, the files a run would stage.
+DeviceLine check_ssh_device(const CheckContext& x, const DeviceConfig& d, const std::string& head) {
+  auto s = SshSession::connect(device_ssh_target(d, x.devs.source, x.c.trust));
+  if (!s) return failed(head + " FAIL  " + user_text(s.error()));
+  // The device's own agent (devices file `agent:`) when it has one.
+  const std::string agent_for = device_agent_path(d, x.c.agent);
+  std::string a_arch = x.local_arch, a_hash = x.local_hash;
+  if (agent_for != x.c.agent) {
+    auto ah = sha256_file(agent_for);
+    if (!ah) return failed(head + " FAIL  agent " + agent_for + ": " + user_text(ah.error()));
+    a_hash = *ah;
+    if (auto aa = elf_arch(agent_for)) a_arch = *aa;
+  }
+  auto un = (*s)->run("uname -m");
+  if (!un || un->exit_status != 0) return failed(head + " FAIL  " + (*s)->label() + ": uname -m failed");
+  const std::string arch = trim(un->out);
+  if (!arch_compatible(a_arch, arch))
+    return failed(head + fmt::format(" FAIL  {}: device is {}, agent is built for {}", (*s)->label(), arch, a_arch));
+  const std::string name = "tracr-agent-" + a_hash.substr(0, 16);
+  auto there = (*s)->run("test -x " + remote_word(d.work_dir + "/" + name));
+  const std::string extra = files_lines(**s, d, x.exp);
+  if (!there || there->exit_status != 0)
+    return {head + fmt::format(" ok    {} {}, auth ok, agent not deployed (tracrctl agents deploy); {}{}", (*s)->label(),
+                               arch, tc_capability(d, x.devs.source, x.c.trust), extra),
+            extra.find(" FAIL ") != std::string::npos};
+  return check_deployed_agent(x, **s, d, head, arch, name, extra);
+}
+
+}  // namespace
+
 int cmd_devices_check(const DevicesOptions& opt) {
   DevicesOptions c = resolved(opt);
   // With an experiment: its devices file (unless --devices says otherwise) and its files.
@@ -118,99 +228,13 @@ int cmd_devices_check(const DevicesOptions& opt) {
   }
   fmt::print("devices from {}; local agent {} ({}, sha256 {})\n", devs->source, c.agent, *local_arch,
              local_hash->substr(0, 16));
+  const CheckContext x{c, *devs, exp, *local_arch, *local_hash};
   std::atomic<int> bad{0};
-  // The devices file's declared paths, and the experiment's files this
-  // device's role reads: declared and present, already staged, or what would
-  // be uploaded (nothing is uploaded here).
-  auto files_lines = [&](SshSession& s, const DeviceConfig& d) {
-    std::string o;
-    for (const auto& [from, to] : d.paths) {
-      auto t = s.run("test -e " + remote_word(to));
-      const bool ok = t && t->exit_status == 0;
-      o += fmt::format("\n    path {} -> {}: {}", from, to, ok ? "present" : " FAIL does not exist there");
-    }
-    if (!exp) return o;
-    auto staged = stage_files(s, d, agent_files(*exp, std::string(device_role_name(d.role))), true);
-    if (!staged) return o + "\n    files: FAIL " + user_text(staged.error());
-    uint64_t upload = 0;
-    for (const auto& f : *staged) {
-      o += "\n    file " + f.describe();
-      if (f.how == StagedFile::How::would_upload) upload += f.hash.bytes;
-    }
-    if (upload) o += "\n    files: the next run uploads " + human_bytes(upload) + " to this device";
-    return o;
-  };
   auto rows = for_each_device(*devs, [&](const DeviceConfig& d) -> std::string {
     const std::string head = fmt::format("{:<14} {:<12} {:<6}", d.name, device_role_name(d.role), transport_name(d.transport));
-    if (d.transport == Transport::local) {
-      std::string cmd = netns_exec_prefix(d.netns) + shell_quote(c.agent) + " --version";
-      const auto r = run_local_command(cmd);
-      const std::string v = trim(r.text.substr(0, r.text.find('\n')));
-      if (r.status != 0) {
-        ++bad;
-        const auto missing = ldd_missing(run_local_command("ldd " + shell_quote(c.agent)).text);
-        if (!missing.empty()) return head + " FAIL  " + missing_libraries_message("this machine", c.agent, missing);
-        return head + " FAIL  cannot run the agent locally: " + v;
-      }
-      std::string meters_cmd = netns_exec_prefix(d.netns) + shell_quote(c.agent) + " --meters";
-      for (const auto& a : device_limit_args(d)) meters_cmd += " " + shell_quote(a);
-      return head + " ok    " + v + (d.netns.empty() ? "" : " (netns " + d.netns + ")") + "; " +
-             tc_capability(d, devs->source, c.trust) + meter_lines(run_local_command(meters_cmd).text);
-    }
-    auto s = SshSession::connect(device_ssh_target(d, devs->source, c.trust));
-    if (!s) {
-      ++bad;
-      return head + " FAIL  " + user_text(s.error());
-    }
-    // The device's own agent (devices file `agent:`) when it has one.
-    const std::string agent_for = device_agent_path(d, c.agent);
-    std::string a_arch = *local_arch, a_hash = *local_hash;
-    if (agent_for != c.agent) {
-      auto ah = sha256_file(agent_for);
-      if (!ah) {
-        ++bad;
-        return head + " FAIL  agent " + agent_for + ": " + user_text(ah.error());
-      }
-      a_hash = *ah;
-      if (auto aa = elf_arch(agent_for)) a_arch = *aa;
-    }
-    auto un = (*s)->run("uname -m");
-    if (!un || un->exit_status != 0) {
-      ++bad;
-      return head + " FAIL  " + (*s)->label() + ": uname -m failed";
-    }
-    const std::string arch = trim(un->out);
-    if (!arch_compatible(a_arch, arch)) {
-      ++bad;
-      return head + fmt::format(" FAIL  {}: device is {}, agent is built for {}", (*s)->label(), arch, a_arch);
-    }
-    const std::string remote = remote_word(d.work_dir + "/tracr-agent-" + a_hash.substr(0, 16));
-    auto there = (*s)->run("test -x " + remote);
-    std::string extra = files_lines(**s, d);
-    if (extra.find(" FAIL ") != std::string::npos) ++bad;
-    if (!there || there->exit_status != 0)
-      return head + fmt::format(" ok    {} {}, auth ok, agent not deployed (tracrctl agents deploy); {}{}",
-                                (*s)->label(), arch, tc_capability(d, devs->source, c.trust), extra);
-    // Shared libraries first: an agent that cannot load says nothing else.
-    auto missing = remote_missing_libraries(**s, as_in_cmdline(d.work_dir) + "/tracr-agent-" + a_hash.substr(0, 16));
-    if (missing && !missing->empty()) {
-      ++bad;
-      return head + " FAIL  " + missing_libraries_message((*s)->label(), "tracr-agent-" + a_hash.substr(0, 16), *missing) + extra;
-    }
-    auto ver = (*s)->run(remote + " --version");
-    const bool deployed = ver && ver->exit_status == 0;
-    std::string agent = deployed ? trim(ver->out) + " deployed"
-                                 : "deployed but `--version` failed: " + (ver ? trim(ver->out + ver->err) : user_text(ver.error()));
-    if (!deployed) ++bad;
-    std::string meters = "\n    energy meters: unknown until the agent runs there";
-    if (deployed) {
-      std::string cmd = remote + " --meters";
-      for (const auto& a : device_limit_args(d)) cmd += " " + shell_quote(a);
-      auto m = (*s)->run(cmd);
-      meters = meter_lines(m ? m->out : user_text(m.error()));
-    }
-    return head + fmt::format(" {}  {} {}, auth ok, agent {}; {}{}{}", deployed ? "ok  " : "FAIL", (*s)->label(), arch,
-                              agent, tc_capability(d, devs->source, c.trust), meters, extra);
+    const DeviceLine line = d.transport == Transport::local ? check_local_device(x, d, head) : check_ssh_device(x, d, head);
+    if (line.bad) ++bad;
+    return line.text;
   });
   for (const auto& r : rows) fmt::print("{}\n", r);
   return bad.load() ? 1 : 0;

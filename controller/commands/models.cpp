@@ -52,6 +52,53 @@ std::string default_shape(const std::string& name) {
   for (auto d : (*m)->input_shape()) out += (out.empty() ? "" : ",") + std::to_string(d);
   return out;
 }
+// One CSV row per layer profile.
+std::string profile_csv(const std::vector<experiments::LayerProfile>& prof) {
+  std::string o = "index,name,type,device,repetitions,median_ms,p95_ms,mean_ms,min_ms,input_bytes,output_bytes,params,"
+                  "macs,peak_rss_delta_bytes\r\n";
+  for (const auto& l : prof)
+    o += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}\r\n", l.index, csv_field(l.name), csv_field(l.type),
+                     csv_field(l.device), l.repetitions, json_num(l.median_ms), json_num(l.p95_ms), json_num(l.mean_ms),
+                     json_num(l.min_ms), l.input_bytes, l.output_bytes, l.params, l.macs, l.peak_rss_delta_bytes);
+  return o;
+}
+
+// The model, its input, the layers and the per-split estimate as JSON.
+std::string profile_json(const experiments::SplitModel& model, const std::vector<int64_t>& batched, int reps,
+                         const std::vector<experiments::LayerProfile>& prof,
+                         const std::vector<experiments::SplitEstimate>& splits) {
+  std::string o = fmt::format("{{\"model\":{},\"device\":{},\"input\":[{}],\"repetitions\":{},\"layers\":[",
+                              settings::json_quote(model.name()), settings::json_quote(model.device().str()),
+                              fmt::join(batched, ","), reps);
+  for (size_t i = 0; i < prof.size(); ++i) {
+    const auto& l = prof[i];
+    o += fmt::format("{}\n  {{\"index\":{},\"name\":{},\"type\":{},\"median_ms\":{},\"p95_ms\":{},\"mean_ms\":{},"
+                     "\"min_ms\":{},\"input_bytes\":{},\"output_bytes\":{},\"params\":{},\"macs\":{},"
+                     "\"peak_rss_delta_bytes\":{}}}",
+                     i ? "," : "", l.index, settings::json_quote(l.name), settings::json_quote(l.type),
+                     json_num(l.median_ms), json_num(l.p95_ms), json_num(l.mean_ms), json_num(l.min_ms), l.input_bytes,
+                     l.output_bytes, l.params, l.macs, l.peak_rss_delta_bytes);
+  }
+  o += "],\"splits\":[";
+  for (size_t i = 0; i < splits.size(); ++i) {
+    const auto& e = splits[i];
+    o += fmt::format("{}\n  {{\"split\":{},\"head_ms\":{},\"tail_ms\":{},\"crossing_bytes\":{},"
+                     "\"crossing_tensors\":{},\"last_head_layer\":{}}}",
+                     i ? "," : "", e.split, json_num(e.head_ms), json_num(e.tail_ms), e.crossing_bytes,
+                     e.crossing_tensors, settings::json_quote(e.last_head_layer));
+  }
+  return o + "]}\n";
+}
+
+// Writes an output file and says so; false (the error printed) when it cannot.
+bool write_output(const std::string& path, const std::string& text) {
+  if (auto st = write_file(path, text); !st) {
+    fmt::print(stderr, "tracrctl profile: {}\n", user_text(st.error()));
+    return false;
+  }
+  fmt::print("wrote {}\n", path);
+  return true;
+}
 #endif
 }  // namespace
 
@@ -99,48 +146,8 @@ int cmd_profile(const ProfileOptions& opt) {
     fmt::print("per-split estimate from these profiles (head on this device, tail on an identical one):\n{}\n",
                experiments::format_split_table(splits));
     // The same figures as files: one CSV row per layer; JSON with the layers and the splits.
-    if (!csv.empty()) {
-      std::string o = "index,name,type,device,repetitions,median_ms,p95_ms,mean_ms,min_ms,input_bytes,output_bytes,params,"
-                      "macs,peak_rss_delta_bytes\r\n";
-      for (const auto& l : *prof)
-        o += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}\r\n", l.index, csv_field(l.name), csv_field(l.type),
-                         csv_field(l.device), l.repetitions, json_num(l.median_ms), json_num(l.p95_ms),
-                         json_num(l.mean_ms), json_num(l.min_ms), l.input_bytes, l.output_bytes, l.params, l.macs,
-                         l.peak_rss_delta_bytes);
-      if (auto st = write_file(csv, o); !st) {
-        fmt::print(stderr, "tracrctl profile: {}\n", user_text(st.error()));
-        return 1;
-      }
-      fmt::print("wrote {}\n", csv);
-    }
-    if (!json.empty()) {
-      std::string o = fmt::format("{{\"model\":{},\"device\":{},\"input\":[{}],\"repetitions\":{},\"layers\":[",
-                                  settings::json_quote((*model)->name()), settings::json_quote((*model)->device().str()),
-                                  fmt::join(batched, ","), reps);
-      for (size_t i = 0; i < prof->size(); ++i) {
-        const auto& l = (*prof)[i];
-        o += fmt::format("{}\n  {{\"index\":{},\"name\":{},\"type\":{},\"median_ms\":{},\"p95_ms\":{},\"mean_ms\":{},"
-                         "\"min_ms\":{},\"input_bytes\":{},\"output_bytes\":{},\"params\":{},\"macs\":{},"
-                         "\"peak_rss_delta_bytes\":{}}}",
-                         i ? "," : "", l.index, settings::json_quote(l.name), settings::json_quote(l.type),
-                         json_num(l.median_ms), json_num(l.p95_ms), json_num(l.mean_ms), json_num(l.min_ms), l.input_bytes,
-                         l.output_bytes, l.params, l.macs, l.peak_rss_delta_bytes);
-      }
-      o += "],\"splits\":[";
-      for (size_t i = 0; i < splits.size(); ++i) {
-        const auto& e = splits[i];
-        o += fmt::format("{}\n  {{\"split\":{},\"head_ms\":{},\"tail_ms\":{},\"crossing_bytes\":{},"
-                         "\"crossing_tensors\":{},\"last_head_layer\":{}}}",
-                         i ? "," : "", e.split, json_num(e.head_ms), json_num(e.tail_ms), e.crossing_bytes,
-                         e.crossing_tensors, settings::json_quote(e.last_head_layer));
-      }
-      o += "]}\n";
-      if (auto st = write_file(json, o); !st) {
-        fmt::print(stderr, "tracrctl profile: {}\n", user_text(st.error()));
-        return 1;
-      }
-      fmt::print("wrote {}\n", json);
-    }
+    if (!csv.empty() && !write_output(csv, profile_csv(*prof))) return 1;
+    if (!json.empty() && !write_output(json, profile_json(**model, batched, reps, *prof, splits))) return 1;
   } catch (const std::exception& ex) {
     fmt::print(stderr, "tracrctl profile: {} at input {}x{}: {}\n", opt.model, batch,
                fmt::join((*model)->input_shape(), "x"), experiments::torch_error_text(ex));

@@ -194,98 +194,119 @@ std::map<std::string, std::string> settings_of(const std::string& yaml) {
   return out;
 }
 
-int cmd_compare(ResultsDb& db, const Opts& o) {
-  if (o.positional.size() < 2) usage_error("expected two or more RUNs");
-  const size_t n = o.positional.size();
-  std::vector<RunRow> runs(n);
-  std::vector<std::map<int, SplitSummary>> tab(n);
-  std::vector<std::string> label(n);
-  for (size_t i = 0; i < n; ++i) {
-    auto id = run_id_arg(db, o.positional[i]);
+// The runs `results compare` reads: each row, its split table, its
+// recorded settings and its letter (A, B, ...).
+struct Compared {
+  std::vector<RunRow> runs;
+  std::vector<std::map<int, SplitSummary>> tab;
+  std::vector<std::map<std::string, std::string>> set;
+  std::vector<std::string> label;
+  size_t size() const { return runs.size(); }
+  std::string value(size_t i, const std::string& k) const {
+    auto it = set[i].find(k);
+    return it == set[i].end() ? std::string("(not recorded)") : it->second;
+  }
+};
+
+Compared load_compared(ResultsDb& db, const std::vector<std::string>& which) {
+  Compared c;
+  for (size_t i = 0; i < which.size(); ++i) {
+    auto id = run_id_arg(db, which[i]);
     if (!id) throw Fatal(id.error());
     auto r = db.get_run(*id);
     if (!r) throw Fatal(r.error());
-    runs[i] = *r;
     auto t = db.split_table(*id);
     if (!t) throw Fatal(t.error());
-    for (const auto& s : *t) tab[i][s.split] = s;
-    label[i] = i < 26 ? std::string(1, static_cast<char>('A' + i)) : "R" + std::to_string(i + 1);
+    c.runs.push_back(*r);
+    c.tab.emplace_back();
+    for (const auto& sp : *t) c.tab.back()[sp.split] = sp;
+    c.set.push_back(settings_of(r->config_yaml));
+    c.label.push_back(i < 26 ? std::string(1, static_cast<char>('A' + i)) : "R" + std::to_string(i + 1));
   }
-  for (size_t i = 0; i < n; ++i)
-    fmt::print("{}: run {} {} [{}]  model {}  codec {}  cipher {}  link {}\n", label[i], runs[i].id, runs[i].name,
-               run_status_name(runs[i].status), runs[i].model, runs[i].codec, runs[i].cipher,
-               runs[i].link.empty() ? "-" : runs[i].link + " (" + runs[i].shaping + ")");
+  return c;
+}
 
-  // Settings: every one whose value is not the same in all runs.
-  std::vector<std::map<std::string, std::string>> set(n);
-  std::vector<std::string> keys;  // in the first run's order of appearance, then others'
-  for (size_t i = 0; i < n; ++i) set[i] = settings_of(runs[i].config_yaml);
-  {
-    std::set<std::string> seen;
-    for (size_t i = 0; i < n; ++i)
-      for (const auto& [k, v] : set[i])
-        if (seen.insert(k).second) keys.push_back(k);
-  }
-  auto value = [&](size_t i, const std::string& k) {
-    auto it = set[i].find(k);
-    return it == set[i].end() ? std::string("(not recorded)") : it->second;
-  };
+// Settings: every one whose value is not the same in all runs, in the first
+// run's order of appearance, then the others'.
+void print_settings_diff(const Compared& c) {
+  const size_t n = c.size();
+  std::vector<std::string> keys;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& [k, v] : c.set[i])
+      if (seen.insert(k).second) keys.push_back(k);
   std::vector<std::vector<std::string>> diff = {{"  setting"}};
-  for (size_t i = 0; i < n; ++i) diff[0].push_back(label[i]);
+  for (size_t i = 0; i < n; ++i) diff[0].push_back(c.label[i]);
   for (const auto& k : keys) {
     bool same = true;
-    for (size_t i = 1; i < n; ++i) same = same && value(i, k) == value(0, k);
+    for (size_t i = 1; i < n; ++i) same = same && c.value(i, k) == c.value(0, k);
     if (same) continue;
     std::vector<std::string> row = {"  " + k};
-    for (size_t i = 0; i < n; ++i) row.push_back(value(i, k));
+    for (size_t i = 0; i < n; ++i) row.push_back(c.value(i, k));
     diff.push_back(row);
   }
   if (diff.size() == 1) {
     std::fputs("\nsettings: identical\n", stdout);
-  } else {
-    std::fputs("\nsettings that differ\n", stdout);
-    std::set<size_t> left;
-    for (size_t c = 0; c <= n; ++c) left.insert(c);
-    std::fputs(align(diff, left).c_str(), stdout);
+    return;
   }
-  // What makes times incomparable: another model, input or batch.
+  std::fputs("\nsettings that differ\n", stdout);
+  std::set<size_t> left;
+  for (size_t col = 0; col <= n; ++col) left.insert(col);
+  std::fputs(align(diff, left).c_str(), stdout);
+}
+
+// What makes times incomparable: another model, input or batch.
+void warn_incomparable(const Compared& c) {
   auto warn_if_differs = [&](const std::string& what, const std::function<std::string(size_t)>& get) {
     bool same = true;
-    for (size_t i = 1; i < n; ++i) same = same && get(i) == get(0);
+    for (size_t i = 1; i < c.size(); ++i) same = same && get(i) == get(0);
     if (same) return;
     std::string vals;
-    for (size_t i = 0; i < n; ++i) vals += fmt::format("{}{} {}", i ? ", " : "", label[i], get(i));
+    for (size_t i = 0; i < c.size(); ++i) vals += fmt::format("{}{} {}", i ? ", " : "", c.label[i], get(i));
     fmt::print("warning: the runs differ in {} ({}): their times and bytes are not comparable split by split\n", what,
                vals);
   };
-  warn_if_differs("model", [&](size_t i) { return runs[i].model; });
-  warn_if_differs("input size", [&](size_t i) { return value(i, "input_size"); });
-  warn_if_differs("batch size", [&](size_t i) { return value(i, "batch_size"); });
-  std::fputs("\n", stdout);
+  warn_if_differs("model", [&](size_t i) { return c.runs[i].model; });
+  warn_if_differs("input size", [&](size_t i) { return c.value(i, "input_size"); });
+  warn_if_differs("batch size", [&](size_t i) { return c.value(i, "batch_size"); });
+}
 
+// Top-1 and top-5 of one run at one split ("-" where unknown).
+void accuracy_cells(const SplitSummary* a, std::vector<std::string>& row) {
+  auto pct = [&](int64_t hit) {
+    return a && a->labelled > 0 ? fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / a->labelled)
+                                : std::string("-");
+  };
+  bool top5_known = true;
+  if (a)
+    for (const auto& cs : a->codecs) top5_known = top5_known && cs.top5_known;
+  row.push_back(a ? pct(a->top1_correct) : "-");
+  row.push_back(a && top5_known ? pct(a->top5_correct) : "-");
+}
+
+// One row per split: medians, change against A, p95, bytes, frames, and
+// accuracy where labels exist (a lossy codec's cost beside its time).
+std::vector<std::vector<std::string>> compare_rows(Compared& c) {
+  const size_t n = c.size();
   std::set<int> splits;
-  for (auto& t : tab)
+  for (auto& t : c.tab)
     for (auto& [k, v] : t) splits.insert(k);
-  std::vector<std::string> header = {"split"};
-  for (size_t i = 0; i < n; ++i) header.push_back(label[i] + " med ms");
-  for (size_t i = 1; i < n; ++i) header.push_back(label[i] + " vs A");
-  for (size_t i = 0; i < n; ++i) header.push_back(label[i] + " p95 ms");
-  for (size_t i = 0; i < n; ++i) header.push_back(label[i] + " wire B");
-  for (size_t i = 0; i < n; ++i) header.push_back(label[i] + " frames");
-  // Accuracy where labels exist: a lossy codec's cost beside its time.
   std::vector<bool> labelled(n, false);
   for (size_t i = 0; i < n; ++i)
-    for (const auto& [k, v] : tab[i]) labelled[i] = labelled[i] || v.labelled > 0;
+    for (const auto& [k, v] : c.tab[i]) labelled[i] = labelled[i] || v.labelled > 0;
+  std::vector<std::string> header = {"split"};
+  for (const char* col : {" med ms", " vs A", " p95 ms", " wire B", " frames"})
+    for (size_t i = std::string(col) == " vs A" ? 1 : 0; i < n; ++i) header.push_back(c.label[i] + col);
   for (size_t i = 0; i < n; ++i)
-    if (labelled[i]) {
-      header.push_back(label[i] + " top-1");
-      header.push_back(label[i] + " top-5");
-    }
+    if (labelled[i]) header.insert(header.end(), {c.label[i] + " top-1", c.label[i] + " top-5"});
   std::vector<std::vector<std::string>> rows = {header};
   for (int k : splits) {
-    std::vector<const SplitSummary*> s(n, nullptr);
+    std::vector<const SplitSummary*> s(n, nullptr), any(n, nullptr);
     for (size_t i = 0; i < n; ++i)
-      if (tab[i].count(k) && tab[i][k].frames > 0) s[i] = &tab[i][k];
+      if (c.tab[i].count(k)) {
+        any[i] = &c.tab[i][k];
+        if (any[i]->frames > 0) s[i] = any[i];
+      }
     std::vector<std::string> row = {std::to_string(k)};
     auto med = [&](size_t i) { return s[i]->stage("total_ns").median_ns; };
     for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? format_ms(med(i)) : "-");
@@ -293,23 +314,25 @@ int cmd_compare(ResultsDb& db, const Opts& o) {
       row.push_back(s[0] && s[i] && med(0) > 0 ? fmt::format("{:+.1f}%", (med(i) - med(0)) / med(0) * 100.0) : "-");
     for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? format_ms(s[i]->stage("total_ns").p95_ns) : "-");
     for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? fmt::format("{:.0f}", s[i]->mean_wire_bytes) : "-");
-    for (size_t i = 0; i < n; ++i) row.push_back(tab[i].count(k) ? std::to_string(tab[i][k].frames) : "-");
-    for (size_t i = 0; i < n; ++i) {
-      if (!labelled[i]) continue;
-      const SplitSummary* a = tab[i].count(k) ? &tab[i][k] : nullptr;
-      auto pct = [&](int64_t hit) {
-        return a && a->labelled > 0 ? fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / a->labelled)
-                                    : std::string("-");
-      };
-      bool top5_known = true;
-      if (a)
-        for (const auto& c : a->codecs) top5_known = top5_known && c.top5_known;
-      row.push_back(a ? pct(a->top1_correct) : "-");
-      row.push_back(a && top5_known ? pct(a->top5_correct) : "-");
-    }
+    for (size_t i = 0; i < n; ++i) row.push_back(any[i] ? std::to_string(any[i]->frames) : "-");
+    for (size_t i = 0; i < n; ++i)
+      if (labelled[i]) accuracy_cells(any[i], row);
     rows.push_back(row);
   }
-  std::fputs(align(rows).c_str(), stdout);
+  return rows;
+}
+
+int cmd_compare(ResultsDb& db, const Opts& o) {
+  if (o.positional.size() < 2) usage_error("expected two or more RUNs");
+  Compared c = load_compared(db, o.positional);
+  for (size_t i = 0; i < c.size(); ++i)
+    fmt::print("{}: run {} {} [{}]  model {}  codec {}  cipher {}  link {}\n", c.label[i], c.runs[i].id, c.runs[i].name,
+               run_status_name(c.runs[i].status), c.runs[i].model, c.runs[i].codec, c.runs[i].cipher,
+               c.runs[i].link.empty() ? "-" : c.runs[i].link + " (" + c.runs[i].shaping + ")");
+  print_settings_diff(c);
+  warn_incomparable(c);
+  std::fputs("\n", stdout);
+  std::fputs(align(compare_rows(c)).c_str(), stdout);
   return 0;
 }
 
@@ -398,7 +421,7 @@ int cmd_results(const ResultsOptions& opts) {
         return cmd_rm(*db, o);
       } catch (const Fatal& f) {
         fmt::print(stderr, "tracrctl results {}: {}\n", sub, user_text(f.err));
-        return f.err.code == Errc::invalid_argument ? 2 : 1;
+        return exit_code(f.err);
       }
     }
     auto db = ResultsDb::open_readonly(o.db);
@@ -413,11 +436,11 @@ int cmd_results(const ResultsOptions& opts) {
       return cmd_export(*db, o);
     } catch (const Fatal& f) {
       fmt::print(stderr, "tracrctl results {}: {}\n", sub, user_text(f.err));
-      return f.err.code == Errc::invalid_argument ? 2 : 1;
+      return exit_code(f.err);
     }
   } catch (const Fatal& f) {
     fmt::print(stderr, "tracrctl results {0}: {1}\nrun 'tracrctl results {0} --help'\n", opts.sub, user_text(f.err));
-    return 2;
+    return exit_code(f.err);
   }
 }
 

@@ -37,27 +37,29 @@ std::string lower(std::string s) {
   return s;
 }
 
-}  // namespace
-
-Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
 #if TRACR_WITH_TORCH
-  namespace ex = tracr::experiments;
-  static const std::string ts = "torchscript:";
-  const bool script = cfg.model.rfind(ts, 0) == 0;
+namespace ex = tracr::experiments;
+constexpr const char* kScript = "torchscript:";
+
+// `model` names a registry id (a wrong case or a typo names the closest) or a file.
+Status check_model_id(const settings::ExperimentConfig& cfg) {
   const auto& registry = ex::ModelRegistry::global();
-  if (!script && !registry.find(cfg.model)) {
-    const auto names = registry.names();
-    std::string suggestion;
-    for (const auto& n : names)
-      if (lower(n) == lower(cfg.model)) suggestion = n;  // ids are lower case: ResNet18 -> resnet18
-    if (suggestion.empty()) suggestion = settings::did_you_mean(cfg.model, names);
-    std::string known;
-    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    return config_error(cfg, "model",
-                        fmt::format("unknown model '{}'{}; expected a registry id ({}) or torchscript:<path> "
-                                    "(`tracrctl models` lists them)",
-                                    cfg.model, suggestion.empty() ? "" : " (did you mean '" + suggestion + "'?)", known));
-  }
+  if (cfg.model.rfind(kScript, 0) == 0 || registry.find(cfg.model)) return {};
+  const auto names = registry.names();
+  std::string suggestion;
+  for (const auto& n : names)
+    if (lower(n) == lower(cfg.model)) suggestion = n;  // ids are lower case: ResNet18 -> resnet18
+  if (suggestion.empty()) suggestion = settings::did_you_mean(cfg.model, names);
+  std::string known;
+  for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+  return config_error(cfg, "model",
+                      fmt::format("unknown model '{}'{}; expected a registry id ({}) or torchscript:<path> "
+                                  "(`tracrctl models` lists them)",
+                                  cfg.model, suggestion.empty() ? "" : " (did you mean '" + suggestion + "'?)", known));
+}
+
+// The model built on this machine (CPU, random weights), or why it cannot be.
+Result<std::unique_ptr<ex::SplitModel>> build_for_check(const settings::ExperimentConfig& cfg) {
   ex::ModelConfig mc;
   mc.input_shape = cfg.input_size;
   mc.device = "cpu";  // the controller only needs the layer table
@@ -66,82 +68,102 @@ Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
   mc.granularity = cfg.granularity;
   mc.optimize = cfg.optimize;
   auto model = ex::create_model(cfg.model, mc);
-  if (!model) {
-    const std::string why = first_line(model.error().message);
-    if (script) return config_error(cfg, "model", "cannot be loaded: " + why);
-    const std::string desc = ex::model_description(cfg.model);
-    if (!cfg.input_size.empty()) {
-      std::string shape;
-      for (auto d : cfg.input_size) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-      return config_error(cfg, "input_size",
-                          fmt::format("model '{}' cannot take input [{}]: {}; expected a shape it accepts ({})",
-                                      cfg.model, shape, why, desc));
-    }
+  if (model) return model;
+  const std::string why = first_line(model.error().message);
+  if (cfg.model.rfind(kScript, 0) == 0) return config_error(cfg, "model", "cannot be loaded: " + why);
+  if (cfg.input_size.empty())
     return config_error(cfg, "model", fmt::format("model '{}' cannot be built: {}", cfg.model, why));
-  }
-  const int n = (*model)->num_layers();
-  // num_classes against what the built model really outputs (a TorchScript
-  // model, or a zoo model whose classifier does not take it, keeps its own).
-  if (cfg.num_classes > 0 && (*model)->task() != ex::ModelTask::detection && n > 0) {
-    const auto& out = (*model)->layers().back().output_shape;
+  return config_error(cfg, "input_size",
+                      fmt::format("model '{}' cannot take input [{}]: {}; expected a shape it accepts ({})", cfg.model,
+                                  fmt::join(cfg.input_size, ", "), why, ex::model_description(cfg.model)));
+}
+
+// num_classes against what the built model really outputs (a TorchScript
+// model, or a zoo model whose classifier does not take it, keeps its own);
+// the input's rank against the dataset's.
+Status check_model_io(const settings::ExperimentConfig& cfg, const ex::SplitModel& model) {
+  const int n = model.num_layers();
+  if (cfg.num_classes > 0 && model.task() != ex::ModelTask::detection && n > 0) {
+    const auto& out = model.layers().back().output_shape;
     const int64_t width = out.size() == 2 ? out.back() : 0;  // [batch, classes]; anything else is no classifier
     if (width != cfg.num_classes)
       return config_error(cfg, "num_classes",
                           fmt::format("{} but model '{}' outputs {} classes (last layer '{}', shape [{}]); expected "
                                       "num_classes: {} or a model built for {}",
-                                      cfg.num_classes, cfg.model, width, (*model)->layers().back().name,
+                                      cfg.num_classes, cfg.model, width, model.layers().back().name,
                                       fmt::join(out, ", "), width, cfg.num_classes));
   }
   // Image datasets give [C, H, W]; a feature vector or a token sequence
   // comes from synthetic data (or a dataset of its own, not built yet).
-  if (const auto& in = (*model)->input_shape();
-      cfg.dataset.kind != settings::DatasetKind::synthetic && !in.empty() && in.size() != 3)
+  const auto& in = model.input_shape();
+  if (cfg.dataset.kind != settings::DatasetKind::synthetic && !in.empty() && in.size() != 3)
     return config_error(cfg, cfg.input_size.empty() ? "model" : "input_size",
                         fmt::format("model '{}' takes input [{}] (rank {}) but dataset.type {} gives images [C, H, "
                                     "W]; expected input_size [C, H, W] or dataset.type: synthetic for non-image "
                                     "inputs",
                                     cfg.model, fmt::join(in, ", "), in.size(),
                                     settings::dataset_kind_name(cfg.dataset.kind)));
-  if (const auto& in = (*model)->input_shape(); !in.empty())
+  if (!in.empty())
     if (auto norm = settings::dataset_normalization(cfg, in[0]); !norm) return norm.error();
-  auto sp = settings::resolve_splits(cfg, n);
+  return {};
+}
+
+// Every split within 0..N; a graph model's cut that cannot run: named when
+// asked for, skipped by a sweep.
+Status check_splits(const settings::ExperimentConfig& cfg, const ex::SplitModel& model) {
+  auto sp = settings::resolve_splits(cfg, model.num_layers());
   if (!sp) return sp.error();
-  // A graph model's cut that cannot run: named when asked for, skipped by a sweep.
   for (int k : *sp) {
-    const std::string why = (*model)->split_refusal(k);
+    const std::string why = model.split_refusal(k);
     if (why.empty()) continue;
     if (!cfg.split.all)
       return config_error(cfg, "split", fmt::format("split {} (after layer '{}') cannot be used: {}", k,
-                                                    (*model)->layers()[k - 1].name, why));
-    fmt::print(stderr, "note: the sweep skips split {} (after layer '{}'): {}\n", k,
-               (*model)->layers()[k - 1].name, why);
+                                                    model.layers()[k - 1].name, why));
+    fmt::print(stderr, "note: the sweep skips split {} (after layer '{}'): {}\n", k, model.layers()[k - 1].name, why);
   }
+  return {};
+}
+
+// Every train.cuts entry within 1..N-1, and every segment trainable (#24).
+Status check_cuts(const settings::ExperimentConfig& cfg, const ex::SplitModel& model) {
+  const int n = model.num_layers();
   for (size_t i = 0; i < cfg.train.cuts.size(); ++i) {
     const int64_t c = cfg.train.cuts[i];
-    if (c < 1 || c > n - 1) {
-      Error e = config_error(cfg, "train.cuts",
-                             fmt::format("cut {} is outside model '{}' with {} layers; expected cuts in 1..{} (a cut "
-                                         "at 0 or {} would leave a segment empty)",
-                                         c, cfg.model, n, n - 1, n));
-      // Name the entry: "train.cuts[2]: cut 12 is outside ...".
-      const auto at = e.message.find("train.cuts: ");
-      if (at != std::string::npos) e.message.replace(at, 12, fmt::format("train.cuts[{}]: ", i));
-      return e;
-    }
+    if (c >= 1 && c <= n - 1) continue;
+    Error e = config_error(cfg, "train.cuts",
+                           fmt::format("cut {} is outside model '{}' with {} layers; expected cuts in 1..{} (a cut "
+                                       "at 0 or {} would leave a segment empty)",
+                                       c, cfg.model, n, n - 1, n));
+    // Name the entry: "train.cuts[2]: cut 12 is outside ...".
+    const auto at = e.message.find("train.cuts: ");
+    if (at != std::string::npos) e.message.replace(at, 12, fmt::format("train.cuts[{}]: ", i));
+    return e;
   }
-  // Every segment of a split-training run is trained: a model that cannot
-  // be is refused here, not after the agents started (#24).
-  if (!cfg.train.cuts.empty())
-    if (auto bad = (*model)->untrainable_layers(0, n); !bad.empty())
-      return config_error(cfg, "model",
-                          fmt::format("'{}' cannot be trained: its layer '{}' {}; expected a model from the "
-                                      "registry (tracrctl models) or a TorchScript nn.Sequential of torch.nn "
-                                      "modules for split training",
-                                      cfg.model, bad.front(),
-                                      (*model)->execution() == "layers"
-                                          ? "keeps its parameters outside torch::nn (a TorchScript import)"
-                                          : "is part of a TorchScript graph, which runs for inference only"));
-  return n;
+  if (cfg.train.cuts.empty()) return {};
+  auto bad = model.untrainable_layers(0, n);
+  if (bad.empty()) return {};
+  return config_error(cfg, "model",
+                      fmt::format("'{}' cannot be trained: its layer '{}' {}; expected a model from the "
+                                  "registry (tracrctl models) or a TorchScript nn.Sequential of torch.nn "
+                                  "modules for split training",
+                                  cfg.model, bad.front(),
+                                  model.execution() == "layers"
+                                      ? "keeps its parameters outside torch::nn (a TorchScript import)"
+                                      : "is part of a TorchScript graph, which runs for inference only"));
+}
+#endif
+
+}  // namespace
+
+Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
+#if TRACR_WITH_TORCH
+  TRACR_TRY(check_model_id(cfg));
+  auto model = build_for_check(cfg);
+  if (!model) return model.error();
+  TRACR_TRY(check_model_io(cfg, **model));
+  TRACR_TRY(check_splits(cfg, **model));
+  TRACR_TRY(check_cuts(cfg, **model));
+  return (*model)->num_layers();
 #else
   (void)cfg;
   return -1;

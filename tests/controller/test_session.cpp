@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "controller/session/run_row.hpp"
+#include "core/user_error.hpp"
 #include "store/results.hpp"
 
 namespace tracr::controller {
@@ -62,6 +63,16 @@ class SessionDb : public ::testing::Test {
   std::optional<ResultsDb> db_;
   int64_t run_ = 0;
 };
+
+// One mapping from an error to the exit status docs/COMMANDS.md documents.
+TEST(ExitCode, UsageAndConfigurationErrorsAreTwoEveryOtherFailureIsOne) {
+  EXPECT_EQ(core::exit_code(make_error(Errc::config, "exp.yaml:3:1: split")), 2);
+  EXPECT_EQ(core::exit_code(make_error(Errc::invalid_argument, "--last expects a number")), 2);
+  EXPECT_EQ(core::exit_code(make_error(Errc::not_found, "no run 7")), 1);
+  EXPECT_EQ(core::exit_code(make_error(Errc::io, "database or disk is full")), 1);
+  EXPECT_EQ(core::exit_code(make_error(Errc::crypto_backend, "no random bytes")), 1);
+  EXPECT_EQ(core::exit_code(make_error(Errc::unreachable, "device pi: no route")), 1);
+}
 
 TEST(SessionOutcome, NoFailureAndNoSignalIsCompleted) {
   const auto end = session_outcome("", 0);
