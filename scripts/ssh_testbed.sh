@@ -49,7 +49,18 @@ case "$cmd" in
     [ -f "$dir/testbed_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$dir/testbed_ed25519" -C tracr-testbed
     chmod 600 "$dir/testbed_ed25519"
     cp "$dir/testbed_ed25519.pub" "$dir/authorized_keys"
-    cat > "$dir/sshd_config" <<CONF
+    # A running test-bed keeps its configuration: it is checked, never
+    # rewritten under it.
+    if [ -f "$dir/sshd.pid" ] && kill -0 "$(cat "$dir/sshd.pid")" 2>/dev/null; then
+      running_port="$(awk -F: '/^ListenAddress /{print $NF; exit}' "$dir/sshd_config" 2>/dev/null)"
+      if [ -n "$running_port" ] && [ "$running_port" != "$port" ]; then
+        echo "ssh_testbed: sshd already running on port $running_port (pid $(cat "$dir/sshd.pid")), not $port: run 'bash scripts/ssh_testbed.sh down' first to move it" >&2
+        exit 1
+      fi
+      echo "ssh_testbed: sshd already running (pid $(cat "$dir/sshd.pid"))"
+    else
+      rm -f "$dir/sshd.pid"
+      cat > "$dir/sshd_config" <<CONF
 ListenAddress 127.0.0.1:$port
 ListenAddress 127.0.0.2:$port
 HostKey $dir/host_ed25519
@@ -62,10 +73,6 @@ StrictModes no
 UsePAM no
 Subsystem sftp internal-sftp
 CONF
-    if [ -f "$dir/sshd.pid" ] && kill -0 "$(cat "$dir/sshd.pid")" 2>/dev/null; then
-      echo "ssh_testbed: sshd already running (pid $(cat "$dir/sshd.pid"))"
-    else
-      rm -f "$dir/sshd.pid"
       mkdir -p /run/sshd 2>/dev/null || true
       : > "$dir/sshd.log"
       /usr/sbin/sshd -f "$dir/sshd_config" -E "$dir/sshd.log" ||

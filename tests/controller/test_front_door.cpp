@@ -203,6 +203,14 @@ TEST(FrontDoor, SshTestbedFailsLoudlyOnATakenPortAndIsSafeToRunTwice) {
   EXPECT_EQ(again.status, 0) << again.out;
   EXPECT_TRUE(has(again.out, "already running")) << again.out;
   EXPECT_TRUE(fs::exists(dir + "/devices.yaml"));
+  // Another port while it runs: refused, and the running one keeps its
+  // configuration and still answers where it did.
+  const std::string other = std::to_string(taken.port == 65535 ? 65534 : taken.port + 1);
+  auto moved = sh("bash " + kScripts + "ssh_testbed.sh up --port " + other + " --dir " + dir);
+  EXPECT_EQ(moved.status, 1) << moved.out;
+  EXPECT_TRUE(has(moved.out, "already running on port " + port)) << moved.out;
+  auto still = sh("bash " + kScripts + "ssh_testbed.sh up --port " + port + " --dir " + dir);
+  EXPECT_EQ(still.status, 0) << still.out;
   auto bad = sh("bash " + kScripts + "ssh_testbed.sh up --port nope --dir " + dir);
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_EQ(sh("bash " + kScripts + "ssh_testbed.sh down --port " + port + " --dir " + dir).status, 0);
