@@ -271,53 +271,54 @@ Result<ComputeTimes> compute_times(ResultsDb& db, int64_t run_id, const std::vec
   return t;
 }
 
-}  // namespace
+Status check_objective(const std::string& objective) {
+  if (objective == "latency" || objective == "energy" || objective == "throughput" ||
+      objective.rfind("weighted:", 0) == 0)
+    return {};
+  return make_error(Errc::invalid_argument, "objective '" + objective +
+                                                "': expected latency, energy, throughput or weighted:W (W in 0..1, "
+                                                "the weight of latency)");
+}
 
-Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt) {
-  auto run = db.get_run(run_id);
-  if (!run) return std::move(run.error());
-  if (opt.objective != "latency" && opt.objective != "energy" && opt.objective != "throughput" &&
-      opt.objective.rfind("weighted:", 0) != 0)
-    return make_error(Errc::invalid_argument, "objective '" + opt.objective +
-                                                  "': expected latency, energy, throughput or weighted:W (W in 0..1, "
-                                                  "the weight of latency)");
-  auto profiles = db.layer_profiles(run_id);
-  if (!profiles) return std::move(profiles.error());
+// Each device's layer profiles: the SERVER's and the first PARTICIPANT's.
+struct DeviceProfiles {
   std::vector<const LayerProfileRecord*> part, srv;
   std::string part_dev;
-  for (const auto& l : *profiles) {
-    if (l.device_role == "SERVER") srv.push_back(&l);
-    else if (part_dev.empty() || l.device == part_dev) {
-      part_dev = l.device;
-      part.push_back(&l);
+};
+
+Result<DeviceProfiles> device_profiles(const std::vector<LayerProfileRecord>& profiles, int64_t run_id) {
+  DeviceProfiles d;
+  for (const auto& l : profiles) {
+    if (l.device_role == "SERVER") d.srv.push_back(&l);
+    else if (d.part_dev.empty() || l.device == d.part_dev) {
+      d.part_dev = l.device;
+      d.part.push_back(&l);
     }
   }
-  if (part.empty() || srv.empty())
+  if (d.part.empty() || d.srv.empty())
     return make_error(Errc::not_found,
                       fmt::format("run {} has no layer profiles for its {}: planning needs each device's per-layer "
                                   "times. Run the experiment with `record: {{layers: true}}` (the default), or "
                                   "`tracrctl profile MODEL` on the device",
-                                  run_id, part.empty() && srv.empty() ? "devices" : part.empty() ? "PARTICIPANT" : "SERVER"));
-  if (part.size() != srv.size())
+                                  run_id, d.part.empty() && d.srv.empty() ? "devices"
+                                          : d.part.empty()              ? "PARTICIPANT"
+                                                                        : "SERVER"));
+  if (d.part.size() != d.srv.size())
     return make_error(Errc::config, fmt::format("run {}: the PARTICIPANT profiled {} layers, the SERVER {}", run_id,
-                                                part.size(), srv.size()));
-  const int n = static_cast<int>(part.size());
-  Plan p;
-  p.basis_run = run_id;
-  p.model = run->model;
-  p.input_shape = part.front()->input_shape;
-  p.objective = opt.objective;
-  p.basis_codec = run->codec;
+                                                d.part.size(), d.srv.size()));
+  return d;
+}
 
-  // Bytes and per-frame processing per split and codec: measured by the
-  // basis run for its codec, and by the newest run of the same model and
-  // input with each other codec asked for.
-  std::vector<std::string> codecs = opt.codecs.empty() ? std::vector<std::string>{run->codec} : opt.codecs;
+// Bytes and per-frame processing per split and codec: measured by the basis
+// run for its codec, and by the newest run of the same model and input with
+// each other codec asked for.
+Result<std::vector<CodecBasis>> codec_bases(ResultsDb& db, const RunRow& run, const PlanOptions& opt, Plan& p) {
+  std::vector<std::string> codecs = opt.codecs.empty() ? std::vector<std::string>{run.codec} : opt.codecs;
   std::vector<CodecBasis> bases;
   for (const auto& c : codecs) {
-    int64_t from = run_id;
-    if (c != run->codec) {
-      auto other = find_codec_run(db, *run, c, p.input_shape);
+    int64_t from = run.id;
+    if (c != run.codec) {
+      auto other = find_codec_run(db, run, c, p.input_shape);
       if (!other) return std::move(other.error());
       from = *other;
     }
@@ -326,88 +327,128 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
     bases.push_back(std::move(*b));
     p.overhead += (p.overhead.empty() ? "" : "; ") + bases.back().overhead;
   }
+  return bases;
+}
 
-  // The link: given, or the run's own probe.
-  auto probes = db.probes(run_id);
-  if (!probes) return std::move(probes.error());
-  const ProbeRow* probe = probes->empty() ? nullptr : &probes->front();
-  if (opt.link) {
-    p.link = *opt.link;
-  } else {
-    auto l = probe_link(*run, probe);
-    if (!l) return std::move(l.error());
-    p.link = *l;
-  }
+// The participant's energy: per-layer joules of one source (a meter when
+// there is one), its idle power and the radio model of the link.
+struct EnergyBasis {
+  bool known = false;
+  std::vector<double> layer_j;
+  std::optional<double> idle_w;  // the source's idle power (the same on each of its rows)
+  const agent::RadioModel* radio = nullptr;
+};
 
-  // Participant energy: per-layer rows of one source (a meter when there is one).
+Result<EnergyBasis> energy_basis(ResultsDb& db, int64_t run_id, const std::string& part_dev, int n,
+                                 const PlanOptions& opt, Plan& p) {
   auto energy = db.energy(run_id);
   if (!energy) return std::move(energy.error());
   std::map<std::string, std::map<int, const EnergyRow*>> layer_e;
   for (const auto& e : *energy)
-    if (e.stage == "layer" && e.device == part_dev && e.layer_index && e.joules) layer_e[e.source][static_cast<int>(*e.layer_index)] = &e;
+    if (e.stage == "layer" && e.device == part_dev && e.layer_index && e.joules)
+      layer_e[e.source][static_cast<int>(*e.layer_index)] = &e;
   const std::map<int, const EnergyRow*>* ej = nullptr;
   for (const auto& [src, m] : layer_e)
     if (static_cast<int>(m.size()) == n && (!ej || src.rfind("measured:", 0) == 0)) {
       ej = &m;
       p.energy_source = src;
     }
-  std::optional<double> ej_idle_w;  // the source's idle power (the same on each of its rows)
-  if (ej)
-    for (const auto& [i, row] : *ej)
-      if (row->idle_w) ej_idle_w = row->idle_w;
-  const std::string radio_name = !opt.radio.empty() ? opt.radio : p.link.name;
-  const agent::RadioModel* radio = agent::find_radio(radio_name);
-  if (!p.energy_source.empty()) {
-    p.energy_source = "modelled:plan(" + p.energy_source + (radio ? ", radio-" + radio->name : "") + ")";
+  EnergyBasis eb;
+  if (ej) {
+    eb.known = true;
+    for (const auto& [i, row] : *ej) {
+      eb.layer_j.push_back(*row->joules);
+      if (row->idle_w) eb.idle_w = row->idle_w;
+    }
   }
+  eb.radio = agent::find_radio(!opt.radio.empty() ? opt.radio : p.link.name);
+  if (!p.energy_source.empty())
+    p.energy_source = "modelled:plan(" + p.energy_source + (eb.radio ? ", radio-" + eb.radio->name : "") + ")";
+  return eb;
+}
 
-  auto compute = compute_times(db, run_id, part, srv, part_dev);
+// The prediction for split k with one codec.
+PlanRow predict_row(int k, const CodecBasis& cb, const ComputeTimes& compute, const DeviceProfiles& d,
+                    const EnergyBasis& eb, const PlanOptions& opt, const Plan& p) {
+  PlanRow r;
+  r.split = k;
+  r.codec = cb.codec;
+  r.head_ms = compute.head_ms[k];
+  r.tail_ms = compute.tail_ms[k];
+  r.compute_from = compute.from[k];
+  if (auto it = cb.by_split.find(k); it != cb.by_split.end()) {
+    r.wire_bytes = it->second->mean_wire_bytes;
+    r.reply_bytes = it->second->mean_reply_bytes;
+    r.bytes_from = "measured";
+  } else {
+    const double raw =
+        k == 0 ? input_bytes(p.input_shape, d.part.front()->batch) : static_cast<double>(d.part[k - 1]->out_bytes);
+    r.wire_bytes = raw * cb.ratio;
+    r.reply_bytes = cb.reply_default > 0 ? cb.reply_default : static_cast<double>(d.part.back()->out_bytes);
+    r.bytes_from = "profiled x ratio";
+  }
+  r.up_ms = bits_ms(r.wire_bytes, p.link.up_mbps, p.link.up_burst);
+  r.down_ms = bits_ms(r.reply_bytes, p.link.down_mbps, p.link.down_burst);
+  r.rtt_ms = p.link.rtt_ms;
+  r.overhead_ms = cb.ov_a + cb.ov_b * r.wire_bytes;
+  r.latency_ms = r.head_ms + r.up_ms + r.rtt_ms + r.tail_ms + r.down_ms + r.overhead_ms;
+  r.fps = 1e3 / std::max({r.head_ms, r.up_ms, r.tail_ms + r.rtt_ms, r.down_ms, 1e-6});
+  if (eb.known) {
+    double e = 0;
+    for (int i = 0; i < k; ++i) e += eb.layer_j[static_cast<size_t>(i)];
+    if (eb.idle_w) e += *eb.idle_w * (r.latency_ms - r.head_ms) / 1e3;
+    if (eb.radio)
+      e += eb.radio->alpha_up * r.wire_bytes * 8 / 1e6 + eb.radio->alpha_down * r.reply_bytes * 8 / 1e6 +
+           eb.radio->beta * (r.up_ms + r.down_ms + r.rtt_ms) / 1e3;
+    r.energy_j = e;
+  }
+  if (opt.max_latency_ms && r.latency_ms > *opt.max_latency_ms) r.feasible = false;
+  if (opt.max_energy_j && (!r.energy_j || *r.energy_j > *opt.max_energy_j)) r.feasible = false;
+  return r;
+}
+
+}  // namespace
+
+Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt) {
+  auto run = db.get_run(run_id);
+  if (!run) return std::move(run.error());
+  TRACR_TRY(check_objective(opt.objective));
+  auto profiles = db.layer_profiles(run_id);
+  if (!profiles) return std::move(profiles.error());
+  auto dev = device_profiles(*profiles, run_id);
+  if (!dev) return std::move(dev.error());
+  const int n = static_cast<int>(dev->part.size());
+  Plan p;
+  p.basis_run = run_id;
+  p.model = run->model;
+  p.input_shape = dev->part.front()->input_shape;
+  p.objective = opt.objective;
+  p.basis_codec = run->codec;
+  auto bases = codec_bases(db, *run, opt, p);
+  if (!bases) return std::move(bases.error());
+
+  // The link: given, or the run's own probe.
+  if (opt.link) {
+    p.link = *opt.link;
+  } else {
+    auto probes = db.probes(run_id);
+    if (!probes) return std::move(probes.error());
+    auto l = probe_link(*run, probes->empty() ? nullptr : &probes->front());
+    if (!l) return std::move(l.error());
+    p.link = *l;
+  }
+  auto eb = energy_basis(db, run_id, dev->part_dev, n, opt, p);
+  if (!eb) return std::move(eb.error());
+  auto compute = compute_times(db, run_id, dev->part, dev->srv, dev->part_dev);
   if (!compute) return std::move(compute.error());
   p.compute_note = compute->note;
-
-  for (const CodecBasis& cb : bases)
-  for (int k = 0; k <= n; ++k) {
-    PlanRow r;
-    r.split = k;
-    r.codec = cb.codec;
-    r.head_ms = compute->head_ms[k];
-    r.tail_ms = compute->tail_ms[k];
-    r.compute_from = compute->from[k];
-    if (auto it = cb.by_split.find(k); it != cb.by_split.end()) {
-      r.wire_bytes = it->second->mean_wire_bytes;
-      r.reply_bytes = it->second->mean_reply_bytes;
-      r.bytes_from = "measured";
-    } else {
-      const double raw =
-          k == 0 ? input_bytes(p.input_shape, part.front()->batch) : static_cast<double>(part[k - 1]->out_bytes);
-      r.wire_bytes = raw * cb.ratio;
-      r.reply_bytes = cb.reply_default > 0 ? cb.reply_default : static_cast<double>(part.back()->out_bytes);
-      r.bytes_from = "profiled x ratio";
-    }
-    r.up_ms = bits_ms(r.wire_bytes, p.link.up_mbps, p.link.up_burst);
-    r.down_ms = bits_ms(r.reply_bytes, p.link.down_mbps, p.link.down_burst);
-    r.rtt_ms = p.link.rtt_ms;
-    r.overhead_ms = cb.ov_a + cb.ov_b * r.wire_bytes;
-    r.latency_ms = r.head_ms + r.up_ms + r.rtt_ms + r.tail_ms + r.down_ms + r.overhead_ms;
-    r.fps = 1e3 / std::max({r.head_ms, r.up_ms, r.tail_ms + r.rtt_ms, r.down_ms, 1e-6});
-    if (ej) {
-      double e = 0;
-      for (int i = 0; i < k; ++i) e += *ej->at(i)->joules;
-      if (ej_idle_w) e += *ej_idle_w * (r.latency_ms - r.head_ms) / 1e3;
-      if (radio)
-        e += radio->alpha_up * r.wire_bytes * 8 / 1e6 + radio->alpha_down * r.reply_bytes * 8 / 1e6 +
-             radio->beta * (r.up_ms + r.down_ms + r.rtt_ms) / 1e3;
-      r.energy_j = e;
-    }
-    if (opt.max_latency_ms && r.latency_ms > *opt.max_latency_ms) r.feasible = false;
-    if (opt.max_energy_j && (!r.energy_j || *r.energy_j > *opt.max_energy_j)) r.feasible = false;
-    p.rows.push_back(r);
-  }
-  if ((opt.objective == "energy" || opt.objective.rfind("weighted:", 0) == 0 || opt.max_energy_j) && !ej)
+  for (const CodecBasis& cb : *bases)
+    for (int k = 0; k <= n; ++k) p.rows.push_back(predict_row(k, cb, *compute, *dev, *eb, opt, p));
+  if ((opt.objective == "energy" || opt.objective.rfind("weighted:", 0) == 0 || opt.max_energy_j) && !eb->known)
     return make_error(Errc::not_found,
                       fmt::format("run {} has no per-layer energy for {}: an energy objective needs a meter on the "
                                   "device or a power_model in the devices file, and record.layers",
-                                  run_id, part_dev));
+                                  run_id, dev->part_dev));
   TRACR_TRY(limit_splits(p, opt.splits, n));
   choose(p, opt, nullptr);
   return p;
@@ -601,145 +642,148 @@ Result<int64_t> resolve_validation_run(ResultsDb& db, const std::string& arg, in
 
 }  // namespace
 
-int cmd_plan(const PlanCommand& cmd) {
-  std::string db_path = cmd.db.empty() ? default_results_db() : cmd.db, link_name = cmd.link;
-  const bool validate = cmd.validate, store = cmd.store;
-  PlanOptions opt = cmd.plan;
-  const std::optional<double> up = cmd.up_mbit, down = cmd.down_mbit, rtt = cmd.rtt_ms;
-  if (!opt.radio.empty() && !agent::find_radio(opt.radio)) {
-    fmt::print(stderr, "tracrctl plan: --radio expects 3g, lte or wifi, got '{}'\n", opt.radio);
-    return 2;
-  }
+namespace {
+
+int plan_failure(int status, const std::string& text) {
+  fmt::print(stderr, "tracrctl plan: {}\n", text);
+  return status;
+}
+
+// --radio and --codecs checked, each codec in its canonical spelling; 0 or 2.
+int check_plan_options(PlanOptions& opt) {
+  if (!opt.radio.empty() && !agent::find_radio(opt.radio))
+    return plan_failure(2, fmt::format("--radio expects 3g, lte or wifi, got '{}'", opt.radio));
   for (auto& c : opt.codecs) {
     auto spec = protocol::CodecSpec::parse(c);
-    if (!spec) {
-      fmt::print(stderr, "tracrctl plan: --codecs: {}\n", user_text(spec.error()));
-      return 2;
-    }
+    if (!spec) return plan_failure(2, "--codecs: " + user_text(spec.error()));
     c = spec->name();
   }
-  // The basis: a stored run, or the newest run of an experiment's model with profiles.
-  std::optional<settings::ExperimentConfig> exp;
-  const std::string target = cmd.target;
-  const bool is_yaml =
-      target.size() > 5 && (target.substr(target.size() - 5) == ".yaml" || target.substr(target.size() - 4) == ".yml");
-  if (!is_yaml && !cmd.sets.empty()) {
-    fmt::print(stderr, "tracrctl plan: --set {}: --set applies to an EXPERIMENT.yaml basis, got run '{}'\n",
-               cmd.sets.front(), target);
-    return 2;
+  return 0;
+}
+
+bool is_yaml_path(const std::string& target) {
+  return target.size() > 5 && (target.substr(target.size() - 5) == ".yaml" || target.substr(target.size() - 4) == ".yml");
+}
+
+// An EXPERIMENT.yaml basis: its database and its first link; 0 or 2.
+int load_plan_experiment(const PlanCommand& cmd, std::optional<settings::ExperimentConfig>& exp, std::string& db_path,
+                         std::string& link_name) {
+  auto e = settings::load_experiment(cmd.target, cmd.sets);
+  if (!e) return plan_failure(2, user_text(e.error()));
+  if (!e->model_list.empty())
+    return plan_failure(2, fmt::format("{}: model: a list of {} models; plan one of its runs (tracrctl plan RUN)",
+                                       cmd.target, e->model_list.size()));
+  exp = *e;
+  db_path = exp->output;
+  if (link_name.empty() && !exp->link.empty()) link_name = exp->link[0];
+  return 0;
+}
+
+// The newest completed run of the experiment's model with layer profiles of
+// both devices at its input shape and batch; 0 when there is none.
+Result<int64_t> newest_profiled_run(ResultsDb& db, const settings::ExperimentConfig& exp) {
+  auto runs = db.list_runs(0);
+  if (!runs) return std::move(runs.error());
+  for (const auto& r : *runs) {
+    if (r.model != exp.model || r.status != RunStatus::completed) continue;
+    auto lp = db.layer_profiles(r.id);
+    if (!lp || lp->empty()) continue;
+    bool srv = false, part = false;
+    for (const auto& l : *lp) (l.device_role == "SERVER" ? srv : part) = true;
+    const std::string shape =
+        exp.input_size.empty() ? lp->front().input_shape : fmt::format("{}", fmt::join(exp.input_size, ","));
+    if (srv && part && lp->front().input_shape == shape && lp->front().batch == exp.batch_size) return r.id;
   }
-  if (is_yaml) {
-    auto e = settings::load_experiment(target, cmd.sets);
-    if (!e) {
-      fmt::print(stderr, "tracrctl plan: {}\n", user_text(e.error()));
-      return 2;
-    }
-    if (!e->model_list.empty()) {
-      fmt::print(stderr, "tracrctl plan: {}: model: a list of {} models; plan one of its runs (tracrctl plan RUN)\n",
-                 target, e->model_list.size());
-      return 2;
-    }
-    exp = *e;
-    db_path = exp->output;
-    if (link_name.empty() && !exp->link.empty()) link_name = exp->link[0];
-  }
-  auto db = ResultsDb::open(db_path);
-  if (!db) {
-    fmt::print(stderr, "tracrctl plan: {}\n", user_text(db.error()));
-    return 1;
-  }
-  int64_t run_id = 0;
-  if (exp) {
-    auto runs = db->list_runs(0);
-    if (!runs) {
-      fmt::print(stderr, "tracrctl plan: {}\n", user_text(runs.error()));
-      return 1;
-    }
-    for (const auto& r : *runs) {
-      if (r.model != exp->model || r.status != RunStatus::completed) continue;
-      auto lp = db->layer_profiles(r.id);
-      if (!lp || lp->empty()) continue;
-      bool srv = false, part = false;
-      for (const auto& l : *lp) (l.device_role == "SERVER" ? srv : part) = true;
-      const std::string shape = exp->input_size.empty()
-                                    ? lp->front().input_shape
-                                    : fmt::format("{}", fmt::join(exp->input_size, ","));
-      if (srv && part && lp->front().input_shape == shape && lp->front().batch == exp->batch_size) {
-        run_id = r.id;
-        break;
-      }
-    }
-    if (!run_id) {
-      fmt::print(stderr,
-                 "tracrctl plan: {} holds no completed run of {} with layer profiles of both devices at this input "
-                 "shape and batch; run `tracrctl run {}` (record.layers: true, the default) first\n",
-                 db_path, exp->model, target);
-      return 1;
-    }
-  } else {
-    auto id = run_id_arg(*db, target);
-    if (!id) {
-      fmt::print(stderr, "tracrctl plan: {}\n", user_text(id.error()));
-      return 2;
-    }
+  return int64_t{0};
+}
+
+// The basis run: a stored run, or the newest run of an experiment's model with profiles; 0 or an exit status.
+int find_basis_run(ResultsDb& db, const PlanCommand& cmd, const std::optional<settings::ExperimentConfig>& exp,
+                   const std::string& db_path, int64_t& run_id) {
+  if (!exp) {
+    auto id = run_id_arg(db, cmd.target);
+    if (!id) return plan_failure(2, user_text(id.error()));
     run_id = *id;
+    return 0;
   }
-  int64_t check_run = 0;  // --validate-on RUN
+  auto id = newest_profiled_run(db, *exp);
+  if (!id) return plan_failure(1, user_text(id.error()));
+  if (!*id)
+    return plan_failure(1, fmt::format("{} holds no completed run of {} with layer profiles of both devices at this "
+                                       "input shape and batch; run `tracrctl run {}` (record.layers: true, the "
+                                       "default) first",
+                                       db_path, exp->model, cmd.target));
+  run_id = *id;
+  return 0;
+}
+
+// The link planned for: a profile (its rates and delay over the basis run's
+// loopback rtt, tbf's bucket included as tracr emulates it) or explicit figures.
+Result<PlanLink> planned_link(ResultsDb& db, int64_t run_id, const PlanCommand& cmd, const std::string& link_name,
+                              const std::optional<settings::ExperimentConfig>& exp) {
+  PlanLink l;
+  auto probes = db.probes(run_id);
+  const ProbeRow* probe = probes && !probes->empty() ? &probes->front() : nullptr;
+  const double base_rtt = probe ? static_cast<double>(probe->rtt_min_ns) / 1e6 : 0.0;
+  if (link_name.empty()) {
+    l.name = "given";
+    l.up_mbps = *cmd.up_mbit;
+    l.down_mbps = cmd.down_mbit.value_or(*cmd.up_mbit);
+    l.rtt_ms = cmd.rtt_ms.value_or(base_rtt);
+    l.source = "given on the command line";
+    return l;
+  }
+  settings::ExperimentConfig ec = exp ? *exp : settings::ExperimentConfig{};
+  auto ls = settings::resolve_link(ec, link_name);
+  if (!ls) return std::move(ls.error());
+  l.name = ls->name;
+  l.up_mbps = ls->up_mbit > 0 ? ls->up_mbit : (probe && probe->up_mbps ? *probe->up_mbps : 0.0);
+  l.down_mbps = ls->down_mbit > 0 ? ls->down_mbit : (probe && probe->down_mbps ? *probe->down_mbps : 0.0);
+  l.rtt_ms = base_rtt + 2 * ls->delay_ms;
+  if (ls->up_mbit > 0) l.up_burst = static_cast<double>(tbf_burst_bytes(ls->up_mbit));
+  if (ls->down_mbit > 0) l.down_burst = static_cast<double>(tbf_burst_bytes(ls->down_mbit));
+  l.source = fmt::format("link profile {} ({}) as tracr emulates it (tbf bursts {:.0f} / {:.0f} B); rtt: run {}'s "
+                         "probe {:.3f} ms + 2 x {} ms delay",
+                         ls->name, ls->source.empty() ? "as defined" : ls->source, l.up_burst, l.down_burst, run_id,
+                         base_rtt, ls->delay_ms);
+  return l;
+}
+
+}  // namespace
+
+int cmd_plan(const PlanCommand& cmd) {
+  std::string db_path = cmd.db.empty() ? default_results_db() : cmd.db, link_name = cmd.link;
+  PlanOptions opt = cmd.plan;
+  if (int rc = check_plan_options(opt)) return rc;
+  std::optional<settings::ExperimentConfig> exp;
+  const bool is_yaml = is_yaml_path(cmd.target);
+  if (!is_yaml && !cmd.sets.empty())
+    return plan_failure(2, fmt::format("--set {}: --set applies to an EXPERIMENT.yaml basis, got run '{}'",
+                                       cmd.sets.front(), cmd.target));
+  if (is_yaml)
+    if (int rc = load_plan_experiment(cmd, exp, db_path, link_name)) return rc;
+  auto db = ResultsDb::open(db_path);
+  if (!db) return plan_failure(1, user_text(db.error()));
+  int64_t run_id = 0;
+  if (int rc = find_basis_run(*db, cmd, exp, db_path, run_id)) return rc;
+  int64_t check_run = 0;  // --validate-on RUN: plans for that run's link unless one is given
   if (!cmd.validate_run.empty()) {
-    auto v = resolve_validation_run(*db, cmd.validate_run, run_id, !link_name.empty() || up, opt, link_name, exp);
-    if (!v) {
-      fmt::print(stderr, "tracrctl plan: {}\n", user_text(v.error()));
-      return v.error().code == Errc::invalid_argument ? 2 : 1;
-    }
+    auto v = resolve_validation_run(*db, cmd.validate_run, run_id, !link_name.empty() || cmd.up_mbit, opt, link_name, exp);
+    if (!v) return plan_failure(v.error().code == Errc::invalid_argument ? 2 : 1, user_text(v.error()));
     check_run = *v;
   }
-  // The link: a profile (its rates and delay over the basis run's loopback rtt) or explicit figures.
-  if (!link_name.empty() || up) {
-    PlanLink l;
-    auto probes = db->probes(run_id);
-    const double base_rtt = probes && !probes->empty() ? static_cast<double>(probes->front().rtt_min_ns) / 1e6 : 0.0;
-    const double probe_up = probes && !probes->empty() && probes->front().up_mbps ? *probes->front().up_mbps : 0.0;
-    const double probe_down = probes && !probes->empty() && probes->front().down_mbps ? *probes->front().down_mbps : 0.0;
-    if (!link_name.empty()) {
-      settings::ExperimentConfig ec = exp ? *exp : settings::ExperimentConfig{};
-      auto ls = settings::resolve_link(ec, link_name);
-      if (!ls) {
-        fmt::print(stderr, "tracrctl plan: {}\n", user_text(ls.error()));
-        return 2;
-      }
-      l.name = ls->name;
-      l.up_mbps = ls->up_mbit > 0 ? ls->up_mbit : probe_up;
-      l.down_mbps = ls->down_mbit > 0 ? ls->down_mbit : probe_down;
-      l.rtt_ms = base_rtt + 2 * ls->delay_ms;
-      // As tracr emulates it: tbf's bucket included.
-      if (ls->up_mbit > 0) l.up_burst = static_cast<double>(tbf_burst_bytes(ls->up_mbit));
-      if (ls->down_mbit > 0) l.down_burst = static_cast<double>(tbf_burst_bytes(ls->down_mbit));
-      l.source = fmt::format("link profile {} ({}) as tracr emulates it (tbf bursts {:.0f} / {:.0f} B); rtt: run {}'s "
-                             "probe {:.3f} ms + 2 x {} ms delay",
-                             ls->name, ls->source.empty() ? "as defined" : ls->source, l.up_burst, l.down_burst, run_id,
-                             base_rtt, ls->delay_ms);
-    } else {
-      l.name = "given";
-      l.up_mbps = *up;
-      l.down_mbps = down.value_or(*up);
-      l.rtt_ms = rtt.value_or(base_rtt);
-      l.source = "given on the command line";
-    }
-    opt.link = l;
+  if (!link_name.empty() || cmd.up_mbit) {
+    auto l = planned_link(*db, run_id, cmd, link_name, exp);
+    if (!l) return plan_failure(2, user_text(l.error()));
+    opt.link = *l;
   }
   auto p = plan_from_run(*db, run_id, opt);
-  if (!p) {
-    fmt::print(stderr, "tracrctl plan: {}\n", user_text(p.error()));
-    return p.error().code == Errc::invalid_argument ? 2 : 1;
-  }
-  if (validate || check_run) validate_against(*db, *p, check_run);
+  if (!p) return plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error()));
+  if (cmd.validate || check_run) validate_against(*db, *p, check_run);
   std::fputs(format_plan(*p).c_str(), stdout);
-  if (store) {
+  if (cmd.store) {
     auto id = store_plan(*db, *p);
-    if (!id) {
-      fmt::print(stderr, "tracrctl plan: {}\n", user_text(id.error()));
-      return 1;
-    }
+    if (!id) return plan_failure(1, user_text(id.error()));
     fmt::print("stored as plan {} in {}\n", *id, db_path);
   }
   return 0;

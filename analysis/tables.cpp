@@ -20,22 +20,21 @@ std::string cut_label(const std::map<int, std::string>& cut_names, int split, bo
   return !wide && n.size() > 14 ? ".." + n.substr(n.size() - 12) : n;
 }
 
-}  // namespace
+using Terms = std::vector<std::pair<const char*, const char*>>;
 
-std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide,
-                               const std::map<int, std::string>& cut_names) {
-  // Medians of each term; per frame the terms add up to total exactly
-  // (record_fields.def), medians of the terms need not.
-  static const std::vector<std::pair<const char*, const char*>> all_terms = {
-      {"head_ns", "head"},     {"encode_ns", "encode"}, {"network_ns", "network"}, {"server_ns", "server"},
-      {"queue_ns", "queue"},   {"return_ns", "return"}, {"post_ns", "post"}};
-  static const std::vector<std::pair<const char*, const char*>> narrow_terms = {
-      {"head_ns", "head"}, {"network_ns", "network"}, {"server_ns", "server"}};
-  const auto& terms = wide ? all_terms : narrow_terms;
-  bool labels = false;
-  for (const auto& s : rows) labels = labels || s.labelled > 0;
-  // Two header lines; the narrow table puts the statistic under the stage
-  // ("total" over "med ms") to stay within 120 columns.
+// Medians of each term; per frame the terms add up to total exactly
+// (record_fields.def), medians of the terms need not.
+const Terms& table_terms(bool wide) {
+  static const Terms all_terms = {{"head_ns", "head"},     {"encode_ns", "encode"}, {"network_ns", "network"},
+                                  {"server_ns", "server"}, {"queue_ns", "queue"},   {"return_ns", "return"},
+                                  {"post_ns", "post"}};
+  static const Terms narrow_terms = {{"head_ns", "head"}, {"network_ns", "network"}, {"server_ns", "server"}};
+  return wide ? all_terms : narrow_terms;
+}
+
+// Two header lines; the narrow table puts the statistic under the stage
+// ("total" over "med ms") to stay within 120 columns.
+std::vector<std::vector<std::string>> split_table_header(bool wide, bool labels) {
   std::vector<std::string> h1 = {"", "split", "cut after", "frames"};
   std::vector<std::string> h2 = {"", "", "", ""};
   auto col = [&](const std::string& name, const std::string& stat, const std::string& unit) {
@@ -48,7 +47,7 @@ std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide,
   }
   col("total", "med", "ms");
   col("total", "p95", "ms");
-  for (const auto& t : terms) col(t.second, "med", "ms");
+  for (const auto& t : table_terms(wide)) col(t.second, "med", "ms");
   if (wide) col("network", "p95", "ms");
   col("frames/s", "", "");
   if (wide) col("samples/s", "", "");
@@ -62,60 +61,81 @@ std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide,
     col("top-1", "", "acc");
     col("top-5", "", "acc");
   }
-  std::vector<std::vector<std::string>> cells = {h1, h2};
+  return {h1, h2};
+}
+
+void add_accuracy_cells(const SplitSummary& s, std::vector<std::string>& row) {
+  auto pct = [&](int64_t hit) {
+    return s.labelled > 0 ? fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / s.labelled) : std::string("-");
+  };
+  bool top5_known = true;
+  for (const auto& c : s.codecs) top5_known = top5_known && c.top5_known;
+  row.push_back(pct(s.top1_correct));
+  row.push_back(top5_known ? pct(s.top5_correct) : "-");
+}
+
+std::vector<std::string> split_table_row(const SplitSummary& s, bool wide, bool labels, bool best,
+                                         const std::map<int, std::string>& cut_names) {
+  const bool any = s.frames > 0;
+  auto t = [&](const char* f, bool p95 = false) {
+    if (!any || !s.stages.count(f)) return std::string("-");
+    return format_ms(p95 ? s.stage(f).p95_ns : s.stage(f).median_ns);
+  };
+  const bool fps = any && s.throughput_fps > 0;
+  std::vector<std::string> row = {best ? "*" : "", std::to_string(s.split), cut_label(cut_names, s.split, wide),
+                                  std::to_string(s.frames)};
+  if (wide) {
+    row.push_back(std::to_string(s.failed));
+    row.push_back(std::to_string(s.flagged));
+  }
+  row.push_back(t("total_ns"));
+  row.push_back(t("total_ns", true));
+  for (const auto& term : table_terms(wide)) row.push_back(t(term.first));
+  if (wide) row.push_back(t("network_ns", true));
+  row.push_back(fps ? fmt::format("{:.1f}", s.throughput_fps) : "-");
+  if (wide) {
+    // Samples per frame: labelled frames know it; otherwise the run's batch is not in the summary.
+    row.push_back(fps && s.labelled > 0 && s.frames > 0
+                      ? fmt::format("{:.1f}", s.throughput_fps * static_cast<double>(s.labelled) / s.frames)
+                      : "-");
+  }
+  row.push_back(fps ? fmt::format("{:.2f}", s.throughput_fps * s.mean_wire_bytes / 1e6) : "-");
+  if (wide) {
+    row.push_back(any ? fmt::format("{:.0f}", s.mean_raw_bytes) : "-");
+    row.push_back(any ? fmt::format("{:.0f}", s.mean_wire_bytes) : "-");
+    row.push_back(any && s.mean_wire_bytes > 0 ? fmt::format("{:.2f}x", s.mean_raw_bytes / s.mean_wire_bytes)
+                                               : std::string("-"));
+  }
+  if (labels) add_accuracy_cells(s, row);
+  return row;
+}
+
+// The split with the lowest median total (-1: no split has frames).
+int lowest_median_split(const std::vector<SplitSummary>& rows) {
   int best = -1;
   double best_v = 0;
-  int64_t flagged = 0, slow = 0;
-  for (const auto& s : rows) {
-    flagged += s.flagged;
-    slow += s.slow_frames;
+  for (const auto& s : rows)
     if (s.frames > 0 && (best < 0 || s.stage("total_ns").median_ns < best_v)) {
       best = s.split;
       best_v = s.stage("total_ns").median_ns;
     }
-  }
+  return best;
+}
+
+}  // namespace
+
+std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide,
+                               const std::map<int, std::string>& cut_names) {
+  bool labels = false;
+  int64_t flagged = 0, slow = 0;
   for (const auto& s : rows) {
-    const bool any = s.frames > 0;
-    auto t = [&](const char* f, bool p95 = false) {
-      if (!any || !s.stages.count(f)) return std::string("-");
-      return format_ms(p95 ? s.stage(f).p95_ns : s.stage(f).median_ns);
-    };
-    const bool fps = any && s.throughput_fps > 0;
-    std::vector<std::string> row = {s.split == best ? "*" : "", std::to_string(s.split),
-                                    cut_label(cut_names, s.split, wide), std::to_string(s.frames)};
-    if (wide) {
-      row.push_back(std::to_string(s.failed));
-      row.push_back(std::to_string(s.flagged));
-    }
-    row.push_back(t("total_ns"));
-    row.push_back(t("total_ns", true));
-    for (const auto& term : terms) row.push_back(t(term.first));
-    if (wide) row.push_back(t("network_ns", true));
-    row.push_back(fps ? fmt::format("{:.1f}", s.throughput_fps) : "-");
-    if (wide) {
-      // Samples per frame: labelled frames know it; otherwise the run's batch is not in the summary.
-      row.push_back(fps && s.labelled > 0 && s.frames > 0
-                        ? fmt::format("{:.1f}", s.throughput_fps * static_cast<double>(s.labelled) / s.frames)
-                        : "-");
-    }
-    row.push_back(fps ? fmt::format("{:.2f}", s.throughput_fps * s.mean_wire_bytes / 1e6) : "-");
-    if (wide) {
-      row.push_back(any ? fmt::format("{:.0f}", s.mean_raw_bytes) : "-");
-      row.push_back(any ? fmt::format("{:.0f}", s.mean_wire_bytes) : "-");
-      row.push_back(any && s.mean_wire_bytes > 0 ? fmt::format("{:.2f}x", s.mean_raw_bytes / s.mean_wire_bytes)
-                                                 : std::string("-"));
-    }
-    if (labels) {
-      auto pct = [&](int64_t hit) {
-        return s.labelled > 0 ? fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / s.labelled) : std::string("-");
-      };
-      bool top5_known = true;
-      for (const auto& c : s.codecs) top5_known = top5_known && c.top5_known;
-      row.push_back(pct(s.top1_correct));
-      row.push_back(top5_known ? pct(s.top5_correct) : "-");
-    }
-    cells.push_back(row);
+    labels = labels || s.labelled > 0;
+    flagged += s.flagged;
+    slow += s.slow_frames;
   }
+  const int best = lowest_median_split(rows);
+  auto cells = split_table_header(wide, labels);
+  for (const auto& s : rows) cells.push_back(split_table_row(s, wide, labels, s.split == best, cut_names));
   std::string out = align(cells, {0, 2});
   if (best >= 0) out += fmt::format("* lowest median total time: split {}\n", best);
   if (flagged > 0)

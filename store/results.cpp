@@ -973,128 +973,302 @@ const StageStats& SplitSummary::stage(const std::string& field) const {
   return it == stages.end() ? none : it->second;
 }
 
-Result<std::vector<SplitSummary>> ResultsDb::compute_summaries(int64_t run_id) {
-  sqlite3* db = db_.get();
+namespace {
+
+// What one split's frames add up to while they are read.
+struct FrameSpan {
+  int64_t first = INT64_MAX, last = INT64_MIN, n = 0;
+};
+struct SplitTally {
+  int64_t ok = 0, failed = 0, warmup = 0, flagged = 0;
+  std::vector<std::vector<int64_t>> values;  // per summarised field
+  std::vector<std::pair<int64_t, std::pair<std::string, int64_t>>> totals;  // total_ns, (participant, frame)
+  std::map<std::string, FrameSpan> spans;                                   // per participant
+  long double raw = 0, wire = 0, reply = 0;
+};
+struct RunTally {
+  std::map<int, SplitTally> by_split;
+  std::map<std::pair<int, std::string>, AccuracyRow> by_codec;  // labelled frames per (split, codec)
+};
+
+std::vector<std::string> summarised_fields() {
   std::vector<std::string> fields;
   for (const auto& f : agent::frame_fields())
     if (f.summarise) fields.push_back(f.name);
-  struct Span {
-    int64_t first = INT64_MAX, last = INT64_MIN, n = 0;
-  };
-  struct Acc {
-    int64_t ok = 0, failed = 0, warmup = 0, flagged = 0;
-    std::vector<std::vector<int64_t>> values;
-    std::vector<std::pair<int64_t, std::pair<std::string, int64_t>>> totals;  // total_ns, (participant, frame)
-    std::map<std::string, Span> spans;                                       // per participant
-    long double raw = 0, wire = 0, reply = 0;
-  };
-  std::map<int, Acc> by_split;
-  std::map<std::pair<int, std::string>, AccuracyRow> by_codec;  // labelled frames per (split, codec)
-  {
-    std::string cols;
-    for (const auto& f : fields) cols += ", " + f;  // NULL in rows written before the column existed
-    const std::string sql =
-        "SELECT split, ok, warmup, COALESCE(flags, ''), COALESCE(participant, ''), COALESCE(frame, -1), start_ns, end_ns, "
-        "raw_bytes, wire_bytes, COALESCE(reply_bytes, 0), COALESCE(correct, -1), COALESCE(top5_correct, -1), batch, "
-        "codec" +
-        cols + " FROM frames WHERE run_id = ? ORDER BY id";
-    Stmt q(db, sql.c_str());
-    if (!q.prepared()) return db_error(db, path_, "read frames");
-    q.bind(1, run_id);
-    int rc;
-    const size_t total_idx = std::find(fields.begin(), fields.end(), "total_ns") - fields.begin();
-    while ((rc = q.step()) == SQLITE_ROW) {
-      Acc& a = by_split[static_cast<int>(q.i64(0))];
-      if (a.values.empty()) a.values.resize(fields.size());
-      if (q.i64(2)) {
-        ++a.warmup;
-        continue;
-      }
-      if (!q.i64(1)) {
-        ++a.failed;
-        continue;
-      }
-      ++a.ok;
-      if (!q.text(3).empty()) ++a.flagged;
-      if (q.i64(11) >= 0) {  // labels the model's classes cover (top5_correct is -1 in rows before schema 10)
-        AccuracyRow& ac = by_codec[{static_cast<int>(q.i64(0)), q.text(14)}];
-        ac.labelled += q.i64(13);
-        ac.top1_correct += q.i64(11);
-        ac.top5_correct += std::max<int64_t>(q.i64(12), 0);
-        if (q.i64(12) < 0) ac.top5_known = false;
-      }
-      constexpr int kF = 15;  // first summarised field's column
-      for (size_t i = 0; i < fields.size(); ++i)
-        if (!q.is_null(kF + static_cast<int>(i))) a.values[i].push_back(q.i64(kF + static_cast<int>(i)));
-      if (total_idx < fields.size())
-        a.totals.push_back({q.i64(kF + static_cast<int>(total_idx)), {q.text(4), q.i64(5)}});
-      if (!q.is_null(6) && !q.is_null(7)) {
-        Span& sp = a.spans[q.text(4)];
-        sp.first = std::min(sp.first, q.i64(6));
-        sp.last = std::max(sp.last, q.i64(7));
-        sp.n++;
-      }
-      a.raw += q.i64(8);
-      a.wire += q.i64(9);
-      a.reply += q.i64(10);
-    }
-    if (rc != SQLITE_DONE) return db_error(db, path_, "read frames");
+  return fields;
+}
+
+// One ok, non-warm-up frame row of read_frame_tallies' query into its split's tally.
+void tally_frame(const Statement& q, const std::vector<std::string>& fields, size_t total_idx, SplitTally& a,
+                 RunTally& t) {
+  ++a.ok;
+  if (!q.text(3).empty()) ++a.flagged;
+  if (q.i64(11) >= 0) {  // labels the model's classes cover (top5_correct is -1 in rows before schema 10)
+    AccuracyRow& ac = t.by_codec[{static_cast<int>(q.i64(0)), q.text(14)}];
+    ac.labelled += q.i64(13);
+    ac.top1_correct += q.i64(11);
+    ac.top5_correct += std::max<int64_t>(q.i64(12), 0);
+    if (q.i64(12) < 0) ac.top5_known = false;
   }
+  constexpr int kF = 15;  // first summarised field's column
+  for (size_t i = 0; i < fields.size(); ++i)
+    if (!q.is_null(kF + static_cast<int>(i))) a.values[i].push_back(q.i64(kF + static_cast<int>(i)));
+  if (total_idx < fields.size()) a.totals.push_back({q.i64(kF + static_cast<int>(total_idx)), {q.text(4), q.i64(5)}});
+  if (!q.is_null(6) && !q.is_null(7)) {
+    FrameSpan& sp = a.spans[q.text(4)];
+    sp.first = std::min(sp.first, q.i64(6));
+    sp.last = std::max(sp.last, q.i64(7));
+    sp.n++;
+  }
+  a.raw += q.i64(8);
+  a.wire += q.i64(9);
+  a.reply += q.i64(10);
+}
+
+Result<RunTally> read_frame_tallies(sqlite3* db, const std::string& path, int64_t run_id,
+                                    const std::vector<std::string>& fields) {
+  std::string cols;
+  for (const auto& f : fields) cols += ", " + f;  // NULL in rows written before the column existed
+  const std::string sql =
+      "SELECT split, ok, warmup, COALESCE(flags, ''), COALESCE(participant, ''), COALESCE(frame, -1), start_ns, end_ns, "
+      "raw_bytes, wire_bytes, COALESCE(reply_bytes, 0), COALESCE(correct, -1), COALESCE(top5_correct, -1), batch, "
+      "codec" +
+      cols + " FROM frames WHERE run_id = ? ORDER BY id";
+  Statement q(db, sql.c_str());
+  if (!q.prepared()) return db_error(db, path, "read frames");
+  q.bind(1, run_id);
+  RunTally t;
+  int rc;
+  const size_t total_idx = std::find(fields.begin(), fields.end(), "total_ns") - fields.begin();
+  while ((rc = q.step()) == SQLITE_ROW) {
+    SplitTally& a = t.by_split[static_cast<int>(q.i64(0))];
+    if (a.values.empty()) a.values.resize(fields.size());
+    if (q.i64(2))
+      ++a.warmup;
+    else if (!q.i64(1))
+      ++a.failed;
+    else
+      tally_frame(q, fields, total_idx, a, t);
+  }
+  if (rc != SQLITE_DONE) return db_error(db, path, "read frames");
+  return t;
+}
+
+StageStats stage_stats_of(std::vector<int64_t>& v) {
+  StageStats st;
+  long double sum = 0;
+  for (auto x : v) sum += x;
+  st.mean_ns = static_cast<double>(sum / static_cast<long double>(v.size()));
+  st.median_ns = median_of(v);  // sorts v
+  st.p95_ns = p95_of(v);
+  st.min_ns = static_cast<double>(v.front());
+  st.max_ns = static_cast<double>(v.back());
+  return st;
+}
+
+// A slow_frame event for every frame slower than 10x its split's median total.
+void flag_slow_frames(int64_t run_id, const SplitTally& a, SplitSummary& s, std::vector<EventRecord>& slow) {
+  const double med = s.stage("total_ns").median_ns;
+  for (const auto& [total, who] : a.totals)
+    if (med > 0 && static_cast<double>(total) > 10.0 * med) {
+      ++s.slow_frames;
+      EventRecord e;
+      e.run_id = run_id;
+      e.level = "warn";
+      e.kind = "slow_frame";
+      e.device = who.first;
+      if (who.second >= 0) e.frame = who.second;
+      e.message = fmt::format("frame {} at split {}: total {:.3f} ms, {:.1f}x the split's median {:.3f} ms", who.second,
+                              s.split, total / 1e6, total / med, med / 1e6);
+      slow.push_back(std::move(e));
+    }
+}
+
+SplitSummary summarise_split(int64_t run_id, int split, SplitTally& a, RunTally& t,
+                             const std::vector<std::string>& fields, std::vector<EventRecord>& slow) {
+  SplitSummary s;
+  s.split = split;
+  s.frames = a.ok;
+  s.failed = a.failed;
+  s.warmup_frames = a.warmup;
+  s.flagged = a.flagged;
+  for (auto& [key, ac] : t.by_codec)
+    if (key.first == split) {
+      ac.run_id = run_id;
+      ac.split = split;
+      ac.codec = key.second;
+      s.labelled += ac.labelled;
+      s.top1_correct += ac.top1_correct;
+      s.top5_correct += ac.top5_correct;
+      s.codecs.push_back(ac);
+    }
+  for (size_t i = 0; i < fields.size() && s.frames > 0; ++i)
+    if (!a.values[i].empty()) s.stages[fields[i]] = stage_stats_of(a.values[i]);  // empty: a column these rows lack
+  for (const auto& [who, sp] : a.spans)
+    if (sp.n > 0 && sp.last > sp.first)
+      s.throughput_fps += static_cast<double>(sp.n) * 1e9 / static_cast<double>(sp.last - sp.first);
+  if (s.frames > 0) {
+    s.mean_raw_bytes = static_cast<double>(a.raw / s.frames);
+    s.mean_wire_bytes = static_cast<double>(a.wire / s.frames);
+    s.mean_reply_bytes = static_cast<double>(a.reply / s.frames);
+    flag_slow_frames(run_id, a, s, slow);
+  }
+  return s;
+}
+
+std::optional<double> ratio_of(int64_t hit, int64_t n) {
+  return n > 0 ? std::optional<double>(double(hit) / double(n)) : std::nullopt;
+}
+
+Status delete_run_rows(sqlite3* db, const std::string& path, int64_t run_id, std::initializer_list<const char*> sqls,
+                       const char* what) {
+  for (const char* sql : sqls) {
+    Statement d(db, sql);
+    d.bind(1, run_id);
+    if (d.step() != SQLITE_DONE) return db_error(db, path, what);
+  }
+  return {};
+}
+
+// The summaries, accuracy and stage_stats rows of one split.
+class SummaryInserter {
+ public:
+  SummaryInserter(sqlite3* db, const std::string& path, int64_t run_id)
+      : db_(db),
+        path_(path),
+        run_id_(run_id),
+        ins_(db,
+             "INSERT INTO summaries(run_id, split, frames, failed, warmup_frames, flagged, slow_frames, throughput_fps, "
+             "mean_raw_bytes, mean_wire_bytes, mean_reply_bytes, labelled, top1_correct, top5_correct, top1_acc, "
+             "top5_acc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+        acc_(db,
+             "INSERT INTO accuracy(run_id, split, codec, labelled, top1_correct, top5_correct, top1_acc, top5_acc) "
+             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+        st_(db,
+            "INSERT INTO stage_stats(run_id, split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)") {}
+
+  Status prepared() const {
+    if (!acc_.prepared()) return db_error(db_, path_, "insert accuracy");
+    if (!ins_.prepared() || !st_.prepared()) return db_error(db_, path_, "insert summaries");
+    return {};
+  }
+
+  Status insert(const SplitSummary& s) {
+    TRACR_TRY(summary(s));
+    for (const auto& c : s.codecs) TRACR_TRY(accuracy(s.split, c));
+    for (const auto& [field, v] : s.stages) TRACR_TRY(stage(s.split, field, v));
+    return {};
+  }
+
+ private:
+  Status summary(const SplitSummary& s) {
+    ins_.bind(1, run_id_);
+    ins_.bind(2, s.split);
+    ins_.bind(3, s.frames);
+    ins_.bind(4, s.failed);
+    ins_.bind(5, s.warmup_frames);
+    ins_.bind(6, s.flagged);
+    ins_.bind(7, s.slow_frames);
+    ins_.bind(8, s.throughput_fps);
+    ins_.bind(9, s.mean_raw_bytes);
+    ins_.bind(10, s.mean_wire_bytes);
+    ins_.bind(11, s.mean_reply_bytes);
+    ins_.bind(12, s.labelled);
+    ins_.bind(13, s.top1_correct);
+    ins_.bind(14, s.top5_correct);
+    bind_value(ins_, 15, ratio_of(s.top1_correct, s.labelled));
+    bool top5_known = true;
+    for (const auto& c : s.codecs) top5_known = top5_known && c.top5_known;
+    bind_value(ins_, 16, top5_known ? ratio_of(s.top5_correct, s.labelled) : std::nullopt);
+    if (ins_.step() != SQLITE_DONE) return db_error(db_, path_, "insert summaries");
+    ins_.reset();
+    return {};
+  }
+
+  Status accuracy(int split, const AccuracyRow& c) {
+    acc_.bind(1, run_id_);
+    acc_.bind(2, split);
+    acc_.bind(3, std::string_view(c.codec));
+    acc_.bind(4, c.labelled);
+    acc_.bind(5, c.top1_correct);
+    acc_.bind(6, c.top5_correct);
+    bind_value(acc_, 7, ratio_of(c.top1_correct, c.labelled));
+    bind_value(acc_, 8, c.top5_known ? ratio_of(c.top5_correct, c.labelled) : std::nullopt);
+    if (acc_.step() != SQLITE_DONE) return db_error(db_, path_, "insert accuracy");
+    acc_.reset();
+    return {};
+  }
+
+  Status stage(int split, const std::string& field, const StageStats& v) {
+    st_.bind(1, run_id_);
+    st_.bind(2, split);
+    st_.bind(3, std::string_view(field));
+    st_.bind(4, v.median_ns);
+    st_.bind(5, v.p95_ns);
+    st_.bind(6, v.mean_ns);
+    st_.bind(7, v.min_ns);
+    st_.bind(8, v.max_ns);
+    if (st_.step() != SQLITE_DONE) return db_error(db_, path_, "insert stage stats");
+    st_.reset();
+    return {};
+  }
+
+  sqlite3* db_;
+  const std::string& path_;
+  int64_t run_id_;
+  Statement ins_, acc_, st_;
+};
+
+Status insert_energy_stats(sqlite3* db, const std::string& path, int64_t run_id, const std::vector<EnergyStat>& rows) {
+  TRACR_TRY(delete_run_rows(db, path, run_id, {"DELETE FROM energy_stats WHERE run_id = ?"}, "replace energy_stats"));
+  Statement es(db,
+               "INSERT INTO energy_stats(run_id, split, device, stage, source, n, median_j, p95_j, median_net_j, "
+               "p95_net_j) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!es.prepared()) return db_error(db, path, "insert energy_stats");
+  for (const auto& e : rows) {
+    es.bind(1, run_id);
+    es.bind(2, e.split);
+    es.bind(3, std::string_view(e.device));
+    es.bind(4, std::string_view(e.stage));
+    es.bind(5, std::string_view(e.source));
+    es.bind(6, e.n);
+    bind_value(es, 7, e.median_j);
+    bind_value(es, 8, e.p95_j);
+    bind_value(es, 9, e.median_net_j);
+    bind_value(es, 10, e.p95_net_j);
+    if (es.step() != SQLITE_DONE) return db_error(db, path, "insert energy_stats");
+    es.reset();
+  }
+  return {};
+}
+
+Status insert_slow_frame_events(sqlite3* db, const std::string& path, int64_t run_id,
+                                const std::vector<EventRecord>& slow) {
+  Statement ev(db, "INSERT INTO events(run_id, ts, level, kind, message, device, frame) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  for (const auto& e : slow) {
+    ev.bind(1, run_id);
+    ev.bind(2, std::string_view(utc_now_iso()));
+    ev.bind(3, std::string_view(e.level));
+    ev.bind(4, std::string_view(e.kind));
+    ev.bind(5, std::string_view(e.message));
+    ev.bind_text_or_null(6, e.device);
+    bind_value(ev, 7, e.frame);
+    if (ev.step() != SQLITE_DONE) return db_error(db, path, "record slow_frame");
+    ev.reset();
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::vector<SplitSummary>> ResultsDb::compute_summaries(int64_t run_id) {
+  const auto fields = summarised_fields();
+  auto tally = read_frame_tallies(db_.get(), path_, run_id, fields);
+  if (!tally) return std::move(tally.error());
   std::vector<SplitSummary> out;
   std::vector<EventRecord> slow;
-  for (auto& [split, a] : by_split) {
-    SplitSummary s;
-    s.split = split;
-    s.frames = a.ok;
-    s.failed = a.failed;
-    s.warmup_frames = a.warmup;
-    s.flagged = a.flagged;
-    for (auto& [key, ac] : by_codec)
-      if (key.first == split) {
-        ac.run_id = run_id;
-        ac.split = split;
-        ac.codec = key.second;
-        s.labelled += ac.labelled;
-        s.top1_correct += ac.top1_correct;
-        s.top5_correct += ac.top5_correct;
-        s.codecs.push_back(ac);
-      }
-    for (size_t i = 0; i < fields.size() && s.frames > 0; ++i) {
-      auto& v = a.values[i];
-      if (v.empty()) continue;  // a column this run's rows do not have
-      StageStats st;
-      long double sum = 0;
-      for (auto x : v) sum += x;
-      st.mean_ns = static_cast<double>(sum / static_cast<long double>(v.size()));
-      st.median_ns = median_of(v);  // sorts v
-      st.p95_ns = p95_of(v);
-      st.min_ns = static_cast<double>(v.front());
-      st.max_ns = static_cast<double>(v.back());
-      s.stages[fields[i]] = st;
-    }
-    for (const auto& [who, sp] : a.spans)
-      if (sp.n > 0 && sp.last > sp.first) s.throughput_fps += static_cast<double>(sp.n) * 1e9 / static_cast<double>(sp.last - sp.first);
-    if (s.frames > 0) {
-      s.mean_raw_bytes = static_cast<double>(a.raw / s.frames);
-      s.mean_wire_bytes = static_cast<double>(a.wire / s.frames);
-      s.mean_reply_bytes = static_cast<double>(a.reply / s.frames);
-      const double med = s.stage("total_ns").median_ns;
-      for (const auto& [total, who] : a.totals)
-        if (med > 0 && static_cast<double>(total) > 10.0 * med) {
-          ++s.slow_frames;
-          EventRecord e;
-          e.run_id = run_id;
-          e.level = "warn";
-          e.kind = "slow_frame";
-          e.device = who.first;
-          if (who.second >= 0) e.frame = who.second;
-          e.message = fmt::format("frame {} at split {}: total {:.3f} ms, {:.1f}x the split's median {:.3f} ms",
-                                  who.second, split, total / 1e6, total / med, med / 1e6);
-          slow.push_back(std::move(e));
-        }
-    }
-    out.push_back(s);
-  }
+  for (auto& [split, a] : tally->by_split) out.push_back(summarise_split(run_id, split, a, *tally, fields, slow));
   if (!read_only_) TRACR_TRY(store_summaries(run_id, out, slow));
   return out;
 }
@@ -1104,110 +1278,18 @@ Status ResultsDb::store_summaries(int64_t run_id, const std::vector<SplitSummary
   sqlite3* db = db_.get();
   Transaction tx(db, path_);
   TRACR_TRY(tx.begin());
-  for (const char* sql : {"DELETE FROM summaries WHERE run_id = ?", "DELETE FROM stage_stats WHERE run_id = ?",
-                          "DELETE FROM accuracy WHERE run_id = ?",
-                          "DELETE FROM events WHERE run_id = ? AND kind = 'slow_frame'"}) {
-    Stmt d(db, sql);
-    d.bind(1, run_id);
-    if (d.step() != SQLITE_DONE) return db_error(db, path_, "replace summaries");
-  }
-  Stmt ins(db,
-           "INSERT INTO summaries(run_id, split, frames, failed, warmup_frames, flagged, slow_frames, throughput_fps, "
-           "mean_raw_bytes, mean_wire_bytes, mean_reply_bytes, labelled, top1_correct, top5_correct, top1_acc, "
-           "top5_acc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  Stmt acc(db,
-           "INSERT INTO accuracy(run_id, split, codec, labelled, top1_correct, top5_correct, top1_acc, top5_acc) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
-  if (!acc.prepared()) return db_error(db, path_, "insert accuracy");
-  auto ratio = [](int64_t hit, int64_t n) { return n > 0 ? std::optional<double>(double(hit) / double(n)) : std::nullopt; };
-  Stmt st(db,
-          "INSERT INTO stage_stats(run_id, split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
-  if (!ins.prepared() || !st.prepared()) return db_error(db, path_, "insert summaries");
-  for (const auto& s : out) {
-    ins.bind(1, run_id);
-    ins.bind(2, s.split);
-    ins.bind(3, s.frames);
-    ins.bind(4, s.failed);
-    ins.bind(5, s.warmup_frames);
-    ins.bind(6, s.flagged);
-    ins.bind(7, s.slow_frames);
-    ins.bind(8, s.throughput_fps);
-    ins.bind(9, s.mean_raw_bytes);
-    ins.bind(10, s.mean_wire_bytes);
-    ins.bind(11, s.mean_reply_bytes);
-    ins.bind(12, s.labelled);
-    ins.bind(13, s.top1_correct);
-    ins.bind(14, s.top5_correct);
-    bind_value(ins, 15, ratio(s.top1_correct, s.labelled));
-    bool top5_known = true;
-    for (const auto& c : s.codecs) top5_known = top5_known && c.top5_known;
-    bind_value(ins, 16, top5_known ? ratio(s.top5_correct, s.labelled) : std::nullopt);
-    if (ins.step() != SQLITE_DONE) return db_error(db, path_, "insert summaries");
-    ins.reset();
-    for (const auto& c : s.codecs) {
-      acc.bind(1, run_id);
-      acc.bind(2, s.split);
-      acc.bind(3, std::string_view(c.codec));
-      acc.bind(4, c.labelled);
-      acc.bind(5, c.top1_correct);
-      acc.bind(6, c.top5_correct);
-      bind_value(acc, 7, ratio(c.top1_correct, c.labelled));
-      bind_value(acc, 8, c.top5_known ? ratio(c.top5_correct, c.labelled) : std::nullopt);
-      if (acc.step() != SQLITE_DONE) return db_error(db, path_, "insert accuracy");
-      acc.reset();
-    }
-    for (const auto& [field, v] : s.stages) {
-      st.bind(1, run_id);
-      st.bind(2, s.split);
-      st.bind(3, std::string_view(field));
-      st.bind(4, v.median_ns);
-      st.bind(5, v.p95_ns);
-      st.bind(6, v.mean_ns);
-      st.bind(7, v.min_ns);
-      st.bind(8, v.max_ns);
-      if (st.step() != SQLITE_DONE) return db_error(db, path_, "insert stage stats");
-      st.reset();
-    }
-  }
-  // Energy per split, device, stage and source.
-  {
-    auto estats = energy_stats(run_id);
-    if (!estats) return std::move(estats.error());
-    Stmt d(db, "DELETE FROM energy_stats WHERE run_id = ?");
-    d.bind(1, run_id);
-    if (d.step() != SQLITE_DONE) return db_error(db, path_, "replace energy_stats");
-    Stmt es(db,
-            "INSERT INTO energy_stats(run_id, split, device, stage, source, n, median_j, p95_j, median_net_j, "
-            "p95_net_j) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    if (!es.prepared()) return db_error(db, path_, "insert energy_stats");
-    for (const auto& e : *estats) {
-      es.bind(1, run_id);
-      es.bind(2, e.split);
-      es.bind(3, std::string_view(e.device));
-      es.bind(4, std::string_view(e.stage));
-      es.bind(5, std::string_view(e.source));
-      es.bind(6, e.n);
-      bind_value(es, 7, e.median_j);
-      bind_value(es, 8, e.p95_j);
-      bind_value(es, 9, e.median_net_j);
-      bind_value(es, 10, e.p95_net_j);
-      if (es.step() != SQLITE_DONE) return db_error(db, path_, "insert energy_stats");
-      es.reset();
-    }
-  }
-  Stmt ev(db, "INSERT INTO events(run_id, ts, level, kind, message, device, frame) VALUES (?, ?, ?, ?, ?, ?, ?)");
-  for (const auto& e : slow) {
-    ev.bind(1, run_id);
-    ev.bind(2, std::string_view(utc_now_iso()));
-    ev.bind(3, std::string_view(e.level));
-    ev.bind(4, std::string_view(e.kind));
-    ev.bind(5, std::string_view(e.message));
-    ev.bind_text_or_null(6, e.device);
-    bind_value(ev, 7, e.frame);
-    if (ev.step() != SQLITE_DONE) return db_error(db, path_, "record slow_frame");
-    ev.reset();
-  }
+  TRACR_TRY(delete_run_rows(db, path_, run_id,
+                            {"DELETE FROM summaries WHERE run_id = ?", "DELETE FROM stage_stats WHERE run_id = ?",
+                             "DELETE FROM accuracy WHERE run_id = ?",
+                             "DELETE FROM events WHERE run_id = ? AND kind = 'slow_frame'"},
+                            "replace summaries"));
+  SummaryInserter rows(db, path_, run_id);
+  TRACR_TRY(rows.prepared());
+  for (const auto& s : out) TRACR_TRY(rows.insert(s));
+  auto estats = energy_stats(run_id);  // per split, device, stage and source
+  if (!estats) return std::move(estats.error());
+  TRACR_TRY(insert_energy_stats(db, path_, run_id, *estats));
+  TRACR_TRY(insert_slow_frame_events(db, path_, run_id, slow));
   return tx.commit();
 }
 

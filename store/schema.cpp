@@ -41,367 +41,393 @@ void add_accuracy(TableInfo& t) {
         "top5_correct / labelled; NULL when nothing is labelled or frames predate top5_correct"}});
 }
 
+TableInfo runs_table() {
+  TableInfo t{"runs", "one row per `tracrctl run`", {}};
+  t.columns = {
+      {"id", "INTEGER", "", "controller", "run id"},
+      {"name", "TEXT", "", "config", "experiment name"},
+      {"status", "TEXT", "", "controller", "running | completed | failed | interrupted"},
+      {"started_at", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms, controller's wall clock"},
+      {"ended_at", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms; NULL while running"},
+      {"config_yaml", "TEXT", "", "config", "the effective experiment configuration (as --show-config)"},
+      {"tracr_version", "TEXT", "", "controller", "tracrctl version"},
+      {"protocol_version", "INTEGER", "", "controller", "tensor-frame protocol version"},
+      {"model", "TEXT", "", "config", "model registry id"},
+      {"codec", "TEXT", "", "config", "codec the run started with (frames name the one they used)"},
+      {"cipher", "TEXT", "", "config", "aes-256-gcm or none"},
+      {"devices_json", "TEXT", "", "config", "devices used (no key material)"},
+      {"controller_host", "TEXT", "", "controller", "host name of the controller"},
+      {"controller_pid", "INTEGER", "", "controller", "controller process id"},
+      {"controller_start", "INTEGER", "ticks", "controller",
+       "controller process start time (clock ticks since boot, /proc) to tell a reused pid apart"},
+      {"error", "TEXT", "", "controller", "why a failed or interrupted run ended (the first cause, kept as is)"},
+      {"link", "TEXT", "", "config", "link profile the run ran under (NULL: the link as it is)"},
+      {"shaping", "TEXT", "", "controller", "how the link was emulated: tc qdiscs and where, or none (NULL: none)"},
+  };
+  return t;
+}
+
+TableInfo frames_table() {
+  TableInfo t{"frames", "one row per frame (one batch through head, link, tail, post-processing); warm-up frames included with warmup = 1", {}};
+  t.columns = {{"id", "INTEGER", "", "controller", "row id"},
+               {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+               {"participant", "TEXT", "", "controller", "device name of the participant that sent the frame"},
+               {"link", "TEXT", "", "config", "link profile in force (the run's)"},
+               {"shaping", "TEXT", "", "controller", "how that link was emulated (tc ..., or NULL: not emulated)"}};
+  add_fields(t, agent::frame_fields());
+  t.columns.push_back({"legacy_transfer_ns", "INTEGER", "ns", "participant",
+                       "rows written before schema 3 only: round trip minus every stage, clamped at 0 (not comparable "
+                       "with network_ns); NULL for newer rows"});
+  return t;
+}
+
+TableInfo layer_profiles_table() {
+  TableInfo t{"layer_profiles",
+              "one row per (run, device, layer); reusable across runs by (model_fp, input_shape, batch, device_kind, hw_id)",
+              {}};
+  t.columns = {{"run_id", "INTEGER", "", "controller", "-> runs.id"},
+               {"device", "TEXT", "", "controller", "device name"},
+               {"device_role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
+  add_fields(t, agent::profile_fields());
+  return t;
+}
+
+TableInfo segment_profiles_table() {
+  TableInfo t{"segment_profiles",
+              "one row per (run, device, side, split) of a graph model: the head [0,k) timed whole on the "
+              "PARTICIPANT, the tail [k,N) on the SERVER, as its frames run them (fused and optimised segments "
+              "cost less than their layers timed one by one); the planner prefers them to layer sums",
+              {}};
+  t.columns = {{"run_id", "INTEGER", "", "controller", "-> runs.id"},
+               {"device", "TEXT", "", "controller", "device name"},
+               {"device_role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
+  add_fields(t, agent::segment_fields());
+  return t;
+}
+
+TableInfo devices_table() {
+  TableInfo t{"devices", "hardware identity of every device in a run (reported by its agent at READY)", {}};
+  t.columns = {{"run_id", "INTEGER", "", "controller", "-> runs.id"},
+               {"device", "TEXT", "", "controller", "device name"},
+               {"role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
+  add_fields(t, agent::hw_fields());
+  return t;
+}
+
+TableInfo probes_table() {
+  TableInfo t{"probes", "one row per link probe between a participant and its server (RTT, throughput both ways)", {}};
+  t.columns = {{"id", "INTEGER", "", "controller", "row id"},
+               {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+               {"participant", "TEXT", "", "controller", "device name of the participant that probed"},
+               {"link", "TEXT", "", "config", "link profile in force (the run's)"},
+               {"shaping", "TEXT", "", "controller", "how that link was emulated (tc ..., or NULL: not emulated)"}};
+  add_fields(t, agent::probe_fields());
+  return t;
+}
+
+TableInfo summaries_table() {
+  TableInfo t{"summaries", "one row per (run, split), computed from frames when a run ends (or on demand)", {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"split", "INTEGER", "", "controller", "split point"},
+      {"frames", "INTEGER", "", "controller", "ok, non-warm-up frames the statistics cover"},
+      {"failed", "INTEGER", "", "controller", "non-warm-up frames with ok = 0"},
+      {"warmup_frames", "INTEGER", "", "controller", "stored warm-up frames (left out of the statistics)"},
+      {"flagged", "INTEGER", "", "controller", "frames whose flags are set (e.g. negative_network); kept in the statistics"},
+      {"slow_frames", "INTEGER", "", "controller", "frames slower than 10x the split's median total (each also a slow_frame event)"},
+      {"throughput_fps", "REAL", "frames/s", "controller",
+       "frames / (last end_ns - first start_ns) per participant, summed over participants"},
+      {"mean_raw_bytes", "REAL", "bytes", "controller", "mean raw_bytes"},
+      {"mean_wire_bytes", "REAL", "bytes", "controller", "mean wire_bytes"},
+      {"mean_reply_bytes", "REAL", "bytes", "controller", "mean reply_bytes"},
+  };
+  add_accuracy(t);
+  return t;
+}
+
+TableInfo accuracy_table() {
+  TableInfo t{"accuracy",
+              "per (run, split, codec): top-1 and top-5 accuracy of the timed frames with labels, so a lossy "
+              "codec's cost shows beside the lossless one's",
+              {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"split", "INTEGER", "", "controller", "split point"},
+      {"codec", "TEXT", "", "participant", "codec of the frames (frames.codec)"},
+  };
+  add_accuracy(t);
+  return t;
+}
+
+TableInfo frame_topk_table() {
+  TableInfo t{"frame_topk",
+              "per (run, participant, frame, sample position, rank): the participant's k most probable classes "
+              "of every sample (k = 5, fewer when the model has fewer classes), from the softmax of the model's "
+              "output",
+              {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"participant", "TEXT", "", "controller", "-> frames.participant"},
+      {"frame", "INTEGER", "", "participant", "-> frames.frame"},
+      {"pos", "INTEGER", "", "participant", "sample's position in the frame (0-based)"},
+      {"sample", "INTEGER", "", "participant", "dataset index of the sample (frames.sample + pos)"},
+      {"rank", "INTEGER", "", "participant", "1 = most probable"},
+      {"class_index", "INTEGER", "", "participant", "class index in the model's output"},
+      {"class_name", "TEXT", "", "participant",
+       "the dataset's class name when it has as many classes as the model, else the ImageNet name for a "
+       "1000-class model (experiments/imagenet_classes.txt), else ''"},
+      {"prob", "REAL", "", "participant", "softmax probability (float32, computed on the participant)"},
+  };
+  return t;
+}
+
+TableInfo outputs_table() {
+  TableInfo t{"outputs",
+              "per (run, participant, split, codec) with record.outputs: a .npy file of the output tensors "
+              "(logits) of the timed ok frames",
+              {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"participant", "TEXT", "", "controller", "participant whose frames they are"},
+      {"split", "INTEGER", "", "participant", "split point"},
+      {"codec", "TEXT", "", "participant", "codec of the frames"},
+      {"path", "TEXT", "", "controller",
+       "the .npy file, relative to the database's directory (outputs/run<ID>/<participant>_split<k>_<codec>.npy)"},
+      {"dtype", "TEXT", "", "controller", "numpy dtype of the file (<f4: little-endian float32)"},
+      {"shape", "TEXT", "", "controller", "rows,classes: one row per sample"},
+      {"frames", "INTEGER", "", "controller", "frames in the file"},
+      {"first_frame", "INTEGER", "", "participant", "first frames.frame in the file"},
+      {"last_frame", "INTEGER", "", "participant",
+       "last frames.frame; rows follow the frames in frame order, each frame's samples in batch order"},
+      {"sha256", "TEXT", "", "controller", "SHA-256 of the file (hex)"},
+      {"source", "TEXT", "", "controller",
+       "where the numbers come from: the participant's copy of the model's output after the reply was decoded, "
+       "sent as float32 on its FRAME line"},
+  };
+  return t;
+}
+
+TableInfo stage_stats_table() {
+  TableInfo t{"stage_stats", "per (run, split, field): statistics of every summarised frame field", {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"split", "INTEGER", "", "controller", "split point"},
+      {"field", "TEXT", "", "controller", "frames column (a field with summarise = 1 in record_fields.def)"},
+      {"median_ns", "REAL", "ns", "controller", "exact median over ok, non-warm-up frames"},
+      {"p95_ns", "REAL", "ns", "controller", "nearest-rank 95th percentile"},
+      {"mean_ns", "REAL", "ns", "controller", "mean"},
+      {"min_ns", "REAL", "ns", "controller", "minimum (negative network_ns stays negative)"},
+      {"max_ns", "REAL", "ns", "controller", "maximum"},
+  };
+  return t;
+}
+
+TableInfo energy_table() {
+  TableInfo t{"energy",
+              "one row per energy figure: a frame's head, whole frame, server tail or transmission, a profiled "
+              "layer, or an agent's idle baseline; each names its source (measured:<meter> or modelled:<model>)",
+              {}};
+  t.columns = {{"id", "INTEGER", "", "controller", "row id"},
+               {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+               {"device", "TEXT", "", "controller", "device whose energy it is (the SERVER's name for side = server)"},
+               {"participant", "TEXT", "", "controller", "participant whose frame it was (NULL for a server's idle and layer rows)"}};
+  add_fields(t, agent::energy_fields());
+  return t;
+}
+
+TableInfo energy_stats_table() {
+  TableInfo t{"energy_stats", "per (run, split, device, stage, source): statistics of the timed frames' energy", {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"split", "INTEGER", "", "controller", "split point"},
+      {"device", "TEXT", "", "controller", "device whose energy it is"},
+      {"stage", "TEXT", "", "controller", "head, frame, tail or transmit"},
+      {"source", "TEXT", "", "controller", "measured:<meter> or modelled:<model>: never shown without it"},
+      {"n", "INTEGER", "", "controller", "rows (non-warm-up frames)"},
+      {"median_j", "REAL", "J", "controller", "median gross joules per frame"},
+      {"p95_j", "REAL", "J", "controller", "nearest-rank 95th percentile of gross joules"},
+      {"median_net_j", "REAL", "J", "controller", "median net joules (idle subtracted); NULL without an idle figure"},
+      {"p95_net_j", "REAL", "J", "controller", "95th percentile of net joules"},
+  };
+  return t;
+}
+
+TableInfo plans_table() {
+  TableInfo t{"plans", "one row per `tracrctl plan`: the basis run, the link and objective, the chosen split and, "
+                       "with --validate [RUN], how far predictions were from that run's measurements", {}};
+  t.columns = {
+      {"id", "INTEGER", "", "controller", "row id"},
+      {"created_at", "TEXT", "UTC", "controller", "when the plan was made"},
+      {"basis_run", "INTEGER", "", "controller", "-> runs.id: the run whose layer profiles, bytes and probe were used"},
+      {"model", "TEXT", "", "controller", "model id"},
+      {"input_shape", "TEXT", "", "agent", "profiled input shape per sample, comma-separated: C,H,W for images, any rank (4; T,D) otherwise"},
+      {"objective", "TEXT", "", "controller", "latency | energy | throughput | weighted:W"},
+      {"link", "TEXT", "", "controller", "link planned for: a profile name, probe, or given"},
+      {"link_source", "TEXT", "", "controller", "where the link figures come from"},
+      {"up_mbps", "REAL", "Mbit/s", "controller", "participant -> server rate used"},
+      {"down_mbps", "REAL", "Mbit/s", "controller", "server -> participant rate used"},
+      {"rtt_ms", "REAL", "ms", "controller", "round trip used (the probe's smallest, plus 2 x a profile's delay)"},
+      {"overhead", "TEXT", "", "controller", "the per-frame processing term and how it was fitted"},
+      {"energy_source", "TEXT", "", "controller", "label of the predicted energy (modelled:plan(<layer energy source>, radio-...)); NULL: no energy predicted"},
+      {"chosen", "INTEGER", "", "controller", "chosen split (NULL: none meets the constraints)"},
+      {"chosen_codec", "TEXT", "", "controller", "codec of the chosen split"},
+      {"mape_pct", "REAL", "%", "controller", "validation: mean absolute percentage error of predicted latency over the measured splits"},
+      {"measured_best", "INTEGER", "", "controller", "validation: the split with the lowest measured median total"},
+      {"miss_pct", "REAL", "%", "controller", "validation: chosen split's measured median over the measured best's, minus 100 (0: it is the best)"},
+      {"validation_run", "INTEGER", "", "controller", "-> runs.id: the run the plan was validated against (basis_run, or another run of the same model: held out); NULL: not validated"},
+  };
+  return t;
+}
+
+TableInfo plan_rows_table() {
+  TableInfo t{"plan_rows", "per (plan, split): the prediction and, when validated, the measurement", {}};
+  t.columns = {
+      {"plan_id", "INTEGER", "", "controller", "-> plans.id"},
+      {"split", "INTEGER", "", "controller", "split point"},
+      {"codec", "TEXT", "", "controller", "codec planned (the basis run's, or one asked for with --codecs)"},
+      {"head_ms", "REAL", "ms", "controller", "the participant's head [0,k): its segment profile's mean, else the sum of its layer profiles' means (compute_from)"},
+      {"up_ms", "REAL", "ms", "controller", "wire_bytes x 8 / up rate"},
+      {"rtt_ms", "REAL", "ms", "controller", "round trip"},
+      {"tail_ms", "REAL", "ms", "controller", "the server's tail [k,N): its segment profile's mean, else the sum of its layer profiles' means (compute_from)"},
+      {"down_ms", "REAL", "ms", "controller", "reply_bytes x 8 / down rate"},
+      {"other_ms", "REAL", "ms", "controller", "per-frame processing outside layers and link: a + b x wire_bytes (plans.overhead)"},
+      {"latency_ms", "REAL", "ms", "controller", "head + up + rtt + tail + down + other"},
+      {"fps", "REAL", "frames/s", "controller", "pipelined throughput: 1 / max(head, up, tail + rtt, down)"},
+      {"wire_bytes", "REAL", "bytes", "controller", "request bytes on the wire"},
+      {"reply_bytes", "REAL", "bytes", "controller", "reply bytes on the wire"},
+      {"bytes_from", "TEXT", "", "controller", "measured (the basis run's mean at this split) or profiled x ratio (layer output bytes x the codec's measured ratio)"},
+      {"energy_j", "REAL", "J", "controller", "participant energy per frame: layer energy [0,k) + idle power while waiting + radio model"},
+      {"feasible", "INTEGER", "", "controller", "1 = meets the latency and energy bounds"},
+      {"measured_ms", "REAL", "ms", "controller", "validation: the basis run's median total at this split"},
+      {"compute_from", "TEXT", "", "controller", "where head_ms / tail_ms came from: segments (both timed whole), layers (both sums of layer profiles), or head segment, tail layers (and the reverse); NULL in plans stored before schema 12"},
+      {"error_pct", "REAL", "%", "controller", "validation: (predicted - measured) / measured x 100"},
+  };
+  return t;
+}
+
+TableInfo train_runs_table() {
+  TableInfo t{"train_runs", "one row per `tracrctl train` run: its checkpoint tag, what it resumed, the optimizer", {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"tag", "TEXT", "", "controller",
+       "checkpoint directory name on every device (<train.checkpoint_dir>/<tag>/); a resumed run keeps its origin's"},
+      {"resumed_from", "INTEGER", "", "controller", "run whose checkpoints this run continued (NULL: a fresh start)"},
+      {"resume_step", "INTEGER", "steps", "controller", "the checkpoint step it continued from"},
+      {"cuts", "TEXT", "", "config", "train.cuts"},
+      {"optimizer", "TEXT", "", "config", "train.optimizer"},
+      {"lr", "REAL", "", "config", "train.lr"},
+      {"batch_size", "INTEGER", "samples", "config", "train.batch_size"},
+      {"epochs", "INTEGER", "", "config", "train.epochs"},
+      {"owners", "INTEGER", "", "config", "data owners"},
+      {"export_path", "TEXT", "", "owner",
+       "the trained model (state dict by layer name, torch.save format) on the first owner's device"},
+  };
+  return t;
+}
+
+TableInfo train_segments_table() {
+  TableInfo t{"train_segments", "per segment of a training run: its layers and its device", {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"segment", "INTEGER", "", "config", "segment index (0 = the data owner's first)"},
+      {"first_layer", "INTEGER", "", "config", "first layer of the segment"},
+      {"end_layer", "INTEGER", "", "config", "one past its last layer"},
+      {"device", "TEXT", "", "config", "device holding it (owner = the data owner(s))"},
+      {"params", "INTEGER", "", "controller", "trainable parameters of its layers"},
+  };
+  return t;
+}
+
+TableInfo train_steps_table() {
+  TableInfo t{"train_steps", "one row per training step (one batch forward through every segment, loss on the owner, gradients back)", {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"owner", "INTEGER", "", "owner", "data owner index"},
+      {"step", "INTEGER", "", "owner", "steps this owner has done, this one included (1-based)"},
+      {"epoch", "INTEGER", "", "owner", "epoch (0-based)"},
+      {"batch", "INTEGER", "samples", "owner", "samples in the batch"},
+      {"loss", "REAL", "", "owner", "cross-entropy of the batch (mean), computed on the owner before the update"},
+      {"correct", "INTEGER", "samples", "owner", "top-1 hits in the batch before the update"},
+      {"step_ns", "INTEGER", "ns", "owner", "whole step, owner's steady clock"},
+      {"fwd_ns", "INTEGER", "ns", "owner", "forward through every segment, owner's steady clock"},
+      {"bwd_ns", "INTEGER", "ns", "owner", "loss, backward through every segment and the updates, owner's steady clock"},
+      {"remote_ns", "INTEGER", "ns", "owner", "time the owner waited on workers (request written to reply decoded)"},
+      {"srv_ns", "INTEGER", "ns", "workers", "the workers' own time for this step's frames (their steady clocks, as reported in meta srv_ns)"},
+      {"up_bytes", "INTEGER", "bytes", "owner", "bytes the owner sent on the wire (activations forward, gradients back)"},
+      {"down_bytes", "INTEGER", "bytes", "owner", "bytes the owner received on the wire"},
+      {"up_raw", "INTEGER", "bytes", "owner", "tensor bytes it sent before codec and cipher"},
+      {"down_raw", "INTEGER", "bytes", "owner", "tensor bytes it received after decoding"},
+  };
+  return t;
+}
+
+TableInfo train_epochs_table() {
+  TableInfo t{"train_epochs", "per (owner, epoch): training loss and accuracy, then the test evaluation", {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"owner", "INTEGER", "", "owner", "data owner index"},
+      {"epoch", "INTEGER", "", "owner", "epoch (0-based); a run stopped by train.max_steps ends a partial one"},
+      {"step", "INTEGER", "", "owner", "steps done at the evaluation"},
+      {"train_loss", "REAL", "", "owner", "mean loss of the epoch's steps (sample-weighted)"},
+      {"train_acc", "REAL", "", "owner", "top-1 accuracy over the epoch's batches, each before its update"},
+      {"test_loss", "REAL", "", "owner", "mean cross-entropy on the test samples after the epoch"},
+      {"test_acc", "REAL", "", "owner", "top-1 accuracy on the test samples"},
+      {"test_top5", "REAL", "", "owner", "top-5 accuracy on the test samples"},
+      {"test_n", "INTEGER", "samples", "owner", "test samples evaluated"},
+      {"test_source", "TEXT", "", "owner", "what was evaluated: the test split, or the training data when the dataset has none"},
+      {"epoch_ns", "INTEGER", "ns", "owner", "training time of the epoch, owner's steady clock"},
+      {"eval_ns", "INTEGER", "ns", "owner", "evaluation time, owner's steady clock"},
+      {"up_bytes", "INTEGER", "bytes", "owner", "bytes sent on the wire during the epoch's training steps"},
+      {"down_bytes", "INTEGER", "bytes", "owner", "bytes received on the wire during them"},
+  };
+  return t;
+}
+
+TableInfo train_checkpoints_table() {
+  TableInfo t{"train_checkpoints", "checkpoints every device confirmed (resume points for tracrctl train --resume)", {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"owner", "INTEGER", "", "owner", "data owner index"},
+      {"step", "INTEGER", "", "owner", "steps done when saved"},
+      {"epoch", "INTEGER", "", "owner", "epoch it was saved in (or at the end of)"},
+      {"dir", "TEXT", "", "owner", "checkpoint directory on each device"},
+      {"at", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms, when the controller recorded it"},
+  };
+  return t;
+}
+
+TableInfo events_table() {
+  TableInfo t{"events", "structured events: agents started and lost, commands applied, pauses, slow frames, run finished", {}};
+  t.columns = {
+      {"id", "INTEGER", "", "controller", "row id"},
+      {"run_id", "INTEGER", "", "controller", "-> runs.id (NULL outside a run)"},
+      {"ts", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms, when the controller recorded it"},
+      {"level", "TEXT", "", "controller", "debug | info | warn | error"},
+      {"kind", "TEXT", "", "controller",
+       "run_started, agent_started, agent_ready, command_sent, command_applied, command_rejected, paused, resumed, "
+       "stopped, slow_frame, agent_log, run_failed, run_finished, run_interrupted, ..."},
+      {"message", "TEXT", "", "controller", "human-readable detail"},
+      {"device", "TEXT", "", "controller", "device the event concerns (NULL when none)"},
+      {"frame", "INTEGER", "", "agent", "frame position on that device: the frame number the event precedes or concerns"},
+  };
+  return t;
+}
+
+TableInfo schema_migrations_table() {
+  TableInfo t{"schema_migrations", "applied schema migrations", {}};
+  t.columns = {{"version", "INTEGER", "", "controller", "migration number"},
+               {"name", "TEXT", "", "controller", "what it changed"},
+               {"applied_at", "TEXT", "UTC", "controller", "when"}};
+  return t;
+}
+
 std::vector<TableInfo> build() {
-  std::vector<TableInfo> v;
-  {
-    TableInfo t{"runs", "one row per `tracrctl run`", {}};
-    t.columns = {
-        {"id", "INTEGER", "", "controller", "run id"},
-        {"name", "TEXT", "", "config", "experiment name"},
-        {"status", "TEXT", "", "controller", "running | completed | failed | interrupted"},
-        {"started_at", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms, controller's wall clock"},
-        {"ended_at", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms; NULL while running"},
-        {"config_yaml", "TEXT", "", "config", "the effective experiment configuration (as --show-config)"},
-        {"tracr_version", "TEXT", "", "controller", "tracrctl version"},
-        {"protocol_version", "INTEGER", "", "controller", "tensor-frame protocol version"},
-        {"model", "TEXT", "", "config", "model registry id"},
-        {"codec", "TEXT", "", "config", "codec the run started with (frames name the one they used)"},
-        {"cipher", "TEXT", "", "config", "aes-256-gcm or none"},
-        {"devices_json", "TEXT", "", "config", "devices used (no key material)"},
-        {"controller_host", "TEXT", "", "controller", "host name of the controller"},
-        {"controller_pid", "INTEGER", "", "controller", "controller process id"},
-        {"controller_start", "INTEGER", "ticks", "controller",
-         "controller process start time (clock ticks since boot, /proc) to tell a reused pid apart"},
-        {"error", "TEXT", "", "controller", "why a failed or interrupted run ended (the first cause, kept as is)"},
-        {"link", "TEXT", "", "config", "link profile the run ran under (NULL: the link as it is)"},
-        {"shaping", "TEXT", "", "controller", "how the link was emulated: tc qdiscs and where, or none (NULL: none)"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"frames", "one row per frame (one batch through head, link, tail, post-processing); warm-up frames included with warmup = 1", {}};
-    t.columns = {{"id", "INTEGER", "", "controller", "row id"},
-                 {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-                 {"participant", "TEXT", "", "controller", "device name of the participant that sent the frame"},
-                 {"link", "TEXT", "", "config", "link profile in force (the run's)"},
-                 {"shaping", "TEXT", "", "controller", "how that link was emulated (tc ..., or NULL: not emulated)"}};
-    add_fields(t, agent::frame_fields());
-    t.columns.push_back({"legacy_transfer_ns", "INTEGER", "ns", "participant",
-                         "rows written before schema 3 only: round trip minus every stage, clamped at 0 (not comparable "
-                         "with network_ns); NULL for newer rows"});
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"layer_profiles",
-                "one row per (run, device, layer); reusable across runs by (model_fp, input_shape, batch, device_kind, hw_id)",
-                {}};
-    t.columns = {{"run_id", "INTEGER", "", "controller", "-> runs.id"},
-                 {"device", "TEXT", "", "controller", "device name"},
-                 {"device_role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
-    add_fields(t, agent::profile_fields());
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"segment_profiles",
-                "one row per (run, device, side, split) of a graph model: the head [0,k) timed whole on the "
-                "PARTICIPANT, the tail [k,N) on the SERVER, as its frames run them (fused and optimised segments "
-                "cost less than their layers timed one by one); the planner prefers them to layer sums",
-                {}};
-    t.columns = {{"run_id", "INTEGER", "", "controller", "-> runs.id"},
-                 {"device", "TEXT", "", "controller", "device name"},
-                 {"device_role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
-    add_fields(t, agent::segment_fields());
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"devices", "hardware identity of every device in a run (reported by its agent at READY)", {}};
-    t.columns = {{"run_id", "INTEGER", "", "controller", "-> runs.id"},
-                 {"device", "TEXT", "", "controller", "device name"},
-                 {"role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
-    add_fields(t, agent::hw_fields());
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"probes", "one row per link probe between a participant and its server (RTT, throughput both ways)", {}};
-    t.columns = {{"id", "INTEGER", "", "controller", "row id"},
-                 {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-                 {"participant", "TEXT", "", "controller", "device name of the participant that probed"},
-                 {"link", "TEXT", "", "config", "link profile in force (the run's)"},
-                 {"shaping", "TEXT", "", "controller", "how that link was emulated (tc ..., or NULL: not emulated)"}};
-    add_fields(t, agent::probe_fields());
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"summaries", "one row per (run, split), computed from frames when a run ends (or on demand)", {}};
-    t.columns = {
-        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-        {"split", "INTEGER", "", "controller", "split point"},
-        {"frames", "INTEGER", "", "controller", "ok, non-warm-up frames the statistics cover"},
-        {"failed", "INTEGER", "", "controller", "non-warm-up frames with ok = 0"},
-        {"warmup_frames", "INTEGER", "", "controller", "stored warm-up frames (left out of the statistics)"},
-        {"flagged", "INTEGER", "", "controller", "frames whose flags are set (e.g. negative_network); kept in the statistics"},
-        {"slow_frames", "INTEGER", "", "controller", "frames slower than 10x the split's median total (each also a slow_frame event)"},
-        {"throughput_fps", "REAL", "frames/s", "controller",
-         "frames / (last end_ns - first start_ns) per participant, summed over participants"},
-        {"mean_raw_bytes", "REAL", "bytes", "controller", "mean raw_bytes"},
-        {"mean_wire_bytes", "REAL", "bytes", "controller", "mean wire_bytes"},
-        {"mean_reply_bytes", "REAL", "bytes", "controller", "mean reply_bytes"},
-    };
-    add_accuracy(t);
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"accuracy",
-                "per (run, split, codec): top-1 and top-5 accuracy of the timed frames with labels, so a lossy "
-                "codec's cost shows beside the lossless one's",
-                {}};
-    t.columns = {
-        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-        {"split", "INTEGER", "", "controller", "split point"},
-        {"codec", "TEXT", "", "participant", "codec of the frames (frames.codec)"},
-    };
-    add_accuracy(t);
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"frame_topk",
-                "per (run, participant, frame, sample position, rank): the participant's k most probable classes "
-                "of every sample (k = 5, fewer when the model has fewer classes), from the softmax of the model's "
-                "output",
-                {}};
-    t.columns = {
-        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-        {"participant", "TEXT", "", "controller", "-> frames.participant"},
-        {"frame", "INTEGER", "", "participant", "-> frames.frame"},
-        {"pos", "INTEGER", "", "participant", "sample's position in the frame (0-based)"},
-        {"sample", "INTEGER", "", "participant", "dataset index of the sample (frames.sample + pos)"},
-        {"rank", "INTEGER", "", "participant", "1 = most probable"},
-        {"class_index", "INTEGER", "", "participant", "class index in the model's output"},
-        {"class_name", "TEXT", "", "participant",
-         "the dataset's class name when it has as many classes as the model, else the ImageNet name for a "
-         "1000-class model (experiments/imagenet_classes.txt), else ''"},
-        {"prob", "REAL", "", "participant", "softmax probability (float32, computed on the participant)"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"outputs",
-                "per (run, participant, split, codec) with record.outputs: a .npy file of the output tensors "
-                "(logits) of the timed ok frames",
-                {}};
-    t.columns = {
-        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-        {"participant", "TEXT", "", "controller", "participant whose frames they are"},
-        {"split", "INTEGER", "", "participant", "split point"},
-        {"codec", "TEXT", "", "participant", "codec of the frames"},
-        {"path", "TEXT", "", "controller",
-         "the .npy file, relative to the database's directory (outputs/run<ID>/<participant>_split<k>_<codec>.npy)"},
-        {"dtype", "TEXT", "", "controller", "numpy dtype of the file (<f4: little-endian float32)"},
-        {"shape", "TEXT", "", "controller", "rows,classes: one row per sample"},
-        {"frames", "INTEGER", "", "controller", "frames in the file"},
-        {"first_frame", "INTEGER", "", "participant", "first frames.frame in the file"},
-        {"last_frame", "INTEGER", "", "participant",
-         "last frames.frame; rows follow the frames in frame order, each frame's samples in batch order"},
-        {"sha256", "TEXT", "", "controller", "SHA-256 of the file (hex)"},
-        {"source", "TEXT", "", "controller",
-         "where the numbers come from: the participant's copy of the model's output after the reply was decoded, "
-         "sent as float32 on its FRAME line"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"stage_stats", "per (run, split, field): statistics of every summarised frame field", {}};
-    t.columns = {
-        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-        {"split", "INTEGER", "", "controller", "split point"},
-        {"field", "TEXT", "", "controller", "frames column (a field with summarise = 1 in record_fields.def)"},
-        {"median_ns", "REAL", "ns", "controller", "exact median over ok, non-warm-up frames"},
-        {"p95_ns", "REAL", "ns", "controller", "nearest-rank 95th percentile"},
-        {"mean_ns", "REAL", "ns", "controller", "mean"},
-        {"min_ns", "REAL", "ns", "controller", "minimum (negative network_ns stays negative)"},
-        {"max_ns", "REAL", "ns", "controller", "maximum"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"energy",
-                "one row per energy figure: a frame's head, whole frame, server tail or transmission, a profiled "
-                "layer, or an agent's idle baseline; each names its source (measured:<meter> or modelled:<model>)",
-                {}};
-    t.columns = {{"id", "INTEGER", "", "controller", "row id"},
-                 {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-                 {"device", "TEXT", "", "controller", "device whose energy it is (the SERVER's name for side = server)"},
-                 {"participant", "TEXT", "", "controller", "participant whose frame it was (NULL for a server's idle and layer rows)"}};
-    add_fields(t, agent::energy_fields());
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"energy_stats", "per (run, split, device, stage, source): statistics of the timed frames' energy", {}};
-    t.columns = {
-        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-        {"split", "INTEGER", "", "controller", "split point"},
-        {"device", "TEXT", "", "controller", "device whose energy it is"},
-        {"stage", "TEXT", "", "controller", "head, frame, tail or transmit"},
-        {"source", "TEXT", "", "controller", "measured:<meter> or modelled:<model>: never shown without it"},
-        {"n", "INTEGER", "", "controller", "rows (non-warm-up frames)"},
-        {"median_j", "REAL", "J", "controller", "median gross joules per frame"},
-        {"p95_j", "REAL", "J", "controller", "nearest-rank 95th percentile of gross joules"},
-        {"median_net_j", "REAL", "J", "controller", "median net joules (idle subtracted); NULL without an idle figure"},
-        {"p95_net_j", "REAL", "J", "controller", "95th percentile of net joules"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"plans", "one row per `tracrctl plan`: the basis run, the link and objective, the chosen split and, "
-                         "with --validate [RUN], how far predictions were from that run's measurements", {}};
-    t.columns = {
-        {"id", "INTEGER", "", "controller", "row id"},
-        {"created_at", "TEXT", "UTC", "controller", "when the plan was made"},
-        {"basis_run", "INTEGER", "", "controller", "-> runs.id: the run whose layer profiles, bytes and probe were used"},
-        {"model", "TEXT", "", "controller", "model id"},
-        {"input_shape", "TEXT", "", "agent", "profiled input shape per sample, comma-separated: C,H,W for images, any rank (4; T,D) otherwise"},
-        {"objective", "TEXT", "", "controller", "latency | energy | throughput | weighted:W"},
-        {"link", "TEXT", "", "controller", "link planned for: a profile name, probe, or given"},
-        {"link_source", "TEXT", "", "controller", "where the link figures come from"},
-        {"up_mbps", "REAL", "Mbit/s", "controller", "participant -> server rate used"},
-        {"down_mbps", "REAL", "Mbit/s", "controller", "server -> participant rate used"},
-        {"rtt_ms", "REAL", "ms", "controller", "round trip used (the probe's smallest, plus 2 x a profile's delay)"},
-        {"overhead", "TEXT", "", "controller", "the per-frame processing term and how it was fitted"},
-        {"energy_source", "TEXT", "", "controller", "label of the predicted energy (modelled:plan(<layer energy source>, radio-...)); NULL: no energy predicted"},
-        {"chosen", "INTEGER", "", "controller", "chosen split (NULL: none meets the constraints)"},
-        {"chosen_codec", "TEXT", "", "controller", "codec of the chosen split"},
-        {"mape_pct", "REAL", "%", "controller", "validation: mean absolute percentage error of predicted latency over the measured splits"},
-        {"measured_best", "INTEGER", "", "controller", "validation: the split with the lowest measured median total"},
-        {"miss_pct", "REAL", "%", "controller", "validation: chosen split's measured median over the measured best's, minus 100 (0: it is the best)"},
-        {"validation_run", "INTEGER", "", "controller", "-> runs.id: the run the plan was validated against (basis_run, or another run of the same model: held out); NULL: not validated"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"plan_rows", "per (plan, split): the prediction and, when validated, the measurement", {}};
-    t.columns = {
-        {"plan_id", "INTEGER", "", "controller", "-> plans.id"},
-        {"split", "INTEGER", "", "controller", "split point"},
-        {"codec", "TEXT", "", "controller", "codec planned (the basis run's, or one asked for with --codecs)"},
-        {"head_ms", "REAL", "ms", "controller", "the participant's head [0,k): its segment profile's mean, else the sum of its layer profiles' means (compute_from)"},
-        {"up_ms", "REAL", "ms", "controller", "wire_bytes x 8 / up rate"},
-        {"rtt_ms", "REAL", "ms", "controller", "round trip"},
-        {"tail_ms", "REAL", "ms", "controller", "the server's tail [k,N): its segment profile's mean, else the sum of its layer profiles' means (compute_from)"},
-        {"down_ms", "REAL", "ms", "controller", "reply_bytes x 8 / down rate"},
-        {"other_ms", "REAL", "ms", "controller", "per-frame processing outside layers and link: a + b x wire_bytes (plans.overhead)"},
-        {"latency_ms", "REAL", "ms", "controller", "head + up + rtt + tail + down + other"},
-        {"fps", "REAL", "frames/s", "controller", "pipelined throughput: 1 / max(head, up, tail + rtt, down)"},
-        {"wire_bytes", "REAL", "bytes", "controller", "request bytes on the wire"},
-        {"reply_bytes", "REAL", "bytes", "controller", "reply bytes on the wire"},
-        {"bytes_from", "TEXT", "", "controller", "measured (the basis run's mean at this split) or profiled x ratio (layer output bytes x the codec's measured ratio)"},
-        {"energy_j", "REAL", "J", "controller", "participant energy per frame: layer energy [0,k) + idle power while waiting + radio model"},
-        {"feasible", "INTEGER", "", "controller", "1 = meets the latency and energy bounds"},
-        {"measured_ms", "REAL", "ms", "controller", "validation: the basis run's median total at this split"},
-        {"compute_from", "TEXT", "", "controller", "where head_ms / tail_ms came from: segments (both timed whole), layers (both sums of layer profiles), or head segment, tail layers (and the reverse); NULL in plans stored before schema 12"},
-        {"error_pct", "REAL", "%", "controller", "validation: (predicted - measured) / measured x 100"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"train_runs", "one row per `tracrctl train` run: its checkpoint tag, what it resumed, the optimizer", {}};
-    t.columns = {
-        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-        {"tag", "TEXT", "", "controller",
-         "checkpoint directory name on every device (<train.checkpoint_dir>/<tag>/); a resumed run keeps its origin's"},
-        {"resumed_from", "INTEGER", "", "controller", "run whose checkpoints this run continued (NULL: a fresh start)"},
-        {"resume_step", "INTEGER", "steps", "controller", "the checkpoint step it continued from"},
-        {"cuts", "TEXT", "", "config", "train.cuts"},
-        {"optimizer", "TEXT", "", "config", "train.optimizer"},
-        {"lr", "REAL", "", "config", "train.lr"},
-        {"batch_size", "INTEGER", "samples", "config", "train.batch_size"},
-        {"epochs", "INTEGER", "", "config", "train.epochs"},
-        {"owners", "INTEGER", "", "config", "data owners"},
-        {"export_path", "TEXT", "", "owner",
-         "the trained model (state dict by layer name, torch.save format) on the first owner's device"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"train_segments", "per segment of a training run: its layers and its device", {}};
-    t.columns = {
-        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-        {"segment", "INTEGER", "", "config", "segment index (0 = the data owner's first)"},
-        {"first_layer", "INTEGER", "", "config", "first layer of the segment"},
-        {"end_layer", "INTEGER", "", "config", "one past its last layer"},
-        {"device", "TEXT", "", "config", "device holding it (owner = the data owner(s))"},
-        {"params", "INTEGER", "", "controller", "trainable parameters of its layers"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"train_steps", "one row per training step (one batch forward through every segment, loss on the owner, gradients back)", {}};
-    t.columns = {
-        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-        {"owner", "INTEGER", "", "owner", "data owner index"},
-        {"step", "INTEGER", "", "owner", "steps this owner has done, this one included (1-based)"},
-        {"epoch", "INTEGER", "", "owner", "epoch (0-based)"},
-        {"batch", "INTEGER", "samples", "owner", "samples in the batch"},
-        {"loss", "REAL", "", "owner", "cross-entropy of the batch (mean), computed on the owner before the update"},
-        {"correct", "INTEGER", "samples", "owner", "top-1 hits in the batch before the update"},
-        {"step_ns", "INTEGER", "ns", "owner", "whole step, owner's steady clock"},
-        {"fwd_ns", "INTEGER", "ns", "owner", "forward through every segment, owner's steady clock"},
-        {"bwd_ns", "INTEGER", "ns", "owner", "loss, backward through every segment and the updates, owner's steady clock"},
-        {"remote_ns", "INTEGER", "ns", "owner", "time the owner waited on workers (request written to reply decoded)"},
-        {"srv_ns", "INTEGER", "ns", "workers", "the workers' own time for this step's frames (their steady clocks, as reported in meta srv_ns)"},
-        {"up_bytes", "INTEGER", "bytes", "owner", "bytes the owner sent on the wire (activations forward, gradients back)"},
-        {"down_bytes", "INTEGER", "bytes", "owner", "bytes the owner received on the wire"},
-        {"up_raw", "INTEGER", "bytes", "owner", "tensor bytes it sent before codec and cipher"},
-        {"down_raw", "INTEGER", "bytes", "owner", "tensor bytes it received after decoding"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"train_epochs", "per (owner, epoch): training loss and accuracy, then the test evaluation", {}};
-    t.columns = {
-        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-        {"owner", "INTEGER", "", "owner", "data owner index"},
-        {"epoch", "INTEGER", "", "owner", "epoch (0-based); a run stopped by train.max_steps ends a partial one"},
-        {"step", "INTEGER", "", "owner", "steps done at the evaluation"},
-        {"train_loss", "REAL", "", "owner", "mean loss of the epoch's steps (sample-weighted)"},
-        {"train_acc", "REAL", "", "owner", "top-1 accuracy over the epoch's batches, each before its update"},
-        {"test_loss", "REAL", "", "owner", "mean cross-entropy on the test samples after the epoch"},
-        {"test_acc", "REAL", "", "owner", "top-1 accuracy on the test samples"},
-        {"test_top5", "REAL", "", "owner", "top-5 accuracy on the test samples"},
-        {"test_n", "INTEGER", "samples", "owner", "test samples evaluated"},
-        {"test_source", "TEXT", "", "owner", "what was evaluated: the test split, or the training data when the dataset has none"},
-        {"epoch_ns", "INTEGER", "ns", "owner", "training time of the epoch, owner's steady clock"},
-        {"eval_ns", "INTEGER", "ns", "owner", "evaluation time, owner's steady clock"},
-        {"up_bytes", "INTEGER", "bytes", "owner", "bytes sent on the wire during the epoch's training steps"},
-        {"down_bytes", "INTEGER", "bytes", "owner", "bytes received on the wire during them"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"train_checkpoints", "checkpoints every device confirmed (resume points for tracrctl train --resume)", {}};
-    t.columns = {
-        {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-        {"owner", "INTEGER", "", "owner", "data owner index"},
-        {"step", "INTEGER", "", "owner", "steps done when saved"},
-        {"epoch", "INTEGER", "", "owner", "epoch it was saved in (or at the end of)"},
-        {"dir", "TEXT", "", "owner", "checkpoint directory on each device"},
-        {"at", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms, when the controller recorded it"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"events", "structured events: agents started and lost, commands applied, pauses, slow frames, run finished", {}};
-    t.columns = {
-        {"id", "INTEGER", "", "controller", "row id"},
-        {"run_id", "INTEGER", "", "controller", "-> runs.id (NULL outside a run)"},
-        {"ts", "TEXT", "UTC", "controller", "ISO-8601 UTC, ms, when the controller recorded it"},
-        {"level", "TEXT", "", "controller", "debug | info | warn | error"},
-        {"kind", "TEXT", "", "controller",
-         "run_started, agent_started, agent_ready, command_sent, command_applied, command_rejected, paused, resumed, "
-         "stopped, slow_frame, agent_log, run_failed, run_finished, run_interrupted, ..."},
-        {"message", "TEXT", "", "controller", "human-readable detail"},
-        {"device", "TEXT", "", "controller", "device the event concerns (NULL when none)"},
-        {"frame", "INTEGER", "", "agent", "frame position on that device: the frame number the event precedes or concerns"},
-    };
-    v.push_back(t);
-  }
-  {
-    TableInfo t{"schema_migrations", "applied schema migrations", {}};
-    t.columns = {{"version", "INTEGER", "", "controller", "migration number"},
-                 {"name", "TEXT", "", "controller", "what it changed"},
-                 {"applied_at", "TEXT", "UTC", "controller", "when"}};
-    v.push_back(t);
-  }
-  return v;
+  return {runs_table(), frames_table(), layer_profiles_table(), segment_profiles_table(),
+          devices_table(), probes_table(), summaries_table(), accuracy_table(),
+          frame_topk_table(), outputs_table(), stage_stats_table(), energy_table(),
+          energy_stats_table(), plans_table(), plan_rows_table(), train_runs_table(),
+          train_segments_table(), train_steps_table(), train_epochs_table(), train_checkpoints_table(),
+          events_table(), schema_migrations_table()};
 }
 
 }  // namespace
