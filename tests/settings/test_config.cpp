@@ -1420,5 +1420,26 @@ TEST(TrainSettings, SegmentsCutsAndOwnerAreCheckedWithPositions) {
   auto opt = parse_experiment("model: m\ntrain:\n  optimizer: rmsprop\n", "t.yaml", false);
   ASSERT_FALSE(opt);
 }
+// The default each setting documents (settings_table, --show-config, the
+// config README) is the value a default ExperimentConfig shows: a default
+// changed in the struct without its text (or the reverse) fails here. A
+// documented default may add a gloss in parentheses ("~ (none)"); the few
+// that depend on the file (name) or are required (model) say so in angle
+// brackets or "(required)".
+TEST(ExperimentConfig, EveryDocumentedDefaultIsTheStructsDefault) {
+  auto cfg = parse_experiment("model: alexnet\n", "<memory>", false);
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  int compared = 0;
+  for (const auto& s : describe_settings(*cfg)) {
+    if (s.origin != "default") continue;  // model, set above
+    const std::string& doc = s.info.default_value;
+    if (doc.front() == '<' || doc == "(required)") continue;
+    const bool same = doc == s.value || doc.rfind(s.value + " (", 0) == 0;
+    EXPECT_TRUE(same) << s.info.name << ": documented default '" << doc << "', the struct's '" << s.value << "'";
+    ++compared;
+  }
+  EXPECT_GT(compared, 60);  // every setting but name and model
+}
+
 }  // namespace
 }  // namespace tracr::settings

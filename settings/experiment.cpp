@@ -1,0 +1,272 @@
+// The experiment file: parsed with the settings table, cross-checked, its
+// paths resolved; the splits, files and devices it names.
+#include "settings/experiment_settings.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+namespace tracr::settings {
+
+namespace fs = std::filesystem;
+
+std::string_view dataset_kind_name(DatasetKind k) {
+  switch (k) {
+    case DatasetKind::synthetic: return "synthetic";
+    case DatasetKind::imagefolder: return "imagefolder";
+    case DatasetKind::fashion_mnist: return "fashion_mnist";
+  }
+  return "synthetic";
+}
+
+namespace {
+
+Status cross_check(ExperimentConfig& cfg) {
+  for (const auto& l : cfg.link) {
+    auto r = tracr::settings::resolve_link(cfg, l);
+    if (!r) return r.error();
+  }
+  if (cfg.model.empty())
+    return err_at(SourcePos{cfg.source.empty() ? "<experiment>" : cfg.source, 0, 0}, "model",
+                  "missing; expected a model id such as alexnet (see `tracrctl models`)");
+  if (!cfg.model_list.empty() && !cfg.weights.empty())
+    return err_at(cfg.pos_of("weights"), "weights",
+                  fmt::format("one weights file for a list of {} models; expected none (each model starts from its "
+                              "own initial weights), or export each model with its weights "
+                              "(scripts/export_model.py --weights) and list the torchscript: files",
+                              cfg.model_list.size()));
+  if (cfg.dataset.kind == DatasetKind::imagefolder && cfg.dataset.path.empty())
+    return err_at(
+        cfg.pos_of("dataset.type").known() ? cfg.pos_of("dataset.type") : SourcePos{cfg.source, 0, 0},
+        "dataset.path", "missing; expected the image directory (required for type: imagefolder)");
+  if (cfg.dataset.kind != DatasetKind::fashion_mnist && cfg.origin.count("dataset.split"))
+    return err_at(cfg.pos_of("dataset.split"), "dataset.split",
+                  fmt::format("applies to type: fashion_mnist only; expected no dataset.split for type: {}",
+                              dataset_kind_name(cfg.dataset.kind)));
+  if (cfg.dataset.kind != DatasetKind::imagefolder && cfg.origin.count("dataset.resize_size"))
+    return err_at(cfg.pos_of("dataset.resize_size"), "dataset.resize_size",
+                  fmt::format("applies to type: imagefolder only; expected no dataset.resize_size for type: {}",
+                              dataset_kind_name(cfg.dataset.kind)));
+  if (cfg.dataset.kind == DatasetKind::synthetic && cfg.origin.count("dataset.interpolation"))
+    return err_at(cfg.pos_of("dataset.interpolation"), "dataset.interpolation",
+                  "applies to image datasets; expected no dataset.interpolation for type: synthetic");
+  if (cfg.adapt.enabled && !cfg.record.layers)
+    return err_at(cfg.pos_of("adapt.enabled"), "adapt.enabled",
+                  "needs record.layers: true (the adaptive policy plans from both devices' layer profiles)");
+  if (!cfg.train.segments.empty()) {
+    if (cfg.train.cuts.empty())
+      return err_at(cfg.pos_of("train.segments"), "train.segments", "needs train.cuts (where the segments begin)");
+    if (cfg.train.segments.size() != cfg.train.cuts.size() + 1)
+      return err_at(cfg.pos_of("train.segments"), "train.segments",
+                    fmt::format("lists {} devices; expected one per segment: {} (train.cuts has {} cuts)",
+                                cfg.train.segments.size(), cfg.train.cuts.size() + 1, cfg.train.cuts.size()));
+    // Segment 0 on a data owner (`owner`, or the device name of the only
+    // owner) is checked against the devices file (plan_training).
+  }
+  if (cfg.dataset.kind == DatasetKind::fashion_mnist && cfg.dataset.path.empty())
+    cfg.dataset.path = "/usr/share/datasets/fashion-mnist";
+  if (cfg.name.empty()) {
+    cfg.name = cfg.source.empty() ? "experiment" : fs::path(cfg.source).stem().string();
+    if (cfg.name.empty()) cfg.name = "experiment";
+  }
+  return {};
+}
+
+}  // namespace
+
+SourcePos ExperimentConfig::pos_of(const std::string& setting) const {
+  auto it = origin.find(setting);
+  if (it != origin.end()) return it->second;
+  return SourcePos{};
+}
+
+Result<ExperimentConfig> parse_experiment(const std::string& text, const std::string& source, bool use_env,
+                                          const std::vector<std::string>& sets) {
+  const std::string file = source.empty() ? "<experiment>" : source;
+  Ctx c{file};
+  ExperimentConfig cfg;
+  cfg.source = source;
+  cfg.source_text = text;
+  auto loaded = load_one_document(c, text, "experiment");
+  if (!loaded) return loaded.error();
+  const YAML::Node root = *loaded;
+  if (!root.IsMap())
+    return err_at(SourcePos{file, 0, 0}, "",
+                  "expected a map of experiment settings (at least 'model'), got " + describe(root));
+  const auto tops = top_keys();
+  TRACR_TRY(check_keys(c, root, "", tops));
+  for (const auto& top : tops) {
+    const YAML::Node n = root[top];
+    if (!n) continue;
+    if (is_section(top)) {
+      const auto subs = section_keys(top);
+      if (n.IsNull()) continue;
+      if (!n.IsMap()) return expected(c, n, top, "a map with keys " + join(subs));
+      TRACR_TRY(check_keys(c, n, top, subs));
+      for (const auto& sub : subs) {
+        const YAML::Node sn = n[sub];
+        if (!sn) continue;
+        const Setting* s = find_setting(top + "." + sub);
+        TRACR_TRY(apply_setting(c, *s, sn, cfg, pos_of(c, sn)));
+      }
+    } else {
+      const Setting* s = find_setting(top);
+      TRACR_TRY(apply_setting(c, *s, n, cfg, pos_of(c, n)));
+    }
+  }
+  if (use_env) TRACR_TRY(apply_env(cfg));
+  TRACR_TRY(apply_sets(cfg, sets));
+  TRACR_TRY(cross_check(cfg));
+  return cfg;
+}
+
+namespace {
+
+// The rule for relative paths: a path written in the experiment file is
+// relative to the directory of that file; one from a TRACR_* variable, a
+// command-line option or a default is relative to the current directory.
+// Paths used on the agents' devices (train.checkpoint_dir, train.export) are
+// left as written. `~/` paths are left as written.
+void resolve_paths_against_file(ExperimentConfig& cfg) {
+  const fs::path dir = fs::path(cfg.source).parent_path();
+  if (dir.empty()) return;  // the file is in the current directory: nothing changes
+  auto resolve = [&](const std::string& setting, std::string& p) {
+    auto it = cfg.origin.find(setting);
+    if (p.empty() || it == cfg.origin.end() || it->second.file != cfg.source) return;
+    if (p == "~" || p.rfind("~/", 0) == 0 || fs::path(p).is_absolute()) return;
+    p = (dir / p).lexically_normal().string();
+  };
+  resolve("devices", cfg.devices);
+  resolve("output", cfg.output);
+  resolve("weights", cfg.weights);
+  resolve("dataset.path", cfg.dataset.path);
+  resolve("dataset.class_names", cfg.dataset.class_names_file);
+  static const std::string ts = "torchscript:";
+  auto resolve_model = [&](std::string& m) {
+    if (m.rfind(ts, 0) != 0) return;
+    std::string p = m.substr(ts.size());
+    resolve("model", p);
+    m = ts + p;
+  };
+  resolve_model(cfg.model);
+  for (auto& m : cfg.model_list) resolve_model(m);
+}
+
+}  // namespace
+
+Result<ExperimentConfig> load_experiment(const std::string& path, const std::vector<std::string>& sets) {
+  auto text = read_text(path, "experiment");
+  if (!text) return text.error();
+  auto cfg = parse_experiment(*text, path, true, sets);
+  if (cfg) resolve_paths_against_file(*cfg);
+  return cfg;
+}
+
+Result<std::vector<int>> resolve_splits(const ExperimentConfig& cfg, int num_layers) {
+  std::vector<int> out;
+  if (cfg.split.all) {
+    for (int k = 0; k <= num_layers; ++k) out.push_back(k);
+    return out;
+  }
+  for (int k : cfg.split.points) {
+    if (k > num_layers)
+      return err_at(cfg.pos_of("split"), "split",
+                    fmt::format("split point {} is beyond model '{}' with {} layers; expected 0..{}", k,
+                                cfg.model, num_layers, num_layers));
+    out.push_back(k);
+  }
+  return out;
+}
+
+Status check_experiment_files(const ExperimentConfig& cfg) {
+  std::error_code ec;
+  auto need = [&](const std::string& setting, const std::string& path, bool dir) -> Status {
+    if (path.empty()) return {};
+    const std::string p = expand_home(path);
+    const bool there = fs::exists(p, ec);
+    // A symlink loop or an unreadable parent is not "does not exist" (#24).
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      return make_error(Errc::io, fmt::format("{}: {}: '{}' cannot be looked up: {}; expected an existing {}",
+                                              cfg.pos_of(setting).str(), setting, path,
+                                              ec == std::errc::too_many_symbolic_link_levels
+                                                  ? "a loop of symbolic links"
+                                                  : ec.message(),
+                                              dir ? "directory" : "file"));
+    if (!there)
+      return make_error(Errc::io,
+                        fmt::format("{}: {}: '{}' does not exist; expected an existing {}",
+                                    cfg.pos_of(setting).str(), setting, path, dir ? "directory" : "file"));
+    if (dir != fs::is_directory(p, ec))
+      return make_error(
+          Errc::io, fmt::format("{}: {}: '{}' is {}; expected a {}", cfg.pos_of(setting).str(), setting, path,
+                                dir ? "a file" : "a directory", dir ? "directory" : "file"));
+    // A device, FIFO or socket would be hashed and staged forever (#24:
+    // weights: /dev/zero read 188 GB before anyone could stop it).
+    if (!dir && !fs::is_regular_file(p, ec))
+      return make_error(Errc::io, fmt::format("{}: {}: '{}' is not a regular file (a device, FIFO or socket); "
+                                              "expected a file",
+                                              cfg.pos_of(setting).str(), setting, path));
+    return {};
+  };
+  if (cfg.model.rfind("torchscript:", 0) == 0) TRACR_TRY(need("model", cfg.model.substr(12), false));
+  for (const auto& m : cfg.model_list)
+    if (m.rfind("torchscript:", 0) == 0) TRACR_TRY(need("model", m.substr(12), false));
+  TRACR_TRY(need("weights", cfg.weights, false));
+  if (cfg.dataset.kind != DatasetKind::synthetic) TRACR_TRY(need("dataset.path", cfg.dataset.path, true));
+  TRACR_TRY(need("dataset.class_names", cfg.dataset.class_names_file, false));
+  return {};
+}
+
+Result<DevicesConfig> load_experiment_devices(const ExperimentConfig& cfg, RoleCheck roles) {
+  if (cfg.devices_explicit) {
+    auto d = load_devices(cfg.devices, roles);
+    if (!d && d.error().code == Errc::io)
+      d.error().message = fmt::format("{}: devices: {}", cfg.pos_of("devices").str(), d.error().message);
+    return d;
+  }
+  return load_devices_or_default(cfg.devices, roles);
+}
+
+Result<Normalization> dataset_normalization(const ExperimentConfig& cfg, int64_t channels) {
+  const auto& d = cfg.dataset;
+  auto error = [&](const std::string& msg) {
+    SourcePos p = cfg.pos_of("dataset.mean");
+    if (!p.known()) p = cfg.pos_of("dataset.std");
+    if (!p.known()) p.file = cfg.source.empty() ? "<experiment>" : cfg.source;
+    return make_error(Errc::config, fmt::format("{}: dataset.mean: {}", p.str(), msg));
+  };
+  if (d.mean.empty() != d.std.empty())
+    return error(fmt::format("dataset.mean and dataset.std go together; give both ({} is missing)",
+                             d.mean.empty() ? "dataset.mean" : "dataset.std"));
+  Normalization n;
+  if (!d.mean.empty()) {
+    if (d.std.size() != d.mean.size())
+      return error(fmt::format("{} values but dataset.std has {}; expected as many", d.mean.size(), d.std.size()));
+    if (d.mean.size() != 1 && static_cast<int64_t>(d.mean.size()) != channels)
+      return error(fmt::format("{} values for an input of {} channels; expected 1 or {}", d.mean.size(), channels,
+                               channels));
+    n.mean = d.mean;
+    n.std = d.std;
+    return n;
+  }
+  if (d.kind == DatasetKind::fashion_mnist) return Normalization{{0.2860}, {0.3530}};
+  if (channels == 3) return Normalization{{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}};
+  if (d.kind == DatasetKind::synthetic) return Normalization{{0.0}, {1.0}};
+  return error(fmt::format("no default for an image folder read as {} channel(s) (ImageNet's has 3); expected "
+                           "dataset.mean and dataset.std, e.g. the statistics the model was trained with",
+                           channels));
+}
+
+}  // namespace tracr::settings

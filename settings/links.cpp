@@ -1,0 +1,37 @@
+// Link profiles: the built-in ones (Neurosurgeon's measured rates) and the
+// experiment's own under `links`.
+#include "settings/yaml_reader.hpp"
+
+#include <fmt/format.h>
+
+namespace tracr::settings {
+
+const std::vector<LinkSpec>& builtin_links() {
+  // Kang et al., "Neurosurgeon: Collaborative Intelligence Between the Cloud
+  // and Mobile Edge", ASPLOS 2017, section 5: average uplink throughput
+  // measured for 3G, LTE and Wi-Fi (1.1, 5.85, 18.88 Mbps); applied both ways.
+  static const std::vector<LinkSpec> v = {
+      {"3g", 1.1, 1.1, 0, 0, 0, "Neurosurgeon (ASPLOS 2017) 3G uplink, 1.1 Mbit/s, both ways"},
+      {"lte", 5.85, 5.85, 0, 0, 0, "Neurosurgeon (ASPLOS 2017) LTE uplink, 5.85 Mbit/s, both ways"},
+      {"wifi", 18.88, 18.88, 0, 0, 0, "Neurosurgeon (ASPLOS 2017) Wi-Fi uplink, 18.88 Mbit/s, both ways"},
+      {"gigabit", 1000, 1000, 0, 0, 0, "nominal Gigabit Ethernet, 1000 Mbit/s both ways"},
+      {"unlimited", 0, 0, 0, 0, 0, "no shaping: the link as it is"},
+  };
+  return v;
+}
+
+Result<LinkSpec> resolve_link(const ExperimentConfig& cfg, const std::string& name) {
+  if (auto it = cfg.links.find(name); it != cfg.links.end()) return it->second;
+  std::vector<std::string> names;
+  for (const auto& l : builtin_links()) {
+    if (l.name == name) return l;
+    names.push_back(l.name);
+  }
+  for (const auto& [n, l] : cfg.links) names.push_back(n);
+  const std::string dym = did_you_mean(name, names);
+  return err_at(cfg.pos_of("link"), "link",
+                fmt::format("unknown link profile '{}'{}; expected one of {} (or define it under links)", name,
+                            dym.empty() ? "" : " (did you mean '" + dym + "'?)", join(names)));
+}
+
+}  // namespace tracr::settings
