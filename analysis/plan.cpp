@@ -58,6 +58,7 @@ struct CodecBasis {
   std::vector<SplitSummary> sums;
   std::map<int, const SplitSummary*> by_split;
   double ratio = 1, reply_default = 0, ov_a = 0, ov_b = 0;
+  double server_own_ms = 0;  // the server's per-frame work outside the tail: mean over splits of median server_ns - tail_ns
   std::string overhead;
 };
 
@@ -88,6 +89,8 @@ Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string&
   std::vector<std::pair<double, double>> pts;
   for (const auto& [k, sp] : b.by_split) {
     const SplitSummary& s = *sp;
+    b.server_own_ms +=
+        std::max(0.0, s.stage("server_ns").median_ns - s.stage("tail_ns").median_ns) / 1e6 / static_cast<double>(b.by_split.size());
     const double y = (s.stage("encode_ns").median_ns + s.stage("return_ns").median_ns + s.stage("post_ns").median_ns +
                       s.stage("server_ns").median_ns - s.stage("tail_ns").median_ns) / 1e6;
     pts.push_back({s.mean_wire_bytes, y});
@@ -271,6 +274,49 @@ Result<ComputeTimes> compute_times(ResultsDb& db, int64_t run_id, const std::vec
   return t;
 }
 
+// PARTICIPANT devices of a run (its agents' READY rows); at least 1.
+Result<int> run_participants(ResultsDb& db, int64_t run_id) {
+  auto devs = db.devices(run_id);
+  if (!devs) return std::move(devs.error());
+  int n = 0;
+  for (const auto& d : *devs) n += d.role == "PARTICIPANT";
+  return std::max(n, 1);
+}
+
+// The prediction with n participants sharing the SERVER (plan.hpp: mean
+// value analysis of the closed network; exact for exponential service
+// times, an approximation for steadier ones).
+void share_server(PlanRow& r, int n, double server_own_ms) {
+  const double s = r.tail_ms + server_own_ms, z = r.latency_ms - s;
+  double q = 0, resp = s;
+  for (int i = 1; i <= n; ++i) {
+    resp = s * (1 + q);
+    q = z + resp > 0 ? i / (z + resp) * resp : 0;
+  }
+  r.queue_ms = resp - s;
+  r.latency_ms = z + resp;
+  if (s > 0) r.fps = std::min(r.fps, 1e3 / (n * s));
+}
+
+// How many participants share the SERVER, and the label of that model.
+Status share_the_server(ResultsDb& db, int64_t run_id, const PlanOptions& opt, const CodecBasis& basis, Plan& p) {
+  std::string from = opt.participants_source;
+  if (opt.participants > 0) {
+    p.participants = opt.participants;
+  } else {
+    auto np = run_participants(db, run_id);
+    if (!np) return std::move(np.error());
+    p.participants = *np;
+    from = fmt::format("as many as run {} had", run_id);
+  }
+  if (p.participants > 1)
+    p.server_model = fmt::format(
+        "modelled:mva({} participants ({}), one frame in flight each, a FIFO server of service time tail + {:.3f} ms "
+        "of the server's own work per frame)",
+        p.participants, from.empty() ? "as given" : from, basis.server_own_ms);
+  return {};
+}
+
 Status check_objective(const std::string& objective) {
   if (objective == "latency" || objective == "energy" || objective == "throughput" ||
       objective.rfind("weighted:", 0) == 0)
@@ -393,6 +439,7 @@ PlanRow predict_row(int k, const CodecBasis& cb, const ComputeTimes& compute, co
   r.overhead_ms = cb.ov_a + cb.ov_b * r.wire_bytes;
   r.latency_ms = r.head_ms + r.up_ms + r.rtt_ms + r.tail_ms + r.down_ms + r.overhead_ms;
   r.fps = 1e3 / std::max({r.head_ms, r.up_ms, r.tail_ms + r.rtt_ms, r.down_ms, 1e-6});
+  if (p.participants > 1) share_server(r, p.participants, cb.server_own_ms);
   if (eb.known) {
     double e = 0;
     for (int i = 0; i < k; ++i) e += eb.layer_j[static_cast<size_t>(i)];
@@ -442,6 +489,7 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
   auto compute = compute_times(db, run_id, dev->part, dev->srv, dev->part_dev);
   if (!compute) return std::move(compute.error());
   p.compute_note = compute->note;
+  TRACR_TRY(share_the_server(db, run_id, opt, bases->front(), p));
   for (const CodecBasis& cb : *bases)
     for (int k = 0; k <= n; ++k) p.rows.push_back(predict_row(k, cb, *compute, *dev, *eb, opt, p));
   if ((opt.objective == "energy" || opt.objective.rfind("weighted:", 0) == 0 || opt.max_energy_j) && !eb->known)
@@ -507,14 +555,16 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
   TRACR_TRY(exec("BEGIN", {}));
   auto st = exec(
       "INSERT INTO plans(created_at, basis_run, model, input_shape, objective, link, link_source, up_mbps, down_mbps, "
-      "rtt_ms, overhead, energy_source, chosen, chosen_codec, mape_pct, measured_best, miss_pct, validation_run) "
-      "VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "rtt_ms, overhead, energy_source, chosen, chosen_codec, mape_pct, measured_best, miss_pct, validation_run, "
+      "participants, server_model) "
+      "VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       {i64(p.basis_run), txt(p.model), txt(p.input_shape), txt(p.objective), txt(p.link.name), txt(p.link.source),
        num(p.link.up_mbps), num(p.link.down_mbps), num(p.link.rtt_ms), txt(p.overhead),
        p.energy_source.empty() ? std::nullopt : txt(p.energy_source),
        p.chosen >= 0 ? i64(p.chosen) : std::nullopt, p.chosen >= 0 ? txt(p.chosen_codec) : std::nullopt, num(p.mape_pct),
        p.measured_best >= 0 ? i64(p.measured_best) : std::nullopt, num(p.miss_pct),
-       p.mape_pct && p.validation_run > 0 ? i64(p.validation_run) : std::nullopt});
+       p.mape_pct && p.validation_run > 0 ? i64(p.validation_run) : std::nullopt, i64(p.participants),
+       p.server_model.empty() ? std::nullopt : txt(p.server_model)});
   if (!st) {
     (void)exec("ROLLBACK", {});
     return std::move(st.error());
@@ -522,12 +572,13 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
   const int64_t id = last_insert_rowid(h);
   for (const auto& r : p.rows) {
     st = exec("INSERT INTO plan_rows(plan_id, split, codec, head_ms, up_ms, rtt_ms, tail_ms, down_ms, other_ms, "
-              "latency_ms, fps, wire_bytes, reply_bytes, bytes_from, energy_j, feasible, measured_ms, error_pct, compute_from) "
-              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              "latency_ms, fps, wire_bytes, reply_bytes, bytes_from, energy_j, feasible, measured_ms, error_pct, compute_from, "
+              "queue_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
               {i64(id), i64(r.split), txt(r.codec), num(r.head_ms), num(r.up_ms), num(r.rtt_ms), num(r.tail_ms), num(r.down_ms),
                num(r.overhead_ms),
                num(r.latency_ms), num(r.fps), num(r.wire_bytes), num(r.reply_bytes), txt(r.bytes_from),
-               num(r.energy_j), i64(r.feasible ? 1 : 0), num(r.measured_ms), num(r.error_pct), txt(r.compute_from)});
+               num(r.energy_j), i64(r.feasible ? 1 : 0), num(r.measured_ms), num(r.error_pct), txt(r.compute_from),
+               num(r.queue_ms)});
     if (!st) {
       (void)exec("ROLLBACK", {});
       return std::move(st.error());
@@ -546,17 +597,18 @@ std::string format_plan(const Plan& p) {
   const bool validated = p.mape_pct.has_value();
   bool several = false;
   for (const auto& r : p.rows) several = several || r.codec != p.basis_codec;
-  o += fmt::format("  {:>5}{} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>8} {:>10}{}{}\n", "split",
+  const bool shared = p.participants > 1;
+  o += fmt::format("  {:>5}{} {:>9} {:>9} {:>9} {:>9} {:>9}{} {:>11} {:>8} {:>10}{}{}\n", "split",
                    several ? fmt::format(" {:<24}", "codec") : "", "head ms", "up ms", "tail ms", "down ms", "other ms",
-                   "latency ms", "frames/s", "wire B",
+                   shared ? fmt::format(" {:>9}", "queue ms") : "", "latency ms", "frames/s", "wire B",
                    p.energy_source.empty() ? "" : fmt::format(" {:>10}", "edge J"),
                    validated ? fmt::format(" {:>11} {:>8}", "measured ms", "error %") : "");
   for (const auto& r : p.rows) {
     if (validated && !r.measured_ms) continue;  // validation shows the splits the run measured
-    o += fmt::format("{} {:>5}{} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>11.3f} {:>8.1f} {:>10.0f}{}{}{}\n",
+    o += fmt::format("{} {:>5}{} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f}{} {:>11.3f} {:>8.1f} {:>10.0f}{}{}{}\n",
                      r.split == p.chosen && r.codec == p.chosen_codec ? "*" : " ", r.split,
                      several ? fmt::format(" {:<24}", r.codec) : "", r.head_ms, r.up_ms, r.tail_ms, r.down_ms, r.overhead_ms,
-                     r.latency_ms,
+                     shared ? fmt::format(" {:>9.3f}", r.queue_ms) : "", r.latency_ms,
                      r.fps, r.wire_bytes,
                      p.energy_source.empty() ? "" : fmt::format(" {:>10}", r.energy_j ? fmt::format("{:.4f}", *r.energy_j) : "-"),
                      validated ? fmt::format(" {:>11} {:>8}", r.measured_ms ? fmt::format("{:.3f}", *r.measured_ms) : "-",
@@ -566,6 +618,7 @@ std::string format_plan(const Plan& p) {
   }
   o += "other ms: " + p.overhead + "\n";
   if (!p.compute_note.empty()) o += p.compute_note + "\n";
+  if (shared) o += "queue ms: the wait for the shared SERVER, " + p.server_model + "\n";
   if (!p.splits_note.empty()) o += p.splits_note + "\n";
   if (p.chosen < 0) o += "no split meets the constraints\n";
   else o += fmt::format("* chosen: split {}{}\n", p.chosen, several ? ", codec " + p.chosen_codec : "");
@@ -613,6 +666,12 @@ Status prepare_held_out(ResultsDb& db, int64_t basis, int64_t other, bool link_g
   }
   if (opt.codecs.empty()) opt.codecs.push_back(a->codec);
   if (std::find(opt.codecs.begin(), opt.codecs.end(), b->codec) == opt.codecs.end()) opt.codecs.push_back(b->codec);
+  if (opt.participants == 0) {  // planned for as many participants as RUN had
+    auto np = run_participants(db, other);
+    if (!np) return std::move(np.error());
+    opt.participants = *np;
+    opt.participants_source = fmt::format("as many as held-out run {} had", other);
+  }
   if (link_given) return {};
   if (!b->link.empty() && b->link != "devices-file") {
     link_name = b->link;

@@ -23,6 +23,16 @@
 //   energy(k) = participant layer energy [0,k) (per-layer rows, one source)
 //               + idle power x (latency - head) + radio(up bytes, down bytes, up + down + rtt)
 //   throughput(k) = 1 / max(head, up, tail + rtt, down) with frames in flight
+// A SERVER shared by n participants (one frame in flight each) serves one
+// frame at a time: exact mean value analysis of that closed network, with
+// the server as a FIFO queue of service time S = tail(k) + the server's own
+// per-frame work (the basis run's median server_ns - tail_ns) and the rest of
+// the frame as a delay Z = latency(k) - S:
+//   R(1) = S; R(i) = S x (1 + Q(i-1)), X(i) = i / (Z + R(i)), Q(i) = X(i) x R(i)
+//   latency_n(k) = Z + R(n)  (queue(k) = R(n) - S, the predicted wait)
+//   throughput_n(k) = min(throughput(k), 1 / (n x S)) per participant
+// n is the basis run's participant count unless given (plan --participants,
+// or the held-out run's with --validate-on).
 #pragma once
 
 #include <cstdint>
@@ -58,12 +68,17 @@ struct PlanOptions {
   // those whose bytes a run measured (per codec: the run that codec's bytes
   // came from); else a comma list of split points.
   std::string splits;
+  // Participants sharing the SERVER (the queueing model above); 0 = as many
+  // as the basis run had.
+  int participants = 0;
+  std::string participants_source;  // why that many ("" = as given)
 };
 
 struct PlanRow {
   int split = 0;
   std::string codec;
   double head_ms = 0, tail_ms = 0, up_ms = 0, down_ms = 0, rtt_ms = 0, overhead_ms = 0, latency_ms = 0, fps = 0;
+  double queue_ms = 0;  // predicted wait for the shared SERVER (0 with one participant); inside latency_ms
   double wire_bytes = 0, reply_bytes = 0;
   std::string bytes_from;            // "measured" | "profiled x ratio"
   // Where head_ms and tail_ms came from: "segments" (both timed whole, or
@@ -84,6 +99,8 @@ struct Plan {
   std::string overhead;       // how the per-frame processing term was obtained
   std::string splits_note;    // which splits the rows were limited to ("" = every split)
   std::string compute_note;   // how head and tail times were obtained
+  int participants = 1;       // participants sharing the SERVER
+  std::string server_model;   // how the shared server was modelled ("" = one participant: not shared)
   std::vector<PlanRow> rows;
   std::string basis_codec;    // the basis run's codec (validation compares its rows)
   int chosen = -1;            // -1: no split meets the constraints

@@ -495,6 +495,11 @@ CREATE TABLE segment_profiles (
 );
 ALTER TABLE plan_rows ADD COLUMN compute_from TEXT;
 )sql"},
+    {13, "plans: participants sharing the SERVER and its queueing model; plan_rows: the predicted wait for it", R"sql(
+ALTER TABLE plans ADD COLUMN participants INTEGER;
+ALTER TABLE plans ADD COLUMN server_model TEXT;
+ALTER TABLE plan_rows ADD COLUMN queue_ms REAL;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,

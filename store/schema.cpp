@@ -275,6 +275,8 @@ TableInfo plans_table() {
       {"measured_best", "INTEGER", "", "controller", "validation: the split with the lowest measured median total"},
       {"miss_pct", "REAL", "%", "controller", "validation: chosen split's measured median over the measured best's, minus 100 (0: it is the best)"},
       {"validation_run", "INTEGER", "", "controller", "-> runs.id: the run the plan was validated against (basis_run, or another run of the same model: held out); NULL: not validated"},
+      {"participants", "INTEGER", "", "controller", "participants planned as sharing the SERVER (the basis run's count, --participants, or the held-out run's); NULL in plans stored before schema 13 (one)"},
+      {"server_model", "TEXT", "", "controller", "how the shared SERVER was modelled (modelled:mva(...): mean value analysis of a closed network, FIFO server); NULL: one participant, not shared"},
   };
   return t;
 }
@@ -291,7 +293,7 @@ TableInfo plan_rows_table() {
       {"tail_ms", "REAL", "ms", "controller", "the server's tail [k,N): its segment profile's mean, else the sum of its layer profiles' means (compute_from)"},
       {"down_ms", "REAL", "ms", "controller", "reply_bytes x 8 / down rate"},
       {"other_ms", "REAL", "ms", "controller", "per-frame processing outside layers and link: a + b x wire_bytes (plans.overhead)"},
-      {"latency_ms", "REAL", "ms", "controller", "head + up + rtt + tail + down + other"},
+      {"latency_ms", "REAL", "ms", "controller", "head + up + rtt + tail + down + other (+ queue_ms when the SERVER is shared)"},
       {"fps", "REAL", "frames/s", "controller", "pipelined throughput: 1 / max(head, up, tail + rtt, down)"},
       {"wire_bytes", "REAL", "bytes", "controller", "request bytes on the wire"},
       {"reply_bytes", "REAL", "bytes", "controller", "reply bytes on the wire"},
@@ -301,6 +303,7 @@ TableInfo plan_rows_table() {
       {"measured_ms", "REAL", "ms", "controller", "validation: the basis run's median total at this split"},
       {"compute_from", "TEXT", "", "controller", "where head_ms / tail_ms came from: segments (both timed whole), layers (both sums of layer profiles), or head segment, tail layers (and the reverse); NULL in plans stored before schema 12"},
       {"error_pct", "REAL", "%", "controller", "validation: (predicted - measured) / measured x 100"},
+      {"queue_ms", "REAL", "ms", "controller", "predicted wait for a SERVER shared by plans.participants (inside latency_ms); 0 with one participant; NULL in plans stored before schema 13"},
   };
   return t;
 }

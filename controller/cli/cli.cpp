@@ -243,6 +243,11 @@ void add_plan(CLI::App& app, Parsed& p) {
           "--codecs", [&p](const std::string& v) { p.plan.plan.codecs = split_commas(v); },
           "codecs to plan, each from the newest run of the model that used it")
       ->type_name("C1,C2,...");
+  plan->add_option("--participants", p.plan.plan.participants,
+                   "participants sharing the SERVER, one frame in flight each (queueing model; default: as many as "
+                   "the basis run had, or the --validate-on run)")
+      ->check(CLI::Range(1, 100000))
+      ->type_name("N");
   plan->add_option("--splits", p.plan.plan.splits,
                    "splits to plan: all (default), measured (those whose bytes a run measured), or K1,K2,...")
       ->type_name("all|measured|K,...");

@@ -221,3 +221,69 @@ TEST(Plan, ATracedModelIsPlannedFromItsSegmentsTimedWhole) {
                         "round(avg(abs(layers_ms - measured_ms) / measured_ms) * 100, 1) || ' %' from p")
                   .c_str());
 }
+
+// #21: a SERVER shared by four participants, one frame in flight each, planned from a run with one
+// participant and validated on a run with four (held out). Asserted: what does not depend on the moment
+// things were timed: the plan is made for four and says how; its queue follows the queueing model from the
+// stored terms; and the four-participant run itself shows the structure the model assumes (at the
+// server-bound split, a frame takes about four of the server's per-frame times). The held-out errors are
+// printed, not asserted: the basis run's profiles and the other run's frames are timed at different moments,
+// and a CPU hog beside this test took the error at split 0 from -7 % to +53 % (config/README.md, "Planning").
+TEST(Plan, AServerSharedByFourParticipantsIsPlannedFromARunWithOne) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  auto devices = [&](int n) {
+    std::string y = "devices:\n  - {device_type: SERVER, transport: local}\n";
+    for (int i = 1; i <= n; ++i) y += "  - {device_type: PARTICIPANT, name: p" + std::to_string(i) + ", transport: local}\n";
+    return d.file("devices" + std::to_string(n) + ".yaml", y);
+  };
+  for (int n : {1, 4}) {
+    std::string y = small_experiment(db, "probe:\n  duration_ms: 300\n", devices(n));
+    y.replace(y.find("split: all"), 10, "split: [0, 22]");
+    y.replace(y.find("repetitions: 1"), 14, "repetitions: 6");
+    y.replace(y.find("name: system"), 12, "name: shared" + std::to_string(n));
+    auto r = sh(tracrctl() + " run " + d.file("exp" + std::to_string(n) + ".yaml", y) + " --no-progress");
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  // Each run planned itself for as many participants as it had.
+  EXPECT_EQ(query(db, "select participants || ',' || (server_model like 'modelled:mva(4 participants%') from plans "
+                      "where basis_run = 2"),
+            "4,1");
+  EXPECT_EQ(query(db, "select participants || ',' || coalesce(server_model, 'NULL') from plans where basis_run = 1"),
+            "1,NULL");
+  // Held out: planned from run 1 for run 2's four participants, and as if each were alone.
+  auto held = sh(tracrctl() + " plan 1 --db " + db + " --validate-on 2");
+  ASSERT_EQ(held.status, 0) << held.out;
+  EXPECT_NE(held.out.find("queue ms: the wait for the shared SERVER, modelled:mva(4 participants (as many as "
+                          "held-out run 2 had)"),
+            std::string::npos)
+      << held.out;
+  auto alone = sh(tracrctl() + " plan 1 --db " + db + " --validate-on 2 --participants 1");
+  ASSERT_EQ(alone.status, 0) << alone.out;
+  EXPECT_EQ(query(db, "select group_concat(participants) from plans where id in (3, 4) order by id"), "4,1");
+  EXPECT_EQ(query(db, "select queue_ms from plan_rows where plan_id = 4 and split = 0"), "0.0");
+  // The model from the stored terms: at split 0 the rest of the frame (Z) is small beside the tail (S), so four
+  // participants wait for about three other frames: 2.5 S < queue <= 3 S (S = the tail plus the server's own
+  // work, under a millisecond here).
+  const double tail = std::stod(query(db, "select tail_ms from plan_rows where plan_id = 3 and split = 0"));
+  const double queue = std::stod(query(db, "select queue_ms from plan_rows where plan_id = 3 and split = 0"));
+  EXPECT_GT(queue, 2.5 * tail) << held.out;
+  EXPECT_LE(queue, 3.0 * (tail + 1.0)) << held.out;
+  EXPECT_NEAR(std::stod(query(db, "select latency_ms - head_ms - up_ms - rtt_ms - tail_ms - down_ms - other_ms - "
+                                  "queue_ms from plan_rows where plan_id = 3 and split = 0")),
+              0.0, 1e-6);
+  // What the model assumes, measured within run 2 alone: one frame at a time on the server, so a frame's total
+  // is about four of the server's per-frame times.
+  const double ratio = std::stod(query(db, "select t.median_ns / s.median_ns from stage_stats t join stage_stats s "
+                                           "on s.run_id = t.run_id and s.split = t.split and s.field = 'server_ns' "
+                                           "where t.run_id = 2 and t.split = 0 and t.field = 'total_ns'"));
+  EXPECT_GT(ratio, 3.0);
+  EXPECT_LT(ratio, 5.0);
+  std::printf("run 2, split 0: total / server time %.2f (4 participants)\n", ratio);
+  for (const auto& row : query_col(db, "select 'held out, 1 -> 4 participants, split ' || a.split || ': shared model ' || "
+                                       "round(a.error_pct, 1) || ' %, alone ' || round(b.error_pct, 1) || ' % (measured ' "
+                                       "|| round(a.measured_ms, 1) || ' ms)' from plan_rows a join plan_rows b on "
+                                       "b.plan_id = 4 and b.split = a.split where a.plan_id = 3 and a.measured_ms is not "
+                                       "null order by a.split"))
+    std::printf("%s\n", row.c_str());
+}
