@@ -776,15 +776,73 @@ int find_basis_run(ResultsDb& db, const PlanCommand& cmd, const std::optional<se
   return 0;
 }
 
-// The link planned for: a profile (its rates and delay over the basis run's
-// loopback rtt, tbf's bucket included as tracr emulates it) or explicit figures.
-Result<PlanLink> planned_link(ResultsDb& db, int64_t run_id, const PlanCommand& cmd, const std::string& link_name,
-                              const std::optional<settings::ExperimentConfig>& exp) {
+// What tracr's emulation of link profile `ls` delivered: the probe of the
+// newest run (`prefer` first) that ran under a profile of that name with the
+// same rates and delay, shaped by tracr.
+struct DeliveredLink {
+  int64_t run = 0;
+  double up_mbps = 0, down_mbps = 0, rtt_ms = 0;
+};
+
+std::optional<DeliveredLink> delivered_link(ResultsDb& db, const settings::LinkSpec& ls, int64_t prefer) {
+  auto runs = db.list_runs(0);
+  if (!runs) return std::nullopt;
+  std::stable_partition(runs->begin(), runs->end(), [&](const RunRow& r) { return r.id == prefer; });
+  for (const auto& r : *runs) {
+    if (r.link != ls.name || r.shaping.empty() || r.shaping == "none") continue;
+    auto cfg = settings::parse_experiment(r.config_yaml, "stored experiment", false);
+    if (!cfg) continue;
+    auto ran = settings::resolve_link(*cfg, ls.name);
+    if (!ran || ran->up_mbit != ls.up_mbit || ran->down_mbit != ls.down_mbit || ran->delay_ms != ls.delay_ms) continue;
+    auto probes = db.probes(r.id);
+    if (!probes) continue;
+    for (const auto& pr : *probes)
+      if (pr.up_mbps && pr.down_mbps)
+        return DeliveredLink{r.id, *pr.up_mbps, *pr.down_mbps, static_cast<double>(pr.rtt_min_ns) / 1e6};
+  }
+  return std::nullopt;
+}
+
+// A link profile as tracr emulates it (tbf's bucket included): the rates a
+// run's probe measured through that emulation when one did ("as delivered",
+// the nominal figures beside them), else its nominal rates and delay over
+// the basis run's loopback rtt.
+PlanLink profile_link(ResultsDb& db, const settings::LinkSpec& ls, int64_t run_id, double base_rtt,
+                      const ProbeRow* probe, int64_t prefer) {
   PlanLink l;
+  l.name = ls.name;
+  if (ls.up_mbit > 0) l.up_burst = static_cast<double>(tbf_burst_bytes(ls.up_mbit));
+  if (ls.down_mbit > 0) l.down_burst = static_cast<double>(tbf_burst_bytes(ls.down_mbit));
+  const std::string nominal = fmt::format("nominal {} / {} Mbit/s, {} ms delay: {}", ls.up_mbit, ls.down_mbit,
+                                          ls.delay_ms, ls.source.empty() ? "as defined" : ls.source);
+  if (auto d = ls.shaped() ? delivered_link(db, ls, prefer) : std::nullopt) {
+    l.up_mbps = ls.up_mbit > 0 ? d->up_mbps : (probe && probe->up_mbps ? *probe->up_mbps : 0.0);
+    l.down_mbps = ls.down_mbit > 0 ? d->down_mbps : (probe && probe->down_mbps ? *probe->down_mbps : 0.0);
+    l.rtt_ms = d->rtt_ms;
+    l.source = fmt::format("link profile {} as delivered: run {}'s probe through tracr's emulation measured {:.3f} up "
+                           "/ {:.3f} down Mbit/s, rtt {:.3f} ms ({}); tbf bursts {:.0f} / {:.0f} B",
+                           ls.name, d->run, d->up_mbps, d->down_mbps, d->rtt_ms, nominal, l.up_burst, l.down_burst);
+    return l;
+  }
+  l.up_mbps = ls.up_mbit > 0 ? ls.up_mbit : (probe && probe->up_mbps ? *probe->up_mbps : 0.0);
+  l.down_mbps = ls.down_mbit > 0 ? ls.down_mbit : (probe && probe->down_mbps ? *probe->down_mbps : 0.0);
+  l.rtt_ms = base_rtt + 2 * ls.delay_ms;
+  l.source = fmt::format("link profile {} at its nominal rates ({}; no stored run measured what tracr's emulation "
+                         "delivers) as tracr emulates it (tbf bursts {:.0f} / {:.0f} B); rtt: run {}'s probe {:.3f} ms "
+                         "+ 2 x {} ms delay",
+                         ls.name, nominal, l.up_burst, l.down_burst, run_id, base_rtt, ls.delay_ms);
+  return l;
+}
+
+// The link planned for: a profile (profile_link) or explicit figures; `prefer`: the run whose delivered link
+// comes first (the held-out run).
+Result<PlanLink> planned_link(ResultsDb& db, int64_t run_id, const PlanCommand& cmd, const std::string& link_name,
+                              const std::optional<settings::ExperimentConfig>& exp, int64_t prefer) {
   auto probes = db.probes(run_id);
   const ProbeRow* probe = probes && !probes->empty() ? &probes->front() : nullptr;
   const double base_rtt = probe ? static_cast<double>(probe->rtt_min_ns) / 1e6 : 0.0;
   if (link_name.empty()) {
+    PlanLink l;
     l.name = "given";
     l.up_mbps = *cmd.up_mbit;
     l.down_mbps = cmd.down_mbit.value_or(*cmd.up_mbit);
@@ -795,17 +853,7 @@ Result<PlanLink> planned_link(ResultsDb& db, int64_t run_id, const PlanCommand& 
   settings::ExperimentConfig ec = exp ? *exp : settings::ExperimentConfig{};
   auto ls = settings::resolve_link(ec, link_name);
   if (!ls) return std::move(ls.error());
-  l.name = ls->name;
-  l.up_mbps = ls->up_mbit > 0 ? ls->up_mbit : (probe && probe->up_mbps ? *probe->up_mbps : 0.0);
-  l.down_mbps = ls->down_mbit > 0 ? ls->down_mbit : (probe && probe->down_mbps ? *probe->down_mbps : 0.0);
-  l.rtt_ms = base_rtt + 2 * ls->delay_ms;
-  if (ls->up_mbit > 0) l.up_burst = static_cast<double>(tbf_burst_bytes(ls->up_mbit));
-  if (ls->down_mbit > 0) l.down_burst = static_cast<double>(tbf_burst_bytes(ls->down_mbit));
-  l.source = fmt::format("link profile {} ({}) as tracr emulates it (tbf bursts {:.0f} / {:.0f} B); rtt: run {}'s "
-                         "probe {:.3f} ms + 2 x {} ms delay",
-                         ls->name, ls->source.empty() ? "as defined" : ls->source, l.up_burst, l.down_burst, run_id,
-                         base_rtt, ls->delay_ms);
-  return l;
+  return profile_link(db, *ls, run_id, base_rtt, probe, prefer);
 }
 
 }  // namespace
@@ -832,7 +880,7 @@ int cmd_plan(const PlanCommand& cmd) {
     check_run = *v;
   }
   if (!link_name.empty() || cmd.up_mbit) {
-    auto l = planned_link(*db, run_id, cmd, link_name, exp);
+    auto l = planned_link(*db, run_id, cmd, link_name, exp, check_run);
     if (!l) return plan_failure(2, user_text(l.error()));
     opt.link = *l;
   }

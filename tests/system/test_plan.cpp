@@ -58,6 +58,12 @@ TEST(Plan, SweepIsPlannedValidatedAndStoredPerLink) {
   auto held = sh(tracrctl() + " plan 1 --db " + db + " --validate-on 2");
   EXPECT_EQ(held.status, 0) << held.out;
   EXPECT_NE(held.out.find("from run 1 (objective latency): link gigabit"), std::string::npos) << held.out;
+  // Links as delivered (#21): the gigabit profile is planned at the rates run 2's probe measured through tracr's
+  // emulation, with the nominal figures beside them; lte, which no run measured, at its nominal rates, said so.
+  EXPECT_NE(held.out.find("link profile gigabit as delivered: run 2's probe through tracr's emulation measured "),
+            std::string::npos)
+      << held.out;
+  EXPECT_NE(held.out.find("(nominal 1000 / 1000 Mbit/s, 0 ms delay: "), std::string::npos) << held.out;
   EXPECT_NE(held.out.find("validation against run 2 (held out: planned from run 1 alone): latency MAPE"),
             std::string::npos)
       << held.out;
@@ -75,7 +81,11 @@ TEST(Plan, SweepIsPlannedValidatedAndStoredPerLink) {
   EXPECT_NE(nohere.out.find("--validate-on: "), std::string::npos) << nohere.out;
   auto lte = sh(tracrctl() + " plan " + exp + " --link lte --no-store");
   EXPECT_EQ(lte.status, 0) << lte.out;
-  EXPECT_NE(lte.out.find("link profile lte"), std::string::npos) << lte.out;
+  EXPECT_NE(lte.out.find("link profile lte at its nominal rates (nominal 5.85 / 5.85 Mbit/s, 0 ms delay: "
+                         "Neurosurgeon"),
+            std::string::npos)
+      << lte.out;
+  EXPECT_NE(lte.out.find("no stored run measured what tracr's emulation delivers"), std::string::npos) << lte.out;
   EXPECT_NE(lte.out.find("* chosen: split"), std::string::npos) << lte.out;
   // Constraints: nothing meets an impossible bound, and it says so.
   auto tight = sh(tracrctl() + " plan 1 --db " + db + " --max-latency-ms 0.001 --no-store");
