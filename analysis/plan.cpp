@@ -274,6 +274,33 @@ Result<ComputeTimes> compute_times(ResultsDb& db, int64_t run_id, const std::vec
   return t;
 }
 
+// A device as its profiles describe it.
+std::string device_text(const DeviceRecord& d) {
+  std::string t = fmt::format("{} {} ({} cores", d.role, d.device, d.cores);
+  if (d.cpu_quota) t += fmt::format(", CPU quota {} cores", *d.cpu_quota);
+  if (d.cpu_cores_limit) t += fmt::format(", pinned to {} CPUs", *d.cpu_cores_limit);
+  if (!d.gpu.empty()) t += ", " + d.gpu;
+  return t + ", hw_id " + d.hw_id + ")";
+}
+
+// What makes a device run layers at another speed: the machine, its emulated limits, the GPU it uses.
+bool same_device(const DeviceRecord& a, const DeviceRecord& b) {
+  return a.hw_id == b.hw_id && a.cpu_quota == b.cpu_quota && a.cpu_cores_limit == b.cpu_cores_limit && a.gpu == b.gpu;
+}
+
+// "profiles: PARTICIPANT p (...); SERVER s (...)": the devices whose profiles the plan uses.
+std::string profiled_devices(ResultsDb& db, int64_t run_id, const std::string& part_dev) {
+  auto devs = db.devices(run_id);
+  if (!devs) return {};
+  std::string part, srv;
+  for (const auto& d : *devs) {
+    if (d.role == "PARTICIPANT" && d.device == part_dev && part.empty()) part = device_text(d);
+    if (d.role == "SERVER" && srv.empty()) srv = device_text(d);
+  }
+  if (part.empty() || srv.empty()) return {};
+  return fmt::format("profiles of run {}: {}; {}", run_id, part, srv);
+}
+
 // PARTICIPANT devices of a run (its agents' READY rows); at least 1.
 Result<int> run_participants(ResultsDb& db, int64_t run_id) {
   auto devs = db.devices(run_id);
@@ -489,6 +516,7 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
   auto compute = compute_times(db, run_id, dev->part, dev->srv, dev->part_dev);
   if (!compute) return std::move(compute.error());
   p.compute_note = compute->note;
+  p.devices_note = profiled_devices(db, run_id, dev->part_dev);
   TRACR_TRY(share_the_server(db, run_id, opt, bases->front(), p));
   for (const CodecBasis& cb : *bases)
     for (int k = 0; k <= n; ++k) p.rows.push_back(predict_row(k, cb, *compute, *dev, *eb, opt, p));
@@ -618,6 +646,7 @@ std::string format_plan(const Plan& p) {
   }
   o += "other ms: " + p.overhead + "\n";
   if (!p.compute_note.empty()) o += p.compute_note + "\n";
+  if (!p.devices_note.empty()) o += p.devices_note + "\n";
   if (shared) o += "queue ms: the wait for the shared SERVER, " + p.server_model + "\n";
   if (!p.splits_note.empty()) o += p.splits_note + "\n";
   if (p.chosen < 0) o += "no split meets the constraints\n";
@@ -639,6 +668,31 @@ std::string format_plan(const Plan& p) {
 }
 
 namespace {
+
+// The held-out run's devices must be the ones the basis run's profiles
+// describe (same machine kind, CPU limits and GPU): a plan never applies one
+// device's layer times to another without saying so. Runs stored without
+// device rows are not compared.
+Status check_same_devices(ResultsDb& db, int64_t basis, int64_t other) {
+  auto a = db.devices(basis);
+  if (!a) return std::move(a.error());
+  auto b = db.devices(other);
+  if (!b) return std::move(b.error());
+  for (const char* role : {"PARTICIPANT", "SERVER"}) {
+    const DeviceRecord* ref = nullptr;
+    for (const auto& d : *a)
+      if (d.role == role && !ref) ref = &d;
+    if (!ref) continue;
+    for (const auto& d : *b)
+      if (d.role == role && !same_device(*ref, d))
+        return make_error(Errc::invalid_argument,
+                          fmt::format("--validate-on {}: run {}'s {} is another device than the one run {}'s profiles "
+                                      "describe ({}). The plan would apply run {}'s layer times to it; plan from a run "
+                                      "made on that device (record.layers: true, the default) instead",
+                                      other, other, device_text(d), basis, device_text(*ref), basis));
+  }
+  return {};
+}
 
 // `plan --validate-on RUN` with RUN other than the basis: RUN must be of the same
 // model and input; its codec is planned too; unless a link was given, the
@@ -664,6 +718,7 @@ Status prepare_held_out(ResultsDb& db, int64_t basis, int64_t other, bool link_g
                         fmt::format("--validate-on {}: run {} ran at input {}, the basis run {} was profiled at {}",
                                     other, other, shape, basis, lp->front().input_shape));
   }
+  TRACR_TRY(check_same_devices(db, basis, other));
   if (opt.codecs.empty()) opt.codecs.push_back(a->codec);
   if (std::find(opt.codecs.begin(), opt.codecs.end(), b->codec) == opt.codecs.end()) opt.codecs.push_back(b->codec);
   if (opt.participants == 0) {  // planned for as many participants as RUN had

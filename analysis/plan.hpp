@@ -99,6 +99,7 @@ struct Plan {
   std::string overhead;       // how the per-frame processing term was obtained
   std::string splits_note;    // which splits the rows were limited to ("" = every split)
   std::string compute_note;   // how head and tail times were obtained
+  std::string devices_note;   // the devices whose profiles were used ("" = the run stored none)
   int participants = 1;       // participants sharing the SERVER
   std::string server_model;   // how the shared server was modelled ("" = one participant: not shared)
   std::vector<PlanRow> rows;

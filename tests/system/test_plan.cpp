@@ -297,3 +297,30 @@ TEST(Plan, AServerSharedByFourParticipantsIsPlannedFromARunWithOne) {
                                        "null order by a.split"))
     std::printf("%s\n", row.c_str());
 }
+
+// #21: a plan says whose profiles it applies, and a held-out run made on another device (here the participant
+// pinned to one CPU) is refused, naming both devices, instead of being predicted with the wrong layer times.
+TEST(Plan, AHeldOutRunOnAnotherDeviceIsRefusedNamingBoth) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  for (const std::string limits : {"", "    cpu_cores: 1\n"}) {
+    const std::string devices = d.file(limits.empty() ? "d1.yaml" : "d2.yaml",
+                                       "devices:\n  - device_type: SERVER\n    transport: local\n"
+                                       "  - device_type: PARTICIPANT\n    transport: local\n" + limits);
+    std::string y = small_experiment(db, "probe:\n  duration_ms: 200\n", devices);
+    y.replace(y.find("split: all"), 10, "split: [0, 22]");
+    auto r = sh(tracrctl() + " run " + d.file(limits.empty() ? "e1.yaml" : "e2.yaml", y) + " --no-progress");
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  auto own = sh(tracrctl() + " plan 1 --db " + db + " --validate --no-store");
+  ASSERT_EQ(own.status, 0) << own.out;
+  EXPECT_NE(own.out.find("profiles of run 1: PARTICIPANT participant ("), std::string::npos) << own.out;
+  EXPECT_NE(own.out.find("; SERVER server ("), std::string::npos) << own.out;
+  auto other = sh(tracrctl() + " plan 1 --db " + db + " --validate-on 2");
+  EXPECT_EQ(other.status, 2) << other.out;
+  EXPECT_NE(other.out.find("--validate-on 2: run 2's PARTICIPANT participant ("), std::string::npos) << other.out;
+  EXPECT_NE(other.out.find("pinned to 1 CPUs"), std::string::npos) << other.out;
+  EXPECT_NE(other.out.find("is another device than the one run 1's profiles describe"), std::string::npos)
+      << other.out;
+  EXPECT_EQ(query(db, "select count(*) from plans where basis_run = 1 and validation_run = 2"), "0");
+}
