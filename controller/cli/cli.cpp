@@ -168,6 +168,9 @@ void add_run(CLI::App& app, Parsed& p) {
   run->add_flag("--trust-new-hosts", p.run.trust_new_hosts, "SSH: trust and record unknown host keys");
   run->add_flag_function("--no-progress", [&p](int64_t) { p.run.progress = false; }, "no progress line");
   run->add_option("--agent", p.run.agent_path, "tracr-agent to run (default: next to tracrctl)")->type_name("PATH");
+  run->add_option("--report", p.run.report,
+                  "when every run completed, write the report comparing them (as tracrctl report RUN... -o FILE)")
+      ->type_name("FILE.html");
   add_sets(run, p.run.sets);
   run->callback([&p] { p.action = [&p] { return run_experiment(p.run); }; });
 }

@@ -43,6 +43,7 @@
 #include "store/results.hpp"
 #include "analysis/tables.hpp"
 #include "analysis/plan.hpp"
+#include "analysis/report.hpp"
 #include "fleet/shaping.hpp"
 #include "protocol/crypto.hpp"
 #include "protocol/header.hpp"
@@ -170,7 +171,7 @@ void print_series_comparison(const std::string& db_path, const std::vector<int64
 // (models outer, then links), then the table comparing them. Every model is
 // checked before the first run starts; a failure or an interruption ends
 // the series.
-int run_series(const RunOptions& ro, const ExperimentConfig& cfg) {
+int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<int64_t>& runs) {
   const std::vector<std::string> models = cfg.model_list.empty() ? std::vector<std::string>{cfg.model} : cfg.model_list;
   const std::vector<std::string> links = cfg.link.empty() ? std::vector<std::string>{""} : cfg.link;
   const std::vector<std::string> codecs =
@@ -188,7 +189,6 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg) {
         return 2;
       }
     }
-  std::vector<int64_t> runs;
   for (const auto& model : models)
   for (const auto& name : links) {
     for (const auto& codec : codecs) {
@@ -223,6 +223,34 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg) {
   return 0;
 }
 
+// --report FILE.html: its directory must exist before anything runs.
+int check_report_path(const std::string& path) {
+  if (path.empty()) return 0;
+  std::error_code ec;
+  const fs::path dir = fs::path(path).parent_path();
+  if (!dir.empty() && !fs::is_directory(dir, ec)) {
+    fmt::print(stderr, "tracrctl run: --report {}: directory '{}' does not exist; expected a file in an existing "
+                       "directory\n", path, dir.string());
+    return 2;
+  }
+  return 0;
+}
+
+// The report of the runs (tracrctl report), once every run completed.
+int write_run_report(const RunOptions& ro, const std::string& db, const std::vector<int64_t>& runs, int rc) {
+  if (ro.report.empty() || runs.empty()) return rc;
+  if (rc != 0) {
+    fmt::print(stderr, "tracrctl run: --report {}: not written, the {} did not complete (tracrctl report RUN... -o "
+                       "FILE writes it from what was recorded)\n", ro.report, runs.size() > 1 ? "series" : "run");
+    return rc;
+  }
+  analysis::ReportOptions opt;
+  for (auto id : runs) opt.runs.push_back(std::to_string(id));
+  opt.out = ro.report;
+  opt.db = db;
+  return analysis::cmd_report(opt);
+}
+
 }  // namespace
 
 int run_experiment(const RunOptions& ro) {
@@ -250,8 +278,16 @@ int run_experiment(const RunOptions& ro) {
   }
   // Lists of models, link profiles and/or codecs: the experiment once with
   // each model, under each link and codec (models outer, then links), one run each.
-  if (cfg->link.size() > 1 || !cfg->compression_list.empty() || !cfg->model_list.empty()) return run_series(ro, *cfg);
-  return run_loaded(ro, *cfg, nullptr);
+  if (int rc = check_report_path(ro.report)) return rc;
+  std::vector<int64_t> runs;
+  if (cfg->link.size() > 1 || !cfg->compression_list.empty() || !cfg->model_list.empty()) {
+    const int rc = run_series(ro, *cfg, runs);
+    return write_run_report(ro, cfg->output, runs, rc);
+  }
+  int64_t id = 0;
+  const int rc = run_loaded(ro, *cfg, &id);
+  if (id > 0) runs.push_back(id);
+  return write_run_report(ro, cfg->output, runs, rc);
 }
 
 namespace {

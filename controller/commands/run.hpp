@@ -28,6 +28,7 @@ struct RunOptions {
   std::vector<std::string> sets;  // --set key=value overrides, applied after the file and TRACR_* variables
   bool codec_in_name = false;     // a run of a codec series: its name ends in "/CODEC" (NAME@LINK/CODEC)
   bool model_in_name = false;     // a run of a model series: "/MODEL" follows its name (NAME/MODEL@LINK/CODEC)
+  std::string report;             // --report FILE.html: the report of the runs, written when every one completed
 };
 
 // tracrctl agents start EXPERIMENT.yaml [--trust-new-hosts] [--agent PATH] [--set K=V]...

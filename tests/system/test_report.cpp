@@ -240,3 +240,28 @@ TEST(Report, UnknownRunMissingOutputAndMissingConverterAreClearErrors) {
   EXPECT_EQ(c.status, 1) << c.out;
   EXPECT_NE(c.out.find("librsvg2-bin"), std::string::npos) << c.out;
 }
+
+// #20: `tracrctl run --report FILE.html` writes the report of the runs it made (a codec series here: both runs,
+// as `tracrctl report 1 2 -o FILE` would) once every run completed; a report path in a directory that does
+// not exist is refused before anything runs.
+TEST(Report, RunWithReportWritesThePageOfEveryRunItMade) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n");
+  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  y.replace(y.find("compression: blosc-lz4"), 22, "compression: [blosc-lz4, fp16]");
+  const std::string exp = d.file("exp.yaml", y);
+  auto bad = sh(tracrctl() + " run " + exp + " --no-progress --report " + (d.path / "no/such/dir/r.html").string());
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--report " + (d.path / "no/such/dir/r.html").string() + ": directory '"), std::string::npos)
+      << bad.out;
+  EXPECT_FALSE(std::filesystem::exists(db)) << "nothing runs before the report path is checked";
+  const std::string page = (d.path / "series.html").string();
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress --report " + page);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("wrote " + page + " (2 runs, "), std::string::npos) << r.out;
+  const std::string html = slurp(page);
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("system/blosc-lz4"), std::string::npos) << html.substr(0, 2000);
+  EXPECT_NE(html.find("system/fp16"), std::string::npos) << html.substr(0, 2000);
+}
