@@ -171,6 +171,11 @@ void add_run(CLI::App& app, Parsed& p) {
   run->add_option("--report", p.run.report,
                   "when every run completed, write the report comparing them (as tracrctl report RUN... -o FILE)")
       ->type_name("FILE.html");
+  run->add_option("--repeat", p.run.repeat,
+                  "run the whole sweep (every model, link and codec) N times, repetitions outermost, and print the "
+                  "median and range over them")
+      ->check(CLI::Range(1, 1000))
+      ->type_name("N");
   add_sets(run, p.run.sets);
   run->callback([&p] { p.action = [&p] { return run_experiment(p.run); }; });
 }

@@ -5,6 +5,7 @@
 // cleanly: participants are told to STOP, the frames they still deliver are
 // written, the run is marked interrupted.
 #include "controller/commands/run.hpp"
+#include "core/text.hpp"
 #include "core/user_error.hpp"
 #include "fleet/event_pump.hpp"
 
@@ -105,6 +106,15 @@ std::string model_label(const std::string& model) {
   return std::filesystem::path(model.substr(ts.size())).stem().string();
 }
 
+// A run of a series by what it varies: "model/link/codec", the axes the series has.
+std::string config_name(const RunRow& r, bool by_model, bool by_link, bool by_codec) {
+  std::vector<std::string> parts;
+  if (by_model) parts.push_back(model_label(r.model));
+  if (by_link) parts.push_back(r.link.empty() ? "-" : r.link);
+  if (by_codec) parts.push_back(r.codec);
+  return fmt::format("{}", fmt::join(parts, "/"));
+}
+
 // The split table of several runs (one per model, link profile and/or
 // codec) side by side: the median total per split of each run, its best
 // split marked.
@@ -119,15 +129,7 @@ void print_series_comparison(const std::string& db_path, const std::vector<int64
   size_t width = 12;
   for (size_t i = 0; i < runs.size(); ++i) {
     auto r = db->get_run(runs[i]);
-    std::string n;
-    if (!r) n = "?";
-    else {
-      std::vector<std::string> parts;
-      if (by_model) parts.push_back(model_label(r->model));
-      if (by_link) parts.push_back(r->link.empty() ? "-" : r->link);
-      if (by_codec) parts.push_back(r->codec);
-      n = fmt::format("{}", fmt::join(parts, "/"));
-    }
+    std::string n = r ? config_name(*r, by_model, by_link, by_codec) : "?";
     width = std::max(width, n.size() + 1);
     names.push_back(std::move(n));
     auto t = db->split_table(runs[i]);
@@ -167,8 +169,69 @@ void print_series_comparison(const std::string& db_path, const std::vector<int64
   }
 }
 
+// A run's median total per split (ns), from its stored summaries.
+std::map<int, double> split_medians(ResultsDb& db, int64_t run) {
+  std::map<int, double> m;
+  auto t = db.split_table(run);
+  if (!t) return m;
+  for (const auto& sp : *t)
+    if (sp.frames > 0) m[sp.split] = sp.stage("total_ns").median_ns;
+  return m;
+}
+
+// A repeated series (--repeat N): per configuration (model / link / codec)
+// and split, the median over the repetitions of each run's median total,
+// with the lowest and highest, and the spread (highest - lowest) / median.
+// Runs come repetition-major: run i is configuration i % (runs / reps).
+void print_repetition_spread(const std::string& db_path, const std::vector<int64_t>& runs, int reps, bool by_model,
+                             bool by_link, bool by_codec) {
+  auto db = ResultsDb::open_readonly(db_path);
+  if (!db || runs.empty() || runs.size() % static_cast<size_t>(reps) != 0) return;
+  const size_t configs = runs.size() / static_cast<size_t>(reps);
+  std::vector<std::string> names(configs, "all");
+  std::vector<std::map<int, std::vector<double>>> meds(configs);
+  std::set<int> splits;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const size_t c = i % configs;
+    if (auto r = db->get_run(runs[i]); r && i < configs && (by_model || by_link || by_codec))
+      names[c] = config_name(*r, by_model, by_link, by_codec);
+    for (const auto& [k, m] : split_medians(*db, runs[i])) {
+      meds[c][k].push_back(m / 1e6);
+      splits.insert(k);
+    }
+  }
+  fmt::print("\nmedian total ms per split over {} repetitions (runs {}..{}): median of the runs' medians [lowest, "
+             "highest], spread = (highest - lowest) / median\n",
+             reps, runs.front(), runs.back());
+  std::vector<std::vector<std::string>> rows = {{"split"}};
+  for (const auto& n : names) {
+    rows[0].push_back(n);
+    rows[0].push_back("spread");
+  }
+  for (int k : splits) {
+    std::vector<std::string> row = {std::to_string(k)};
+    for (size_t c = 0; c < configs; ++c) {
+      auto it = meds[c].find(k);
+      if (it == meds[c].end() || it->second.empty()) {
+        row.insert(row.end(), {"-", "-"});
+        continue;
+      }
+      std::vector<double> v = it->second;
+      std::sort(v.begin(), v.end());
+      const double med = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+      row.push_back(fmt::format("{:.3f} [{:.3f}, {:.3f}]{}", med, v.front(), v.back(),
+                                static_cast<int>(v.size()) < reps ? fmt::format(" ({} of {})", v.size(), reps) : ""));
+      row.push_back(med > 0 ? fmt::format("{:.1f}%", 100.0 * (v.back() - v.front()) / med) : "-");
+    }
+    rows.push_back(std::move(row));
+  }
+  std::fputs(align(rows, {0}).c_str(), stdout);
+}
+
 // One run per model, link profile and codec of the experiment's lists
-// (models outer, then links), then the table comparing them. Every model is
+// (models outer, then links; with --repeat N the whole series N times,
+// repetitions outermost so that drift in the machine's load falls on every
+// configuration alike), then the table comparing them. Every model is
 // checked before the first run starts; a failure or an interruption ends
 // the series.
 int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<int64_t>& runs) {
@@ -189,9 +252,12 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<in
         return 2;
       }
     }
+  const int reps = std::max(ro.repeat, 1);
+  for (int rep = 1; rep <= reps; ++rep)
   for (const auto& model : models)
   for (const auto& name : links) {
     for (const auto& codec : codecs) {
+      one_ro.repetition = reps > 1 ? rep : 0;
       ExperimentConfig one = cfg;
       one.model = model;
       one.model_list.clear();
@@ -208,6 +274,7 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<in
         one.codec = *spec;
       }
       std::vector<std::string> what;
+      if (reps > 1) what.push_back(fmt::format("repetition {} of {}", rep, reps));
       if (models.size() > 1) what.push_back("model " + model);
       if (!name.empty()) what.push_back("link profile " + name);
       if (codecs.size() > 1 || (name.empty() && models.size() == 1)) what.push_back("compression " + codec);
@@ -219,7 +286,11 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<in
       if (rc != 0) return rc;
     }
   }
-  if (runs.size() > 1) print_series_comparison(cfg.output, runs, models.size() > 1, !links[0].empty(), codecs.size() > 1);
+  const bool by_model = models.size() > 1, by_link = !links[0].empty(), by_codec = codecs.size() > 1;
+  if (reps > 1)
+    print_repetition_spread(cfg.output, runs, reps, by_model, by_link, by_codec);
+  else if (runs.size() > 1)
+    print_series_comparison(cfg.output, runs, by_model, by_link, by_codec);
   return 0;
 }
 
@@ -280,7 +351,7 @@ int run_experiment(const RunOptions& ro) {
   // each model, under each link and codec (models outer, then links), one run each.
   if (int rc = check_report_path(ro.report)) return rc;
   std::vector<int64_t> runs;
-  if (cfg->link.size() > 1 || !cfg->compression_list.empty() || !cfg->model_list.empty()) {
+  if (cfg->link.size() > 1 || !cfg->compression_list.empty() || !cfg->model_list.empty() || ro.repeat > 1) {
     const int rc = run_series(ro, *cfg, runs);
     return write_run_report(ro, cfg->output, runs, rc);
   }
@@ -401,6 +472,7 @@ SessionStep RunSession::open_row() {
   if (ro_.model_in_name) name += "/" + model_label(cfg_.model);
   if (link_) name += "@" + link_->name;
   if (ro_.codec_in_name) name += "/" + cfg_.compression;
+  if (ro_.repetition > 0) name += fmt::format("#{}", ro_.repetition);
   info_ = session_run_info(cfg_, pre_, std::move(name));
   info_.link = link_name_;
   info_.shaping = shaper_ ? shaper_->shaping() : "";

@@ -29,6 +29,8 @@ struct RunOptions {
   bool codec_in_name = false;     // a run of a codec series: its name ends in "/CODEC" (NAME@LINK/CODEC)
   bool model_in_name = false;     // a run of a model series: "/MODEL" follows its name (NAME/MODEL@LINK/CODEC)
   std::string report;             // --report FILE.html: the report of the runs, written when every one completed
+  int repeat = 1;                 // --repeat N: the whole series N times, each repetition's runs named "#k"
+  int repetition = 0;             // this run's repetition (1-based; 0 = not repeated)
 };
 
 // tracrctl agents start EXPERIMENT.yaml [--trust-new-hosts] [--agent PATH] [--set K=V]...

@@ -523,3 +523,32 @@ TEST(RunLocal, DevicesFileSetsTheTorchDeviceAndThreadsPerDevice) {
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("device: expected cpu, cuda, cuda:N or auto"), std::string::npos) << bad.out;
 }
+
+// #21: --repeat N runs the whole series N times, repetitions outermost (every codec once, then again), names
+// each run with its repetition, and prints per codec and split the median of the runs' medians with the lowest,
+// the highest and the spread.
+TEST(RunLocal, RepeatRunsTheSeriesNTimesAndPrintsTheSpread) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n");
+  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  y.replace(y.find("compression: blosc-lz4"), 22, "compression: [blosc-lz4, fp16]");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress --repeat 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select group_concat(name, ' ') from (select name from runs order by id)"),
+            "system/blosc-lz4#1 system/fp16#1 system/blosc-lz4#2 system/fp16#2");
+  EXPECT_NE(r.out.find("== repetition 2 of 2, compression fp16"), std::string::npos) << r.out;
+  const size_t t = r.out.find("median total ms per split over 2 repetitions (runs 1..4)");
+  ASSERT_NE(t, std::string::npos) << r.out;
+  const std::string table = r.out.substr(t);
+  EXPECT_NE(table.find("blosc-lz4"), std::string::npos) << table;
+  EXPECT_NE(table.find("fp16"), std::string::npos) << table;
+  // One row per split, each cell "median [lowest, highest]" and a spread in percent.
+  EXPECT_NE(table.find("\n0 "), std::string::npos) << table;
+  EXPECT_NE(table.find("\n22 "), std::string::npos) << table;
+  const std::string body = table.substr(table.find("\nsplit"));  // below the title
+  size_t cells = 0;
+  for (size_t i = 0; (i = body.find(" [", i)) != std::string::npos; ++i) ++cells;
+  EXPECT_EQ(cells, 4u) << table;  // 2 splits x 2 codecs
+  std::printf("%s", table.c_str());
+}
