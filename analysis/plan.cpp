@@ -870,17 +870,20 @@ PlanLink profile_link(ResultsDb& db, const settings::LinkSpec& ls, int64_t run_i
   if (ls.down_mbit > 0) l.down_burst = static_cast<double>(tbf_burst_bytes(ls.down_mbit));
   const std::string nominal = fmt::format("nominal {} / {} Mbit/s, {} ms delay: {}", ls.up_mbit, ls.down_mbit,
                                           ls.delay_ms, ls.source.empty() ? "as defined" : ls.source);
+  // A direction the profile leaves unlimited runs at the basis run's probed rate.
+  const double probe_up = probe && probe->up_mbps ? *probe->up_mbps : 0.0;
+  const double probe_down = probe && probe->down_mbps ? *probe->down_mbps : 0.0;
   if (auto d = ls.shaped() ? delivered_link(db, ls, prefer) : std::nullopt) {
-    l.up_mbps = ls.up_mbit > 0 ? d->up_mbps : (probe && probe->up_mbps ? *probe->up_mbps : 0.0);
-    l.down_mbps = ls.down_mbit > 0 ? d->down_mbps : (probe && probe->down_mbps ? *probe->down_mbps : 0.0);
+    l.up_mbps = ls.up_mbit > 0 ? d->up_mbps : probe_up;
+    l.down_mbps = ls.down_mbit > 0 ? d->down_mbps : probe_down;
     l.rtt_ms = d->rtt_ms;
     l.source = fmt::format("link profile {} as delivered: run {}'s probe through tracr's emulation measured {:.3f} up "
                            "/ {:.3f} down Mbit/s, rtt {:.3f} ms ({}); tbf bursts {:.0f} / {:.0f} B",
                            ls.name, d->run, d->up_mbps, d->down_mbps, d->rtt_ms, nominal, l.up_burst, l.down_burst);
     return l;
   }
-  l.up_mbps = ls.up_mbit > 0 ? ls.up_mbit : (probe && probe->up_mbps ? *probe->up_mbps : 0.0);
-  l.down_mbps = ls.down_mbit > 0 ? ls.down_mbit : (probe && probe->down_mbps ? *probe->down_mbps : 0.0);
+  l.up_mbps = ls.up_mbit > 0 ? ls.up_mbit : probe_up;
+  l.down_mbps = ls.down_mbit > 0 ? ls.down_mbit : probe_down;
   l.rtt_ms = base_rtt + 2 * ls.delay_ms;
   l.source = fmt::format("link profile {} at its nominal rates ({}; no stored run measured what tracr's emulation "
                          "delivers) as tracr emulates it (tbf bursts {:.0f} / {:.0f} B); rtt: run {}'s probe {:.3f} ms "
