@@ -237,7 +237,10 @@ class Renderer {
   void draw_category_ticks() {
     for (size_t i = 0; i < c_.categories.size(); ++i) {
       const double x = cat_center(static_cast<double>(i));
-      const std::string label = xml(shorten(c_.categories[i], 28));
+      // A shortened name keeps the whole one as its tooltip (a traced model's module paths are long).
+      const std::string& full = c_.categories[i];
+      const std::string shown = shorten(full, 28);
+      const std::string label = shown == full ? xml(full) : xml(shown) + "<title>" + xml(full) + "</title>";
       o_ += fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"#888\"/>", n(x), n(x), n(kPlotBottom),
                         n(kPlotBottom + 4));
       if (rotate_)

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <fstream>
 #include <chrono>
 #include <regex>
 #include <thread>
@@ -192,6 +193,76 @@ TEST_F(RunSsh, DetachedServerOverSshServesRunsUntilStopped) {
   EXPECT_EQ(stop.status, 0) << stop.out;
   EXPECT_NE(sh("pgrep -f '" + (d.path / "srv").string() + "/tracr-agen[t]'").status, 0);
   EXPECT_NE(sh("ls " + (d.path / "srv").string() + "/server.secret").status, 0);
+}
+
+// #23: the models a researcher brings, end to end over SSH: a traced ResNet-50 and a traced ViT-B/16
+// (random weights, 64x64 and 32x32 inputs to keep CI short; torchvision's own architecture otherwise),
+// each `.pt` staged to both devices by content hash, swept at the first, a middle and the last split,
+// planned and validated against its run, and drawn by `tracrctl report` with the layers' own names.
+TEST_F(RunSsh, TracedResNet50AndViTAreSweptPlannedAndReportedOverSsh) {
+  sshd().trust();
+  const std::string dev = devices(sshd().user_key(), sshd().port());
+  const std::string env = "TRACR_KNOWN_HOSTS=" + sshd().known_hosts() + " ";
+  struct Traced {
+    std::string name, args;
+    int side, middle, last;
+  };
+  int run_id = 0;
+  for (const Traced& m : {Traced{"resnet50", "--input-shape 3,64,64", 64, 60, 175},
+                          Traced{"vit_b_16", "--input-shape 3,32,32 --arg image_size=32", 32, 64, 140}}) {
+    SCOPED_TRACE(m.name);
+    ++run_id;
+    const std::string pt = (d.path / (m.name + ".pt")).string();
+    auto ex = sh("/usr/bin/python3 " + std::string(TRACR_SOURCE_DIR) + "/scripts/export_model.py " + m.name + " " +
+                 pt + " " + m.args);
+    ASSERT_EQ(ex.status, 0) << ex.out;
+    const std::string s = std::to_string(m.side);
+    std::string y = small_experiment(db(), "record:\n  layers: true\nprobe:\n  duration_ms: 200\n", dev);
+    y.replace(y.find("model: alexnet"), 14, "model: torchscript:" + pt);
+    y.replace(y.find("input_size: [3, 64, 64]"), 23, "input_size: [3, " + s + ", " + s + "]");
+    y.replace(y.find("split: all"), 10,
+              "split: [0, " + std::to_string(m.middle) + ", " + std::to_string(m.last) + "]");
+    y.replace(y.find("name: system"), 12, "name: " + m.name);
+    auto r = sh(env + tracrctl() + " run " + d.file(m.name + ".yaml", y) + " --no-progress");
+    ASSERT_EQ(r.status, 0) << r.out << "\nsshd log:\n" << sshd().log();
+    const std::string where = "run_id = " + std::to_string(run_id);
+    EXPECT_EQ(query(db(), "select status from runs where id = " + std::to_string(run_id)), "completed");
+    EXPECT_EQ(query(db(), "select count(*) from frames where ok = 1 and " + where), "6");
+    // The model file went to each device once, under its content hash, and the agents read it there.
+    for (const char* w : {"srv", "edge"}) {
+      auto ls = sh("ls " + (d.path / w).string() + "/data/*/" + m.name + ".pt");
+      EXPECT_EQ(ls.status, 0) << w << ": " << ls.out;
+    }
+    // Every layer of the graph profiled on both sides, heads and tails timed whole at the swept splits.
+    EXPECT_EQ(query(db(), "select count(distinct layer_index) from layer_profiles where device_role = 'PARTICIPANT' and " +
+                              where),
+              std::to_string(m.last));
+    EXPECT_EQ(query(db(), "select count(*) from segment_profiles where " + where), "4");
+    // Planned (the run plans itself) and validated against its own frames.
+    auto plan = sh(tracrctl() + " plan " + std::to_string(run_id) + " --validate --splits measured --db " + db());
+    ASSERT_EQ(plan.status, 0) << plan.out;
+    EXPECT_NE(plan.out.find("head and tail: timed whole as frames run them (segment profiles) at 3 splits"),
+              std::string::npos)
+        << plan.out;
+    EXPECT_NE(plan.out.find("MAPE"), std::string::npos) << plan.out;
+    for (size_t at = plan.out.find("MAPE"); at != std::string::npos; at = plan.out.find("MAPE", at + 4)) {
+      const size_t from = plan.out.rfind('\n', at) + 1;
+      std::printf("%s: %s\n", m.name.c_str(), plan.out.substr(from, plan.out.find('\n', at) - from).c_str());
+    }
+    // Drawn like a zoo model, the middle split named by its layer.
+    const std::string layer = query(db(), "select name from layer_profiles where device_role = 'PARTICIPANT' and "
+                                          "layer_index = " + std::to_string(m.middle - 1) + " and " + where);
+    ASSERT_FALSE(layer.empty());
+    const std::string page = (d.path / (m.name + ".html")).string();
+    auto rep = sh(tracrctl() + " report " + std::to_string(run_id) + " -o " + page + " --db " + db());
+    ASSERT_EQ(rep.status, 0) << rep.out;
+    std::ifstream in(page);
+    const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(html.find(layer), std::string::npos) << layer;
+    EXPECT_NE(html.find("torchscript:"), std::string::npos);
+  }
+  // No agent left behind.
+  EXPECT_NE(sh("pgrep -f '" + (d.path / "srv").string() + "/tracr-agen[t]'").status, 0);
 }
 
 // A link profile on a real device reached over SSH: the participant runs in a
