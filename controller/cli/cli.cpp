@@ -401,6 +401,12 @@ void add_models(CLI::App& app, Parsed& p) {
   profile->add_option("--device", p.profile.device, "cpu | cuda | cuda:N | auto")->type_name("DEVICE");
   profile->add_option("--csv", p.profile.csv, "also write one CSV row per layer")->type_name("FILE");
   profile->add_option("--json", p.profile.json, "also write the layers and splits as JSON")->type_name("FILE");
+  profile
+      ->add_option("--segments", p.profile.segments,
+                   "splits whose head and tail are timed whole, as a run executes them: all, none or K1,K2,... "
+                   "(default: a traced model's first, last and 7 between; none for a zoo model, which runs layer by "
+                   "layer)")
+      ->type_name("all|none|K,...");
   profile->callback([&p] { p.action = [&p] { return cmd_profile(p.profile); }; });
 }
 

@@ -2,7 +2,10 @@
 // per-layer profiling (LibTorch builds only).
 #include <cerrno>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -64,9 +67,15 @@ std::string profile_csv(const std::vector<experiments::LayerProfile>& prof) {
 }
 
 // The model, its input, the layers and the per-split estimate as JSON.
+// A split's head and tail timed whole (either may be missing: no head at 0, no tail at N, or refused).
+struct SegmentRow {
+  int split = 0;
+  std::optional<double> head_ms, tail_ms;
+};
+
 std::string profile_json(const experiments::SplitModel& model, const std::vector<int64_t>& batched, int reps,
                          const std::vector<experiments::LayerProfile>& prof,
-                         const std::vector<experiments::SplitEstimate>& splits) {
+                         const std::vector<experiments::SplitEstimate>& splits, const std::vector<SegmentRow>& segs) {
   std::string o = fmt::format("{{\"model\":{},\"device\":{},\"input\":[{}],\"repetitions\":{},\"layers\":[",
                               settings::json_quote(model.name()), settings::json_quote(model.device().str()),
                               fmt::join(batched, ","), reps);
@@ -87,6 +96,12 @@ std::string profile_json(const experiments::SplitModel& model, const std::vector
                      i ? "," : "", e.split, json_num(e.head_ms), json_num(e.tail_ms), e.crossing_bytes,
                      e.crossing_tensors, settings::json_quote(e.last_head_layer));
   }
+  // Heads and tails timed whole (median ms; null where the split has none), as the model executes them.
+  auto ms = [](const std::optional<double>& v) { return v ? json_num(*v) : std::string("null"); };
+  o += fmt::format("],\"execution\":{},\"segments\":[", settings::json_quote(model.execution()));
+  for (size_t i = 0; i < segs.size(); ++i)
+    o += fmt::format("{}\n  {{\"split\":{},\"head_ms\":{},\"tail_ms\":{}}}", i ? "," : "", segs[i].split,
+                     ms(segs[i].head_ms), ms(segs[i].tail_ms));
   return o + "]}\n";
 }
 
@@ -98,6 +113,75 @@ bool write_output(const std::string& path, const std::string& text) {
   }
   fmt::print("wrote {}\n", path);
   return true;
+}
+
+// The splits --segments names: all, none, K1,K2,..., or by default a graph
+// model's first and last split and 7 evenly between (none for a zoo model:
+// its frames run layer by layer, so its layer sums are what a segment costs).
+Result<std::vector<int>> segment_splits(const std::string& spec, const experiments::SplitModel& m) {
+  const int n = m.num_layers();
+  std::vector<int> out;
+  if (spec == "none" || (spec.empty() && m.execution() == "layers")) return out;
+  if (spec == "all" || spec.empty()) {
+    const int step = spec == "all" ? 1 : 0;
+    for (int i = 0; i <= (step ? n : 8); ++i) {
+      const int k = step ? i : static_cast<int>(std::lround(i * n / 8.0));
+      if (out.empty() || out.back() != k) out.push_back(k);
+    }
+    return out;
+  }
+  std::istringstream in(spec);
+  for (std::string part; std::getline(in, part, ',');) {
+    char* end = nullptr;
+    errno = 0;
+    const long k = std::strtol(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || errno != 0 || k < 0 || k > n)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("--segments: expected all, none or split points K1,K2,... in 0..{} ({} has {} "
+                                    "layers), got '{}'",
+                                    n, m.name(), n, part));
+    out.push_back(static_cast<int>(k));
+  }
+  return out;
+}
+
+// Times the heads and tails at `ks` (each side's warm-up, then --reps runs) and prints them beside the layer
+// sums; refused cuts are named, not timed.
+Result<std::vector<SegmentRow>> print_segments(const experiments::SplitModel& m, const at::Tensor& input,
+                                               const std::vector<int>& ks, int reps,
+                                               const std::vector<experiments::SplitEstimate>& sums) {
+  std::vector<SegmentRow> rows;
+  if (ks.empty()) return rows;
+  experiments::ProfileOptions po;
+  po.repetitions = reps;
+  auto heads = experiments::profile_segments(m, input, ks, true, po);
+  if (!heads) return std::move(heads.error());
+  auto tails = experiments::profile_segments(m, input, ks, false, po);
+  if (!tails) return std::move(tails.error());
+  std::string refused;
+  for (int k : ks) {
+    if (const std::string why = m.split_refusal(k); !why.empty()) {
+      refused += fmt::format("  split {}: not timed: {}\n", k, why);
+      continue;
+    }
+    SegmentRow r{k, {}, {}};
+    for (const auto& p : *heads) if (p.split == k) r.head_ms = p.median_ms;
+    for (const auto& p : *tails) if (p.split == k) r.tail_ms = p.median_ms;
+    rows.push_back(r);
+  }
+  fmt::print("heads and tails timed whole, as a run executes them ({}), at {} of {} splits (--segments all for "
+             "every one), beside the layer sums above (median ms):\n",
+             m.execution(), rows.size(), m.num_layers() + 1);
+  std::vector<std::vector<std::string>> t = {{"split", "last head layer", "head_ms", "layer sum", "tail_ms",
+                                              "layer sum"}};
+  auto cell = [](const std::optional<double>& v) { return v ? fmt::format("{:.3f}", *v) : std::string("-"); };
+  for (const auto& r : rows) {
+    const auto& e = sums[static_cast<size_t>(r.split)];
+    t.push_back({std::to_string(r.split), r.split == 0 ? "(input)" : e.last_head_layer, cell(r.head_ms),
+                 fmt::format("{:.3f}", e.head_ms), cell(r.tail_ms), fmt::format("{:.3f}", e.tail_ms)});
+  }
+  fmt::print("{}{}\n", align(t, {1}), refused);
+  return rows;
 }
 #endif
 }  // namespace
@@ -124,6 +208,11 @@ int cmd_profile(const ProfileOptions& opt) {
     fmt::print(stderr, "tracrctl profile: {}{}\n", msg.substr(0, msg.find('\n')), expected);
     return 2;
   }
+  auto ks = segment_splits(opt.segments, **model);
+  if (!ks) {
+    fmt::print(stderr, "tracrctl profile: {}\n", ks.error().message);
+    return 2;
+  }
   // LibTorch throws c10::Error (its what() holds a backtrace) for an input a
   // layer cannot take: a message naming the model, never the trace.
   try {
@@ -145,9 +234,14 @@ int cmd_profile(const ProfileOptions& opt) {
     const auto splits = experiments::split_table(**model, *prof, batch);
     fmt::print("per-split estimate from these profiles (head on this device, tail on an identical one):\n{}\n",
                experiments::format_split_table(splits));
-    // The same figures as files: one CSV row per layer; JSON with the layers and the splits.
+    auto segs = print_segments(**model, input, *ks, reps, splits);
+    if (!segs) {
+      fmt::print(stderr, "tracrctl profile: {}\n", user_text(segs.error()));
+      return 1;
+    }
+    // The same figures as files: one CSV row per layer; JSON with the layers, the splits and the segments.
     if (!csv.empty() && !write_output(csv, profile_csv(*prof))) return 1;
-    if (!json.empty() && !write_output(json, profile_json(**model, batched, reps, *prof, splits))) return 1;
+    if (!json.empty() && !write_output(json, profile_json(**model, batched, reps, *prof, splits, *segs))) return 1;
   } catch (const std::exception& ex) {
     fmt::print(stderr, "tracrctl profile: {} at input {}x{}: {}\n", opt.model, batch,
                fmt::join((*model)->input_shape(), "x"), experiments::torch_error_text(ex));

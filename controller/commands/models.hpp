@@ -14,11 +14,13 @@ struct ProfileOptions {
   int64_t batch = 1;
   int reps = 10;
   std::string weights, device, csv, json;
+  std::string segments;  // all | none | K1,K2,... ("" = the model's default)
 };
 
 // Lists the registry. Returns 0 (2 in a build without LibTorch).
 int cmd_models();
-// Profiles every layer on this machine. Returns 0, 1 when profiling or
+// Profiles every layer on this machine, and a graph model's heads and tails
+// whole at some splits (--segments). Returns 0, 1 when profiling or
 // writing failed, 2 for an unknown model or an input it cannot take (the
 // message names the model, the layer and the expected shape where known).
 int cmd_profile(const ProfileOptions& opt);

@@ -215,6 +215,43 @@ TEST(ConfigChecks, ProfileWritesCsvAndJsonAndNamesBadNumbers) {
   EXPECT_NE(bad.out.find("tracrctl profile: --reps: expected an integer 1..1000000, got 'abc'"), std::string::npos) << bad.out;
 }
 
+// #23: a traced model runs as optimised graph segments, whose cost is not its layers' sum: `profile` times
+// each head and tail whole at the first, last and 7 splits between (by default), or at the splits named, beside
+// the layer sums, and writes them in the JSON. A zoo model (run layer by layer) gets none unless asked.
+TEST(ConfigChecks, ProfileTimesATracedModelsHeadsAndTailsWhole) {
+  TempDir d;
+  const std::string pt = (d.path / "r18.pt").string(), json = (d.path / "p.json").string();
+  auto ex = sh("/usr/bin/python3 " + std::string(TRACR_SOURCE_DIR) + "/scripts/export_model.py resnet18 " + pt +
+               " --input-shape 3,32,32");
+  ASSERT_EQ(ex.status, 0) << ex.out;
+  auto r = sh(tracrctl() + " profile torchscript:" + pt + " --reps 2 --json " + json);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("heads and tails timed whole, as a run executes them (graph-optimized), at 9 of "),
+            std::string::npos)
+      << r.out;
+  auto py = sh("/usr/bin/python3 -c \"import json; d=json.load(open('" + json +
+               "')); n=len(d['layers']); s=d['segments']; print(d['execution'], len(s), s[0]['split'], "
+               "s[-1]['split'] == n, s[0]['head_ms'], s[-1]['tail_ms'], "
+               "all(x['head_ms'] > 0 for x in s[1:]), all(x['tail_ms'] > 0 for x in s[:-1]))\"");
+  EXPECT_EQ(py.out, "graph-optimized 9 0 True None None True True\n") << py.out;
+  auto named = sh(tracrctl() + " profile torchscript:" + pt + " --reps 2 --segments 3,5");
+  ASSERT_EQ(named.status, 0) << named.out;
+  EXPECT_NE(named.out.find("at 2 of "), std::string::npos) << named.out;
+  auto bad = sh(tracrctl() + " profile torchscript:" + pt + " --segments 3,999");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("tracrctl profile: --segments: expected all, none or split points K1,K2,... in 0.."),
+            std::string::npos)
+      << bad.out;
+  EXPECT_NE(bad.out.find("got '999'"), std::string::npos) << bad.out;
+  auto zoo = sh(tracrctl() + " profile fmnist_cnn --reps 2");
+  ASSERT_EQ(zoo.status, 0) << zoo.out;
+  EXPECT_EQ(zoo.out.find("timed whole"), std::string::npos) << zoo.out;
+  auto zoo_asked = sh(tracrctl() + " profile fmnist_cnn --reps 2 --segments 4");
+  ASSERT_EQ(zoo_asked.status, 0) << zoo_asked.out;
+  EXPECT_NE(zoo_asked.out.find("as a run executes them (layers), at 1 of 11 splits"), std::string::npos)
+      << zoo_asked.out;
+}
+
 // A model trained on grayscale images over an image folder: ImageNet's
 // 3-value normalization cannot apply, so the controller asks for
 // dataset.mean/std before deploy; given, the run completes with labels.
