@@ -191,14 +191,20 @@ std::vector<int> sweep_splits(const settings::ExperimentConfig& c, const ex::Spl
   return out;
 }
 
-// A graph model's segments timed whole at the sweep's splits: the
-// PARTICIPANT its heads, the SERVER its tails (SEGMENT lines).
+// A graph model's segments timed whole at the sweep's splits, or at every
+// split with record.segments: all: the PARTICIPANT its heads, the SERVER its
+// tails (SEGMENT lines).
 Status profile_segments(const AgentOptions& o, const settings::ExperimentConfig& c, int reps, ex::SplitModel& m,
                         ControlOut& ctl) {
   const auto& s = m.input_shape();
   ex::ProfileOptions po;
   po.repetitions = reps;
-  auto segs = ex::profile_segments(m, profile_input(m, c.batch_size), sweep_splits(c, m), o.role != "SERVER", po);
+  std::vector<int> splits;
+  if (c.record.segments == "all")
+    for (int k = 0; k <= m.num_layers(); ++k) splits.push_back(k);  // refused cuts are skipped
+  else
+    splits = sweep_splits(c, m);
+  auto segs = ex::profile_segments(m, profile_input(m, c.batch_size), splits, o.role != "SERVER", po);
   if (!segs) return std::move(segs.error());
   const std::string fp = model_fingerprint(m);
   const std::string shape = fmt::format("{}", fmt::join(s, ","));

@@ -907,6 +907,22 @@ void add_link_table_settings(std::vector<Setting>& t) {
   t.push_back(bool_setting("record.layers", "true",
                            "Profile every layer on each device (layer_profiles table).",
                            [](ExperimentConfig& c) -> bool& { return c.record.layers; }));
+  {
+    Setting s;
+    s.info = {"record.segments", "swept | all", "swept",
+              "torchscript: models with record.layers: each head and tail timed whole as frames run it "
+              "(segment_profiles), at the splits the run sweeps, or at every split the model can be cut at (so "
+              "that a plan over every split uses segments throughout: N+1 heads and tails, one pass each).",
+              ""};
+    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+      auto v = get_choice(c, n, key, {"swept", "all"});
+      if (!v) return v.error();
+      cfg.record.segments = *v;
+      return {};
+    };
+    s.show = [](const ExperimentConfig& c) { return c.record.segments; };
+    t.push_back(s);
+  }
   t.push_back(string_setting(
       "output", "path", "results/tracr.db",
       "SQLite results database (created if missing); a relative path written in the experiment file is relative "

@@ -978,6 +978,7 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "record.frames",
                         "record.layers",
                         "record.outputs",
+                        "record.segments",
                         "num_classes",
                         "dataset.mean",
                         "dataset.std",
@@ -990,7 +991,7 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "dataset.interpolation",
                         "on_participant_loss"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 67u);
+  EXPECT_EQ(names.size(), 68u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());

@@ -234,6 +234,43 @@ TEST(Plan, ATracedModelIsPlannedFromItsSegmentsTimedWhole) {
                   .c_str());
 }
 
+// #23: with `record: {segments: all}` a sweep of one split times every head and tail whole, so that its plan
+// over every split takes compute from segments throughout, never from layer sums on another footing.
+TEST(Plan, RecordSegmentsAllTimesEveryHeadAndTailForAPlanOverEverySplit) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string pt = (d.path / "r18.pt").string();
+  auto ex = sh("/usr/bin/python3 " + std::string(TRACR_SOURCE_DIR) + "/scripts/export_model.py resnet18 " + pt +
+               " --input-shape 3,32,32");
+  ASSERT_EQ(ex.status, 0) << ex.out;
+  std::string y = small_experiment(db, "record:\n  layers: true\n  segments: all\nprobe:\n  duration_ms: 200\n");
+  y.replace(y.find("model: alexnet"), 14, "model: torchscript:" + pt);
+  y.replace(y.find("input_size: [3, 64, 64]"), 23, "input_size: [3, 32, 32]");
+  y.replace(y.find("split: all"), 10, "split: [5]");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string n = query(db, "select count(*) from layer_profiles where device_role = 'PARTICIPANT'");
+  ASSERT_GT(std::stoi(n), 20);
+  // Every split but 0 has a head on the participant, every split but N a tail on the server.
+  EXPECT_EQ(query(db, "select count(*) from segment_profiles where side = 'head' and device_role = 'PARTICIPANT'"), n);
+  EXPECT_EQ(query(db, "select count(*) from segment_profiles where side = 'tail' and device_role = 'SERVER'"), n);
+  EXPECT_EQ(query(db, "select min(split) || ',' || max(split) from segment_profiles where side = 'head'"), "1," + n);
+  // The plan over every split takes compute from segments throughout.
+  auto plan = sh(tracrctl() + " plan 1 --db " + db);
+  ASSERT_EQ(plan.status, 0) << plan.out;
+  EXPECT_NE(plan.out.find("(segment profiles) at " + std::to_string(std::stoi(n) + 1) + " splits"), std::string::npos)
+      << plan.out;
+  EXPECT_EQ(query(db, "select count(*) from plan_rows where plan_id = 1"), std::to_string(std::stoi(n) + 1));
+  EXPECT_EQ(query(db, "select count(*) from plan_rows where plan_id = 1 and compute_from <> 'segments'"), "0");
+  // A value it does not know is refused with the choices.
+  std::string bad = y;
+  bad.replace(bad.find("segments: all"), 13, "segments: every");
+  auto b = sh(tracrctl() + " run " + d.file("bad.yaml", bad) + " --no-progress");
+  EXPECT_EQ(b.status, 2) << b.out;
+  EXPECT_NE(b.out.find("record.segments"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("swept"), std::string::npos) << b.out;
+}
+
 // #21: a SERVER shared by four participants, one frame in flight each, planned from a run with one
 // participant and validated on a run with four (held out). Asserted: what does not depend on the moment
 // things were timed: the plan is made for four and says how; its queue follows the queueing model from the
