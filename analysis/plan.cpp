@@ -909,7 +909,7 @@ Result<PlanLink> planned_link(ResultsDb& db, int64_t run_id, const PlanCommand& 
     return l;
   }
   settings::ExperimentConfig ec = exp ? *exp : settings::ExperimentConfig{};
-  auto ls = settings::resolve_link(ec, link_name);
+  auto ls = settings::resolve_link(ec, link_name, "--link");
   if (!ls) return std::move(ls.error());
   return profile_link(db, *ls, run_id, base_rtt, probe, prefer);
 }

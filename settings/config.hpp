@@ -224,8 +224,10 @@ Result<ExperimentConfig> parse_experiment(const std::string& text, const std::st
 Result<std::vector<int>> resolve_splits(const ExperimentConfig& cfg, int num_layers);
 
 // The profile `name` as the experiment defines it (user-defined first, then
-// built-ins). Error config naming the unknown profile, with a suggestion.
-Result<LinkSpec> resolve_link(const ExperimentConfig& cfg, const std::string& name);
+// built-ins). Error config naming the unknown profile, with a suggestion,
+// at the experiment's `link:` or, when the name came from a command-line
+// option, at that `flag` ("--link").
+Result<LinkSpec> resolve_link(const ExperimentConfig& cfg, const std::string& name, const std::string& flag = "");
 
 // Checks that files the experiment names exist: weights, dataset.path,
 // dataset.class_names (a path). Error io with the key's position.

@@ -20,7 +20,7 @@ const std::vector<LinkSpec>& builtin_links() {
   return v;
 }
 
-Result<LinkSpec> resolve_link(const ExperimentConfig& cfg, const std::string& name) {
+Result<LinkSpec> resolve_link(const ExperimentConfig& cfg, const std::string& name, const std::string& flag) {
   if (auto it = cfg.links.find(name); it != cfg.links.end()) return it->second;
   std::vector<std::string> names;
   for (const auto& l : builtin_links()) {
@@ -29,9 +29,10 @@ Result<LinkSpec> resolve_link(const ExperimentConfig& cfg, const std::string& na
   }
   for (const auto& [n, l] : cfg.links) names.push_back(n);
   const std::string dym = did_you_mean(name, names);
-  return err_at(cfg.pos_of("link"), "link",
-                fmt::format("unknown link profile '{}'{}; expected one of {} (or define it under links)", name,
-                            dym.empty() ? "" : " (did you mean '" + dym + "'?)", join(names)));
+  const std::string msg = fmt::format("unknown link profile '{}'{}; expected one of {} (or define it under links)",
+                                      name, dym.empty() ? "" : " (did you mean '" + dym + "'?)", join(names));
+  if (!flag.empty()) return make_error(Errc::config, fmt::format("{}: {}", flag, msg));
+  return err_at(cfg.pos_of("link"), "link", msg);
 }
 
 }  // namespace tracr::settings

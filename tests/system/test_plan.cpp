@@ -87,6 +87,12 @@ TEST(Plan, SweepIsPlannedValidatedAndStoredPerLink) {
       << lte.out;
   EXPECT_NE(lte.out.find("no stored run measured what tracr's emulation delivers"), std::string::npos) << lte.out;
   EXPECT_NE(lte.out.find("* chosen: split"), std::string::npos) << lte.out;
+  // An unknown profile on the command line is named as the option's, with a suggestion.
+  auto typo = sh(tracrctl() + " plan " + exp + " --link ltee --no-store");
+  EXPECT_EQ(typo.status, 2) << typo.out;
+  EXPECT_NE(typo.out.find("tracrctl plan: --link: unknown link profile 'ltee' (did you mean 'lte'?); expected one of "),
+            std::string::npos)
+      << typo.out;
   // Constraints: nothing meets an impossible bound, and it says so.
   auto tight = sh(tracrctl() + " plan 1 --db " + db + " --max-latency-ms 0.001 --no-store");
   EXPECT_EQ(tight.status, 0) << tight.out;
