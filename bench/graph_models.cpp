@@ -8,7 +8,8 @@
 //     prints one tab-separated row: cuts, refused cuts, max abs diff, pass.
 //   tracr_graph_bench speed FILE SIDE [REPS [DEVICE]]
 //     Optimized graph (optimize true) at one thread: the unsplit graph, and
-//     head + tail at the middle cut; warm-up, then the median of REPS runs
+//     head + tail at the middle cut; warm-up, then the median of REPS rounds,
+//     each running unsplit, head + tail, head and tail once, interleaved
 //     (on CUDA, each run ends with a device synchronisation). TRACR_BENCH_CUT=K
 //     times cut K instead of the middle; head and tail alone go to stderr.
 //     Prints: unsplit_ms, split_ms, middle cut.
@@ -102,13 +103,13 @@ int check(const std::string& file, int64_t side, const std::string& device) {
 }
 
 template <class F>
-double median_ms(F&& f, int reps) {
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
-  }
+double time_ms(F&& f) {
+  const auto a = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+}
+
+double median(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
@@ -154,10 +155,16 @@ int speed(const std::string& file, int64_t side, int reps, const std::string& de
     sync();
   };
   for (int i = 0; i < 3; ++i) head(), tail();
-  const double a = median_ms(full, reps);
-  const double b = median_ms(split, reps);
-  const double h = median_ms(head, reps);
-  const double t = median_ms(tail, reps);
+  // Interleaved, one of each per round: a machine whose speed drifts (a neighbour's load, the clock) moves all
+  // four alike, so that their ratios hold even where their absolute values do not.
+  std::vector<double> ta, tb, th, tt;
+  for (int i = 0; i < reps; ++i) {
+    ta.push_back(time_ms(full));
+    tb.push_back(time_ms(split));
+    th.push_back(time_ms(head));
+    tt.push_back(time_ms(tail));
+  }
+  const double a = median(ta), b = median(tb), h = median(th), t = median(tt);
   // unsplit, head + tail, the cut, its last layer; then head alone and tail alone (stderr: the table's columns stay)
   std::printf("%.3f\t%.3f\t%d\t%s\n", a, b, mid, (*m)->layers()[mid - 1].name.c_str());
   std::fprintf(stderr, "head %.3f ms, tail %.3f ms\n", h, t);
