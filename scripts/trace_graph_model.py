@@ -10,7 +10,7 @@ inception_v3); one Python start for many models.
 NAME is a torchvision classification model (resnet50, vit_b_16, ...) or
 "yolo_like": a small YOLO-style detector defined here (a multi-scale backbone,
 a concatenating FPN/PAN neck and a tuple of three head outputs), or one of the
-small test modules below (view_inplace, two_inputs, flatten_int). The model is
+small test modules below (view_inplace, two_inputs, flatten_int, cat_list). The model is
 put in eval mode, traced at batch 1 and saved with torch.jit.save.
 Exit status 0 on success; 3 when torch.jit.trace refused a model (the
 others are still written).
@@ -117,6 +117,22 @@ class FlattenInt(nn.Module):
         return self.fc(y.view(y.size(0), -1))
 
 
+class CatList(nn.Module):
+    """Two 1x1 convolutions whose outputs are concatenated, then a third: at
+    node granularity the cut between prim::ListConstruct and aten::cat sends
+    the list as its elements NAME[0], NAME[1] (PROTOCOL.md 3.4 and its
+    section 9 vector)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 2, 1)
+        self.b = nn.Conv2d(3, 1, 1)
+        self.out = nn.Conv2d(3, 2, 1)
+
+    def forward(self, x):
+        return self.out(torch.cat([self.a(x), self.b(x)], 1))
+
+
 class TwoInputs(nn.Module):
     def __init__(self):
         super().__init__()
@@ -135,6 +151,8 @@ def build(name, size):
         return TwoInputs()
     if name == "flatten_int":
         return FlattenInt()
+    if name == "cat_list":
+        return CatList()
     kwargs = {}
     if name.startswith("vit_"):
         kwargs["image_size"] = size[0]

@@ -26,6 +26,58 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return o + "]";
 }
 
+std::string crossing_text(const SplitModel& model, int k) {
+  std::string crossing;
+  for (const auto& t : model.crossing(k))
+    crossing += (crossing.empty() ? "" : " ") + t.name + ":" + std::string(protocol::dtype_name(t.dtype)) + ":" +
+                shape_text(t.shape);
+  return crossing;
+}
+
+// Part 0 of the INFER_REQUEST for `tensors` at split k, and the frame's payload part count: plain session 7;
+// the participant's first INFER_REQUEST is its seq 3 (HELLO was 1, the key-confirming HEARTBEAT 2). Codec
+// none, default chunking.
+std::pair<std::string, size_t> request_header(int k, const protocol::Bundle& tensors) {
+  protocol::FrameWriter w;
+  w.set_session(7);
+  std::vector<protocol::Segment> segs;
+  auto sink = [&](protocol::Segment&& s) {
+    segs.push_back(std::move(s));
+    return Status{};
+  };
+  protocol::Header skip;
+  skip.type = protocol::MsgType::heartbeat;
+  EXPECT_TRUE(w.write(skip, {}, {}, sink).ok());
+  EXPECT_TRUE(w.write(skip, {}, {}, sink).ok());
+  segs.clear();
+  protocol::Header h;
+  h.type = protocol::MsgType::infer_request;
+  h.split = k;
+  EXPECT_TRUE(w.write(h, tensors, {}, sink).ok());
+  if (segs.size() != 1) {
+    ADD_FAILURE() << "expected one segment, got " << segs.size();
+    return {};
+  }
+  return {protocol::to_hex(static_cast<const uint8_t*>(segs[0][0].data()), segs[0][0].size()), segs[0].size() - 1};
+}
+
+// A small module of scripts/trace_graph_model.py at [3, 4, 4], node granularity, optimize false.
+Result<std::unique_ptr<SplitModel>> traced_test_module(const std::string& name) {
+  const std::string dir = std::string(TRACR_BINARY_DIR) + "/traced_models";
+  const std::string file = dir + "/" + name + "@4.pt";
+  if (!std::filesystem::exists(file)) {
+    std::filesystem::create_directories(dir);
+    if (test::run_python(test::script("trace_graph_model.py") + " " + dir + " " + name + "@4") != 0)
+      return make_error(Errc::io, "trace_graph_model.py " + name + " failed");
+  }
+  ModelConfig cfg;
+  cfg.input_shape = {3, 4, 4};
+  cfg.device = "cpu";
+  cfg.optimize = false;
+  cfg.granularity = "node";
+  return create_model("torchscript:" + file, cfg);
+}
+
 }  // namespace
 
 // resnet18 at input [3, 64, 64] (seed 0), batch 1: split 0 carries `input`,
@@ -43,38 +95,16 @@ TEST(ModelVectors, Resnet18SplitsMatchTheSpec) {
   const auto input = torch::rand({1, 3, 64, 64});
   for (int k : {0, 6}) {
     const std::string pre = "model.resnet18_64.split" + std::to_string(k);
-    std::string crossing;
-    for (const auto& t : model.crossing(k))
-      crossing += (crossing.empty() ? "" : " ") + t.name + ":" + std::string(protocol::dtype_name(t.dtype)) + ":" +
-                  shape_text(t.shape);
-    check(pre + ".crossing", crossing);
+    check(pre + ".crossing", crossing_text(model, k));
     // What the participant computes and sends for this split: the head's
     // output bundle, in crossing order.
     auto head = model.run(0, k, SplitModel::input_bundle(input));
     ASSERT_TRUE(head.ok()) << head.error().str();
     auto pb = to_protocol(*head);
     ASSERT_TRUE(pb.ok());
-    // Plain session 7; the participant's first INFER_REQUEST is its seq 3
-    // (HELLO was 1, the key-confirming HEARTBEAT 2). Codec none, default chunking.
-    protocol::FrameWriter w;
-    w.set_session(7);
-    std::vector<protocol::Segment> segs;
-    auto sink = [&](protocol::Segment&& s) {
-      segs.push_back(std::move(s));
-      return Status{};
-    };
-    protocol::Header skip;
-    skip.type = protocol::MsgType::heartbeat;
-    ASSERT_TRUE(w.write(skip, {}, {}, sink).ok());
-    ASSERT_TRUE(w.write(skip, {}, {}, sink).ok());
-    segs.clear();
-    protocol::Header h;
-    h.type = protocol::MsgType::infer_request;
-    h.split = k;
-    ASSERT_TRUE(w.write(h, *pb, {}, sink).ok());
-    ASSERT_EQ(segs.size(), 1u);
-    check(pre + ".header", protocol::to_hex(static_cast<const uint8_t*>(segs[0][0].data()), segs[0][0].size()));
-    check(pre + ".parts", std::to_string(segs[0].size() - 1));
+    const auto [header, parts] = request_header(k, *pb);
+    check(pre + ".header", header);
+    check(pre + ".parts", std::to_string(parts));
     // The real SERVER's tail takes exactly these names: the section 9
     // frame's `x` is not one of them.
     auto tail = model.run(k, model.num_layers(), *head);
@@ -86,41 +116,18 @@ TEST(ModelVectors, Resnet18SplitsMatchTheSpec) {
   }
 }
 
-// A graph model whose cut carries an integer (PROTOCOL.md 3.4: a 0-dim int64
-// tensor, shape [], no batch dimension): flatten_int (scripts/
-// trace_graph_model.py, a 1x1 convolution, y.view(y.size(0), -1), a linear
-// layer) at input [3, 4, 4], node granularity, optimize false, cut between
-// aten::size and the view. The integer's payload is the batch size, so its
-// bytes are a vector; the float tensor's bytes depend on the LibTorch build.
-TEST(ModelVectors, AnIntegerCrossingAGraphCutMatchesTheSpec) {
-  tracr::testing::SpecCheck check;
-  const std::string dir = std::string(TRACR_BINARY_DIR) + "/traced_models";
-  const std::string file = dir + "/flatten_int@4.pt";
-  if (!std::filesystem::exists(file)) {
-    std::filesystem::create_directories(dir);
-    ASSERT_EQ(test::run_python(test::script("trace_graph_model.py") + " " + dir + " flatten_int@4"), 0);
-  }
-  ModelConfig cfg;
-  cfg.input_shape = {3, 4, 4};
-  cfg.device = "cpu";
-  cfg.optimize = false;
-  cfg.granularity = "node";
-  auto m = create_model("torchscript:" + file, cfg);
-  ASSERT_TRUE(m.ok()) << m.error().str();
-  SplitModel& model = **m;
-  int k = -1;
-  for (int i = 0; i <= model.num_layers() && k < 0; ++i)
-    for (const auto& t : model.crossing(i))
-      if (t.dtype == protocol::DType::int64 && t.shape.empty()) k = i;
-  ASSERT_GE(k, 0) << "no cut of flatten_int carries an integer";
-  check("model.flatten_int_4.layers", std::to_string(model.num_layers()));
-  check("model.flatten_int_4.int_split", std::to_string(k));
-  const std::string pre = "model.flatten_int_4.split" + std::to_string(k);
-  std::string crossing;
-  for (const auto& t : model.crossing(k))
-    crossing += (crossing.empty() ? "" : " ") + t.name + ":" + std::string(protocol::dtype_name(t.dtype)) + ":" +
-                shape_text(t.shape);
-  check(pre + ".crossing", crossing);
+namespace {
+
+// The section 9 vectors of the small graph module `name` cut at k (`split_key` names k): its layer count, the
+// crossing names, dtypes and shapes, an integer's payload where one crosses, and the INFER_REQUEST header;
+// then the tail on the head's output against the unsplit module, bit for bit.
+void check_graph_cut(tracr::testing::SpecCheck& check, SplitModel& model, const std::string& name,
+                     const std::string& split_key, int k) {
+  const std::string base = "model." + name + "_4";
+  check(base + ".layers", std::to_string(model.num_layers()));
+  check(base + "." + split_key, std::to_string(k));
+  const std::string pre = base + ".split" + std::to_string(k);
+  check(pre + ".crossing", crossing_text(model, k));
   torch::manual_seed(0);
   const auto input = torch::rand({1, 3, 4, 4});
   auto head = model.run(0, k, SplitModel::input_bundle(input));
@@ -129,31 +136,50 @@ TEST(ModelVectors, AnIntegerCrossingAGraphCutMatchesTheSpec) {
   ASSERT_TRUE(pb.ok());
   for (const auto& t : *pb)
     if (t.dtype == protocol::DType::int64) check(pre + ".int_payload", protocol::to_hex(t.data, t.nbytes));
-  // Plain session 7, the participant's first INFER_REQUEST (seq 3), codec none.
-  protocol::FrameWriter w;
-  w.set_session(7);
-  std::vector<protocol::Segment> segs;
-  auto sink = [&](protocol::Segment&& s) {
-    segs.push_back(std::move(s));
-    return Status{};
-  };
-  protocol::Header skip;
-  skip.type = protocol::MsgType::heartbeat;
-  ASSERT_TRUE(w.write(skip, {}, {}, sink).ok());
-  ASSERT_TRUE(w.write(skip, {}, {}, sink).ok());
-  segs.clear();
-  protocol::Header h;
-  h.type = protocol::MsgType::infer_request;
-  h.split = k;
-  ASSERT_TRUE(w.write(h, *pb, {}, sink).ok());
-  ASSERT_EQ(segs.size(), 1u);
-  check(pre + ".header", protocol::to_hex(static_cast<const uint8_t*>(segs[0][0].data()), segs[0][0].size()));
-  check(pre + ".parts", std::to_string(segs[0].size() - 1));
-  // The tail rebuilds the integer and gives the unsplit module's output.
+  const auto [header, parts] = request_header(k, *pb);
+  check(pre + ".header", header);
+  check(pre + ".parts", std::to_string(parts));
+  // The tail rebuilds what crossed (the integer, the list) and gives the unsplit module's output.
   auto tail = model.run(k, model.num_layers(), *head);
   ASSERT_TRUE(tail.ok()) << tail.error().str();
   auto whole = model.run(0, model.num_layers(), SplitModel::input_bundle(input));
   ASSERT_TRUE(whole.ok()) << whole.error().str();
   ASSERT_EQ(tail->size(), 1u);
   EXPECT_TRUE(torch::equal((*tail)[0].tensor, (*whole)[0].tensor));
+}
+
+}  // namespace
+
+// A graph model whose cut carries an integer (PROTOCOL.md 3.4: a 0-dim int64
+// tensor, shape [], no batch dimension): flatten_int (scripts/
+// trace_graph_model.py, a 1x1 convolution, y.view(y.size(0), -1), a linear
+// layer) at input [3, 4, 4], node granularity, optimize false, cut between
+// aten::size and the view. The integer's payload is the batch size, so its
+// bytes are a vector; the float tensor's bytes depend on the LibTorch build.
+TEST(ModelVectors, AnIntegerCrossingAGraphCutMatchesTheSpec) {
+  tracr::testing::SpecCheck check;
+  auto m = traced_test_module("flatten_int");
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  int k = -1;
+  for (int i = 0; i <= (*m)->num_layers() && k < 0; ++i)
+    for (const auto& t : (*m)->crossing(i))
+      if (t.dtype == protocol::DType::int64 && t.shape.empty()) k = i;
+  ASSERT_GE(k, 0) << "no cut of flatten_int carries an integer";
+  check_graph_cut(check, **m, "flatten_int", "int_split", k);
+}
+
+// A graph model whose cut carries a list (PROTOCOL.md 3.4: its elements NAME[0], NAME[1], in order, rebuilt by
+// the receiver): cat_list (scripts/trace_graph_model.py: two 1x1 convolutions concatenated, then a third) at
+// input [3, 4, 4], node granularity, optimize false, cut between prim::ListConstruct and aten::cat. The names,
+// dtypes, shapes and the request's header are vectors; the float payloads depend on the LibTorch build.
+TEST(ModelVectors, AListCrossingAGraphCutMatchesTheSpec) {
+  tracr::testing::SpecCheck check;
+  auto m = traced_test_module("cat_list");
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  int k = -1;
+  for (int i = 0; i <= (*m)->num_layers() && k < 0; ++i)
+    for (const auto& t : (*m)->crossing(i))
+      if (t.name.size() > 3 && t.name.compare(t.name.size() - 3, 3, "[1]") == 0) k = i;
+  ASSERT_GE(k, 0) << "no cut of cat_list carries a list";
+  check_graph_cut(check, **m, "cat_list", "list_split", k);
 }
