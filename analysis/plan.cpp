@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <map>
 #include <numeric>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -916,6 +917,86 @@ Result<PlanLink> planned_link(ResultsDb& db, int64_t run_id, const PlanCommand& 
 
 }  // namespace
 
+namespace {
+
+// One plan from the basis run, validated on `check_arg` (a run, or "" for the basis itself with --validate),
+// printed (the whole table when `table`, else its validation line) and stored.
+struct PlanOutcome {
+  int status = 0;
+  std::optional<double> mape_pct, miss_pct;
+};
+PlanOutcome failed_with(int status) {
+  PlanOutcome o;
+  o.status = status;
+  return o;
+}
+PlanOutcome plan_and_validate(ResultsDb& db, const std::string& db_path, const PlanCommand& cmd, int64_t run_id,
+                              const std::string& check_arg, PlanOptions opt, std::string link_name,
+                              std::optional<settings::ExperimentConfig> exp, bool table) {
+  int64_t check_run = 0;  // --validate-on RUN: plans for that run's link unless one is given
+  if (!check_arg.empty()) {
+    auto v = resolve_validation_run(db, check_arg, run_id, !link_name.empty() || cmd.up_mbit, opt, link_name, exp);
+    if (!v) return failed_with(plan_failure(v.error().code == Errc::invalid_argument ? 2 : 1, user_text(v.error())));
+    check_run = *v;
+  }
+  if (!link_name.empty() || cmd.up_mbit) {
+    auto l = planned_link(db, run_id, cmd, link_name, exp, check_run);
+    if (!l) return failed_with(plan_failure(2, user_text(l.error())));
+    opt.link = *l;
+  }
+  auto p = plan_from_run(db, run_id, opt);
+  if (!p) return failed_with(plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error())));
+  if (cmd.validate || check_run) validate_against(db, *p, check_run);
+  const std::string text = format_plan(*p);
+  if (table) std::fputs(text.c_str(), stdout);
+  else if (const size_t at = text.find("\nvalidation"); at != std::string::npos)
+    std::fputs(text.substr(at + 1).c_str(), stdout);
+  if (cmd.store) {
+    auto id = store_plan(db, *p);
+    if (!id) return failed_with(plan_failure(1, user_text(id.error())));
+    fmt::print("stored as plan {} in {}\n", *id, db_path);
+  }
+  return {0, p->mape_pct, p->miss_pct};
+}
+
+// --validate-on A,B,...: one plan per held-out run (a repeated series' runs), the first printed whole, then
+// the error over them: median MAPE with its range, and how often the chosen split was the measured best.
+int plan_on_series(ResultsDb& db, const std::string& db_path, const PlanCommand& cmd, int64_t run_id,
+                   const PlanOptions& opt, const std::string& link_name,
+                   const std::optional<settings::ExperimentConfig>& exp) {
+  std::vector<std::string> runs;
+  std::istringstream in(cmd.validate_run);
+  for (std::string r; std::getline(in, r, ',');) runs.push_back(r);
+  // Every run checked before anything is planned, printed or stored.
+  for (const std::string& r : runs) {
+    if (r.empty() || cmd.validate_run.back() == ',')
+      return plan_failure(2, fmt::format("--validate-on: expected runs RUN1,RUN2,..., got '{}'", cmd.validate_run));
+    auto id = run_id_arg(db, r);
+    if (id)
+      if (auto row = db.get_run(*id); !row) id = std::move(row.error());
+    if (!id) return plan_failure(2, "--validate-on: " + user_text(id.error()));
+  }
+  std::vector<double> mape;
+  int best = 0, judged = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const PlanOutcome o = plan_and_validate(db, db_path, cmd, run_id, runs[i], opt, link_name, exp, i == 0);
+    if (o.status) return o.status;
+    if (o.mape_pct) mape.push_back(*o.mape_pct);
+    if (o.miss_pct) judged += 1, best += *o.miss_pct <= 0 ? 1 : 0;
+  }
+  if (mape.empty()) return 0;
+  std::vector<double> sorted = mape;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t m = sorted.size();
+  const double median = m % 2 ? sorted[m / 2] : (sorted[m / 2 - 1] + sorted[m / 2]) / 2;
+  fmt::print("over {} held-out runs: latency MAPE median {:.1f} % (lowest {:.1f} %, highest {:.1f} %); the chosen "
+             "split was the measured best in {} of {}\n",
+             m, median, sorted.front(), sorted.back(), best, judged);
+  return 0;
+}
+
+}  // namespace
+
 int cmd_plan(const PlanCommand& cmd) {
   std::string db_path = cmd.db.empty() ? default_results_db() : cmd.db, link_name = cmd.link;
   PlanOptions opt = cmd.plan;
@@ -931,27 +1012,9 @@ int cmd_plan(const PlanCommand& cmd) {
   if (!db) return plan_failure(1, user_text(db.error()));
   int64_t run_id = 0;
   if (int rc = find_basis_run(*db, cmd, exp, db_path, run_id)) return rc;
-  int64_t check_run = 0;  // --validate-on RUN: plans for that run's link unless one is given
-  if (!cmd.validate_run.empty()) {
-    auto v = resolve_validation_run(*db, cmd.validate_run, run_id, !link_name.empty() || cmd.up_mbit, opt, link_name, exp);
-    if (!v) return plan_failure(v.error().code == Errc::invalid_argument ? 2 : 1, user_text(v.error()));
-    check_run = *v;
-  }
-  if (!link_name.empty() || cmd.up_mbit) {
-    auto l = planned_link(*db, run_id, cmd, link_name, exp, check_run);
-    if (!l) return plan_failure(2, user_text(l.error()));
-    opt.link = *l;
-  }
-  auto p = plan_from_run(*db, run_id, opt);
-  if (!p) return plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error()));
-  if (cmd.validate || check_run) validate_against(*db, *p, check_run);
-  std::fputs(format_plan(*p).c_str(), stdout);
-  if (cmd.store) {
-    auto id = store_plan(*db, *p);
-    if (!id) return plan_failure(1, user_text(id.error()));
-    fmt::print("stored as plan {} in {}\n", *id, db_path);
-  }
-  return 0;
+  if (cmd.validate_run.find(',') == std::string::npos)
+    return plan_and_validate(*db, db_path, cmd, run_id, cmd.validate_run, opt, link_name, exp, true).status;
+  return plan_on_series(*db, db_path, cmd, run_id, opt, link_name, exp);
 }
 
 }  // namespace tracr::analysis

@@ -133,7 +133,8 @@ struct PlanCommand {
   bool validate = false, store = true;
   // --validate-on RUN: validate against that run instead of the basis (held
   // out). Unless a link is given, the plan is made for RUN's link: its link
-  // profile as tracr emulates it, else its probe.
+  // profile as tracr emulates it, else its probe. RUN1,RUN2,...: one plan
+  // validated on each, then the MAPE's median and range over them.
   std::string validate_run;
   std::string link;                   // link profile name ("" = the basis run's probe)
   std::optional<double> up_mbit, down_mbit, rtt_ms;  // explicit link figures

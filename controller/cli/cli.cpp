@@ -227,8 +227,9 @@ void add_plan(CLI::App& app, Parsed& p) {
   plan->add_flag("--validate", p.plan.validate, "compare the predictions with the run's measurements");
   plan->add_option("--validate-on", p.plan.validate_run,
                    "held out: compare with another run of the same model and input (planned for its link unless "
-                   "one is given)")
-      ->type_name("RUN|last");
+                   "one is given); RUN1,RUN2,... (a --repeat series): one plan per run, then the MAPE's median "
+                   "and range over them")
+      ->type_name("RUN|last|RUN,...");
   plan->add_flag_function("--no-store", [&p](int64_t) { p.plan.store = false; }, "do not store the plan");
   plan->add_option("--objective", p.plan.plan.objective, "what to minimise or maximise")
       ->type_name("latency|energy|throughput|weighted:W");

@@ -4,6 +4,8 @@
 // another link, constraints and objectives behave, and every plan is stored.
 // The figures themselves (errors, misses) are reported, not asserted: timing
 // on shared CI cores is not a pass/fail criterion.
+#include <fmt/format.h>
+
 #include "system/system_util.hpp"
 
 using namespace tracr::testing;
@@ -275,6 +277,47 @@ TEST(Plan, RecordSegmentsAllTimesEveryHeadAndTailForAPlanOverEverySplit) {
   EXPECT_EQ(b.status, 2) << b.out;
   EXPECT_NE(b.out.find("record.segments"), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("swept"), std::string::npos) << b.out;
+}
+
+// #21: the planner's error over repetitions: a sweep run three times (`run --repeat 3`), planned from the
+// first and validated on each of the others (held out), with the MAPE's median and range over them. The
+// figures are printed, not asserted (they depend on the moment each run was timed).
+TEST(Plan, ValidatedOnARepeatedSeriesReportsTheErrorsMedianAndRange) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "probe:\n  duration_ms: 200\n");
+  y.replace(y.find("split: all"), 10, "split: [0, 5, 22]");
+  y.replace(y.find("repetitions: 1"), 14, "repetitions: 3");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress --repeat 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  ASSERT_EQ(query(db, "select count(*) from runs where status = 'completed'"), "3");
+  auto p = sh(tracrctl() + " plan 1 --validate-on 2,3 --db " + db);
+  ASSERT_EQ(p.status, 0) << p.out;
+  // The first held-out plan whole, the second by its validation line, each stored.
+  EXPECT_NE(p.out.find("* chosen: split"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("validation against run 2 (held out: planned from run 1 alone)"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("validation against run 3 (held out: planned from run 1 alone)"), std::string::npos) << p.out;
+  EXPECT_EQ(query(db, "select group_concat(validation_run) from (select validation_run from plans where basis_run = 1 "
+                      "and validation_run <> 1 order by id)"),
+            "2,3");
+  const size_t at = p.out.find("over 2 held-out runs: latency MAPE median ");
+  ASSERT_NE(at, std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("the chosen split was the measured best in ", at), std::string::npos) << p.out;
+  std::printf("%s\n", p.out.substr(at, p.out.find('\n', at) - at).c_str());
+  // The median lies within the range it prints, and the range is the two runs' own MAPEs.
+  const auto mapes = query_col(db, "select mape_pct from plans where basis_run = 1 and validation_run in (2, 3) "
+                                   "order by mape_pct");
+  ASSERT_EQ(mapes.size(), 2u);
+  EXPECT_NE(p.out.find(fmt::format("(lowest {:.1f} %, highest {:.1f} %)", std::stod(mapes[0]), std::stod(mapes[1])),
+                       at),
+            std::string::npos)
+      << p.out;
+  auto bad = sh(tracrctl() + " plan 1 --validate-on 2,,3 --no-store --db " + db);
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--validate-on: expected runs RUN1,RUN2,..., got '2,,3'"), std::string::npos) << bad.out;
+  auto missing = sh(tracrctl() + " plan 1 --validate-on 2,99 --no-store --db " + db);
+  EXPECT_EQ(missing.status, 2) << missing.out;
+  EXPECT_NE(missing.out.find("--validate-on: "), std::string::npos) << missing.out;
 }
 
 // #21: a SERVER shared by four participants, one frame in flight each, planned from a run with one
