@@ -4,6 +4,7 @@
 // loopback (a real sshd), and the shipped imagefolder_resnet18.yaml template
 // runs across them with its image folder staged to the PARTICIPANT.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -87,6 +88,65 @@ TEST(Walkthrough, SshTestbedRunsTheImageFolderTemplateWithItsFolderStagedToThePa
   EXPECT_EQ(query(db, "select count(*) from events where run_id = 2 and kind = 'file_staged' and message like "
                       "'%already there)'"),
             "1");
+}
+
+
+// Walkthroughs 4 and 5 of the README: their command blocks, read from README.md, run line by line as written
+// (tracrctl on PATH, as the README sets it), in a copy of the project's config/ and scripts/ so that results/
+// is this test's own: the namespace test-bed up, plan_links.yaml swept under three emulated links, the runs
+// listed, the report page with its figures, the summary CSV read by pandas, the test-bed down.
+TEST(Walkthrough, FourAndFiveRunAsWrittenOnTheNamespaceTestbed) {
+  const bool ci = std::getenv("CI") != nullptr;
+  if (geteuid() != 0) {
+    if (ci) FAIL() << "walkthrough 4 needs root on CI";
+    GTEST_SKIP() << "walkthrough 4 needs root (namespaces, tc)";
+  }
+  if (sh("ip netns list | grep -q '^tracr-srv'").status == 0) {
+    if (ci) FAIL() << "namespace tracr-srv exists before the test";
+    GTEST_SKIP() << "the README's test-bed (tracr-srv) is up here; this test would take it down";
+  }
+  TempDir d;
+  const std::string src = TRACR_SOURCE_DIR, dir = d.path.string();
+  ASSERT_EQ(sh("cp -r " + src + "/config " + src + "/scripts " + dir + "/ && mkdir -p " + dir + "/results").status, 0);
+  const std::string readme = slurp_file(fs::path(src) / "README.md");
+  const size_t from = readme.find("**4. Emulated links"), to = readme.find("## Bring your own model");
+  ASSERT_TRUE(from != std::string::npos && to != std::string::npos && from < to);
+  std::vector<std::string> lines;
+  std::istringstream in(readme.substr(from, to - from));
+  bool block = false;
+  for (std::string l; std::getline(in, l);) {
+    if (l.rfind("```", 0) == 0) block = !block;
+    else if (block && !l.empty()) lines.push_back(l);
+  }
+  ASSERT_EQ(lines.size(), 7u) << "walkthroughs 4 and 5 changed: update this test";
+  ASSERT_EQ(lines.front().rfind("bash scripts/netns_testbed.sh up", 0), 0u) << lines.front();
+  ASSERT_EQ(lines.back(), "bash scripts/netns_testbed.sh down");
+  struct Down {
+    std::string cmd;
+    ~Down() { sh(cmd); }
+  } down{"cd " + dir + " && bash scripts/netns_testbed.sh down"};
+  std::string pandas;
+  for (const auto& l : lines) {
+    auto r = sh("cd " + dir + " && PATH=" + std::string(TRACR_BIN_DIR) + ":$PATH " + l);
+    ASSERT_EQ(r.status, 0) << l << "\n" << r.out;
+    if (l.find("pandas") != std::string::npos) pandas = r.out;
+  }
+  const std::string db = dir + "/results/plan_links.db";
+  EXPECT_EQ(query(db, "select group_concat(link || ':' || status, ' ') from (select link, status from runs order by id)"),
+            "3g:completed wifi:completed gigabit:completed");
+  // Each run ended with its plan validated against it.
+  EXPECT_EQ(query(db, "select count(*) from plans where mape_pct is not null and validation_run = basis_run"), "3");
+  const std::string page = slurp_file(fs::path(dir) / "results" / "plan_links.html");
+  EXPECT_NE(page.find("<svg"), std::string::npos);
+  EXPECT_NE(page.find("gigabit"), std::string::npos);
+  for (const char* ext : {".svg", ".pdf", ".csv"})
+    EXPECT_FALSE(sh("ls " + dir + "/results/plan_links_figures/*" + ext).out.empty()) << ext;
+  // pandas read the summary as it is: one column per link, one row per split.
+  for (const char* link : {"3g", "wifi", "gigabit"}) EXPECT_NE(pandas.find(link), std::string::npos) << pandas;
+  EXPECT_NE(pandas.find("\n22 "), std::string::npos) << pandas;
+  // And the test-bed is gone.
+  EXPECT_NE(sh("ip netns list | grep -q '^tracr-srv'").status, 0);
+  std::printf("%s", pandas.c_str());
 }
 
 }  // namespace
