@@ -66,13 +66,13 @@ std::string profile_csv(const std::vector<experiments::LayerProfile>& prof) {
   return o;
 }
 
-// The model, its input, the layers and the per-split estimate as JSON.
 // A split's head and tail timed whole (either may be missing: no head at 0, no tail at N, or refused).
 struct SegmentRow {
   int split = 0;
   std::optional<double> head_ms, tail_ms;
 };
 
+// The model, its input, the layers, the per-split estimate and the segments timed whole as JSON.
 std::string profile_json(const experiments::SplitModel& model, const std::vector<int64_t>& batched, int reps,
                          const std::vector<experiments::LayerProfile>& prof,
                          const std::vector<experiments::SplitEstimate>& splits, const std::vector<SegmentRow>& segs) {
