@@ -405,8 +405,8 @@ void add_models(CLI::App& app, Parsed& p) {
   profile
       ->add_option("--segments", p.profile.segments,
                    "splits whose head and tail are timed whole, as a run executes them: all, none or K1,K2,... "
-                   "(default: a traced model's first, last and 7 between; none for a zoo model, which runs layer by "
-                   "layer)")
+                   "(default: a traced model's first, last and 3 between; none for a zoo model, which runs layer by "
+                   "layer); each timed a third of --reps times after one warm-up")
       ->type_name("all|none|K,...");
   profile->callback([&p] { p.action = [&p] { return cmd_profile(p.profile); }; });
 }

@@ -1,5 +1,6 @@
 // `tracrctl models` and `tracrctl profile`: the model registry and local
 // per-layer profiling (LibTorch builds only).
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cmath>
@@ -116,7 +117,7 @@ bool write_output(const std::string& path, const std::string& text) {
 }
 
 // The splits --segments names: all, none, K1,K2,..., or by default a graph
-// model's first and last split and 7 evenly between (none for a zoo model:
+// model's first and last split and 3 evenly between (none for a zoo model:
 // its frames run layer by layer, so its layer sums are what a segment costs).
 Result<std::vector<int>> segment_splits(const std::string& spec, const experiments::SplitModel& m) {
   const int n = m.num_layers();
@@ -124,8 +125,8 @@ Result<std::vector<int>> segment_splits(const std::string& spec, const experimen
   if (spec == "none" || (spec.empty() && m.execution() == "layers")) return out;
   if (spec == "all" || spec.empty()) {
     const int step = spec == "all" ? 1 : 0;
-    for (int i = 0; i <= (step ? n : 8); ++i) {
-      const int k = step ? i : static_cast<int>(std::lround(i * n / 8.0));
+    for (int i = 0; i <= (step ? n : 4); ++i) {
+      const int k = step ? i : static_cast<int>(std::lround(i * n / 4.0));
       if (out.empty() || out.back() != k) out.push_back(k);
     }
     return out;
@@ -145,15 +146,17 @@ Result<std::vector<int>> segment_splits(const std::string& spec, const experimen
   return out;
 }
 
-// Times the heads and tails at `ks` (each side's warm-up, then --reps runs) and prints them beside the layer
-// sums; refused cuts are named, not timed.
+// Times the heads and tails at `ks` (one warm-up run, then a third of --reps, at least 1: a segment is up to
+// the whole model, so this keeps a large model's profile within a few times its layer profile) and prints
+// them beside the layer sums; refused cuts are named, not timed.
 Result<std::vector<SegmentRow>> print_segments(const experiments::SplitModel& m, const at::Tensor& input,
                                                const std::vector<int>& ks, int reps,
                                                const std::vector<experiments::SplitEstimate>& sums) {
   std::vector<SegmentRow> rows;
   if (ks.empty()) return rows;
   experiments::ProfileOptions po;
-  po.repetitions = reps;
+  po.warmup = 1;
+  po.repetitions = std::max(1, reps / 3);
   auto heads = experiments::profile_segments(m, input, ks, true, po);
   if (!heads) return std::move(heads.error());
   auto tails = experiments::profile_segments(m, input, ks, false, po);
@@ -170,8 +173,8 @@ Result<std::vector<SegmentRow>> print_segments(const experiments::SplitModel& m,
     rows.push_back(r);
   }
   fmt::print("heads and tails timed whole, as a run executes them ({}), at {} of {} splits (--segments all for "
-             "every one), beside the layer sums above (median ms):\n",
-             m.execution(), rows.size(), m.num_layers() + 1);
+             "every one), beside the layer sums above (median ms of {} runs after 1 warm-up):\n",
+             m.execution(), rows.size(), m.num_layers() + 1, po.repetitions);
   std::vector<std::vector<std::string>> t = {{"split", "last head layer", "head_ms", "layer sum", "tail_ms",
                                               "layer sum"}};
   auto cell = [](const std::optional<double>& v) { return v ? fmt::format("{:.3f}", *v) : std::string("-"); };
