@@ -18,6 +18,7 @@
 
 #include "agent/energy.hpp"
 #include "protocol/codec.hpp"
+#include "protocol/stats.hpp"
 #include "settings/config.hpp"
 
 namespace tracr::analysis {
@@ -744,13 +745,20 @@ Status prepare_held_out(ResultsDb& db, int64_t basis, int64_t other, bool link_g
 
 // The run `--validate-on ARG` names (invalid_argument when there is none),
 // prepared as held out when it is not the basis.
-Result<int64_t> resolve_validation_run(ResultsDb& db, const std::string& arg, int64_t basis, bool link_given,
-                                       PlanOptions& opt, std::string& link_name,
-                                       std::optional<settings::ExperimentConfig>& link_defs) {
+// The stored run `--validate-on` names (invalid_argument when there is none).
+Result<int64_t> validation_run_id(ResultsDb& db, const std::string& arg) {
   auto id = run_id_arg(db, arg);
   if (id)
     if (auto r = db.get_run(*id); !r) id = std::move(r.error());
   if (!id) return make_error(Errc::invalid_argument, "--validate-on: " + id.error().message);
+  return id;
+}
+
+Result<int64_t> resolve_validation_run(ResultsDb& db, const std::string& arg, int64_t basis, bool link_given,
+                                       PlanOptions& opt, std::string& link_name,
+                                       std::optional<settings::ExperimentConfig>& link_defs) {
+  auto id = validation_run_id(db, arg);
+  if (!id) return id;
   if (*id != basis) TRACR_TRY(prepare_held_out(db, basis, *id, link_given, opt, link_name, link_defs));
   return *id;
 }
@@ -971,10 +979,7 @@ int plan_on_series(ResultsDb& db, const std::string& db_path, const PlanCommand&
   for (const std::string& r : runs) {
     if (r.empty() || cmd.validate_run.back() == ',')
       return plan_failure(2, fmt::format("--validate-on: expected runs RUN1,RUN2,..., got '{}'", cmd.validate_run));
-    auto id = run_id_arg(db, r);
-    if (id)
-      if (auto row = db.get_run(*id); !row) id = std::move(row.error());
-    if (!id) return plan_failure(2, "--validate-on: " + user_text(id.error()));
+    if (auto id = validation_run_id(db, r); !id) return plan_failure(2, user_text(id.error()));
   }
   std::vector<double> mape;
   int best = 0, judged = 0;
@@ -985,13 +990,10 @@ int plan_on_series(ResultsDb& db, const std::string& db_path, const PlanCommand&
     if (o.miss_pct) judged += 1, best += *o.miss_pct <= 0 ? 1 : 0;
   }
   if (mape.empty()) return 0;
-  std::vector<double> sorted = mape;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t m = sorted.size();
-  const double median = m % 2 ? sorted[m / 2] : (sorted[m / 2 - 1] + sorted[m / 2]) / 2;
+  const double median = protocol::median_of(mape);  // sorts mape
   fmt::print("over {} held-out runs: latency MAPE median {:.1f} % (lowest {:.1f} %, highest {:.1f} %); the chosen "
              "split was the measured best in {} of {}\n",
-             m, median, sorted.front(), sorted.back(), best, judged);
+             mape.size(), median, mape.front(), mape.back(), best, judged);
   return 0;
 }
 
