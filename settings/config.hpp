@@ -154,6 +154,10 @@ struct ExperimentConfig {
   std::string granularity = "module";  // torchscript: cuts at leaf modules, or "node"
   bool optimize = true;                // torchscript: segments optimized for inference
   std::vector<int64_t> input_size;  // per sample, any rank ([C, H, W], [features], [T, D]); empty = the model's default
+  // `input_size` given as a list of sizes: the experiment once per size
+  // (after models, before links and codecs), each a run of its own; empty
+  // for one size. `input_size` holds the first.
+  std::vector<std::vector<int64_t>> input_size_list;
   int64_t num_classes = 0;          // classifier width; 0 = the model's default
   DatasetSpec dataset;
   SplitSpec split;

@@ -283,6 +283,81 @@ void add_model_settings(std::vector<Setting>& t) {
                            [](ExperimentConfig& c) -> bool& { return c.optimize; }));
 }
 
+const char* const kInputSizeWhat =
+    "a positive int n up to 65536 (for [3, n, n]) or a list of 1 to 8 positive ints up to 65536 such as "
+    "[C, H, W], [4] or [T, D] (or 1,28,28)";
+
+// One sample must fit a frame: PROTOCOL.md's 1 GiB of tensor bytes, as
+// float32 (#24: [3, 100000, 100000] was refused without the limit).
+Status input_size_fits(const Ctx& c, const YAML::Node& n, const std::string& key, const std::vector<int64_t>& dims) {
+  constexpr int64_t kMaxValues = (int64_t{1} << 30) / 4;
+  double values = 1;  // at most 8 dims of at most 65536: exact enough in a double
+  for (int64_t d : dims) values *= static_cast<double>(d);
+  if (values <= static_cast<double>(kMaxValues)) return {};
+  return err_at(pos_of(c, n), key,
+                fmt::format("{} is {:.0f} values per sample; expected at most 268435456 (one frame carries at "
+                            "most 1 GiB of tensor bytes, PROTOCOL.md limits, and a value is a 4-byte float32)",
+                            flow_ints(dims), values));
+}
+
+// One input size: an int n ([3, n, n]), a list of ints, or (a scalar with a
+// comma) the `--set input_size=1,28,28` form that profile --input-shape takes.
+Result<std::vector<int64_t>> input_size_of(const Ctx& c, const YAML::Node& n, const std::string& key) {
+  std::vector<int64_t> dims;
+  if (n.IsScalar() && n.Scalar().find(',') != std::string::npos) {
+    std::istringstream parts(n.Scalar());
+    for (std::string part; std::getline(parts, part, ',');) {
+      while (!part.empty() && part.back() == ' ') part.pop_back();
+      const size_t first = part.find_first_not_of(' ');
+      int64_t v = 0;
+      if (first == std::string::npos || !parse_int_text(part.substr(first), &v) || v < 1 || v > 65536)
+        return expected(c, n, key, kInputSizeWhat);
+      dims.push_back(v);
+    }
+    if (dims.size() > 8 || n.Scalar().back() == ',') return expected(c, n, key, kInputSizeWhat);
+  } else if (n.IsScalar()) {
+    auto v = get_int(c, n, key, 1, 65536, kInputSizeWhat);
+    if (!v) return v.error();
+    dims = {3, *v, *v};
+  } else {
+    if (!n.IsSequence() || n.size() == 0 || n.size() > 8) return expected(c, n, key, kInputSizeWhat);
+    for (size_t i = 0; i < n.size(); ++i) {
+      auto v = get_int(c, n[i], fmt::format("{}[{}]", key, i), 1, 65536, "a positive int up to 65536");
+      if (!v) return v.error();
+      dims.push_back(*v);
+    }
+  }
+  TRACR_TRY(input_size_fits(c, n, key, dims));
+  return dims;
+}
+
+// `input_size`: one size, or a list whose elements include a list: a list
+// of input sizes, the experiment once per size, each a run of its own
+// ([[3, 224, 224], [3, 160, 160]] or [[3, 224, 224], 160]; [224, 160]
+// stays one [T, D] shape).
+Status apply_input_size(const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) {
+  cfg.input_size_list.clear();
+  bool of_sizes = false;
+  for (size_t i = 0; n.IsSequence() && i < n.size(); ++i) of_sizes = of_sizes || n[i].IsSequence();
+  if (!of_sizes) {
+    auto dims = input_size_of(c, n, key);
+    if (!dims) return dims.error();
+    cfg.input_size = *dims;
+    return {};
+  }
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string where = fmt::format("{}[{}]", key, i);
+    auto dims = input_size_of(c, n[i], where);
+    if (!dims) return dims.error();
+    if (std::find(cfg.input_size_list.begin(), cfg.input_size_list.end(), *dims) != cfg.input_size_list.end())
+      return err_at(pos_of(c, n[i]), where, "input size " + flow_ints(*dims) + " is listed twice");
+    cfg.input_size_list.push_back(*dims);
+  }
+  cfg.input_size = cfg.input_size_list.front();
+  if (cfg.input_size_list.size() == 1) cfg.input_size_list.clear();
+  return {};
+}
+
 // The settings num_classes .. input_size, in the order they are documented.
 void add_input_settings(std::vector<Setting>& t) {
   t.push_back(int_setting(
@@ -292,71 +367,25 @@ void add_input_settings(std::vector<Setting>& t) {
       "ImageNet models, 10 for fmnist_cnn).",
       0, 1000000, [](ExperimentConfig& c, int64_t v) { c.num_classes = v; },
       [](const ExperimentConfig& c) { return c.num_classes; }));
-  {
-    Setting s;
-    s.info = {"input_size", "int | [int, ...]", "~ (model default)",
-              "Input shape per sample, without the batch: an int n means [3, n, n]; a list of any rank, e.g. "
-              "[C, H, W], [4] (4 features) or [T, D] (a token sequence; synthetic data); `--set` also takes "
-              "1,28,28.",
-              ""};
-    s.nullable = true;
-    s.env_yaml = true;
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      const std::string what =
-          "a positive int n up to 65536 (for [3, n, n]) or a list of 1 to 8 positive ints up to 65536 such as "
-          "[C, H, W], [4] or [T, D] (or 1,28,28)";
-      // One sample must fit a frame: PROTOCOL.md's 1 GiB of tensor bytes, as
-      // float32 (#24: [3, 100000, 100000] was refused without the limit).
-      constexpr int64_t kMaxValues = (int64_t{1} << 30) / 4;
-      auto fits = [&](const std::vector<int64_t>& dims) -> Status {
-        double values = 1;  // at most 8 dims of at most 65536: exact enough in a double
-        for (int64_t d : dims) values *= static_cast<double>(d);
-        if (values <= static_cast<double>(kMaxValues)) return {};
-        return err_at(pos_of(c, n), key,
-                      fmt::format("{} is {:.0f} values per sample; expected at most 268435456 (one frame carries at "
-                                  "most 1 GiB of tensor bytes, PROTOCOL.md limits, and a value is a 4-byte float32)",
-                                  flow_ints(dims), values));
-      };
-      if (n.IsScalar() && n.Scalar().find(',') != std::string::npos) {
-        // The comma form of `--set input_size=1,28,28` (as profile --input-shape takes it).
-        std::vector<int64_t> dims;
-        std::istringstream parts(n.Scalar());
-        for (std::string part; std::getline(parts, part, ',');) {
-          while (!part.empty() && part.back() == ' ') part.pop_back();
-          const size_t first = part.find_first_not_of(' ');
-          int64_t v = 0;
-          if (first == std::string::npos || !parse_int_text(part.substr(first), &v) || v < 1 || v > 65536)
-            return expected(c, n, key, what);
-          dims.push_back(v);
-        }
-        if (dims.size() > 8 || n.Scalar().back() == ',') return expected(c, n, key, what);
-        TRACR_TRY(fits(dims));
-        cfg.input_size = dims;
-        return {};
-      }
-      if (n.IsScalar()) {
-        auto v = get_int(c, n, key, 1, 65536, what);
-        if (!v) return v.error();
-        TRACR_TRY(fits({3, *v, *v}));
-        cfg.input_size = {3, *v, *v};
-        return {};
-      }
-      if (!n.IsSequence() || n.size() == 0 || n.size() > 8) return expected(c, n, key, what);
-      std::vector<int64_t> dims;
-      for (size_t i = 0; i < n.size(); ++i) {
-        auto v = get_int(c, n[i], fmt::format("{}[{}]", key, i), 1, 65536, "a positive int up to 65536");
-        if (!v) return v.error();
-        dims.push_back(*v);
-      }
-      TRACR_TRY(fits(dims));
-      cfg.input_size = dims;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) {
-      return c.input_size.empty() ? std::string("~") : flow_ints(c.input_size);
-    };
-    t.push_back(s);
-  }
+  Setting s;
+  s.info = {"input_size", "int | [int, ...] | [[int, ...], ...]", "~ (model default)",
+            "Input shape per sample, without the batch: an int n means [3, n, n]; a list of any rank, e.g. "
+            "[C, H, W], [4] (4 features) or [T, D] (a token sequence; synthetic data); `--set` also takes "
+            "1,28,28. A list of sizes, [[3, 224, 224], [3, 160, 160]] or [[3, 224, 224], 160], runs the experiment "
+            "once per size, each a run of its own, as a list of models does ([224, 160] stays one [T, D] shape).",
+            ""};
+  s.nullable = true;
+  s.env_yaml = true;
+  s.apply = apply_input_size;
+  s.show = [](const ExperimentConfig& c) {
+    if (!c.input_size_list.empty()) {
+      std::vector<std::string> v;
+      for (const auto& d : c.input_size_list) v.push_back(flow_ints(d));
+      return fmt::format("[{}]", fmt::join(v, ", "));
+    }
+    return c.input_size.empty() ? std::string("~") : flow_ints(c.input_size);
+  };
+  t.push_back(s);
 }
 
 // The settings dataset.type .. dataset.class_names, in the order they are documented.
@@ -1144,8 +1173,10 @@ Status apply_setting(const Ctx& c, const Setting& s, const YAML::Node& n, Experi
     const std::string& nm = s.info.name;
     if (nm == "weights")
       cfg.weights = def.weights;
-    else if (nm == "input_size")
+    else if (nm == "input_size") {
       cfg.input_size.clear();
+      cfg.input_size_list.clear();
+    }
     else if (nm == "dataset.path")
       cfg.dataset.path.clear();
     else if (nm == "dataset.class_names") {

@@ -150,6 +150,11 @@ int cmd_agents_start(const RunOptions& opt) {
                        "model (--set model=ID)\n", cfg->model_list.size());
     return 2;
   }
+  if (!cfg->input_size_list.empty()) {
+    fmt::print(stderr, "tracrctl agents start: input_size: {} sizes given; a detached SERVER serves one: start one "
+                       "per size (--set input_size=C,H,W)\n", cfg->input_size_list.size());
+    return 2;
+  }
   // The same checks as run's before anything starts.
   SessionPrelude pre;
   if (auto s = check_session(*cfg, "agents start", RoleCheck::inference, opt.agent_path, pre); !s) return *s.exit_code;

@@ -106,32 +106,50 @@ std::string model_label(const std::string& model) {
   return std::filesystem::path(model.substr(ts.size())).stem().string();
 }
 
-// A run of a series by what it varies: "model/link/codec", the axes the series has.
-std::string config_name(const RunRow& r, bool by_model, bool by_link, bool by_codec) {
-  std::vector<std::string> parts;
-  if (by_model) parts.push_back(model_label(r.model));
-  if (by_link) parts.push_back(r.link.empty() ? "-" : r.link);
-  if (by_codec) parts.push_back(r.codec);
-  return fmt::format("{}", fmt::join(parts, "/"));
+// An input size as a run name shows it: 3x160x160.
+std::string size_label(const std::vector<int64_t>& dims) {
+  return dims.empty() ? "default" : fmt::format("{}", fmt::join(dims, "x"));
 }
 
-// The split table of several runs (one per model, link profile and/or
-// codec) side by side: the median total per split of each run, its best
-// split marked.
-void print_series_comparison(const std::string& db_path, const std::vector<int64_t>& runs, bool by_model,
-                             bool by_link, bool by_codec) {
+// What a series varies, each run's label in it ("model/size/link/codec",
+// the axes the series has), and the axes in words for the table's title.
+struct SeriesAxes {
+  bool model = false, size = false, link = false, codec = false;
+  std::string label(const ExperimentConfig& one, const std::string& link_name) const {
+    std::vector<std::string> parts;
+    if (model) parts.push_back(model_label(one.model));
+    if (size) parts.push_back(size_label(one.input_size));
+    if (link) parts.push_back(link_name.empty() ? "-" : link_name);
+    if (codec) parts.push_back(one.compression);
+    return fmt::format("{}", fmt::join(parts, "/"));
+  }
+  std::string words() const {
+    std::vector<std::string> axes;
+    if (model) axes.push_back("model");
+    if (size) axes.push_back("input size");
+    if (link) axes.push_back("link profile");
+    if (codec) axes.push_back("codec");
+    if (axes.empty()) return "run";
+    std::string w = axes.back();
+    if (axes.size() >= 2) w = axes[axes.size() - 2] + " and " + w;
+    for (size_t i = axes.size() - 2; axes.size() > 2 && i-- > 0;) w = axes[i] + ", " + w;
+    return w;
+  }
+};
+
+// The split table of several runs (one per model, input size, link profile
+// and/or codec) side by side: the median total per split of each run, its
+// best split marked.
+void print_series_comparison(const std::string& db_path, const std::vector<int64_t>& runs,
+                             const std::vector<std::string>& names, const std::string& what) {
   auto db = ResultsDb::open_readonly(db_path);
   if (!db) return;
-  std::vector<std::string> names;
   std::vector<std::map<int, double>> med(runs.size());
   std::vector<int> best(runs.size(), -1);
   std::set<int> splits;
   size_t width = 12;
   for (size_t i = 0; i < runs.size(); ++i) {
-    auto r = db->get_run(runs[i]);
-    std::string n = r ? config_name(*r, by_model, by_link, by_codec) : "?";
-    width = std::max(width, n.size() + 1);
-    names.push_back(std::move(n));
+    width = std::max(width, names[i].size() + 1);
     auto t = db->split_table(runs[i]);
     if (!t) continue;
     double bv = 0;
@@ -146,13 +164,6 @@ void print_series_comparison(const std::string& db_path, const std::vector<int64
       }
     }
   }
-  std::vector<std::string> axes;
-  if (by_model) axes.push_back("model");
-  if (by_link) axes.push_back("link profile");
-  if (by_codec) axes.push_back("codec");
-  const std::string what = axes.size() == 1 ? axes[0]
-                           : axes.size() == 2 ? axes[0] + " and " + axes[1]
-                                              : axes[0] + ", " + axes[1] + " and " + axes[2];
   fmt::print("\nmedian total ms per split and {} (runs", what);
   for (auto id : runs) fmt::print(" {}", id);
   fmt::print("); * = the run's best split\n{:>7}", "split");
@@ -183,8 +194,8 @@ std::map<int, double> split_medians(ResultsDb& db, int64_t run) {
 // and split, the median over the repetitions of each run's median total,
 // with the lowest and highest, and the spread (highest - lowest) / median.
 // Runs come repetition-major: run i is configuration i % (runs / reps).
-void print_repetition_spread(const std::string& db_path, const std::vector<int64_t>& runs, int reps, bool by_model,
-                             bool by_link, bool by_codec) {
+void print_repetition_spread(const std::string& db_path, const std::vector<int64_t>& runs, int reps,
+                             const std::vector<std::string>& labels) {
   auto db = ResultsDb::open_readonly(db_path);
   if (!db || runs.empty() || runs.size() % static_cast<size_t>(reps) != 0) return;
   const size_t configs = runs.size() / static_cast<size_t>(reps);
@@ -193,8 +204,7 @@ void print_repetition_spread(const std::string& db_path, const std::vector<int64
   std::set<int> splits;
   for (size_t i = 0; i < runs.size(); ++i) {
     const size_t c = i % configs;
-    if (auto r = db->get_run(runs[i]); r && i < configs && (by_model || by_link || by_codec))
-      names[c] = config_name(*r, by_model, by_link, by_codec);
+    if (i < configs && !labels[i].empty()) names[c] = labels[i];
     for (const auto& [k, m] : split_medians(*db, runs[i])) {
       meds[c][k].push_back(m / 1e6);
       splits.insert(k);
@@ -228,69 +238,115 @@ void print_repetition_spread(const std::string& db_path, const std::vector<int64
   std::fputs(align(rows, {0}).c_str(), stdout);
 }
 
-// One run per model, link profile and codec of the experiment's lists
-// (models outer, then links; with --repeat N the whole series N times,
-// repetitions outermost so that drift in the machine's load falls on every
-// configuration alike), then the table comparing them. Every model is
-// checked before the first run starts; a failure or an interruption ends
-// the series.
-int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<int64_t>& runs) {
+// One configuration of a series: the experiment as one run takes it, what
+// the series varies in it (the run's label), and the line announcing it.
+struct SeriesRun {
+  ExperimentConfig cfg;
+  std::string label, what;
+};
+
+// The configurations of the experiment's lists, in run order: models outer,
+// then input sizes, then links, then codecs. Exit code 2 when a codec does
+// not parse (checked when the file was read, so never in practice).
+Result<std::vector<SeriesRun>> series_runs(const ExperimentConfig& cfg, const SeriesAxes& ax) {
   const std::vector<std::string> models = cfg.model_list.empty() ? std::vector<std::string>{cfg.model} : cfg.model_list;
+  const std::vector<std::vector<int64_t>> sizes =
+      cfg.input_size_list.empty() ? std::vector<std::vector<int64_t>>{cfg.input_size} : cfg.input_size_list;
   const std::vector<std::string> links = cfg.link.empty() ? std::vector<std::string>{""} : cfg.link;
   const std::vector<std::string> codecs =
       cfg.compression_list.empty() ? std::vector<std::string>{cfg.compression} : cfg.compression_list;
-  RunOptions one_ro = ro;
-  one_ro.codec_in_name = codecs.size() > 1;
-  one_ro.model_in_name = models.size() > 1;
-  if (models.size() > 1)
-    for (size_t i = 0; i < models.size(); ++i) {
-      ExperimentConfig one = cfg;
-      one.model = models[i];
-      one.model_list.clear();
-      if (auto n = check_experiment_model(one); !n) {
-        fmt::print(stderr, "tracrctl run: model[{}]: {}\n", i, user_text(n.error()));
-        return 2;
-      }
-    }
-  const int reps = std::max(ro.repeat, 1);
-  for (int rep = 1; rep <= reps; ++rep)
+  std::vector<SeriesRun> out;
   for (const auto& model : models)
-  for (const auto& name : links) {
-    for (const auto& codec : codecs) {
-      one_ro.repetition = reps > 1 ? rep : 0;
-      ExperimentConfig one = cfg;
-      one.model = model;
-      one.model_list.clear();
-      if (!name.empty()) one.link = {name};
-      one.compression_list.clear();
-      one.compression = codec;
-      one.codec = protocol::CodecSpec{};  // auto: chosen per split by the participant
-      if (codec != "auto") {
-        auto spec = protocol::CodecSpec::parse(codec);  // checked when the file was read
-        if (!spec) {
-          fmt::print(stderr, "tracrctl run: compression: {}\n", user_text(spec.error()));
+  for (const auto& size : sizes)
+  for (const auto& name : links)
+  for (const auto& codec : codecs) {
+    SeriesRun r{cfg, "", ""};
+    ExperimentConfig& one = r.cfg;
+    one.model = model;
+    one.model_list.clear();
+    one.input_size = size;
+    one.input_size_list.clear();
+    if (!name.empty()) one.link = {name};
+    one.compression_list.clear();
+    one.compression = codec;
+    one.codec = protocol::CodecSpec{};  // auto: chosen per split by the participant
+    if (codec != "auto") {
+      auto spec = protocol::CodecSpec::parse(codec);
+      if (!spec) return make_error(Errc::config, "compression: " + user_text(spec.error()));
+      one.codec = *spec;
+    }
+    std::vector<std::string> what;
+    if (ax.model) what.push_back("model " + model);
+    if (ax.size) what.push_back("input size " + size_label(size));
+    if (!name.empty()) what.push_back("link profile " + name);
+    if (ax.codec || what.empty()) what.push_back("compression " + codec);
+    r.label = ax.label(one, name);
+    r.what = fmt::format("{}", fmt::join(what, ", "));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// One run per model, input size, link profile and codec of the experiment's
+// lists (models outer, then sizes, then links; with --repeat N the whole
+// series N times, repetitions outermost so that drift in the machine's load
+// falls on every configuration alike), then the table comparing them. Every
+// model and size is checked before the first run starts; a failure or an
+// interruption ends the series.
+int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<int64_t>& runs) {
+  SeriesAxes ax;
+  ax.model = !cfg.model_list.empty();
+  ax.size = !cfg.input_size_list.empty();
+  ax.link = !cfg.link.empty();
+  ax.codec = !cfg.compression_list.empty();
+  auto configs = series_runs(cfg, ax);
+  if (!configs) {
+    fmt::print(stderr, "tracrctl run: {}\n", user_text(configs.error()));
+    return 2;
+  }
+  if (ax.model || ax.size) {
+    // Each model at each size, checked before anything starts (a split or a
+    // size one model cannot take is found now, not after the other runs).
+    const size_t nm = std::max<size_t>(cfg.model_list.size(), 1), ns = std::max<size_t>(cfg.input_size_list.size(), 1);
+    for (size_t i = 0; i < nm; ++i)
+      for (size_t j = 0; j < ns; ++j) {
+        ExperimentConfig one = cfg;
+        if (ax.model) one.model = cfg.model_list[i];
+        if (ax.size) one.input_size = cfg.input_size_list[j];
+        one.model_list.clear();
+        one.input_size_list.clear();
+        if (auto n = check_experiment_model(one); !n) {
+          std::vector<std::string> where;
+          if (ax.model) where.push_back(fmt::format("model[{}]", i));
+          if (ax.size) where.push_back(fmt::format("input_size[{}]", j));
+          fmt::print(stderr, "tracrctl run: {}: {}\n", fmt::join(where, ", "), user_text(n.error()));
           return 2;
         }
-        one.codec = *spec;
       }
-      std::vector<std::string> what;
-      if (reps > 1) what.push_back(fmt::format("repetition {} of {}", rep, reps));
-      if (models.size() > 1) what.push_back("model " + model);
-      if (!name.empty()) what.push_back("link profile " + name);
-      if (codecs.size() > 1 || (name.empty() && models.size() == 1)) what.push_back("compression " + codec);
-      fmt::print("\n== {}\n", fmt::join(what, ", "));
+  }
+  RunOptions one_ro = ro;
+  one_ro.codec_in_name = ax.codec;
+  one_ro.model_in_name = ax.model;
+  one_ro.size_in_name = ax.size;
+  const int reps = std::max(ro.repeat, 1);
+  std::vector<std::string> labels;
+  for (int rep = 1; rep <= reps; ++rep)
+    for (const auto& c : *configs) {
+      one_ro.repetition = reps > 1 ? rep : 0;
+      fmt::print("\n== {}{}\n", reps > 1 ? fmt::format("repetition {} of {}, ", rep, reps) : "", c.what);
       std::fflush(stdout);
       int64_t id = 0;
-      const int rc = run_loaded(one_ro, one, &id);
-      if (id > 0) runs.push_back(id);
+      const int rc = run_loaded(one_ro, c.cfg, &id);
+      if (id > 0) {
+        runs.push_back(id);
+        labels.push_back(c.label);
+      }
       if (rc != 0) return rc;
     }
-  }
-  const bool by_model = models.size() > 1, by_link = !links[0].empty(), by_codec = codecs.size() > 1;
   if (reps > 1)
-    print_repetition_spread(cfg.output, runs, reps, by_model, by_link, by_codec);
+    print_repetition_spread(cfg.output, runs, reps, labels);
   else if (runs.size() > 1)
-    print_series_comparison(cfg.output, runs, by_model, by_link, by_codec);
+    print_series_comparison(cfg.output, runs, labels, ax.words());
   return 0;
 }
 
@@ -337,6 +393,7 @@ int run_experiment(const RunOptions& ro) {
     cfg->probe.enabled = true;
     cfg->compression_list.clear();  // a probe sends no frames: one per link is enough
     cfg->model_list.clear();
+    cfg->input_size_list.clear();
     cfg->commands.clear();
     if (ro.in_process) {
       fmt::print(stderr, "tracrctl link probe: an in-process run has no link to probe\n");
@@ -347,11 +404,13 @@ int run_experiment(const RunOptions& ro) {
     fmt::print("{}", format_settings(*cfg));
     return 0;
   }
-  // Lists of models, link profiles and/or codecs: the experiment once with
-  // each model, under each link and codec (models outer, then links), one run each.
+  // Lists of models, input sizes, link profiles and/or codecs: the
+  // experiment once with each model at each size, under each link and codec
+  // (models outer, then sizes, then links), one run each.
   if (int rc = check_report_path(ro.report)) return rc;
   std::vector<int64_t> runs;
-  if (cfg->link.size() > 1 || !cfg->compression_list.empty() || !cfg->model_list.empty() || ro.repeat > 1) {
+  if (cfg->link.size() > 1 || !cfg->compression_list.empty() || !cfg->model_list.empty() ||
+      !cfg->input_size_list.empty() || ro.repeat > 1) {
     const int rc = run_series(ro, *cfg, runs);
     return write_run_report(ro, cfg->output, runs, rc);
   }
@@ -470,6 +529,7 @@ SessionStep RunSession::shape_link() {
 SessionStep RunSession::open_row() {
   std::string name = ro_.probe_only ? cfg_.name + " (link probe)" : cfg_.name;
   if (ro_.model_in_name) name += "/" + model_label(cfg_.model);
+  if (ro_.size_in_name) name += "/" + size_label(cfg_.input_size);
   if (link_) name += "@" + link_->name;
   if (ro_.codec_in_name) name += "/" + cfg_.compression;
   if (ro_.repetition > 0) name += fmt::format("#{}", ro_.repetition);

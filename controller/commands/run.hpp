@@ -28,6 +28,7 @@ struct RunOptions {
   std::vector<std::string> sets;  // --set key=value overrides, applied after the file and TRACR_* variables
   bool codec_in_name = false;     // a run of a codec series: its name ends in "/CODEC" (NAME@LINK/CODEC)
   bool model_in_name = false;     // a run of a model series: "/MODEL" follows its name (NAME/MODEL@LINK/CODEC)
+  bool size_in_name = false;      // a run of an input-size series: "/CxHxW" follows (NAME/MODEL/3x160x160@LINK/CODEC)
   std::string report;             // --report FILE.html: the report of the runs, written when every one completed
   int repeat = 1;                 // --repeat N: the whole series N times, each repetition's runs named "#k"
   int repetition = 0;             // this run's repetition (1-based; 0 = not repeated)

@@ -631,6 +631,11 @@ int cmd_train(const TrainOptions& ro) {
                        "training takes one\n", cfg.compression_list.size());
     return 2;
   }
+  if (!cfg.input_size_list.empty()) {
+    fmt::print(stderr, "tracrctl train: input_size: {} sizes given; a list repeats `tracrctl run` once per size, "
+                       "training takes one\n", cfg.input_size_list.size());
+    return 2;
+  }
   TrainSession session(ro, cfg);
   return session.run();
 }

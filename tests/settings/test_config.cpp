@@ -759,6 +759,39 @@ TEST(ExperimentConfig, ModelListKeepsEachModelAndRefusesRepeatsAndOneWeightsFile
       << weights.message;
 }
 
+// `input_size` takes a list of sizes (#20: a sweep over input sizes needed
+// one experiment file per size); a list of ints stays one shape.
+TEST(ExperimentConfig, InputSizeListKeepsEachSizeAndOneShapeStaysOne) {
+  auto ok = parse_experiment("model: alexnet\ninput_size: [[3, 64, 64], 32, [1, 28, 28]]\n", "exp.yaml", false);
+  ASSERT_TRUE(ok.ok()) << ok.error().str();
+  EXPECT_EQ(ok->input_size_list,
+            (std::vector<std::vector<int64_t>>{{3, 64, 64}, {3, 32, 32}, {1, 28, 28}}));
+  EXPECT_EQ(ok->input_size, (std::vector<int64_t>{3, 64, 64}));  // the first, until the series sets each
+  EXPECT_NE(format_settings(*ok).find("[[3, 64, 64], [3, 32, 32], [1, 28, 28]]"), std::string::npos)
+      << format_settings(*ok);
+  auto shape = parse_experiment("model: alexnet\ninput_size: [16, 64]\n", "exp.yaml", false);
+  ASSERT_TRUE(shape.ok());
+  EXPECT_TRUE(shape->input_size_list.empty());
+  EXPECT_EQ(shape->input_size, (std::vector<int64_t>{16, 64}));
+  auto single = parse_experiment("model: alexnet\ninput_size: [[3, 48, 48]]\n", "exp.yaml", false);
+  ASSERT_TRUE(single.ok());
+  EXPECT_TRUE(single->input_size_list.empty());
+  EXPECT_EQ(single->input_size, (std::vector<int64_t>{3, 48, 48}));
+  // A later layer (--set) with one size replaces the list.
+  auto set = parse_experiment("model: alexnet\ninput_size: [[3, 64, 64], 32]\n", "exp.yaml", false, {"input_size=1,28,28"});
+  ASSERT_TRUE(set.ok()) << set.error().str();
+  EXPECT_TRUE(set->input_size_list.empty());
+  EXPECT_EQ(set->input_size, (std::vector<int64_t>{1, 28, 28}));
+  Error twice = experiment_error("model: alexnet\ninput_size: [[3, 32, 32], 64, 32]\n");
+  EXPECT_NE(twice.message.find("exp.yaml:2:31: input_size[2]: input size [3, 32, 32] is listed twice"),
+            std::string::npos)
+      << twice.message;
+  Error bad = experiment_error("model: alexnet\ninput_size: [[3, 32, 32], [3, 0, 5]]\n");
+  EXPECT_NE(bad.message.find("input_size[1][1]"), std::string::npos) << bad.message;
+  Error huge = experiment_error("model: alexnet\ninput_size: [[3, 32, 32], [3, 65536, 65536]]\n");
+  EXPECT_NE(huge.message.find("values per sample"), std::string::npos) << huge.message;
+}
+
 TEST(ExperimentConfig, MissingFileIsIoError) {
   TempDir dir;
   auto r = load_experiment(dir.file("missing.yaml"));

@@ -154,6 +154,41 @@ TEST(RunLocal, AModelListTimesACodecListIsOneRunEachAndOneTable) {
   EXPECT_FALSE(std::filesystem::exists(db2)) << "nothing started, so no database";
 }
 
+// A list of input sizes runs the experiment once per size, after models
+// and before codecs, each run named after its size, then one table (#20).
+// Every size is checked before the first run: one that the model cannot
+// take is refused naming the list entry, before any database exists.
+TEST(RunLocal, AnInputSizeListIsOneRunPerSizeAndOneTable) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n");
+  y.replace(y.find("input_size: [3, 64, 64]"), 23, "input_size: [[3, 64, 64], 96]");
+  y.replace(y.find("split: all"), 10, "split: [0, 5]");
+  y.replace(y.find("compression: blosc-lz4"), 22, "compression: [none, fp16]");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select group_concat(name || ' ' || codec, ',') from runs order by id"),
+            "system/3x64x64/none none,system/3x64x64/fp16 fp16,system/3x96x96/none none,system/3x96x96/fp16 fp16");
+  EXPECT_EQ(query(db, "select count(*) from frames where ok = 0"), "0");
+  // Each run carries its own size: its frames' wire bytes at split 0 are the
+  // raw input, 3 x H x W float32 values.
+  EXPECT_EQ(query(db, "select group_concat(raw_bytes, ',') from (select distinct run_id, raw_bytes from frames "
+                      "where split = 0 order by run_id)"),
+            "49152,49152,110592,110592");
+  EXPECT_NE(r.out.find("== input size 3x96x96, compression fp16"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("median total ms per split and input size and codec (runs 1 2 3 4)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("3x96x96/fp16"), std::string::npos) << r.out;
+  // AlexNet's pooling cannot take 32 x 32: refused before anything runs.
+  const std::string db2 = (d.path / "r2.db").string();
+  std::string bad = small_experiment(db2, "probe:\n  enabled: false\n");
+  bad.replace(bad.find("input_size: [3, 64, 64]"), 23, "input_size: [[3, 64, 64], [3, 32, 32]]");
+  auto refused = sh(tracrctl() + " run " + d.file("bad.yaml", bad) + " --no-progress");
+  EXPECT_EQ(refused.status, 2) << refused.out;
+  EXPECT_NE(refused.out.find("tracrctl run: input_size[1]: "), std::string::npos) << refused.out;
+  EXPECT_FALSE(std::filesystem::exists(db2)) << "nothing started, so no database";
+}
+
 TEST(RunLocal, InProcessMatchesNetworkedNumerics) {
   TempDir d;
   const std::string db = (d.path / "r.db").string();
