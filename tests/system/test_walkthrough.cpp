@@ -148,5 +148,50 @@ TEST(Walkthrough, FourAndFiveRunAsWrittenOnTheNamespaceTestbed) {
   std::printf("%s", pandas.c_str());
 }
 
+// "Bring your own model": the README's three lines in a copy of the
+// project, the export and the image folder as written, the run as written
+// but for a shorter sweep (3 of ResNet-50's 176 cuts, 2 images, 1
+// repetition: the whole sweep takes minutes).
+TEST(Walkthrough, BringYourOwnModelRunsAsWritten) {
+  TempDir d;
+  const std::string src = TRACR_SOURCE_DIR, dir = d.path.string();
+  ASSERT_EQ(sh("cp -r " + src + "/config " + src + "/scripts " + dir + "/ && mkdir -p " + dir + "/results").status, 0);
+  const std::string readme = slurp_file(fs::path(src) / "README.md");
+  const size_t from = readme.find("## Bring your own model"), to = readme.find("`export_model.py` takes");
+  ASSERT_TRUE(from != std::string::npos && to != std::string::npos && from < to);
+  std::vector<std::string> lines;
+  std::istringstream in(readme.substr(from, to - from));
+  bool block = false;
+  for (std::string l; std::getline(in, l);) {
+    if (l.rfind("```", 0) == 0) block = !block;
+    else if (block && !l.empty()) lines.push_back(l.substr(0, l.find("  #")));  // the command, not its comment
+  }
+  ASSERT_EQ(lines.size(), 3u) << "the Bring your own model lines changed: update this test";
+  ASSERT_EQ(lines[2].rfind("tracrctl run config/experiments/exported_resnet50.yaml", 0), 0u) << lines[2];
+  lines[2] += " --set 'split=[0, 88, 175]' --set dataset.max_samples=2 --set repetitions=1 --no-progress";
+  std::string out;
+  for (const auto& l : lines) {
+    auto r = sh("cd " + dir + " && PATH=" + std::string(TRACR_BIN_DIR) + ":$PATH " + l);
+    ASSERT_EQ(r.status, 0) << l << "\n" << r.out;
+    out += r.out;
+  }
+  EXPECT_TRUE(fs::exists(dir + "/results/resnet50.pt"));
+  // The preset the weights expect, which the template's dataset lines repeat.
+  const std::string preset = slurp_file(fs::path(dir) / "results" / "resnet50.preset.yaml");
+  EXPECT_NE(preset.find("resize_size: 232"), std::string::npos) << preset;
+  const std::string db = dir + "/results/tracr.db";
+  EXPECT_EQ(query(db, "select model || ' ' || status from runs"), "torchscript:results/resnet50.pt completed");
+  // 3 splits x 2 images, after one warm-up frame per split; each a class
+  // named from ImageNet's list (the traced graph's logits get a zoo model's
+  // post-processing), the label read from the image folder.
+  EXPECT_EQ(query(db, "select count(*) || ' ' || count(distinct split) || ' ' || sum(ok) || ' ' || count(result) || ' ' || "
+                      "count(label) from frames where warmup = 0"),
+            "6 3 6 6 6");
+  EXPECT_EQ(query(db, "select count(*) from frames where warmup = 0 and result not like '%:%'"), "0");
+  // Cut 88 is named by its module path, and the run was planned.
+  EXPECT_NE(query(db, "select count(*) from layer_profiles where name like 'layer%.%'"), "0");
+  EXPECT_NE(out.find("* chosen: split"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace tracr::testing
