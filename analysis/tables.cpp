@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/text.hpp"
+#include "protocol/stats.hpp"
 #include "store/export.hpp"
 
 namespace tracr::analysis {
@@ -124,6 +125,40 @@ int lowest_median_split(const std::vector<SplitSummary>& rows) {
 
 }  // namespace
 
+std::string format_phase_table(const std::vector<FrameRecord>& frames) {
+  bool commanded = false;
+  for (const auto& f : frames) commanded = commanded || f.policy == "command";
+  if (!commanded) return {};
+  std::vector<const FrameRecord*> timed;
+  for (const auto& f : frames)
+    if (!f.warmup && f.ok) timed.push_back(&f);
+  std::stable_sort(timed.begin(), timed.end(), [](const FrameRecord* a, const FrameRecord* b) {
+    return a->participant != b->participant ? a->participant < b->participant : a->frame < b->frame;
+  });
+  std::vector<std::vector<std::string>> rows = {
+      {"participant", "frames", "split", "codec", "policy", "n", "median ms", "p95 ms", "last 8 median ms"}};
+  for (size_t i = 0; i < timed.size();) {
+    const FrameRecord& a = *timed[i];
+    size_t j = i;
+    std::vector<int64_t> totals;
+    while (j < timed.size() && timed[j]->participant == a.participant && timed[j]->split == a.split &&
+           timed[j]->codec == a.codec && timed[j]->policy == a.policy)
+      totals.push_back(timed[j++]->total_ns);
+    std::vector<int64_t> last(totals.end() - static_cast<std::ptrdiff_t>(std::min<size_t>(8, totals.size())),
+                              totals.end());
+    const int64_t first_frame = a.frame, last_frame = timed[j - 1]->frame;
+    const size_t n = totals.size();
+    const double med = protocol::median_of(totals), p95 = protocol::p95_of(totals);
+    rows.push_back({a.participant.empty() ? "-" : a.participant, fmt::format("{}-{}", first_frame, last_frame),
+                    std::to_string(a.split), a.codec, a.policy, std::to_string(n), fmt::format("{:.3f}", med / 1e6),
+                    fmt::format("{:.3f}", p95 / 1e6), fmt::format("{:.3f}", protocol::median_of(last) / 1e6)});
+    i = j;
+  }
+  return "\nphases in time order: a command changed the split or codec during the run, so the table above\n"
+         "pools frames of different times and conditions; compare these instead\n" +
+         align(rows, {0, 1, 3, 4});
+}
+
 std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide,
                                const std::map<int, std::string>& cut_names) {
   bool labels = false;
@@ -185,7 +220,21 @@ Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out, bool wid
   }
   auto names = cut_names(db, run_id);
   if (!names) return names.error();
-  std::fputs(format_split_table(*rows, wide, *names).c_str(), out);
+  std::string table = format_split_table(*rows, wide, *names);
+  auto frames = db.frames(run_id);
+  if (!frames) return frames.error();
+  const std::string phases = format_phase_table(*frames);
+  if (!phases.empty()) {
+    // The star compares splits that ran at different times (#21: after a
+    // throttle, the split run before it read as the lowest).
+    const std::string star = "* lowest median total time: split ";
+    if (auto at = table.find(star); at != std::string::npos) {
+      const size_t eol = table.find('\n', at);
+      table.insert(eol, " (pooled over the whole run; see the phases below)");
+    }
+    table += phases;
+  }
+  std::fputs(table.c_str(), out);
   // Per split and codec (set_codec commands and compression: auto give a
   // split several), with the sample counts behind each figure.
   std::string lines;

@@ -31,4 +31,11 @@ Status print_energy_table(store::ResultsDb& db, int64_t run_id, std::FILE* out =
 std::string format_split_table(const std::vector<store::SplitSummary>& rows, bool wide = false,
                                const std::map<int, std::string>& cut_names = {});
 
+// When a command changed the split or codec during the run (an adaptive
+// switch, `commands:`), the timed frames in time order, per participant, cut
+// into phases of one split, codec and policy: frame range, count, median and
+// p95 total, and the median of the phase's last 8 frames (the conditions a
+// switch at its end saw). "" when every frame ran as the sweep planned.
+std::string format_phase_table(const std::vector<store::FrameRecord>& frames);
+
 }  // namespace tracr::analysis

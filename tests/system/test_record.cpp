@@ -11,6 +11,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "system/system_util.hpp"
@@ -212,6 +213,35 @@ TEST(Record, CommandsChangeSplitAndCodecMidRun) {
             std::string::npos);
   // The split table groups frames by the split they ran at.
   EXPECT_EQ(query(db, "select group_concat(split) from summaries"), "2,9");
+  // The splits ran at different times, so the table's best split says it is
+  // pooled, and the phases follow in time order (#21): split 2 as swept,
+  // then 9, then 9 in fp16, with their frame ranges and counts.
+  EXPECT_NE(r.out.find("(pooled over the whole run; see the phases below)"), std::string::npos) << r.out;
+  const size_t ph = r.out.find("phases in time order");
+  ASSERT_NE(ph, std::string::npos) << r.out;
+  std::istringstream lines(r.out.substr(ph));
+  std::vector<std::vector<std::string>> phases;
+  std::string line;
+  while (std::getline(lines, line) && line.rfind("participant  frames", 0) != 0) {
+  }  // the title, to the header
+  while (std::getline(lines, line) && line.rfind("participant ", 0) == 0) {
+    std::istringstream w(line);
+    std::vector<std::string> cells;
+    for (std::string c; w >> c;) cells.push_back(c);
+    phases.push_back(cells);
+  }
+  ASSERT_EQ(phases.size(), 3u) << r.out.substr(ph);
+  auto expect_phase = [&](size_t i, int64_t from, int64_t to, const char* split, const char* codec, const char* policy) {
+    ASSERT_GE(phases[i].size(), 9u);
+    EXPECT_EQ(phases[i][1], std::to_string(from) + "-" + std::to_string(to));
+    EXPECT_EQ(phases[i][2], split);
+    EXPECT_EQ(phases[i][3], codec);
+    EXPECT_EQ(phases[i][4], policy);
+    EXPECT_EQ(phases[i][5], std::to_string(to - from + 1));
+  };
+  expect_phase(0, 1, split_at - 1, "2", "none", "sweep");
+  expect_phase(1, split_at, codec_at - 1, "9", "none", "command");
+  expect_phase(2, codec_at, 24, "9", "fp16", "command");
 }
 
 TEST(Record, FullDiskKeepsTheCauseAndEveryReceivedFrame) {
