@@ -6,6 +6,12 @@
 //     checks that head-then-tail equals the unsplit module at every cut (the
 //     crossing values recorded by chaining segments, then every tail) and
 //     prints one tab-separated row: cuts, refused cuts, max abs diff, pass.
+//   tracr_graph_bench check-opt FILE SIDE [DEVICE]
+//     The same file with optimize true, at the cuts 0, N/4, N/2, 3N/4 and N
+//     (a refused cut: the next usable one): head then tail against the
+//     unsplit module. Prints: cuts checked, the largest difference relative
+//     to the output's largest magnitude, whether every 2-D output's argmax
+//     (the class) is equal, pass (relative difference <= 1e-3, argmax equal).
 //   tracr_graph_bench speed FILE SIDE [REPS [DEVICE]]
 //     Optimized graph (optimize true) at one thread: the unsplit graph, and
 //     head + tail at the middle cut; warm-up, then the median of REPS rounds,
@@ -102,6 +108,54 @@ int check(const std::string& file, int64_t side, const std::string& device) {
   return worst == 0 ? 0 : 1;
 }
 
+int check_optimized(const std::string& file, int64_t side, const std::string& device) {
+  torch::NoGradGuard ng;
+  torch::manual_seed(1);
+  const at::Tensor x = torch::rand({1, 3, side, side}).to(c10::Device(device));
+  auto mod = torch::jit::load(file, c10::Device(device));
+  mod.eval();
+  const auto ref = leaves(mod.forward({x}));
+  ex::ModelConfig cfg;
+  cfg.input_shape = {3, side, side};
+  cfg.device = device;
+  cfg.optimize = true;
+  auto m = ex::create_model("torchscript:" + file, cfg);
+  if (!m) {
+    std::printf("0\tnan\t-\tFAIL (%s)\n", m.error().message.c_str());
+    return 1;
+  }
+  const int n = (*m)->num_layers();
+  std::vector<int> cuts;
+  for (int k : {0, n / 4, n / 2, 3 * n / 4, n}) {
+    while (k < n && !(*m)->split_refusal(k).empty()) ++k;
+    if (cuts.empty() || cuts.back() != k) cuts.push_back(k);
+  }
+  double worst = 0;
+  bool argmax_equal = true;
+  for (int k : cuts) {
+    auto head = (*m)->run(0, k, ex::SplitModel::input_bundle(x));
+    auto tail = head ? (*m)->run(k, n, *head) : head;
+    if (!tail) {
+      std::printf("%zu\tnan\t-\tFAIL (split %d: %s)\n", cuts.size(), k, tail.error().message.c_str());
+      return 1;
+    }
+    if (tail->size() != ref.size()) {
+      std::printf("%zu\tnan\t-\tFAIL (split %d: %zu outputs, expected %zu)\n", cuts.size(), k, tail->size(),
+                  ref.size());
+      return 1;
+    }
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const at::Tensor got = (*tail)[i].tensor.to(torch::kDouble), want = ref[i].to(torch::kDouble);
+      const double scale = want.abs().max().item<double>() + 1e-12;
+      worst = std::max(worst, (got - want).abs().max().item<double>() / scale);
+      if (want.dim() == 2) argmax_equal = argmax_equal && torch::equal(got.argmax(1), want.argmax(1));
+    }
+  }
+  const bool pass = worst <= 1e-3 && argmax_equal;
+  std::printf("%zu\t%.2g\t%s\t%s\n", cuts.size(), worst, argmax_equal ? "equal" : "DIFFERS", pass ? "pass" : "FAIL");
+  return pass ? 0 : 1;
+}
+
 template <class F>
 double time_ms(F&& f) {
   const auto a = std::chrono::steady_clock::now();
@@ -175,12 +229,13 @@ int speed(const std::string& file, int64_t side, int reps, const std::string& de
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: tracr_graph_bench check FILE SIDE [DEVICE] | speed FILE SIDE [REPS [DEVICE]]\n");
+    std::fprintf(stderr, "usage: tracr_graph_bench check|check-opt FILE SIDE [DEVICE] | speed FILE SIDE [REPS [DEVICE]]\n");
     return 2;
   }
   const std::string mode = argv[1];
   const int64_t side = std::stoll(argv[3]);
   if (mode == "check") return check(argv[2], side, argc > 4 ? argv[4] : "cpu");
+  if (mode == "check-opt") return check_optimized(argv[2], side, argc > 4 ? argv[4] : "cpu");
   if (mode == "speed") return speed(argv[2], side, argc > 4 ? std::stoi(argv[4]) : 20, argc > 5 ? argv[5] : "cpu");
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
