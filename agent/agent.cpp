@@ -265,7 +265,7 @@ Status answer_probe(Server& server, const std::string& peer, const Frame& f) {
 int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHandler>& tail) {
   zmq::context_t ctx(1);
   ChannelOptions co;
-  co.role = "SERVER";
+  co.role = std::string(role_name(AgentRole::server));
   co.security.encrypt = opt.encrypt;
   co.security.x25519 = opt.x25519;
   co.security.secret = opt.secret;
@@ -296,7 +296,7 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     raw_ep = raw.get(zmq::sockopt::last_endpoint);
     raw_thread = std::thread([&] { raw_ack_loop(raw, stop); });
   }
-  std::map<std::string, std::string> ready{{"role", "SERVER"}, {"endpoint", (*server)->endpoint()},
+  std::map<std::string, std::string> ready{{"role", std::string(role_name(AgentRole::server))}, {"endpoint", (*server)->endpoint()},
                                            {"cipher", opt.encrypt ? "aes-256-gcm" : "none"}};
   if (!raw_ep.empty()) ready["raw"] = raw_ep;
   if (tail) {

@@ -25,21 +25,25 @@ constexpr const char* kAgentFooter =
     "is still running MS later).\n"
     "Exit status: 0 done, 2 usage or configuration error, 3 internal error, 4 the controller went silent.";
 
-// The checks that span several options (which role needs what).
-Status check_agent_options(const AgentOptions& o) {
+// The role from --role, and the checks that span several options (which
+// role needs what).
+Status check_agent_options(AgentOptions& o) {
   if (o.list_meters) return {};
-  if (o.role != "SERVER" && o.role != "PARTICIPANT" && o.role != "TRAIN_WORKER" && o.role != "TRAIN_OWNER")
+  auto role = parse_role(o.role_arg);
+  if (!role)
     return make_error(Errc::invalid_argument,
-                      "--role must be SERVER, PARTICIPANT, TRAIN_WORKER or TRAIN_OWNER, got '" + o.role + "'");
-  if ((o.role == "TRAIN_WORKER" || o.role == "TRAIN_OWNER") && !o.config_from_stdin && o.experiment_file.empty())
-    return make_error(Errc::invalid_argument, o.role + " needs an experiment: --config stdin or --experiment FILE");
-  if (o.role == "TRAIN_WORKER" && o.train_segments.empty())
+                      "--role must be SERVER, PARTICIPANT, TRAIN_WORKER or TRAIN_OWNER, got '" + o.role_arg + "'");
+  o.role = *role;
+  const std::string name(role_name(o.role));
+  if (is_training(o.role) && !o.config_from_stdin && o.experiment_file.empty())
+    return make_error(Errc::invalid_argument, name + " needs an experiment: --config stdin or --experiment FILE");
+  if (o.role == AgentRole::train_worker && o.train_segments.empty())
     return make_error(Errc::invalid_argument, "TRAIN_WORKER needs --segments LIST (the segments it holds)");
-  if ((o.role == "TRAIN_WORKER" || o.role == "TRAIN_OWNER") && o.run_tag.empty())
-    return make_error(Errc::invalid_argument, o.role + " needs --run-tag TAG (its checkpoint directory)");
+  if (is_training(o.role) && o.run_tag.empty())
+    return make_error(Errc::invalid_argument, name + " needs --run-tag TAG (its checkpoint directory)");
   if (o.config_from_stdin && !o.experiment_file.empty())
     return make_error(Errc::invalid_argument, "--config stdin and --experiment FILE exclude each other");
-  if (o.role == "PARTICIPANT") {
+  if (o.role == AgentRole::participant) {
     if (!o.config_from_stdin && o.experiment_file.empty())
       return make_error(Errc::invalid_argument, "PARTICIPANT needs an experiment: --config stdin or --experiment FILE");
     if (o.connect.empty() && !o.in_process)
@@ -53,7 +57,7 @@ void build_agent_app(CLI::App& app, AgentOptions& o, bool& version) {
   using namespace cli;
   app.footer(kAgentFooter);
   app.add_flag("--version", version, "print the agent and protocol versions and exit");
-  app.add_option("--role", o.role, "SERVER | PARTICIPANT | TRAIN_WORKER | TRAIN_OWNER")->type_name("ROLE");
+  app.add_option("--role", o.role_arg, "SERVER | PARTICIPANT | TRAIN_WORKER | TRAIN_OWNER")->type_name("ROLE");
   app.add_flag("--meters", o.list_meters, "list the energy meters found here and exit");
   app.add_option("--bind", o.bind, "SERVER/TRAIN_WORKER: data endpoint to bind (default tcp://127.0.0.1:0)")
       ->type_name("EP");

@@ -33,15 +33,15 @@ HwIdentity agent_hw_identity(const AgentOptions& o) {
 
 int run_role(const AgentOptions& opt, ControlOut& ctl) {
   if (!opt.experiment) {
-    if (opt.role != "SERVER") {
+    if (opt.role != AgentRole::server) {
       ctl.send("FAIL", {{"error", "PARTICIPANT needs a model"}});
       return 2;
     }
     return serve(opt, ctl, nullptr);
   }
 #if TRACR_WITH_TORCH
-  if (opt.role == "TRAIN_WORKER") return run_train_worker(opt, ctl);
-  if (opt.role == "TRAIN_OWNER") return run_train_owner(opt, ctl);
+  if (opt.role == AgentRole::train_worker) return run_train_worker(opt, ctl);
+  if (opt.role == AgentRole::train_owner) return run_train_owner(opt, ctl);
   return run_model_role(opt, ctl);
 #else
   ctl.send("FAIL", {{"error", "this tracr-agent was built without LibTorch (TRACR_WITH_TORCH=OFF): no models"}});

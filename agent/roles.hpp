@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/agent_role.hpp"
 #include "agent/control.hpp"
 #include "agent/energy.hpp"
 #include "agent/record.hpp"
@@ -23,7 +24,8 @@
 namespace tracr::agent {
 
 struct AgentOptions {
-  std::string role;                 // SERVER | PARTICIPANT
+  std::string role_arg;             // --role as given; check_agent_options sets `role` from it
+  AgentRole role = AgentRole::server;
   std::string bind = "tcp://127.0.0.1:0";
   std::string raw_bind;             // SERVER: raw ZeroMQ ack socket (benchmark baseline)
   std::string connect;              // PARTICIPANT: the SERVER's data endpoint

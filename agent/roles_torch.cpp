@@ -92,7 +92,7 @@ HwIdentity hw_identity(const AgentOptions& o, const ex::SplitModel& m) {
   return h;
 }
 
-std::string side_of(const AgentOptions& o) { return o.role == "SERVER" ? "server" : "participant"; }
+std::string side_of(const AgentOptions& o) { return o.role == AgentRole::server ? "server" : "participant"; }
 
 // Which BLAS this process loaded (LibTorch's matrix products: linear layers,
 // attention), from /proc/self/maps; "" when none is a separate library (a
@@ -175,7 +175,7 @@ Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m
     if (p.peak_rss_delta_bytes >= 0) r.peak_mem_bytes = p.peak_rss_delta_bytes;  // -1: not measurable here
     r.hw_id = hw_id;
     auto fields = to_control(r);
-    fields["role"] = o.role;
+    fields["role"] = std::string(role_name(o.role));
     ctl.send("PROFILE", fields);
   }
   return {};
@@ -204,7 +204,7 @@ Status profile_segments(const AgentOptions& o, const settings::ExperimentConfig&
     for (int k = 0; k <= m.num_layers(); ++k) splits.push_back(k);  // refused cuts are skipped
   else
     splits = sweep_splits(c, m);
-  auto segs = ex::profile_segments(m, profile_input(m, c.batch_size), splits, o.role != "SERVER", po);
+  auto segs = ex::profile_segments(m, profile_input(m, c.batch_size), splits, o.role != AgentRole::server, po);
   if (!segs) return std::move(segs.error());
   const std::string fp = model_fingerprint(m);
   const std::string shape = fmt::format("{}", fmt::join(s, ","));
@@ -300,7 +300,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
       }
     }
   }
-  if (o.role == "SERVER") {
+  if (o.role == AgentRole::server) {
     auto mt = std::make_unique<ModelTail>(model, to_control(hw_identity(o, *model)));
     mt->set_energy(energy.get());
     std::unique_ptr<TailHandler> tail = std::move(mt);
@@ -315,7 +315,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     link = std::make_unique<InProcessLink>(std::make_unique<TailExecutor>(model), o.encrypt);
   } else {
     ChannelOptions co;
-    co.role = "PARTICIPANT";
+    co.role = std::string(role_name(AgentRole::participant));
     co.security.encrypt = o.encrypt;
     co.security.x25519 = o.x25519;
     co.security.secret = o.secret;
@@ -343,7 +343,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
   ParticipantSpec ps = participant_spec(cfg, *model);
   ps.run_start = std::chrono::steady_clock::now();
   const HwIdentity hw = hw_identity(o, *model);
-  ctl.send("READY", ready_fields({{"role", "PARTICIPANT"},
+  ctl.send("READY", ready_fields({{"role", std::string(role_name(AgentRole::participant))},
                                   {"model", model->name()},
                                   {"layers", std::to_string(model->num_layers())},
                                   {"link", o.in_process ? "in-process"

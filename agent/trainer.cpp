@@ -142,7 +142,7 @@ class TrainWorker : public TailHandler {
     for (const auto& [i, seg] : segs_) sp += fmt::format("{}{}={}", sp.empty() ? "" : ",", i, seg->num_params());
     f["seg_params"] = sp;
     f["layers"] = std::to_string(model_->num_layers());
-    f["role"] = "TRAIN_WORKER";
+    f["role"] = std::string(role_name(AgentRole::train_worker));
     return f;
   }
   std::string describe() const override {
@@ -375,7 +375,7 @@ Status Owner::setup(zmq::context_t& ctx) {
   for (const auto& [seg, ep] : remote) {
     if (clients_.count(ep)) continue;
     ChannelOptions co;
-    co.role = "PARTICIPANT";
+    co.role = std::string(role_name(AgentRole::participant));
     co.security.encrypt = cfg_.encryption;
     co.security.x25519 = cfg_.key_exchange != "none";
     co.security.secret = o_.secret;
@@ -718,7 +718,7 @@ int run_train_owner(const AgentOptions& opt, ControlOut& ctl) {
     return 1;
   }
   auto ready = to_control(agent_hw_identity(opt));
-  ready["role"] = "TRAIN_OWNER";
+  ready["role"] = std::string(role_name(AgentRole::train_owner));
   ready["owner"] = std::to_string(opt.owner_index);
   ready["model"] = cfg.model;
   ready["layers"] = std::to_string(owner.num_layers());

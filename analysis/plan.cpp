@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "agent/agent_role.hpp"
 #include "agent/energy.hpp"
 #include "protocol/codec.hpp"
 #include "protocol/stats.hpp"
@@ -25,6 +26,10 @@ namespace tracr::analysis {
 
 using namespace tracr::core;  // the floors below, by their short names
 using namespace tracr::store;
+
+// The roles as the database stores them (device_role, devices.role).
+constexpr std::string_view kServer = agent::role_name(agent::AgentRole::server);
+constexpr std::string_view kParticipant = agent::role_name(agent::AgentRole::participant);
 
 namespace {
 
@@ -244,8 +249,8 @@ Result<ComputeTimes> compute_times(ResultsDb& db, int64_t run_id, const std::vec
   std::string srv_dev;
   for (const auto& s : *segs) {
     if (s.split < 0 || s.split > n) continue;
-    if (s.side == "head" && s.device_role == "PARTICIPANT" && s.device == part_dev) head_seg[s.split] = s.mean_ns / 1e6;
-    if (s.side == "tail" && s.device_role == "SERVER" && (srv_dev.empty() || s.device == srv_dev)) {
+    if (s.side == "head" && s.device_role == kParticipant && s.device == part_dev) head_seg[s.split] = s.mean_ns / 1e6;
+    if (s.side == "tail" && s.device_role == kServer && (srv_dev.empty() || s.device == srv_dev)) {
       srv_dev = s.device;
       tail_seg[s.split] = s.mean_ns / 1e6;
     }
@@ -296,8 +301,8 @@ std::string profiled_devices(ResultsDb& db, int64_t run_id, const std::string& p
   if (!devs) return {};
   std::string part, srv;
   for (const auto& d : *devs) {
-    if (d.role == "PARTICIPANT" && d.device == part_dev && part.empty()) part = device_text(d);
-    if (d.role == "SERVER" && srv.empty()) srv = device_text(d);
+    if (d.role == kParticipant && d.device == part_dev && part.empty()) part = device_text(d);
+    if (d.role == kServer && srv.empty()) srv = device_text(d);
   }
   if (part.empty() || srv.empty()) return {};
   return fmt::format("profiles of run {}: {}; {}", run_id, part, srv);
@@ -308,7 +313,7 @@ Result<int> run_participants(ResultsDb& db, int64_t run_id) {
   auto devs = db.devices(run_id);
   if (!devs) return std::move(devs.error());
   int n = 0;
-  for (const auto& d : *devs) n += d.role == "PARTICIPANT";
+  for (const auto& d : *devs) n += d.role == kParticipant;
   return std::max(n, 1);
 }
 
@@ -364,7 +369,7 @@ struct DeviceProfiles {
 Result<DeviceProfiles> device_profiles(const std::vector<LayerProfileRecord>& profiles, int64_t run_id) {
   DeviceProfiles d;
   for (const auto& l : profiles) {
-    if (l.device_role == "SERVER") d.srv.push_back(&l);
+    if (l.device_role == kServer) d.srv.push_back(&l);
     else if (d.part_dev.empty() || l.device == d.part_dev) {
       d.part_dev = l.device;
       d.part.push_back(&l);
@@ -680,7 +685,7 @@ Status check_same_devices(ResultsDb& db, int64_t basis, int64_t other) {
   if (!a) return std::move(a.error());
   auto b = db.devices(other);
   if (!b) return std::move(b.error());
-  for (const char* role : {"PARTICIPANT", "SERVER"}) {
+  for (std::string_view role : {kParticipant, kServer}) {
     const DeviceRecord* ref = nullptr;
     for (const auto& d : *a)
       if (d.role == role && !ref) ref = &d;
@@ -812,7 +817,7 @@ Result<int64_t> newest_profiled_run(ResultsDb& db, const settings::ExperimentCon
     auto lp = db.layer_profiles(r.id);
     if (!lp || lp->empty()) continue;
     bool srv = false, part = false;
-    for (const auto& l : *lp) (l.device_role == "SERVER" ? srv : part) = true;
+    for (const auto& l : *lp) (l.device_role == kServer ? srv : part) = true;
     const std::string shape =
         exp.input_size.empty() ? lp->front().input_shape : fmt::format("{}", fmt::join(exp.input_size, ","));
     if (srv && part && lp->front().input_shape == shape && lp->front().batch == exp.batch_size) return r.id;

@@ -159,10 +159,10 @@ Result<std::unique_ptr<AgentProc>> start_ssh(const LaunchSpec& ls, const std::ve
 
 }  // namespace
 
-AgentConn::AgentConn(const DeviceConfig* dev, std::string role, std::unique_ptr<AgentProc> proc,
+AgentConn::AgentConn(const DeviceConfig* dev, agent::AgentRole role, std::unique_ptr<AgentProc> proc,
                      const std::vector<uint8_t>& secret)
     : dev_(dev),
-      role_(std::move(role)),
+      role_(role),
       proc_(std::move(proc)),
       in_(secret, agent::ControlDir::agent_to_controller),
       out_(secret, agent::ControlDir::controller_to_agent) {}
@@ -172,7 +172,7 @@ AgentConn::~AgentConn() { hb_.stop(); }
 Status AgentConn::send(const std::string& kind, const std::map<std::string, std::string>& fields) {
   std::lock_guard<std::mutex> lock(send_mu_);
   auto st = proc_->write(out_.encode(kind, fields));
-  if (!st) return make_error(st.error().code, fmt::format("{} agent on {}: cannot send {}: {}", role_, dev_->name, kind,
+  if (!st) return make_error(st.error().code, fmt::format("{} agent on {}: cannot send {}: {}", agent::role_name(role_), dev_->name, kind,
                                                           st.error().message));
   return {};
 }
@@ -192,7 +192,7 @@ int AgentConn::stop(int grace_ms) {
 Error AgentConn::abandon(Errc code, const std::string& what) {
   const int status = stop(500);
   const std::string log = proc_->log_tail();
-  return make_error(code, fmt::format("{} agent on {} {}{}; {}", role_, dev_->name, what,
+  return make_error(code, fmt::format("{} agent on {} {}{}; {}", agent::role_name(role_), dev_->name, what,
                                       status >= 0 ? fmt::format(" (exit status {})", status) : "",
                                       log.empty() ? "its log is empty" : "its log ends with:\n" + log));
 }
@@ -213,7 +213,7 @@ Result<agent::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
     auto m = decode(*line);
     if (!m) return give_up(m.error().code, "sent a line that is not an authenticated control line (" + m.error().message + ")");
     if (m->kind == "FAIL")
-      return make_error(Errc::remote, fmt::format("{} agent on {} failed: {}", role_, dev_->name, m->get_or("error", "?")));
+      return make_error(Errc::remote, fmt::format("{} agent on {} failed: {}", agent::role_name(role_), dev_->name, m->get_or("error", "?")));
     if (m->kind == "READY") return std::move(*m);
   }
 }
@@ -223,7 +223,7 @@ std::string agent_secret_line(const std::string& secret_hex) {
 }
 
 Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
-  std::vector<std::string> args = {"--role", s.role};
+  std::vector<std::string> args = {"--role", std::string(agent::role_name(s.role))};
   if (!s.config_yaml.empty()) args.insert(args.end(), {"--config", "stdin"});
   // The agent stops by itself when tracrctl goes silent (a partition leaves its stdin open).
   if (s.heartbeat_timeout_ms > 0) args.insert(args.end(), {"--heartbeat-timeout-ms", std::to_string(s.heartbeat_timeout_ms)});

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/agent_role.hpp"
 #include "agent/control.hpp"
 #include "settings/config.hpp"
 #include "fleet/ssh.hpp"
@@ -38,7 +39,7 @@ class AgentProc {
 
 struct LaunchSpec {
   const settings::DeviceConfig* device = nullptr;
-  std::string role;                 // SERVER | PARTICIPANT
+  agent::AgentRole role = agent::AgentRole::server;
   std::vector<std::string> args;    // after --role
   std::string agent_path;           // tracr-agent on this machine
   std::vector<uint8_t> secret;      // session secret
@@ -76,11 +77,11 @@ inline constexpr int kControlHeartbeatMs = 1000;
 // kControlHeartbeatMs until stop().
 class AgentConn {
  public:
-  AgentConn(const settings::DeviceConfig* dev, std::string role, std::unique_ptr<AgentProc> proc,
+  AgentConn(const settings::DeviceConfig* dev, agent::AgentRole role, std::unique_ptr<AgentProc> proc,
             const std::vector<uint8_t>& secret);
   ~AgentConn();
   const settings::DeviceConfig& device() const { return *dev_; }
-  const std::string& role() const { return role_; }
+  agent::AgentRole role() const { return role_; }
   AgentProc& proc() { return *proc_; }
   // Decodes one line from the agent (MAC, sequence).
   Result<agent::ControlMsg> decode(const std::string& line) { return in_.decode(line); }
@@ -106,7 +107,7 @@ class AgentConn {
 
  private:
   const settings::DeviceConfig* dev_;
-  std::string role_;
+  agent::AgentRole role_;
   std::unique_ptr<AgentProc> proc_;
   agent::ControlCodec in_, out_;
   std::mutex send_mu_;  // one writer at a time: encode and write together

@@ -38,7 +38,8 @@ Error malformed_line(const std::string& role, const std::string& device, const s
 
 }  // namespace
 
-Status Recorder::on_message(const std::string& device, const std::string& role, const agent::ControlMsg& m) {
+Status Recorder::on_message(const std::string& device, agent::AgentRole agent_role, const agent::ControlMsg& m) {
+  const std::string role(agent::role_name(agent_role));  // as stored
   auto malformed = [&](const Error& e) { return malformed_line(role, device, m.kind, e); };
   if (m.kind == "READY") {
     if (m.fields.count("hw_id")) {
@@ -83,8 +84,9 @@ Status Recorder::on_message(const std::string& device, const std::string& role, 
     static_cast<agent::EnergyRecord&>(row) = *e;
     row.run_id = run_id_;
     // A participant relays its server's tail rows: the energy is the server's.
-    row.device = e->side == "server" && role == "PARTICIPANT" ? server_name_ : device;
-    row.participant = role == "PARTICIPANT" ? device : "";
+    const bool participant = agent_role == agent::AgentRole::participant;
+    row.device = e->side == "server" && participant ? server_name_ : device;
+    row.participant = participant ? device : "";
     energy_.push_back(std::move(row));
   } else if (m.kind == "EVENT") {
     const std::string kind = m.get_or("kind", "agent_event");

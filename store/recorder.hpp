@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "agent/agent_role.hpp"
 #include "agent/control.hpp"
 #include "store/results.hpp"
 
@@ -33,7 +34,7 @@ class Recorder {
   // Handles READY (hardware identity), PROFILE, FRAME, ENERGY, PROBE, EVENT and LOG lines
   // from the agent `role` on `device`. Error field_type / missing_field
   // naming the device and field for a malformed record (nothing stored of it).
-  Status on_message(const std::string& device, const std::string& role, const agent::ControlMsg& m);
+  Status on_message(const std::string& device, agent::AgentRole role, const agent::ControlMsg& m);
   // Records an event now (written at once, not batched).
   void event(std::string_view level, std::string_view kind, const std::string& message,
              const std::string& device = {}, std::optional<int64_t> frame = std::nullopt);

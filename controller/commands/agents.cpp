@@ -89,7 +89,7 @@ Result<agent::ControlMsg> start_remote(DetachedStart& st) {
     return make_error(Errc::not_found, missing_libraries_message(dev, dep->remote_path, *missing));
   // The files a SERVER reads (model, weights): at the device's paths.
   const ExperimentConfig abs_cfg = agent_experiment(st.experiment);
-  auto staged = stage_files(**s, server, agent_files(abs_cfg, "SERVER"));
+  auto staged = stage_files(**s, server, agent_files(abs_cfg, agent::AgentRole::server));
   if (!staged) return staged.error();
   for (const auto& f : *staged) fmt::print("{}: {}\n", server.name, f.describe());
   const std::string dir = dep->remote_path.substr(0, dep->remote_path.rfind('/') + 1);
@@ -170,7 +170,7 @@ int cmd_agents_start(const RunOptions& opt) {
   if (auto s = draw_session_secret("agents start", st.secret); !s) return *s.exit_code;
   st.secret_hex = protocol::to_hex(st.secret.data(), st.secret.size());
   st.experiment.record.layers = false;
-  st.args = {"--role", "SERVER", "--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)};
+  st.args = {"--role", std::string(agent::role_name(agent::AgentRole::server)), "--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)};
   for (const auto& x : device_limit_args(server)) st.args.push_back(x);
   st.d.device = server.name;
   st.d.transport = std::string(transport_name(server.transport));

@@ -77,7 +77,7 @@ Result<Agent> start_agent(const std::string& path, bool encrypt, const std::vect
   static const DeviceConfig local = local_device("local");
   LaunchSpec ls;
   ls.device = &local;
-  ls.role = "SERVER";
+  ls.role = agent::AgentRole::server;
   ls.args = {"--bind", "tcp://127.0.0.1:0", "--raw-bind", "tcp://127.0.0.1:0"};
   if (!encrypt) ls.args.push_back("--no-encrypt");
   ls.agent_path = path;

@@ -31,9 +31,6 @@
 
 namespace tracr::controller {
 
-// Whether an agent of this role drives the session (it is sent STOP on a
-// signal, and the session ends when every driving agent is done).
-bool drives_session(const std::string& role);
 
 class AgentSet {
  public:

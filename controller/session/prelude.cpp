@@ -62,7 +62,7 @@ SessionLaunch::SessionLaunch(const settings::ExperimentConfig& cfg, const Sessio
       experiment(agent_experiment(cfg)),
       heartbeat_timeout_ms(cfg.heartbeat_timeout_ms) {}
 
-fleet::LaunchSpec SessionLaunch::spec(const settings::DeviceConfig& dev, const std::string& role,
+fleet::LaunchSpec SessionLaunch::spec(const settings::DeviceConfig& dev, agent::AgentRole role,
                                       std::vector<std::string> args) const {
   fleet::LaunchSpec ls;
   ls.device = &dev;

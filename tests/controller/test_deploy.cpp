@@ -135,7 +135,7 @@ Result<std::unique_ptr<AgentConn>> launch(const SshTarget& target, const std::st
   dev.transport = settings::Transport::ssh;
   LaunchSpec ls;
   ls.device = &dev;
-  ls.role = "SERVER";
+  ls.role = tracr::agent::AgentRole::server;
   ls.args = args;
   ls.secret = std::vector<uint8_t>(32, 0xaa);
   ls.ssh_target = target;

@@ -15,7 +15,7 @@ Result<agent::ControlMsg> start_participant(const std::string& yaml, std::unique
   static const settings::DeviceConfig local = local_device("participant");
   LaunchSpec ls;
   ls.device = &local;
-  ls.role = "PARTICIPANT";
+  ls.role = tracr::agent::AgentRole::participant;
   ls.args = {"--in-process"};
   ls.agent_path = std::string(TRACR_BIN_DIR) + "/tracr-agent";
   ls.secret = std::vector<uint8_t>(32, 7);
