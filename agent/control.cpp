@@ -107,7 +107,46 @@ void Heartbeat::stop() {
   if (th_.joinable()) th_.join();
 }
 
-ControlCodec::ControlCodec(const std::vector<uint8_t>& secret, ControlDir dir) {
+namespace {
+
+struct KindInfo {
+  const char* name;
+  bool a2c, c2a;
+};
+constexpr bool kA2c(const char* d) { return d[0] == 'a' || d[0] == 'b'; }
+constexpr bool kC2a(const char* d) { return d[0] == 'c' || d[0] == 'b'; }
+constexpr KindInfo kKinds[] = {
+#define TRACR_CONTROL_KIND(name, dir, meaning) {#name, kA2c(#dir), kC2a(#dir)},
+#include "agent/control_kinds.def"
+#undef TRACR_CONTROL_KIND
+};
+
+bool listed(const KindInfo& k, ControlDir dir) { return dir == ControlDir::agent_to_controller ? k.a2c : k.c2a; }
+
+// A peer's token for a message: at most 40 characters, non-printable ones as '?'.
+std::string printable(const std::string& s) {
+  std::string out = s.substr(0, 40);
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  return s.size() > 40 ? out + "..." : out;
+}
+
+}  // namespace
+
+bool control_kind_known(ControlDir dir, const std::string& kind) {
+  for (const auto& k : kKinds)
+    if (kind == k.name && listed(k, dir)) return true;
+  return false;
+}
+
+std::string control_kinds(ControlDir dir) {
+  std::string out;
+  for (const auto& k : kKinds)
+    if (listed(k, dir)) out += (out.empty() ? "" : ", ") + std::string(k.name);
+  return out;
+}
+
+ControlCodec::ControlCodec(const std::vector<uint8_t>& secret, ControlDir dir) : dir_(dir) {
   const char* info = dir == ControlDir::agent_to_controller ? "tracr/1 control a2c" : "tracr/1 control c2a";
   auto k = hkdf_sha256(secret.data(), secret.size(), nullptr, 0, info, 32);
   key_ = k ? *k : std::vector<uint8_t>(32, 0);
@@ -139,6 +178,11 @@ Result<ControlMsg> ControlCodec::decode(const std::string& line) {
   char* end = nullptr;
   m.seq = std::strtoull(seq.c_str(), &end, 10);
   if (*end != '\0') return make_error(Errc::malformed_header, "control line seq is not a number");
+  if (!control_kind_known(dir_, m.kind))
+    return make_error(Errc::malformed_header,
+                      "control line of unknown kind '" + printable(m.kind) + "' " +
+                          (dir_ == ControlDir::agent_to_controller ? "from the agent" : "from the controller") +
+                          "; expected one of " + control_kinds(dir_));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (m.seq != next_recv_)

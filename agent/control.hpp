@@ -8,17 +8,10 @@
 // k = HKDF-SHA256(secret, salt = "", info = "tracr/1 control a2c" or
 // "tracr/1 control c2a", 32). A line with a bad MAC, a repeated or skipped
 // seq, or bad syntax is rejected with a typed error naming the agent.
-// Kinds, agent -> controller: READY (role, endpoint/link, cipher, and the
-// hardware identity fields of record_fields.def), HEARTBEAT, LOG, PROFILE,
-// SEGMENT (a graph model's head or tail timed whole) and
-// FRAME (every field of record_fields.def, see record.hpp), EVENT (kind,
-// frame, cmd, op, message: commands applied or rejected, pause, resume,
-// stop), DONE (frames, stopped), FAIL (error).
-// Controller -> agent: CONFIG (yaml: the effective experiment, right after
-// the secret when the agent runs with --config stdin), STOP (end now, after
-// the frames in flight), CMD (id,
-// op = set_split split=K | set_codec codec=TEXT | pause | resume | stop),
-// applied by a PARTICIPANT between frames and answered with an EVENT.
+// The kinds, each direction's, with their meaning: agent/control_kinds.def
+// (READY, HEARTBEAT, FRAME, ... from the agent; CONFIG, STOP, CMD and
+// HEARTBEAT from the controller). A line of a kind not listed for its
+// direction does not decode.
 #pragma once
 
 #include <condition_variable>
@@ -48,16 +41,24 @@ struct ControlMsg {
 
 enum class ControlDir { agent_to_controller, controller_to_agent };
 
+// Whether control_kinds.def lists `kind` for lines in direction `dir`.
+bool control_kind_known(ControlDir dir, const std::string& kind);
+// The kinds of a direction, in control_kinds.def's order, ", "-separated.
+std::string control_kinds(ControlDir dir);
+
 class ControlCodec {
  public:
   // secret: the session secret (raw bytes).
   ControlCodec(const std::vector<uint8_t>& secret, ControlDir dir);
   // Encodes one line (with trailing newline); thread-safe (seq is atomic under a lock).
   std::string encode(const std::string& kind, const std::map<std::string, std::string>& fields);
-  // Verifies and parses one line (without newline).
+  // Verifies and parses one line (without newline). A kind that
+  // control_kinds.def does not list for this direction is malformed_header,
+  // naming it.
   Result<ControlMsg> decode(const std::string& line);
 
  private:
+  ControlDir dir_;
   std::vector<uint8_t> key_;
   std::mutex mu_;
   uint64_t next_send_ = 1;

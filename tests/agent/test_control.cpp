@@ -51,3 +51,36 @@ TEST(Control, TamperedOrReplayedLineIsRejected) {
   EXPECT_EQ(rx.decode(l1).error().code, Errc::replay);
   EXPECT_EQ(rx.decode("garbage").error().code, Errc::malformed_header);
 }
+
+// control_kinds.def is the one list: every kind it names decodes in its
+// direction, and a kind it does not name (or one from the wrong side) is
+// an error naming the kind, never a line skipped in silence (#22).
+TEST(Control, OnlyTheListedKindsOfADirectionDecode) {
+  for (ControlDir dir : {ControlDir::agent_to_controller, ControlDir::controller_to_agent}) {
+    ControlCodec tx(secret(1), dir), rx(secret(1), dir);
+    const std::string kinds = control_kinds(dir);
+    ASSERT_FALSE(kinds.empty());
+    size_t n = 0;
+    for (size_t a = 0; a < kinds.size();) {
+      const size_t b = std::min(kinds.find(", ", a), kinds.size());
+      const std::string k = kinds.substr(a, b - a);
+      auto m = rx.decode(strip(tx.encode(k, {{"x", "1"}})));
+      ASSERT_TRUE(m.ok()) << k << ": " << m.error().str();
+      EXPECT_EQ(m->kind, k);
+      ++n;
+      a = b + 2;
+    }
+    EXPECT_GE(n, dir == ControlDir::agent_to_controller ? 17u : 4u) << kinds;
+    auto bogus = rx.decode(strip(tx.encode("BOGUS\x01", {})));
+    ASSERT_FALSE(bogus.ok());
+    EXPECT_EQ(bogus.error().code, Errc::malformed_header);
+    EXPECT_NE(bogus.error().message.find("unknown kind 'BOGUS?'"), std::string::npos) << bogus.error().message;
+    EXPECT_NE(bogus.error().message.find("expected one of " + kinds), std::string::npos) << bogus.error().message;
+  }
+  EXPECT_TRUE(control_kind_known(ControlDir::agent_to_controller, "FRAME"));
+  EXPECT_FALSE(control_kind_known(ControlDir::controller_to_agent, "FRAME"));
+  EXPECT_TRUE(control_kind_known(ControlDir::controller_to_agent, "CMD"));
+  EXPECT_FALSE(control_kind_known(ControlDir::agent_to_controller, "CMD"));
+  EXPECT_TRUE(control_kind_known(ControlDir::controller_to_agent, "HEARTBEAT"));
+  EXPECT_TRUE(control_kind_known(ControlDir::agent_to_controller, "HEARTBEAT"));
+}
