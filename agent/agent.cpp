@@ -31,6 +31,7 @@
 #include "agent/reject_log.hpp"
 #include "agent/roles.hpp"
 #include "protocol/channel.hpp"
+#include "protocol/meta_keys.hpp"
 
 namespace tracr::agent {
 
@@ -355,15 +356,15 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       meta = std::move(r->second);
     } else {
       // Echo server: the demo verifies what was decoded.
-      meta["srv_decode_ns"] = f.stats.total_ns;
-      meta["srv_ns"] = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      meta[protocol::meta_key::kSrvDecodeNs] = f.stats.total_ns;
+      meta[protocol::meta_key::kSrvNs] = std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::steady_clock::now().time_since_epoch()).count() -
                        f.stats.last_segment_at_ns;
-      meta["srv_raw_bytes"] = static_cast<int64_t>(f.stats.raw_bytes);
-      meta["srv_wire_bytes"] = static_cast<int64_t>(f.stats.wire_bytes);
+      meta[protocol::meta_key::kSrvRawBytes] = static_cast<int64_t>(f.stats.raw_bytes);
+      meta[protocol::meta_key::kSrvWireBytes] = static_cast<int64_t>(f.stats.wire_bytes);
       if (f.header.meta.count("echo")) out = f.tensors;
     }
-    meta["req_seq"] = static_cast<int64_t>(f.header.seq);
+    meta[protocol::meta_key::kReqSeq] = static_cast<int64_t>(f.header.seq);
     const MsgType reply = tail ? tail->reply_type(f.header.type) : MsgType::infer_result;
     const auto so = tail ? tail->reply_send_for(f) : std::nullopt;
     auto st = so ? (*server)->send_with(in->peer, *so, reply, f.header.split, out, meta)

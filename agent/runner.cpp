@@ -11,9 +11,10 @@
 #include "agent/agent.hpp"
 #include "experiments/imagenet_classes.hpp"
 #include "experiments/postprocess.hpp"
-#include "protocol/codec_choice.hpp"
 #include "experiments/registry.hpp"
 #include "experiments/tensor_bridge.hpp"
+#include "protocol/codec_choice.hpp"
+#include "protocol/meta_keys.hpp"
 #include "protocol/stats.hpp"
 
 namespace tracr::agent {
@@ -71,7 +72,7 @@ Result<std::pair<Bundle, Meta>> TailExecutor::handle(const Frame& f) {
   if (k < 0 || k > n)
     return make_error(Errc::invalid_argument,
                       fmt::format("split {} is outside [0, {}] for model {}", k, n, model_->name()));
-  if (auto it = f.header.meta.find("model_fp"); it != f.header.meta.end()) {
+  if (auto it = f.header.meta.find(protocol::meta_key::kModelFp); it != f.header.meta.end()) {
     auto* fp = std::get_if<std::string>(&it->second);
     if (!fp || *fp != fingerprint_)
       return make_error(Errc::config, fmt::format("model mismatch: participant has {} fingerprint {}, "
@@ -101,11 +102,11 @@ Result<std::pair<Bundle, Meta>> TailExecutor::handle(const Frame& f) {
   auto pb = ex::to_protocol(*out);
   if (!pb) return std::move(pb.error());
   Meta meta;
-  meta["srv_decode_ns"] = f.stats.total_ns;
-  meta["srv_tail_ns"] = ns_between(t0, t1);
-  if (!srv_energy.empty()) meta["srv_energy"] = srv_energy;
+  meta[protocol::meta_key::kSrvDecodeNs] = f.stats.total_ns;
+  meta[protocol::meta_key::kSrvTailNs] = ns_between(t0, t1);
+  if (!srv_energy.empty()) meta[protocol::meta_key::kSrvEnergy] = srv_energy;
   // From the request's last segment to here, just before the reply is encoded.
-  meta["srv_ns"] = ns_between(Clock::time_point(std::chrono::nanoseconds(f.stats.last_segment_at_ns)), Clock::now());
+  meta[protocol::meta_key::kSrvNs] = ns_between(Clock::time_point(std::chrono::nanoseconds(f.stats.last_segment_at_ns)), Clock::now());
   return std::make_pair(std::move(*pb), std::move(meta));
 }
 
@@ -169,7 +170,7 @@ Status InProcessLink::send(const SendOptions& so, int32_t split, const Bundle& b
         r.type = MsgType::error;
         r.error = res.error();
       }
-      r.meta["req_seq"] = static_cast<int64_t>(fr->header.seq);
+      r.meta[protocol::meta_key::kReqSeq] = static_cast<int64_t>(fr->header.seq);
       SendOptions reply;  // results go back uncompressed, like the SERVER agent's replies
       TRACR_TRY(down_w_.write(r, outputs, reply, collect_back));
       for (auto& x : back)
@@ -450,7 +451,7 @@ class Pipeline {
   // dropped and counted. Requests it passes over got no reply of their own:
   // each is recorded failed. A reply without req_seq is matched by order.
   Result<bool> match_reply(const Frame& f) {
-    auto it = f.header.meta.find("req_seq");
+    auto it = f.header.meta.find(protocol::meta_key::kReqSeq);
     if (it == f.header.meta.end()) return true;
     const int64_t* rs = std::get_if<int64_t>(&it->second);
     size_t at = 0;
@@ -581,7 +582,7 @@ class Pipeline {
     auto pb = ex::to_protocol(*head);
     if (!pb) return std::move(pb.error());
     FrameStats st;
-    TRACR_TRY(link_.send(so_, split_, *pb, {{"model_fp", fp_}}, &st));
+    TRACR_TRY(link_.send(so_, split_, *pb, {{protocol::meta_key::kModelFp, fp_}}, &st));
     // The round trip starts when the last segment was handed to the link:
     // the server cannot start on it earlier, so whatever the writer does
     // after that (or an in-process link's tail) is part of the round trip.
@@ -630,13 +631,13 @@ class Pipeline {
     FrameRecord& r = p.rec;
     r.return_ns = f->stats.total_ns;
     r.reply_bytes = static_cast<int64_t>(f->stats.wire_bytes);
-    r.decode_ns = meta_int(f->header.meta, "srv_decode_ns");
-    r.tail_ns = meta_int(f->header.meta, "srv_tail_ns");
-    if (f->header.type != MsgType::error && !f->header.meta.count("srv_ns"))
+    r.decode_ns = meta_int(f->header.meta, protocol::meta_key::kSrvDecodeNs);
+    r.tail_ns = meta_int(f->header.meta, protocol::meta_key::kSrvTailNs);
+    if (f->header.type != MsgType::error && !f->header.meta.count(protocol::meta_key::kSrvNs))
       return make_error(Errc::missing_field,
                         "the server's reply has no srv_ns (a tracr-agent older than this participant?): the "
                         "timing identity needs the server's own time");
-    r.server_ns = meta_int(f->header.meta, "srv_ns");
+    r.server_ns = meta_int(f->header.meta, protocol::meta_key::kSrvNs);
     // The reply cannot exist before the hand-off plus the server's time, nor
     // before the last check that found nothing: it waited at most since the
     // later of the two. Not clamped: negative means an assumption broke.
@@ -676,7 +677,7 @@ class Pipeline {
     if (r.queue_ns < 0) r.flags += std::string(r.flags.empty() ? "" : ",") + "negative_queue";
     // An ERROR reply carries no server time: whatever the server spent is
     // inside network_ns for this frame, and the flag says so.
-    if (!f->header.meta.count("srv_ns")) r.flags += std::string(r.flags.empty() ? "" : ",") + "no_server_time";
+    if (!f->header.meta.count(protocol::meta_key::kSrvNs)) r.flags += std::string(r.flags.empty() ? "" : ",") + "no_server_time";
     if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
     if (hooks_.emit) hooks_.emit(r);
     if (hooks_.energy) emit_energy(p, *f);
@@ -703,7 +704,7 @@ class Pipeline {
         for (auto& e : rows)
           if (e.stage == "frame") e.flags += std::string(e.flags.empty() ? "" : ",") + "overlapping";
     }
-    if (auto it = f.header.meta.find("srv_energy"); it != f.header.meta.end()) {
+    if (auto it = f.header.meta.find(protocol::meta_key::kSrvEnergy); it != f.header.meta.end()) {
       if (const auto* text = std::get_if<std::string>(&it->second)) {
         auto srv = unpack_energy(*text);
         if (srv) add(std::move(*srv), "server", "tail");

@@ -17,6 +17,7 @@
 #include "experiments/train.hpp"
 #include "experiments/weights.hpp"
 #include "protocol/channel.hpp"
+#include "protocol/meta_keys.hpp"
 
 namespace tracr::agent {
 
@@ -211,8 +212,8 @@ class TrainWorker : public TailHandler {
     }
     auto wire = to_wire(out);
     if (!wire) return wire.error();
-    meta["srv_ns"] = now_ns() - t0;
-    meta["srv_decode_ns"] = f.stats.total_ns;
+    meta[protocol::meta_key::kSrvNs] = now_ns() - t0;
+    meta[protocol::meta_key::kSrvDecodeNs] = f.stats.total_ns;
     return std::make_pair(std::move(*wire), std::move(meta));
   }
 
@@ -446,7 +447,7 @@ Result<ex::Bundle> Owner::exchange(const Hop& h, MsgType type, const std::string
                                     msg_type_name(f->header.type), f->header.split, msg_type_name(type), h.first));
     bytes.down_wire += static_cast<int64_t>(f->stats.wire_bytes);
     bytes.down_raw += static_cast<int64_t>(f->stats.raw_bytes);
-    bytes.srv_ns += meta_int(f->header.meta, "srv_ns", 0);
+    bytes.srv_ns += meta_int(f->header.meta, protocol::meta_key::kSrvNs, 0);
     // Each received frame owns its buffers; the torch tensors keep them alive (no copy).
     auto out = ex::from_protocol(f->tensors);
     if (!out) return out.error();

@@ -1,4 +1,5 @@
 #include "protocol/channel.hpp"
+#include "protocol/meta_keys.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -535,7 +536,7 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
           Header eh;
           eh.type = MsgType::error;
           eh.error = r.error();
-          if (r.error().frame_seq != 0) eh.meta["req_seq"] = static_cast<int64_t>(r.error().frame_seq);
+          if (r.error().frame_seq != 0) eh.meta[meta_key::kReqSeq] = static_cast<int64_t>(r.error().frame_seq);
           (void)p.writer.write(eh, {}, opt_.send, [&](Segment&& s) { return deliver(peer, std::move(s)); });
         } else {
           // Key confirmation failed (PROTOCOL.md 6.1): the peer's keys do not
@@ -571,7 +572,7 @@ Result<Server::Incoming> Server::recv(int timeout_ms) {
         Header ans;
         ans.type = MsgType::error;
         ans.error = e;
-        ans.meta["req_seq"] = static_cast<int64_t>(r->header.seq);
+        ans.meta[meta_key::kReqSeq] = static_cast<int64_t>(r->header.seq);
         (void)reply(ans);
         e.message = "peer " + peer_name(peer) + ": " + e.message;
         ready_.push_back(std::move(e));
@@ -713,7 +714,7 @@ Status Server::send_error(const std::string& peer, const Error& err, int32_t spl
   h.type = MsgType::error;
   h.split = split;
   h.error = err;
-  if (err.frame_seq != 0) h.meta["req_seq"] = static_cast<int64_t>(err.frame_seq);
+  if (err.frame_seq != 0) h.meta[meta_key::kReqSeq] = static_cast<int64_t>(err.frame_seq);
   return it->second->writer.write(
       std::move(h), {}, opt_.send, [&](Segment&& s) { return deliver(peer, std::move(s)); });
 }

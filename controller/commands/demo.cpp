@@ -23,6 +23,7 @@
 #include "agent/control.hpp"
 #include "fleet/process.hpp"
 #include "protocol/channel.hpp"
+#include "protocol/meta_keys.hpp"
 #include "protocol/stats.hpp"
 
 namespace tracr::controller {
@@ -180,7 +181,7 @@ Result<Row> framed(Client& c, const Tensor& t, const std::string& codec_text, co
     auto res = c.recv(10000);
     if (!res) return std::move(res.error());
     enc_us.push_back(fs.total_ns / 1e3);
-    auto it = res->header.meta.find("srv_decode_ns");
+    auto it = res->header.meta.find(protocol::meta_key::kSrvDecodeNs);
     if (it != res->header.meta.end())
       if (auto* ns = std::get_if<int64_t>(&it->second)) srv_us.push_back(static_cast<double>(*ns) / 1e3);
     return {};

@@ -1,0 +1,17 @@
+// The keys of a frame's `meta` map that tracr writes and reads, named once
+// (PROTOCOL.md 3.4 "Replies", 3.5 and section 5, where each is specified).
+// A peer's other keys pass through unread.
+#pragma once
+
+namespace tracr::protocol::meta_key {
+
+inline constexpr char kReqSeq[] = "req_seq";              // a reply or ERROR: the seq of the request it answers
+inline constexpr char kModelFp[] = "model_fp";            // a request: the participant's model fingerprint
+inline constexpr char kSrvNs[] = "srv_ns";                // a reply: last segment's arrival to the reply's encoding
+inline constexpr char kSrvDecodeNs[] = "srv_decode_ns";   // a reply: the server decoding the request
+inline constexpr char kSrvTailNs[] = "srv_tail_ns";       // a reply: the server running layers [k, N)
+inline constexpr char kSrvEnergy[] = "srv_energy";        // a reply: the server's energy rows for the tail, packed
+inline constexpr char kSrvRawBytes[] = "srv_raw_bytes";   // an echo reply: the request's raw tensor bytes
+inline constexpr char kSrvWireBytes[] = "srv_wire_bytes"; // an echo reply: the request's bytes on the wire
+
+}  // namespace tracr::protocol::meta_key
