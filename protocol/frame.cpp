@@ -578,7 +578,7 @@ Status FrameReader::decode_parts(Pending& p, Segment& seg, size_t first, size_t 
     lanes = workers_.lanes;
     held = std::make_shared<Segment>(std::move(seg));
   }
-  Segment& parts = held ? *held : seg;
+  Segment& parts = held ? *held : seg;  // NOLINT(bugprone-use-after-move): seg is moved only when held
   for (size_t i = 0; i < n; ++i) {
     // Advance the cursor past empty tensors.
     while (p.tensor < p.descs.size() && p.chunk >= p.descs[p.tensor].parts) {
@@ -764,7 +764,7 @@ std::vector<Result<Frame>> FrameReader::feed(Segment& seg) {
     p->descs = h.tensors;
     for (const auto& d : p->descs) p->frame.tensors.push_back(Tensor::allocate(d.name, d.dtype, d.shape));
     p->frame.header_bytes.assign(hb, hb + hn);
-    p->frame.header = std::move(h);
+    p->frame.header = h;  // copied: h.last and h.nparts are read below
     p->frame.stats.raw_bytes = 0;
     for (const auto& d : p->descs) p->frame.stats.raw_bytes += d.raw_bytes;
     p->held_bytes = p->frame.stats.raw_bytes;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine:
 #   1. installs missing Debian packages (scripts/setup.sh),
-#   2. builds everything (RelWithDebInfo, ccache when present) and runs ctest,
+#   2. builds everything (RelWithDebInfo, ccache when present), runs clang-tidy's
+#      defect checks on the floors without LibTorch (scripts/tidy.sh), and ctest,
 #   3. builds the protocol and agent tests with ASan+UBSan and runs them,
 #   4. builds the threaded tests (the server loop and its hostile campaign,
 #      frame parallel parts and worker pool, delay relay, energy sampling,
@@ -20,6 +21,9 @@ if [ "${CI:-}" = "true" ]; then export TRACR_REQUIRE_SSHD=1; fi
 echo "== build (build/)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$JOBS"
+
+echo "== clang-tidy (scripts/tidy.sh)"
+bash scripts/tidy.sh build
 
 echo "== tests (ctest)"
 ctest --test-dir build -j"$JOBS" --output-on-failure --timeout 900

@@ -179,7 +179,7 @@ Status check_keys(const Ctx& c, const YAML::Node& map, const std::string& where,
     const std::string path_prefix = where.empty() ? "" : where + ".";
     if (!k.IsScalar())
       return err_at(pos_of(c, k), where.empty() ? "key" : where, "expected a key name, got " + describe(k));
-    const std::string name = k.Scalar();
+    const std::string& name = k.Scalar();
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       std::string hint = did_you_mean(name, allowed);
       // A Python tracr config's top-level keys (default:, dataloader:, logging:) are not tracr's: say how to convert it.
@@ -261,7 +261,7 @@ Result<std::string> get_choice(const Ctx& c, const YAML::Node& n, const std::str
                                const std::vector<std::string>& choices) {
   const std::string what = "one of " + join(choices, " | ");
   if (!n.IsScalar()) return expected(c, n, key, what);
-  const std::string s = n.Scalar();
+  const std::string& s = n.Scalar();
   if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
   std::string hint = did_you_mean(s, choices);
   return err_at(
