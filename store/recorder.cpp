@@ -12,12 +12,20 @@
 
 #include "agent/record.hpp"
 #include "protocol/crypto.hpp"
+#include "protocol/stats.hpp"
 #include "settings/config.hpp"
 
 namespace tracr::store {
 
 Recorder::Recorder(ResultsDb& db, int64_t run_id, bool record_frames, bool record_layers)
     : db_(db), run_id_(run_id), record_frames_(record_frames), record_layers_(record_layers) {}
+
+std::optional<double> Recorder::recent_link_rate(const std::string& device) const {
+  auto it = recent_rates_.find(device);
+  if (it == recent_rates_.end() || it->second.size() < 3) return std::nullopt;
+  std::vector<double> v(it->second.begin(), it->second.end());
+  return protocol::median_of(v);
+}
 
 int64_t Recorder::timed_frames(const std::string& device) const {
   auto it = timed_by_device_.find(device);
@@ -121,6 +129,11 @@ Status Recorder::on_frame(const std::string& device, const std::string& role, co
   split_ = static_cast<int>(r.split);
   last_split_[device] = split_;
   if (r.ok) last_est_[device] = r.link_est_mbps;
+  if (r.ok && !r.warmup && r.network_ns > 0) {
+    auto& q = recent_rates_[device];
+    q.push_back(static_cast<double>(r.wire_bytes + r.reply_bytes) * 8e3 / static_cast<double>(r.network_ns));
+    if (q.size() > 3) q.pop_front();
+  }
   // Progress counters ride along on the line; they are not fields.
   if (auto d = m.get_int("done")) done_ = *d;
   if (auto t = m.get_int("total")) total_ = *t;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -67,6 +68,11 @@ class Recorder {
     auto it = last_est_.find(device);
     return it == last_est_.end() ? std::nullopt : it->second;
   }
+  // The median of the link rates of a participant's last 3 timed ok frames
+  // (request and reply wire bytes over that frame's network time, Mbit/s),
+  // or nothing before 3: a change of link shows in it within 2 frames, where
+  // the agent's 8-frame estimate still holds the old link's frames.
+  std::optional<double> recent_link_rate(const std::string& device) const;
   int last_split(const std::string& device) const {
     auto it = last_split_.find(device);
     return it == last_split_.end() ? -1 : it->second;
@@ -87,6 +93,7 @@ class Recorder {
   std::string server_name_;
   std::map<std::string, int64_t> timed_by_device_;
   std::map<std::string, std::optional<double>> last_est_;
+  std::map<std::string, std::deque<double>> recent_rates_;  // per frame, the last 3
   std::map<std::string, int> last_split_;
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
   std::string write_error_;

@@ -478,6 +478,7 @@ class RunSession {
   std::map<size_t, CmdState> cmd_state_;
   int64_t cmd_id_ = 0;
   std::map<size_t, int64_t> last_decision_;  // adaptive: timed frames at the last re-plan
+  std::map<size_t, double> last_rate_;       // adaptive: the link rate that re-plan used (Mbit/s)
   std::optional<double> probe_rtt_ms_;
 };
 
@@ -710,15 +711,25 @@ void RunSession::send_cmd(size_t i, std::map<std::string, std::string> fields, c
               a.device().name);
 }
 
-// The adaptive policy: re-plan from the participant's live link estimate.
+// The adaptive policy: re-plan from the participant's live link rate, the
+// median of its last 3 frames' rates (the agent's 8-frame estimate until 3
+// have come), every adapt.interval_frames timed frames, and at once when
+// that rate has moved by 2x from the one the last re-plan used (#21: a
+// throttle took 6 frames to act on, the 8-frame estimate still holding the
+// fast link's frames).
 void RunSession::adapt(size_t i) {
   const std::string& dev = (*agents_)[i].device().name;
   const int64_t timed = rec_->timed_frames(dev);
-  if (timed - last_decision_[i] < cfg_.adapt.interval_frames) return;
-  const auto est = rec_->link_estimate(dev);
+  const auto recent = rec_->recent_link_rate(dev);
+  const auto window = rec_->link_estimate(dev);
+  const auto used = last_rate_.find(i);
+  const bool moved = recent && used != last_rate_.end() && (*recent < used->second / 2 || *recent > used->second * 2);
+  if (timed - last_decision_[i] < cfg_.adapt.interval_frames && !moved) return;
+  const std::optional<double> est = recent ? recent : window;
   const int current = rec_->last_split(dev);
   if (!est || *est <= 0 || current < 0) return;
   last_decision_[i] = timed;
+  last_rate_[i] = *est;
   rec_->flush();  // profiles and frames so far, for the planner
   if (!probe_rtt_ms_) {
     auto pr = db_->probes(run_id_);
@@ -729,7 +740,8 @@ void RunSession::adapt(size_t i) {
   l.up_mbps = l.down_mbps = *est;
   l.rtt_ms = *probe_rtt_ms_;
   l.name = "live estimate";
-  l.source = fmt::format("{}'s running link estimate after {} timed frames", dev, timed);
+  l.source = fmt::format("{}'s {} after {} timed frames", dev,
+                         recent ? "median link rate of its last 3 frames" : "running link estimate", timed);
   po.link = l;
   auto plan = plan_from_run(*db_, run_id_, po);
   if (!plan) {
@@ -746,9 +758,11 @@ void RunSession::adapt(size_t i) {
   const double gain = (cur->latency_ms - best->latency_ms) / cur->latency_ms * 100;
   if (gain <= cfg_.adapt.hysteresis_pct) return;
   rec_->event("info", "adapt_switch",
-              fmt::format("link estimate {:.3f} Mbit/s: split {} predicted {:.3f} ms -> split {} predicted {:.3f} ms "
-                          "(gain {:.1f} % > hysteresis {} %)",
-                          *est, current, cur->latency_ms, best->split, best->latency_ms, gain, cfg_.adapt.hysteresis_pct),
+              fmt::format("link estimate {:.3f} Mbit/s ({}{}): split {} predicted {:.3f} ms -> split {} predicted "
+                          "{:.3f} ms (gain {:.1f} % > hysteresis {} %)",
+                          *est, recent ? "median of the last 3 frames" : "the agent's 8-frame estimate",
+                          moved ? ", moved 2x since the last re-plan" : "", current, cur->latency_ms, best->split,
+                          best->latency_ms, gain, cfg_.adapt.hysteresis_pct),
               dev);
   send_cmd(i, {{"op", "set_split"}, {"split", std::to_string(best->split)}},
            fmt::format("set_split {} (adaptive)", best->split));

@@ -45,6 +45,14 @@ TEST(Adapt, ThrottledLinkMovesTheSplitToSmallerActivations) {
   ASSERT_FALSE(ev.empty()) << sh("cat " + out).out;
   EXPECT_NE(ev.find("link estimate"), std::string::npos) << ev;
   EXPECT_NE(ev.find("split 0 predicted"), std::string::npos) << ev;
+  // The rate it re-planned with is the throttled link's, not a mix with the
+  // fast link's frames (#21: the 8-frame estimate read 3.9-8.3 Mbit/s here
+  // for this 2 Mbit/s link): the median of the last 3 frames, re-planned as
+  // soon as it moved.
+  EXPECT_NE(ev.find("(median of the last 3 frames, moved 2x since the last re-plan)"), std::string::npos) << ev;
+  const double est_mbps = std::stod(ev.substr(ev.find("link estimate ") + 14));
+  EXPECT_LT(est_mbps, 4.0) << ev;
+  EXPECT_GT(est_mbps, 1.0) << ev;
   const std::string first_moved = query(db, "select min(frame) from frames where split <> 0");
   ASSERT_FALSE(first_moved.empty());
   // Bounded: the estimate spans 8 frames and decisions come every 4.
