@@ -15,8 +15,10 @@ namespace tracr::analysis {
 // run header) to `out`; `tracrctl run` calls it at the end of a sweep.
 // Errors from the database pass through (not_found for an unknown run).
 // wide: every column (all stage medians, failed/flagged, bytes, ratio);
-// otherwise the table fits 120 columns.
-Status print_split_table(store::ResultsDb& db, int64_t run_id, std::FILE* out = stdout, bool wide = false);
+// otherwise the table fits 120 columns, and `width` columns when given (a
+// narrower terminal): columns are left out, and a line names them.
+Status print_split_table(store::ResultsDb& db, int64_t run_id, std::FILE* out = stdout, bool wide = false,
+                         size_t width = 0);
 
 // Prints the run's link probes (nothing when it has none).
 Status print_probe_table(store::ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
@@ -28,8 +30,10 @@ Status print_energy_table(store::ResultsDb& db, int64_t run_id, std::FILE* out =
 // of layer k-1 (the last on the participant). Not wide: fits 120 columns
 // (names longer than 14 characters keep their end); wide: every column.
 // Top-1/top-5 accuracy columns appear when any split has labelled samples.
+// width > 0 (not wide): up MB/s, frames/s, total p95 and frames are left out
+// in that order while the table is wider, and a line names them.
 std::string format_split_table(const std::vector<store::SplitSummary>& rows, bool wide = false,
-                               const std::map<int, std::string>& cut_names = {});
+                               const std::map<int, std::string>& cut_names = {}, size_t width = 0);
 
 // When a command changed the split or codec during the run (an adaptive
 // switch, `commands:`), the timed frames in time order, per participant, cut

@@ -69,4 +69,68 @@ std::string align(const std::vector<std::vector<std::string>>& raw, const std::s
   return o;
 }
 
+std::string wrap_words(const std::string& text, int width) {
+  if (width <= 0) return text;
+  std::string out, line;
+  size_t i = 0;
+  auto flush = [&](bool nl) {
+    out += line;
+    if (nl) out += '\n';
+    line.clear();
+  };
+  while (i < text.size()) {
+    if (text[i] == '\n') {
+      flush(true);
+      ++i;
+      continue;
+    }
+    const size_t end = text.find_first_of(" \n", i);
+    const std::string word = text.substr(i, end == std::string::npos ? std::string::npos : end - i);
+    if (!line.empty() && static_cast<int>(line.size() + 1 + word.size()) > width) flush(true);
+    line += (line.empty() ? "" : " ") + word;
+    i = end == std::string::npos ? text.size() : end;
+    if (i < text.size() && text[i] == ' ') ++i;
+  }
+  flush(false);
+  return out;
+}
+
+std::string align_fit(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left, size_t width,
+                      const std::vector<size_t>& drop, std::vector<size_t>* dropped) {
+  auto widest = [](const std::string& text) {
+    size_t w = 0, line = 0;
+    for (char c : text) {
+      if (c == '\n') {
+        w = std::max(w, line);
+        line = 0;
+      } else {
+        ++line;
+      }
+    }
+    return std::max(w, line);
+  };
+  std::set<size_t> out;
+  for (size_t k = 0;; ++k) {
+    std::vector<std::vector<std::string>> kept;
+    std::set<size_t> kept_left;
+    for (const auto& r : rows) {
+      std::vector<std::string> cells;
+      for (size_t i = 0; i < r.size(); ++i)
+        if (!out.count(i)) cells.push_back(r[i]);
+      kept.push_back(std::move(cells));
+    }
+    for (size_t i = 0, j = 0; rows.size() && i < rows.front().size(); ++i)
+      if (!out.count(i)) {
+        if (left.count(i)) kept_left.insert(j);
+        ++j;
+      }
+    std::string text = align(kept, kept_left);
+    if (width == 0 || widest(text) <= width || k >= drop.size()) {
+      if (dropped) dropped->assign(out.begin(), out.end());
+      return text;
+    }
+    out.insert(drop[k]);
+  }
+}
+
 }  // namespace tracr::core

@@ -26,5 +26,13 @@ std::string terminal_text(const std::string& s, bool keep_lines = true);
 // columns listed in `left` are left-aligned, the others right-aligned;
 // trailing spaces removed.
 std::string align(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left = {});
+// `text` broken at spaces into lines of at most `width` characters (a word
+// longer than that stays whole); width <= 0 leaves it as it is.
+std::string wrap_words(const std::string& text, int width);
+// `align` fitted to `width` characters (0: no limit): while its widest line
+// is wider, the next column of `drop` (indices into every row, in the order
+// given) is left out. `dropped` gets the indices left out.
+std::string align_fit(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left, size_t width,
+                      const std::vector<size_t>& drop, std::vector<size_t>* dropped = nullptr);
 
 }  // namespace tracr::core

@@ -19,32 +19,6 @@ int terminal_width() {
   return 0;
 }
 
-std::string wrap_words(const std::string& text, int width) {
-  if (width <= 0) return text;
-  std::string out, line;
-  size_t i = 0;
-  auto flush = [&](bool nl) {
-    out += line;
-    if (nl) out += '\n';
-    line.clear();
-  };
-  while (i < text.size()) {
-    if (text[i] == '\n') {
-      flush(true);
-      ++i;
-      continue;
-    }
-    const size_t end = text.find_first_of(" \n", i);
-    const std::string word = text.substr(i, end == std::string::npos ? std::string::npos : end - i);
-    if (!line.empty() && static_cast<int>(line.size() + 1 + word.size()) > width) flush(true);
-    line += (line.empty() ? "" : " ") + word;
-    i = end == std::string::npos ? text.size() : end;
-    if (i < text.size() && text[i] == ' ') ++i;
-  }
-  flush(false);
-  return out;
-}
-
 namespace {
 
 class WrappingFormatter : public CLI::Formatter {

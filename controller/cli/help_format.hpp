@@ -5,8 +5,11 @@
 // indented under the description column.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
+
+#include "core/text.hpp"
 
 namespace CLI {
 class Formatter;
@@ -17,10 +20,10 @@ namespace tracr::controller {
 // The width help and tables should fit: the terminal's columns, else
 // $COLUMNS, else 0 (unknown: do not wrap).
 int terminal_width();
+// The same for a table's width argument: 0 when unknown (no limit).
+inline size_t table_width() { return static_cast<size_t>(terminal_width() > 0 ? terminal_width() : 0); }
 
-// `text` broken at spaces into lines of at most `width` characters (a word
-// longer than that stays whole); width <= 0 leaves it as it is.
-std::string wrap_words(const std::string& text, int width);
+using core::wrap_words;  // core/text.hpp
 
 // A CLI11 formatter that wraps descriptions to terminal_width(); set on the
 // App before its subcommands are added (they copy it).

@@ -1,5 +1,6 @@
 #include "controller/commands/results.hpp"
 
+#include "controller/cli/help_format.hpp"
 #include "analysis/tables.hpp"
 #include "core/text.hpp"
 #include "core/user_error.hpp"
@@ -127,7 +128,7 @@ int cmd_show(ResultsDb& db, const Opts& o) {
     std::fflush(stdout);
     check_or_throw(print_train_table(db, *id));
   } else {
-    check_or_throw(print_split_table(db, *id, stdout, o.wide));
+    check_or_throw(print_split_table(db, *id, stdout, o.wide, table_width()));
     check_or_throw(print_probe_table(db, *id, stdout));
     check_or_throw(print_energy_table(db, *id, stdout));
   }

@@ -5,6 +5,7 @@
 // cleanly: participants are told to STOP, the frames they still deliver are
 // written, the run is marked interrupted.
 #include "controller/commands/run.hpp"
+#include "controller/cli/help_format.hpp"
 #include "core/text.hpp"
 #include "core/user_error.hpp"
 #include "fleet/event_pump.hpp"
@@ -844,7 +845,7 @@ int RunSession::report() {
   fmt::print("\nrun {} completed{}: per-split table read back from {}\n", run_id_,
              lost_participants_.empty() ? "" : fmt::format(" without {} lost participant(s)", lost_participants_.size()),
              cfg_.output);
-  if (auto pst = print_split_table(*db_, run_id_, stdout, ro_.wide); !pst) {
+  if (auto pst = print_split_table(*db_, run_id_, stdout, ro_.wide, table_width()); !pst) {
     fmt::print(stderr, "tracrctl run: {}\n", user_text(pst.error()));
     return 1;
   }

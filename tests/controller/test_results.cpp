@@ -1080,6 +1080,20 @@ TEST(ResultsTable, DefaultTableFitsOneHundredTwentyColumnsWithLayerNamesAndAccur
   const std::string wide = format_split_table(rows, true, names);
   EXPECT_NE(wide.find("encode med"), std::string::npos);
   EXPECT_NE(wide.find("layer3.0.downsample.0.very_long_name"), std::string::npos);
+  // An 80-column terminal (#20: tables wrap to the terminal width): the
+  // throughput columns go first, a line says so, the times and accuracy stay.
+  const std::string fit = format_split_table(rows, false, names, 80);
+  std::istringstream fin(fit);
+  for (std::string l; std::getline(fin, l);) EXPECT_LE(l.size(), 80u) << l << "\n" << fit;
+  EXPECT_EQ(fit.substr(0, fit.find("(input)")).find("frames/s"), std::string::npos) << fit;  // not a column
+  std::string flat = fit;
+  std::replace(flat.begin(), flat.end(), '\n', ' ');
+  EXPECT_NE(flat.find("frames/s, up MB/s wire left out to fit 80 columns; --wide shows every column)"),
+            std::string::npos)
+      << fit;
+  EXPECT_NE(fit.find("75.25%"), std::string::npos) << fit;
+  EXPECT_NE(fit.find("1234.567"), std::string::npos) << fit;
+  EXPECT_EQ(format_split_table(rows, false, names, 200), narrow);  // room enough: as it was
   for (auto& r : rows) r.labelled = 0;
   EXPECT_EQ(format_split_table(rows).find("top-1"), std::string::npos);
 }
