@@ -240,16 +240,23 @@ struct ComputeTimes {
   std::string note;
 };
 
-Result<ComputeTimes> compute_times(ResultsDb& db, int64_t run_id, const std::vector<const LayerProfileRecord*>& part,
+// Heads from the segment profiles of `head_run` (the PARTICIPANT's run),
+// tails from `run_id`'s.
+Result<ComputeTimes> compute_times(ResultsDb& db, int64_t run_id, int64_t head_run,
+                                   const std::vector<const LayerProfileRecord*>& part,
                                    const std::vector<const LayerProfileRecord*>& srv, const std::string& part_dev) {
   const int n = static_cast<int>(part.size());
   auto segs = db.segment_profiles(run_id);
   if (!segs) return std::move(segs.error());
+  auto head_segs = head_run == run_id ? segs : db.segment_profiles(head_run);
+  if (!head_segs) return std::move(head_segs.error());
   std::map<int, double> head_seg, tail_seg;
   std::string srv_dev;
+  for (const auto& s : *head_segs)
+    if (s.split >= 0 && s.split <= n && s.side == "head" && s.device_role == kParticipant && s.device == part_dev)
+      head_seg[s.split] = s.mean_ns / 1e6;
   for (const auto& s : *segs) {
     if (s.split < 0 || s.split > n) continue;
-    if (s.side == "head" && s.device_role == kParticipant && s.device == part_dev) head_seg[s.split] = s.mean_ns / 1e6;
     if (s.side == "tail" && s.device_role == kServer && (srv_dev.empty() || s.device == srv_dev)) {
       srv_dev = s.device;
       tail_seg[s.split] = s.mean_ns / 1e6;
@@ -295,16 +302,19 @@ bool same_device(const DeviceRecord& a, const DeviceRecord& b) {
   return a.hw_id == b.hw_id && a.cpu_quota == b.cpu_quota && a.cpu_cores_limit == b.cpu_cores_limit && a.gpu == b.gpu;
 }
 
-// "profiles: PARTICIPANT p (...); SERVER s (...)": the devices whose profiles the plan uses.
-std::string profiled_devices(ResultsDb& db, int64_t run_id, const std::string& part_dev) {
+// "profiles of run R: PARTICIPANT p (...); SERVER s (...)": the devices
+// whose profiles the plan uses (the PARTICIPANT's from `part_run`).
+std::string profiled_devices(ResultsDb& db, int64_t run_id, int64_t part_run, const std::string& part_dev) {
   auto devs = db.devices(run_id);
-  if (!devs) return {};
+  auto pdevs = part_run == run_id ? devs : db.devices(part_run);
+  if (!devs || !pdevs) return {};
   std::string part, srv;
-  for (const auto& d : *devs) {
+  for (const auto& d : *pdevs)
     if (d.role == kParticipant && d.device == part_dev && part.empty()) part = device_text(d);
+  for (const auto& d : *devs)
     if (d.role == kServer && srv.empty()) srv = device_text(d);
-  }
   if (part.empty() || srv.empty()) return {};
+  if (part_run != run_id) return fmt::format("profiles: {} of run {}; {} of run {}", part, part_run, srv, run_id);
   return fmt::format("profiles of run {}: {}; {}", run_id, part, srv);
 }
 
@@ -387,6 +397,42 @@ Result<DeviceProfiles> device_profiles(const std::vector<LayerProfileRecord>& pr
     return make_error(Errc::config, fmt::format("run {}: the PARTICIPANT profiled {} layers, the SERVER {}", run_id,
                                                 d.part.size(), d.srv.size()));
   return d;
+}
+
+// plan --participant-from RUN: that run's PARTICIPANT profiles in `dev`,
+// after checking it ran the basis run's model at its input and layers.
+Status use_participant_from(ResultsDb& db, const RunRow& basis, int64_t part_run,
+                            std::vector<LayerProfileRecord>& holder, DeviceProfiles& dev) {
+  auto other = db.get_run(part_run);
+  if (!other) return std::move(other.error());
+  if (other->model != basis.model)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("--participant-from {}: run {} ran {}, the basis run {} ran {}; the PARTICIPANT's "
+                                  "profiles must be of the same model",
+                                  part_run, part_run, other->model, basis.id, basis.model));
+  auto lp = db.layer_profiles(part_run);
+  if (!lp) return std::move(lp.error());
+  holder = std::move(*lp);
+  std::vector<const LayerProfileRecord*> part;
+  std::string part_dev;
+  for (const auto& l : holder)
+    if (l.device_role == kParticipant && (part_dev.empty() || l.device == part_dev)) {
+      part_dev = l.device;
+      part.push_back(&l);
+    }
+  if (part.empty())
+    return make_error(Errc::not_found, fmt::format("--participant-from {}: run {} has no PARTICIPANT layer profiles "
+                                                   "(record.layers: true, the default, records them)",
+                                                   part_run, part_run));
+  if (part.size() != dev.part.size() || part.front()->input_shape != dev.part.front()->input_shape)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("--participant-from {}: its PARTICIPANT profiled {} layers at input {}, the basis "
+                                  "run {} {} at {}",
+                                  part_run, part.size(), part.front()->input_shape, basis.id, dev.part.size(),
+                                  dev.part.front()->input_shape));
+  dev.part = std::move(part);
+  dev.part_dev = part_dev;
+  return {};
 }
 
 // Bytes and per-frame processing per split and codec: measured by the basis
@@ -498,9 +544,13 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
   if (!profiles) return std::move(profiles.error());
   auto dev = device_profiles(*profiles, run_id);
   if (!dev) return std::move(dev.error());
+  const int64_t part_run = opt.participant_run > 0 ? opt.participant_run : run_id;
+  std::vector<LayerProfileRecord> part_profiles;  // --participant-from: the pointers in dev->part point here
+  if (part_run != run_id) TRACR_TRY(use_participant_from(db, *run, part_run, part_profiles, *dev));
   const int n = static_cast<int>(dev->part.size());
   Plan p;
   p.basis_run = run_id;
+  if (part_run != run_id) p.participant_run = part_run;
   p.model = run->model;
   p.input_shape = dev->part.front()->input_shape;
   p.objective = opt.objective;
@@ -518,12 +568,12 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
     if (!l) return std::move(l.error());
     p.link = *l;
   }
-  auto eb = energy_basis(db, run_id, dev->part_dev, n, opt, p);
+  auto eb = energy_basis(db, part_run, dev->part_dev, n, opt, p);
   if (!eb) return std::move(eb.error());
-  auto compute = compute_times(db, run_id, dev->part, dev->srv, dev->part_dev);
+  auto compute = compute_times(db, run_id, part_run, dev->part, dev->srv, dev->part_dev);
   if (!compute) return std::move(compute.error());
   p.compute_note = compute->note;
-  p.devices_note = profiled_devices(db, run_id, dev->part_dev);
+  p.devices_note = profiled_devices(db, run_id, part_run, dev->part_dev);
   TRACR_TRY(share_the_server(db, run_id, opt, bases->front(), p));
   for (const CodecBasis& cb : *bases)
     for (int k = 0; k <= n; ++k) p.rows.push_back(predict_row(k, cb, *compute, *dev, *eb, opt, p));
@@ -591,15 +641,16 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
   auto st = exec(
       "INSERT INTO plans(created_at, basis_run, model, input_shape, objective, link, link_source, up_mbps, down_mbps, "
       "rtt_ms, overhead, energy_source, chosen, chosen_codec, mape_pct, measured_best, miss_pct, validation_run, "
-      "participants, server_model) "
-      "VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      "participants, server_model, participant_run) "
+      "VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
       {i64(p.basis_run), txt(p.model), txt(p.input_shape), txt(p.objective), txt(p.link.name), txt(p.link.source),
        num(p.link.up_mbps), num(p.link.down_mbps), num(p.link.rtt_ms), txt(p.overhead),
        p.energy_source.empty() ? std::nullopt : txt(p.energy_source),
        p.chosen >= 0 ? i64(p.chosen) : std::nullopt, p.chosen >= 0 ? txt(p.chosen_codec) : std::nullopt, num(p.mape_pct),
        p.measured_best >= 0 ? i64(p.measured_best) : std::nullopt, num(p.miss_pct),
        p.mape_pct && p.validation_run > 0 ? i64(p.validation_run) : std::nullopt, i64(p.participants),
-       p.server_model.empty() ? std::nullopt : txt(p.server_model)});
+       p.server_model.empty() ? std::nullopt : txt(p.server_model),
+       p.participant_run > 0 ? i64(p.participant_run) : std::nullopt});
   if (!st) {
     (void)exec("ROLLBACK", {});
     return std::move(st.error());
@@ -662,8 +713,11 @@ std::string format_plan(const Plan& p) {
   if (validated)
     o += fmt::format("validation{}: latency MAPE {:.1f} % over {} splits; measured best split {}; chosen split {} {}\n",
                      p.validation_run != p.basis_run
-                         ? fmt::format(" against run {} (held out: planned from run {} alone)", p.validation_run,
-                                       p.basis_run)
+                         ? fmt::format(" against run {} (held out: planned from run {} {})", p.validation_run,
+                                       p.basis_run,
+                                       p.participant_run ? fmt::format("with run {}'s PARTICIPANT profiles",
+                                                                       p.participant_run)
+                                                         : std::string("alone"))
                          : std::string(),
                      *p.mape_pct,
                      std::count_if(p.rows.begin(), p.rows.end(), [](const PlanRow& r) { return r.measured_ms.has_value(); }),
@@ -680,14 +734,17 @@ namespace {
 // describe (same machine kind, CPU limits and GPU): a plan never applies one
 // device's layer times to another without saying so. Runs stored without
 // device rows are not compared.
-Status check_same_devices(ResultsDb& db, int64_t basis, int64_t other) {
+Status check_same_devices(ResultsDb& db, int64_t basis, int64_t other, int64_t part_basis) {
   auto a = db.devices(basis);
   if (!a) return std::move(a.error());
+  auto pa = part_basis == basis ? a : db.devices(part_basis);
+  if (!pa) return std::move(pa.error());
   auto b = db.devices(other);
   if (!b) return std::move(b.error());
   for (std::string_view role : {kParticipant, kServer}) {
     const DeviceRecord* ref = nullptr;
-    for (const auto& d : *a)
+    const int64_t from = role == kParticipant ? part_basis : basis;
+    for (const auto& d : role == kParticipant ? *pa : *a)
       if (d.role == role && !ref) ref = &d;
     if (!ref) continue;
     for (const auto& d : *b)
@@ -695,8 +752,11 @@ Status check_same_devices(ResultsDb& db, int64_t basis, int64_t other) {
         return make_error(Errc::invalid_argument,
                           fmt::format("--validate-on {}: run {}'s {} is another device than the one run {}'s profiles "
                                       "describe ({}). The plan would apply run {}'s layer times to it; plan from a run "
-                                      "made on that device (record.layers: true, the default) instead",
-                                      other, other, device_text(d), basis, device_text(*ref), basis));
+                                      "made on that device (record.layers: true, the default) instead{}",
+                                      other, other, device_text(d), from, device_text(*ref), from,
+                                      role == kParticipant ? fmt::format(", or take its PARTICIPANT profiles from one "
+                                                                         "(--participant-from RUN)")
+                                                           : std::string()));
   }
   return {};
 }
@@ -725,7 +785,7 @@ Status prepare_held_out(ResultsDb& db, int64_t basis, int64_t other, bool link_g
                         fmt::format("--validate-on {}: run {} ran at input {}, the basis run {} was profiled at {}",
                                     other, other, shape, basis, lp->front().input_shape));
   }
-  TRACR_TRY(check_same_devices(db, basis, other));
+  TRACR_TRY(check_same_devices(db, basis, other, opt.participant_run > 0 ? opt.participant_run : basis));
   if (opt.codecs.empty()) opt.codecs.push_back(a->codec);
   if (std::find(opt.codecs.begin(), opt.codecs.end(), b->codec) == opt.codecs.end()) opt.codecs.push_back(b->codec);
   if (opt.participants == 0) {  // planned for as many participants as RUN had

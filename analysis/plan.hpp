@@ -72,6 +72,11 @@ struct PlanOptions {
   // as the basis run had.
   int participants = 0;
   std::string participants_source;  // why that many ("" = as given)
+  // The PARTICIPANT's layer and head-segment profiles (and its layer
+  // energy) from this run instead of the basis: another device, profiled
+  // once, planned with the basis run's SERVER, bytes and link (0 = the
+  // basis). The run must be of the same model, input and layers.
+  int64_t participant_run = 0;
 };
 
 struct PlanRow {
@@ -93,6 +98,7 @@ struct PlanRow {
 
 struct Plan {
   int64_t basis_run = 0;
+  int64_t participant_run = 0;  // --participant-from: the PARTICIPANT's profiles came from this run (0: the basis)
   std::string model, input_shape, objective;
   PlanLink link;
   std::string energy_source;  // label of the energy figures ("" = no energy predicted)

@@ -500,6 +500,9 @@ ALTER TABLE plans ADD COLUMN participants INTEGER;
 ALTER TABLE plans ADD COLUMN server_model TEXT;
 ALTER TABLE plan_rows ADD COLUMN queue_ms REAL;
 )sql"},
+    {14, "plans: the run the PARTICIPANT's profiles came from (plan --participant-from)", R"sql(
+ALTER TABLE plans ADD COLUMN participant_run INTEGER;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,

@@ -277,6 +277,7 @@ TableInfo plans_table() {
       {"validation_run", "INTEGER", "", "controller", "-> runs.id: the run the plan was validated against (basis_run, or another run of the same model: held out); NULL: not validated"},
       {"participants", "INTEGER", "", "controller", "participants planned as sharing the SERVER (the basis run's count, --participants, or the held-out run's); NULL in plans stored before schema 13 (one)"},
       {"server_model", "TEXT", "", "controller", "how the shared SERVER was modelled (modelled:mva(...): mean value analysis of a closed network, FIFO server); NULL: one participant, not shared"},
+      {"participant_run", "INTEGER", "", "controller", "the run whose PARTICIPANT layer and head profiles (and layer energy) the plan used (plan --participant-from: another device); NULL: the basis run's"},
   };
   return t;
 }

@@ -257,6 +257,11 @@ void add_plan(CLI::App& app, Parsed& p) {
                    "the basis run had, or the --validate-on run)")
       ->check(CLI::Range(1, 100000))
       ->type_name("N");
+  plan->add_option("--participant-from", p.plan.plan.participant_run,
+                   "the PARTICIPANT's layer and head profiles from this run (another device, profiled once), "
+                   "with the basis run's SERVER, bytes and link")
+      ->type_name("RUN")
+      ->check(CLI::PositiveNumber);
   plan->add_option("--splits", p.plan.plan.splits,
                    "splits to plan: all (default), measured (those whose bytes a run measured), or K1,K2,...")
       ->type_name("all|measured|K,...");

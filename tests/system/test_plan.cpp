@@ -411,4 +411,26 @@ TEST(Plan, AHeldOutRunOnAnotherDeviceIsRefusedNamingBoth) {
   EXPECT_NE(other.out.find("is another device than the one run 1's profiles describe"), std::string::npos)
       << other.out;
   EXPECT_EQ(query(db, "select count(*) from plans where basis_run = 1 and validation_run = 2"), "0");
+  EXPECT_NE(other.out.find("--participant-from RUN"), std::string::npos) << other.out;
+  // Calibrated for the other device (#21): run 2's PARTICIPANT profiles with
+  // run 1's SERVER, bytes and link, validated on run 2.
+  auto cal = sh(tracrctl() + " plan 1 --db " + db + " --participant-from 2 --validate-on 2");
+  ASSERT_EQ(cal.status, 0) << cal.out;
+  EXPECT_NE(cal.out.find("profiles: PARTICIPANT participant ("), std::string::npos) << cal.out;
+  EXPECT_NE(cal.out.find("pinned to 1 CPUs"), std::string::npos) << cal.out;
+  EXPECT_NE(cal.out.find(") of run 2; SERVER server ("), std::string::npos) << cal.out;
+  EXPECT_NE(cal.out.find(") of run 1"), std::string::npos) << cal.out;
+  EXPECT_NE(cal.out.find("latency MAPE"), std::string::npos) << cal.out;
+  // The all-local split's head is run 2's PARTICIPANT layers, summed.
+  const std::string plan_id = query(db, "select max(id) from plans where basis_run = 1 and validation_run = 2");
+  ASSERT_FALSE(plan_id.empty());
+  EXPECT_EQ(query(db, "select participant_run from plans where id = " + plan_id), "2");  // stored where it came from
+  const double head = std::stod(query(db, "select head_ms from plan_rows where plan_id = " + plan_id + " and split = 22"));
+  const double sum2 = std::stod(query(db, "select sum(coalesce(mean_ns, median_ns)) / 1e6 from layer_profiles where "
+                                          "run_id = 2 and device_role = 'PARTICIPANT'"));
+  EXPECT_NEAR(head, sum2, 1e-6 * sum2 + 1e-9) << cal.out;
+  // Of another model, or with no PARTICIPANT profiles: refused, naming the run.
+  auto bad = sh(tracrctl() + " plan 1 --db " + db + " --participant-from 99 --no-store");
+  EXPECT_NE(bad.status, 0) << bad.out;
+  EXPECT_NE(bad.out.find("99"), std::string::npos) << bad.out;
 }
