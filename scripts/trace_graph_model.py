@@ -10,8 +10,9 @@ inception_v3); one Python start for many models.
 NAME is a torchvision classification model (resnet50, vit_b_16, ...) or
 "yolo_like": a small YOLO-style detector defined here (a multi-scale backbone,
 a concatenating FPN/PAN neck and a tuple of three head outputs), or one of the
-small test modules below (view_inplace, two_inputs, flatten_int, cat_list). The model is
-put in eval mode, traced at batch 1 and saved with torch.jit.save.
+small test modules below (view_inplace, two_inputs, flatten_int, cat_list; script_if,
+which is scripted, not traced). The model is put in eval mode, traced at batch 1
+and saved with torch.jit.save.
 Exit status 0 on success; 3 when torch.jit.trace refused a model (the
 others are still written).
 """
@@ -142,6 +143,26 @@ class TwoInputs(nn.Module):
         return self.conv(x) + y.mean()
 
 
+class ScriptIf(nn.Module):
+    """A branch on a tensor's value in the top-level forward, kept by
+    torch.jit.script (tracing would keep one path): both branches call conv c."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3)
+        self.b = nn.ReLU()
+        self.c = nn.Conv2d(8, 8, 3)
+        self.d = nn.Linear(8, 10)
+
+    def forward(self, x):
+        y = self.b(self.a(x))
+        if y.mean() > 0:
+            y = self.c(y)
+        else:
+            y = self.c(y) * 2
+        return self.d(y.mean(dim=(2, 3)))
+
+
 def build(name, size):
     if name == "yolo_like":
         return YoloLike()
@@ -153,6 +174,8 @@ def build(name, size):
         return FlattenInt()
     if name == "cat_list":
         return CatList()
+    if name == "script_if":
+        return ScriptIf()
     kwargs = {}
     if name.startswith("vit_"):
         kwargs["image_size"] = size[0]
@@ -179,7 +202,7 @@ def main():
             x = (x, torch.rand(1))
         try:
             with torch.no_grad():
-                t = torch.jit.trace(m, x, check_trace=False)
+                t = torch.jit.script(m) if name.startswith("script_") else torch.jit.trace(m, x, check_trace=False)
         except Exception as e:  # noqa: BLE001 - report any refusal of the tracer
             print(f"{name}: torch.jit.trace refused: {e}".splitlines()[0], file=sys.stderr)
             status = 3

@@ -311,6 +311,28 @@ std::pair<std::string, std::string> module_of(tj::Node* n) {
   return {path, type};
 }
 
+// A scripted `if` or loop at the top level: its own layer, named after the
+// modules its blocks call ("if[layer1,layer2]"; "if" when they call none),
+// since the branch taken is decided as it runs and cannot be cut inside.
+bool is_control(tj::Node* n) { return n->kind() == c10::prim::If || n->kind() == c10::prim::Loop; }
+std::string control_name(tj::Node* n) {
+  std::vector<std::string> called;
+  std::function<void(tj::Block*)> walk = [&](tj::Block* b) {
+    for (tj::Node* x : b->nodes()) {
+      const std::string p = module_of(x).first;
+      if (!p.empty() && std::find(called.begin(), called.end(), p) == called.end()) called.push_back(p);
+      for (tj::Block* sub : x->blocks()) walk(sub);
+    }
+  };
+  for (tj::Block* b : n->blocks()) walk(b);
+  std::string name = n->kind() == c10::prim::If ? "if" : "loop";
+  if (called.empty()) return name;
+  const size_t shown = std::min<size_t>(called.size(), 3);
+  name += "[";
+  for (size_t i = 0; i < shown; ++i) name += (i ? "," : "") + called[i];
+  return name + (called.size() > shown ? ",...]" : "]");
+}
+
 std::string type_name(const tj::Module& m) {
   auto t = m.type();
   return t && t->name() ? t->name()->name() : std::string("Module");
@@ -429,16 +451,36 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
   // Layers.
   std::map<std::string, int> seen;
   std::unordered_map<tj::Node*, int> layer_of;
+  // A control node without a call stack between two nodes of one module
+  // (a scripted leaf's own `if`, e.g. AdaptiveAvgPool2d's) is that module's.
+  std::unordered_map<tj::Node*, std::pair<std::string, std::string>> inside;
+  {
+    std::vector<tj::Node*> seq;
+    for (tj::Node* n : top->nodes())
+      if (n->kind() != c10::prim::Constant && n != out_pack) seq.push_back(n);
+    for (size_t i = 1; i + 1 < seq.size(); ++i) {
+      if (!is_control(seq[i]) || !module_of(seq[i]).first.empty()) continue;
+      auto before = module_of(seq[i - 1]);
+      size_t j = i + 1;
+      while (j + 1 < seq.size() && is_control(seq[j]) && module_of(seq[j]).first.empty()) ++j;
+      if (!before.first.empty() && module_of(seq[j]).first == before.first) inside[seq[i]] = before;
+    }
+  }
   std::string prev_key;
+  bool prev_control = false;
   for (tj::Node* n : top->nodes()) {
     if (n->kind() == c10::prim::Constant || n == out_pack) continue;
-    auto [mpath, mtype] = module_of(n);
-    const bool fresh = cfg.granularity == "node" || eng->layers.empty() || mpath != prev_key;
+    auto [mpath, mtype] = inside.count(n) ? inside[n] : module_of(n);
+    const bool control = is_control(n) && !inside.count(n);
+    const bool fresh = cfg.granularity == "node" || eng->layers.empty() || mpath != prev_key || control || prev_control;
     prev_key = mpath;
+    prev_control = control;
     if (fresh) {
       GLayer l;
       l.type = mpath.empty() ? type_name(root) : mtype;
-      if (cfg.granularity == "node") {
+      if (control) {
+        l.name = (mpath.empty() ? "" : mpath + ":") + control_name(n);
+      } else if (cfg.granularity == "node") {
         l.name = (mpath.empty() ? "" : mpath + ":") + kind_name(n);
         l.type = kind_name(n);
       } else {
@@ -450,6 +492,10 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
     l.path = mpath;
     l.nodes.push_back(n);
     layer_of[n] = static_cast<int>(eng->layers.size()) - 1;
+    if (control) {
+      l.type = kind_name(n);  // If | Loop
+      continue;
+    }
     if (cfg.granularity == "module" && mpath.empty() && n->outputs().size() == 1 &&
         n->output()->type()->cast<c10::TensorType>())
       l.name = "";  // named after its last tensor op below

@@ -185,6 +185,43 @@ INSTANTIATE_TEST_SUITE_P(
       return s;
     });
 
+// A scripted `if` in the top-level forward (#23): the branch taken is
+// decided as it runs, so the whole if is one layer, named after the modules
+// its branches call; its condition (a bool) crosses the cut before it, and
+// every cut gives the module's output bit for bit.
+TEST(GraphModel, AScriptedIfIsOneLayerNamedAfterWhatItCalls) {
+  const std::string file = traced("script_if@16");
+  ModelConfig cfg;
+  cfg.input_shape = {3, 16, 16};
+  cfg.device = "cpu";
+  cfg.optimize = false;
+  auto m = create_model("torchscript:" + file, cfg);
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  std::vector<std::string> names, types;
+  for (const auto& l : (*m)->layers()) {
+    names.push_back(l.name);
+    types.push_back(l.type);
+  }
+  const auto at = std::find(names.begin(), names.end(), "if[c]");
+  ASSERT_NE(at, names.end()) << ::testing::PrintToString(names);
+  EXPECT_EQ(types[at - names.begin()], "If");
+  EXPECT_EQ(std::count(names.begin(), names.end(), "c"), 0) << "conv c is inside the if";
+  torch::NoGradGuard ng;
+  torch::manual_seed(3);
+  const at::Tensor x = torch::rand({1, 3, 16, 16});
+  auto mod = torch::jit::load(file);
+  const at::Tensor ref = mod.forward({x}).toTensor();
+  const int n = (*m)->num_layers();
+  for (int k = 0; k <= n; ++k) {
+    if (!(*m)->split_refusal(k).empty()) continue;
+    auto head = (*m)->run(0, k, SplitModel::input_bundle(x));
+    ASSERT_TRUE(head.ok()) << head.error().str();
+    auto tail = (*m)->run(k, n, *head);
+    ASSERT_TRUE(tail.ok()) << tail.error().str();
+    EXPECT_TRUE(torch::equal((*tail)[0].tensor, ref)) << "split " << k;
+  }
+}
+
 TEST(GraphModel, DetectorOutputsAreABundleOfThreeLevels) {
   const std::string file = traced("yolo_like@128");
   ModelConfig cfg;

@@ -202,14 +202,9 @@ TEST_P(TorchScript, NestedSequentialIsFlattenedAndMatchesPyTorch) {
   ASSERT_TRUE(m.ok()) << m.error().str();
   std::vector<std::string> names;
   for (const auto& l : (*m)->layers()) names.push_back(l.name);
-  std::vector<std::string> expected{"0", "1", "2", "3.0", "3.1", "3.2.0", "3.2.1", "4", "5", "6"};
-  if (!GetParam()) {
-    // TODO(#23): a scripted leaf with control flow of its own (here
-    // AdaptiveAvgPool2d's `if`) is cut around its prim::If, which has no
-    // call stack: the graph splitter names it "If" and the module's rest
-    // "4#2". Outputs below are still checked at every cut.
-    expected = {"0", "1", "2", "3.0", "3.1", "3.2.0", "3.2.1", "4", "If", "4#2", "5", "6"};
-  }
+  // Scripted, AdaptiveAvgPool2d ("4") has an `if` of its own, whose prim::If
+  // has no call stack: it stays inside layer 4, between 4's own nodes.
+  const std::vector<std::string> expected{"0", "1", "2", "3.0", "3.1", "3.2.0", "3.2.1", "4", "5", "6"};
   EXPECT_EQ(names, expected);
   EXPECT_EQ((*m)->layers()[0].type, "Conv2d");
   EXPECT_EQ((*m)->layers()[0].params, 8 * 3 * 9 + 8);
