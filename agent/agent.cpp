@@ -265,12 +265,7 @@ Status answer_probe(Server& server, const std::string& peer, const Frame& f) {
 
 int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHandler>& tail) {
   zmq::context_t ctx(1);
-  ChannelOptions co;
-  co.role = std::string(role_name(AgentRole::server));
-  co.security.encrypt = opt.encrypt;
-  co.security.x25519 = opt.x25519;
-  co.security.secret = opt.secret;
-  co.security.clock = opt.clock;
+  ChannelOptions co = agent_channel_options(opt, AgentRole::server);
   if (tail)
     if (auto so = tail->reply_send()) co.send = *so;
   if (opt.experiment) {  // the experiment's codec_threads at this end too

@@ -23,6 +23,16 @@ std::optional<PowerModel> agent_power_model(const AgentOptions& o) {
   return m;
 }
 
+protocol::ChannelOptions agent_channel_options(const AgentOptions& o, AgentRole role) {
+  protocol::ChannelOptions co;
+  co.role = std::string(role_name(role));
+  co.security.encrypt = o.encrypt;
+  co.security.x25519 = o.x25519;
+  co.security.secret = o.secret;
+  co.security.clock = o.clock;
+  return co;
+}
+
 HwIdentity agent_hw_identity(const AgentOptions& o) {
   HwIdentity h = local_hw_identity();
   if (o.cpu_quota > 0) h.cpu_quota = o.cpu_quota;

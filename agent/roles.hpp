@@ -18,6 +18,7 @@
 #include "agent/control.hpp"
 #include "agent/energy.hpp"
 #include "agent/record.hpp"
+#include "protocol/channel.hpp"
 #include "protocol/frame.hpp"
 #include "settings/config.hpp"
 
@@ -67,6 +68,10 @@ struct AgentOptions {
 // The devices file's power model for this agent (cores: the CPUs it may use,
 // or its CPU quota when lower); nullopt without --power-model.
 std::optional<PowerModel> agent_power_model(const AgentOptions& o);
+
+// The data channel's options for an agent in `role`: its role name and its
+// security (encryption, X25519, secret, clock) from the options.
+protocol::ChannelOptions agent_channel_options(const AgentOptions& o, AgentRole role);
 
 // This machine's identity as this agent runs (CPU limits included).
 HwIdentity agent_hw_identity(const AgentOptions& o);

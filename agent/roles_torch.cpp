@@ -21,14 +21,15 @@ using namespace tracr::protocol;
 
 ModelSpec model_spec(const settings::ExperimentConfig& c, const std::string& device) {
   ModelSpec ms;
-  if (!device.empty()) ms.device = device;
   ms.name = c.model;
-  ms.weights = c.weights;
-  ms.input_shape = c.input_size;
-  ms.num_classes = c.num_classes;
-  ms.seed = c.seed;
-  ms.granularity = c.granularity;
-  ms.optimize = c.optimize;
+  ex::ModelConfig& m = ms.config;
+  if (!device.empty()) m.device = device;
+  m.weights = c.weights;
+  m.input_shape = c.input_size;
+  m.num_classes = c.num_classes;
+  m.seed = c.seed;
+  m.granularity = c.granularity;
+  m.optimize = c.optimize;
   return ms;
 }
 
@@ -314,12 +315,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
   if (o.in_process) {
     link = std::make_unique<InProcessLink>(std::make_unique<TailExecutor>(model), o.encrypt);
   } else {
-    ChannelOptions co;
-    co.role = std::string(role_name(AgentRole::participant));
-    co.security.encrypt = o.encrypt;
-    co.security.x25519 = o.x25519;
-    co.security.secret = o.secret;
-    co.security.clock = o.clock;
+    ChannelOptions co = agent_channel_options(o, AgentRole::participant);
     co.handshake_timeout_ms = 15000;
     co.read.threads = static_cast<unsigned>(cfg.codec_threads);
     // link_delay: agent: the session runs through a relay that holds each byte for the delay.

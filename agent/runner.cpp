@@ -39,15 +39,7 @@ void sync(const c10::Device& d) {
 }  // namespace
 
 Result<std::unique_ptr<ex::SplitModel>> load_model(const ModelSpec& spec) {
-  ex::ModelConfig cfg;
-  cfg.input_shape = spec.input_shape;
-  cfg.num_classes = spec.num_classes;
-  cfg.device = spec.device;
-  cfg.weights = spec.weights;
-  cfg.seed = spec.seed;
-  cfg.granularity = spec.granularity;
-  cfg.optimize = spec.optimize;
-  return ex::create_model(spec.name, cfg);
+  return ex::create_model(spec.name, spec.config);
 }
 
 std::string model_fingerprint(const ex::SplitModel& m) {

@@ -29,14 +29,8 @@ namespace tracr::agent {
 // Model identity shared by both ends (same name, weights, shape, seed =>
 // same parameters; checked with a fingerprint at the first request).
 struct ModelSpec {
-  std::string name;
-  std::string weights;
-  std::vector<int64_t> input_shape;  // C, H, W; empty = model default
-  int64_t num_classes = 0;
-  std::string device = "auto";
-  uint64_t seed = 0;
-  std::string granularity = "module";  // torchscript: models
-  bool optimize = true;                // torchscript: models
+  std::string name;                  // zoo name or "torchscript:<path>"
+  experiments::ModelConfig config;  // shape, classes, device, weights, seed, granularity, optimize
 };
 
 Result<std::unique_ptr<experiments::SplitModel>> load_model(const ModelSpec& spec);

@@ -27,18 +27,18 @@ Tensor activations(int64_t side) {
   return Tensor::view("act", DType::float32, {1, 64, side, side}, v.data());
 }
 
-void frame_bench(benchmark::State& state, const char* codec, bool enc) {
-  const Tensor t = activations(state.range(0));
-  FrameWriter w;
-  FrameReader r;
-  if (enc) {
-    Key256 k{};
-    Iv96 iv{};
-    (void)w.set_key(k, iv);
-    (void)r.set_key(k, iv);
-  }
-  SendOptions so;
-  so.codec = get_or_throw(CodecSpec::parse(codec));
+// Both ends keyed with the same all-zero key and IV (AES-GCM on).
+void key_both(FrameWriter& w, FrameReader& r) {
+  Key256 k{};
+  Iv96 iv{};
+  (void)w.set_key(k, iv);
+  (void)r.set_key(k, iv);
+}
+
+// The timed loop: write `t` as one INFER_REQUEST frame and read it back.
+// Returns the last frame's payload bytes on the wire.
+uint64_t round_trips(benchmark::State& state, const Tensor& t, FrameWriter& w, FrameReader& r,
+                     const SendOptions& so) {
   Header h;
   h.type = MsgType::infer_request;
   uint64_t wire = 0;
@@ -55,6 +55,17 @@ void frame_bench(benchmark::State& state, const char* codec, bool enc) {
       }
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(t.nbytes));
+  return wire;
+}
+
+void frame_bench(benchmark::State& state, const char* codec, bool enc) {
+  const Tensor t = activations(state.range(0));
+  FrameWriter w;
+  FrameReader r;
+  if (enc) key_both(w, r);
+  SendOptions so;
+  so.codec = get_or_throw(CodecSpec::parse(codec));
+  const uint64_t wire = round_trips(state, t, w, r, so);
   state.counters["wire_ratio"] = static_cast<double>(wire) / static_cast<double>(t.nbytes);
 }
 
@@ -68,27 +79,12 @@ void frame_threads_bench(benchmark::State& state, const char* codec) {
   ReadOptions ro;
   ro.threads = threads;
   FrameReader r(Limits{}, ro);
-  Key256 k{};
-  Iv96 iv{};
-  (void)w.set_key(k, iv);
-  (void)r.set_key(k, iv);
+  key_both(w, r);
   SendOptions so;
   so.codec = get_or_throw(CodecSpec::parse(codec));
   so.threads = threads;
   so.chunk_bytes = 64 * 1024;  // 12 to 49 parts per frame: work to share
-  Header h;
-  h.type = MsgType::infer_request;
-  for (auto _ : state) {
-    std::vector<Segment> segs;
-    (void)w.write(h, {t}, so, [&](Segment&& s) {
-      segs.push_back(std::move(s));
-      return Status{};
-    });
-    for (auto& s : segs)
-      for (auto& out : r.feed(s))
-        if (!out) state.SkipWithError(out.error().str().c_str());
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(t.nbytes));
+  (void)round_trips(state, t, w, r, so);
 }
 #define FRAME_THREADS_BENCH(name, codec)                                                              \
   BENCHMARK_CAPTURE(frame_threads_bench, name, codec)                                                 \

@@ -27,6 +27,28 @@ namespace tracr::fleet {
 
 using namespace tracr::core;  // the floors below, by their short names
 
+namespace {
+
+// posix_spawn of argv[0] with this process's environment plus `env`; the
+// file actions and attributes are consumed. Returns spawn's error number.
+int spawn_and_release(pid_t& pid, const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                      posix_spawn_file_actions_t& fa, posix_spawnattr_t& attr) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<char*> envp;
+  for (char** e = environ; *e; ++e) envp.push_back(*e);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid = -1;
+  const int rc = posix_spawn(&pid, args[0], &fa, &attr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  return rc;
+}
+
+}  // namespace
+
 Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& argv, const std::string& stderr_path,
                                          const std::vector<std::string>& env) {
   int inp[2], outp[2];
@@ -48,17 +70,8 @@ Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& argv, c
   posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
   if (!stderr_path.empty())
     posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<char*> envp;
-  for (char** e = environ; *e; ++e) envp.push_back(*e);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, args[0], &fa, &attr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  const int rc = spawn_and_release(pid, argv, env, fa, attr);
   ::close(inp[0]);
   ::close(outp[1]);
   if (rc != 0) {
@@ -169,17 +182,8 @@ Result<pid_t> spawn_detached(const std::vector<std::string>& argv, const std::st
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<char*> envp;
-  for (char** e = environ; *e; ++e) envp.push_back(*e);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, args[0], &fa, &attr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  const int rc = spawn_and_release(pid, argv, env, fa, attr);
   if (rc != 0) return make_error(Errc::io, "cannot start " + argv[0] + ": " + std::strerror(rc));
   return pid;
 }

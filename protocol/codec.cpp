@@ -612,50 +612,47 @@ Result<LossyParams> lossy_prepare(const CodecSpec& spec, const Tensor& t) {
                     fmt::format("unknown lossy stage {}", static_cast<int>(spec.lossy)));
 }
 
-void lossy_encode(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count,
-                  uint8_t* dst) {
+namespace {
+
+// lossy_encode (kEncode) and lossy_decode: one switch, so the two directions
+// cannot drift apart. Float side is 4 bytes an element, int8 wire side 1.
+template <bool kEncode>
+void lossy_code(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count, uint8_t* dst) {
   if (count <= 0) return;
   switch (p.kind) {
     case Lossy::none:
       std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(p.src));
       return;
     case Lossy::fp16:
-      map_elems<float, uint16_t>(src, count, dst, [](float x) { return f32_to_f16_sat(x); });
+      if constexpr (kEncode) map_elems<float, uint16_t>(src, count, dst, [](float x) { return f32_to_f16_sat(x); });
+      else map_elems<uint16_t, float>(src, count, dst, [](uint16_t h) { return f16_to_f32(h); });
       return;
     case Lossy::bf16:
-      map_elems<float, uint16_t>(src, count, dst, [](float x) { return f32_to_bf16(x); });
+      if constexpr (kEncode) map_elems<float, uint16_t>(src, count, dst, [](float x) { return f32_to_bf16(x); });
+      else map_elems<uint16_t, float>(src, count, dst, [](uint16_t h) { return bf16_to_f32(h); });
       return;
     case Lossy::int8:
     case Lossy::int8_channel:
       for_each_channel_run(p, first, count, [&](int64_t c, int64_t off, int64_t len) {
-        int8_encode_run(src + off * 4, len, p.scale[static_cast<size_t>(c)],
-                        p.zero_point[static_cast<size_t>(c)], dst + off);
+        const float scale = p.scale[static_cast<size_t>(c)];
+        const int32_t zero = p.zero_point[static_cast<size_t>(c)];
+        if constexpr (kEncode) int8_encode_run(src + off * 4, len, scale, zero, dst + off);
+        else int8_decode_run(src + off, len, scale, zero, dst + off * 4);
       });
       return;
   }
 }
 
+}  // namespace
+
+void lossy_encode(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count,
+                  uint8_t* dst) {
+  lossy_code<true>(p, src, first, count, dst);
+}
+
 void lossy_decode(const LossyParams& p, const uint8_t* src, int64_t first, int64_t count,
                   uint8_t* dst) {
-  if (count <= 0) return;
-  switch (p.kind) {
-    case Lossy::none:
-      std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(p.src));
-      return;
-    case Lossy::fp16:
-      map_elems<uint16_t, float>(src, count, dst, [](uint16_t h) { return f16_to_f32(h); });
-      return;
-    case Lossy::bf16:
-      map_elems<uint16_t, float>(src, count, dst, [](uint16_t h) { return bf16_to_f32(h); });
-      return;
-    case Lossy::int8:
-    case Lossy::int8_channel:
-      for_each_channel_run(p, first, count, [&](int64_t c, int64_t off, int64_t len) {
-        int8_decode_run(src + off, len, p.scale[static_cast<size_t>(c)],
-                        p.zero_point[static_cast<size_t>(c)], dst + off * 4);
-      });
-      return;
-  }
+  lossy_code<false>(p, src, first, count, dst);
 }
 
 double lossy_error_bound(const LossyParams& p, double x, int64_t element_index) {

@@ -33,8 +33,6 @@ using namespace tracr::fleet;
 
 using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
-namespace fs = std::filesystem;
-
 namespace {
 
 // The options with the agent path resolved (next to tracrctl when not given).
@@ -260,7 +258,7 @@ static int detached_agents(const std::string& verb, const DevicesOptions& c) {
     if (verb == "stop" && stop_detached_agents(dir, c.trust, c.devices) != 0) rc = 1;
     if (verb != "status") continue;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir, ec))
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
       if (e.path().extension() == ".state")
         if (auto d = read_detached(e.path().string()))
           fmt::print("detached SERVER agent on {}: pid {}, {} (state in {})\n", d->device, d->pid, d->endpoint, dir);

@@ -52,7 +52,7 @@ struct Run {
 };
 
 Run run_with_failures(std::set<int> fail, int max_consecutive) {
-  ModelSpec ms{"alexnet", "", {3, 64, 64}, 0, "cpu", 1};
+  ModelSpec ms{"alexnet", {{3, 64, 64}, 0, "cpu", "", 1}};
   auto model = load_model(ms);
   EXPECT_TRUE(model.ok());
   std::shared_ptr<experiments::SplitModel> m(std::move(*model));
@@ -135,7 +135,7 @@ TEST(Pipeline, EveryCodecAtEverySplitOfEveryZooModelGoesThroughTheFramePath) {
     const std::vector<int64_t> shape = name == "fmnist_cnn" ? std::vector<int64_t>{}
                                        : name == "alexnet"  ? std::vector<int64_t>{3, 64, 64}
                                                             : std::vector<int64_t>{3, 32, 32};
-    ModelSpec ms{name, "", shape, 0, "cpu", 1};
+    ModelSpec ms{name, {shape, 0, "cpu", "", 1}};
     auto loaded = load_model(ms);
     ASSERT_TRUE(loaded.ok()) << name << ": " << loaded.error().str();
     const auto& m = **loaded;
@@ -185,7 +185,9 @@ TEST(Pipeline, EveryCodecAtEverySplitOfEveryZooModelGoesThroughTheFramePath) {
           } else {
             auto tt = experiments::from_protocol(t);
             ASSERT_TRUE(tt.ok()) << tt.error().str();
-            if (tt->is_floating_point()) ASSERT_TRUE(torch::isfinite(*tt).all().item<bool>()) << where << " " << ref.name;
+            if (tt->is_floating_point()) {
+              ASSERT_TRUE(torch::isfinite(*tt).all().item<bool>()) << where << " " << ref.name;
+            }
           }
         }
         if (codec == "none") {  // the tail on what the frame delivered
@@ -253,7 +255,7 @@ struct LossyRun {
 };
 
 LossyRun run_lossy(int lose, int dup) {
-  ModelSpec ms{"alexnet", "", {3, 64, 64}, 0, "cpu", 1};
+  ModelSpec ms{"alexnet", {{3, 64, 64}, 0, "cpu", "", 1}};
   auto model = load_model(ms);
   EXPECT_TRUE(model.ok());
   std::shared_ptr<experiments::SplitModel> m(std::move(*model));
