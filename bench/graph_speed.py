@@ -28,6 +28,9 @@ import time
 import torch
 import torchvision
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from graph_models_all import graph_bench_tool  # noqa: E402
+
 
 def median_ms(f, reps):
     t = []
@@ -46,11 +49,7 @@ def main():
     ap.add_argument("--side", type=int, default=224)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
-    tool = next((p for p in (os.path.join(a.build_dir, "bin", "tracr_graph_bench"),
-                             os.path.join(a.build_dir, "bench", "tracr_graph_bench")) if os.path.exists(p)), None)
-    if tool is None:
-        sys.exit(f"graph_speed: no tracr_graph_bench under {a.build_dir}/bin or {a.build_dir}/bench; "
-                 "build it with: cmake --build BUILD_DIR --target tracr_graph_bench")
+    tool = graph_bench_tool(a.build_dir, "graph_speed")
     torch.set_num_threads(1)
     print(f"one thread, batch 1, {a.side}x{a.side}, median of {a.reps} after warm-up, {a.rounds} rounds of "
           f"Python then tracr; torch {torch.__version__}")

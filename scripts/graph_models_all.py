@@ -22,6 +22,15 @@ import torch
 import torchvision
 
 
+def graph_bench_tool(build_dir, who):
+    """build_dir's tracr_graph_bench (bin/ or bench/), or exit saying how to build it."""
+    for p in (os.path.join(build_dir, "bin", "tracr_graph_bench"), os.path.join(build_dir, "bench", "tracr_graph_bench")):
+        if os.path.exists(p):
+            return p
+    sys.exit(f"{who}: no tracr_graph_bench under {build_dir}/bin or {build_dir}/bench; "
+             "build it with: cmake --build BUILD_DIR --target tracr_graph_bench")
+
+
 def default_side(name):
     if name == "inception_v3":
         return 299
@@ -82,11 +91,7 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--mode", choices=("both", "exact", "optimized"), default="both")
     a = ap.parse_args()
-    tool = next((p for p in (os.path.join(a.build_dir, "bin", "tracr_graph_bench"),
-                             os.path.join(a.build_dir, "bench", "tracr_graph_bench")) if os.path.exists(p)), None)
-    if tool is None:
-        sys.exit(f"graph_models_all: no tracr_graph_bench under {a.build_dir}/bin or {a.build_dir}/bench; "
-                 "build it with: cmake --build BUILD_DIR --target tracr_graph_bench")
+    tool = graph_bench_tool(a.build_dir, "graph_models_all")
     names = torchvision.models.list_models(module=torchvision.models)
     if a.only:
         names = [n for n in names if n in a.only.split(",")]

@@ -11,18 +11,10 @@
 #      frames), then reads the results database.
 # Everything it prints also goes to $OUT/cuda_check.log.
 set -uo pipefail
-OUT=${OUT:-/tmp/cuda_check_out}; mkdir -p "$OUT"
-DEPS=$PWD/${DEPS:-.devsys}
-B=/tmp/tracr-cuda-build
-W=/tmp/tracr-cuda-work; rm -rf "$W"; mkdir -p "$W"
-exec > >(tee "$OUT/cuda_check.log") 2>&1
-step() { echo; echo "== $(date +%T) $*"; }
+source scripts/device/prelude.sh cuda_check
 step environment
 nvidia-smi -L; g++ --version | head -1; cmake --version | head -1; ldd --version | head -1; nproc
 python3 -c "import torch, torchvision; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), 'torchvision', torchvision.__version__)"
-TORCH_DIR=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)")/Torch
-export PATH=/usr/local/cuda/bin:$PATH
-export LD_LIBRARY_PATH=$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 step configure
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRACR_BUILD_TESTS=OFF \
   -DTRACR_DEPS_FILE="$PWD/scripts/device/deps.cmake" -DTRACR_DEPS_DIR="$DEPS" \

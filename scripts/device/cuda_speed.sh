@@ -7,15 +7,8 @@
 #   tracr      tracr_graph_bench speed: the unsplit graph and head + tail at the
 #              middle cut (optimize: true)
 set -uo pipefail
-OUT=${OUT:-/tmp/cuda_speed_out}; mkdir -p "$OUT"
-DEPS=$PWD/${DEPS:-.devsys}
-B=/tmp/tracr-cuda-build
-W=/tmp/tracr-speed-work; rm -rf "$W"; mkdir -p "$W"
-exec > >(tee "$OUT/cuda_speed.log") 2>&1
+source scripts/device/prelude.sh cuda_speed
 nvidia-smi -L
-TORCH_DIR=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)")/Torch
-export PATH=/usr/local/cuda/bin:$PATH
-export LD_LIBRARY_PATH=$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRACR_BUILD_TESTS=OFF \
   -DTRACR_DEPS_FILE="$PWD/scripts/device/deps.cmake" -DTRACR_DEPS_DIR="$DEPS" \
   -DTorch_DIR="$TORCH_DIR" -DTORCH_CUDA_ARCH_LIST=9.0 > "$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }

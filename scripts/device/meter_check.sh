@@ -8,13 +8,8 @@
 #   mkdir -p .devsys/old && for f in hpp cpp; do
 #     git show bea87d2^:agent/energy.$f > .devsys/old/energy.$f; done
 set -uo pipefail
-OUT=${OUT:-/tmp/meter_check_out}; mkdir -p "$OUT"
-DEPS=$PWD/${DEPS:-.devsys}
+source scripts/device/prelude.sh meter_check
 OLD=${OLD:-$DEPS/old}
-B=/tmp/tracr-cuda-build
-W=/tmp/tracr-meter-work; rm -rf "$W"; mkdir -p "$W"
-exec > >(tee "$OUT/meter_check.log") 2>&1
-step() { echo; echo "== $(date +%T) $*"; }
 step environment
 nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__)"
 python3 - <<'PY'
@@ -25,9 +20,6 @@ for _ in range(50):
     a = time.perf_counter(); pynvml.nvmlDeviceGetTotalEnergyConsumption(h); t.append(time.perf_counter() - a)
 t.sort(); print("pynvml nvmlDeviceGetTotalEnergyConsumption: median %.3f ms, min %.3f, max %.3f over 50" % (t[25]*1e3, t[0]*1e3, t[-1]*1e3))
 PY
-TORCH_DIR=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)")/Torch
-export PATH=/usr/local/cuda/bin:$PATH
-export LD_LIBRARY_PATH=$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 step build
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRACR_BUILD_TESTS=OFF -DTRACR_BUILD_BENCH=OFF \
   -DTRACR_DEPS_FILE="$PWD/scripts/device/deps.cmake" -DTRACR_DEPS_DIR="$DEPS" \
