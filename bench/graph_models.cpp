@@ -63,18 +63,30 @@ ex::Bundle clone(const ex::Bundle& b) {
   return out;
 }
 
-int check(const std::string& file, int64_t side, const std::string& device) {
-  torch::NoGradGuard ng;
+// What both checks start from: the seeded input, the unsplit module's
+// outputs on it, and the file as tracr's model (or why it could not load).
+struct CheckSetup {
+  at::Tensor x;
+  std::vector<at::Tensor> ref;
+  tracr::Result<std::unique_ptr<ex::SplitModel>> model;
+};
+
+CheckSetup check_setup(const std::string& file, int64_t side, const std::string& device, bool optimize) {
   torch::manual_seed(1);
-  const at::Tensor x = torch::rand({1, 3, side, side}).to(c10::Device(device));
+  at::Tensor x = torch::rand({1, 3, side, side}).to(c10::Device(device));
   auto mod = torch::jit::load(file, c10::Device(device));
   mod.eval();
-  const auto ref = leaves(mod.forward({x}));
+  auto ref = leaves(mod.forward({x}));
   ex::ModelConfig cfg;
   cfg.input_shape = {3, side, side};
   cfg.device = device;
-  cfg.optimize = false;
-  auto m = ex::create_model("torchscript:" + file, cfg);
+  cfg.optimize = optimize;
+  return {x, std::move(ref), ex::create_model("torchscript:" + file, cfg)};
+}
+
+int check(const std::string& file, int64_t side, const std::string& device) {
+  torch::NoGradGuard ng;
+  auto [x, ref, m] = check_setup(file, side, device, false);
   if (!m) {
     std::printf("0\t0\tnan\tFAIL (%s)\n", m.error().message.c_str());
     return 1;
@@ -110,16 +122,7 @@ int check(const std::string& file, int64_t side, const std::string& device) {
 
 int check_optimized(const std::string& file, int64_t side, const std::string& device) {
   torch::NoGradGuard ng;
-  torch::manual_seed(1);
-  const at::Tensor x = torch::rand({1, 3, side, side}).to(c10::Device(device));
-  auto mod = torch::jit::load(file, c10::Device(device));
-  mod.eval();
-  const auto ref = leaves(mod.forward({x}));
-  ex::ModelConfig cfg;
-  cfg.input_shape = {3, side, side};
-  cfg.device = device;
-  cfg.optimize = true;
-  auto m = ex::create_model("torchscript:" + file, cfg);
+  auto [x, ref, m] = check_setup(file, side, device, true);
   if (!m) {
     std::printf("0\tnan\t-\tFAIL (%s)\n", m.error().message.c_str());
     return 1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -65,6 +66,37 @@ std::string align(const std::vector<std::vector<std::string>>& raw, const std::s
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     o += line + "\n";
+  }
+  return o;
+}
+
+std::string align_wrap_last(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left,
+                            size_t width) {
+  if (width == 0) return align(rows, left);
+  std::vector<std::vector<std::string>> heads;
+  for (const auto& r : rows) heads.emplace_back(r.begin(), r.empty() ? r.end() : r.end() - 1);
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(align(heads, left));
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+  }
+  size_t indent = 0;
+  for (const auto& l : lines) indent = std::max(indent, l.size() + 2);
+  const bool below = indent + 24 > width;
+  const size_t room = below ? (width > 8 ? width - 4 : width) : width - indent;
+  const std::string pad(below ? 4 : indent, ' ');
+  std::string o;
+  for (size_t i = 0; i < lines.size() && i < rows.size(); ++i) {
+    const std::string msg = rows[i].empty() ? "" : terminal_text(rows[i].back(), false);
+    if (msg.empty()) {
+      o += lines[i] + "\n";
+      continue;
+    }
+    std::string wrapped = wrap_words(msg, static_cast<int>(room));
+    for (size_t p = wrapped.find('\n'); p != std::string::npos; p = wrapped.find('\n', p + 1 + pad.size()))
+      wrapped.insert(p + 1, pad);
+    if (below) o += lines[i] + "\n" + pad + wrapped + "\n";
+    else o += lines[i] + std::string(indent - lines[i].size(), ' ') + wrapped + "\n";
   }
   return o;
 }

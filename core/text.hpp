@@ -29,6 +29,12 @@ std::string align(const std::vector<std::vector<std::string>>& rows, const std::
 // `text` broken at spaces into lines of at most `width` characters (a word
 // longer than that stays whole); width <= 0 leaves it as it is.
 std::string wrap_words(const std::string& text, int width);
+// `align` with the last column (a message) wrapped at words to fit `width`
+// characters under a hanging indent; where the other columns leave fewer
+// than 24 characters, the message goes on the next lines, indented by 4.
+// width 0: exactly `align`.
+std::string align_wrap_last(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left,
+                            size_t width);
 // `align` fitted to `width` characters (0: no limit): while its widest line
 // is wider, the next column of `drop` (indices into every row, in the order
 // given) is left out. `dropped` gets the indices left out.

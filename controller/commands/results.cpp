@@ -156,7 +156,7 @@ int cmd_show(ResultsDb& db, const Opts& o) {
     for (const auto& e : *ev)
       rows.push_back({"  " + e.ts, e.level, e.kind, e.device.empty() ? "-" : e.device,
                       e.frame ? "frame " + std::to_string(*e.frame) : "-", e.message});
-    std::fputs(align(rows, {0, 1, 2, 3, 4, 5}).c_str(), stdout);
+    std::fputs(align_wrap_last(rows, {0, 1, 2, 3, 4, 5}, table_width()).c_str(), stdout);
   }
   return 0;
 }

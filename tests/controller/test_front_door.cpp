@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "controller/cli/help_format.hpp"
+#include "core/text.hpp"
 #include "fleet/launcher.hpp"
 #include "store/default_db.hpp"
 #include "tests/system/system_util.hpp"
@@ -114,6 +115,35 @@ TEST(FrontDoor, HelpWrapsAtWordsToTheTerminalWidth) {
     std::istringstream in(r.out);
     for (std::string line; std::getline(in, line);)
       EXPECT_LE(line.size(), 80u) << cmd << ": a line wider than the terminal:\n" << line;
+  }
+}
+
+// `results show`'s events: the message wraps under a hanging indent (#20).
+TEST(FrontDoor, EventMessagesWrapUnderAHangingIndent) {
+  using tracr::core::align_wrap_last;
+  const std::vector<std::vector<std::string>> rows = {
+      {"  12:00:01", "info", "run_started", "alexnet with every split on two local agents, encrypted frames"},
+      {"  12:00:02", "warn", "agent_log", "short"},
+      {"  12:00:03", "info", "done", ""}};
+  EXPECT_EQ(align_wrap_last(rows, {0, 1, 2, 3}, 0), tracr::core::align(rows, {0, 1, 2, 3}));
+  EXPECT_EQ(align_wrap_last(rows, {0, 1, 2, 3}, 200), tracr::core::align(rows, {0, 1, 2, 3}));
+  const std::string fit = align_wrap_last(rows, {0, 1, 2, 3}, 60);
+  EXPECT_EQ(fit,
+            "  12:00:01  info  run_started  alexnet with every split on\n"
+            "                               two local agents, encrypted\n"
+            "                               frames\n"
+            "  12:00:02  warn  agent_log    short\n"
+            "  12:00:03  info  done\n");
+  // Too narrow for a column beside the others: the message below, indented by 4.
+  const std::string narrow = align_wrap_last(rows, {0, 1, 2, 3}, 40);
+  EXPECT_EQ(narrow.substr(0, narrow.find("short")),
+            "  12:00:01  info  run_started\n"
+            "    alexnet with every split on two\n"
+            "    local agents, encrypted frames\n"
+            "  12:00:02  warn  agent_log\n    ");
+  for (const std::string& out : {fit, narrow}) {
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) EXPECT_LE(line.size(), 60u) << line;
   }
 }
 
