@@ -1,5 +1,6 @@
 #include "analysis/plan.hpp"
 
+#include "core/text.hpp"
 #include "core/token_bucket.hpp"
 #include "core/user_error.hpp"
 #include "store/default_db.hpp"
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <map>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -674,35 +676,52 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
   return id;
 }
 
-std::string format_plan(const Plan& p) {
-  std::string o = fmt::format(
+std::string format_plan(const Plan& p, size_t width) {
+  const std::string head = fmt::format(
       "plan for {} at {} from run {} (objective {}): link {}: up {:.3f} Mbit/s, down {:.3f} Mbit/s, rtt {:.3f} ms "
       "({})\n",
       p.model, p.input_shape, p.basis_run, p.objective, p.link.name, p.link.up_mbps, p.link.down_mbps, p.link.rtt_ms,
       p.link.source);
+  std::string o;
   const bool validated = p.mape_pct.has_value();
   bool several = false;
   for (const auto& r : p.rows) several = several || r.codec != p.basis_codec;
   const bool shared = p.participants > 1;
-  o += fmt::format("  {:>5}{} {:>9} {:>9} {:>9} {:>9} {:>9}{} {:>11} {:>8} {:>10}{}{}\n", "split",
-                   several ? fmt::format(" {:<24}", "codec") : "", "head ms", "up ms", "tail ms", "down ms", "other ms",
-                   shared ? fmt::format(" {:>9}", "queue ms") : "", "latency ms", "frames/s", "wire B",
-                   p.energy_source.empty() ? "" : fmt::format(" {:>10}", "edge J"),
-                   validated ? fmt::format(" {:>11} {:>8}", "measured ms", "error %") : "");
+  // One row per split; narrower than the terminal: wire B, frames/s, other
+  // ms, then down ms go first (fit_table names them).
+  std::vector<std::string> head_row = {"", "split"};
+  if (several) head_row.push_back("codec");
+  head_row.insert(head_row.end(), {"head ms", "up ms", "tail ms", "down ms", "other ms"});
+  if (shared) head_row.push_back("queue ms");
+  head_row.insert(head_row.end(), {"latency ms", "frames/s", "wire B"});
+  if (!p.energy_source.empty()) head_row.push_back("edge J");
+  if (validated) head_row.insert(head_row.end(), {"measured ms", "error %"});
+  head_row.push_back("");
+  std::vector<std::vector<std::string>> cells = {head_row};
+  auto ms = [](double v) { return fmt::format("{:.3f}", v); };
   for (const auto& r : p.rows) {
     if (validated && !r.measured_ms) continue;  // validation shows the splits the run measured
-    o += fmt::format("{} {:>5}{} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f}{} {:>11.3f} {:>8.1f} {:>10.0f}{}{}{}\n",
-                     r.split == p.chosen && r.codec == p.chosen_codec ? "*" : " ", r.split,
-                     several ? fmt::format(" {:<24}", r.codec) : "", r.head_ms, r.up_ms, r.tail_ms, r.down_ms, r.overhead_ms,
-                     shared ? fmt::format(" {:>9.3f}", r.queue_ms) : "", r.latency_ms,
-                     r.fps, r.wire_bytes,
-                     p.energy_source.empty() ? "" : fmt::format(" {:>10}", r.energy_j ? fmt::format("{:.4f}", *r.energy_j) : "-"),
-                     validated ? fmt::format(" {:>11} {:>8}", r.measured_ms ? fmt::format("{:.3f}", *r.measured_ms) : "-",
-                                             r.error_pct ? fmt::format("{:+.1f}", *r.error_pct) : "-")
-                               : "",
-                     r.feasible ? "" : "  (violates a constraint)");
+    std::vector<std::string> row = {r.split == p.chosen && r.codec == p.chosen_codec ? "*" : "",
+                                    std::to_string(r.split)};
+    if (several) row.push_back(r.codec);
+    row.insert(row.end(), {ms(r.head_ms), ms(r.up_ms), ms(r.tail_ms), ms(r.down_ms), ms(r.overhead_ms)});
+    if (shared) row.push_back(ms(r.queue_ms));
+    row.insert(row.end(), {ms(r.latency_ms), fmt::format("{:.1f}", r.fps), fmt::format("{:.0f}", r.wire_bytes)});
+    if (!p.energy_source.empty()) row.push_back(r.energy_j ? fmt::format("{:.4f}", *r.energy_j) : "-");
+    if (validated)
+      row.insert(row.end(), {r.measured_ms ? ms(*r.measured_ms) : "-",
+                             r.error_pct ? fmt::format("{:+.1f}", *r.error_pct) : "-"});
+    row.push_back(r.feasible ? "" : "(violates a constraint)");
+    cells.push_back(std::move(row));
   }
-  o += "other ms: " + p.overhead + "\n";
+  auto col = [&](const char* name) {
+    return static_cast<size_t>(std::find(head_row.begin(), head_row.end(), name) - head_row.begin());
+  };
+  std::set<size_t> left = {0, head_row.size() - 1};
+  if (several) left.insert(col("codec"));
+  o = fit_table(cells, left, width, {col("wire B"), col("frames/s"), col("other ms"), col("down ms")});
+  const std::string table = o;
+  o = "other ms: " + p.overhead + "\n";
   if (!p.compute_note.empty()) o += p.compute_note + "\n";
   if (!p.devices_note.empty()) o += p.devices_note + "\n";
   if (shared) o += "queue ms: the wait for the shared SERVER, " + p.server_model + "\n";
@@ -725,7 +744,8 @@ std::string format_plan(const Plan& p) {
                      p.miss_pct ? (*p.miss_pct <= 0 ? std::string("is the measured best")
                                                     : fmt::format("is {:.1f} % slower than it (measured)", *p.miss_pct))
                                 : std::string("was not measured"));
-  return o;
+  const int w = static_cast<int>(width);
+  return wrap_words(head, w) + table + wrap_words(o, w);
 }
 
 namespace {
@@ -1020,7 +1040,7 @@ PlanOutcome plan_and_validate(ResultsDb& db, const std::string& db_path, const P
   auto p = plan_from_run(db, run_id, opt);
   if (!p) return failed_with(plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error())));
   if (cmd.validate || check_run) validate_against(db, *p, check_run);
-  const std::string text = format_plan(*p);
+  const std::string text = format_plan(*p, cmd.width);
   if (table) std::fputs(text.c_str(), stdout);
   else if (const size_t at = text.find("\nvalidation"); at != std::string::npos)
     std::fputs(text.substr(at + 1).c_str(), stdout);

@@ -129,7 +129,8 @@ Result<Plan> plan_from_run(store::ResultsDb& db, int64_t run_id, const PlanOptio
 void validate_against(store::ResultsDb& db, Plan& p, int64_t run = 0);
 // Stores a plan (plans + plan_rows); returns its id.
 Result<int64_t> store_plan(store::ResultsDb& db, const Plan& p);
-std::string format_plan(const Plan& p);
+// The plan as text; its prose lines wrap at words to `width` (0: no limit).
+std::string format_plan(const Plan& p, size_t width = 0);
 
 // tracrctl plan RUN | EXPERIMENT.yaml [--validate] [--link NAME] [--objective O] ...
 // (controller/cli/cli.cpp fills it from the command line).
@@ -146,6 +147,7 @@ struct PlanCommand {
   std::optional<double> up_mbit, down_mbit, rtt_ms;  // explicit link figures
   PlanOptions plan;                   // objective, constraints, radio, codecs (as given)
   std::vector<std::string> sets;      // --set key=value (EXPERIMENT.yaml only)
+  size_t width = 0;                   // the terminal's columns: prose wraps to it (0: no limit)
 };
 // Returns 0 done, 1 a database error or no basis run, 2 a usage error.
 int cmd_plan(const PlanCommand& cmd);

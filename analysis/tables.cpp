@@ -191,7 +191,7 @@ std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide,
   return out;
 }
 
-Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
+Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out, size_t width) {
   auto probes = db.probes(run_id);
   if (!probes) return probes.error();
   if (probes->empty()) return {};
@@ -203,7 +203,7 @@ Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
                     format_ms(static_cast<double>(p.rtt_p95_ns)), format_ms(static_cast<double>(p.rtt_min_ns)), mbps(p.up_mbps),
                     mbps(p.down_mbps), std::to_string(p.up_bytes), std::to_string(p.down_bytes), p.cipher});
   std::fputs("\nlink probes\n", out);
-  std::fputs(align(rows, {0, 1, 9}).c_str(), out);
+  std::fputs(fit_table(rows, {0, 1, 9}, width, {7, 8, 9, 4, 3}).c_str(), out);
   return {};
 }
 

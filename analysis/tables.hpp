@@ -21,7 +21,7 @@ Status print_split_table(store::ResultsDb& db, int64_t run_id, std::FILE* out = 
                          size_t width = 0);
 
 // Prints the run's link probes (nothing when it has none).
-Status print_probe_table(store::ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
+Status print_probe_table(store::ResultsDb& db, int64_t run_id, std::FILE* out = stdout, size_t width = 0);
 // Per split, device, stage and source: median and p95 energy, each figure beside its source.
 Status print_energy_table(store::ResultsDb& db, int64_t run_id, std::FILE* out = stdout);
 

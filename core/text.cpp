@@ -165,4 +165,19 @@ std::string align_fit(const std::vector<std::vector<std::string>>& rows, const s
   }
 }
 
+std::string fit_table(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left, size_t width,
+                      const std::vector<size_t>& drop) {
+  std::vector<size_t> dropped;
+  std::string out = align_fit(rows, left, width, drop, &dropped);
+  if (dropped.empty() || rows.empty()) return out;
+  std::string names;
+  for (size_t i : dropped) {
+    std::string name = i < rows.front().size() ? rows.front()[i] : std::to_string(i);
+    name.erase(0, name.find_first_not_of(' '));
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  return out + wrap_words("(" + names + " left out to fit " + std::to_string(width) + " columns)",
+                          static_cast<int>(width)) + "\n";
+}
+
 }  // namespace tracr::core

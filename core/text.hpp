@@ -41,4 +41,10 @@ std::string align_wrap_last(const std::vector<std::vector<std::string>>& rows, c
 std::string align_fit(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left, size_t width,
                       const std::vector<size_t>& drop, std::vector<size_t>* dropped = nullptr);
 
+// `align_fit` of a table whose first row names the columns, followed, when
+// columns were left out, by a line naming them ("(cipher, started left out
+// to fit 80 columns)"), wrapped to `width`.
+std::string fit_table(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left, size_t width,
+                      const std::vector<size_t>& drop);
+
 }  // namespace tracr::core

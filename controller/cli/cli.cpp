@@ -266,7 +266,12 @@ void add_plan(CLI::App& app, Parsed& p) {
                    "splits to plan: all (default), measured (those whose bytes a run measured), or K1,K2,...")
       ->type_name("all|measured|K,...");
   add_sets(plan, p.plan.sets);
-  plan->callback([&p] { p.action = [&p] { return cmd_plan(p.plan); }; });
+  plan->callback([&p] {
+    p.action = [&p] {
+      p.plan.width = table_width();
+      return cmd_plan(p.plan);
+    };
+  });
 }
 
 // report

@@ -110,7 +110,8 @@ int cmd_list(ResultsDb& db, const Opts& o) {
   for (const auto& r : *runs)
     rows.push_back({std::to_string(r.id), r.name, std::string(run_status_name(r.status)), r.started_at,
                     duration_text(r), r.model, r.codec, r.cipher, std::to_string(r.frame_count)});
-  std::fputs(align(rows, {1, 2, 3, 5, 6, 7}).c_str(), stdout);
+  // Narrower than the table: cipher, start time, then codec go first.
+  std::fputs(fit_table(rows, {1, 2, 3, 5, 6, 7}, table_width(), {7, 3, 6}).c_str(), stdout);
   return 0;
 }
 
@@ -129,7 +130,7 @@ int cmd_show(ResultsDb& db, const Opts& o) {
     check_or_throw(print_train_table(db, *id));
   } else {
     check_or_throw(print_split_table(db, *id, stdout, o.wide, table_width()));
-    check_or_throw(print_probe_table(db, *id, stdout));
+    check_or_throw(print_probe_table(db, *id, stdout, table_width()));
     check_or_throw(print_energy_table(db, *id, stdout));
   }
   auto devs = db.devices(*id);
@@ -146,7 +147,7 @@ int cmd_show(ResultsDb& db, const Opts& o) {
                       fmt::format("{:.1f} GiB", d.memory_bytes / 1073741824.0), d.gpu.empty() ? "-" : d.gpu, d.kernel,
                       d.libtorch.empty() ? "-" : d.libtorch, d.agent_version, limit.empty() ? "-" : limit});
     }
-    std::fputs(align(rows, {0, 1, 2, 3, 6, 7, 8, 9, 10}).c_str(), stdout);
+    std::fputs(fit_table(rows, {0, 1, 2, 3, 6, 7, 8, 9, 10}, table_width(), {7, 9, 8, 2, 5, 6, 3}).c_str(), stdout);
   }
   auto ev = db.events(*id);
   if (!ev) throw Fatal(ev.error());
@@ -333,7 +334,13 @@ int cmd_compare(ResultsDb& db, const Opts& o) {
   print_settings_diff(c);
   warn_incomparable(c);
   std::fputs("\n", stdout);
-  std::fputs(align(compare_rows(c)).c_str(), stdout);
+  // Narrower than the table: the frame counts, the p95s, then the bytes go
+  // first (columns: split, n medians, n-1 changes, n p95, n bytes, n frames).
+  const size_t n = c.size();
+  std::vector<size_t> drop;
+  for (size_t block : {4, 2, 3})
+    for (size_t i = 0; i < n; ++i) drop.push_back(block * n + i);
+  std::fputs(fit_table(compare_rows(c), {}, table_width(), drop).c_str(), stdout);
   return 0;
 }
 

@@ -833,7 +833,7 @@ int RunSession::finish() {
 int RunSession::report() {
   if (ro_.probe_only) {
     fmt::print("\nrun {} completed: link probes read back from {}\n", run_id_, cfg_.output);
-    if (auto pst = print_probe_table(*db_, run_id_); !pst) {
+    if (auto pst = print_probe_table(*db_, run_id_, stdout, table_width()); !pst) {
       fmt::print(stderr, "tracrctl link probe: {}\n", user_text(pst.error()));
       return 1;
     }
@@ -862,7 +862,7 @@ int RunSession::report() {
   }
   validate_against(*db_, *plan);
   auto id = store_plan(*db_, *plan);
-  fmt::print("\n{}{}", format_plan(*plan), id ? fmt::format("stored as plan {}\n", *id) : "");
+  fmt::print("\n{}{}", format_plan(*plan, table_width()), id ? fmt::format("stored as plan {}\n", *id) : "");
   if (!id) fmt::print(stderr, "tracrctl run: storing the plan: {}\n", user_text(id.error()));
   return 0;
 }

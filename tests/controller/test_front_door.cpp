@@ -147,6 +147,25 @@ TEST(FrontDoor, EventMessagesWrapUnderAHangingIndent) {
   }
 }
 
+// Tables narrower than the terminal stay as they are; wider ones leave
+// columns out in the given order and say which (#20: tables fit the terminal).
+TEST(FrontDoor, ATableLeavesColumnsOutToFitAndNamesThem) {
+  using tracr::core::fit_table;
+  const std::vector<std::vector<std::string>> rows = {
+      {"id", "name", "status", "started", "model", "cipher", "frames"},
+      {"1", "quickstart", "completed", "2026-11-27T14:12:40.265Z", "alexnet", "aes-256-gcm", "10"}};
+  EXPECT_EQ(fit_table(rows, {1, 2, 3, 4, 5}, 0, {5, 3}), tracr::core::align(rows, {1, 2, 3, 4, 5}));
+  EXPECT_EQ(fit_table(rows, {1, 2, 3, 4, 5}, 120, {5, 3}), tracr::core::align(rows, {1, 2, 3, 4, 5}));
+  EXPECT_EQ(fit_table(rows, {1, 2, 3, 4, 5}, 72, {5, 3}),
+            "id  name        status     started                   model    frames\n"
+            " 1  quickstart  completed  2026-11-27T14:12:40.265Z  alexnet      10\n"
+            "(cipher left out to fit 72 columns)\n");
+  EXPECT_EQ(fit_table(rows, {1, 2, 3, 4, 5}, 50, {5, 3}),
+            "id  name        status     model    frames\n"
+            " 1  quickstart  completed  alexnet      10\n"
+            "(started, cipher left out to fit 50 columns)\n");
+}
+
 TEST(FrontDoor, APythonTracrConfigPointsToConvert) {
   TempDir d;
   const std::string old = d.file("alexnetsplit.yaml",
