@@ -23,6 +23,19 @@ inline std::string user_text(const Error& e) {
   return terminal_text(e.message);
 }
 
+// An error another process reported as text ("code: message", Error::str(),
+// as an agent's FAIL line carries it), read by a person: the message without
+// a leading code name. Text that does not start with one is kept as it is.
+inline std::string reported_error_text(const std::string& text) {
+  const size_t colon = text.find(": ");
+  if (colon != std::string::npos && colon > 0) {
+    const std::string head = text.substr(0, colon);
+    for (int c = 1; c < 600; ++c)
+      if (errc_name(static_cast<Errc>(c)) == head && head != "unknown") return terminal_text(text.substr(colon + 2));
+  }
+  return terminal_text(text);
+}
+
 // The exit status of a command that failed with `e` (docs/COMMANDS.md):
 // 2 for a usage or configuration error (a bad option, value or file: the
 // command started nothing), 1 for every other failure (a device, agent or

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "agent/cpu_limits.hpp"
+#include "core/user_error.hpp"
 #include "fleet/deploy.hpp"
 #include "fleet/process.hpp"
 #include "fleet/ssh.hpp"
@@ -213,7 +214,7 @@ Result<agent::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
     auto m = decode(*line);
     if (!m) return give_up(m.error().code, "sent a line that is not an authenticated control line (" + m.error().message + ")");
     if (m->kind == "FAIL")
-      return make_error(Errc::remote, fmt::format("{} agent on {} failed: {}", agent::role_name(role_), dev_->name, m->get_or("error", "?")));
+      return make_error(Errc::remote, fmt::format("{} agent on {} failed: {}", agent::role_name(role_), dev_->name, core::reported_error_text(m->get_or("error", "?"))));
     if (m->kind == "READY") return std::move(*m);
   }
 }

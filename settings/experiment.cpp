@@ -190,6 +190,25 @@ Result<std::vector<int>> resolve_splits(const ExperimentConfig& cfg, int num_lay
   return out;
 }
 
+namespace {
+
+// Whether a .jpg/.jpeg/.png file (any case) is anywhere under `dir`; stops at
+// the first. A folder that cannot be read is left to the dataset's own error.
+bool holds_an_image(const std::string& dir) {
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+  if (ec) return true;
+  for (const fs::recursive_directory_iterator end; it != end; it.increment(ec)) {
+    if (ec) return true;
+    std::string ext = it->path().extension().string();
+    for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if ((ext == ".jpg" || ext == ".jpeg" || ext == ".png") && it->is_regular_file(ec)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Status check_experiment_files(const ExperimentConfig& cfg) {
   std::error_code ec;
   auto need = [&](const std::string& setting, const std::string& path, bool dir) -> Status {
@@ -225,6 +244,13 @@ Status check_experiment_files(const ExperimentConfig& cfg) {
     if (m.rfind("torchscript:", 0) == 0) TRACR_TRY(need("model", m.substr(12), false));
   TRACR_TRY(need("weights", cfg.weights, false));
   if (cfg.dataset.kind != DatasetKind::synthetic) TRACR_TRY(need("dataset.path", cfg.dataset.path, true));
+  // An image folder without one image would fail on the PARTICIPANT after
+  // the agents started (#24): said before anything starts.
+  if (cfg.dataset.kind == DatasetKind::imagefolder && !cfg.dataset.path.empty() &&
+      !holds_an_image(expand_home(cfg.dataset.path)))
+    return make_error(Errc::io, fmt::format("{}: dataset.path: '{}' holds no .jpg, .jpeg or .png file; expected an "
+                                            "image folder (one subfolder of images per class)",
+                                            cfg.pos_of("dataset.path").str(), cfg.dataset.path));
   TRACR_TRY(need("dataset.class_names", cfg.dataset.class_names_file, false));
   return {};
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "controller/session/run_row.hpp"
+#include "core/user_error.hpp"
 #include "fleet/process.hpp"
 
 namespace tracr::controller {
@@ -67,7 +68,7 @@ void AgentSet::dispatch(const fleet::Event& e) {
   }
   const ControlMsg& m = *e.msg;
   if (m.kind == "FAIL") {
-    fail(fmt::format("{} agent on {} failed: {}", agent::role_name(a.role()), dev, m.get_or("error", "?")));
+    fail(fmt::format("{} agent on {} failed: {}", agent::role_name(a.role()), dev, core::reported_error_text(m.get_or("error", "?"))));
     return;
   }
   if (m.kind == "DONE") finished_[e.agent] = true;

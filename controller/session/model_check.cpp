@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 
 #if TRACR_WITH_TORCH
 #include "experiments/registry.hpp"
+#include "experiments/weights.hpp"
 #endif
 
 namespace tracr::controller {
@@ -124,6 +126,18 @@ Status check_splits(const settings::ExperimentConfig& cfg, const ex::SplitModel&
   return {};
 }
 
+// The weights a run will import, imported here into the built model: a file
+// that is no state dict, or whose keys or shapes do not fit, is refused before
+// anything starts (#24) instead of failing both agents after launch. A path
+// that is not a file here is declared on the devices (checked there).
+Status check_weights(const settings::ExperimentConfig& cfg, ex::SplitModel& model) {
+  std::error_code ec;
+  if (cfg.weights.empty() || !std::filesystem::is_regular_file(cfg.weights, ec)) return {};
+  auto st = ex::load_weights(model, cfg.weights);
+  if (st) return {};
+  return config_error(cfg, "weights", "cannot be loaded: " + first_line(st.error().message));
+}
+
 // Every train.cuts entry within 1..N-1, and every segment trainable (#24).
 Status check_cuts(const settings::ExperimentConfig& cfg, const ex::SplitModel& model) {
   const int n = model.num_layers();
@@ -161,6 +175,7 @@ Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
   auto model = build_for_check(cfg);
   if (!model) return model.error();
   TRACR_TRY(check_model_io(cfg, **model));
+  TRACR_TRY(check_weights(cfg, **model));
   TRACR_TRY(check_splits(cfg, **model));
   TRACR_TRY(check_cuts(cfg, **model));
   return (*model)->num_layers();

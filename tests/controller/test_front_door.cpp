@@ -20,6 +20,7 @@
 
 #include "controller/cli/help_format.hpp"
 #include "core/text.hpp"
+#include "core/user_error.hpp"
 #include "fleet/launcher.hpp"
 #include "store/default_db.hpp"
 #include "tests/system/system_util.hpp"
@@ -82,6 +83,18 @@ TEST(FrontDoor, ErrorsReadAsSentencesWithoutInternalCodes) {
     EXPECT_FALSE(std::regex_search(r.out, code)) << cmd << " printed an internal code:\n" << r.out;
     EXPECT_GT(r.out.size(), 20u) << cmd << " said nothing useful:\n" << r.out;
   }
+}
+
+// An agent's FAIL line carries "code: message" for programs; a person reads
+// the message (#20: "SERVER agent on server failed: invalid_argument: ...").
+TEST(FrontDoor, AnAgentsReportedErrorLosesItsCode) {
+  using tracr::core::reported_error_text;
+  EXPECT_EQ(reported_error_text("invalid_argument: /etc/passwd: not a PyTorch zip archive"),
+            "/etc/passwd: not a PyTorch zip archive");
+  EXPECT_EQ(reported_error_text("not_found: imagefolder: no .jpg files"), "imagefolder: no .jpg files");
+  EXPECT_EQ(reported_error_text("model: 'x' cannot be loaded: bad"), "model: 'x' cannot be loaded: bad");
+  EXPECT_EQ(reported_error_text("unknown: kept"), "unknown: kept");
+  EXPECT_EQ(reported_error_text("io: \x1b[2Jclear"), "\\x1B[2Jclear");
 }
 
 // A device that cannot be reached is named with the reason as a sentence

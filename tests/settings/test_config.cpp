@@ -863,6 +863,18 @@ TEST(ExperimentConfig, CheckFilesNamesTheKeyOfAMissingFile) {
   ASSERT_FALSE(fs_.ok());
   EXPECT_NE(fs_.error().message.find("exp.yaml:4:9: dataset.path:"), std::string::npos)
       << fs_.error().message;
+  // A folder without one image is refused here, not by the PARTICIPANT after
+  // the agents started (#24); an image in any class subfolder, any case, will do.
+  std::filesystem::create_directories(dir.file("imgs/cat"));
+  dir.write("imgs/cat/notes.txt", "not an image");
+  Status empty = check_experiment_files(*folder);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.error().message.find("exp.yaml:4:9: dataset.path: '" + dir.file("imgs") +
+                                       "' holds no .jpg, .jpeg or .png file"),
+            std::string::npos)
+      << empty.error().message;
+  dir.write("imgs/cat/a.PNG", "x");
+  EXPECT_TRUE(check_experiment_files(*folder).ok());
 }
 
 TEST(ExperimentConfig, EnvironmentOverridesFileWithSameChecks) {

@@ -355,3 +355,47 @@ TEST(ConfigChecks, TrainingAModelThatCannotBeTrainedIsRefusedBeforeLaunching) {
   EXPECT_EQ(r.out.find("--resume"), std::string::npos) << r.out;
   EXPECT_EQ(query(db, "select count(*) from runs"), "0");
 }
+
+// weights that are no state dict, or do not fit the model, are refused before
+// anything starts, naming the setting (#24: both agents failed after launch
+// with "invalid_argument: ... not a PyTorch zip archive").
+TEST(ConfigChecks, WeightsThatCannotBeLoadedAreRefusedBeforeAnythingStarts) {
+  TempDir d;
+  const std::string db = empty_db(d);
+  const std::string text = d.file("notes.pt", "these are not weights\n");
+  const std::string exp = d.file("exp.yaml", "model: alexnet\ninput_size: [3, 64, 64]\nweights: " + text +
+                                                 "\ndataset:\n  type: synthetic\nsplit: [1]\noutput: " + db + "\n");
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find(exp + ":3:10: weights: cannot be loaded: " + text), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("invalid_argument"), std::string::npos) << r.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+  // Weights of another model: its keys and shapes are named, still before anything starts.
+  const std::string other = (d.path / "fmnist.pt").string();
+  const std::string py = d.file("save.py",
+                                "import sys, torch\n"
+                                "torch.save({'features.0.weight': torch.zeros(2, 2)}, sys.argv[1])\n");
+  ASSERT_EQ(sh("/usr/bin/python3 " + py + " " + other).status, 0);
+  const std::string exp2 = d.file("exp2.yaml", "model: alexnet\ninput_size: [3, 64, 64]\nweights: " + other +
+                                                   "\ndataset:\n  type: synthetic\nsplit: [1]\noutput: " + db + "\n");
+  auto m = sh(tracrctl() + " run " + exp2 + " --no-progress");
+  EXPECT_EQ(m.status, 2) << m.out;
+  EXPECT_NE(m.out.find(exp2 + ":3:10: weights: cannot be loaded: "), std::string::npos) << m.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+}
+
+// An emulated link between two agents on loopback is refused, pointing to the
+// namespace test-bed that makes one possible (#20: the refusal did not say how).
+TEST(ConfigChecks, ALinkOverLoopbackPointsToTheNamespaceTestbed) {
+  TempDir d;
+  const std::string db = empty_db(d);
+  const std::string exp = d.file("exp.yaml", small_experiment(db, "link: lte\n"));
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("will not shape lo"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("`sudo bash scripts/netns_testbed.sh up` makes two namespaces that `devices: "
+                       "config/devices_netns.yaml` names"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");  // refused before anything starts
+}

@@ -101,8 +101,9 @@ TEST(RunLocal, SweepsEverySplitAndPrintsTableFromSqlite) {
 TEST(RunLocal, APipedRunSaysWhatItDoesBeforeItsFirstFrame) {
   TempDir d;
   const std::string db = (d.path / "r.db").string();
-  std::string y = small_experiment(db, "probe:\n  duration_ms: 200\n");
-  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  // Every split: 46 frames, so a line per frame would show (#20: piped
+  // output printed one progress line per frame; now one per 10 %).
+  const std::string y = small_experiment(db, "probe:\n  duration_ms: 200\n");
   auto r = sh(tracrctl() + " run " + d.file("exp.yaml", y));  // stderr is a pipe here
   ASSERT_EQ(r.status, 0) << r.out;
   const auto server = r.out.find("  starting the SERVER agent on server (it loads the model and profiles it first) ...\n");
@@ -120,6 +121,11 @@ TEST(RunLocal, APipedRunSaysWhatItDoesBeforeItsFirstFrame) {
   EXPECT_LT(profiling, probed);
   EXPECT_LT(probed, progress);
   EXPECT_EQ(r.out.find("\r"), std::string::npos) << "no carriage returns when piped";
+  size_t lines = 0;
+  for (size_t at = r.out.find("  progress: "); at != std::string::npos; at = r.out.find("  progress: ", at + 1)) ++lines;
+  EXPECT_GE(lines, 2u) << r.out;
+  EXPECT_LE(lines, 11u) << "a line per 10 % of 46 frames, and the last:\n" << r.out;
+  EXPECT_NE(r.out.find("  progress: 46/46 frames (100%)"), std::string::npos) << r.out;
 }
 
 // A list of models runs the experiment once per model, models outer, each
