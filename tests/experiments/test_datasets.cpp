@@ -297,6 +297,21 @@ TEST(ImageIo, EveryPngModeDecodesAsPillowsConvertRgb) {
   EXPECT_EQ(refused, 2);
 }
 
+// A CMYK JPEG (PIL converts it; tracr does not) is refused naming the file
+// and why, so an image folder records it as that sample's error (#24).
+TEST(ImageIo, ACmykJpegIsRefusedNamingTheFile) {
+  TempDir dir;
+  const std::string py = dir.file("cmyk.py");
+  std::ofstream(py) << "import sys\nfrom PIL import Image\n"
+                       "Image.new('CMYK', (8, 8), (10, 20, 30, 40)).save(sys.argv[1])\n";
+  ASSERT_EQ(test::run_python(py + " " + dir.file("c.jpg")), 0);
+  auto img = decode_image(dir.file("c.jpg"));
+  ASSERT_FALSE(img.ok());
+  EXPECT_NE(img.error().message.find(dir.file("c.jpg") + ": CMYK JPEG is not supported (expected RGB or grayscale)"),
+            std::string::npos)
+      << img.error().message;
+}
+
 // One channel is PIL's convert('L') of the uint8 pixels: integers 0..255,
 // L = (19595 R + 38470 G + 7471 B + 2^15) >> 16.
 TEST(ImageIo, OneChannelIsPillowsConvertL) {

@@ -60,6 +60,13 @@ TEST(Walkthrough, SshTestbedRunsTheImageFolderTemplateWithItsFolderStagedToThePa
   auto check = sh(known + tracrctl() + " devices check --devices " + devices.string() + " --trust-new-hosts");
   ASSERT_EQ(check.status, 0) << check.out;
   EXPECT_NE(check.out.find("127.0.0.2:" + std::to_string(port)), std::string::npos) << check.out;
+  // --trust-new-hosts says what it recorded, once per host (#20).
+  size_t trusted = 0;
+  for (size_t at = check.out.find("trusted a new host: recorded the host key of "); at != std::string::npos;
+       at = check.out.find("trusted a new host: recorded the host key of ", at + 1))
+    ++trusted;
+  EXPECT_EQ(trusted, 2u) << check.out;
+  EXPECT_NE(check.out.find(") in " + (d.path / "known_hosts").string()), std::string::npos) << check.out;
 
   const std::string db = (d.path / "r.db").string();
   const std::string run = known + tracrctl() + " run " + src + "/config/experiments/imagefolder_resnet18.yaml" +
