@@ -97,6 +97,44 @@ TEST(Walkthrough, SshTestbedRunsTheImageFolderTemplateWithItsFolderStagedToThePa
             "1");
 }
 
+// Walkthrough 2 of the README, its command block read from README.md and run
+// line by line as written (tracrctl on PATH) in a copy of config/ and
+// scripts/: the Fashion-MNIST image folder, ResNet-18 with two codecs, and
+// the comparison of the two runs just made (#20: it named run ids a fresh
+// clone does not have).
+TEST(Walkthrough, TwoRunsAsWritten) {
+  TempDir d;
+  const std::string src = TRACR_SOURCE_DIR, dir = d.path.string();
+  ASSERT_EQ(sh("cp -r " + src + "/config " + src + "/scripts " + dir + "/ && mkdir -p " + dir + "/results").status, 0);
+  const std::string readme = slurp_file(fs::path(src) / "README.md");
+  const size_t from = readme.find("**2. ResNet-18 on a labelled image folder"), to = readme.find("**3. Two devices");
+  ASSERT_TRUE(from != std::string::npos && to != std::string::npos && from < to);
+  std::vector<std::string> lines;
+  std::istringstream in(readme.substr(from, to - from));
+  bool block = false;
+  for (std::string l; std::getline(in, l);) {
+    if (l.rfind("```sh", 0) == 0) block = true;
+    else if (l.rfind("```", 0) == 0) block = false;
+    else if (block && !l.empty()) lines.push_back(l.substr(0, l.find("  #")));  // the command, not its comment
+  }
+  ASSERT_EQ(lines.size(), 4u) << "walkthrough 2 changed: update this test";
+  ASSERT_EQ(lines[3].rfind("tracrctl results compare last-1 last", 0), 0u) << lines[3];
+  std::string compare;
+  for (const auto& l : lines) {
+    auto r = sh("cd " + dir + " && PATH=" + std::string(TRACR_BIN_DIR) + ":$PATH " + l);
+    ASSERT_EQ(r.status, 0) << l << "\n" << r.out;
+    if (l.find("compare") != std::string::npos) compare = r.out;
+  }
+  const std::string db = dir + "/results/tracr.db";
+  EXPECT_EQ(query(db, "select group_concat(codec || ':' || status, ' ') from (select codec, status from runs order by id)"),
+            "none:completed int8+blosc-zstd:level=3:completed");
+  // The comparison: both runs, their accuracy, at the template's three splits.
+  EXPECT_NE(compare.find("A: run 1 imagefolder_resnet18"), std::string::npos) << compare;
+  EXPECT_NE(compare.find("B: run 2 imagefolder_resnet18"), std::string::npos) << compare;
+  EXPECT_NE(compare.find("B top-1"), std::string::npos) << compare;
+  for (const char* split : {"\n    1 ", "\n    5 ", "\n    9 "}) EXPECT_NE(compare.find(split), std::string::npos) << compare;
+}
+
 // Walkthroughs 4 and 5 of the README: their command blocks, read from README.md, run line by line as written
 // (tracrctl on PATH, as the README sets it), in a copy of the project's config/ and scripts/ so that results/
 // is this test's own: the namespace test-bed up, plan_links.yaml swept under three emulated links, the runs
