@@ -180,4 +180,29 @@ std::string fit_table(const std::vector<std::vector<std::string>>& rows, const s
                           static_cast<int>(width)) + "\n";
 }
 
+std::string fit_fields(const std::string& line, size_t width) {
+  const bool nl = !line.empty() && line.back() == '\n';
+  const std::string body = nl ? line.substr(0, line.size() - 1) : line;
+  if (width == 0 || body.size() <= width || body.find('\n') != std::string::npos) return line;
+  const size_t b = std::min(body.find_first_not_of(' '), body.size());
+  const std::string indent = body.substr(0, b), more = indent + "  ";
+  std::string out, cur = indent;
+  size_t at = b;
+  while (at < body.size()) {
+    size_t end = body.find("  ", at);
+    if (end == std::string::npos) end = body.size();
+    const std::string field = body.substr(at, end - at);
+    at = std::min(body.find_first_not_of(' ', end), body.size());
+    if (field.empty()) continue;
+    const bool fresh = cur.size() == indent.size() || cur.size() == more.size();
+    if (!fresh && cur.size() + 2 + field.size() > width) {
+      out += cur + "\n";
+      cur = more + field;
+    } else {
+      cur += (fresh ? "" : "  ") + field;
+    }
+  }
+  return out + cur + (nl ? "\n" : "");
+}
+
 }  // namespace tracr::core

@@ -47,4 +47,9 @@ std::string align_fit(const std::vector<std::vector<std::string>>& rows, const s
 std::string fit_table(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left, size_t width,
                       const std::vector<size_t>& drop);
 
+// A line of fields separated by two spaces ("  started X  ended Y  duration
+// Z"), wider than `width`, broken between fields; continuation lines are
+// indented two spaces more than the line. Fits or width 0: as it is.
+std::string fit_fields(const std::string& line, size_t width);
+
 }  // namespace tracr::core

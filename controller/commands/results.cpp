@@ -25,6 +25,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 
 namespace tracr::controller {
 
@@ -80,7 +81,11 @@ std::string run_header(const RunRow& r) {
   o += fmt::format("  controller {}:{}  frames {}\n", r.controller_host, r.controller_pid, r.frame_count);
   if (!r.link.empty()) o += fmt::format("  link {}: {}\n", r.link, r.shaping);
   if (!r.error.empty()) o += "  error: " + r.error + "\n";
-  return o;
+  // Each line fitted to the terminal between its fields.
+  std::string fitted;
+  std::istringstream in(o);
+  for (std::string l; std::getline(in, l);) fitted += fit_fields(l, table_width()) + "\n";
+  return fitted;
 }
 
 std::string lower(std::string s) {
@@ -328,9 +333,11 @@ int cmd_compare(ResultsDb& db, const Opts& o) {
   if (o.positional.size() < 2) usage_error("expected two or more RUNs");
   Compared c = load_compared(db, o.positional);
   for (size_t i = 0; i < c.size(); ++i)
-    fmt::print("{}: run {} {} [{}]  model {}  codec {}  cipher {}  link {}\n", c.label[i], c.runs[i].id, c.runs[i].name,
-               run_status_name(c.runs[i].status), c.runs[i].model, c.runs[i].codec, c.runs[i].cipher,
-               c.runs[i].link.empty() ? "-" : c.runs[i].link + " (" + c.runs[i].shaping + ")");
+    fmt::print("{}\n", fit_fields(fmt::format("{}: run {} {} [{}]  model {}  codec {}  cipher {}  link {}", c.label[i],
+                                              c.runs[i].id, c.runs[i].name, run_status_name(c.runs[i].status),
+                                              c.runs[i].model, c.runs[i].codec, c.runs[i].cipher,
+                                              c.runs[i].link.empty() ? "-" : c.runs[i].link + " (" + c.runs[i].shaping + ")"),
+                                  table_width()));
   print_settings_diff(c);
   warn_incomparable(c);
   std::fputs("\n", stdout);

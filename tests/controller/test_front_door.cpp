@@ -85,6 +85,18 @@ TEST(FrontDoor, ErrorsReadAsSentencesWithoutInternalCodes) {
   }
 }
 
+// A line of fields breaks between them, continuation indented (#20).
+TEST(FrontDoor, AFieldLineBreaksBetweenFields) {
+  using tracr::core::fit_fields;
+  const std::string line = "  started 2026-11-27T14:12:40.265Z  ended 2026-11-27T14:12:49.414Z  duration 9.1 s";
+  EXPECT_EQ(fit_fields(line, 0), line);
+  EXPECT_EQ(fit_fields(line, 120), line);
+  EXPECT_EQ(fit_fields(line + "\n", 60), "  started 2026-11-27T14:12:40.265Z\n"
+                                         "    ended 2026-11-27T14:12:49.414Z  duration 9.1 s\n");
+  EXPECT_EQ(fit_fields("A: run 1 quickstart [completed]  model alexnet  codec none", 40),
+            "A: run 1 quickstart [completed]\n  model alexnet  codec none");
+}
+
 // An agent's FAIL line carries "code: message" for programs; a person reads
 // the message (#20: "SERVER agent on server failed: invalid_argument: ...").
 TEST(FrontDoor, AnAgentsReportedErrorLosesItsCode) {
