@@ -1107,7 +1107,8 @@ train:
   dir.write("lab/exp/models/net.pt", "x");
   dir.write("lab/exp/w/model.pt", "x");
   dir.write("lab/exp/names.txt", "a\nb\n");
-  fs::create_directories(dir.file("lab/exp/imgs"));
+  fs::create_directories(dir.file("lab/exp/imgs/a"));
+  dir.write("lab/exp/imgs/a/x.png", "x");
   fs::create_directories(dir.file("elsewhere"));
   ScopedCwd cwd(dir.file("elsewhere"));  // tracrctl run from an unrelated directory
   auto r = load_experiment(exp);
