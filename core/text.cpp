@@ -187,6 +187,7 @@ std::string fit_fields(const std::string& line, size_t width) {
   const size_t b = std::min(body.find_first_not_of(' '), body.size());
   const std::string indent = body.substr(0, b), more = indent + "  ";
   std::string out, cur = indent;
+  bool fresh = true;  // nothing on `cur` yet but its indent
   size_t at = b;
   while (at < body.size()) {
     size_t end = body.find("  ", at);
@@ -194,13 +195,13 @@ std::string fit_fields(const std::string& line, size_t width) {
     const std::string field = body.substr(at, end - at);
     at = std::min(body.find_first_not_of(' ', end), body.size());
     if (field.empty()) continue;
-    const bool fresh = cur.size() == indent.size() || cur.size() == more.size();
     if (!fresh && cur.size() + 2 + field.size() > width) {
       out += cur + "\n";
       cur = more + field;
     } else {
       cur += (fresh ? "" : "  ") + field;
     }
+    fresh = false;
   }
   return out + cur + (nl ? "\n" : "");
 }

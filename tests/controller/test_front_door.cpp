@@ -95,6 +95,8 @@ TEST(FrontDoor, AFieldLineBreaksBetweenFields) {
                                          "    ended 2026-11-27T14:12:49.414Z  duration 9.1 s\n");
   EXPECT_EQ(fit_fields("A: run 1 quickstart [completed]  model alexnet  codec none", 40),
             "A: run 1 quickstart [completed]\n  model alexnet  codec none");
+  // A first field as short as the continuation indent is still followed by two spaces.
+  EXPECT_EQ(fit_fields("  ab  cd  a-longer-field-here", 12), "  ab  cd\n    a-longer-field-here");
 }
 
 // An agent's FAIL line carries "code: message" for programs; a person reads
