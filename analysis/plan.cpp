@@ -682,7 +682,6 @@ std::string format_plan(const Plan& p, size_t width) {
       "({})\n",
       p.model, p.input_shape, p.basis_run, p.objective, p.link.name, p.link.up_mbps, p.link.down_mbps, p.link.rtt_ms,
       p.link.source);
-  std::string o;
   const bool validated = p.mape_pct.has_value();
   bool several = false;
   for (const auto& r : p.rows) several = several || r.codec != p.basis_codec;
@@ -719,9 +718,9 @@ std::string format_plan(const Plan& p, size_t width) {
   };
   std::set<size_t> left = {0, head_row.size() - 1};
   if (several) left.insert(col("codec"));
-  o = fit_table(cells, left, width, {col("wire B"), col("frames/s"), col("other ms"), col("down ms")});
-  const std::string table = o;
-  o = "other ms: " + p.overhead + "\n";
+  const std::string table =
+      fit_table(cells, left, width, {col("wire B"), col("frames/s"), col("other ms"), col("down ms")});
+  std::string o = "other ms: " + p.overhead + "\n";
   if (!p.compute_note.empty()) o += p.compute_note + "\n";
   if (!p.devices_note.empty()) o += p.devices_note + "\n";
   if (shared) o += "queue ms: the wait for the shared SERVER, " + p.server_model + "\n";

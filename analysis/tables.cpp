@@ -1,7 +1,6 @@
 #include "analysis/tables.hpp"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "core/text.hpp"
 #include "protocol/stats.hpp"
@@ -174,16 +173,8 @@ std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide,
   for (const auto& s : rows) cells.push_back(split_table_row(s, wide, labels, s.split == best, cut_names));
   // Narrower than the table (a terminal of `width` columns): up MB/s,
   // frames/s, total p95 and frames go first, in that order.
-  std::vector<size_t> dropped;
-  std::string out = wide ? align(cells, {0, 2}) : align_fit(cells, {0, 2}, width, {10, 9, 5, 3}, &dropped);
-  if (!dropped.empty()) {
-    std::vector<std::string> names;
-    for (size_t i : dropped) names.push_back(cells[0][i] + (cells[1][i].empty() ? "" : " " + cells[1][i]));
-    out += wrap_words(fmt::format("({} left out to fit {} columns; --wide shows every column)", fmt::join(names, ", "),
-                                  width),
-                      static_cast<int>(width)) +
-           "\n";
-  }
+  std::string out = wide ? align(cells, {0, 2})
+                         : fit_table(cells, {0, 2}, width, {10, 9, 5, 3}, 2, "; --wide shows every column");
   if (best >= 0) out += fmt::format("* lowest median total time: split {}\n", best);
   if (flagged > 0)
     out += fmt::format("{} frame(s) flagged (negative network time: an assumption broke; see frames.flags)\n", flagged);

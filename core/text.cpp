@@ -166,17 +166,19 @@ std::string align_fit(const std::vector<std::vector<std::string>>& rows, const s
 }
 
 std::string fit_table(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left, size_t width,
-                      const std::vector<size_t>& drop) {
+                      const std::vector<size_t>& drop, size_t header_rows, const std::string& hint) {
   std::vector<size_t> dropped;
   std::string out = align_fit(rows, left, width, drop, &dropped);
   if (dropped.empty() || rows.empty()) return out;
   std::string names;
   for (size_t i : dropped) {
-    std::string name = i < rows.front().size() ? rows.front()[i] : std::to_string(i);
-    name.erase(0, name.find_first_not_of(' '));
-    names += (names.empty() ? "" : ", ") + name;
+    std::string name;
+    for (size_t h = 0; h < header_rows && h < rows.size(); ++h)
+      if (i < rows[h].size() && !rows[h][i].empty()) name += (name.empty() ? "" : " ") + rows[h][i];
+    name.erase(0, std::min(name.find_first_not_of(' '), name.size()));
+    names += (names.empty() ? "" : ", ") + (name.empty() ? std::to_string(i) : name);
   }
-  return out + wrap_words("(" + names + " left out to fit " + std::to_string(width) + " columns)",
+  return out + wrap_words("(" + names + " left out to fit " + std::to_string(width) + " columns" + hint + ")",
                           static_cast<int>(width)) + "\n";
 }
 

@@ -41,11 +41,11 @@ std::string align_wrap_last(const std::vector<std::vector<std::string>>& rows, c
 std::string align_fit(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left, size_t width,
                       const std::vector<size_t>& drop, std::vector<size_t>* dropped = nullptr);
 
-// `align_fit` of a table whose first row names the columns, followed, when
-// columns were left out, by a line naming them ("(cipher, started left out
-// to fit 80 columns)"), wrapped to `width`.
+// `align_fit` of a table whose first `header_rows` rows name the columns,
+// followed, when columns were left out, by a line naming them ("(cipher,
+// started left out to fit 80 columns<hint>)"), wrapped to `width`.
 std::string fit_table(const std::vector<std::vector<std::string>>& rows, const std::set<size_t>& left, size_t width,
-                      const std::vector<size_t>& drop);
+                      const std::vector<size_t>& drop, size_t header_rows = 1, const std::string& hint = "");
 
 // A line of fields separated by two spaces ("  started X  ended Y  duration
 // Z"), wider than `width`, broken between fields; continuation lines are
