@@ -229,3 +229,42 @@ TEST(LinkProfiles, StateForAVanishedNamespaceIsForgotten) {
   EXPECT_NE(r.out.find("forgot shaping on veth0 in namespace trgone1"), std::string::npos) << r.out;
   EXPECT_TRUE(std::filesystem::is_empty(d.path / "shaping"));
 }
+
+// Someone else's shaping is never replaced (#20): a root qdisc already on the server's end of the veth refuses
+// the run, naming the device, the interface and what is there, and the remedy it prints runs as printed (with
+// the `ip netns exec` its namespace needs). The participant's end, shaped before the server's, is undone; the
+// other qdisc stays until the remedy removes it, and the run then goes ahead.
+TEST(LinkProfiles, AQdiscThatIsNotOursIsLeftAloneAndItsRemedyRunsAsPrinted) {
+  NetnsPair net("");
+  NEED_NETNS(net);
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml", net.devices_yaml());
+  ASSERT_EQ(sh("ip netns exec " + net.a + " tc qdisc add dev " + net.va + " root tbf rate 100mbit burst 32kbit latency 400ms")
+                .status,
+            0);
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n"
+                                       "links:\n  slow: {up_mbit: 8, down_mbit: 4}\nlink: slow\n", devices);
+  y.replace(y.find("split: all"), 10, "split: [22]");
+  const std::string exp = d.file("exp.yaml", y);
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("interface " + net.va + " on server"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("already has a root qdisc (qdisc tbf"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tracr never replaces its shaping"), std::string::npos) << r.out;
+  const std::string marker = "remove it with: ";
+  const size_t at = r.out.find(marker);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string remedy = r.out.substr(at + marker.size(), r.out.find('\n', at) - at - marker.size());
+  EXPECT_EQ(remedy, "ip netns exec " + net.a + " tc qdisc del dev " + net.va + " root");
+  // Nothing of ours stays; theirs does.
+  EXPECT_NE(root_qdisc(net, true).find("noqueue"), std::string::npos) << root_qdisc(net, true);
+  EXPECT_NE(root_qdisc(net, false).find("qdisc tbf"), std::string::npos) << root_qdisc(net, false);
+  EXPECT_TRUE(std::filesystem::is_empty(d.path / "shaping"));
+  // The remedy as printed, then the same run.
+  ASSERT_EQ(sh(remedy).status, 0);
+  r = sh(tracrctl() + " run " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select count(*) from runs where status = 'completed' and shaping like '%tbf 4 Mbit/s%'"), "1");
+  EXPECT_NE(root_qdisc(net, false).find("noqueue"), std::string::npos) << root_qdisc(net, false);
+}
