@@ -1,4 +1,5 @@
 #include "analysis/plan.hpp"
+#include "core/log.hpp"
 
 #include "core/text.hpp"
 #include "core/token_bucket.hpp"
@@ -852,7 +853,7 @@ Result<int64_t> resolve_validation_run(ResultsDb& db, const std::string& arg, in
 namespace {
 
 int plan_failure(int status, const std::string& text) {
-  fmt::print(stderr, "tracrctl plan: {}\n", text);
+  TRACR_LOG(error, "tracrctl plan: {}", text);
   return status;
 }
 

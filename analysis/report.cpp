@@ -1,4 +1,5 @@
 #include "analysis/report.hpp"
+#include "core/log.hpp"
 
 #include <cstdio>
 #include <map>
@@ -91,19 +92,19 @@ Result<std::string> render_report(ResultsDb& db, const std::vector<int64_t>& run
 
 int cmd_report(const ReportOptions& opt) {
   if (opt.out.empty() && opt.figures.empty()) {
-    fmt::print(stderr, "tracrctl report: expected -o FILE.html and/or --figures DIR\n");
+    TRACR_LOG(error, "tracrctl report: expected -o FILE.html and/or --figures DIR");
     return 2;
   }
   auto db = ResultsDb::open_readonly(opt.db.empty() ? default_results_db() : opt.db);
   if (!db) {
-    fmt::print(stderr, "tracrctl report: {}\n", user_text(db.error()));
+    TRACR_LOG(error, "tracrctl report: {}", user_text(db.error()));
     return 1;
   }
   std::vector<int64_t> runs;
   for (const auto& a : opt.runs) {
     auto id = run_id_arg(*db, a);
     if (!id) {
-      fmt::print(stderr, "tracrctl report: {}\n", user_text(id.error()));
+      TRACR_LOG(error, "tracrctl report: {}", user_text(id.error()));
       return 2;
     }
     runs.push_back(*id);
@@ -111,11 +112,11 @@ int cmd_report(const ReportOptions& opt) {
   if (!opt.out.empty()) {
     auto page = render_report(*db, runs);
     if (!page) {
-      fmt::print(stderr, "tracrctl report: {}\n", user_text(page.error()));
+      TRACR_LOG(error, "tracrctl report: {}", user_text(page.error()));
       return 1;
     }
     if (auto st = write_file(opt.out, *page); !st) {
-      fmt::print(stderr, "tracrctl report: {}\n", user_text(st.error()));
+      TRACR_LOG(error, "tracrctl report: {}", user_text(st.error()));
       return 1;
     }
     fmt::print("wrote {} ({} runs, {} bytes, opens without a network)\n", opt.out, runs.size(), page->size());
@@ -123,11 +124,11 @@ int cmd_report(const ReportOptions& opt) {
   if (!opt.figures.empty()) {
     auto figs = build_figures(*db, runs);
     if (!figs) {
-      fmt::print(stderr, "tracrctl report: {}\n", user_text(figs.error()));
+      TRACR_LOG(error, "tracrctl report: {}", user_text(figs.error()));
       return 1;
     }
     if (auto st = write_figures(*figs, opt.figures); !st) {
-      fmt::print(stderr, "tracrctl report: {}\n", user_text(st.error()));
+      TRACR_LOG(error, "tracrctl report: {}", user_text(st.error()));
       return 1;
     }
     std::vector<std::string> ids;

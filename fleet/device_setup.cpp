@@ -1,4 +1,5 @@
 #include "fleet/device_setup.hpp"
+#include "core/log.hpp"
 #include "core/user_error.hpp"
 
 #include <sys/utsname.h>
@@ -215,8 +216,9 @@ bool print_setup_plans(const std::vector<SetupRow>& rows, int& bad) {
 int confirm_install(const SetupOptions& o) {
   if (o.yes) return 0;
   if (!::isatty(0)) {
-    fmt::print(stderr, "tracrctl devices setup: not installing: stdin is not a terminal to confirm on; pass --yes "
-                       "to install the packages above, or --dry-run to only list them\n");
+    TRACR_LOG(error,
+              "tracrctl devices setup: not installing: stdin is not a terminal to confirm on; pass --yes "
+              "to install the packages above, or --dry-run to only list them");
     return 2;
   }
   fmt::print("install these packages on the devices above? [y/N] ");
@@ -233,7 +235,7 @@ int confirm_install(const SetupOptions& o) {
 int devices_setup(const SetupOptions& o) {
   auto devs = load_devices_option(o.devices, o.devices_given);
   if (!devs) {
-    fmt::print(stderr, "tracrctl devices setup: {}\n", user_text(devs.error()));
+    TRACR_LOG(error, "tracrctl devices setup: {}", user_text(devs.error()));
     return 2;
   }
   // Each device's own agent, when it has one, else the controller's: their
@@ -256,7 +258,7 @@ int devices_setup(const SetupOptions& o) {
   for (size_t i = 0; i < rows.size(); ++i) (void)packages_for(devs->devices[i]);  // before the threads
   for (const auto& [a, r] : by_agent) {
     if (!r) {
-      fmt::print(stderr, "tracrctl devices setup: agent {}: {}\n", a, user_text(r.error()));
+      TRACR_LOG(error, "tracrctl devices setup: agent {}: {}", a, user_text(r.error()));
       return 2;
     }
     fmt::print("agent {}: {} directly linked libraries from {} Debian packages: {}\n", a, r->libraries.size(),

@@ -1,4 +1,5 @@
 #include "fleet/shaping.hpp"
+#include "core/log.hpp"
 #include "core/token_bucket.hpp"
 #include "core/user_error.hpp"
 
@@ -371,7 +372,7 @@ std::pair<double, double> LinkShaper::agent_delay(const std::string& participant
 }
 
 LinkShaper::~LinkShaper() {
-  for (const auto& line : remove()) std::fprintf(stderr, "tracrctl: %s\n", line.c_str());
+  for (const auto& line : remove()) TRACR_LOG(info, "tracrctl: {}", line);
 }
 
 std::string tc_capability(const DeviceConfig& d, const std::string& devices_file, bool trust) {

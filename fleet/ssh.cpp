@@ -1,4 +1,5 @@
 #include "fleet/ssh.hpp"
+#include "core/log.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -409,8 +410,8 @@ Status verify_host_key(SessionCore& c) {
     out << line << "\n";
     out.flush();
     if (!out) return make_error(Errc::io, fmt::format("cannot add the host key of {} to {}", c.who, file));
-    fmt::print(stderr, "tracrctl: trusted a new host: recorded the host key of {} ({}) in {}\n", known_hosts_name(t),
-               server_key_fingerprint(c), file);
+    TRACR_LOG(info, "tracrctl: trusted a new host: recorded the host key of {} ({}) in {}", known_hosts_name(t),
+              server_key_fingerprint(c), file);
     return {};
   };
   switch (ssh_session_is_known_server(c.s)) {

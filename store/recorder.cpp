@@ -1,4 +1,5 @@
 #include "store/recorder.hpp"
+#include "core/log.hpp"
 
 #include <fmt/format.h>
 
@@ -177,8 +178,9 @@ void Recorder::on_log(const std::string& device, const std::string& role, const 
   event(level, "agent_log", device + ": " + m.get_or("msg", ""), device);
   // A warning is also the user's to see now (an agent on the reference BLAS, junk from peers).
   if (level == "warn" || level == "error")
-    fmt::print(stderr, "{}: {} agent on {}: {}\n", level == "warn" ? "warning" : "error", role, device,
-               m.get_or("msg", ""));
+    if (const auto lv = level == "warn" ? core::LogLevel::warn : core::LogLevel::error; core::log_enabled(lv))
+      core::log_line(lv, fmt::format("{}: {} agent on {}: {}", level == "warn" ? "warning" : "error", role, device,
+                                     m.get_or("msg", "")));
 }
 
 void Recorder::maybe_flush() {

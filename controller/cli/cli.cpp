@@ -4,7 +4,9 @@
 // the command's function; adding a command or an option is one entry in
 // build_app() below (completion and --help follow from the tree).
 #include "controller/cli/cli.hpp"
+#include "core/log.hpp"
 #include "controller/cli/help_format.hpp"
+#include "core/log.hpp"
 #include "core/user_error.hpp"
 
 #include <csignal>
@@ -543,7 +545,7 @@ int usage_error(const CLI::App& app, const CLI::ParseError& e) {
         }
     }
   }
-  fmt::print(stderr, "{}: {}\nrun '{} --help'\n", path, msg, path);
+  TRACR_LOG(error, "{}: {}\nrun '{} --help'", path, msg, path);
   return 2;
 }
 
@@ -634,16 +636,16 @@ int tracrctl_main(int argc, char** argv) {
       return usage_error(app, e);
     }
     if (!p.action) {
-      fmt::print(stderr, "tracrctl: expected a command\nrun 'tracrctl --help'\n");
+      TRACR_LOG(error, "tracrctl: expected a command\nrun 'tracrctl --help'");
       return 2;
     }
     return p.action();
   } catch (const Fatal& f) {
-    fmt::print(stderr, "tracrctl: {}\n", without_backtrace(core::user_text(f.err)));
+    TRACR_LOG(error, "tracrctl: {}", without_backtrace(core::user_text(f.err)));
     return core::exit_code(f.err);
   } catch (const std::exception& e) {
     // Never a backtrace (LibTorch's c10::Error carries one in what()).
-    fmt::print(stderr, "tracrctl: {}\n", without_backtrace(e.what()));
+    TRACR_LOG(error, "tracrctl: {}", without_backtrace(e.what()));
     return 1;
   }
 }

@@ -8,6 +8,7 @@
 #include "controller/commands/run.hpp"
 #include "controller/session/agent_config.hpp"
 #include "controller/session/prelude.hpp"
+#include "core/log.hpp"
 #include "core/user_error.hpp"
 #include "fleet/deploy.hpp"
 #include "fleet/detached.hpp"
@@ -123,14 +124,14 @@ int record_detached(DetachedStart& st, const agent::ControlMsg& ready, const std
   if (!st.pre.devices.embedded)
     st.d.devices_file = fs::absolute(st.pre.devices.source).lexically_normal().string();
   if (auto w = write_detached(state, st.d); !w) {
-    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(w.error()));
+    TRACR_LOG(error, "tracrctl agents start: {}", user_text(w.error()));
     return 1;
   }
   // `agents stop` finds it wherever the experiment's output is (#24).
   const std::string dir = fs::path(state).parent_path().string();
   if (auto w = remember_detached_dir(dir); !w)
-    fmt::print(stderr, "tracrctl agents start: warning: {}; `tracrctl agents stop --state-dir {}` will still stop it\n",
-               user_text(w.error()), dir);
+    TRACR_LOG(warn, "tracrctl agents start: warning: {}; `tracrctl agents stop --state-dir {}` will still stop it",
+              user_text(w.error()), dir);
   fmt::print("SERVER agent on {} running detached: pid {}, {}, serving {}; runs of this model reuse it until "
              "`tracrctl agents stop`\n",
              server.name, st.d.pid, st.d.endpoint, model);
@@ -142,17 +143,21 @@ int record_detached(DetachedStart& st, const agent::ControlMsg& ready, const std
 int cmd_agents_start(const RunOptions& opt) {
   auto cfg = load_experiment(opt.experiment, opt.sets);
   if (!cfg) {
-    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(cfg.error()));
+    TRACR_LOG(error, "tracrctl agents start: {}", user_text(cfg.error()));
     return 2;
   }
   if (!cfg->model_list.empty()) {
-    fmt::print(stderr, "tracrctl agents start: model: {} models given; a detached SERVER serves one: start one per "
-                       "model (--set model=ID)\n", cfg->model_list.size());
+    TRACR_LOG(error,
+              "tracrctl agents start: model: {} models given; a detached SERVER serves one: start one per "
+              "model (--set model=ID)",
+              cfg->model_list.size());
     return 2;
   }
   if (!cfg->input_size_list.empty()) {
-    fmt::print(stderr, "tracrctl agents start: input_size: {} sizes given; a detached SERVER serves one: start one "
-                       "per size (--set input_size=C,H,W)\n", cfg->input_size_list.size());
+    TRACR_LOG(error,
+              "tracrctl agents start: input_size: {} sizes given; a detached SERVER serves one: start one "
+              "per size (--set input_size=C,H,W)",
+              cfg->input_size_list.size());
     return 2;
   }
   // The same checks as run's before anything starts.
@@ -177,7 +182,7 @@ int cmd_agents_start(const RunOptions& opt) {
   st.d.identity = server_identity(*cfg);
   auto ready = server.transport == Transport::local ? start_local(st, state) : start_remote(st);
   if (!ready) {
-    fmt::print(stderr, "tracrctl agents start: {}\n", user_text(ready.error()));
+    TRACR_LOG(error, "tracrctl agents start: {}", user_text(ready.error()));
     return 1;
   }
   return record_detached(st, *ready, state, cfg->model);

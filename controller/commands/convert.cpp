@@ -1,4 +1,5 @@
 #include "controller/commands/convert.hpp"
+#include "core/log.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -525,18 +526,18 @@ int cmd_convert(const ConvertOptions& o) {
   const bool force = o.force;
   std::ifstream f(in, std::ios::binary);
   if (!f) {
-    fmt::print(stderr, "tracrctl convert: {}: cannot read the file\n", in);
+    TRACR_LOG(error, "tracrctl convert: {}: cannot read the file", in);
     return 2;
   }
   std::ostringstream text;
   text << f.rdbuf();
   if (!out.empty() && !force && fs::exists(out)) {
-    fmt::print(stderr, "tracrctl convert: {} exists; add --force to replace it\n", out);
+    TRACR_LOG(error, "tracrctl convert: {} exists; add --force to replace it", out);
     return 2;
   }
   auto c = convert_python_config(text.str(), in, out);
   if (!c) {
-    fmt::print(stderr, "tracrctl convert: {}\n", c.error().message);
+    TRACR_LOG(error, "tracrctl convert: {}", c.error().message);
     return 2;
   }
   if (out.empty()) {
@@ -544,14 +545,14 @@ int cmd_convert(const ConvertOptions& o) {
   } else {
     auto st = write_file(out, c->yaml);
     if (!st) {
-      fmt::print(stderr, "tracrctl convert: {}\n", st.error().message);
+      TRACR_LOG(error, "tracrctl convert: {}", st.error().message);
       return 1;
     }
-    fmt::print(stderr, "wrote {}; run it with: tracrctl run {}\n", out, out);
+    TRACR_LOG(info, "wrote {}; run it with: tracrctl run {}", out, out);
   }
   if (!c->not_carried.empty()) {
-    fmt::print(stderr, "not carried over from {} ({}):\n", in, c->not_carried.size());
-    for (const auto& d : c->not_carried) fmt::print(stderr, "  {}: {} -- {}\n", d.key, d.value, d.reason);
+    TRACR_LOG(info, "not carried over from {} ({}):", in, c->not_carried.size());
+    for (const auto& d : c->not_carried) TRACR_LOG(info, "  {}: {} -- {}", d.key, d.value, d.reason);
   }
   return 0;
 }

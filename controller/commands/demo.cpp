@@ -1,4 +1,5 @@
 #include "controller/commands/demo.hpp"
+#include "core/log.hpp"
 #include "core/user_error.hpp"
 
 #include "fleet/launcher.hpp"
@@ -276,7 +277,7 @@ int compare_size(const DemoOptions& o, zmq::context_t& ctx, const std::string& r
   for (const auto& codec : cfgs) {
     auto r = framed(enc, t, codec, o);
     if (!r) {
-      fmt::print(stderr, "tracrctl: {}/aes at {} bytes: {}\n", codec, bytes, user_text(r.error()));
+      TRACR_LOG(error, "tracrctl: {}/aes at {} bytes: {}", codec, bytes, user_text(r.error()));
       rc = 1;
       continue;
     }
@@ -334,7 +335,7 @@ int compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string&
   const std::string script = python_script(o);
   char tmpl[] = "/tmp/tracr-bench-XXXXXX";
   if (!mkdtemp(tmpl)) {
-    fmt::print(stderr, "tracrctl: cannot create a temporary directory\n");
+    TRACR_LOG(error, "tracrctl: cannot create a temporary directory");
     return 1;
   }
   const std::string dir = tmpl;
@@ -344,13 +345,13 @@ int compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string&
   } cleanup{dir};
   auto gen = capture(o.python + " '" + script + "' activations '" + dir + "' 2>&1");
   if (!gen) {
-    fmt::print(stderr, "tracrctl: generating activations: {}\n", user_text(gen.error()));
+    TRACR_LOG(error, "tracrctl: generating activations: {}", user_text(gen.error()));
     return 1;
   }
   auto py = capture(o.python + " '" + script + "' baseline '" + dir + "' --reps " + std::to_string(o.reps) +
                     " --warmup " + std::to_string(o.warmup));
   if (!py) {
-    fmt::print(stderr, "tracrctl: Python baseline: {}\n", user_text(py.error()));
+    TRACR_LOG(error, "tracrctl: Python baseline: {}", user_text(py.error()));
     return 1;
   }
   std::string py_info;
@@ -403,11 +404,11 @@ int codec_table(const DemoOptions& o, zmq::context_t& ctx, const std::string& ra
       bool aes = slash != std::string::npos && cfg.substr(slash + 1) == "aes";
       auto r = framed(aes ? **enc : **plain, t, codec, o);
       if (!r) {
-        fmt::print(stderr, "tracrctl: {} at {} bytes: {}\n", cfg, bytes, user_text(r.error()));
+        TRACR_LOG(error, "tracrctl: {} at {} bytes: {}", cfg, bytes, user_text(r.error()));
         rc = 1;
         auto fresh = connect(aes);
         if (!fresh) {
-          fmt::print(stderr, "tracrctl: reconnect: {}\n", user_text(fresh.error()));
+          TRACR_LOG(error, "tracrctl: reconnect: {}", user_text(fresh.error()));
           break;
         }
         (aes ? enc : plain) = std::move(fresh);
@@ -442,18 +443,18 @@ void write_demo_csv(const std::string& path, const std::vector<Row>& rows) {
 int run_demo(const DemoOptions& o) {
   std::string agent = o.agent_path.empty() ? self_dir() + "/tracr-agent" : o.agent_path;
   if (access(agent.c_str(), X_OK) != 0) {
-    fmt::print(stderr, "tracrctl: cannot find tracr-agent at {} (pass --agent PATH)\n", agent);
+    TRACR_LOG(error, "tracrctl: cannot find tracr-agent at {} (pass --agent PATH)", agent);
     return 2;
   }
   std::vector<uint8_t> secret(32);
   if (auto rb = random_bytes(secret.data(), secret.size()); !rb) {
-    fmt::print(stderr, "tracrctl: cannot draw the session secret: {}\n", user_text(rb.error()));
+    TRACR_LOG(error, "tracrctl: cannot draw the session secret: {}", user_text(rb.error()));
     return 1;
   }
   auto enc_agent = start_agent(agent, true, secret);
   auto plain_agent = start_agent(agent, false, secret);
   if (!enc_agent || !plain_agent) {
-    fmt::print(stderr, "tracrctl: {}\n", (!enc_agent ? enc_agent.error() : plain_agent.error()).str());
+    TRACR_LOG(error, "tracrctl: {}", (!enc_agent ? enc_agent.error() : plain_agent.error()).str());
     return 1;
   }
   zmq::context_t ctx(1);
@@ -466,7 +467,7 @@ int run_demo(const DemoOptions& o) {
   auto enc = connect(true);
   auto plain = connect(false);
   if (!enc || !plain) {
-    fmt::print(stderr, "tracrctl: {}\n", (!enc ? enc.error() : plain.error()).str());
+    TRACR_LOG(error, "tracrctl: {}", (!enc ? enc.error() : plain.error()).str());
     return 1;
   }
   // Keep reading the agents' control lines (heartbeats): a full pipe would

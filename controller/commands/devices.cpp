@@ -14,17 +14,18 @@
 
 #include <fmt/format.h>
 
-#include "settings/config.hpp"
+#include "controller/commands/devices.hpp"
+#include "controller/commands/run.hpp"
+#include "core/log.hpp"
+#include "core/user_error.hpp"
 #include "fleet/deploy.hpp"
 #include "fleet/device_setup.hpp"
-#include "controller/commands/devices.hpp"
-#include "core/user_error.hpp"
 #include "fleet/launcher.hpp"
 #include "fleet/process.hpp"
-#include "controller/commands/run.hpp"
 #include "fleet/shaping.hpp"
 #include "fleet/ssh.hpp"
 #include "fleet/staging.hpp"
+#include "settings/config.hpp"
 
 namespace tracr::controller {
 
@@ -202,11 +203,11 @@ int cmd_devices_check(const DevicesOptions& opt) {
   if (!c.experiment.empty()) {
     auto e = load_experiment(c.experiment);
     if (!e) {
-      fmt::print(stderr, "tracrctl devices: {}\n", user_text(e.error()));
+      TRACR_LOG(error, "tracrctl devices: {}", user_text(e.error()));
       return 2;
     }
     if (auto st = check_experiment_files(*e); !st) {
-      fmt::print(stderr, "tracrctl devices: {}\n", user_text(st.error()));
+      TRACR_LOG(error, "tracrctl devices: {}", user_text(st.error()));
       return 2;
     }
     if (!c.devices_given) c.devices = e->devices;
@@ -214,14 +215,14 @@ int cmd_devices_check(const DevicesOptions& opt) {
   }
   auto devs = load_devices_option(c.devices, c.devices_given);
   if (!devs) {
-    fmt::print(stderr, "tracrctl devices: {}\n", user_text(devs.error()));
+    TRACR_LOG(error, "tracrctl devices: {}", user_text(devs.error()));
     return 2;
   }
   auto local_arch = elf_arch(c.agent);
   auto local_hash = sha256_file(c.agent);
   if (!local_arch || !local_hash) {
-    fmt::print(stderr, "tracrctl devices: agent {}: {}\n", c.agent,
-               user_text(!local_arch ? local_arch.error() : local_hash.error()));
+    TRACR_LOG(error, "tracrctl devices: agent {}: {}", c.agent,
+              user_text(!local_arch ? local_arch.error() : local_hash.error()));
     return 2;
   }
   fmt::print("devices from {}; local agent {} ({}, sha256 {})\n", devs->source, c.agent, *local_arch,
@@ -247,11 +248,11 @@ static int detached_agents(const std::string& verb, const DevicesOptions& c) {
   std::vector<std::string> gone;
   const auto dirs = c.state_dir.empty() ? detached_dirs("results/agents", &gone) : std::vector<std::string>{c.state_dir};
   for (const auto& g : gone) {
-    fmt::print(stderr,
-               "tracrctl agents {}: {} (listed in {}) no longer exists: detached agents started with their state "
-               "there cannot be found; stop them by hand (`tracrctl agents status` on each device lists agents "
-               "that run); the directory is dropped from the list\n",
-               verb, g, detached_index_path());
+    TRACR_LOG(error,
+              "tracrctl agents {}: {} (listed in {}) no longer exists: detached agents started with their state "
+              "there cannot be found; stop them by hand (`tracrctl agents status` on each device lists agents "
+              "that run); the directory is dropped from the list",
+              verb, g, detached_index_path());
     rc = 1;
   }
   for (const auto& dir : dirs) {
@@ -270,7 +271,7 @@ int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
   const DevicesOptions c = resolved(opt);
   auto devs = load_devices_option(c.devices, c.devices_given);
   if (!devs) {
-    fmt::print(stderr, "tracrctl agents: {}\n", user_text(devs.error()));
+    TRACR_LOG(error, "tracrctl agents: {}", user_text(devs.error()));
     return 2;
   }
   std::atomic<int> bad{0};

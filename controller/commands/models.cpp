@@ -18,6 +18,7 @@
 
 #include "analysis/tables.hpp"
 #include "core/atomic_file.hpp"
+#include "core/log.hpp"
 #include "core/text.hpp"
 #include "core/user_error.hpp"
 #include "experiments/profile.hpp"
@@ -40,7 +41,7 @@ int cmd_models() {
     fmt::print("{:<24} {}\n", name, experiments::model_description(name));
   return 0;
 #else
-  std::fputs("tracrctl models: this build has no LibTorch (TRACR_WITH_TORCH=OFF)\n", stderr);
+  TRACR_LOG(error, "tracrctl models: this build has no LibTorch (TRACR_WITH_TORCH=OFF)");
   return 2;
 #endif
 }
@@ -109,7 +110,7 @@ std::string profile_json(const experiments::SplitModel& model, const std::vector
 // Writes an output file and says so; false (the error printed) when it cannot.
 bool write_output(const std::string& path, const std::string& text) {
   if (auto st = write_file(path, text); !st) {
-    fmt::print(stderr, "tracrctl profile: {}\n", user_text(st.error()));
+    TRACR_LOG(error, "tracrctl profile: {}", user_text(st.error()));
     return false;
   }
   fmt::print("wrote {}\n", path);
@@ -208,12 +209,12 @@ int cmd_profile(const ProfileOptions& opt) {
         expected = fmt::format("; expected an --input-shape (C,H,W, or any rank such as 4 or T,D) that every "
                                "layer of {} takes (its default: {})",
                                opt.model, d);
-    fmt::print(stderr, "tracrctl profile: {}{}\n", msg.substr(0, msg.find('\n')), expected);
+    TRACR_LOG(error, "tracrctl profile: {}{}", msg.substr(0, msg.find('\n')), expected);
     return 2;
   }
   auto ks = segment_splits(opt.segments, **model);
   if (!ks) {
-    fmt::print(stderr, "tracrctl profile: {}\n", ks.error().message);
+    TRACR_LOG(error, "tracrctl profile: {}", ks.error().message);
     return 2;
   }
   // LibTorch throws c10::Error (its what() holds a backtrace) for an input a
@@ -228,7 +229,7 @@ int cmd_profile(const ProfileOptions& opt) {
     po.repetitions = reps;
     auto prof = experiments::profile_layers(**model, input, po);
     if (!prof) {
-      fmt::print(stderr, "tracrctl profile: {}\n", user_text(prof.error()));
+      TRACR_LOG(error, "tracrctl profile: {}", user_text(prof.error()));
       return 1;
     }
     fmt::print("{} on {}, input {}, {} repetitions per layer\n\n", (*model)->name(), (*model)->device().str(),
@@ -239,20 +240,20 @@ int cmd_profile(const ProfileOptions& opt) {
                experiments::format_split_table(splits));
     auto segs = print_segments(**model, input, *ks, reps, splits);
     if (!segs) {
-      fmt::print(stderr, "tracrctl profile: {}\n", user_text(segs.error()));
+      TRACR_LOG(error, "tracrctl profile: {}", user_text(segs.error()));
       return 1;
     }
     // The same figures as files: one CSV row per layer; JSON with the layers, the splits and the segments.
     if (!csv.empty() && !write_output(csv, profile_csv(*prof))) return 1;
     if (!json.empty() && !write_output(json, profile_json(**model, batched, reps, *prof, splits, *segs))) return 1;
   } catch (const std::exception& ex) {
-    fmt::print(stderr, "tracrctl profile: {} at input {}x{}: {}\n", opt.model, batch,
-               fmt::join((*model)->input_shape(), "x"), experiments::torch_error_text(ex));
+    TRACR_LOG(error, "tracrctl profile: {} at input {}x{}: {}", opt.model, batch,
+              fmt::join((*model)->input_shape(), "x"), experiments::torch_error_text(ex));
     return 2;
   }
   return 0;
 #else
-  std::fputs("tracrctl profile: this build has no LibTorch (TRACR_WITH_TORCH=OFF)\n", stderr);
+  TRACR_LOG(error, "tracrctl profile: this build has no LibTorch (TRACR_WITH_TORCH=OFF)");
   return 2;
 #endif
 }

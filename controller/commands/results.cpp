@@ -1,4 +1,5 @@
 #include "controller/commands/results.hpp"
+#include "core/log.hpp"
 
 #include "controller/cli/help_format.hpp"
 #include "analysis/tables.hpp"
@@ -364,7 +365,7 @@ int cmd_rm(ResultsDb& db, const Opts& o) {
   }
   for (const auto& r : runs) {
     if (auto st = db.delete_run(r.id); !st) {  // a running run, a write error: the command failed
-      fmt::print(stderr, "tracrctl results: {}\n", user_text(st.error()));
+      TRACR_LOG(error, "tracrctl results: {}", user_text(st.error()));
       return 1;
     }
     fmt::print("removed run {} '{}' [{}] and its {} frames with every other row of it from {}\n", r.id, r.name,
@@ -420,12 +421,12 @@ int cmd_results(const ResultsOptions& opts) {
       if (sub == "migrate" && !o.positional.empty())
         usage_error("unexpected argument '" + o.positional[0] + "'");
       if (!std::ifstream(o.db)) {
-        fmt::print(stderr, "tracrctl results: {}: no such results database\n", o.db);
+        TRACR_LOG(error, "tracrctl results: {}: no such results database", o.db);
         return 1;
       }
       auto db = ResultsDb::open(o.db);
       if (!db) {
-        fmt::print(stderr, "tracrctl results: {}\n", user_text(db.error()));
+        TRACR_LOG(error, "tracrctl results: {}", user_text(db.error()));
         return 1;
       }
       if (sub == "migrate") {
@@ -435,13 +436,13 @@ int cmd_results(const ResultsOptions& opts) {
       try {
         return cmd_rm(*db, o);
       } catch (const Fatal& f) {
-        fmt::print(stderr, "tracrctl results {}: {}\n", sub, user_text(f.err));
+        TRACR_LOG(error, "tracrctl results {}: {}", sub, user_text(f.err));
         return exit_code(f.err);
       }
     }
     auto db = ResultsDb::open_readonly(o.db);
     if (!db) {
-      fmt::print(stderr, "tracrctl results: {}\n", user_text(db.error()));
+      TRACR_LOG(error, "tracrctl results: {}", user_text(db.error()));
       return 1;
     }
     try {
@@ -450,11 +451,11 @@ int cmd_results(const ResultsOptions& opts) {
       if (sub == "compare") return cmd_compare(*db, o);
       return cmd_export(*db, o);
     } catch (const Fatal& f) {
-      fmt::print(stderr, "tracrctl results {}: {}\n", sub, user_text(f.err));
+      TRACR_LOG(error, "tracrctl results {}: {}", sub, user_text(f.err));
       return exit_code(f.err);
     }
   } catch (const Fatal& f) {
-    fmt::print(stderr, "tracrctl results {0}: {1}\nrun 'tracrctl results {0} --help'\n", opts.sub, user_text(f.err));
+    TRACR_LOG(error, "tracrctl results {0}: {1}\nrun 'tracrctl results {0} --help'", opts.sub, user_text(f.err));
     return exit_code(f.err);
   }
 }

@@ -6,6 +6,7 @@
 // written, the run is marked interrupted.
 #include "controller/commands/run.hpp"
 #include "controller/cli/help_format.hpp"
+#include "core/log.hpp"
 #include "core/text.hpp"
 #include "core/user_error.hpp"
 #include "fleet/event_pump.hpp"
@@ -302,7 +303,7 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<in
   ax.codec = !cfg.compression_list.empty();
   auto configs = series_runs(cfg, ax);
   if (!configs) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(configs.error()));
+    TRACR_LOG(error, "tracrctl run: {}", user_text(configs.error()));
     return 2;
   }
   if (ax.model || ax.size) {
@@ -320,7 +321,7 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<in
           std::vector<std::string> where;
           if (ax.model) where.push_back(fmt::format("model[{}]", i));
           if (ax.size) where.push_back(fmt::format("input_size[{}]", j));
-          fmt::print(stderr, "tracrctl run: {}: {}\n", fmt::join(where, ", "), user_text(n.error()));
+          TRACR_LOG(error, "tracrctl run: {}: {}", fmt::join(where, ", "), user_text(n.error()));
           return 2;
         }
       }
@@ -357,8 +358,10 @@ int check_report_path(const std::string& path) {
   std::error_code ec;
   const fs::path dir = fs::path(path).parent_path();
   if (!dir.empty() && !fs::is_directory(dir, ec)) {
-    fmt::print(stderr, "tracrctl run: --report {}: directory '{}' does not exist; expected a file in an existing "
-                       "directory\n", path, dir.string());
+    TRACR_LOG(error,
+              "tracrctl run: --report {}: directory '{}' does not exist; expected a file in an existing "
+              "directory",
+              path, dir.string());
     return 2;
   }
   return 0;
@@ -368,8 +371,10 @@ int check_report_path(const std::string& path) {
 int write_run_report(const RunOptions& ro, const std::string& db, const std::vector<int64_t>& runs, int rc) {
   if (ro.report.empty() || runs.empty()) return rc;
   if (rc != 0) {
-    fmt::print(stderr, "tracrctl run: --report {}: not written, the {} did not complete (tracrctl report RUN... -o "
-                       "FILE writes it from what was recorded)\n", ro.report, runs.size() > 1 ? "series" : "run");
+    TRACR_LOG(error,
+              "tracrctl run: --report {}: not written, the {} did not complete (tracrctl report RUN... -o "
+              "FILE writes it from what was recorded)",
+              ro.report, runs.size() > 1 ? "series" : "run");
     return rc;
   }
   analysis::ReportOptions opt;
@@ -384,7 +389,7 @@ int write_run_report(const RunOptions& ro, const std::string& db, const std::vec
 int run_experiment(const RunOptions& ro) {
   auto cfg = load_experiment(ro.experiment, ro.sets);
   if (!cfg) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(cfg.error()));
+    TRACR_LOG(error, "tracrctl run: {}", user_text(cfg.error()));
     return 2;
   }
   if (!ro.db.empty()) cfg->output = ro.db;
@@ -397,7 +402,7 @@ int run_experiment(const RunOptions& ro) {
     cfg->input_size_list.clear();
     cfg->commands.clear();
     if (ro.in_process) {
-      fmt::print(stderr, "tracrctl link probe: an in-process run has no link to probe\n");
+      TRACR_LOG(error, "tracrctl link probe: an in-process run has no link to probe");
       return 2;
     }
   }
@@ -488,7 +493,7 @@ SessionStep RunSession::prepare() {
   if (auto s = check_session(cfg_, "run", RoleCheck::inference, ro_.agent_path, pre_); !s) return s;
   auto db = ResultsDb::open(cfg_.output);
   if (!db) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(db.error()));
+    TRACR_LOG(error, "tracrctl run: {}", user_text(db.error()));
     return SessionStep{1};
   }
   db_.emplace(std::move(*db));
@@ -500,11 +505,11 @@ SessionStep RunSession::prepare() {
 SessionStep RunSession::shape_link() {
   const std::string shaping_dir = (fs::path(cfg_.output).parent_path() / "shaping").string();
   for (const auto& line : sweep_stale_shaping(shaping_dir, pre_.devices, ro_.trust_new_hosts))
-    fmt::print(stderr, "tracrctl run: {}\n", line);
+    TRACR_LOG(info, "tracrctl run: {}", line);
   if (!cfg_.link.empty()) {
     auto l = resolve_link(cfg_, cfg_.link[0]);
     if (!l) {
-      fmt::print(stderr, "tracrctl run: {}\n", user_text(l.error()));
+      TRACR_LOG(error, "tracrctl run: {}", user_text(l.error()));
       return SessionStep{2};
     }
     link_ = *l;
@@ -520,7 +525,7 @@ SessionStep RunSession::shape_link() {
   sctx.agent_delay = cfg_.link_delay == "agent";
   auto sh = LinkShaper::apply(pre_.devices.server(), plinks, sctx);
   if (!sh) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(sh.error()));
+    TRACR_LOG(error, "tracrctl run: {}", user_text(sh.error()));
     return SessionStep{2};
   }
   shaper_ = std::move(*sh);
@@ -564,7 +569,7 @@ SessionStep RunSession::connect() {
     if (auto sb = protocol::from_hex(detached_->secret_hex)) secret = *sb;
   auto stamp = new_run_stamp();
   if (!stamp) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(stamp.error()));
+    TRACR_LOG(error, "tracrctl run: {}", user_text(stamp.error()));
     return SessionStep{1};
   }
   // Every agent gets the effective experiment and parses it with the same code.
@@ -819,9 +824,9 @@ int RunSession::finish() {
   const SessionOutcome end = finish_session(*rec_, *row_, std::move(failure), cfg_.output, run_id_, "run");
   if (!end.failure.empty()) {
     const int sig = SignalCatcher::signal();
-    fmt::print(stderr, "tracrctl run: run {} {}: {}\n", run_id_, run_status_name(end.status), end.failure);
-    fmt::print(stderr, "tracrctl run: {} frames received, rows written are kept in {} (tracrctl results show {})\n",
-               rec_->frames_received(), cfg_.output, run_id_);
+    TRACR_LOG(error, "tracrctl run: run {} {}: {}", run_id_, run_status_name(end.status), end.failure);
+    TRACR_LOG(error, "tracrctl run: {} frames received, rows written are kept in {} (tracrctl results show {})",
+              rec_->frames_received(), cfg_.output, run_id_);
     return sig ? signal_exit_code(sig) : 1;
   }
   return report();
@@ -834,23 +839,25 @@ int RunSession::report() {
   if (ro_.probe_only) {
     fmt::print("\nrun {} completed: link probes read back from {}\n", run_id_, cfg_.output);
     if (auto pst = print_probe_table(*db_, run_id_, stdout, table_width()); !pst) {
-      fmt::print(stderr, "tracrctl link probe: {}\n", user_text(pst.error()));
+      TRACR_LOG(error, "tracrctl link probe: {}", user_text(pst.error()));
       return 1;
     }
     return 0;
   }
   for (const auto& lp : lost_participants_)
-    fmt::print(stderr, "tracrctl run: warning: run {} went on without participant {}; its frames until then are "
-               "recorded (events: participant_lost)\n", run_id_, lp);
+    TRACR_LOG(warn,
+              "tracrctl run: warning: run {} went on without participant {}; its frames until then are "
+              "recorded (events: participant_lost)",
+              run_id_, lp);
   fmt::print("\nrun {} completed{}: per-split table read back from {}\n", run_id_,
              lost_participants_.empty() ? "" : fmt::format(" without {} lost participant(s)", lost_participants_.size()),
              cfg_.output);
   if (auto pst = print_split_table(*db_, run_id_, stdout, ro_.wide, table_width()); !pst) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(pst.error()));
+    TRACR_LOG(error, "tracrctl run: {}", user_text(pst.error()));
     return 1;
   }
   if (auto est = print_energy_table(*db_, run_id_); !est) {
-    fmt::print(stderr, "tracrctl run: {}\n", user_text(est.error()));
+    TRACR_LOG(error, "tracrctl run: {}", user_text(est.error()));
     return 1;
   }
   if (!cfg_.record.layers || !cfg_.probe.enabled || ro_.in_process || (!cfg_.split.all && cfg_.split.points.size() <= 1))
@@ -863,7 +870,7 @@ int RunSession::report() {
   validate_against(*db_, *plan);
   auto id = store_plan(*db_, *plan);
   fmt::print("\n{}{}", format_plan(*plan, table_width()), id ? fmt::format("stored as plan {}\n", *id) : "");
-  if (!id) fmt::print(stderr, "tracrctl run: storing the plan: {}\n", user_text(id.error()));
+  if (!id) TRACR_LOG(warn, "tracrctl run: storing the plan: {}", user_text(id.error()));
   return 0;
 }
 

@@ -4,6 +4,7 @@
 // workers' endpoints, passes the turn between owners, and records every
 // step, epoch, checkpoint and the exported model in SQLite.
 #include "controller/commands/train.hpp"
+#include "core/log.hpp"
 #include "core/user_error.hpp"
 
 #include <unistd.h>
@@ -275,27 +276,27 @@ SessionStep TrainSession::prepare() {
   if (auto s = check_session(cfg_, "train", RoleCheck::none, ro_.agent_path, pre_); !s) return s;
   auto layout = plan_training(cfg_, pre_.devices);
   if (!layout) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(layout.error()));
+    TRACR_LOG(error, "tracrctl train: {}", user_text(layout.error()));
     return SessionStep{2};
   }
   layout_ = std::move(*layout);
   auto db = ResultsDb::open(cfg_.output);
   if (!db) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(db.error()));
+    TRACR_LOG(error, "tracrctl train: {}", user_text(db.error()));
     return SessionStep{1};
   }
   db_.emplace(std::move(*db));
   if (!ro_.resume.empty()) {
     auto r = find_resume_point(*db_, ro_.resume, cfg_);
     if (!r) {
-      fmt::print(stderr, "tracrctl train: --resume: {}\n", user_text(r.error()));
+      TRACR_LOG(error, "tracrctl train: --resume: {}", user_text(r.error()));
       return SessionStep{2};
     }
     resume_ = *r;
   }
   auto stamp = new_run_stamp();
   if (!stamp) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(stamp.error()));
+    TRACR_LOG(error, "tracrctl train: {}", user_text(stamp.error()));
     return SessionStep{1};
   }
   stamp_ = *stamp;
@@ -320,7 +321,7 @@ SessionStep TrainSession::open_row() {
              resume_ ? fmt::format(", resuming run {} at step {}", resume_->run, resume_->step) : "");
   std::fflush(stdout);
   for (const auto& w : layout_.warnings) {
-    fmt::print(stderr, "tracrctl train: warning: {}\n", w);
+    TRACR_LOG(warn, "tracrctl train: warning: {}", w);
     rec_->event("warn", "train_layout", w);
   }
   return {};
@@ -593,15 +594,16 @@ int TrainSession::finish() {
   const SessionOutcome end = finish_session(*rec_, *row_, std::move(failure), cfg_.output, run_id_, "train");
   if (!end.failure.empty()) {
     const int sig = SignalCatcher::signal();
-    fmt::print(stderr, "tracrctl train: run {} {}: {}\n", run_id_, run_status_name(end.status), end.failure);
-    fmt::print(stderr, "tracrctl train: {} steps received, rows written are kept in {} (tracrctl results show {}); "
-               "resume with --resume {}\n",
-               steps_seen_, cfg_.output, run_id_, run_id_);
+    TRACR_LOG(error, "tracrctl train: run {} {}: {}", run_id_, run_status_name(end.status), end.failure);
+    TRACR_LOG(error,
+              "tracrctl train: {} steps received, rows written are kept in {} (tracrctl results show {}); "
+              "resume with --resume {}",
+              steps_seen_, cfg_.output, run_id_, run_id_);
     return sig ? signal_exit_code(sig) : 1;
   }
   fmt::print("\nrun {} completed: {} steps\n", run_id_, steps_seen_);
   if (auto st = print_train_table(*db_, run_id_); !st) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(st.error()));
+    TRACR_LOG(error, "tracrctl train: {}", user_text(st.error()));
     return 1;
   }
   return 0;
@@ -612,7 +614,7 @@ int TrainSession::finish() {
 int cmd_train(const TrainOptions& ro) {
   auto loaded = load_experiment(ro.experiment, ro.sets);
   if (!loaded) {
-    fmt::print(stderr, "tracrctl train: {}\n", user_text(loaded.error()));
+    TRACR_LOG(error, "tracrctl train: {}", user_text(loaded.error()));
     return 2;
   }
   ExperimentConfig cfg = *loaded;
@@ -622,18 +624,24 @@ int cmd_train(const TrainOptions& ro) {
     return 0;
   }
   if (!cfg.model_list.empty()) {
-    fmt::print(stderr, "tracrctl train: model: {} models given; a list repeats `tracrctl run` once per model, "
-                       "training takes one\n", cfg.model_list.size());
+    TRACR_LOG(error,
+              "tracrctl train: model: {} models given; a list repeats `tracrctl run` once per model, "
+              "training takes one",
+              cfg.model_list.size());
     return 2;
   }
   if (!cfg.compression_list.empty()) {
-    fmt::print(stderr, "tracrctl train: compression: {} codecs given; a list repeats `tracrctl run` once per codec, "
-                       "training takes one\n", cfg.compression_list.size());
+    TRACR_LOG(error,
+              "tracrctl train: compression: {} codecs given; a list repeats `tracrctl run` once per codec, "
+              "training takes one",
+              cfg.compression_list.size());
     return 2;
   }
   if (!cfg.input_size_list.empty()) {
-    fmt::print(stderr, "tracrctl train: input_size: {} sizes given; a list repeats `tracrctl run` once per size, "
-                       "training takes one\n", cfg.input_size_list.size());
+    TRACR_LOG(error,
+              "tracrctl train: input_size: {} sizes given; a list repeats `tracrctl run` once per size, "
+              "training takes one",
+              cfg.input_size_list.size());
     return 2;
   }
   TrainSession session(ro, cfg);

@@ -2,6 +2,7 @@
 // cuts an experiment names, checked against the model registry before deploy.
 // The only controller file besides models_cmd.cpp that includes LibTorch.
 #include "controller/session/model_check.hpp"
+#include "core/log.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -121,7 +122,7 @@ Status check_splits(const settings::ExperimentConfig& cfg, const ex::SplitModel&
     if (!cfg.split.all)
       return config_error(cfg, "split", fmt::format("split {} (after layer '{}') cannot be used: {}", k,
                                                     model.layers()[k - 1].name, why));
-    fmt::print(stderr, "note: the sweep skips split {} (after layer '{}'): {}\n", k, model.layers()[k - 1].name, why);
+    TRACR_LOG(info, "note: the sweep skips split {} (after layer '{}'): {}", k, model.layers()[k - 1].name, why);
   }
   return {};
 }

@@ -1,4 +1,5 @@
 #include "controller/session/prelude.hpp"
+#include "core/log.hpp"
 
 #include <unistd.h>
 
@@ -26,7 +27,7 @@ using namespace tracr::store;
 namespace {
 
 SessionStep refuse(const std::string& command, int code, const std::string& text) {
-  fmt::print(stderr, "tracrctl {}: {}\n", command, text);
+  TRACR_LOG(error, "tracrctl {}: {}", command, text);
   return SessionStep{code};
 }
 
@@ -115,7 +116,7 @@ namespace {
 // The cause of a run that could not be finished in its database: on stderr,
 // and in the note reserved beside it for the next open's interruption reason.
 void keep_cause(const std::string& db_path, int64_t run_id, const std::string& cause, const std::string& command) {
-  fmt::print(stderr, "tracrctl {}: run {} could not be finished in {}: {}\n", command, run_id, db_path, cause);
+  TRACR_LOG(error, "tracrctl {}: run {} could not be finished in {}: {}", command, run_id, db_path, cause);
   const std::string text = cause.substr(0, kNoteBytes - 1) + "\n";
   if (std::FILE* f = std::fopen(failure_note_path(db_path, run_id).c_str(), "r+")) {  // in place, no truncation
     std::fwrite(text.data(), 1, text.size(), f);

@@ -167,6 +167,15 @@ TEST(Convert, CommandWritesAFileThatRunShowConfigReads) {
   EXPECT_EQ(read_all(out), before);
   r = sh(tracrctl() + " convert " + py.config + " -o " + out + " --force");
   EXPECT_EQ(r.status, 0) << r.out;
+  // The controller's stderr lines go through one TRACR_LOG: at TRACR_LOG_LEVEL=error the informative lines
+  // are left out, the errors are not.
+  r = sh("TRACR_LOG_LEVEL=error " + tracrctl() + " convert " + py.config + " -o " + out + " --force");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("not carried over from"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("wrote "), std::string::npos) << r.out;
+  r = sh("TRACR_LOG_LEVEL=error " + tracrctl() + " convert " + py.config + " -o " + out);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("exists; add --force to replace it"), std::string::npos) << r.out;
 
   // Without -o the experiment goes to stdout with absolute paths.
   r = sh(tracrctl() + " convert " + py.config + " 2>/dev/null");
