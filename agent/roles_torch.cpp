@@ -256,6 +256,7 @@ ParticipantSpec participant_spec(const settings::ExperimentConfig& c, const ex::
   ps.inflight = c.inflight;
   ps.codec_threads = static_cast<unsigned>(c.codec_threads);
   ps.max_consecutive_failures = c.max_consecutive_failures;
+  ps.lockstep = c.lockstep;
   return ps;
 }
 

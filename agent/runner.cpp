@@ -321,11 +321,18 @@ class Pipeline {
     ex::BatchLoader probe(ds_, spec_.batch, spec_.max_samples);
     planned_ = policy.planned_frames(probe.num_batches());
     const int n = model_.num_layers();
-    while (auto step = policy.next()) {
+    for (int index = 0; auto step = policy.next(); ++index) {
       if (step->split < 0 || step->split > n)
         return make_error(Errc::config, fmt::format("split {} is outside [0, {}] for {}", step->split, n, model_.name()));
       split_ = step->split;
       policy_name_ = policy.name();
+      if (spec_.lockstep) {
+        // Every frame of the step before is back; the controller resumes all participants at once.
+        while (!pending_.empty()) TRACR_TRY(drain(true));
+        event("step_waiting", nullptr, fmt::format("step {} (split {}): waiting for the other participants", index, split_));
+        TRACR_TRY(commands(true));
+        if (stop_) break;
+      }
       TRACR_TRY(run_step(*step));
       if (stop_) break;
     }
@@ -485,9 +492,9 @@ class Pipeline {
     return record_failure(r);
   }
 
-  // Applies the controller's commands; blocks while paused.
-  Status commands() {
-    bool paused = false;
+  // Applies the controller's commands; blocks while paused (from the start
+  // with `paused`, until a resume).
+  Status commands(bool paused = false) {
     while (true) {
       if (hooks_.stop && hooks_.stop()) {
         if (!stop_) event("stopped", nullptr, "the controller closed the control channel or the agent was signalled");

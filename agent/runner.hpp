@@ -123,6 +123,9 @@ struct ParticipantSpec {
   bool record_outputs = false;   // carry each timed frame's output tensor (record.outputs)
   int timeout_ms = 60000;        // per result
   int max_consecutive_failures = 3;  // failed frames in a row before the run fails
+  // lockstep: before each step of the policy, wait (event step_waiting) for
+  // the controller's resume, so that every participant starts it together.
+  bool lockstep = false;
   // The participant's run clock origin: frames' start_ns/end_ns count from here.
   std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
   // Energy (agent/energy.hpp): the participant's meters or power model, and

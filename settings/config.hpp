@@ -184,6 +184,9 @@ struct ExperimentConfig {
   // A PARTICIPANT that dies or goes silent: "fail" ends the run (every
   // participant), "continue" records it and the others go on.
   std::string on_participant_loss = "fail";
+  // Every PARTICIPANT starts each split of its sweep together with the
+  // others: each waits at the boundary until all have finished the split.
+  bool lockstep = false;
   RecordSpec record;
   ProbeSpec probe;
   EnergySpec energy;

@@ -763,6 +763,12 @@ void add_agent_settings(std::vector<Setting>& t) {
     s.show = [](const ExperimentConfig& c) { return c.on_participant_loss; };
     t.push_back(s);
   }
+  t.push_back(bool_setting(
+      "lockstep", "false",
+      "Several PARTICIPANTs sweep their splits together: each waits before every split (its warm-up included) until "
+      "all have finished the one before, so each split is measured with all of them on it (a SERVER shared by N "
+      "at that split) rather than spread over whatever splits the others have reached.",
+      [](ExperimentConfig& c) -> bool& { return c.lockstep; }));
   t.push_back(bool_setting("probe.enabled", "true",
                            "Measure RTT and throughput both ways over each participant's session before the first frame "
                            "(probes table).",

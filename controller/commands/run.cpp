@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <utility>
 #include <thread>
 
 #include <fmt/format.h>
@@ -452,6 +453,7 @@ class RunSession {
   void send_cmd(size_t i, std::map<std::string, std::string> fields, const std::string& what);
   void adapt(size_t i);
   void schedule();
+  void release_step();
   int finish();
   int report();
 
@@ -486,6 +488,8 @@ class RunSession {
   std::map<size_t, int64_t> last_decision_;  // adaptive: timed frames at the last re-plan
   std::map<size_t, double> last_rate_;       // adaptive: the link rate that re-plan used (Mbit/s)
   std::optional<double> probe_rtt_ms_;
+  std::set<size_t> step_waiting_;  // lockstep: participants waiting at a step boundary
+  int steps_released_ = 0;
 };
 
 // Checks, database, link profile: nothing started, nothing written yet.
@@ -672,6 +676,7 @@ void RunSession::start_participants() {
 void RunSession::on_line(size_t i, const ControlMsg& m) {
   AgentConn& a = (*agents_)[i];
   if (m.kind == "READY" && a.role() == agent::AgentRole::server) server_endpoint_ = m.get_or("endpoint", "");
+  if (m.kind == "EVENT" && m.get_or("kind", "") == "step_waiting") step_waiting_.insert(i);
   if (!ro_.progress) return;
   if (frames_done_ == 0 && (m.kind == "PROFILE" || m.kind == "SEGMENT" || m.kind == "PROBE") &&
       phases_seen_.insert(a.device().name + " " + m.kind).second)
@@ -774,9 +779,24 @@ void RunSession::adapt(size_t i) {
            fmt::format("set_split {} (adaptive)", best->split));
 }
 
+// lockstep: once every participant still running waits at its step boundary
+// (each sends step_waiting with its last frames back), all go on together. A
+// participant that finished or was lost no longer holds the others.
+void RunSession::release_step() {
+  if (step_waiting_.empty()) return;
+  AgentSet& s = *agents_;
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i].role() == agent::AgentRole::participant && !s.finished(i) && !s.lost(i) && !step_waiting_.count(i)) return;
+  const std::set<size_t> waiting = std::exchange(step_waiting_, {});
+  const int step = steps_released_++;
+  for (size_t i : waiting)
+    if (!s.finished(i)) send_cmd(i, {{"op", "resume"}}, fmt::format("resume (lockstep: step {}, {} participants)", step, waiting.size()));
+}
+
 // Once per turn of the loop: adaptive re-planning, a pending resume, and the
 // experiment's commands whose frame has come, per participant.
 void RunSession::schedule() {
+  release_step();
   for (size_t i = 0; i < agents_->size(); ++i) {
     if ((*agents_)[i].role() != agent::AgentRole::participant || agents_->finished(i)) continue;
     if (cfg_.adapt.enabled) adapt(i);

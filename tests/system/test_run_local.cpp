@@ -593,3 +593,39 @@ TEST(RunLocal, RepeatRunsTheSeriesNTimesAndPrintsTheSpread) {
   EXPECT_EQ(cells, 4u) << table;  // 2 splits x 2 codecs
   std::printf("%s", table.c_str());
 }
+
+// lockstep (#21): three participants sweep three splits together. Each waits before every split until all have
+// finished the one before, so every frame of a split (warm-up included) arrives before any frame of the next, and
+// each split is measured with all three on it. The controller resumes them once per split, together.
+TEST(RunLocal, LockstepParticipantsStartEverySplitTogether) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml",
+                                     "devices:\n  - {device_type: SERVER, transport: local}\n"
+                                     "  - {device_type: PARTICIPANT, name: p1, transport: local}\n"
+                                     "  - {device_type: PARTICIPANT, name: p2, transport: local}\n"
+                                     "  - {device_type: PARTICIPANT, name: p3, transport: local}\n");
+  const std::string exp = d.file(
+      "exp.yaml", "name: lockstep\nmodel: alexnet\ninput_size: [3, 64, 64]\ndataset:\n  type: synthetic\n  max_samples: 2\n"
+                  "split: [0, 5, 22]\nwarmup: 1\nrepetitions: 3\nseed: 5\noutput: " + db + "\ndevices: " + devices +
+                  "\nlockstep: true\nprobe:\n  enabled: false\nrecord:\n  layers: false\n");
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select status from runs"), "completed");
+  // 3 participants x 3 splits x (1 warm-up + 3 x 2 samples).
+  EXPECT_EQ(query(db, "select count(*) from frames"), "63");
+  // Every frame of a split arrived before any frame of the next (rows are written in arrival order).
+  for (const auto& [a, b] : {std::pair{0, 5}, std::pair{5, 22}})
+    EXPECT_EQ(query(db, "select (select max(rowid) from frames where split = " + std::to_string(a) +
+                            ") < (select min(rowid) from frames where split = " + std::to_string(b) + ")"),
+              "1")
+        << a << " before " << b;
+  // Each participant waited before each of its 3 splits; the controller resumed all three at once, 3 times.
+  EXPECT_EQ(query(db, "select group_concat(device || ':' || n, ' ') from (select device, count(*) n from events "
+                      "where kind = 'step_waiting' group by device order by device)"),
+            "p1:3 p2:3 p3:3");
+  EXPECT_EQ(query(db, "select count(*) from events where kind = 'command_sent' and message like "
+                      "'%resume (lockstep: step _, 3 participants)%'"),
+            "9");
+  EXPECT_EQ(query(db, "select count(*) from events where kind = 'resumed'"), "9");
+}
