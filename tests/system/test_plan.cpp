@@ -353,7 +353,7 @@ TEST(Plan, AServerSharedByFourParticipantsIsPlannedFromARunWithOne) {
   auto held = sh(tracrctl() + " plan 1 --db " + db + " --validate-on 2");
   ASSERT_EQ(held.status, 0) << held.out;
   EXPECT_NE(held.out.find("queue ms: the wait for the shared SERVER, modelled:mva(4 participants (as many as "
-                          "held-out run 2 had)"),
+                          "held-out run 2 had, each sweeping at its own pace (lockstep: false)"),
             std::string::npos)
       << held.out;
   auto alone = sh(tracrctl() + " plan 1 --db " + db + " --validate-on 2 --participants 1");

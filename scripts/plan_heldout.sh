@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The planner validated held out on the namespace test-bed (#21): planned
+# from one run, measured on others made under conditions the plan never saw.
+#   sudo bash scripts/plan_heldout.sh [OUT_DIR]        (default results/heldout)
+# Needs root and the test-bed up (bash scripts/netns_testbed.sh up). For each
+# model (AlexNet built in, and ResNet-18 traced by scripts/export_model.py,
+# random weights) it runs, into OUT_DIR/heldout.db, with the participants in
+# tracr-edge and the SERVER in tracr-srv (unshaped veth: the axes here are
+# the device and the sharing; links are in plan_links.yaml's table):
+#   n1q25  one participant at a quarter of a core, REPS repetitions (--repeat)
+#   n4q25  four participants at a quarter core each, sharing the SERVER
+#   n8q25  eight
+#   n1q50  one participant at half a core
+#   prof25, prof50  one short run per quota: the device's profiles
+# then plans from n1q25's first run and validates each on the runs of another
+# condition (`tracrctl plan B --validate-on R1,R2,...`): the other n1q25
+# repetitions (same condition, for reference), n4q25, n8q25 (the shared-SERVER
+# model), and n1q50 (`--participant-from prof50`: another device's profiles,
+# and the reverse from n1q50 to n1q25). Prints one markdown row per case:
+# the latency MAPE's median and range over the held-out runs, how often the
+# chosen split was the measured best, and the worst miss (chosen's measured
+# latency over the best's). Every run and plan stays in heldout.db.
+# The participants sweep in lockstep (each split starts for all of them
+# together), so that each split is measured with all N on it: LOCKSTEP=false
+# lets each sweep at its own pace, as before #21's lockstep setting.
+# Environment: REPS (default 3), MODELS (default "alexnet resnet18_traced"),
+# LOCKSTEP (default true).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-results/heldout}
+reps=${REPS:-3}
+models=${MODELS:-alexnet resnet18_traced}
+lockstep=${LOCKSTEP:-true}
+py=/usr/bin/python3
+tracrctl=${TRACRCTL:-build/bin/tracrctl}
+mkdir -p "$out"
+db="$out/heldout.db"
+ip netns list | awk '{print $1}' | grep -qx tracr-srv || {
+  echo "plan_heldout: the test-bed is not up (bash scripts/netns_testbed.sh up)" >&2; exit 1; }
+
+devices() {  # N participants at quota Q -> file name
+  local n=$1 q=$2 f="$out/devices_n$1_q$2.yaml"
+  {
+    printf 'devices:\n  - device_type: SERVER\n    name: server\n    transport: local\n    netns: tracr-srv\n'
+    printf '    connection_params:\n      - host: 10.250.0.1\n        port: 0\n        default: true\n'
+    for i in $(seq 1 "$n"); do
+      printf '  - device_type: PARTICIPANT\n    name: p%s\n    transport: local\n    netns: tracr-edge\n' "$i"
+      printf '    cpu_quota: 0.%s\n    connection_params:\n      - host: 10.250.0.2\n        default: true\n' "$q"
+    done
+  } > "$f"
+  echo "$f"
+}
+
+experiment() {  # model -> experiment file
+  local m=$1 f="$out/$1.yaml"
+  case "$m" in
+    alexnet) printf 'model: alexnet\nsplit: [0, 3, 6, 13, 16, 20, 22]\nwarmup: 1\nrepetitions: 3\n' > "$f" ;;
+    resnet18_traced)
+      [ -f "$out/r18.pt" ] || $py scripts/export_model.py resnet18 "$out/r18.pt" > /dev/null
+      printf 'model: torchscript:r18.pt\nsplit: [0, 4, 12, 28, 44, 60, 69]\nwarmup: 2\nrepetitions: 5\n' > "$f" ;;
+    *) echo "plan_heldout: unknown model '$m'" >&2; exit 2 ;;
+  esac
+  printf 'name: %s\ninput_size: [3, 224, 224]\ndataset:\n  type: synthetic\n  max_samples: 1\ncompression: none\n' "$m" >> "$f"
+  printf 'record:\n  layers: true\nprobe:\n  duration_ms: 1500\n  chunk_bytes: 32768\noutput: heldout.db\n' >> "$f"
+  echo "$f"
+}
+
+ids() {  # run name pattern -> comma list of completed run ids, oldest first
+  $py - "$db" "$1" <<'EOF'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+print(",".join(str(r[0]) for r in c.execute(
+    "select id from runs where name glob ? and status = 'completed' order by id", (sys.argv[2],))))
+EOF
+}
+
+row() {  # model, case, first plan id: one markdown row over the plans stored since
+  $py - "$db" "$1" "$2" "$3" <<'EOF'
+import sqlite3, statistics, sys
+db, model, case, first = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+c = sqlite3.connect(db)
+rows = c.execute("select mape_pct, miss_pct, validation_run, participants from plans where id >= ? "
+                 "and mape_pct is not null order by id", (first,)).fetchall()
+if not rows:
+    print(f"| {model} | {case} | no plan stored | | |"); sys.exit()
+m = [r[0] for r in rows]
+miss = [r[1] for r in rows if r[1] is not None]  # None: the chosen split was not measured
+best = sum(1 for x in miss if x <= 0.0)
+within5 = sum(1 for x in miss if x <= 5.0)
+if not miss: miss = [float("nan")]
+print(f"| {model} | {case} | {statistics.median(m):.1f} % [{min(m):.1f}, {max(m):.1f}] | "
+      f"{best} of {len(rows)} | {within5} of {len(rows)} (worst +{max(miss):.1f} %) |")
+EOF
+}
+
+next_plan() {
+  $py -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print((c.execute('select max(id) from plans').fetchone()[0] or 0) + 1)" "$db" 2>/dev/null || echo 1
+}
+
+plan() {  # model, case label, plan args...
+  local model=$1 label=$2; shift 2
+  local first; first=$(next_plan)
+  echo "   tracrctl plan $* --splits measured --db $db" >&2
+  if ! "$tracrctl" plan "$@" --splits measured --db "$db" >> "$out/plans.txt" 2>&1; then
+    echo "| $model | $label | plan failed (see $out/plans.txt) | | |"; return
+  fi
+  row "$model" "$label" "$first"
+}
+
+table=()
+for m in $models; do
+  exp=$(experiment "$m")
+  run() {  # name, devices, repeat, [extra --set]
+    echo "== $m: $1 ($(date +%T))" >&2
+    "$tracrctl" run "$exp" --no-progress --set name="$m-$1" --set devices="$(realpath "$2")" --repeat "$3" \
+      --set lockstep="$lockstep" "${@:4}" \
+      >> "$out/runs.txt" 2>&1 || echo "   run $m-$1 failed (see $out/runs.txt)" >&2
+  }
+  run n1q25 "$(devices 1 25)" "$reps"
+  run n4q25 "$(devices 4 25)" "$reps"
+  run n8q25 "$(devices 8 25)" "$reps"
+  run n1q50 "$(devices 1 50)" "$reps"
+  run prof25 "$(devices 1 25)" 1 --set repetitions=1
+  run prof50 "$(devices 1 50)" 1 --set repetitions=1
+  base=$(ids "$m-n1q25#1"); [ -n "$base" ] || base=$(ids "$m-n1q25" | cut -d, -f1)
+  base50=$(ids "$m-n1q50#1")
+  rest=$(ids "$m-n1q25#*" | cut -d, -f2-)
+  table+=("$(plan "$m" "1 participant, q 0.25: other repetitions" "$base" --validate-on "$rest")")
+  table+=("$(plan "$m" "1 -> 4 participants sharing the SERVER" "$base" --validate-on "$(ids "$m-n4q25#*")")")
+  table+=("$(plan "$m" "1 -> 8 participants sharing the SERVER" "$base" --validate-on "$(ids "$m-n8q25#*")")")
+  table+=("$(plan "$m" "q 0.25 -> q 0.5 (participant profiled once)" "$base" --participant-from "$(ids "$m-prof50")" \
+    --validate-on "$(ids "$m-n1q50#*")")")
+  table+=("$(plan "$m" "q 0.5 -> q 0.25 (participant profiled once)" "$base50" --participant-from "$(ids "$m-prof25")" \
+    --validate-on "$(ids "$m-n1q25#*")")")
+done
+echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best |"
+echo "|---|---|---|---|---|"
+printf '%s\n' "${table[@]}"
