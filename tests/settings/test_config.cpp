@@ -1034,9 +1034,10 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "optimize",
                         "dataset.resize_size",
                         "dataset.interpolation",
-                        "on_participant_loss"})
+                        "on_participant_loss",
+                        "lockstep"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 68u);
+  EXPECT_EQ(names.size(), 69u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());
