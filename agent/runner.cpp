@@ -329,7 +329,8 @@ class Pipeline {
       if (spec_.lockstep) {
         // Every frame of the step before is back; the controller resumes all participants at once.
         while (!pending_.empty()) TRACR_TRY(drain(true));
-        event("step_waiting", nullptr, fmt::format("step {} (split {}): waiting for the other participants", index, split_));
+        event("step_waiting", nullptr,
+              fmt::format("step {} (split {}): waiting for the other participants", index, split_));
         TRACR_TRY(commands(true));
         if (stop_) break;
       }

@@ -815,8 +815,9 @@ Status prepare_held_out(ResultsDb& db, int64_t basis, int64_t other, bool link_g
     opt.participants_source = fmt::format("as many as held-out run {} had", other);
     // Without lockstep each participant swept at its own pace: at a split, the others may have been at others.
     if (*np > 1 && bcfg && !bcfg->lockstep)
-      opt.participants_source += ", each sweeping at its own pace (lockstep: false), so at a given split fewer may "
-                                 "have shared it";
+      opt.participants_source +=
+          ", each sweeping at its own pace (lockstep: false), so at a given split fewer may "
+          "have shared it";
   }
   if (link_given) return {};
   if (!b->link.empty() && b->link != "devices-file") {

@@ -27,8 +27,8 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <utility>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -790,7 +790,8 @@ void RunSession::release_step() {
   const std::set<size_t> waiting = std::exchange(step_waiting_, {});
   const int step = steps_released_++;
   for (size_t i : waiting)
-    if (!s.finished(i)) send_cmd(i, {{"op", "resume"}}, fmt::format("resume (lockstep: step {}, {} participants)", step, waiting.size()));
+    if (!s.finished(i))
+      send_cmd(i, {{"op", "resume"}}, fmt::format("resume (lockstep: step {}, {} participants)", step, waiting.size()));
 }
 
 // Once per turn of the loop: adaptive re-planning, a pending resume, and the
