@@ -167,19 +167,24 @@ Result<ConnectionParams> parse_connection(const Ctx& c, const YAML::Node& n, con
           std::string("missing; required for transport: ") + std::string(transport_name(transport)));
     return {};
   };
-  if (n["host"]) {
-    auto h = get_nonempty(c, n["host"], key + ".host", "an IP address or host name");
-    if (!h) return h.error();
-    if (is_placeholder(*h))
+  // host and user: no placeholder left, no character a shell or ssh would read as more.
+  auto name_field = [&](const char* k, const std::string& what, const std::string& placeholder_hint,
+                        std::string_view chars, const std::string& allowed) -> Result<std::string> {
+    auto v = get_nonempty(c, n[k], key + "." + k, what);
+    if (!v) return v.error();
+    if (is_placeholder(*v))
+      return err_at(pos_of(c, n[k]), key + "." + k,
+                    fmt::format("placeholder '{}' was not replaced: expected {}", *v, placeholder_hint));
+    if (auto bad = bad_name_char(*v, chars); !bad.empty())
       return err_at(
-          pos_of(c, n["host"]), key + ".host",
-          fmt::format("placeholder '{}' was not replaced: expected the device's IP address or host name",
-                      *h));
-    if (auto bad = bad_name_char(*h, kHostChars); !bad.empty())
-      return err_at(pos_of(c, n["host"]), key + ".host",
-                    fmt::format("'{}' is not a host name or IP address ({}); expected letters, digits, '.', '-', "
-                                "':' (IPv6) and '_', not starting with '-'",
-                                printable(*h), bad));
+          pos_of(c, n[k]), key + "." + k,
+          fmt::format("'{}' is not {} ({}); expected {}, not starting with '-'", printable(*v), what, bad, allowed));
+    return v;
+  };
+  if (n["host"]) {
+    auto h = name_field("host", "a host name or IP address", "the device's IP address or host name", kHostChars,
+                        "letters, digits, '.', '-', ':' (IPv6) and '_'");
+    if (!h) return h.error();
     cp.host = *h;
   } else if (ssh) {
     TRACR_TRY(need("host"));
@@ -187,16 +192,9 @@ Result<ConnectionParams> parse_connection(const Ctx& c, const YAML::Node& n, con
     cp.host = "127.0.0.1";
   }
   if (n["user"]) {
-    auto u = get_nonempty(c, n["user"], key + ".user", "an SSH user name");
+    auto u =
+        name_field("user", "an SSH user name", "the SSH user name", kUserChars, "letters, digits, '.', '-' and '_'");
     if (!u) return u.error();
-    if (is_placeholder(*u))
-      return err_at(pos_of(c, n["user"]), key + ".user",
-                    fmt::format("placeholder '{}' was not replaced: expected the SSH user name", *u));
-    if (auto bad = bad_name_char(*u, kUserChars); !bad.empty())
-      return err_at(pos_of(c, n["user"]), key + ".user",
-                    fmt::format("'{}' is not an SSH user name ({}); expected letters, digits, '.', '-' and '_', "
-                                "not starting with '-'",
-                                printable(*u), bad));
     cp.user = *u;
   } else if (ssh) {
     TRACR_TRY(need("user"));

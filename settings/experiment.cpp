@@ -137,8 +137,10 @@ namespace {
 // The rule for relative paths: a path written in the experiment file is
 // relative to the directory of that file; one from a TRACR_* variable, a
 // command-line option or a default is relative to the current directory.
-// Paths used on the agents' devices (train.checkpoint_dir, train.export) are
-// left as written. `~/` paths are left as written.
+// The settings table says which are such paths (PathKind::controller_path in
+// experiment_settings.def); paths used on the agents' devices
+// (train.checkpoint_dir, train.export: device_path) and `~/` paths are left as
+// written.
 void resolve_paths_against_file(ExperimentConfig& cfg) {
   const fs::path dir = fs::path(cfg.source).parent_path();
   if (dir.empty()) return;  // the file is in the current directory: nothing changes
@@ -148,11 +150,8 @@ void resolve_paths_against_file(ExperimentConfig& cfg) {
     if (p == "~" || p.rfind("~/", 0) == 0 || fs::path(p).is_absolute()) return;
     p = (dir / p).lexically_normal().string();
   };
-  resolve("devices", cfg.devices);
-  resolve("output", cfg.output);
-  resolve("weights", cfg.weights);
-  resolve("dataset.path", cfg.dataset.path);
-  resolve("dataset.class_names", cfg.dataset.class_names_file);
+  for (const Setting& s : settings())  // devices, output, weights, dataset.path, dataset.class_names
+    if (s.path == PathKind::controller_path) resolve(s.info.name, s.text(cfg));
   static const std::string ts = "torchscript:";
   auto resolve_model = [&](std::string& m) {
     if (m.rfind(ts, 0) != 0) return;

@@ -94,10 +94,13 @@ Setting bool_setting(const std::string& name, const std::string& def, const std:
 
 Setting string_setting(const std::string& name, const std::string& type, const std::string& def,
                        const std::string& desc, const std::string& what,
-                       const std::function<std::string&(ExperimentConfig&)>& ref, bool nullable) {
+                       const std::function<std::string&(ExperimentConfig&)>& ref, bool nullable,
+                       PathKind path = PathKind::plain) {
   Setting s;
   s.info = {name, type, def, desc, ""};
   s.nullable = nullable;
+  s.path = path;
+  s.text = ref;
   s.apply = [ref, what](const Ctx& c, const YAML::Node& n, const std::string& key,
                         ExperimentConfig& cfg) -> Status {
     auto v = get_nonempty(c, n, key, what);
@@ -184,6 +187,24 @@ Setting double_setting(const std::string& name, const std::string& type, const s
   return s;
 }
 
+// One of a few words ("a|b|c"), its type written "a | b | c".
+Setting choice_setting(const std::string& name, const std::string& choices, const std::string& desc,
+                       const std::function<std::string&(ExperimentConfig&)>& ref) {
+  std::vector<std::string> words;
+  std::istringstream in(choices);
+  for (std::string w; std::getline(in, w, '|');) words.push_back(w);
+  Setting s;
+  s.info = {name, fmt::format("{}", fmt::join(words, " | ")), "", desc, ""};
+  s.apply = [words, ref](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    auto v = get_choice(c, n, key, words);
+    if (!v) return v.error();
+    ref(cfg) = *v;
+    return {};
+  };
+  s.show = [ref](const ExperimentConfig& c) { return ref(const_cast<ExperimentConfig&>(c)); };
+  return s;
+}
+
 // A list of device names.
 Setting name_list_setting(const std::string& name, const std::string& def, const std::string& desc,
                           std::function<std::vector<std::string>&(ExperimentConfig&)> ref) {
@@ -209,78 +230,54 @@ Setting name_list_setting(const std::string& name, const std::string& def, const
   return s;
 }
 
-// The settings name .. optimize, in the order they are documented.
-void add_model_settings(std::vector<Setting>& t) {
-  t.push_back(string_setting(
+Setting name_setting() {
+  return string_setting(
       "name", "string", "<file name>", "Run name stored in the results database.", "a run name",
-      [](ExperimentConfig& c) -> std::string& { return c.name; }, false));
-  {
-    // One model, or a list: the experiment once per model.
-    Setting s;
-    s.info = {"model", "string | [string, ...]", "(required)",
-              "Model registry id (`tracrctl models`), e.g. alexnet, or torchscript:<path>; a list runs the "
-              "experiment once per model.",
-              ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      static const char* what = "a model id such as alexnet (see `tracrctl models`), or torchscript:<path>";
-      auto one = [&](const YAML::Node& v_node, const std::string& where) -> Result<std::string> {
-        auto v = get_nonempty(c, v_node, where, what);
+      [](ExperimentConfig& c) -> std::string& { return c.name; }, false);
+}
+
+Setting model_setting() {
+  // One model, or a list: the experiment once per model.
+  Setting s;
+  s.info = {"model", "string | [string, ...]", "(required)",
+            "Model registry id (`tracrctl models`), e.g. alexnet, or torchscript:<path>; a list runs the "
+            "experiment once per model.",
+            ""};
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    static const char* what = "a model id such as alexnet (see `tracrctl models`), or torchscript:<path>";
+    auto one = [&](const YAML::Node& v_node, const std::string& where) -> Result<std::string> {
+      auto v = get_nonempty(c, v_node, where, what);
+      if (!v) return v.error();
+      // Names and paths end up in terminals, tables and shell lines (#24).
+      TRACR_TRY(no_control_chars(c, v_node, where, *v, what));
+      return *v;
+    };
+    cfg.model_list.clear();
+    if (n.IsSequence()) {
+      if (n.size() == 0)
+        return err_at(pos_of(c, n), key, std::string("an empty list; expected ") + what + ", or a list of them");
+      for (size_t i = 0; i < n.size(); ++i) {
+        const std::string where = fmt::format("{}[{}]", key, i);
+        auto v = one(n[i], where);
         if (!v) return v.error();
-        // Names and paths end up in terminals, tables and shell lines (#24).
-        TRACR_TRY(no_control_chars(c, v_node, where, *v, what));
-        return *v;
-      };
-      cfg.model_list.clear();
-      if (n.IsSequence()) {
-        if (n.size() == 0) return err_at(pos_of(c, n), key, std::string("an empty list; expected ") + what + ", or a list of them");
-        for (size_t i = 0; i < n.size(); ++i) {
-          const std::string where = fmt::format("{}[{}]", key, i);
-          auto v = one(n[i], where);
-          if (!v) return v.error();
-          if (std::find(cfg.model_list.begin(), cfg.model_list.end(), *v) != cfg.model_list.end())
-            return err_at(pos_of(c, n[i]), where, "model '" + *v + "' is listed twice");
-          cfg.model_list.push_back(*v);
-        }
-        cfg.model = cfg.model_list.front();
-        if (cfg.model_list.size() == 1) cfg.model_list.clear();
-        return {};
+        if (std::find(cfg.model_list.begin(), cfg.model_list.end(), *v) != cfg.model_list.end())
+          return err_at(pos_of(c, n[i]), where, "model '" + *v + "' is listed twice");
+        cfg.model_list.push_back(*v);
       }
-      auto v = one(n, key);
-      if (!v) return v.error();
-      cfg.model = *v;
+      cfg.model = cfg.model_list.front();
+      if (cfg.model_list.size() == 1) cfg.model_list.clear();
       return {};
-    };
-    s.show = [](const ExperimentConfig& c) {
-      return !c.model_list.empty() ? flow_strs(c.model_list) : c.model.empty() ? std::string("~") : yaml_str(c.model);
-    };
-    s.env_yaml = true;  // TRACR_MODEL='[alexnet, resnet18]'
-    t.push_back(s);
-  }
-  t.push_back(string_setting(
-      "weights", "path", "~ (none)",
-      "Weights file for the model (see the models issue); none = deterministic init.",
-      "a path to a weights file", [](ExperimentConfig& c) -> std::string& { return c.weights; }, true));
-  {
-    Setting s;
-    s.info = {"granularity", "module | node", "module",
-              "torchscript: models only: cut at every boundary between leaf-module calls (named by module "
-              "path, e.g. layer2.1.relu), or between every two graph nodes.",
-              ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = get_choice(c, n, key, {"module", "node"});
-      if (!v) return v.error();
-      cfg.granularity = *v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return c.granularity; };
-    t.push_back(s);
-  }
-  t.push_back(bool_setting("optimize", "true",
-                           "torchscript: models only: freeze and optimize each head and tail segment for "
-                           "inference (BatchNorm folded, conv-add-relu fused, as torch.jit.optimize_for_inference); "
-                           "false runs the traced ops as they are. Recorded with the run and in the model "
-                           "fingerprint.",
-                           [](ExperimentConfig& c) -> bool& { return c.optimize; }));
+    }
+    auto v = one(n, key);
+    if (!v) return v.error();
+    cfg.model = *v;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    return !c.model_list.empty() ? flow_strs(c.model_list) : c.model.empty() ? std::string("~") : yaml_str(c.model);
+  };
+  s.env_yaml = true;  // TRACR_MODEL='[alexnet, resnet18]'
+  return s;
 }
 
 const char* const kInputSizeWhat =
@@ -358,15 +355,7 @@ Status apply_input_size(const Ctx& c, const YAML::Node& n, const std::string& ke
   return {};
 }
 
-// The settings num_classes .. input_size, in the order they are documented.
-void add_input_settings(std::vector<Setting>& t) {
-  t.push_back(int_setting(
-      "num_classes", "int >= 0", "0 (the model's own)",
-      "Classes the model's last layer outputs (models that take it build their classifier with it); checked "
-      "against the built model's output width before anything starts. 0 = the model's default (1000 for "
-      "ImageNet models, 10 for fmnist_cnn).",
-      0, 1000000, [](ExperimentConfig& c, int64_t v) { c.num_classes = v; },
-      [](const ExperimentConfig& c) { return c.num_classes; }));
+Setting input_size_setting() {
   Setting s;
   s.info = {"input_size", "int | [int, ...] | [[int, ...], ...]", "~ (model default)",
             "Input shape per sample, without the batch: an int n means [3, n, n]; a list of any rank, e.g. "
@@ -385,750 +374,450 @@ void add_input_settings(std::vector<Setting>& t) {
     }
     return c.input_size.empty() ? std::string("~") : flow_ints(c.input_size);
   };
-  t.push_back(s);
+  return s;
 }
 
-// The settings dataset.type .. dataset.class_names, in the order they are documented.
-void add_dataset_settings(std::vector<Setting>& t) {
-  {
-    Setting s;
-    s.info = {"dataset.type", "synthetic | imagefolder | fashion_mnist", "synthetic",
-              "Where samples come from: generated tensors, a folder of JPEG/PNG images, or Fashion-MNIST IDX "
-              "files.",
-              ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      if (n.IsScalar() && n.Scalar() == "fashion-mnist") {
-        cfg.dataset.kind = DatasetKind::fashion_mnist;
-        return {};
-      }
-      auto v = get_choice(c, n, key, {"synthetic", "imagefolder", "fashion_mnist"});
-      if (!v) return v.error();
-      cfg.dataset.kind = *v == "synthetic"     ? DatasetKind::synthetic
-                         : *v == "imagefolder" ? DatasetKind::imagefolder
-                                               : DatasetKind::fashion_mnist;
+Setting dataset_type_setting() {
+  Setting s;
+  s.info = {"dataset.type", "synthetic | imagefolder | fashion_mnist", "synthetic",
+            "Where samples come from: generated tensors, a folder of JPEG/PNG images, or Fashion-MNIST IDX "
+            "files.",
+            ""};
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    if (n.IsScalar() && n.Scalar() == "fashion-mnist") {
+      cfg.dataset.kind = DatasetKind::fashion_mnist;
       return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return std::string(dataset_kind_name(c.dataset.kind)); };
-    t.push_back(s);
-  }
-  t.push_back(string_setting(
-      "dataset.path", "path", "~ (fashion_mnist: /usr/share/datasets/fashion-mnist)",
-      "imagefolder: the image directory (required); fashion_mnist: the directory of the IDX .gz files.",
-      "a directory path", [](ExperimentConfig& c) -> std::string& { return c.dataset.path; }, true));
-  {
-    Setting s;
-    s.info = {"dataset.class_names", "path | [string]", "~ (built-in names)",
-              "Class names: a file with one name per line, or a list.", ""};
-    s.nullable = true;
-    s.env_yaml = true;
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      if (n.IsSequence()) {
-        std::vector<std::string> names;
-        for (size_t i = 0; i < n.size(); ++i) {
-          auto v = get_string(c, n[i], fmt::format("{}[{}]", key, i), "a class name");
-          if (!v) return v.error();
-          names.push_back(*v);
-        }
-        if (names.empty()) return expected(c, n, key, "a file path or a non-empty list of class names");
-        cfg.dataset.class_names = std::move(names);
-        cfg.dataset.class_names_file.clear();
-        return {};
-      }
-      auto v = get_nonempty(c, n, key, "a file path or a list of class names");
-      if (!v) return v.error();
-      cfg.dataset.class_names_file = *v;
-      cfg.dataset.class_names.clear();
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) {
-      if (!c.dataset.class_names.empty()) return flow_strs(c.dataset.class_names);
-      return c.dataset.class_names_file.empty() ? std::string("~") : yaml_str(c.dataset.class_names_file);
-    };
-    t.push_back(s);
-  }
+    }
+    auto v = get_choice(c, n, key, {"synthetic", "imagefolder", "fashion_mnist"});
+    if (!v) return v.error();
+    cfg.dataset.kind = *v == "synthetic"     ? DatasetKind::synthetic
+                       : *v == "imagefolder" ? DatasetKind::imagefolder
+                                             : DatasetKind::fashion_mnist;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) { return std::string(dataset_kind_name(c.dataset.kind)); };
+  return s;
 }
 
-// The settings dataset.mean .. dataset.resize_size, in the order they are documented.
-void add_normalization_settings(std::vector<Setting>& t) {
-  for (const bool is_std : {false, true}) {
-    Setting s;
-    s.info = {is_std ? "dataset.std" : "dataset.mean", "number | [number, ...]",
-              is_std ? "~ (with the mean's default)" : "~ (fashion_mnist: 0.2860; others: ImageNet's 3 values)",
-              is_std ? "Normalization divisor: 1 value or one per input channel, each > 0; give it with "
-                       "dataset.mean (default: fashion_mnist 0.3530, others ImageNet's 0.229, 0.224, 0.225)."
-                     : "Normalization (x - mean) / std of [0, 1] pixels: 1 value or one per input channel; give it "
-                       "with dataset.std (default: fashion_mnist 0.2860, 3-channel images and synthetic inputs "
-                       "ImageNet's 0.485, 0.456, 0.406; 1-channel image folders have no default).",
-              ""};
-    s.nullable = true;
-    s.env_yaml = true;
-    s.apply = [is_std](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      const double lo = is_std ? std::numeric_limits<double>::min() : -std::numeric_limits<double>::max();
-      const std::string what = is_std ? "a number > 0 or a list of them (one per channel)"
-                                      : "a number or a list of numbers (one per channel)";
-      std::vector<double> v;
-      if (n.IsSequence()) {
-        if (n.size() == 0) return expected(c, n, key, what);
-        for (size_t i = 0; i < n.size(); ++i) {
-          auto x = get_double(c, n[i], fmt::format("{}[{}]", key, i), lo, is_std ? "a number > 0" : "a number");
-          if (!x) return x.error();
-          v.push_back(*x);
-        }
-      } else {
-        auto x = get_double(c, n, key, lo, what);
+Setting dataset_class_names_setting() {
+  Setting s;
+  s.info = {"dataset.class_names", "path | [string]", "~ (built-in names)",
+            "Class names: a file with one name per line, or a list.", ""};
+  s.nullable = true;
+  s.env_yaml = true;
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    if (n.IsSequence()) {
+      std::vector<std::string> names;
+      for (size_t i = 0; i < n.size(); ++i) {
+        auto v = get_string(c, n[i], fmt::format("{}[{}]", key, i), "a class name");
+        if (!v) return v.error();
+        names.push_back(*v);
+      }
+      if (names.empty()) return expected(c, n, key, "a file path or a non-empty list of class names");
+      cfg.dataset.class_names = std::move(names);
+      cfg.dataset.class_names_file.clear();
+      return {};
+    }
+    auto v = get_nonempty(c, n, key, "a file path or a list of class names");
+    if (!v) return v.error();
+    cfg.dataset.class_names_file = *v;
+    cfg.dataset.class_names.clear();
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    if (!c.dataset.class_names.empty()) return flow_strs(c.dataset.class_names);
+    return c.dataset.class_names_file.empty() ? std::string("~") : yaml_str(c.dataset.class_names_file);
+  };
+  s.path = PathKind::controller_path;  // when it names a file
+  s.text = [](ExperimentConfig& c) -> std::string& { return c.dataset.class_names_file; };
+  return s;
+}
+
+// dataset.mean (false) or dataset.std (true).
+Setting normalization_setting(bool is_std) {
+  Setting s;
+  s.info = {is_std ? "dataset.std" : "dataset.mean", "number | [number, ...]",
+            is_std ? "~ (with the mean's default)" : "~ (fashion_mnist: 0.2860; others: ImageNet's 3 values)",
+            is_std ? "Normalization divisor: 1 value or one per input channel, each > 0; give it with "
+                     "dataset.mean (default: fashion_mnist 0.3530, others ImageNet's 0.229, 0.224, 0.225)."
+                   : "Normalization (x - mean) / std of [0, 1] pixels: 1 value or one per input channel; give it "
+                     "with dataset.std (default: fashion_mnist 0.2860, 3-channel images and synthetic inputs "
+                     "ImageNet's 0.485, 0.456, 0.406; 1-channel image folders have no default).",
+            ""};
+  s.nullable = true;
+  s.env_yaml = true;
+  s.apply = [is_std](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    const double lo = is_std ? std::numeric_limits<double>::min() : -std::numeric_limits<double>::max();
+    const std::string what =
+        is_std ? "a number > 0 or a list of them (one per channel)" : "a number or a list of numbers (one per channel)";
+    std::vector<double> v;
+    if (n.IsSequence()) {
+      if (n.size() == 0) return expected(c, n, key, what);
+      for (size_t i = 0; i < n.size(); ++i) {
+        auto x = get_double(c, n[i], fmt::format("{}[{}]", key, i), lo, is_std ? "a number > 0" : "a number");
         if (!x) return x.error();
         v.push_back(*x);
       }
-      (is_std ? cfg.dataset.std : cfg.dataset.mean) = std::move(v);
-      return {};
-    };
-    s.show = [is_std](const ExperimentConfig& c) {
-      const auto& v = is_std ? c.dataset.std : c.dataset.mean;
-      if (v.empty()) return std::string("~");
-      std::string o = "[";
-      for (size_t i = 0; i < v.size(); ++i) o += fmt::format("{}{}", i ? ", " : "", v[i]);
-      return o + "]";
-    };
-    t.push_back(s);
-  }
-  t.push_back(int_setting(
-      "dataset.max_samples", "int >= 0", "0 (all; synthetic: 16)",
-      "Number of samples taken from the dataset, in order.", 0, std::numeric_limits<int32_t>::max(),
-      [](ExperimentConfig& c, int64_t v) { c.dataset.max_samples = v; },
-      [](const ExperimentConfig& c) { return c.dataset.max_samples; }));
-  {
-    Setting s;
-    s.info = {"dataset.split", "train | test", "test", "Fashion-MNIST part to read (fashion_mnist only).",
-              ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = get_choice(c, n, key, {"train", "test"});
-      if (!v) return v.error();
-      cfg.dataset.split = *v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return c.dataset.split; };
-    t.push_back(s);
-  }
-  // torchvision's preset per model (scripts/export_model.py writes the one
-  // a torchvision model's weights expect).
-  t.push_back(int_setting(
-      "dataset.resize_size", "int >= 0", "0 (round(crop x 256 / 224))",
-      "imagefolder: the shorter side is resized to this before the center crop to input_size (torchvision's "
-      "resize_size; e.g. 232 for resnet50's IMAGENET1K_V2 weights). 0 = crop x 256 / 224 rounded (256 for 224).",
-      0, 65536, [](ExperimentConfig& c, int64_t v) { c.dataset.resize_size = v; },
-      [](const ExperimentConfig& c) { return c.dataset.resize_size; }));
+    } else {
+      auto x = get_double(c, n, key, lo, what);
+      if (!x) return x.error();
+      v.push_back(*x);
+    }
+    (is_std ? cfg.dataset.std : cfg.dataset.mean) = std::move(v);
+    return {};
+  };
+  s.show = [is_std](const ExperimentConfig& c) {
+    const auto& v = is_std ? c.dataset.std : c.dataset.mean;
+    if (v.empty()) return std::string("~");
+    std::string o = "[";
+    for (size_t i = 0; i < v.size(); ++i) o += fmt::format("{}{}", i ? ", " : "", v[i]);
+    return o + "]";
+  };
+  return s;
 }
 
-// The settings dataset.interpolation .. batch_size, in the order they are documented.
-void add_preprocessing_settings(std::vector<Setting>& t) {
-  {
-    Setting s;
-    s.info = {"dataset.interpolation", "bilinear | bicubic | nearest", "bilinear",
-              "Image resize filter, PIL's own (bit-exact with torchvision on PIL images; e.g. bicubic for "
-              "EfficientNet's weights); imagefolder and a resized fashion_mnist.",
-              ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = get_choice(c, n, key, {"bilinear", "bicubic", "nearest"});
-      if (!v) return v.error();
-      cfg.dataset.interpolation = *v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return c.dataset.interpolation; };
-    t.push_back(s);
-  }
-  {
-    Setting s;
-    s.info = {"split", "int | [int] | all", "all",
-              "Split points: k runs layers [0, k) on the PARTICIPANT and [k, N) on the SERVER; all = 0..N.",
-              ""};
-    s.env_yaml = true;
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      const std::string what = "a split point (int >= 0), a list of split points, or all";
-      if (n.IsScalar()) {
-        if (n.Scalar() == "all") {
-          cfg.split = SplitSpec{};
-          return {};
-        }
-        auto v = get_int(c, n, key, 0, 100000, what);
-        if (!v) return v.error();
-        cfg.split.all = false;
-        cfg.split.points = {static_cast<int>(*v)};
+Setting split_setting() {
+  Setting s;
+  s.info = {"split", "int | [int] | all", "all",
+            "Split points: k runs layers [0, k) on the PARTICIPANT and [k, N) on the SERVER; all = 0..N.", ""};
+  s.env_yaml = true;
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    const std::string what = "a split point (int >= 0), a list of split points, or all";
+    if (n.IsScalar()) {
+      if (n.Scalar() == "all") {
+        cfg.split = SplitSpec{};
         return {};
       }
-      if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, what);
-      SplitSpec sp;
-      sp.all = false;
+      auto v = get_int(c, n, key, 0, 100000, what);
+      if (!v) return v.error();
+      cfg.split.all = false;
+      cfg.split.points = {static_cast<int>(*v)};
+      return {};
+    }
+    if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, what);
+    SplitSpec sp;
+    sp.all = false;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string k = fmt::format("{}[{}]", key, i);
+      auto v = get_int(c, n[i], k, 0, 100000, "a split point (int >= 0)");
+      if (!v) return v.error();
+      if (std::find(sp.points.begin(), sp.points.end(), *v) != sp.points.end())
+        return err_at(pos_of(c, n[i]), k, fmt::format("split point {} is listed twice; expected distinct points", *v));
+      sp.points.push_back(static_cast<int>(*v));
+    }
+    cfg.split = sp;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    if (c.split.all) return std::string("all");
+    if (c.split.points.size() == 1) return std::to_string(c.split.points[0]);
+    return flow_ints(std::vector<int64_t>(c.split.points.begin(), c.split.points.end()));
+  };
+  return s;
+}
+
+Setting compression_setting() {
+  Setting s;
+  s.info = {"compression", "codec text | [codec text]", "none",
+            "Codec for the tensors crossing the split (`tracrctl codecs`), e.g. int8+blosc-zstd:level=5; auto: the "
+            "participant picks a lossless codec per split from the activations and the link's rate. A list repeats "
+            "the experiment under each codec, one run per codec (and per link profile when `link` is a list too).",
+            ""};
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    // One codec text: its canonical name and parsed spec (auto: chosen per split by the participant).
+    auto one = [&](const YAML::Node& v_node,
+                   const std::string& where) -> Result<std::pair<std::string, protocol::CodecSpec>> {
+      auto v =
+          get_nonempty(c, v_node, where, "a codec text such as none, fp16, blosc-lz4 (see `tracrctl codecs`), or auto");
+      if (!v) return v.error();
+      if (*v == "auto") return std::pair{std::string("auto"), protocol::CodecSpec{}};
+      auto spec = protocol::CodecSpec::parse(*v);
+      if (!spec)
+        return err_at(pos_of(c, v_node), where,
+                      fmt::format("invalid codec '{}': {}; expected e.g. none, fp16, int8+blosc-zstd:level=5 "
+                                  "(see `tracrctl codecs`)",
+                                  *v, spec.error().message));
+      return std::pair{spec->name(), *spec};
+    };
+    cfg.compression_list.clear();
+    if (n.IsSequence()) {
+      if (n.size() == 0) return err_at(pos_of(c, n), key, "an empty list; expected a codec text or a list of them");
       for (size_t i = 0; i < n.size(); ++i) {
-        const std::string k = fmt::format("{}[{}]", key, i);
-        auto v = get_int(c, n[i], k, 0, 100000, "a split point (int >= 0)");
+        const std::string where = fmt::format("{}[{}]", key, i);
+        auto v = one(n[i], where);
         if (!v) return v.error();
-        if (std::find(sp.points.begin(), sp.points.end(), *v) != sp.points.end())
-          return err_at(pos_of(c, n[i]), k,
-                        fmt::format("split point {} is listed twice; expected distinct points", *v));
-        sp.points.push_back(static_cast<int>(*v));
+        if (std::find(cfg.compression_list.begin(), cfg.compression_list.end(), v->first) != cfg.compression_list.end())
+          return err_at(pos_of(c, n[i]), where, "codec '" + v->first + "' is listed twice");
+        cfg.compression_list.push_back(v->first);
+        if (i == 0) std::tie(cfg.compression, cfg.codec) = *v;
       }
-      cfg.split = sp;
+      if (cfg.compression_list.size() == 1) cfg.compression_list.clear();
       return {};
-    };
-    s.show = [](const ExperimentConfig& c) {
-      if (c.split.all) return std::string("all");
-      if (c.split.points.size() == 1) return std::to_string(c.split.points[0]);
-      return flow_ints(std::vector<int64_t>(c.split.points.begin(), c.split.points.end()));
-    };
-    t.push_back(s);
-  }
-  t.push_back(int_setting(
-      "warmup", "int >= 0", "2", "Untimed inferences per split point before measuring.", 0, 1000000,
-      [](ExperimentConfig& c, int64_t v) { c.warmup = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.warmup}; }));
-  t.push_back(int_setting(
-      "repetitions", "int >= 1", "5", "Timed passes over the samples per split point.", 1, 1000000,
-      [](ExperimentConfig& c, int64_t v) { c.repetitions = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.repetitions}; }));
-  t.push_back(int_setting(
-      "batch_size", "int >= 1", "1", "Samples per frame.", 1, 65536,
-      [](ExperimentConfig& c, int64_t v) { c.batch_size = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.batch_size}; }));
+    }
+    auto v = one(n, key);
+    if (!v) return v.error();
+    std::tie(cfg.compression, cfg.codec) = *v;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    return c.compression_list.empty() ? yaml_str(c.compression) : flow_strs(c.compression_list);
+  };
+  s.env_yaml = true;  // TRACR_COMPRESSION='[none, int8]'
+  return s;
 }
 
-// The settings compression .. key_exchange, in the order they are documented.
-void add_codec_settings(std::vector<Setting>& t) {
-  {
-    Setting s;
-    s.info = {"compression", "codec text | [codec text]", "none",
-              "Codec for the tensors crossing the split (`tracrctl codecs`), e.g. int8+blosc-zstd:level=5; auto: the "
-              "participant picks a lossless codec per split from the activations and the link's rate. A list repeats "
-              "the experiment under each codec, one run per codec (and per link profile when `link` is a list too).",
-              ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      // One codec text: its canonical name and parsed spec (auto: chosen per split by the participant).
-      auto one = [&](const YAML::Node& v_node, const std::string& where) -> Result<std::pair<std::string, protocol::CodecSpec>> {
-        auto v = get_nonempty(c, v_node, where, "a codec text such as none, fp16, blosc-lz4 (see `tracrctl codecs`), or auto");
-        if (!v) return v.error();
-        if (*v == "auto") return std::pair{std::string("auto"), protocol::CodecSpec{}};
-        auto spec = protocol::CodecSpec::parse(*v);
-        if (!spec)
-          return err_at(pos_of(c, v_node), where,
-                        fmt::format("invalid codec '{}': {}; expected e.g. none, fp16, int8+blosc-zstd:level=5 "
-                                    "(see `tracrctl codecs`)",
-                                    *v, spec.error().message));
-        return std::pair{spec->name(), *spec};
-      };
-      cfg.compression_list.clear();
-      if (n.IsSequence()) {
-        if (n.size() == 0) return err_at(pos_of(c, n), key, "an empty list; expected a codec text or a list of them");
-        for (size_t i = 0; i < n.size(); ++i) {
-          const std::string where = fmt::format("{}[{}]", key, i);
-          auto v = one(n[i], where);
-          if (!v) return v.error();
-          if (std::find(cfg.compression_list.begin(), cfg.compression_list.end(), v->first) != cfg.compression_list.end())
-            return err_at(pos_of(c, n[i]), where, "codec '" + v->first + "' is listed twice");
-          cfg.compression_list.push_back(v->first);
-          if (i == 0) std::tie(cfg.compression, cfg.codec) = *v;
-        }
-        if (cfg.compression_list.size() == 1) cfg.compression_list.clear();
-        return {};
-      }
-      auto v = one(n, key);
-      if (!v) return v.error();
-      std::tie(cfg.compression, cfg.codec) = *v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) {
-      return c.compression_list.empty() ? yaml_str(c.compression) : flow_strs(c.compression_list);
-    };
-    s.env_yaml = true;  // TRACR_COMPRESSION='[none, int8]'
-    t.push_back(s);
-  }
-  t.push_back(bool_setting("encryption", "true",
-                           "AES-256-GCM on every frame (false: plain frames, named 'none').",
-                           [](ExperimentConfig& c) -> bool& { return c.encryption; }));
-  {
-    Setting s;
-    s.info = {"key_exchange", "x25519 | none", "x25519",
-              "Ephemeral X25519 on top of the session secret (forward secrecy); ignored without encryption.",
-              ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = get_choice(c, n, key, {"x25519", "none"});
-      if (!v) return v.error();
-      cfg.key_exchange = *v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return c.key_exchange; };
-    t.push_back(s);
-  }
+Setting chunk_bytes_setting() {
+  Setting s;
+  s.info = {"chunk_bytes", "int bytes | \"<n>KiB\" | \"<n>MiB\"", "262144 (256KiB)",
+            "Transformed bytes per payload part; chunk n+1 is encoded while chunk n is sent.", ""};
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    // The protocol's bound on a payload part (PROTOCOL.md 8).
+    auto v =
+        parse_bytes(c, n, key, 4096, int64_t{64} << 20, "a byte count 4096..67108864 (an int, or <n>KiB / <n>MiB)");
+    if (!v) return v.error();
+    cfg.chunk_bytes = *v;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) { return std::to_string(c.chunk_bytes); };
+  return s;
 }
 
-// The settings chunk_bytes .. max_consecutive_failures, in the order they are documented.
-void add_frame_settings(std::vector<Setting>& t) {
-  {
-    Setting s;
-    s.info = {"chunk_bytes", "int bytes | \"<n>KiB\" | \"<n>MiB\"", "262144 (256KiB)",
-              "Transformed bytes per payload part; chunk n+1 is encoded while chunk n is sent.", ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      // The protocol's bound on a payload part (PROTOCOL.md 8).
-      auto v = parse_bytes(c, n, key, 4096, int64_t{64} << 20,
-                           "a byte count 4096..67108864 (an int, or <n>KiB / <n>MiB)");
+Setting commands_setting() {
+  Setting s;
+  s.info = {"commands", "[{at_frame, set_split | set_codec | pause_ms | stop}]", "[]",
+            "Commands sent to each PARTICIPANT mid-run once it has delivered at_frame timed frames: set_split: K, "
+            "set_codec: TEXT, pause_ms: M (pause, resume after M ms), stop: true. Each is applied between frames "
+            "and recorded as an event with the frame it took effect at.",
+            ""};
+  s.env_yaml = true;
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    const std::string what = "a list of {at_frame: N, set_split: K | set_codec: TEXT | pause_ms: M | stop: true}";
+    if (!n.IsSequence()) return expected(c, n, key, what);
+    std::vector<ScheduledCommand> out;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string k = fmt::format("{}[{}]", key, i);
+      const YAML::Node& e = n[i];
+      if (!e.IsMap())
+        return expected(c, e, k, "a map {at_frame: N, set_split: K | set_codec: TEXT | pause_ms: M | stop: true}");
+      auto sc = parse_command(c, e, k);
+      if (!sc) return sc.error();
+      out.push_back(*sc);
+    }
+    std::stable_sort(out.begin(), out.end(),
+                     [](const ScheduledCommand& a, const ScheduledCommand& b) { return a.at_frame < b.at_frame; });
+    cfg.commands = std::move(out);
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    std::string o = "[";
+    for (size_t i = 0; i < c.commands.size(); ++i) {
+      const auto& x = c.commands[i];
+      o += i ? ", " : "";
+      o += fmt::format("{{at_frame: {}, ", x.at_frame);
+      if (x.op == "set_split")
+        o += fmt::format("set_split: {}}}", x.split);
+      else if (x.op == "set_codec")
+        o += "set_codec: " + yaml_str(x.codec) + "}";
+      else if (x.op == "pause")
+        o += fmt::format("pause_ms: {}}}", x.pause_ms);
+      else
+        o += "stop: true}";
+    }
+    return o + "]";
+  };
+  return s;
+}
+
+Setting link_setting() {
+  Setting s;
+  s.info = {"link", "profile name | [profile name]", "~ (the link as it is)",
+            "Link profile(s) to emulate with tc between the agents: built-in 3g, lte, wifi, gigabit, unlimited, or a "
+            "name from `links`. A list repeats the experiment under each, one run per profile.",
+            ""};
+  s.nullable = true;
+  s.env_yaml = true;
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    std::vector<std::string> names;
+    if (n.IsScalar()) {
+      auto v = get_nonempty(c, n, key, "a link profile name");
       if (!v) return v.error();
-      cfg.chunk_bytes = *v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return std::to_string(c.chunk_bytes); };
-    t.push_back(s);
-  }
-  t.push_back(int_setting(
-      "inflight", "int 1..64", "1",
-      "Frames in flight per participant (1 = one at a time; more pipelines the stages).", 1, 64,
-      [](ExperimentConfig& c, int64_t v) { c.inflight = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.inflight}; }));
-  t.push_back(int_setting(
-      "codec_threads", "int 0..256", "1",
-      "Threads coding one frame's parts (codec and cipher) at each end, participant and server alike; the wire "
-      "bytes do not change (PROTOCOL.md 4.5). 0 = one per core.",
-      0, 256, [](ExperimentConfig& c, int64_t v) { c.codec_threads = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.codec_threads}; }));
-  {
-    Setting s;
-    s.info = {"commands", "[{at_frame, set_split | set_codec | pause_ms | stop}]", "[]",
-              "Commands sent to each PARTICIPANT mid-run once it has delivered at_frame timed frames: set_split: K, "
-              "set_codec: TEXT, pause_ms: M (pause, resume after M ms), stop: true. Each is applied between frames "
-              "and recorded as an event with the frame it took effect at.",
-              ""};
-    s.env_yaml = true;
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      const std::string what = "a list of {at_frame: N, set_split: K | set_codec: TEXT | pause_ms: M | stop: true}";
-      if (!n.IsSequence()) return expected(c, n, key, what);
-      std::vector<ScheduledCommand> out;
+      names.push_back(*v);
+    } else if (n.IsSequence() && n.size() > 0) {
       for (size_t i = 0; i < n.size(); ++i) {
-        const std::string k = fmt::format("{}[{}]", key, i);
-        const YAML::Node& e = n[i];
-        if (!e.IsMap()) return expected(c, e, k, "a map {at_frame: N, set_split: K | set_codec: TEXT | pause_ms: M | stop: true}");
-        auto sc = parse_command(c, e, k);
-        if (!sc) return sc.error();
-        out.push_back(*sc);
-      }
-      std::stable_sort(out.begin(), out.end(),
-                       [](const ScheduledCommand& a, const ScheduledCommand& b) { return a.at_frame < b.at_frame; });
-      cfg.commands = std::move(out);
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) {
-      std::string o = "[";
-      for (size_t i = 0; i < c.commands.size(); ++i) {
-        const auto& x = c.commands[i];
-        o += i ? ", " : "";
-        o += fmt::format("{{at_frame: {}, ", x.at_frame);
-        if (x.op == "set_split") o += fmt::format("set_split: {}}}", x.split);
-        else if (x.op == "set_codec") o += "set_codec: " + yaml_str(x.codec) + "}";
-        else if (x.op == "pause") o += fmt::format("pause_ms: {}}}", x.pause_ms);
-        else o += "stop: true}";
-      }
-      return o + "]";
-    };
-    t.push_back(s);
-  }
-  t.push_back(int_setting(
-      "max_consecutive_failures", "int 0..1000000", "3",
-      "A frame the server rejects or whose reply cannot be post-processed is stored with ok = 0 and its error; the "
-      "run fails only when more than this many fail in a row.",
-      0, 1000000, [](ExperimentConfig& c, int64_t v) { c.max_consecutive_failures = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.max_consecutive_failures}; }));
-}
-
-// The settings heartbeat_timeout_ms .. probe.chunk_bytes, in the order they are documented.
-void add_agent_settings(std::vector<Setting>& t) {
-  t.push_back(int_setting(
-      "heartbeat_timeout_ms", "int 2000..3600000", "5000",
-      "Both ends of each agent's control channel send a HEARTBEAT line every second. The controller declares an "
-      "agent lost after this long without a line from it (counted from its first line: before it, the agent is still "
-      "starting, and the larger of this and 120 s applies); an agent that hears nothing from the controller for this "
-      "long stops as if its stdin had closed (a network partition leaves a remote agent's stdin open) and exits, at "
-      "once if still running this long after.",
-      2000, 3600000, [](ExperimentConfig& c, int64_t v) { c.heartbeat_timeout_ms = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.heartbeat_timeout_ms}; }));
-  {
-    Setting s;
-    s.info = {"on_participant_loss", "fail | continue", "fail",
-              "What one PARTICIPANT's death or silence (past heartbeat_timeout_ms) does to a run with several: fail "
-              "ends the run for all (its frames so far are kept), continue records it (event participant_lost, a "
-              "warning at the end) and the others finish their frames. The last participant's loss always ends the "
-              "run.",
-              ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = get_choice(c, n, key, {"fail", "continue"});
-      if (!v) return v.error();
-      cfg.on_participant_loss = *v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return c.on_participant_loss; };
-    t.push_back(s);
-  }
-  t.push_back(bool_setting(
-      "lockstep", "false",
-      "Several PARTICIPANTs sweep their splits together: each waits before every split (its warm-up included) until "
-      "all have finished the one before, so each split is measured with all of them on it (a SERVER shared by N "
-      "at that split) rather than spread over whatever splits the others have reached.",
-      [](ExperimentConfig& c) -> bool& { return c.lockstep; }));
-  t.push_back(bool_setting("probe.enabled", "true",
-                           "Measure RTT and throughput both ways over each participant's session before the first frame "
-                           "(probes table).",
-                           [](ExperimentConfig& c) -> bool& { return c.probe.enabled; }));
-  t.push_back(int_setting(
-      "probe.rtt_count", "int 20..100000", "20", "Echo round trips the probe times (median, p95).", 20, 100000,
-      [](ExperimentConfig& c, int64_t v) { c.probe.rtt_count = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.probe.rtt_count}; }));
-  t.push_back(int_setting(
-      "probe.duration_ms", "int 100..600000", "1000", "How long the probe keeps bulk messages going, each way.", 100,
-      600000, [](ExperimentConfig& c, int64_t v) { c.probe.duration_ms = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.probe.duration_ms}; }));
-  t.push_back(int_setting(
-      "probe.chunk_bytes", "int 1024..67108864", "262144", "Payload per bulk probe message.", 1024, int64_t{64} << 20,
-      [](ExperimentConfig& c, int64_t v) { c.probe.chunk_bytes = v; },
-      [](const ExperimentConfig& c) { return c.probe.chunk_bytes; }));
-}
-
-// The settings link .. energy.layer_window_ms, in the order they are documented.
-void add_link_profile_settings(std::vector<Setting>& t) {
-  {
-    Setting s;
-    s.info = {"link", "profile name | [profile name]", "~ (the link as it is)",
-              "Link profile(s) to emulate with tc between the agents: built-in 3g, lte, wifi, gigabit, unlimited, or a "
-              "name from `links`. A list repeats the experiment under each, one run per profile.",
-              ""};
-    s.nullable = true;
-    s.env_yaml = true;
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      std::vector<std::string> names;
-      if (n.IsScalar()) {
-        auto v = get_nonempty(c, n, key, "a link profile name");
+        auto v = get_nonempty(c, n[i], fmt::format("{}[{}]", key, i), "a link profile name");
         if (!v) return v.error();
+        if (std::find(names.begin(), names.end(), *v) != names.end())
+          return err_at(pos_of(c, n[i]), fmt::format("{}[{}]", key, i), "profile '" + *v + "' is listed twice");
         names.push_back(*v);
-      } else if (n.IsSequence() && n.size() > 0) {
-        for (size_t i = 0; i < n.size(); ++i) {
-          auto v = get_nonempty(c, n[i], fmt::format("{}[{}]", key, i), "a link profile name");
-          if (!v) return v.error();
-          if (std::find(names.begin(), names.end(), *v) != names.end())
-            return err_at(pos_of(c, n[i]), fmt::format("{}[{}]", key, i), "profile '" + *v + "' is listed twice");
-          names.push_back(*v);
-        }
-      } else {
-        return expected(c, n, key, "a link profile name or a list of them");
       }
-      cfg.link = names;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) {
-      if (c.link.empty()) return std::string("~");
-      if (c.link.size() == 1) return yaml_str(c.link[0]);
-      return flow_strs(c.link);
-    };
-    t.push_back(s);
-  }
-  t.push_back(bool_setting("adapt.enabled", "false",
-                           "Adaptive split: every adapt.interval_frames timed frames the controller re-plans from the "
-                           "participant's running link estimate (tracrctl plan's model, this run's layer profiles) and "
-                           "sends set_split when the predicted gain beats adapt.hysteresis_pct; each switch is an "
-                           "adapt_switch event. Needs record.layers.",
-                           [](ExperimentConfig& c) -> bool& { return c.adapt.enabled; }));
-  t.push_back(int_setting(
-      "adapt.hysteresis_pct", "int 0..100", "10", "Switch only when the predicted latency falls by more than this.", 0,
-      100, [](ExperimentConfig& c, int64_t v) { c.adapt.hysteresis_pct = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.adapt.hysteresis_pct}; }));
-  t.push_back(int_setting(
-      "adapt.interval_frames", "int 1..1000000", "8", "Re-plan at most once per this many timed frames.", 1, 1000000,
-      [](ExperimentConfig& c, int64_t v) { c.adapt.interval_frames = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.adapt.interval_frames}; }));
-  t.push_back(int_setting(
-      "energy.idle_ms", "int 0..600000", "1000",
-      "Idle power measured over this long at agent start, for every meter (subtracted for net energy; 0 = not "
-      "measured, net energy left empty). Not used by the power model (its idle_w is the idle power).",
-      0, 600000, [](ExperimentConfig& c, int64_t v) { c.energy.idle_ms = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.energy.idle_ms}; }));
-  t.push_back(int_setting(
-      "energy.layer_window_ms", "int 1..60000", "50",
-      "Per-layer energy: each profiled layer is repeated until the meter window is at least this long (and at "
-      "least 10 meter updates).",
-      1, 60000, [](ExperimentConfig& c, int64_t v) { c.energy.layer_window_ms = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.energy.layer_window_ms}; }));
+    } else {
+      return expected(c, n, key, "a link profile name or a list of them");
+    }
+    cfg.link = names;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    if (c.link.empty()) return std::string("~");
+    if (c.link.size() == 1) return yaml_str(c.link[0]);
+    return flow_strs(c.link);
+  };
+  return s;
 }
 
-// The settings energy.radio .. link_delay, in the order they are documented.
-void add_energy_settings(std::vector<Setting>& t) {
-  {
-    Setting s;
-    s.info = {"energy.radio", "auto | none | 3g | lte | wifi", "auto",
-              "Radio model for the participant's transmission energy (Huang et al., MobiSys 2012): auto uses the "
-              "link profile's when it is 3g, lte or wifi, and none otherwise.",
-              ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = get_choice(c, n, key, {"auto", "none", "3g", "lte", "wifi"});
-      if (!v) return v.error();
-      cfg.energy.radio = *v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return c.energy.radio; };
-    t.push_back(s);
-  }
-  {
-    Setting s;
-    s.info = {"link_delay", "tc | agent", "tc",
-              "Who applies a link profile's delay and jitter: tc netem (refused where the kernel has no netem), or "
-              "the participant agent's delay relay, which holds every byte each way for the delay (stored as "
-              "'agent' in shaping). Rates are always applied with tc; loss needs netem.",
-              ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = get_choice(c, n, key, {"tc", "agent"});
-      if (!v) return v.error();
-      cfg.link_delay = *v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return c.link_delay; };
-    t.push_back(s);
-  }
-}
-
-// The settings links .. output, in the order they are documented.
-void add_link_table_settings(std::vector<Setting>& t) {
-  {
-    Setting s;
-    s.info = {"links", "{name: {up_mbit, down_mbit, delay_ms, jitter_ms, loss_pct}}", "{}",
-              "User-defined link profiles: rates in Mbit/s each way (0 = not limited), one-way delay and jitter in ms, "
-              "loss in percent (delay, jitter and loss need the kernel's netem).",
-              ""};
-    s.env_yaml = true;
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      if (!n.IsMap()) return expected(c, n, key, "a map of profile names to {up_mbit, down_mbit, delay_ms, jitter_ms, loss_pct}");
-      std::map<std::string, LinkSpec> out;
-      for (const auto& kv : n) {
-        const std::string name = kv.first.Scalar();
-        const std::string k = key + "." + name;
-        if (!valid_name(name)) return err_at(pos_of(c, kv.first), k, "a profile name of letters, digits, '_', '-', '.'");
-        if (!kv.second.IsMap()) return expected(c, kv.second, k, "a map {up_mbit, down_mbit, delay_ms, jitter_ms, loss_pct}");
-        TRACR_TRY(check_keys(c, kv.second, k, {"up_mbit", "down_mbit", "delay_ms", "jitter_ms", "loss_pct"}));
-        LinkSpec l;
-        l.name = name;
-        l.source = "user-defined in the experiment";
-        const std::pair<const char*, double*> fields[] = {{"up_mbit", &l.up_mbit},   {"down_mbit", &l.down_mbit},
-                                                          {"delay_ms", &l.delay_ms}, {"jitter_ms", &l.jitter_ms},
-                                                          {"loss_pct", &l.loss_pct}};
-        for (const auto& [f, dst] : fields) {
-          if (!kv.second[f]) continue;
-          auto v = get_double(c, kv.second[f], k + "." + f, 0.0, "a number >= 0");
-          if (!v) return v.error();
-          if (std::string(f) == "loss_pct" && *v > 100) return expected(c, kv.second[f], k + "." + f, "a loss 0..100 %");
-          *dst = *v;
-        }
-        out[name] = l;
-      }
-      cfg.links = std::move(out);
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) {
-      std::string o = "{";
-      for (const auto& [name, l] : c.links)
-        o += fmt::format("{}{}: {{up_mbit: {}, down_mbit: {}, delay_ms: {}, jitter_ms: {}, loss_pct: {}}}",
-                         o.size() > 1 ? ", " : "", yaml_str(name), l.up_mbit, l.down_mbit, l.delay_ms, l.jitter_ms,
-                         l.loss_pct);
-      return o + "}";
-    };
-    t.push_back(s);
-  }
-  t.push_back(bool_setting("record.frames", "true", "Store one row per frame (frames table).",
-                           [](ExperimentConfig& c) -> bool& { return c.record.frames; }));
-  t.push_back(bool_setting("record.outputs", "false",
-                           "Store every timed frame's output tensor (the logits, float32): one .npy per participant, "
-                           "split and codec under outputs/run<ID>/ beside the database, listed in the outputs table.",
-                           [](ExperimentConfig& c) -> bool& { return c.record.outputs; }));
-  t.push_back(bool_setting("record.layers", "true",
-                           "Profile every layer on each device (layer_profiles table).",
-                           [](ExperimentConfig& c) -> bool& { return c.record.layers; }));
-  {
-    Setting s;
-    s.info = {"record.segments", "swept | all", "swept",
-              "torchscript: models with record.layers: each head and tail timed whole as frames run it "
-              "(segment_profiles), at the splits the run sweeps, or at every split the model can be cut at (so "
-              "that a plan over every split uses segments throughout: N+1 heads and tails, one pass each).",
-              ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = get_choice(c, n, key, {"swept", "all"});
-      if (!v) return v.error();
-      cfg.record.segments = *v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return c.record.segments; };
-    t.push_back(s);
-  }
-  t.push_back(string_setting(
-      "output", "path", "results/tracr.db",
-      "SQLite results database (created if missing); a relative path written in the experiment file is relative "
-      "to that file's directory.",
-      "a database file path", [](ExperimentConfig& c) -> std::string& { return c.output; }, false));
-}
-
-// The settings train.cuts .. train.segments, in the order they are documented.
-void add_train_layout_settings(std::vector<Setting>& t) {
-  // ---- split training (tracrctl train)
-  {
-    Setting s;
-    s.info = {"train.cuts", "[int]", "~ (not a training experiment)",
-              "Split training: the layer indices where the model is cut into segments [0, c1), [c1, c2), ..., "
-              "[ck, N) (strictly increasing, within 1..N-1; at least one cut).",
-              ""};
-    s.nullable = true;
-    s.env_yaml = true;
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      const std::string what = "a list of strictly increasing layer indices >= 1, e.g. [3, 7]";
-      if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, what);
-      std::vector<int64_t> out;
-      for (size_t i = 0; i < n.size(); ++i) {
-        auto v = get_int(c, n[i], fmt::format("{}[{}]", key, i), 1, 1000000, what);
+Setting links_setting() {
+  Setting s;
+  s.info = {"links", "{name: {up_mbit, down_mbit, delay_ms, jitter_ms, loss_pct}}", "{}",
+            "User-defined link profiles: rates in Mbit/s each way (0 = not limited), one-way delay and jitter in ms, "
+            "loss in percent (delay, jitter and loss need the kernel's netem).",
+            ""};
+  s.env_yaml = true;
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    if (!n.IsMap())
+      return expected(c, n, key, "a map of profile names to {up_mbit, down_mbit, delay_ms, jitter_ms, loss_pct}");
+    std::map<std::string, LinkSpec> out;
+    for (const auto& kv : n) {
+      const std::string name = kv.first.Scalar();
+      const std::string k = key + "." + name;
+      if (!valid_name(name)) return err_at(pos_of(c, kv.first), k, "a profile name of letters, digits, '_', '-', '.'");
+      if (!kv.second.IsMap())
+        return expected(c, kv.second, k, "a map {up_mbit, down_mbit, delay_ms, jitter_ms, loss_pct}");
+      TRACR_TRY(check_keys(c, kv.second, k, {"up_mbit", "down_mbit", "delay_ms", "jitter_ms", "loss_pct"}));
+      LinkSpec l;
+      l.name = name;
+      l.source = "user-defined in the experiment";
+      const std::pair<const char*, double*> fields[] = {{"up_mbit", &l.up_mbit},
+                                                        {"down_mbit", &l.down_mbit},
+                                                        {"delay_ms", &l.delay_ms},
+                                                        {"jitter_ms", &l.jitter_ms},
+                                                        {"loss_pct", &l.loss_pct}};
+      for (const auto& [f, dst] : fields) {
+        if (!kv.second[f]) continue;
+        auto v = get_double(c, kv.second[f], k + "." + f, 0.0, "a number >= 0");
         if (!v) return v.error();
-        if (!out.empty() && *v <= out.back()) return expected(c, n[i], fmt::format("{}[{}]", key, i), what);
-        out.push_back(*v);
+        if (std::string(f) == "loss_pct" && *v > 100) return expected(c, kv.second[f], k + "." + f, "a loss 0..100 %");
+        *dst = *v;
       }
-      cfg.train.cuts = out;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return c.train.cuts.empty() ? std::string("~") : flow_ints(c.train.cuts); };
-    t.push_back(s);
-  }
-  t.push_back(name_list_setting(
-      "train.segments", "~ ([owner, server, ..., owner])",
-      "The device of each segment (one per segment), by devices-file name; `owner` is the data owner (with one "
-      "owner, its device name means the same). Segment 0 must be on the owner (the raw data never leaves it). "
-      "Default: the first and last segments on the owner, the others on the SERVER device.",
-      [](ExperimentConfig& c) -> std::vector<std::string>& { return c.train.segments; }));
+      out[name] = l;
+    }
+    cfg.links = std::move(out);
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    std::string o = "{";
+    for (const auto& [name, l] : c.links)
+      o += fmt::format("{}{}: {{up_mbit: {}, down_mbit: {}, delay_ms: {}, jitter_ms: {}, loss_pct: {}}}",
+                       o.size() > 1 ? ", " : "", yaml_str(name), l.up_mbit, l.down_mbit, l.delay_ms, l.jitter_ms,
+                       l.loss_pct);
+    return o + "}";
+  };
+  return s;
 }
 
-// The settings train.owners .. train.export, in the order they are documented.
-void add_train_run_settings(std::vector<Setting>& t) {
-  t.push_back(name_list_setting(
-      "train.owners", "~ ([first PARTICIPANT])",
-      "Data owners, each with its own data (dataset on its device) and its own first and last segments, training "
-      "the shared middle segments in turn (round-robin, train.turn_steps each).",
-      [](ExperimentConfig& c) -> std::vector<std::string>& { return c.train.owners; }));
-  {
-    Setting s;
-    s.info = {"train.optimizer", "sgd | adam", "adam", "Optimizer of every segment (each device steps its own).", ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      auto v = get_choice(c, n, key, {"sgd", "adam"});
+Setting train_cuts_setting() {
+  Setting s;
+  s.info = {"train.cuts", "[int]", "~ (not a training experiment)",
+            "Split training: the layer indices where the model is cut into segments [0, c1), [c1, c2), ..., "
+            "[ck, N) (strictly increasing, within 1..N-1; at least one cut).",
+            ""};
+  s.nullable = true;
+  s.env_yaml = true;
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    const std::string what = "a list of strictly increasing layer indices >= 1, e.g. [3, 7]";
+    if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, what);
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < n.size(); ++i) {
+      auto v = get_int(c, n[i], fmt::format("{}[{}]", key, i), 1, 1000000, what);
       if (!v) return v.error();
-      cfg.train.optimizer = *v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return c.train.optimizer; };
-    t.push_back(s);
-  }
-  t.push_back(double_setting("train.lr", "float > 0", "0.001", "Learning rate.", 0.0, true,
-                             [](ExperimentConfig& c) -> double& { return c.train.lr; }));
-  t.push_back(double_setting("train.momentum", "float >= 0", "0.9", "SGD momentum.", 0.0, false,
-                             [](ExperimentConfig& c) -> double& { return c.train.momentum; }));
-  t.push_back(double_setting("train.weight_decay", "float >= 0", "0", "L2 weight decay of the optimizer.", 0.0,
-                             false, [](ExperimentConfig& c) -> double& { return c.train.weight_decay; }));
-  t.push_back(int_setting(
-      "train.epochs", "int 1..100000", "1", "Passes over the training data.", 1, 100000,
-      [](ExperimentConfig& c, int64_t v) { c.train.epochs = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.train.epochs}; }));
-  t.push_back(int_setting(
-      "train.batch_size", "int 1..65536", "64", "Samples per training step (the last batch of an epoch may be smaller).",
-      1, 65536, [](ExperimentConfig& c, int64_t v) { c.train.batch_size = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.train.batch_size}; }));
-  t.push_back(int_setting(
-      "train.train_samples", "int >= 0", "0", "Training samples used (the first n of the training split; 0 = all).", 0,
-      int64_t{1} << 40, [](ExperimentConfig& c, int64_t v) { c.train.train_samples = v; },
-      [](const ExperimentConfig& c) { return c.train.train_samples; }));
-  t.push_back(int_setting(
-      "train.test_samples", "int >= 0", "0",
-      "Test samples evaluated after each epoch (the first n of the test split; 0 = all).", 0, int64_t{1} << 40,
-      [](ExperimentConfig& c, int64_t v) { c.train.test_samples = v; },
-      [](const ExperimentConfig& c) { return c.train.test_samples; }));
-  t.push_back(int_setting(
-      "train.max_steps", "int >= 0", "0",
-      "Stop after this many steps of each data owner (then evaluate and checkpoint as at an epoch end; 0 = train.epochs decide).",
-      0, int64_t{1} << 40, [](ExperimentConfig& c, int64_t v) { c.train.max_steps = v; },
-      [](const ExperimentConfig& c) { return c.train.max_steps; }));
-  t.push_back(int_setting(
-      "train.turn_steps", "int 1..1000000", "1",
-      "Several owners: steps one owner takes before the next owner's turn.", 1, 1000000,
-      [](ExperimentConfig& c, int64_t v) { c.train.turn_steps = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.train.turn_steps}; }));
-  t.push_back(string_setting(
-      "train.checkpoint_dir", "path", "results/checkpoints",
-      "Where each device keeps its segments' checkpoints (on that device; relative paths against the agent's "
-      "working directory), per run: <dir>/<run stamp>/.",
-      "a directory path", [](ExperimentConfig& c) -> std::string& { return c.train.checkpoint_dir; }, false));
-  t.push_back(int_setting(
-      "train.checkpoint_steps", "int >= 0", "0", "Also checkpoint every this many steps (0 = at epoch ends only).", 0,
-      int64_t{1} << 40, [](ExperimentConfig& c, int64_t v) { c.train.checkpoint_steps = v; },
-      [](const ExperimentConfig& c) { return c.train.checkpoint_steps; }));
-  t.push_back(int_setting(
-      "train.threads", "int 0..1024", "0", "LibTorch intra-op threads on each device (0 = LibTorch's default).", 0,
-      1024, [](ExperimentConfig& c, int64_t v) { c.train.threads = static_cast<int>(v); },
-      [](const ExperimentConfig& c) { return int64_t{c.train.threads}; }));
-  t.push_back(string_setting(
-      "train.export", "path", "~ (<checkpoint dir>/<model>-owner<k>.pt)",
-      "Where the first data owner writes the trained model at the end (state dict by layer name, torch.save format, "
-      "on its device); further owners add -owner<k> to the name. Usable as `weights:` of tracrctl run.",
-      "a file path", [](ExperimentConfig& c) -> std::string& { return c.train.export_path; }, true));
+      if (!out.empty() && *v <= out.back()) return expected(c, n[i], fmt::format("{}[{}]", key, i), what);
+      out.push_back(*v);
+    }
+    cfg.train.cuts = out;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) { return c.train.cuts.empty() ? std::string("~") : flow_ints(c.train.cuts); };
+  return s;
 }
 
-// The settings train.trace_frames .. seed, in the order they are documented.
-void add_train_output_settings(std::vector<Setting>& t) {
-  t.push_back(bool_setting(
-      "train.trace_frames", "false",
-      "Every worker writes a line per frame it receives (type, tensor names, dtypes, shapes, a hash of the bytes) "
-      "to its log: evidence of what leaves the data owner.",
-      [](ExperimentConfig& c) -> bool& { return c.train.trace_frames; }));
-  {
-    Setting s = string_setting(
-        "devices", "path", "config/devices_config.yaml",
-        "Devices file (a relative path in the experiment file: relative to that file's directory); when not set and "
-        "config/devices_config.yaml is missing from the current directory, both agents run locally.",
-        "a devices file path", [](ExperimentConfig& c) -> std::string& { return c.devices; }, false);
-    auto inner = s.apply;
-    s.apply = [inner](const Ctx& c, const YAML::Node& n, const std::string& key,
-                      ExperimentConfig& cfg) -> Status {
-      TRACR_TRY(inner(c, n, key, cfg));
-      cfg.devices_explicit = true;
-      return {};
-    };
-    t.push_back(s);
-  }
-  {
-    Setting s;
-    s.info = {"seed", "int >= 0", "0", "Seed for synthetic data and any sampling.", ""};
-    s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-      const std::string what = "an integer 0..18446744073709551615";
-      if (!n.IsScalar() || n.Scalar().empty() || !std::isdigit(static_cast<unsigned char>(n.Scalar()[0])))
-        return expected(c, n, key, what);
-      char* e = nullptr;
-      errno = 0;
-      unsigned long long v = std::strtoull(n.Scalar().c_str(), &e, 10);
-      if (errno == ERANGE || *e != '\0') return expected(c, n, key, what);
-      cfg.seed = v;
-      return {};
-    };
-    s.show = [](const ExperimentConfig& c) { return std::to_string(c.seed); };
-    t.push_back(s);
-  }
+Setting devices_setting() {
+  Setting s = string_setting(
+      "devices", "path", "config/devices_config.yaml",
+      "Devices file (a relative path in the experiment file: relative to that file's directory); when not set and "
+      "config/devices_config.yaml is missing from the current directory, both agents run locally.",
+      "a devices file path", [](ExperimentConfig& c) -> std::string& { return c.devices; }, false,
+      PathKind::controller_path);
+  auto inner = s.apply;
+  s.apply = [inner](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    TRACR_TRY(inner(c, n, key, cfg));
+    cfg.devices_explicit = true;
+    return {};
+  };
+  return s;
 }
 
+Setting seed_setting() {
+  Setting s;
+  s.info = {"seed", "int >= 0", "0", "Seed for synthetic data and any sampling.", ""};
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    const std::string what = "an integer 0..18446744073709551615";
+    if (!n.IsScalar() || n.Scalar().empty() || !std::isdigit(static_cast<unsigned char>(n.Scalar()[0])))
+      return expected(c, n, key, what);
+    char* e = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(n.Scalar().c_str(), &e, 10);
+    if (errno == ERANGE || *e != '\0') return expected(c, n, key, what);
+    cfg.seed = v;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) { return std::to_string(c.seed); };
+  return s;
+}
+
+// A table setting's printed default: the ExperimentConfig's own value, then
+// the note the table gives (what the value means, or what replaces it).
+Setting default_from_struct(Setting s, const std::string& note) {
+  static const ExperimentConfig defaults;
+  s.info.default_value = s.show(defaults) + (note.empty() ? "" : " " + note);
+  return s;
+}
+
+// The table of settings/experiment_settings.def, each entry one Setting.
 std::vector<Setting> build_settings() {
-  std::vector<Setting> t;
-  add_model_settings(t);
-  add_input_settings(t);
-  add_dataset_settings(t);
-  add_normalization_settings(t);
-  add_preprocessing_settings(t);
-  add_codec_settings(t);
-  add_frame_settings(t);
-  add_agent_settings(t);
-  add_link_profile_settings(t);
-  add_energy_settings(t);
-  add_link_table_settings(t);
-  add_train_layout_settings(t);
-  add_train_run_settings(t);
-  add_train_output_settings(t);
+#define TRACR_INT(name, field, type, lo, hi, note, desc)                                                     \
+  default_from_struct(                                                                                       \
+      int_setting(                                                                                           \
+          name, type, "", desc, lo, hi,                                                                      \
+          [](ExperimentConfig& c, int64_t v) { c.field = static_cast<std::decay_t<decltype(c.field)>>(v); }, \
+          [](const ExperimentConfig& c) { return static_cast<int64_t>(c.field); }),                          \
+      note),
+#define TRACR_BOOL(name, field, note, desc) \
+  default_from_struct(bool_setting(name, "", desc, [](ExperimentConfig& c) -> bool& { return c.field; }), note),
+#define TRACR_DOUBLE(name, field, type, lo, exclusive, note, desc)                                                 \
+  default_from_struct(                                                                                             \
+      double_setting(name, type, "", desc, lo, exclusive, [](ExperimentConfig& c) -> double& { return c.field; }), \
+      note),
+#define TRACR_TEXT(name, field, type, kind, nullable, what, note, desc)                                            \
+  default_from_struct(string_setting(                                                                              \
+                          name, type, "", desc, what, [](ExperimentConfig& c) -> std::string& { return c.field; }, \
+                          nullable, PathKind::kind),                                                               \
+                      note),
+#define TRACR_NAMES(name, field, note, desc)                                                                       \
+  default_from_struct(                                                                                             \
+      name_list_setting(name, "", desc, [](ExperimentConfig& c) -> std::vector<std::string>& { return c.field; }), \
+      note),
+#define TRACR_CHOICE(name, field, choices, note, desc) \
+  default_from_struct(                                 \
+      choice_setting(name, choices, desc, [](ExperimentConfig& c) -> std::string& { return c.field; }), note),
+#define TRACR_CUSTOM(make) make,
+  std::vector<Setting> t = {
+#include "settings/experiment_settings.def"
+  };
+#undef TRACR_INT
+#undef TRACR_BOOL
+#undef TRACR_DOUBLE
+#undef TRACR_TEXT
+#undef TRACR_NAMES
+#undef TRACR_CHOICE
+#undef TRACR_CUSTOM
   for (auto& s : t) {
     std::string env = "TRACR_";
     for (char ch : s.info.name)

@@ -14,10 +14,19 @@ namespace tracr::settings {
 using Apply = std::function<Status(const Ctx&, const YAML::Node&, const std::string&, ExperimentConfig&)>;
 using Show = std::function<std::string(const ExperimentConfig&)>;
 
+// What a text setting's value is, for the rules on relative paths.
+enum class PathKind {
+  plain,            // not a path
+  controller_path,  // read by the controller: relative to the experiment file when written there
+  device_path,      // used on the device (train.checkpoint_dir): left as written
+};
+
 struct Setting {
   SettingInfo info;
   Apply apply;
   Show show;
+  PathKind path = PathKind::plain;
+  std::function<std::string&(ExperimentConfig&)> text;  // a text setting's member, else empty
   bool nullable = false;  // null resets to the default
   bool env_yaml = false;  // the env value is parsed as YAML (lists); else taken as one string
 };
