@@ -1476,16 +1476,34 @@ Result<int64_t> ResultsDb::latest_run() {
   return q.i64(0);
 }
 
-Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
-  static const std::string sql = "SELECT run_id, COALESCE(participant, ''), COALESCE(link, ''), COALESCE(shaping, '')" +
-                                 field_list(agent::frame_fields()) + ", legacy_transfer_ns FROM frames WHERE run_id = ? ORDER BY id";
-  Stmt q(db_.get(), sql.c_str());
-  if (!q.prepared()) return db_error(db_.get(), path_, "read frames");
+namespace {
+
+// Every row `sql` selects for one run (its one `?`), each filled by
+// `fill(q, row)`; `what` names the read in an error.
+template <class Row, class Fill>
+Result<std::vector<Row>> run_rows(sqlite3* db, const std::string& path, const std::string& sql, int64_t run_id,
+                                  const char* what, Fill fill) {
+  Stmt q(db, sql.c_str());
+  if (!q.prepared()) return db_error(db, path, what);
   q.bind(1, run_id);
-  std::vector<FrameRecord> out;
+  std::vector<Row> out;
   int rc;
   while ((rc = q.step()) == SQLITE_ROW) {
-    FrameRecord f;
+    Row r;
+    fill(q, r);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return db_error(db, path, what);
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
+  static const std::string sql = "SELECT run_id, COALESCE(participant, ''), COALESCE(link, ''), COALESCE(shaping, '')" +
+                                 field_list(agent::frame_fields()) +
+                                 ", legacy_transfer_ns FROM frames WHERE run_id = ? ORDER BY id";
+  return run_rows<FrameRecord>(db_.get(), path_, sql, run_id, "read frames", [](const Stmt& q, FrameRecord& f) {
     f.run_id = q.i64(0);
     f.participant = q.text(1);
     f.link = q.text(2);
@@ -1493,32 +1511,21 @@ Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
     int c = 4;
     agent::visit_frame(f, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
     read_value(q, c, f.legacy_transfer_ns);
-    out.push_back(std::move(f));
-  }
-  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read frames");
-  return out;
+  });
 }
 
 Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id) {
   static const std::string sql = "SELECT run_id, device, device_role" + field_list(agent::profile_fields()) +
                                  " FROM layer_profiles WHERE run_id = ? "
                                  "ORDER BY device_role DESC, device, layer_index";
-  Stmt q(db_.get(), sql.c_str());
-  if (!q.prepared()) return db_error(db_.get(), path_, "read layer profiles");
-  q.bind(1, run_id);
-  std::vector<LayerProfileRecord> out;
-  int rc;
-  while ((rc = q.step()) == SQLITE_ROW) {
-    LayerProfileRecord l;
-    l.run_id = q.i64(0);
-    l.device = q.text(1);
-    l.device_role = q.text(2);
-    int c = 3;
-    agent::visit_profile(l, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
-    out.push_back(std::move(l));
-  }
-  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read layer profiles");
-  return out;
+  return run_rows<LayerProfileRecord>(
+      db_.get(), path_, sql, run_id, "read layer profiles", [](const Stmt& q, LayerProfileRecord& l) {
+        l.run_id = q.i64(0);
+        l.device = q.text(1);
+        l.device_role = q.text(2);
+        int c = 3;
+        agent::visit_profile(l, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+      });
 }
 
 Result<std::vector<LayerProfileRecord>> ResultsDb::find_profiles(const std::string& model_fp,
@@ -1588,44 +1595,27 @@ Status ResultsDb::add_segment_profile(const SegmentProfileRow& r) {
 Result<std::vector<SegmentProfileRow>> ResultsDb::segment_profiles(int64_t run_id) {
   static const std::string sql = "SELECT run_id, device, device_role" + field_list(agent::segment_fields()) +
                                  " FROM segment_profiles WHERE run_id = ? ORDER BY side, device, split";
-  Stmt q(db_.get(), sql.c_str());
-  if (!q.prepared()) return db_error(db_.get(), path_, "read segment profiles");
-  q.bind(1, run_id);
-  std::vector<SegmentProfileRow> out;
-  int rc;
-  while ((rc = q.step()) == SQLITE_ROW) {
-    SegmentProfileRow r;
-    r.run_id = q.i64(0);
-    r.device = q.text(1);
-    r.device_role = q.text(2);
-    int c = 3;
-    agent::visit_segment(r, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
-    out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read segment profiles");
-  return out;
+  return run_rows<SegmentProfileRow>(
+      db_.get(), path_, sql, run_id, "read segment profiles", [](const Stmt& q, SegmentProfileRow& r) {
+        r.run_id = q.i64(0);
+        r.device = q.text(1);
+        r.device_role = q.text(2);
+        int c = 3;
+        agent::visit_segment(r, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+      });
 }
 
 Result<std::vector<ProbeRow>> ResultsDb::probes(int64_t run_id) {
   static const std::string sql = "SELECT run_id, COALESCE(participant, ''), COALESCE(link, ''), COALESCE(shaping, '')" +
                                  field_list(agent::probe_fields()) + " FROM probes WHERE run_id = ? ORDER BY id";
-  Stmt q(db_.get(), sql.c_str());
-  if (!q.prepared()) return db_error(db_.get(), path_, "read probes");
-  q.bind(1, run_id);
-  std::vector<ProbeRow> out;
-  int rc;
-  while ((rc = q.step()) == SQLITE_ROW) {
-    ProbeRow p;
+  return run_rows<ProbeRow>(db_.get(), path_, sql, run_id, "read probes", [](const Stmt& q, ProbeRow& p) {
     p.run_id = q.i64(0);
     p.participant = q.text(1);
     p.link = q.text(2);
     p.shaping = q.text(3);
     int c = 4;
     agent::visit_probe(p, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
-    out.push_back(std::move(p));
-  }
-  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read probes");
-  return out;
+  });
 }
 
 std::vector<EnergyStat> compute_energy_stats(const std::vector<EnergyRow>& rows) {
@@ -1687,22 +1677,13 @@ Status ResultsDb::add_energy(const std::vector<EnergyRow>& rows) {
 Result<std::vector<EnergyRow>> ResultsDb::energy(int64_t run_id) {
   static const std::string sql = "SELECT run_id, COALESCE(device, ''), COALESCE(participant, '')" +
                                  field_list(agent::energy_fields()) + " FROM energy WHERE run_id = ? ORDER BY id";
-  Stmt q(db_.get(), sql.c_str());
-  if (!q.prepared()) return db_error(db_.get(), path_, "read energy");
-  q.bind(1, run_id);
-  std::vector<EnergyRow> out;
-  int rc;
-  while ((rc = q.step()) == SQLITE_ROW) {
-    EnergyRow e;
+  return run_rows<EnergyRow>(db_.get(), path_, sql, run_id, "read energy", [](const Stmt& q, EnergyRow& e) {
     e.run_id = q.i64(0);
     e.device = q.text(1);
     e.participant = q.text(2);
     int c = 3;
     agent::visit_energy(e, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
-    out.push_back(std::move(e));
-  }
-  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read energy");
-  return out;
+  });
 }
 
 Result<std::vector<EnergyStat>> ResultsDb::energy_stats(int64_t run_id) {
@@ -1714,22 +1695,13 @@ Result<std::vector<EnergyStat>> ResultsDb::energy_stats(int64_t run_id) {
 Result<std::vector<DeviceRecord>> ResultsDb::devices(int64_t run_id) {
   static const std::string sql = "SELECT run_id, device, role" + field_list(agent::hw_fields()) +
                                  " FROM devices WHERE run_id = ? ORDER BY role DESC, device";
-  Stmt q(db_.get(), sql.c_str());
-  if (!q.prepared()) return db_error(db_.get(), path_, "read devices");
-  q.bind(1, run_id);
-  std::vector<DeviceRecord> out;
-  int rc;
-  while ((rc = q.step()) == SQLITE_ROW) {
-    DeviceRecord d;
+  return run_rows<DeviceRecord>(db_.get(), path_, sql, run_id, "read devices", [](const Stmt& q, DeviceRecord& d) {
     d.run_id = q.i64(0);
     d.device = q.text(1);
     d.role = q.text(2);
     int c = 3;
     agent::visit_hw(d, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
-    out.push_back(std::move(d));
-  }
-  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read devices");
-  return out;
+  });
 }
 
 Result<std::vector<EventRecord>> ResultsDb::events(int64_t run_id) {
