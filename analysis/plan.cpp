@@ -1,10 +1,7 @@
 #include "analysis/plan.hpp"
-#include "core/log.hpp"
 
 #include "core/text.hpp"
 #include "core/token_bucket.hpp"
-#include "core/user_error.hpp"
-#include "store/default_db.hpp"
 #include "store/statement.hpp"
 
 
@@ -209,6 +206,8 @@ bool choose(Plan& p, const PlanOptions& opt, const std::vector<int>* only) {
   return p.chosen >= 0;
 }
 
+}  // namespace
+
 // The link as run `run` measured it with its probe (tbf's bucket included
 // where tracr emulated it); not_found when it has none.
 Result<PlanLink> probe_link(const RunRow& run, const ProbeRow* probe) {
@@ -232,6 +231,8 @@ Result<PlanLink> probe_link(const RunRow& run, const ProbeRow* probe) {
   return l;
 }
 
+namespace {
+
 // Head and tail compute per split k = 0..n. A graph model's run holds its
 // segments timed whole (segment_profiles: the PARTICIPANT's heads, the
 // SERVER's tails, as frames run them, fused and optimised); those are used
@@ -245,19 +246,23 @@ struct ComputeTimes {
 
 // Heads from the segment profiles of `head_run` (the PARTICIPANT's run),
 // tails from `run_id`'s.
-Result<ComputeTimes> compute_times(ResultsDb& db, int64_t run_id, int64_t head_run,
+Result<ComputeTimes> compute_times(ResultsDb& db, int64_t run_id, const std::vector<int64_t>& head_runs,
                                    const std::vector<const LayerProfileRecord*>& part,
                                    const std::vector<const LayerProfileRecord*>& srv, const std::string& part_dev) {
   const int n = static_cast<int>(part.size());
   auto segs = db.segment_profiles(run_id);
   if (!segs) return std::move(segs.error());
-  auto head_segs = head_run == run_id ? segs : db.segment_profiles(head_run);
-  if (!head_segs) return std::move(head_segs.error());
   std::map<int, double> head_seg, tail_seg;
+  std::map<int, std::vector<double>> head_ms_of;  // per split: each head run's timing
+  for (const int64_t head_run : head_runs) {
+    auto head_segs = head_run == run_id ? segs : db.segment_profiles(head_run);
+    if (!head_segs) return std::move(head_segs.error());
+    for (const auto& s : *head_segs)
+      if (s.split >= 0 && s.split <= n && s.side == "head" && s.device_role == kParticipant && s.device == part_dev)
+        head_ms_of[s.split].push_back(s.mean_ns / 1e6);
+  }
+  for (auto& [k, v] : head_ms_of) head_seg[k] = protocol::median_of(v);  // several calibration runs: their median
   std::string srv_dev;
-  for (const auto& s : *head_segs)
-    if (s.split >= 0 && s.split <= n && s.side == "head" && s.device_role == kParticipant && s.device == part_dev)
-      head_seg[s.split] = s.mean_ns / 1e6;
   for (const auto& s : *segs) {
     if (s.split < 0 || s.split > n) continue;
     if (s.side == "tail" && s.device_role == kServer && (srv_dev.empty() || s.device == srv_dev)) {
@@ -291,6 +296,8 @@ Result<ComputeTimes> compute_times(ResultsDb& db, int64_t run_id, int64_t head_r
   return t;
 }
 
+}  // namespace
+
 // A device as its profiles describe it.
 std::string device_text(const DeviceRecord& d) {
   std::string t = fmt::format("{} {} ({} cores", d.role, d.device, d.cores);
@@ -304,6 +311,8 @@ std::string device_text(const DeviceRecord& d) {
 bool same_device(const DeviceRecord& a, const DeviceRecord& b) {
   return a.hw_id == b.hw_id && a.cpu_quota == b.cpu_quota && a.cpu_cores_limit == b.cpu_cores_limit && a.gpu == b.gpu;
 }
+
+namespace {
 
 // "profiles of run R: PARTICIPANT p (...); SERVER s (...)": the devices
 // whose profiles the plan uses (the PARTICIPANT's from `part_run`).
@@ -321,6 +330,8 @@ std::string profiled_devices(ResultsDb& db, int64_t run_id, int64_t part_run, co
   return fmt::format("profiles of run {}: {}; {}", run_id, part, srv);
 }
 
+}  // namespace
+
 // PARTICIPANT devices of a run (its agents' READY rows); at least 1.
 Result<int> run_participants(ResultsDb& db, int64_t run_id) {
   auto devs = db.devices(run_id);
@@ -329,6 +340,8 @@ Result<int> run_participants(ResultsDb& db, int64_t run_id) {
   for (const auto& d : *devs) n += d.role == kParticipant;
   return std::max(n, 1);
 }
+
+namespace {
 
 // The prediction with n participants sharing the SERVER (plan.hpp: mean
 // value analysis of the closed network; exact for exponential service
@@ -404,8 +417,11 @@ Result<DeviceProfiles> device_profiles(const std::vector<LayerProfileRecord>& pr
 
 // plan --participant-from RUN: that run's PARTICIPANT profiles in `dev`,
 // after checking it ran the basis run's model at its input and layers.
-Status use_participant_from(ResultsDb& db, const RunRow& basis, int64_t part_run,
-                            std::vector<LayerProfileRecord>& holder, DeviceProfiles& dev) {
+// One calibration run's PARTICIPANT layer profiles (same model, layers and input as the basis).
+Result<std::vector<const LayerProfileRecord*>> participant_layers(ResultsDb& db, const RunRow& basis, int64_t part_run,
+                                                                  const DeviceProfiles& dev,
+                                                                  std::vector<LayerProfileRecord>& holder,
+                                                                  std::string& part_dev) {
   auto other = db.get_run(part_run);
   if (!other) return std::move(other.error());
   if (other->model != basis.model)
@@ -417,10 +433,10 @@ Status use_participant_from(ResultsDb& db, const RunRow& basis, int64_t part_run
   if (!lp) return std::move(lp.error());
   holder = std::move(*lp);
   std::vector<const LayerProfileRecord*> part;
-  std::string part_dev;
+  std::string dev_name;
   for (const auto& l : holder)
-    if (l.device_role == kParticipant && (part_dev.empty() || l.device == part_dev)) {
-      part_dev = l.device;
+    if (l.device_role == kParticipant && (dev_name.empty() || l.device == dev_name)) {
+      dev_name = l.device;
       part.push_back(&l);
     }
   if (part.empty())
@@ -433,7 +449,43 @@ Status use_participant_from(ResultsDb& db, const RunRow& basis, int64_t part_run
                                   "run {} {} at {}",
                                   part_run, part.size(), part.front()->input_shape, basis.id, dev.part.size(),
                                   dev.part.front()->input_shape));
-  dev.part = std::move(part);
+  if (!part_dev.empty() && dev_name != part_dev)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("--participant-from {}: its PARTICIPANT is {}, the first calibration run's is {}",
+                                  part_run, dev_name, part_dev));
+  part_dev = dev_name;
+  return part;
+}
+
+// --participant-from RUN[,RUN...]: the PARTICIPANT's layer profiles from
+// those runs instead of the basis; with several, each layer's time is the
+// median of the runs' (one slow calibration run does not carry the plan).
+Status use_participant_from(ResultsDb& db, const RunRow& basis, int64_t part_run, const std::vector<int64_t>& more,
+                            std::vector<LayerProfileRecord>& holder, DeviceProfiles& dev) {
+  std::string part_dev;
+  auto part = participant_layers(db, basis, part_run, dev, holder, part_dev);
+  if (!part) return std::move(part.error());
+  std::vector<std::vector<double>> mean_ns(part->size()), median_ns(part->size());
+  auto add = [&](const std::vector<const LayerProfileRecord*>& layers) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      mean_ns[i].push_back(static_cast<double>(layers[i]->mean_ns ? *layers[i]->mean_ns : layers[i]->median_ns));
+      median_ns[i].push_back(static_cast<double>(layers[i]->median_ns));
+    }
+  };
+  add(*part);
+  for (const int64_t r : more) {
+    std::vector<LayerProfileRecord> other_holder;
+    auto other = participant_layers(db, basis, r, dev, other_holder, part_dev);
+    if (!other) return std::move(other.error());
+    add(*other);
+  }
+  if (!more.empty())
+    for (size_t i = 0; i < part->size(); ++i) {
+      auto& l = const_cast<LayerProfileRecord&>(*(*part)[i]);  // points into `holder`, which this call owns
+      l.mean_ns = static_cast<int64_t>(std::llround(protocol::median_of(mean_ns[i])));
+      l.median_ns = static_cast<int64_t>(std::llround(protocol::median_of(median_ns[i])));
+    }
+  dev.part = std::move(*part);
   dev.part_dev = part_dev;
   return {};
 }
@@ -549,11 +601,15 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
   if (!dev) return std::move(dev.error());
   const int64_t part_run = opt.participant_run > 0 ? opt.participant_run : run_id;
   std::vector<LayerProfileRecord> part_profiles;  // --participant-from: the pointers in dev->part point here
-  if (part_run != run_id) TRACR_TRY(use_participant_from(db, *run, part_run, part_profiles, *dev));
+  if (part_run != run_id)
+    TRACR_TRY(use_participant_from(db, *run, part_run, opt.participant_more, part_profiles, *dev));
   const int n = static_cast<int>(dev->part.size());
   Plan p;
   p.basis_run = run_id;
-  if (part_run != run_id) p.participant_run = part_run;
+  if (part_run != run_id) {
+    p.participant_run = part_run;
+    p.participant_more = opt.participant_more;
+  }
   p.model = run->model;
   p.input_shape = dev->part.front()->input_shape;
   p.objective = opt.objective;
@@ -573,10 +629,15 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
   }
   auto eb = energy_basis(db, part_run, dev->part_dev, n, opt, p);
   if (!eb) return std::move(eb.error());
-  auto compute = compute_times(db, run_id, part_run, dev->part, dev->srv, dev->part_dev);
+  std::vector<int64_t> head_runs = {part_run};
+  head_runs.insert(head_runs.end(), opt.participant_more.begin(), opt.participant_more.end());
+  auto compute = compute_times(db, run_id, head_runs, dev->part, dev->srv, dev->part_dev);
   if (!compute) return std::move(compute.error());
   p.compute_note = compute->note;
   p.devices_note = profiled_devices(db, run_id, part_run, dev->part_dev);
+  if (!opt.participant_more.empty() && !p.devices_note.empty())
+    p.devices_note += fmt::format(" (the PARTICIPANT's: median per layer over runs {}, {})", part_run,
+                                  fmt::join(opt.participant_more, ", "));
   TRACR_TRY(share_the_server(db, run_id, opt, bases->front(), p));
   for (const CodecBasis& cb : *bases)
     for (int k = 0; k <= n; ++k) p.rows.push_back(predict_row(k, cb, *compute, *dev, *eb, opt, p));
@@ -677,6 +738,18 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
   return id;
 }
 
+namespace {
+
+// Whose PARTICIPANT profiles a held-out plan used.
+std::string participant_text(const Plan& p) {
+  if (!p.participant_run) return "alone";
+  if (p.participant_more.empty()) return fmt::format("with run {}'s PARTICIPANT profiles", p.participant_run);
+  return fmt::format("with the PARTICIPANT profiles of runs {}, {} (median per layer)", p.participant_run,
+                     fmt::join(p.participant_more, ", "));
+}
+
+}  // namespace
+
 std::string format_plan(const Plan& p, size_t width) {
   const std::string head = fmt::format(
       "plan for {} at {} from run {} (objective {}): link {}: up {:.3f} Mbit/s, down {:.3f} Mbit/s, rtt {:.3f} ms "
@@ -730,383 +803,19 @@ std::string format_plan(const Plan& p, size_t width) {
   else o += fmt::format("* chosen: split {}{}\n", p.chosen, several ? ", codec " + p.chosen_codec : "");
   if (!p.energy_source.empty()) o += fmt::format("edge J: participant energy per frame, {}\n", p.energy_source);
   if (validated)
-    o += fmt::format("validation{}: latency MAPE {:.1f} % over {} splits; measured best split {}; chosen split {} {}\n",
-                     p.validation_run != p.basis_run
-                         ? fmt::format(" against run {} (held out: planned from run {} {})", p.validation_run,
-                                       p.basis_run,
-                                       p.participant_run ? fmt::format("with run {}'s PARTICIPANT profiles",
-                                                                       p.participant_run)
-                                                         : std::string("alone"))
-                         : std::string(),
-                     *p.mape_pct,
-                     std::count_if(p.rows.begin(), p.rows.end(), [](const PlanRow& r) { return r.measured_ms.has_value(); }),
-                     p.measured_best, p.chosen,
-                     p.miss_pct ? (*p.miss_pct <= 0 ? std::string("is the measured best")
-                                                    : fmt::format("is {:.1f} % slower than it (measured)", *p.miss_pct))
-                                : std::string("was not measured"));
+    o += fmt::format(
+        "validation{}: latency MAPE {:.1f} % over {} splits; measured best split {}; chosen split {} {}\n",
+        p.validation_run != p.basis_run ? fmt::format(" against run {} (held out: planned from run {} {})",
+                                                      p.validation_run, p.basis_run, participant_text(p))
+                                        : std::string(),
+        *p.mape_pct,
+        std::count_if(p.rows.begin(), p.rows.end(), [](const PlanRow& r) { return r.measured_ms.has_value(); }),
+        p.measured_best, p.chosen,
+        p.miss_pct ? (*p.miss_pct <= 0 ? std::string("is the measured best")
+                                       : fmt::format("is {:.1f} % slower than it (measured)", *p.miss_pct))
+                   : std::string("was not measured"));
   const int w = static_cast<int>(width);
   return wrap_words(head, w) + table + wrap_words(o, w);
-}
-
-namespace {
-
-// The held-out run's devices must be the ones the basis run's profiles
-// describe (same machine kind, CPU limits and GPU): a plan never applies one
-// device's layer times to another without saying so. Runs stored without
-// device rows are not compared.
-Status check_same_devices(ResultsDb& db, int64_t basis, int64_t other, int64_t part_basis) {
-  auto a = db.devices(basis);
-  if (!a) return std::move(a.error());
-  auto pa = part_basis == basis ? a : db.devices(part_basis);
-  if (!pa) return std::move(pa.error());
-  auto b = db.devices(other);
-  if (!b) return std::move(b.error());
-  for (std::string_view role : {kParticipant, kServer}) {
-    const DeviceRecord* ref = nullptr;
-    const int64_t from = role == kParticipant ? part_basis : basis;
-    for (const auto& d : role == kParticipant ? *pa : *a)
-      if (d.role == role && !ref) ref = &d;
-    if (!ref) continue;
-    for (const auto& d : *b)
-      if (d.role == role && !same_device(*ref, d))
-        return make_error(Errc::invalid_argument,
-                          fmt::format("--validate-on {}: run {}'s {} is another device than the one run {}'s profiles "
-                                      "describe ({}). The plan would apply run {}'s layer times to it; plan from a run "
-                                      "made on that device (record.layers: true, the default) instead{}",
-                                      other, other, device_text(d), from, device_text(*ref), from,
-                                      role == kParticipant ? fmt::format(", or take its PARTICIPANT profiles from one "
-                                                                         "(--participant-from RUN)")
-                                                           : std::string()));
-  }
-  return {};
-}
-
-// `plan --validate-on RUN` with RUN other than the basis: RUN must be of the same
-// model and input; its codec is planned too; unless a link was given, the
-// plan is made for RUN's link (its profile as tracr emulates it, resolved with
-// RUN's own `links`, else its probe), never from RUN's frames or profiles.
-Status prepare_held_out(ResultsDb& db, int64_t basis, int64_t other, bool link_given, PlanOptions& opt,
-                        std::string& link_name, std::optional<settings::ExperimentConfig>& link_defs) {
-  auto a = db.get_run(basis);
-  if (!a) return std::move(a.error());
-  auto b = db.get_run(other);
-  if (!b) return std::move(b.error());
-  if (b->model != a->model)
-    return make_error(Errc::invalid_argument,
-                      fmt::format("--validate-on {}: run {} ran {}, the basis run {} ran {}; validate against a run of "
-                                  "the same model",
-                                  other, other, b->model, basis, a->model));
-  auto bcfg = settings::parse_experiment(b->config_yaml, fmt::format("run {}'s stored experiment", other), false);
-  auto lp = db.layer_profiles(basis);
-  if (bcfg && lp && !lp->empty() && !bcfg->input_size.empty()) {
-    const std::string shape = fmt::format("{}", fmt::join(bcfg->input_size, ","));
-    if (shape != lp->front().input_shape)
-      return make_error(Errc::invalid_argument,
-                        fmt::format("--validate-on {}: run {} ran at input {}, the basis run {} was profiled at {}",
-                                    other, other, shape, basis, lp->front().input_shape));
-  }
-  TRACR_TRY(check_same_devices(db, basis, other, opt.participant_run > 0 ? opt.participant_run : basis));
-  if (opt.codecs.empty()) opt.codecs.push_back(a->codec);
-  if (std::find(opt.codecs.begin(), opt.codecs.end(), b->codec) == opt.codecs.end()) opt.codecs.push_back(b->codec);
-  if (opt.participants == 0) {  // planned for as many participants as RUN had
-    auto np = run_participants(db, other);
-    if (!np) return std::move(np.error());
-    opt.participants = *np;
-    opt.participants_source = fmt::format("as many as held-out run {} had", other);
-    // Without lockstep each participant swept at its own pace: at a split, the others may have been at others.
-    if (*np > 1 && bcfg && !bcfg->lockstep)
-      opt.participants_source +=
-          ", each sweeping at its own pace (lockstep: false), so at a given split fewer may "
-          "have shared it";
-  }
-  if (link_given) return {};
-  if (!b->link.empty() && b->link != "devices-file") {
-    link_name = b->link;
-    if (bcfg) link_defs = *bcfg;
-    return {};
-  }
-  auto probes = db.probes(other);
-  if (!probes) return std::move(probes.error());
-  auto l = probe_link(*b, probes->empty() ? nullptr : &probes->front());
-  if (!l) return std::move(l.error());
-  opt.link = *l;
-  return {};
-}
-
-// The run `--validate-on ARG` names (invalid_argument when there is none),
-// prepared as held out when it is not the basis.
-// The stored run `--validate-on` names (invalid_argument when there is none).
-Result<int64_t> validation_run_id(ResultsDb& db, const std::string& arg) {
-  auto id = run_id_arg(db, arg);
-  if (id)
-    if (auto r = db.get_run(*id); !r) id = std::move(r.error());
-  if (!id) return make_error(Errc::invalid_argument, "--validate-on: " + id.error().message);
-  return id;
-}
-
-Result<int64_t> resolve_validation_run(ResultsDb& db, const std::string& arg, int64_t basis, bool link_given,
-                                       PlanOptions& opt, std::string& link_name,
-                                       std::optional<settings::ExperimentConfig>& link_defs) {
-  auto id = validation_run_id(db, arg);
-  if (!id) return id;
-  if (*id != basis) TRACR_TRY(prepare_held_out(db, basis, *id, link_given, opt, link_name, link_defs));
-  return *id;
-}
-
-}  // namespace
-
-namespace {
-
-int plan_failure(int status, const std::string& text) {
-  TRACR_LOG(error, "tracrctl plan: {}", text);
-  return status;
-}
-
-// --radio and --codecs checked, each codec in its canonical spelling; 0 or 2.
-int check_plan_options(PlanOptions& opt) {
-  if (!opt.radio.empty() && !agent::find_radio(opt.radio))
-    return plan_failure(2, fmt::format("--radio expects 3g, lte or wifi, got '{}'", opt.radio));
-  for (auto& c : opt.codecs) {
-    auto spec = protocol::CodecSpec::parse(c);
-    if (!spec) return plan_failure(2, "--codecs: " + user_text(spec.error()));
-    c = spec->name();
-  }
-  return 0;
-}
-
-bool is_yaml_path(const std::string& target) {
-  return target.size() > 5 && (target.substr(target.size() - 5) == ".yaml" || target.substr(target.size() - 4) == ".yml");
-}
-
-// An EXPERIMENT.yaml basis: its database and its first link; 0 or 2.
-int load_plan_experiment(const PlanCommand& cmd, std::optional<settings::ExperimentConfig>& exp, std::string& db_path,
-                         std::string& link_name) {
-  auto e = settings::load_experiment(cmd.target, cmd.sets);
-  if (!e) return plan_failure(2, user_text(e.error()));
-  if (!e->model_list.empty())
-    return plan_failure(2, fmt::format("{}: model: a list of {} models; plan one of its runs (tracrctl plan RUN)",
-                                       cmd.target, e->model_list.size()));
-  exp = *e;
-  db_path = exp->output;
-  if (link_name.empty() && !exp->link.empty()) link_name = exp->link[0];
-  return 0;
-}
-
-// The newest completed run of the experiment's model with layer profiles of
-// both devices at its input shape and batch; 0 when there is none.
-Result<int64_t> newest_profiled_run(ResultsDb& db, const settings::ExperimentConfig& exp) {
-  auto runs = db.list_runs(0);
-  if (!runs) return std::move(runs.error());
-  for (const auto& r : *runs) {
-    if (r.model != exp.model || r.status != RunStatus::completed) continue;
-    auto lp = db.layer_profiles(r.id);
-    if (!lp || lp->empty()) continue;
-    bool srv = false, part = false;
-    for (const auto& l : *lp) (l.device_role == kServer ? srv : part) = true;
-    const std::string shape =
-        exp.input_size.empty() ? lp->front().input_shape : fmt::format("{}", fmt::join(exp.input_size, ","));
-    if (srv && part && lp->front().input_shape == shape && lp->front().batch == exp.batch_size) return r.id;
-  }
-  return int64_t{0};
-}
-
-// The basis run: a stored run, or the newest run of an experiment's model with profiles; 0 or an exit status.
-int find_basis_run(ResultsDb& db, const PlanCommand& cmd, const std::optional<settings::ExperimentConfig>& exp,
-                   const std::string& db_path, int64_t& run_id) {
-  if (!exp) {
-    auto id = run_id_arg(db, cmd.target);
-    if (!id) return plan_failure(2, user_text(id.error()));
-    run_id = *id;
-    return 0;
-  }
-  auto id = newest_profiled_run(db, *exp);
-  if (!id) return plan_failure(1, user_text(id.error()));
-  if (!*id)
-    return plan_failure(1, fmt::format("{} holds no completed run of {} with layer profiles of both devices at this "
-                                       "input shape and batch; run `tracrctl run {}` (record.layers: true, the "
-                                       "default) first",
-                                       db_path, exp->model, cmd.target));
-  run_id = *id;
-  return 0;
-}
-
-// What tracr's emulation of link profile `ls` delivered: the probe of the
-// newest run (`prefer` first) that ran under a profile of that name with the
-// same rates and delay, shaped by tracr.
-struct DeliveredLink {
-  int64_t run = 0;
-  double up_mbps = 0, down_mbps = 0, rtt_ms = 0;
-};
-
-std::optional<DeliveredLink> delivered_link(ResultsDb& db, const settings::LinkSpec& ls, int64_t prefer) {
-  auto runs = db.list_runs(0);
-  if (!runs) return std::nullopt;
-  std::stable_partition(runs->begin(), runs->end(), [&](const RunRow& r) { return r.id == prefer; });
-  for (const auto& r : *runs) {
-    if (r.link != ls.name || r.shaping.empty() || r.shaping == "none") continue;
-    auto cfg = settings::parse_experiment(r.config_yaml, "stored experiment", false);
-    if (!cfg) continue;
-    auto ran = settings::resolve_link(*cfg, ls.name);
-    if (!ran || ran->up_mbit != ls.up_mbit || ran->down_mbit != ls.down_mbit || ran->delay_ms != ls.delay_ms) continue;
-    auto probes = db.probes(r.id);
-    if (!probes) continue;
-    for (const auto& pr : *probes)
-      if (pr.up_mbps && pr.down_mbps)
-        return DeliveredLink{r.id, *pr.up_mbps, *pr.down_mbps, static_cast<double>(pr.rtt_min_ns) / 1e6};
-  }
-  return std::nullopt;
-}
-
-// A link profile as tracr emulates it (tbf's bucket included): the rates a
-// run's probe measured through that emulation when one did ("as delivered",
-// the nominal figures beside them), else its nominal rates and delay over
-// the basis run's loopback rtt.
-PlanLink profile_link(ResultsDb& db, const settings::LinkSpec& ls, int64_t run_id, double base_rtt,
-                      const ProbeRow* probe, int64_t prefer) {
-  PlanLink l;
-  l.name = ls.name;
-  if (ls.up_mbit > 0) l.up_burst = static_cast<double>(tbf_burst_bytes(ls.up_mbit));
-  if (ls.down_mbit > 0) l.down_burst = static_cast<double>(tbf_burst_bytes(ls.down_mbit));
-  const std::string nominal = fmt::format("nominal {} / {} Mbit/s, {} ms delay: {}", ls.up_mbit, ls.down_mbit,
-                                          ls.delay_ms, ls.source.empty() ? "as defined" : ls.source);
-  // A direction the profile leaves unlimited runs at the basis run's probed rate.
-  const double probe_up = probe && probe->up_mbps ? *probe->up_mbps : 0.0;
-  const double probe_down = probe && probe->down_mbps ? *probe->down_mbps : 0.0;
-  if (auto d = ls.shaped() ? delivered_link(db, ls, prefer) : std::nullopt) {
-    l.up_mbps = ls.up_mbit > 0 ? d->up_mbps : probe_up;
-    l.down_mbps = ls.down_mbit > 0 ? d->down_mbps : probe_down;
-    l.rtt_ms = d->rtt_ms;
-    l.source = fmt::format("link profile {} as delivered: run {}'s probe through tracr's emulation measured {:.3f} up "
-                           "/ {:.3f} down Mbit/s, rtt {:.3f} ms ({}); tbf bursts {:.0f} / {:.0f} B",
-                           ls.name, d->run, d->up_mbps, d->down_mbps, d->rtt_ms, nominal, l.up_burst, l.down_burst);
-    return l;
-  }
-  l.up_mbps = ls.up_mbit > 0 ? ls.up_mbit : probe_up;
-  l.down_mbps = ls.down_mbit > 0 ? ls.down_mbit : probe_down;
-  l.rtt_ms = base_rtt + 2 * ls.delay_ms;
-  l.source = fmt::format("link profile {} at its nominal rates ({}; no stored run measured what tracr's emulation "
-                         "delivers) as tracr emulates it (tbf bursts {:.0f} / {:.0f} B); rtt: run {}'s probe {:.3f} ms "
-                         "+ 2 x {} ms delay",
-                         ls.name, nominal, l.up_burst, l.down_burst, run_id, base_rtt, ls.delay_ms);
-  return l;
-}
-
-// The link planned for: a profile (profile_link) or explicit figures; `prefer`: the run whose delivered link
-// comes first (the held-out run).
-Result<PlanLink> planned_link(ResultsDb& db, int64_t run_id, const PlanCommand& cmd, const std::string& link_name,
-                              const std::optional<settings::ExperimentConfig>& exp, int64_t prefer) {
-  auto probes = db.probes(run_id);
-  const ProbeRow* probe = probes && !probes->empty() ? &probes->front() : nullptr;
-  const double base_rtt = probe ? static_cast<double>(probe->rtt_min_ns) / 1e6 : 0.0;
-  if (link_name.empty()) {
-    PlanLink l;
-    l.name = "given";
-    l.up_mbps = *cmd.up_mbit;
-    l.down_mbps = cmd.down_mbit.value_or(*cmd.up_mbit);
-    l.rtt_ms = cmd.rtt_ms.value_or(base_rtt);
-    l.source = "given on the command line";
-    return l;
-  }
-  settings::ExperimentConfig ec = exp ? *exp : settings::ExperimentConfig{};
-  auto ls = settings::resolve_link(ec, link_name, "--link");
-  if (!ls) return std::move(ls.error());
-  return profile_link(db, *ls, run_id, base_rtt, probe, prefer);
-}
-
-}  // namespace
-
-namespace {
-
-// One plan from the basis run, validated on `check_arg` (a run, or "" for the basis itself with --validate),
-// printed (the whole table when `table`, else its validation line) and stored.
-struct PlanOutcome {
-  int status = 0;
-  std::optional<double> mape_pct, miss_pct;
-};
-PlanOutcome failed_with(int status) {
-  PlanOutcome o;
-  o.status = status;
-  return o;
-}
-PlanOutcome plan_and_validate(ResultsDb& db, const std::string& db_path, const PlanCommand& cmd, int64_t run_id,
-                              const std::string& check_arg, PlanOptions opt, std::string link_name,
-                              std::optional<settings::ExperimentConfig> exp, bool table) {
-  int64_t check_run = 0;  // --validate-on RUN: plans for that run's link unless one is given
-  if (!check_arg.empty()) {
-    auto v = resolve_validation_run(db, check_arg, run_id, !link_name.empty() || cmd.up_mbit, opt, link_name, exp);
-    if (!v) return failed_with(plan_failure(v.error().code == Errc::invalid_argument ? 2 : 1, user_text(v.error())));
-    check_run = *v;
-  }
-  if (!link_name.empty() || cmd.up_mbit) {
-    auto l = planned_link(db, run_id, cmd, link_name, exp, check_run);
-    if (!l) return failed_with(plan_failure(2, user_text(l.error())));
-    opt.link = *l;
-  }
-  auto p = plan_from_run(db, run_id, opt);
-  if (!p) return failed_with(plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error())));
-  if (cmd.validate || check_run) validate_against(db, *p, check_run);
-  const std::string text = format_plan(*p, cmd.width);
-  if (table) std::fputs(text.c_str(), stdout);
-  else if (const size_t at = text.find("\nvalidation"); at != std::string::npos)
-    std::fputs(text.substr(at + 1).c_str(), stdout);
-  if (cmd.store) {
-    auto id = store_plan(db, *p);
-    if (!id) return failed_with(plan_failure(1, user_text(id.error())));
-    fmt::print("stored as plan {} in {}\n", *id, db_path);
-  }
-  return {0, p->mape_pct, p->miss_pct};
-}
-
-// --validate-on A,B,...: one plan per held-out run (a repeated series' runs), the first printed whole, then
-// the error over them: median MAPE with its range, and how often the chosen split was the measured best.
-int plan_on_series(ResultsDb& db, const std::string& db_path, const PlanCommand& cmd, int64_t run_id,
-                   const PlanOptions& opt, const std::string& link_name,
-                   const std::optional<settings::ExperimentConfig>& exp) {
-  std::vector<std::string> runs;
-  std::istringstream in(cmd.validate_run);
-  for (std::string r; std::getline(in, r, ',');) runs.push_back(r);
-  // Every run checked before anything is planned, printed or stored.
-  for (const std::string& r : runs) {
-    if (r.empty() || cmd.validate_run.back() == ',')
-      return plan_failure(2, fmt::format("--validate-on: expected runs RUN1,RUN2,..., got '{}'", cmd.validate_run));
-    if (auto id = validation_run_id(db, r); !id) return plan_failure(2, user_text(id.error()));
-  }
-  std::vector<double> mape;
-  int best = 0, judged = 0;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const PlanOutcome o = plan_and_validate(db, db_path, cmd, run_id, runs[i], opt, link_name, exp, i == 0);
-    if (o.status) return o.status;
-    if (o.mape_pct) mape.push_back(*o.mape_pct);
-    if (o.miss_pct) judged += 1, best += *o.miss_pct <= 0 ? 1 : 0;
-  }
-  if (mape.empty()) return 0;
-  const double median = protocol::median_of(mape);  // sorts mape
-  fmt::print("over {} held-out runs: latency MAPE median {:.1f} % (lowest {:.1f} %, highest {:.1f} %); the chosen "
-             "split was the measured best in {} of {}\n",
-             mape.size(), median, mape.front(), mape.back(), best, judged);
-  return 0;
-}
-
-}  // namespace
-
-int cmd_plan(const PlanCommand& cmd) {
-  std::string db_path = cmd.db.empty() ? default_results_db() : cmd.db, link_name = cmd.link;
-  PlanOptions opt = cmd.plan;
-  if (int rc = check_plan_options(opt)) return rc;
-  std::optional<settings::ExperimentConfig> exp;
-  const bool is_yaml = is_yaml_path(cmd.target);
-  if (!is_yaml && !cmd.sets.empty())
-    return plan_failure(2, fmt::format("--set {}: --set applies to an EXPERIMENT.yaml basis, got run '{}'",
-                                       cmd.sets.front(), cmd.target));
-  if (is_yaml)
-    if (int rc = load_plan_experiment(cmd, exp, db_path, link_name)) return rc;
-  auto db = ResultsDb::open(db_path);
-  if (!db) return plan_failure(1, user_text(db.error()));
-  int64_t run_id = 0;
-  if (int rc = find_basis_run(*db, cmd, exp, db_path, run_id)) return rc;
-  if (cmd.validate_run.find(',') == std::string::npos)
-    return plan_and_validate(*db, db_path, cmd, run_id, cmd.validate_run, opt, link_name, exp, true).status;
-  return plan_on_series(*db, db_path, cmd, run_id, opt, link_name, exp);
 }
 
 }  // namespace tracr::analysis

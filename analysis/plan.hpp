@@ -77,6 +77,9 @@ struct PlanOptions {
   // once, planned with the basis run's SERVER, bytes and link (0 = the
   // basis). The run must be of the same model, input and layers.
   int64_t participant_run = 0;
+  // Further calibration runs of the same PARTICIPANT: each layer's and head
+  // segment's time is then the median over all of them (--participant-from A,B,C).
+  std::vector<int64_t> participant_more;
 };
 
 struct PlanRow {
@@ -99,6 +102,7 @@ struct PlanRow {
 struct Plan {
   int64_t basis_run = 0;
   int64_t participant_run = 0;  // --participant-from: the PARTICIPANT's profiles came from this run (0: the basis)
+  std::vector<int64_t> participant_more;  // and from these runs too (median per layer)
   std::string model, input_shape, objective;
   PlanLink link;
   std::string energy_source;  // label of the energy figures ("" = no energy predicted)
@@ -132,24 +136,15 @@ Result<int64_t> store_plan(store::ResultsDb& db, const Plan& p);
 // The plan as text; its prose lines wrap at words to `width` (0: no limit).
 std::string format_plan(const Plan& p, size_t width = 0);
 
-// tracrctl plan RUN | EXPERIMENT.yaml [--validate] [--link NAME] [--objective O] ...
-// (controller/cli/cli.cpp fills it from the command line).
-struct PlanCommand {
-  std::string target;                 // a run id, "last" or an EXPERIMENT.yaml
-  std::string db;  // "" = default_results_db(); ignored for an EXPERIMENT.yaml (its output)
-  bool validate = false, store = true;
-  // --validate-on RUN: validate against that run instead of the basis (held
-  // out). Unless a link is given, the plan is made for RUN's link: its link
-  // profile as tracr emulates it, else its probe. RUN1,RUN2,...: one plan
-  // validated on each, then the MAPE's median and range over them.
-  std::string validate_run;
-  std::string link;                   // link profile name ("" = the basis run's probe)
-  std::optional<double> up_mbit, down_mbit, rtt_ms;  // explicit link figures
-  PlanOptions plan;                   // objective, constraints, radio, codecs (as given)
-  std::vector<std::string> sets;      // --set key=value (EXPERIMENT.yaml only)
-  size_t width = 0;                   // the terminal's columns: prose wraps to it (0: no limit)
-};
-// Returns 0 done, 1 a database error or no basis run, 2 a usage error.
-int cmd_plan(const PlanCommand& cmd);
+// What the plan command (controller/commands/plan.cpp) shares with the planner:
+// The link as run `run` measured it with its probe (tbf's bucket included
+// where tracr emulated it); not_found when it has none.
+Result<PlanLink> probe_link(const store::RunRow& run, const store::ProbeRow* probe);
+// A device as its profiles describe it: "PARTICIPANT edge (4 cores, CPU quota ...)".
+std::string device_text(const store::DeviceRecord& d);
+// Whether two devices run layers at the same speed: the machine, its emulated limits, the GPU it uses.
+bool same_device(const store::DeviceRecord& a, const store::DeviceRecord& b);
+// PARTICIPANT devices of a run (its agents' READY rows); at least 1.
+Result<int> run_participants(store::ResultsDb& db, int64_t run_id);
 
 }  // namespace tracr::analysis

@@ -1,5 +1,4 @@
 #include "analysis/report.hpp"
-#include "core/log.hpp"
 
 #include <cstdio>
 #include <map>
@@ -7,10 +6,7 @@
 #include <fmt/format.h>
 
 #include "analysis/figures.hpp"
-#include "core/atomic_file.hpp"
 #include "core/text.hpp"
-#include "core/user_error.hpp"
-#include "store/default_db.hpp"
 
 namespace tracr::analysis {
 
@@ -88,54 +84,6 @@ Result<std::string> render_report(ResultsDb& db, const std::vector<int64_t>& run
       "writes each as SVG, PDF and the CSV of its data. Energy series carry their source (measured:&lt;meter&gt; or "
       "modelled:&lt;model&gt;).</p>\n{}</body></html>\n",
       fmt::join(runs, ", "), html(db.path()), figs->size(), body);
-}
-
-int cmd_report(const ReportOptions& opt) {
-  if (opt.out.empty() && opt.figures.empty()) {
-    TRACR_LOG(error, "tracrctl report: expected -o FILE.html and/or --figures DIR");
-    return 2;
-  }
-  auto db = ResultsDb::open_readonly(opt.db.empty() ? default_results_db() : opt.db);
-  if (!db) {
-    TRACR_LOG(error, "tracrctl report: {}", user_text(db.error()));
-    return 1;
-  }
-  std::vector<int64_t> runs;
-  for (const auto& a : opt.runs) {
-    auto id = run_id_arg(*db, a);
-    if (!id) {
-      TRACR_LOG(error, "tracrctl report: {}", user_text(id.error()));
-      return 2;
-    }
-    runs.push_back(*id);
-  }
-  if (!opt.out.empty()) {
-    auto page = render_report(*db, runs);
-    if (!page) {
-      TRACR_LOG(error, "tracrctl report: {}", user_text(page.error()));
-      return 1;
-    }
-    if (auto st = write_file(opt.out, *page); !st) {
-      TRACR_LOG(error, "tracrctl report: {}", user_text(st.error()));
-      return 1;
-    }
-    fmt::print("wrote {} ({} runs, {} bytes, opens without a network)\n", opt.out, runs.size(), page->size());
-  }
-  if (!opt.figures.empty()) {
-    auto figs = build_figures(*db, runs);
-    if (!figs) {
-      TRACR_LOG(error, "tracrctl report: {}", user_text(figs.error()));
-      return 1;
-    }
-    if (auto st = write_figures(*figs, opt.figures); !st) {
-      TRACR_LOG(error, "tracrctl report: {}", user_text(st.error()));
-      return 1;
-    }
-    std::vector<std::string> ids;
-    for (const auto& f : *figs) ids.push_back(f.id);
-    fmt::print("wrote {} figures to {} as SVG, PDF and CSV: {}\n", figs->size(), opt.figures, fmt::join(ids, ", "));
-  }
-  return 0;
 }
 
 }  // namespace tracr::analysis

@@ -18,14 +18,4 @@ namespace tracr::analysis {
 // Errors from the database pass through (not_found for an unknown run).
 Result<std::string> render_report(store::ResultsDb& db, const std::vector<int64_t>& runs);
 
-struct ReportOptions {
-  std::vector<std::string> runs;  // run ids or "last" (at least one)
-  std::string out;                // -o FILE.html ("" = no page)
-  std::string figures;            // --figures DIR: every figure as SVG, PDF and CSV ("" = none)
-  std::string db;                 // --db ("" = default_results_db())
-};
-// Returns 0 written, 1 a database or write error, 2 an unknown RUN or neither
-// -o nor --figures.
-int cmd_report(const ReportOptions& opt);
-
 }  // namespace tracr::analysis

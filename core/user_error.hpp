@@ -36,6 +36,12 @@ inline std::string reported_error_text(const std::string& text) {
   return terminal_text(text);
 }
 
+// Every tracrctl command returns a Status: ok, or the Error that ended it.
+// The top level (controller/cli) writes that error once, as
+// "tracrctl COMMAND: message", and exit_code() below is the one mapping from
+// it to the exit status. Warnings and progress are logged where they happen;
+// only the ending error travels up.
+
 // The exit status of a command that failed with `e` (docs/COMMANDS.md):
 // 2 for a usage or configuration error (a bad option, value or file: the
 // command started nothing), 1 for every other failure (a device, agent or
@@ -43,5 +49,19 @@ inline std::string reported_error_text(const std::string& text) {
 inline int exit_code(const Error& e) {
   return e.code == Errc::invalid_argument || e.code == Errc::config ? 2 : 1;
 }
+inline int exit_code(const Status& s) { return s ? 0 : exit_code(s.error()); }
+
+// `e` as a usage error (exit 2): what the person gave is wrong (a missing or
+// broken experiment file, a setting, an option), whatever the underlying
+// code was (io for a file that is not there). The text a person reads stays.
+inline Error bad_input(Error e) {
+  if (e.code == Errc::invalid_argument || e.code == Errc::config) return e;
+  return Error{Errc::config, user_text(e), e.frame_seq};
+}
+inline Error bad_input(std::string message) { return Error{Errc::config, std::move(message)}; }
+
+// A failure that is not the input's fault (exit 1), with `message` as the
+// text a person reads: a device that did not pass its check, a run that failed.
+inline Error command_failed(std::string message, Errc code = Errc::io) { return Error{code, std::move(message)}; }
 
 }  // namespace tracr::core

@@ -212,31 +212,28 @@ bool print_setup_plans(const std::vector<SetupRow>& rows, int& bad) {
   return any;
 }
 
-// The user's consent (--yes, or y on a terminal): 0 to install, else the exit code.
-int confirm_install(const SetupOptions& o) {
-  if (o.yes) return 0;
+// The user's consent (--yes, or y on a terminal): ok to install.
+Status confirm_install(const SetupOptions& o) {
+  if (o.yes) return {};
   if (!::isatty(0)) {
-    TRACR_LOG(error,
-              "tracrctl devices setup: not installing: stdin is not a terminal to confirm on; pass --yes "
-              "to install the packages above, or --dry-run to only list them");
-    return 2;
+    return core::bad_input(std::string(
+        "not installing: stdin is not a terminal to confirm on; pass --yes to install the packages above, or "
+        "--dry-run to only list them"));
   }
   fmt::print("install these packages on the devices above? [y/N] ");
   std::fflush(stdout);
   std::string answer;
   std::getline(std::cin, answer);
-  if (answer == "y" || answer == "Y" || answer == "yes") return 0;
-  fmt::print("nothing installed\n");
-  return 1;
+  if (answer == "y" || answer == "Y" || answer == "yes") return {};
+  return core::command_failed("nothing installed (not confirmed)");
 }
 
 }  // namespace
 
-int devices_setup(const SetupOptions& o) {
+Status devices_setup(const SetupOptions& o) {
   auto devs = load_devices_option(o.devices, o.devices_given);
   if (!devs) {
-    TRACR_LOG(error, "tracrctl devices setup: {}", user_text(devs.error()));
-    return 2;
+    return core::bad_input(user_text(devs.error()));
   }
   // Each device's own agent, when it has one, else the controller's: their
   // libraries name the packages (a foreign-architecture agent cannot be
@@ -258,8 +255,7 @@ int devices_setup(const SetupOptions& o) {
   for (size_t i = 0; i < rows.size(); ++i) (void)packages_for(devs->devices[i]);  // before the threads
   for (const auto& [a, r] : by_agent) {
     if (!r) {
-      TRACR_LOG(error, "tracrctl devices setup: agent {}: {}", a, user_text(r.error()));
-      return 2;
+      return core::bad_input(fmt::format("agent {}: {}", a, user_text(r.error())));
     }
     fmt::print("agent {}: {} directly linked libraries from {} Debian packages: {}\n", a, r->libraries.size(),
                r->packages.size(), fmt::join(r->packages, " "));
@@ -286,8 +282,12 @@ int devices_setup(const SetupOptions& o) {
   });
   int bad = 0;
   const bool any = print_setup_plans(rows, bad);
-  if (!any || o.dry_run) return bad ? 1 : 0;
-  if (const int no = confirm_install(o); no != 0) return no;
+  const auto failed_devices = [&] {
+    return core::command_failed(fmt::format("{} of {} devices failed (FAIL above)", bad, rows.size()),
+                                Errc::unreachable);
+  };
+  if (!any || o.dry_run) return bad ? failed_devices() : Status{};
+  TRACR_TRY(confirm_install(o));
   std::vector<std::string> results(rows.size());
   run_concurrently(rows.size(), [&](size_t i) {
     SetupRow& r = rows[i];
@@ -301,7 +301,7 @@ int devices_setup(const SetupOptions& o) {
     if (results[i].rfind("FAIL", 0) == 0) ++bad;
     fmt::print("{} {}\n", rows[i].head, results[i]);
   }
-  return bad ? 1 : 0;
+  return bad ? failed_devices() : Status{};
 }
 
 }  // namespace tracr::fleet

@@ -54,6 +54,6 @@ struct SetupOptions {
   bool yes = false;
   bool dry_run = false;
 };
-int devices_setup(const SetupOptions& o);
+Status devices_setup(const SetupOptions& o);
 
 }  // namespace tracr::fleet

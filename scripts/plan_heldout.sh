@@ -120,18 +120,20 @@ for m in $models; do
   run n4q25 "$(devices 4 25)" "$reps"
   run n8q25 "$(devices 8 25)" "$reps"
   run n1q50 "$(devices 1 50)" "$reps"
-  run prof25 "$(devices 1 25)" 1 --set repetitions=1
-  run prof50 "$(devices 1 50)" 1 --set repetitions=1
+  # Calibration runs of each quota's PARTICIPANT, short and repeated: the
+  # plan takes each layer's median over them (--participant-from A,B,C).
+  run prof25 "$(devices 1 25)" "$reps" --set repetitions=1
+  run prof50 "$(devices 1 50)" "$reps" --set repetitions=1
   base=$(ids "$m-n1q25#1"); [ -n "$base" ] || base=$(ids "$m-n1q25" | cut -d, -f1)
   base50=$(ids "$m-n1q50#1")
   rest=$(ids "$m-n1q25#*" | cut -d, -f2-)
   table+=("$(plan "$m" "1 participant, q 0.25: other repetitions" "$base" --validate-on "$rest")")
   table+=("$(plan "$m" "1 -> 4 participants sharing the SERVER" "$base" --validate-on "$(ids "$m-n4q25#*")")")
   table+=("$(plan "$m" "1 -> 8 participants sharing the SERVER" "$base" --validate-on "$(ids "$m-n8q25#*")")")
-  table+=("$(plan "$m" "q 0.25 -> q 0.5 (participant profiled once)" "$base" --participant-from "$(ids "$m-prof50")" \
-    --validate-on "$(ids "$m-n1q50#*")")")
-  table+=("$(plan "$m" "q 0.5 -> q 0.25 (participant profiled once)" "$base50" --participant-from "$(ids "$m-prof25")" \
-    --validate-on "$(ids "$m-n1q25#*")")")
+  table+=("$(plan "$m" "q 0.25 -> q 0.5 (participant calibrated $reps times)" "$base" \
+    --participant-from "$(ids "$m-prof50*")" --validate-on "$(ids "$m-n1q50#*")")")
+  table+=("$(plan "$m" "q 0.5 -> q 0.25 (participant calibrated $reps times)" "$base50" \
+    --participant-from "$(ids "$m-prof25*")" --validate-on "$(ids "$m-n1q25#*")")")
 done
 echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best |"
 echo "|---|---|---|---|---|"

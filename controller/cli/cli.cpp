@@ -4,7 +4,6 @@
 // the command's function; adding a command or an option is one entry in
 // build_app() below (completion and --help follow from the tree).
 #include "controller/cli/cli.hpp"
-#include "core/log.hpp"
 #include "controller/cli/help_format.hpp"
 #include "core/log.hpp"
 #include "core/user_error.hpp"
@@ -12,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -26,11 +26,13 @@
 #include "controller/commands/demo.hpp"
 #include "controller/commands/devices.hpp"
 #include "controller/commands/models.hpp"
-#include "analysis/plan.hpp"
-#include "analysis/report.hpp"
+#include "controller/commands/plan.hpp"
+#include "controller/commands/report.hpp"
 #include "controller/commands/results.hpp"
 #include "controller/commands/run.hpp"
 #include "controller/commands/train.hpp"
+#include "controller/session/run_row.hpp"
+#include "fleet/process.hpp"
 #include "protocol/codec.hpp"
 #include "protocol/error.hpp"
 
@@ -56,7 +58,9 @@ constexpr const char* kExitStatus =
 // The parsed command line: every command's typed options, and the function
 // to call once parsing succeeded.
 struct Parsed {
-  std::function<int()> action;
+  // What the command runs, and the name its ending error is written under.
+  std::function<Status()> action;
+  std::string prefix;
   RunOptions run, probe, agents_start;
   TrainOptions train;
   PlanCommand plan;
@@ -69,6 +73,11 @@ struct Parsed {
   std::string completion_shell;
   std::vector<size_t> demo_sizes;
 };
+
+void act(Parsed& p, std::string prefix, std::function<Status()> action) {
+  p.prefix = std::move(prefix);
+  p.action = std::move(action);
+}
 
 // "a,b,c" -> {"a", "b", "c"}.
 std::vector<std::string> split_commas(const std::string& s) { return agent::split_on(s, ','); }
@@ -179,7 +188,7 @@ void add_run(CLI::App& app, Parsed& p) {
       ->check(CLI::Range(1, 1000))
       ->type_name("N");
   add_sets(run, p.run.sets);
-  run->callback([&p] { p.action = [&p] { return run_experiment(p.run); }; });
+  run->callback([&p] { act(p, "tracrctl run", [&p] { return run_experiment(p.run); }); });
 }
 
 // train: split training
@@ -196,7 +205,7 @@ void add_train(CLI::App& app, Parsed& p) {
   train->add_flag_function("--no-progress", [&p](int64_t) { p.train.progress = false; }, "no progress line");
   train->add_option("--agent", p.train.agent_path, "tracr-agent to run (default: next to tracrctl)")->type_name("PATH");
   add_sets(train, p.train.sets);
-  train->callback([&p] { p.action = [&p] { return cmd_train(p.train); }; });
+  train->callback([&p] { act(p, "tracrctl train", [&p] { return cmd_train(p.train); }); });
 }
 
 // link probe
@@ -213,7 +222,7 @@ void add_link_probe(CLI::App& app, Parsed& p) {
   add_sets(probe, p.probe.sets);
   probe->callback([&p] {
     p.probe.probe_only = true;
-    p.action = [&p] { return run_experiment(p.probe); };
+    act(p, "tracrctl link probe", [&p] { return run_experiment(p.probe); });
   });
 }
 
@@ -259,20 +268,27 @@ void add_plan(CLI::App& app, Parsed& p) {
                    "the basis run had, or the --validate-on run)")
       ->check(CLI::Range(1, 100000))
       ->type_name("N");
-  plan->add_option("--participant-from", p.plan.plan.participant_run,
-                   "the PARTICIPANT's layer and head profiles from this run (another device, profiled once), "
-                   "with the basis run's SERVER, bytes and link")
-      ->type_name("RUN")
-      ->check(CLI::PositiveNumber);
+  plan->add_option_function<std::string>(
+          "--participant-from",
+          [&p](const std::string& v) {
+            auto runs = to_ints<int64_t>(v);
+            p.plan.plan.participant_run = runs.front();
+            p.plan.plan.participant_more.assign(runs.begin() + 1, runs.end());
+          },
+          "the PARTICIPANT's layer and head profiles from this run (another device, profiled once), with the "
+          "basis run's SERVER, bytes and link; RUN1,RUN2,...: calibration runs of that device, each layer's time "
+          "the median over them")
+      ->type_name("RUN[,RUN...]")
+      ->check(int_list(1, std::numeric_limits<int64_t>::max(), 0, "run ids RUN or RUN1,RUN2,..."));
   plan->add_option("--splits", p.plan.plan.splits,
                    "splits to plan: all (default), measured (those whose bytes a run measured), or K1,K2,...")
       ->type_name("all|measured|K,...");
   add_sets(plan, p.plan.sets);
   plan->callback([&p] {
-    p.action = [&p] {
+    act(p, "tracrctl plan", [&p] {
       p.plan.width = table_width();
       return cmd_plan(p.plan);
-    };
+    });
   });
 }
 
@@ -286,7 +302,7 @@ void add_report(CLI::App& app, Parsed& p) {
   report->add_option("--figures", p.report.figures, "write every figure as DIR/<figure>.svg, .pdf and .csv")
       ->type_name("DIR");
   add_db(report, p.report.db, "results database (default $TRACR_OUTPUT, else results/tracr.db here, else the project's)");
-  report->callback([&p] { p.action = [&p] { return cmd_report(p.report); }; });
+  report->callback([&p] { act(p, "tracrctl report", [&p] { return cmd_report(p.report); }); });
 }
 
 // results and its subcommands
@@ -299,7 +315,7 @@ void add_results(CLI::App& app, Parsed& p) {
     if (db) add_db(c, p.results.db, "results database (default $TRACR_OUTPUT, else results/tracr.db here, else the project's)");
     c->callback([&p, name] {
       p.results.sub = name;
-      p.action = [&p] { return cmd_results(p.results); };
+      act(p, "tracrctl results " + name, [&p] { return cmd_results(p.results); });
     });
     return c;
   };
@@ -366,13 +382,13 @@ void add_devices_and_agents(CLI::App& app, Parsed& p) {
                     "also list, per device, each file of this experiment its role reads: declared, already "
                     "staged, or what the next run uploads (its devices file unless --devices is given)")
       ->type_name("EXP.yaml");
-  check->callback([&p] { p.action = [&p] { return cmd_devices_check(p.devices); }; });
+  check->callback([&p] { act(p, "tracrctl devices", [&p] { return cmd_devices_check(p.devices); }); });
   auto* setup = devices->add_subcommand(
       "setup", "install the agent's runtime Debian packages on every device over SSH (shows them, then asks)");
   devices_options(setup, false);
   setup->add_flag("--yes", p.devices.yes, "install without asking");
   setup->add_flag("--dry-run", p.devices.dry_run, "only print what each device lacks and the command");
-  setup->callback([&p] { p.action = [&p] { return cmd_devices_setup(p.devices); }; });
+  setup->callback([&p] { act(p, "tracrctl devices setup", [&p] { return cmd_devices_setup(p.devices); }); });
 
   auto* agents = app.add_subcommand("agents", "tracr-agent on the devices: start, deploy, status, logs, stop");
   agents->require_subcommand(1);
@@ -382,7 +398,7 @@ void add_devices_and_agents(CLI::App& app, Parsed& p) {
   start->add_option("--agent", p.agents_start.agent_path, "tracr-agent to run (default: next to tracrctl)")
       ->type_name("PATH");
   add_sets(start, p.agents_start.sets);
-  start->callback([&p] { p.action = [&p] { return cmd_agents_start(p.agents_start); }; });
+  start->callback([&p] { act(p, "tracrctl agents start", [&p] { return cmd_agents_start(p.agents_start); }); });
   for (const auto& [verb, help] : std::vector<std::pair<std::string, std::string>>{
            {"deploy", "upload the agent to every SSH device (by content hash)"},
            {"status", "deployed and running agents, and detached SERVER agents"},
@@ -390,14 +406,14 @@ void add_devices_and_agents(CLI::App& app, Parsed& p) {
            {"stop", "stop detached SERVER agents (run agents stop with their run)"}}) {
     auto* c = agents->add_subcommand(verb, help);
     devices_options(c, true);
-    c->callback([&p, v = verb] { p.action = [&p, v] { return cmd_agents(v, p.devices); }; });
+    c->callback([&p, v = verb] { act(p, "tracrctl agents " + v, [&p, v] { return cmd_agents(v, p.devices); }); });
   }
 }
 
 // models, profile
 void add_models(CLI::App& app, Parsed& p) {
   app.add_subcommand("models", "list the splittable models of the registry")->callback([&p] {
-    p.action = [] { return cmd_models(); };
+    act(p, "tracrctl models", [] { return cmd_models(); });
   });
   auto* profile = app.add_subcommand("profile",
                                      "per-layer latency (median, p95), bytes and memory on this machine, and the "
@@ -420,7 +436,7 @@ void add_models(CLI::App& app, Parsed& p) {
                    "(default: a traced model's first, last and 3 between; none for a zoo model, which runs layer by "
                    "layer); each timed a third of --reps times after one warm-up")
       ->type_name("all|none|K,...");
-  profile->callback([&p] { p.action = [&p] { return cmd_profile(p.profile); }; });
+  profile->callback([&p] { act(p, "tracrctl profile", [&p] { return cmd_profile(p.profile); }); });
 }
 
 // demo, bench protocol
@@ -431,7 +447,7 @@ void add_demo(CLI::App& app, Parsed& p) {
   add_demo_options(demo, p.demo, p.demo_sizes);
   demo->callback([&p] {
     if (!p.demo_sizes.empty()) p.demo.sizes = p.demo_sizes;
-    p.action = [&p] { return run_demo(p.demo); };
+    act(p, "tracrctl demo", [&p] { return run_demo(p.demo); });
   });
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
@@ -445,7 +461,7 @@ void add_demo(CLI::App& app, Parsed& p) {
   add_demo_options(bproto, p.bench, p.demo_sizes);
   bproto->callback([&p] {
     if (!p.demo_sizes.empty()) p.bench.sizes = p.demo_sizes;
-    p.action = [&p] { return run_demo(p.bench); };
+    act(p, "tracrctl bench protocol", [&p] { return run_demo(p.bench); });
   });
 }
 
@@ -458,22 +474,22 @@ void add_convert(CLI::App& app, Parsed& p) {
   convert->add_option("-o,--output", p.convert.output, "write the experiment here (default: stdout)")
       ->type_name("NEW.yaml");
   convert->add_flag("--force", p.convert.force, "replace NEW.yaml when it exists");
-  convert->callback([&p] { p.action = [&p] { return cmd_convert(p.convert); }; });
+  convert->callback([&p] { act(p, "tracrctl convert", [&p] { return cmd_convert(p.convert); }); });
 }
 
 // codecs, version, completion
 void add_misc(CLI::App& app, Parsed& p) {
   app.add_subcommand("codecs", "list the codecs this build supports")->callback([&p] {
-    p.action = [] {
+    act(p, "tracrctl codecs", []() -> Status {
       for (const auto& c : protocol::list_codecs()) std::puts(c.c_str());
-      return 0;
-    };
+      return {};
+    });
   });
   app.add_subcommand("version", "print versions")->callback([&p] {
-    p.action = [] {
+    act(p, "tracrctl version", []() -> Status {
       std::printf("tracrctl %s, tensor-frame protocol 1\n", agent::kAgentVersion);
-      return 0;
-    };
+      return {};
+    });
   });
   auto* completion = app.add_subcommand("completion", "print a shell completion script: "
                                                       "source <(tracrctl completion bash)");
@@ -481,7 +497,12 @@ void add_misc(CLI::App& app, Parsed& p) {
       ->type_name("bash")
       ->required()
       ->check(CLI::IsMember({"bash"}));
-  completion->callback([&p, &app] { p.action = [&app] { return std::fputs(bash_completion(app).c_str(), stdout) < 0; }; });
+  completion->callback([&p, &app] {
+    act(p, "tracrctl completion", [&app]() -> Status {
+      if (std::fputs(bash_completion(app).c_str(), stdout) < 0) return core::command_failed("cannot write to stdout");
+      return {};
+    });
+  });
 }
 
 // The whole tree. Every command sets p.action to what it runs.
@@ -639,7 +660,13 @@ int tracrctl_main(int argc, char** argv) {
       TRACR_LOG(error, "tracrctl: expected a command\nrun 'tracrctl --help'");
       return 2;
     }
-    return p.action();
+    // The one place a command's ending error is written and mapped to the
+    // exit status: 2 for a usage error, 128+N when signal N ended it, else 1.
+    const Status st = p.action();
+    if (st) return 0;
+    TRACR_LOG(error, "{}: {}", p.prefix, without_backtrace(core::user_text(st.error())));
+    const int sig = SignalCatcher::signal();
+    return sig ? signal_exit_code(sig) : core::exit_code(st.error());
   } catch (const Fatal& f) {
     TRACR_LOG(error, "tracrctl: {}", without_backtrace(core::user_text(f.err)));
     return core::exit_code(f.err);

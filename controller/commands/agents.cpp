@@ -114,8 +114,8 @@ Result<agent::ControlMsg> start_remote(DetachedStart& st) {
 }
 
 // The READY agent's state file, where `agents stop` finds it.
-int record_detached(DetachedStart& st, const agent::ControlMsg& ready, const std::string& state,
-                    const std::string& model) {
+Status record_detached(DetachedStart& st, const agent::ControlMsg& ready, const std::string& state,
+                       const std::string& model) {
   const DeviceConfig& server = st.server;
   st.d.endpoint = ready.get_or("endpoint", "");
   if (server.transport != Transport::local) st.d.endpoint = reachable_endpoint(st.d.endpoint, server.connection().host);
@@ -124,8 +124,7 @@ int record_detached(DetachedStart& st, const agent::ControlMsg& ready, const std
   if (!st.pre.devices.embedded)
     st.d.devices_file = fs::absolute(st.pre.devices.source).lexically_normal().string();
   if (auto w = write_detached(state, st.d); !w) {
-    TRACR_LOG(error, "tracrctl agents start: {}", user_text(w.error()));
-    return 1;
+    return core::command_failed(user_text(w.error()));
   }
   // `agents stop` finds it wherever the experiment's output is (#24).
   const std::string dir = fs::path(state).parent_path().string();
@@ -135,44 +134,41 @@ int record_detached(DetachedStart& st, const agent::ControlMsg& ready, const std
   fmt::print("SERVER agent on {} running detached: pid {}, {}, serving {}; runs of this model reuse it until "
              "`tracrctl agents stop`\n",
              server.name, st.d.pid, st.d.endpoint, model);
-  return 0;
+  return {};
 }
 
 }  // namespace
 
-int cmd_agents_start(const RunOptions& opt) {
+Status cmd_agents_start(const RunOptions& opt) {
   auto cfg = load_experiment(opt.experiment, opt.sets);
   if (!cfg) {
-    TRACR_LOG(error, "tracrctl agents start: {}", user_text(cfg.error()));
-    return 2;
+    return core::bad_input(user_text(cfg.error()));
   }
   if (!cfg->model_list.empty()) {
-    TRACR_LOG(error,
-              "tracrctl agents start: model: {} models given; a detached SERVER serves one: start one per "
-              "model (--set model=ID)",
-              cfg->model_list.size());
-    return 2;
+    return core::bad_input(
+        fmt::format("model: {} models given; a detached SERVER serves one: start one per model (--set model=ID)",
+                    cfg->model_list.size()));
   }
   if (!cfg->input_size_list.empty()) {
-    TRACR_LOG(error,
-              "tracrctl agents start: input_size: {} sizes given; a detached SERVER serves one: start one "
-              "per size (--set input_size=C,H,W)",
-              cfg->input_size_list.size());
-    return 2;
+    return core::bad_input(fmt::format(
+        "input_size: {} sizes given; a detached SERVER serves one: start one per size (--set input_size=C,H,W)",
+        cfg->input_size_list.size()));
   }
   // The same checks as run's before anything starts.
   SessionPrelude pre;
-  if (auto s = check_session(*cfg, "agents start", RoleCheck::inference, opt.agent_path, pre); !s) return *s.exit_code;
+  TRACR_TRY(check_session(*cfg, RoleCheck::inference, opt.agent_path, pre));
   const DeviceConfig& server = pre.devices.server();
   const std::string state = detached_state_path(cfg->output, server.name);
   if (auto old = read_detached(state);
       old && (old->transport != "local" || process_alive(old->pid, old->start_ticks))) {
     fmt::print("SERVER agent on {} already running (pid {}, {}); `tracrctl agents stop` first\n", server.name, old->pid,
                old->endpoint);
-    return old->identity == server_identity(*cfg) ? 0 : 1;
+    if (old->identity == server_identity(*cfg)) return {};
+    return core::command_failed(
+        fmt::format("the detached SERVER agent on {} serves another model or settings", server.name));
   }
   DetachedStart st{server, pre, {}, {}, *cfg, {}, opt.trust_new_hosts, {}};
-  if (auto s = draw_session_secret("agents start", st.secret); !s) return *s.exit_code;
+  TRACR_TRY(draw_session_secret(st.secret));
   st.secret_hex = protocol::to_hex(st.secret.data(), st.secret.size());
   st.experiment.record.layers = false;
   st.args = {"--role", std::string(agent::role_name(agent::AgentRole::server)), "--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)};
@@ -182,8 +178,7 @@ int cmd_agents_start(const RunOptions& opt) {
   st.d.identity = server_identity(*cfg);
   auto ready = server.transport == Transport::local ? start_local(st, state) : start_remote(st);
   if (!ready) {
-    TRACR_LOG(error, "tracrctl agents start: {}", user_text(ready.error()));
-    return 1;
+    return core::command_failed(user_text(ready.error()));
   }
   return record_detached(st, *ready, state, cfg->model);
 }

@@ -1,5 +1,6 @@
 #include "controller/commands/convert.hpp"
 #include "core/log.hpp"
+#include "core/user_error.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -520,33 +521,29 @@ Result<Conversion> convert_python_config(const std::string& text, const std::str
   return Converter(source_path, python_root(source_path), out_dir).run(text);
 }
 
-int cmd_convert(const ConvertOptions& o) {
+Status cmd_convert(const ConvertOptions& o) {
   const std::string& in = o.input;
   const std::string& out = o.output;
   const bool force = o.force;
   std::ifstream f(in, std::ios::binary);
   if (!f) {
-    TRACR_LOG(error, "tracrctl convert: {}: cannot read the file", in);
-    return 2;
+    return core::bad_input(fmt::format("{}: cannot read the file", in));
   }
   std::ostringstream text;
   text << f.rdbuf();
   if (!out.empty() && !force && fs::exists(out)) {
-    TRACR_LOG(error, "tracrctl convert: {} exists; add --force to replace it", out);
-    return 2;
+    return core::bad_input(fmt::format("{} exists; add --force to replace it", out));
   }
   auto c = convert_python_config(text.str(), in, out);
   if (!c) {
-    TRACR_LOG(error, "tracrctl convert: {}", c.error().message);
-    return 2;
+    return core::bad_input(c.error().message);
   }
   if (out.empty()) {
     std::fputs(c->yaml.c_str(), stdout);
   } else {
     auto st = write_file(out, c->yaml);
     if (!st) {
-      TRACR_LOG(error, "tracrctl convert: {}", st.error().message);
-      return 1;
+      return core::command_failed(st.error().message);
     }
     TRACR_LOG(info, "wrote {}; run it with: tracrctl run {}", out, out);
   }
@@ -554,7 +551,7 @@ int cmd_convert(const ConvertOptions& o) {
     TRACR_LOG(info, "not carried over from {} ({}):", in, c->not_carried.size());
     for (const auto& d : c->not_carried) TRACR_LOG(info, "  {}: {} -- {}", d.key, d.value, d.reason);
   }
-  return 0;
+  return {};
 }
 
 }  // namespace tracr::controller

@@ -49,6 +49,6 @@ struct ConvertOptions {
 // else prints the experiment on stdout; the keys not carried over go to
 // stderr. Returns 0 when converted, 1 when the output cannot be written, 2
 // for unreadable or invalid input.
-int cmd_convert(const ConvertOptions& o);
+Status cmd_convert(const ConvertOptions& o);
 
 }  // namespace tracr::controller

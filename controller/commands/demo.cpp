@@ -256,7 +256,8 @@ struct PyRow {
 };
 
 // One size of the side-by-side table: python, raw ZeroMQ and tracr with
-// each lossless codec on the same activation; its verdicts appended.
+// each lossless codec on the same activation; its verdicts appended. How
+// many rows failed (each logged).
 int compare_size(const DemoOptions& o, zmq::context_t& ctx, const std::string& raw_ep, Client& enc, size_t bytes,
                  const Tensor& t, const PyRow& p, std::vector<std::string>& verdicts) {
   int rc = 0;
@@ -278,7 +279,7 @@ int compare_size(const DemoOptions& o, zmq::context_t& ctx, const std::string& r
     auto r = framed(enc, t, codec, o);
     if (!r) {
       TRACR_LOG(error, "tracrctl: {}/aes at {} bytes: {}", codec, bytes, user_text(r.error()));
-      rc = 1;
+      ++rc;
       continue;
     }
     line("tracr " + codec + "/aes", r->rtt.median, r->rtt.p95, r->wire, r->check);
@@ -331,12 +332,11 @@ std::map<size_t, PyRow> parse_python_rows(const std::string& text, std::string& 
   return rows;
 }
 
-int compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string& raw_ep, Client& enc) {
+Status compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string& raw_ep, Client& enc) {
   const std::string script = python_script(o);
   char tmpl[] = "/tmp/tracr-bench-XXXXXX";
   if (!mkdtemp(tmpl)) {
-    TRACR_LOG(error, "tracrctl: cannot create a temporary directory");
-    return 1;
+    return core::command_failed(std::string("cannot create a temporary directory"));
   }
   const std::string dir = tmpl;
   struct Cleanup {
@@ -345,14 +345,12 @@ int compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string&
   } cleanup{dir};
   auto gen = capture(o.python + " '" + script + "' activations '" + dir + "' 2>&1");
   if (!gen) {
-    TRACR_LOG(error, "tracrctl: generating activations: {}", user_text(gen.error()));
-    return 1;
+    return core::command_failed(fmt::format("generating activations: {}", user_text(gen.error())));
   }
   auto py = capture(o.python + " '" + script + "' baseline '" + dir + "' --reps " + std::to_string(o.reps) +
                     " --warmup " + std::to_string(o.warmup));
   if (!py) {
-    TRACR_LOG(error, "tracrctl: Python baseline: {}", user_text(py.error()));
-    return 1;
+    return core::command_failed(fmt::format("Python baseline: {}", user_text(py.error())));
   }
   std::string py_info;
   const std::map<size_t, PyRow> pyrows = parse_python_rows(*py, py_info);
@@ -374,18 +372,20 @@ int compare_python(const DemoOptions& o, zmq::context_t& ctx, const std::string&
       fmt::print("{:>9} (no real activation of this size from the generator: skipped)\n", bytes);
       continue;
     }
-    if (compare_size(o, ctx, raw_ep, enc, bytes, *t, pit->second, verdicts) != 0) rc = 1;
+    rc += compare_size(o, ctx, raw_ep, enc, bytes, *t, pit->second, verdicts);
   }
   fmt::print("\n");
   for (const auto& v : verdicts) fmt::print("{}\n", v);
-  return rc;
+  if (rc) return core::command_failed(fmt::format("{} rows of the side-by-side table failed (above)", rc));
+  return {};
 }
 
 using ClientResult = Result<std::unique_ptr<Client>>;
 
 // The codec table: for each size and codec/cipher pair, the framed round
 // trip and stream against raw ZeroMQ measured right before it. A failed row
-// starts a fresh session (its replies may still be in flight).
+// starts a fresh session (its replies may still be in flight). How many
+// rows failed (each logged).
 int codec_table(const DemoOptions& o, zmq::context_t& ctx, const std::string& raw_ep,
                 const std::function<ClientResult(bool)>& connect, ClientResult& enc, ClientResult& plain,
                 std::vector<Row>& rows) {
@@ -405,7 +405,7 @@ int codec_table(const DemoOptions& o, zmq::context_t& ctx, const std::string& ra
       auto r = framed(aes ? **enc : **plain, t, codec, o);
       if (!r) {
         TRACR_LOG(error, "tracrctl: {} at {} bytes: {}", cfg, bytes, user_text(r.error()));
-        rc = 1;
+        ++rc;
         auto fresh = connect(aes);
         if (!fresh) {
           TRACR_LOG(error, "tracrctl: reconnect: {}", user_text(fresh.error()));
@@ -440,22 +440,19 @@ void write_demo_csv(const std::string& path, const std::vector<Row>& rows) {
 
 }  // namespace
 
-int run_demo(const DemoOptions& o) {
+Status run_demo(const DemoOptions& o) {
   std::string agent = o.agent_path.empty() ? self_dir() + "/tracr-agent" : o.agent_path;
   if (access(agent.c_str(), X_OK) != 0) {
-    TRACR_LOG(error, "tracrctl: cannot find tracr-agent at {} (pass --agent PATH)", agent);
-    return 2;
+    return core::bad_input(fmt::format("cannot find tracr-agent at {} (pass --agent PATH)", agent));
   }
   std::vector<uint8_t> secret(32);
   if (auto rb = random_bytes(secret.data(), secret.size()); !rb) {
-    TRACR_LOG(error, "tracrctl: cannot draw the session secret: {}", user_text(rb.error()));
-    return 1;
+    return core::command_failed(fmt::format("cannot draw the session secret: {}", user_text(rb.error())));
   }
   auto enc_agent = start_agent(agent, true, secret);
   auto plain_agent = start_agent(agent, false, secret);
   if (!enc_agent || !plain_agent) {
-    TRACR_LOG(error, "tracrctl: {}", (!enc_agent ? enc_agent.error() : plain_agent.error()).str());
-    return 1;
+    return core::command_failed(user_text(!enc_agent ? enc_agent.error() : plain_agent.error()));
   }
   zmq::context_t ctx(1);
   auto connect = [&](bool encrypt) {
@@ -467,8 +464,7 @@ int run_demo(const DemoOptions& o) {
   auto enc = connect(true);
   auto plain = connect(false);
   if (!enc || !plain) {
-    TRACR_LOG(error, "tracrctl: {}", (!enc ? enc.error() : plain.error()).str());
-    return 1;
+    return core::command_failed(user_text(!enc ? enc.error() : plain.error()));
   }
   // Keep reading the agents' control lines (heartbeats): a full pipe would
   // block an agent.
@@ -495,16 +491,16 @@ int run_demo(const DemoOptions& o) {
              "{} warm-up + {} timed; stream = {} frames, {} in flight\n\n",
              o.warmup, o.reps, o.stream_frames, o.window);
   std::vector<Row> rows;
-  int rc = 0;
-  if (!o.compare_only && codec_table(o, ctx, enc_agent->raw_endpoint, connect, enc, plain, rows) != 0) rc = 1;
-  if (o.compare_python && compare_python(o, ctx, enc_agent->raw_endpoint, **enc) != 0) rc = 1;
+  const int failed_rows = o.compare_only ? 0 : codec_table(o, ctx, enc_agent->raw_endpoint, connect, enc, plain, rows);
+  const Status python = o.compare_python ? compare_python(o, ctx, enc_agent->raw_endpoint, **enc) : Status{};
   if (!o.csv_path.empty()) write_demo_csv(o.csv_path, rows);
   draining = false;
   if (d1.joinable()) d1.join();
   if (d2.joinable()) d2.join();
   enc_agent->conn->stop(3000);
   plain_agent->conn->stop(3000);
-  return rc;
+  if (failed_rows) return core::command_failed(fmt::format("{} rows of the codec table failed (above)", failed_rows));
+  return python;
 }
 
 }  // namespace tracr::controller

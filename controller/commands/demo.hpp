@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 #include <vector>
+#include "protocol/error.hpp"
 
 namespace tracr::controller {
 
@@ -32,7 +33,7 @@ struct DemoOptions {
                                        "blosc-zstd", "sparse+blosc-zstd:level=3"};
 };
 
-// Runs the demo and prints the table. Returns a process exit code.
-int run_demo(const DemoOptions& opt);
+// Runs the demo and prints the table; fails when a row or the comparison failed.
+Status run_demo(const DemoOptions& opt);
 
 }  // namespace tracr::controller

@@ -74,7 +74,7 @@ std::string meter_lines(const std::string& out) {
 
 }  // namespace
 
-int cmd_devices_setup(const DevicesOptions& opt) {
+Status cmd_devices_setup(const DevicesOptions& opt) {
   const DevicesOptions c = resolved(opt);
   SetupOptions so;
   so.devices = c.devices;
@@ -196,34 +196,30 @@ DeviceLine check_ssh_device(const CheckContext& x, const DeviceConfig& d, const 
 
 }  // namespace
 
-int cmd_devices_check(const DevicesOptions& opt) {
+Status cmd_devices_check(const DevicesOptions& opt) {
   DevicesOptions c = resolved(opt);
   // With an experiment: its devices file (unless --devices says otherwise) and its files.
   std::optional<ExperimentConfig> exp;
   if (!c.experiment.empty()) {
     auto e = load_experiment(c.experiment);
     if (!e) {
-      TRACR_LOG(error, "tracrctl devices: {}", user_text(e.error()));
-      return 2;
+      return core::bad_input(user_text(e.error()));
     }
     if (auto st = check_experiment_files(*e); !st) {
-      TRACR_LOG(error, "tracrctl devices: {}", user_text(st.error()));
-      return 2;
+      return core::bad_input(user_text(st.error()));
     }
     if (!c.devices_given) c.devices = e->devices;
     exp = agent_experiment(*e);
   }
   auto devs = load_devices_option(c.devices, c.devices_given);
   if (!devs) {
-    TRACR_LOG(error, "tracrctl devices: {}", user_text(devs.error()));
-    return 2;
+    return core::bad_input(user_text(devs.error()));
   }
   auto local_arch = elf_arch(c.agent);
   auto local_hash = sha256_file(c.agent);
   if (!local_arch || !local_hash) {
-    TRACR_LOG(error, "tracrctl devices: agent {}: {}", c.agent,
-              user_text(!local_arch ? local_arch.error() : local_hash.error()));
-    return 2;
+    return core::bad_input(
+        fmt::format("agent {}: {}", c.agent, user_text(!local_arch ? local_arch.error() : local_hash.error())));
   }
   fmt::print("devices from {}; local agent {} ({}, sha256 {})\n", devs->source, c.agent, *local_arch,
              local_hash->substr(0, 16));
@@ -236,15 +232,18 @@ int cmd_devices_check(const DevicesOptions& opt) {
     return line.text;
   });
   for (const auto& r : rows) fmt::print("{}\n", r);
-  return bad.load() ? 1 : 0;
+  if (bad.load())
+    return core::command_failed(fmt::format("{} of {} devices failed the check (FAIL above)", bad.load(), rows.size()),
+                                Errc::unreachable);
+  return {};
 }
 
 // `agents stop` / `agents status` for detached SERVER agents: those under
 // --state-dir, else under results/agents and every directory `agents start`
-// used (an experiment's output may be anywhere, #24). Returns 1 when one
-// could not be stopped or a recorded directory is gone.
+// used (an experiment's output may be anywhere, #24). How many could not be
+// stopped or are listed in a directory that is gone (each logged).
 static int detached_agents(const std::string& verb, const DevicesOptions& c) {
-  int rc = 0;
+  int bad = 0;
   std::vector<std::string> gone;
   const auto dirs = c.state_dir.empty() ? detached_dirs("results/agents", &gone) : std::vector<std::string>{c.state_dir};
   for (const auto& g : gone) {
@@ -253,10 +252,10 @@ static int detached_agents(const std::string& verb, const DevicesOptions& c) {
               "there cannot be found; stop them by hand (`tracrctl agents status` on each device lists agents "
               "that run); the directory is dropped from the list",
               verb, g, detached_index_path());
-    rc = 1;
+    ++bad;
   }
   for (const auto& dir : dirs) {
-    if (verb == "stop" && stop_detached_agents(dir, c.trust, c.devices) != 0) rc = 1;
+    if (verb == "stop" && stop_detached_agents(dir, c.trust, c.devices) != 0) ++bad;
     if (verb != "status") continue;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec))
@@ -264,15 +263,14 @@ static int detached_agents(const std::string& verb, const DevicesOptions& c) {
         if (auto d = read_detached(e.path().string()))
           fmt::print("detached SERVER agent on {}: pid {}, {} (state in {})\n", d->device, d->pid, d->endpoint, dir);
   }
-  return rc;
+  return bad;
 }
 
-int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
+Status cmd_agents(const std::string& verb, const DevicesOptions& opt) {
   const DevicesOptions c = resolved(opt);
   auto devs = load_devices_option(c.devices, c.devices_given);
   if (!devs) {
-    TRACR_LOG(error, "tracrctl agents: {}", user_text(devs.error()));
-    return 2;
+    return core::bad_input(user_text(devs.error()));
   }
   std::atomic<int> bad{0};
   auto rows = for_each_device(*devs, [&](const DeviceConfig& d) -> std::string {
@@ -326,9 +324,12 @@ int cmd_agents(const std::string& verb, const DevicesOptions& opt) {
     return head + " " + (*s)->label() + ": run agents stop with their run; detached agents below";
   });
   for (const auto& r : rows) fmt::print("{}\n", r);
-  int rc = bad.load() ? 1 : 0;
-  if ((verb == "stop" || verb == "status") && detached_agents(verb, c) != 0) rc = 1;
-  return rc;
+  const int detached_bad = verb == "stop" || verb == "status" ? detached_agents(verb, c) : 0;
+  if (bad.load())
+    return core::command_failed(fmt::format("{} of {} devices failed (FAIL above)", bad.load(), rows.size()),
+                                Errc::unreachable);
+  if (detached_bad) return core::command_failed(fmt::format("{} detached agent(s) failed (above)", detached_bad));
+  return {};
 }
 
 }  // namespace tracr::controller

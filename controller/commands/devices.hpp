@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include "protocol/error.hpp"
 
 namespace tracr::controller {
 
@@ -22,12 +23,14 @@ struct DevicesOptions {
 };
 
 // Reachability, authentication, key permissions, architecture and agent
-// version of every device. Returns 0 all good, 1 a device failed, 2 a bad devices file.
-int cmd_devices_check(const DevicesOptions& opt);
+// version of every device. Fails when a device failed (exit 1) or with a bad
+// devices file (exit 2).
+Status cmd_devices_check(const DevicesOptions& opt);
 // The agent's runtime Debian packages on every device (fleet/device_setup.hpp).
-// Returns 0 done or nothing to do, 1 a device failed, 2 refused or a bad devices file.
-int cmd_devices_setup(const DevicesOptions& opt);
-// verb: deploy | status | logs | stop. Returns 0, 1 when a device failed, 2 a bad devices file.
-int cmd_agents(const std::string& verb, const DevicesOptions& opt);
+// Fails when a device failed (exit 1), or refused or with a bad devices file (exit 2).
+Status cmd_devices_setup(const DevicesOptions& opt);
+// verb: deploy | status | logs | stop. Fails when a device failed (exit 1) or
+// with a bad devices file (exit 2).
+Status cmd_agents(const std::string& verb, const DevicesOptions& opt);
 
 }  // namespace tracr::controller

@@ -35,14 +35,13 @@ using namespace tracr::core;  // the floors below, by their short names
 using namespace tracr::store;
 using namespace tracr::analysis;
 
-int cmd_models() {
+Status cmd_models() {
 #if TRACR_WITH_TORCH
   for (const auto& name : experiments::list_models())
     fmt::print("{:<24} {}\n", name, experiments::model_description(name));
-  return 0;
+  return {};
 #else
-  TRACR_LOG(error, "tracrctl models: this build has no LibTorch (TRACR_WITH_TORCH=OFF)");
-  return 2;
+  return core::bad_input(std::string("this build has no LibTorch (TRACR_WITH_TORCH=OFF)"));
 #endif
 }
 
@@ -107,14 +106,11 @@ std::string profile_json(const experiments::SplitModel& model, const std::vector
   return o + "]}\n";
 }
 
-// Writes an output file and says so; false (the error printed) when it cannot.
-bool write_output(const std::string& path, const std::string& text) {
-  if (auto st = write_file(path, text); !st) {
-    TRACR_LOG(error, "tracrctl profile: {}", user_text(st.error()));
-    return false;
-  }
+// Writes an output file and says so.
+Status write_output(const std::string& path, const std::string& text) {
+  if (auto st = write_file(path, text); !st) return core::command_failed(user_text(st.error()));
   fmt::print("wrote {}\n", path);
-  return true;
+  return {};
 }
 
 // The splits --segments names: all, none, K1,K2,..., or by default a graph
@@ -190,7 +186,7 @@ Result<std::vector<SegmentRow>> print_segments(const experiments::SplitModel& m,
 #endif
 }  // namespace
 
-int cmd_profile(const ProfileOptions& opt) {
+Status cmd_profile(const ProfileOptions& opt) {
 #if TRACR_WITH_TORCH
   experiments::ModelConfig cfg;
   cfg.input_shape = opt.input_shape;
@@ -209,13 +205,11 @@ int cmd_profile(const ProfileOptions& opt) {
         expected = fmt::format("; expected an --input-shape (C,H,W, or any rank such as 4 or T,D) that every "
                                "layer of {} takes (its default: {})",
                                opt.model, d);
-    TRACR_LOG(error, "tracrctl profile: {}{}", msg.substr(0, msg.find('\n')), expected);
-    return 2;
+    return core::bad_input(fmt::format("{}{}", msg.substr(0, msg.find('\n')), expected));
   }
   auto ks = segment_splits(opt.segments, **model);
   if (!ks) {
-    TRACR_LOG(error, "tracrctl profile: {}", ks.error().message);
-    return 2;
+    return core::bad_input(ks.error().message);
   }
   // LibTorch throws c10::Error (its what() holds a backtrace) for an input a
   // layer cannot take: a message naming the model, never the trace.
@@ -229,8 +223,7 @@ int cmd_profile(const ProfileOptions& opt) {
     po.repetitions = reps;
     auto prof = experiments::profile_layers(**model, input, po);
     if (!prof) {
-      TRACR_LOG(error, "tracrctl profile: {}", user_text(prof.error()));
-      return 1;
+      return core::command_failed(user_text(prof.error()));
     }
     fmt::print("{} on {}, input {}, {} repetitions per layer\n\n", (*model)->name(), (*model)->device().str(),
                fmt::join(batched, "x"), reps);
@@ -240,21 +233,18 @@ int cmd_profile(const ProfileOptions& opt) {
                experiments::format_split_table(splits));
     auto segs = print_segments(**model, input, *ks, reps, splits);
     if (!segs) {
-      TRACR_LOG(error, "tracrctl profile: {}", user_text(segs.error()));
-      return 1;
+      return core::command_failed(user_text(segs.error()));
     }
     // The same figures as files: one CSV row per layer; JSON with the layers, the splits and the segments.
-    if (!csv.empty() && !write_output(csv, profile_csv(*prof))) return 1;
-    if (!json.empty() && !write_output(json, profile_json(**model, batched, reps, *prof, splits, *segs))) return 1;
+    if (!csv.empty()) TRACR_TRY(write_output(csv, profile_csv(*prof)));
+    if (!json.empty()) TRACR_TRY(write_output(json, profile_json(**model, batched, reps, *prof, splits, *segs)));
   } catch (const std::exception& ex) {
-    TRACR_LOG(error, "tracrctl profile: {} at input {}x{}: {}", opt.model, batch,
-              fmt::join((*model)->input_shape(), "x"), experiments::torch_error_text(ex));
-    return 2;
+    return core::bad_input(fmt::format("{} at input {}x{}: {}", opt.model, batch,
+                                       fmt::join((*model)->input_shape(), "x"), experiments::torch_error_text(ex)));
   }
-  return 0;
+  return {};
 #else
-  TRACR_LOG(error, "tracrctl profile: this build has no LibTorch (TRACR_WITH_TORCH=OFF)");
-  return 2;
+  return core::bad_input(std::string("this build has no LibTorch (TRACR_WITH_TORCH=OFF)"));
 #endif
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "protocol/error.hpp"
 
 namespace tracr::controller {
 
@@ -18,11 +19,11 @@ struct ProfileOptions {
 };
 
 // Lists the registry. Returns 0 (2 in a build without LibTorch).
-int cmd_models();
+Status cmd_models();
 // Profiles every layer on this machine, and a graph model's heads and tails
 // whole at some splits (--segments). Returns 0, 1 when profiling or
 // writing failed, 2 for an unknown model or an input it cannot take (the
 // message names the model, the layer and the expected shape where known).
-int cmd_profile(const ProfileOptions& opt);
+Status cmd_profile(const ProfileOptions& opt);
 
 }  // namespace tracr::controller

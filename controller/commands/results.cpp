@@ -94,7 +94,7 @@ std::string lower(std::string s) {
   return s;
 }
 
-int cmd_list(ResultsDb& db, const Opts& o) {
+Status cmd_list(ResultsDb& db, const Opts& o) {
   auto all = db.list_runs(0);
   if (!all) throw Fatal(all.error());
   std::vector<RunRow> runs_v;
@@ -109,7 +109,7 @@ int cmd_list(ResultsDb& db, const Opts& o) {
   if (runs->empty()) {
     const bool filtered = !o.model.empty() || !o.status.empty() || !o.name.empty();
     fmt::print("no runs in {}{}\n", db.path(), filtered ? " match the filters" : "");
-    return 0;
+    return {};
   }
   std::vector<std::vector<std::string>> rows = {
       {"id", "name", "status", "started", "duration", "model", "codec", "cipher", "frames"}};
@@ -118,10 +118,10 @@ int cmd_list(ResultsDb& db, const Opts& o) {
                     duration_text(r), r.model, r.codec, r.cipher, std::to_string(r.frame_count)});
   // Narrower than the table: cipher, start time, then codec go first.
   std::fputs(fit_table(rows, {1, 2, 3, 5, 6, 7}, table_width(), {7, 3, 6}).c_str(), stdout);
-  return 0;
+  return {};
 }
 
-int cmd_show(ResultsDb& db, const Opts& o) {
+Status cmd_show(ResultsDb& db, const Opts& o) {
   if (o.positional.size() != 1) usage_error("expected one RUN");
   auto id = run_id_arg(db, o.positional[0]);
   if (!id) throw Fatal(id.error());
@@ -165,7 +165,7 @@ int cmd_show(ResultsDb& db, const Opts& o) {
                       e.frame ? "frame " + std::to_string(*e.frame) : "-", e.message});
     std::fputs(align_wrap_last(rows, {0, 1, 2, 3, 4, 5}, table_width()).c_str(), stdout);
   }
-  return 0;
+  return {};
 }
 
 // The settings of a stored run (runs.config_yaml, written by to_yaml: one
@@ -330,7 +330,7 @@ std::vector<std::vector<std::string>> compare_rows(Compared& c) {
   return rows;
 }
 
-int cmd_compare(ResultsDb& db, const Opts& o) {
+Status cmd_compare(ResultsDb& db, const Opts& o) {
   if (o.positional.size() < 2) usage_error("expected two or more RUNs");
   Compared c = load_compared(db, o.positional);
   for (size_t i = 0; i < c.size(); ++i)
@@ -349,11 +349,11 @@ int cmd_compare(ResultsDb& db, const Opts& o) {
   for (size_t block : {4, 2, 3})
     for (size_t i = 0; i < n; ++i) drop.push_back(block * n + i);
   std::fputs(fit_table(compare_rows(c), {}, table_width(), drop).c_str(), stdout);
-  return 0;
+  return {};
 }
 
 // tracrctl results rm RUN [RUN ...]: each run and all its rows.
-int cmd_rm(ResultsDb& db, const Opts& o) {
+Status cmd_rm(ResultsDb& db, const Opts& o) {
   if (o.positional.empty()) usage_error("expected one or more RUNs");
   std::vector<RunRow> runs;
   for (const auto& p : o.positional) {  // every id checked before anything is deleted
@@ -365,16 +365,15 @@ int cmd_rm(ResultsDb& db, const Opts& o) {
   }
   for (const auto& r : runs) {
     if (auto st = db.delete_run(r.id); !st) {  // a running run, a write error: the command failed
-      TRACR_LOG(error, "tracrctl results: {}", user_text(st.error()));
-      return 1;
+      return core::command_failed(user_text(st.error()));
     }
     fmt::print("removed run {} '{}' [{}] and its {} frames with every other row of it from {}\n", r.id, r.name,
                run_status_name(r.status), r.frame_count, db.path());
   }
-  return 0;
+  return {};
 }
 
-int cmd_export(ResultsDb& db, const Opts& o) {
+Status cmd_export(ResultsDb& db, const Opts& o) {
   if (o.positional.empty()) usage_error("expected one or more RUNs");
   if (o.csv.empty() && o.json.empty() && o.summary_csv.empty())
     usage_error("expected --csv FILE, --summary-csv FILE and/or --json FILE");
@@ -398,65 +397,49 @@ int cmd_export(ResultsDb& db, const Opts& o) {
     check_or_throw(export_run_json(db, ids.front(), f));
     fmt::print("wrote {}\n", f);
   }
-  return 0;
+  return {};
+}
+
+// The subcommand; usage errors and the database's errors arrive as Fatal
+// from the helpers above.
+Status results_sub(const ResultsOptions& opts) {
+  const std::string& sub = opts.sub;
+  Opts o = opts;
+  if (o.db.empty()) o.db = default_results_db();
+  if (!o.status.empty() && !parse_run_status(o.status))
+    usage_error("--status: expected running, completed, failed or interrupted, got '" + o.status + "'");
+  if (sub == "list" && !o.positional.empty()) usage_error("unexpected argument '" + o.positional[0] + "'");
+  if (sub == "schema") {
+    if (!o.positional.empty()) usage_error("unexpected argument '" + o.positional[0] + "'");
+    std::fputs((o.markdown ? format_schema_markdown() : format_schema_text()).c_str(), stdout);
+    return {};
+  }
+  if (sub == "migrate" || sub == "rm") {  // the commands that write: an existing database, opened read-write
+    if (sub == "migrate" && !o.positional.empty()) usage_error("unexpected argument '" + o.positional[0] + "'");
+    if (!std::ifstream(o.db)) return core::command_failed(fmt::format("{}: no such results database", o.db));
+    auto db = ResultsDb::open(o.db);
+    if (!db) return core::command_failed(user_text(db.error()));
+    if (sub == "rm") return cmd_rm(*db, o);
+    fmt::print("{}: schema version {}\n", o.db, *db->schema_version());
+    return {};
+  }
+  auto db = ResultsDb::open_readonly(o.db);
+  if (!db) return core::command_failed(user_text(db.error()));
+  if (sub == "list") return cmd_list(*db, o);
+  if (sub == "show") return cmd_show(*db, o);
+  if (sub == "compare") return cmd_compare(*db, o);
+  return cmd_export(*db, o);
 }
 
 }  // namespace
 
-int cmd_results(const ResultsOptions& opts) {
+Status cmd_results(const ResultsOptions& opts) {
   try {
-    const std::string& sub = opts.sub;
-    Opts o = opts;
-    if (o.db.empty()) o.db = default_results_db();
-    if (!o.status.empty() && !parse_run_status(o.status))
-      usage_error("--status: expected running, completed, failed or interrupted, got '" + o.status + "'");
-    if (sub == "list" && !o.positional.empty())
-      usage_error("unexpected argument '" + o.positional[0] + "'");
-    if (sub == "schema") {
-      if (!o.positional.empty()) usage_error("unexpected argument '" + o.positional[0] + "'");
-      std::fputs((o.markdown ? format_schema_markdown() : format_schema_text()).c_str(), stdout);
-      return 0;
-    }
-    if (sub == "migrate" || sub == "rm") {  // the commands that write: an existing database, opened read-write
-      if (sub == "migrate" && !o.positional.empty())
-        usage_error("unexpected argument '" + o.positional[0] + "'");
-      if (!std::ifstream(o.db)) {
-        TRACR_LOG(error, "tracrctl results: {}: no such results database", o.db);
-        return 1;
-      }
-      auto db = ResultsDb::open(o.db);
-      if (!db) {
-        TRACR_LOG(error, "tracrctl results: {}", user_text(db.error()));
-        return 1;
-      }
-      if (sub == "migrate") {
-        fmt::print("{}: schema version {}\n", o.db, *db->schema_version());
-        return 0;
-      }
-      try {
-        return cmd_rm(*db, o);
-      } catch (const Fatal& f) {
-        TRACR_LOG(error, "tracrctl results {}: {}", sub, user_text(f.err));
-        return exit_code(f.err);
-      }
-    }
-    auto db = ResultsDb::open_readonly(o.db);
-    if (!db) {
-      TRACR_LOG(error, "tracrctl results: {}", user_text(db.error()));
-      return 1;
-    }
-    try {
-      if (sub == "list") return cmd_list(*db, o);
-      if (sub == "show") return cmd_show(*db, o);
-      if (sub == "compare") return cmd_compare(*db, o);
-      return cmd_export(*db, o);
-    } catch (const Fatal& f) {
-      TRACR_LOG(error, "tracrctl results {}: {}", sub, user_text(f.err));
-      return exit_code(f.err);
-    }
+    return results_sub(opts);
   } catch (const Fatal& f) {
-    TRACR_LOG(error, "tracrctl results {0}: {1}\nrun 'tracrctl results {0} --help'", opts.sub, user_text(f.err));
-    return exit_code(f.err);
+    if (f.err.code != Errc::invalid_argument) return f.err;
+    return make_error(Errc::invalid_argument,
+                      fmt::format("{}\nrun 'tracrctl results {} --help'", user_text(f.err), opts.sub));
   }
 }
 

@@ -34,6 +34,6 @@ struct ResultsOptions {
 };
 // Entry point of `tracrctl results`. Returns 0 on success, 1 when the
 // database or run cannot be read, 2 on usage errors; messages go to stderr.
-int cmd_results(const ResultsOptions& opt);
+Status cmd_results(const ResultsOptions& opt);
 
 }  // namespace tracr::controller

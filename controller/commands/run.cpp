@@ -6,6 +6,7 @@
 // written, the run is marked interrupted.
 #include "controller/commands/run.hpp"
 #include "controller/cli/help_format.hpp"
+#include "controller/commands/report.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "core/user_error.hpp"
@@ -296,7 +297,7 @@ Result<std::vector<SeriesRun>> series_runs(const ExperimentConfig& cfg, const Se
 // falls on every configuration alike), then the table comparing them. Every
 // model and size is checked before the first run starts; a failure or an
 // interruption ends the series.
-int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<int64_t>& runs) {
+Status run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<int64_t>& runs) {
   SeriesAxes ax;
   ax.model = !cfg.model_list.empty();
   ax.size = !cfg.input_size_list.empty();
@@ -304,8 +305,7 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<in
   ax.codec = !cfg.compression_list.empty();
   auto configs = series_runs(cfg, ax);
   if (!configs) {
-    TRACR_LOG(error, "tracrctl run: {}", user_text(configs.error()));
-    return 2;
+    return core::bad_input(user_text(configs.error()));
   }
   if (ax.model || ax.size) {
     // Each model at each size, checked before anything starts (a split or a
@@ -322,8 +322,7 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<in
           std::vector<std::string> where;
           if (ax.model) where.push_back(fmt::format("model[{}]", i));
           if (ax.size) where.push_back(fmt::format("input_size[{}]", j));
-          TRACR_LOG(error, "tracrctl run: {}: {}", fmt::join(where, ", "), user_text(n.error()));
-          return 2;
+          return core::bad_input(fmt::format("{}: {}", fmt::join(where, ", "), user_text(n.error())));
         }
       }
   }
@@ -339,59 +338,56 @@ int run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector<in
       fmt::print("\n== {}{}\n", reps > 1 ? fmt::format("repetition {} of {}, ", rep, reps) : "", c.what);
       std::fflush(stdout);
       int64_t id = 0;
-      const int rc = run_loaded(one_ro, c.cfg, &id);
+      const Status st = run_loaded(one_ro, c.cfg, &id);
       if (id > 0) {
         runs.push_back(id);
         labels.push_back(c.label);
       }
-      if (rc != 0) return rc;
+      TRACR_TRY(st);
     }
   if (reps > 1)
     print_repetition_spread(cfg.output, runs, reps, labels);
   else if (runs.size() > 1)
     print_series_comparison(cfg.output, runs, labels, ax.words());
-  return 0;
+  return {};
 }
 
 // --report FILE.html: its directory must exist before anything runs.
-int check_report_path(const std::string& path) {
-  if (path.empty()) return 0;
+Status check_report_path(const std::string& path) {
+  if (path.empty()) return {};
   std::error_code ec;
   const fs::path dir = fs::path(path).parent_path();
   if (!dir.empty() && !fs::is_directory(dir, ec)) {
-    TRACR_LOG(error,
-              "tracrctl run: --report {}: directory '{}' does not exist; expected a file in an existing "
-              "directory",
-              path, dir.string());
-    return 2;
+    return core::bad_input(fmt::format(
+        "--report {}: directory '{}' does not exist; expected a file in an existing directory", path, dir.string()));
   }
-  return 0;
+  return {};
 }
 
 // The report of the runs (tracrctl report), once every run completed.
-int write_run_report(const RunOptions& ro, const std::string& db, const std::vector<int64_t>& runs, int rc) {
+Status write_run_report(const RunOptions& ro, const std::string& db, const std::vector<int64_t>& runs,
+                        const Status& rc) {
   if (ro.report.empty() || runs.empty()) return rc;
-  if (rc != 0) {
+  if (!rc) {
     TRACR_LOG(error,
               "tracrctl run: --report {}: not written, the {} did not complete (tracrctl report RUN... -o "
               "FILE writes it from what was recorded)",
               ro.report, runs.size() > 1 ? "series" : "run");
     return rc;
   }
-  analysis::ReportOptions opt;
+  ReportOptions opt;
   for (auto id : runs) opt.runs.push_back(std::to_string(id));
   opt.out = ro.report;
   opt.db = db;
-  return analysis::cmd_report(opt);
+  return cmd_report(opt);
 }
 
 }  // namespace
 
-int run_experiment(const RunOptions& ro) {
+Status run_experiment(const RunOptions& ro) {
   auto cfg = load_experiment(ro.experiment, ro.sets);
   if (!cfg) {
-    TRACR_LOG(error, "tracrctl run: {}", user_text(cfg.error()));
-    return 2;
+    return core::bad_input(user_text(cfg.error()));
   }
   if (!ro.db.empty()) cfg->output = ro.db;
   if (ro.probe_only) {
@@ -403,28 +399,27 @@ int run_experiment(const RunOptions& ro) {
     cfg->input_size_list.clear();
     cfg->commands.clear();
     if (ro.in_process) {
-      TRACR_LOG(error, "tracrctl link probe: an in-process run has no link to probe");
-      return 2;
+      return core::bad_input(std::string("an in-process run has no link to probe"));
     }
   }
   if (ro.show_config) {
     fmt::print("{}", format_settings(*cfg));
-    return 0;
+    return {};
   }
   // Lists of models, input sizes, link profiles and/or codecs: the
   // experiment once with each model at each size, under each link and codec
   // (models outer, then sizes, then links), one run each.
-  if (int rc = check_report_path(ro.report)) return rc;
+  TRACR_TRY(check_report_path(ro.report));
   std::vector<int64_t> runs;
   if (cfg->link.size() > 1 || !cfg->compression_list.empty() || !cfg->model_list.empty() ||
       !cfg->input_size_list.empty() || ro.repeat > 1) {
-    const int rc = run_series(ro, *cfg, runs);
-    return write_run_report(ro, cfg->output, runs, rc);
+    const Status st = run_series(ro, *cfg, runs);
+    return write_run_report(ro, cfg->output, runs, st);
   }
   int64_t id = 0;
-  const int rc = run_loaded(ro, *cfg, &id);
+  const Status st = run_loaded(ro, *cfg, &id);
   if (id > 0) runs.push_back(id);
-  return write_run_report(ro, cfg->output, runs, rc);
+  return write_run_report(ro, cfg->output, runs, st);
 }
 
 namespace {
@@ -436,13 +431,13 @@ namespace {
 class RunSession {
  public:
   RunSession(const RunOptions& ro, ExperimentConfig& cfg) : ro_(ro), cfg_(cfg) {}
-  int run(int64_t* run_out);
+  Status run(int64_t* run_out);
 
  private:
-  SessionStep prepare();
-  SessionStep shape_link();
-  SessionStep open_row();
-  SessionStep connect();
+  Status prepare();
+  Status shape_link();
+  Status open_row();
+  Status connect();
   Result<std::unique_ptr<AgentConn>> start(const DeviceConfig& dev, agent::AgentRole role,
                                            std::vector<std::string> args);
   void start_server();
@@ -454,8 +449,8 @@ class RunSession {
   void adapt(size_t i);
   void schedule();
   void release_step();
-  int finish();
-  int report();
+  Status finish();
+  Status report();
 
   const RunOptions& ro_;
   ExperimentConfig& cfg_;
@@ -493,12 +488,11 @@ class RunSession {
 };
 
 // Checks, database, link profile: nothing started, nothing written yet.
-SessionStep RunSession::prepare() {
-  if (auto s = check_session(cfg_, "run", RoleCheck::inference, ro_.agent_path, pre_); !s) return s;
+Status RunSession::prepare() {
+  TRACR_TRY(check_session(cfg_, RoleCheck::inference, ro_.agent_path, pre_));
   auto db = ResultsDb::open(cfg_.output);
   if (!db) {
-    TRACR_LOG(error, "tracrctl run: {}", user_text(db.error()));
-    return SessionStep{1};
+    return core::command_failed(user_text(db.error()));
   }
   db_.emplace(std::move(*db));
   return shape_link();
@@ -506,15 +500,14 @@ SessionStep RunSession::prepare() {
 
 // The link profile: shaping left by a controller that died is removed
 // first, then this run's is applied (and removed however the run ends).
-SessionStep RunSession::shape_link() {
+Status RunSession::shape_link() {
   const std::string shaping_dir = (fs::path(cfg_.output).parent_path() / "shaping").string();
   for (const auto& line : sweep_stale_shaping(shaping_dir, pre_.devices, ro_.trust_new_hosts))
     TRACR_LOG(info, "tracrctl run: {}", line);
   if (!cfg_.link.empty()) {
     auto l = resolve_link(cfg_, cfg_.link[0]);
     if (!l) {
-      TRACR_LOG(error, "tracrctl run: {}", user_text(l.error()));
-      return SessionStep{2};
+      return core::bad_input(user_text(l.error()));
     }
     link_ = *l;
   }
@@ -529,15 +522,14 @@ SessionStep RunSession::shape_link() {
   sctx.agent_delay = cfg_.link_delay == "agent";
   auto sh = LinkShaper::apply(pre_.devices.server(), plinks, sctx);
   if (!sh) {
-    TRACR_LOG(error, "tracrctl run: {}", user_text(sh.error()));
-    return SessionStep{2};
+    return core::bad_input(user_text(sh.error()));
   }
   shaper_ = std::move(*sh);
   return {};
 }
 
 // The run row, and the line that announces the run.
-SessionStep RunSession::open_row() {
+Status RunSession::open_row() {
   std::string name = ro_.probe_only ? cfg_.name + " (link probe)" : cfg_.name;
   if (ro_.model_in_name) name += "/" + model_label(cfg_.model);
   if (ro_.size_in_name) name += "/" + size_label(cfg_.input_size);
@@ -547,7 +539,7 @@ SessionStep RunSession::open_row() {
   info_ = session_run_info(cfg_, pre_, std::move(name));
   info_.link = link_name_;
   info_.shaping = shaper_ ? shaper_->shaping() : "";
-  if (auto s = begin_session_row(*db_, info_, "run", run_id_); !s) return s;
+  TRACR_TRY(begin_session_row(*db_, info_, run_id_));
   // Whatever ends the run (an exception included), its row is finished.
   row_ = std::make_unique<RunRowGuard>(*db_, run_id_, "run");
   fmt::print("run {} '{}': model {}, codec {}, cipher {}, devices {}{}{}\n", run_id_, info_.name, cfg_.model,
@@ -560,7 +552,7 @@ SessionStep RunSession::open_row() {
 // The session's secret, names and recorder. A SERVER agent started earlier
 // with `tracrctl agents start` for this model is reused (its session secret
 // keys the whole run).
-SessionStep RunSession::connect() {
+Status RunSession::connect() {
   const DeviceConfig& server = pre_.devices.server();
   if (!ro_.in_process) {
     auto d = read_detached(detached_state_path(cfg_.output, server.name));
@@ -568,13 +560,12 @@ SessionStep RunSession::connect() {
       detached_ = *d;
   }
   std::vector<uint8_t> secret;
-  if (auto s = draw_session_secret("run", secret); !s) return s;
+  TRACR_TRY(draw_session_secret(secret));
   if (detached_)
     if (auto sb = protocol::from_hex(detached_->secret_hex)) secret = *sb;
   auto stamp = new_run_stamp();
   if (!stamp) {
-    TRACR_LOG(error, "tracrctl run: {}", user_text(stamp.error()));
-    return SessionStep{1};
+    return core::command_failed(user_text(stamp.error()));
   }
   // Every agent gets the effective experiment and parses it with the same code.
   launch_ = std::make_unique<SessionLaunch>(cfg_, pre_, std::move(secret), *stamp, run_id_, ro_.trust_new_hosts);
@@ -819,12 +810,12 @@ void RunSession::schedule() {
   }
 }
 
-int RunSession::run(int64_t* run_out) {
-  if (auto s = prepare(); !s) return *s.exit_code;
-  if (auto s = open_row(); !s) return *s.exit_code;
+Status RunSession::run(int64_t* run_out) {
+  TRACR_TRY(prepare());
+  TRACR_TRY(open_row());
   if (run_out) *run_out = run_id_;
   SignalCatcher signals;  // SIGINT, SIGTERM and SIGHUP all end the run the same clean way
-  if (auto s = connect(); !s) return *s.exit_code;
+  TRACR_TRY(connect());
   start_server();
   if (agents_->failure().empty() && !SignalCatcher::signal()) start_participants();
   if (agents_->failure().empty()) {
@@ -837,18 +828,18 @@ int RunSession::run(int64_t* run_out) {
   return finish();
 }
 
-int RunSession::finish() {
+Status RunSession::finish() {
   std::string failure = agents_->take_failure();
   rec_->flush();
   if (auto wo = rec_->write_outputs(); !wo)
     failure += (failure.empty() ? "" : "; ") + ("record.outputs: " + user_text(wo.error()));
   const SessionOutcome end = finish_session(*rec_, *row_, std::move(failure), cfg_.output, run_id_, "run");
   if (!end.failure.empty()) {
-    const int sig = SignalCatcher::signal();
+    // The top level exits 128+N when signal N ended it (SignalCatcher::signal()).
     TRACR_LOG(error, "tracrctl run: run {} {}: {}", run_id_, run_status_name(end.status), end.failure);
-    TRACR_LOG(error, "tracrctl run: {} frames received, rows written are kept in {} (tracrctl results show {})",
-              rec_->frames_received(), cfg_.output, run_id_);
-    return sig ? signal_exit_code(sig) : 1;
+    return core::command_failed(
+        fmt::format("{} frames received, rows written are kept in {} (tracrctl results show {})",
+                    rec_->frames_received(), cfg_.output, run_id_));
   }
   return report();
 }
@@ -856,14 +847,13 @@ int RunSession::finish() {
 // The completed run's tables, read back from the database, and after a
 // sweep with layer profiles and a probe the planner's prediction for it,
 // validated against what was just measured, and stored.
-int RunSession::report() {
+Status RunSession::report() {
   if (ro_.probe_only) {
     fmt::print("\nrun {} completed: link probes read back from {}\n", run_id_, cfg_.output);
     if (auto pst = print_probe_table(*db_, run_id_, stdout, table_width()); !pst) {
-      TRACR_LOG(error, "tracrctl link probe: {}", user_text(pst.error()));
-      return 1;
+      return core::command_failed(user_text(pst.error()));
     }
-    return 0;
+    return {};
   }
   for (const auto& lp : lost_participants_)
     TRACR_LOG(warn,
@@ -874,30 +864,28 @@ int RunSession::report() {
              lost_participants_.empty() ? "" : fmt::format(" without {} lost participant(s)", lost_participants_.size()),
              cfg_.output);
   if (auto pst = print_split_table(*db_, run_id_, stdout, ro_.wide, table_width()); !pst) {
-    TRACR_LOG(error, "tracrctl run: {}", user_text(pst.error()));
-    return 1;
+    return core::command_failed(user_text(pst.error()));
   }
   if (auto est = print_energy_table(*db_, run_id_); !est) {
-    TRACR_LOG(error, "tracrctl run: {}", user_text(est.error()));
-    return 1;
+    return core::command_failed(user_text(est.error()));
   }
   if (!cfg_.record.layers || !cfg_.probe.enabled || ro_.in_process || (!cfg_.split.all && cfg_.split.points.size() <= 1))
-    return 0;
+    return {};
   auto plan = plan_from_run(*db_, run_id_, PlanOptions{});
   if (!plan) {
     fmt::print("\n(no plan: {})\n", plan.error().message);
-    return 0;
+    return {};
   }
   validate_against(*db_, *plan);
   auto id = store_plan(*db_, *plan);
   fmt::print("\n{}{}", format_plan(*plan, table_width()), id ? fmt::format("stored as plan {}\n", *id) : "");
   if (!id) TRACR_LOG(warn, "tracrctl run: storing the plan: {}", user_text(id.error()));
-  return 0;
+  return {};
 }
 
 }  // namespace
 
-int run_loaded(const RunOptions& ro, ExperimentConfig cfg, int64_t* run_out) {
+Status run_loaded(const RunOptions& ro, ExperimentConfig cfg, int64_t* run_out) {
   RunSession session(ro, cfg);
   return session.run(run_out);
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 #include <vector>
+#include "protocol/error.hpp"
 
 #include "settings/config.hpp"
 #include "controller/session/agent_config.hpp"
@@ -36,12 +37,13 @@ struct RunOptions {
 
 // tracrctl agents start EXPERIMENT.yaml [--trust-new-hosts] [--agent PATH] [--set K=V]...
 // (experiment, trust_new_hosts, agent_path and sets of `opt`).
-int cmd_agents_start(const RunOptions& opt);
-// tracrctl run / link probe (probe_only). Returns the process exit code: 0 completed, 1 failed, 2 configuration
-// error, 128 + signal when interrupted (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
-int run_experiment(const RunOptions& opt);
+Status cmd_agents_start(const RunOptions& opt);
+// tracrctl run / link probe (probe_only). Fails with a usage error (exit 2)
+// for a configuration error, else with the run's failure (exit 1, or
+// 128 + signal when a signal ended it: 130 SIGINT, 143 SIGTERM, 129 SIGHUP).
+Status run_experiment(const RunOptions& opt);
 // One run of an already loaded experiment (its first link profile, if any);
 // *run_id (when not null) gets the run's id once it exists.
-int run_loaded(const RunOptions& opt, settings::ExperimentConfig cfg, int64_t* run_id);
+Status run_loaded(const RunOptions& opt, settings::ExperimentConfig cfg, int64_t* run_id);
 
 }  // namespace tracr::controller

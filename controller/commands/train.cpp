@@ -217,13 +217,13 @@ std::vector<std::string> with_run(std::vector<std::string> cols) {
 class TrainSession {
  public:
   TrainSession(const TrainOptions& ro, ExperimentConfig& cfg) : ro_(ro), cfg_(cfg) {}
-  int run();
+  Status run();
 
  private:
-  SessionStep prepare();
-  SessionStep open_row();
+  Status prepare();
+  Status open_row();
   void insert_layout_rows();
-  SessionStep connect();
+  Status connect();
   Status launch(const DeviceConfig& dev, agent::AgentRole role, std::vector<std::string> args);
   void start_workers();
   void start_owners();
@@ -236,7 +236,7 @@ class TrainSession {
   std::string save_unwritten_steps() const;
   void give_turn();
   std::vector<std::optional<std::string>> row_of(const ControlMsg& m, const std::vector<std::string>& cols) const;
-  int finish();
+  Status finish();
 
   const TrainOptions& ro_;
   ExperimentConfig& cfg_;
@@ -271,43 +271,39 @@ class TrainSession {
 };
 
 // Checks, layout, database, resume point, names: nothing started yet.
-SessionStep TrainSession::prepare() {
+Status TrainSession::prepare() {
   // Segments go to devices by name: no SERVER/PARTICIPANT rule.
-  if (auto s = check_session(cfg_, "train", RoleCheck::none, ro_.agent_path, pre_); !s) return s;
+  TRACR_TRY(check_session(cfg_, RoleCheck::none, ro_.agent_path, pre_));
   auto layout = plan_training(cfg_, pre_.devices);
   if (!layout) {
-    TRACR_LOG(error, "tracrctl train: {}", user_text(layout.error()));
-    return SessionStep{2};
+    return core::bad_input(user_text(layout.error()));
   }
   layout_ = std::move(*layout);
   auto db = ResultsDb::open(cfg_.output);
   if (!db) {
-    TRACR_LOG(error, "tracrctl train: {}", user_text(db.error()));
-    return SessionStep{1};
+    return core::command_failed(user_text(db.error()));
   }
   db_.emplace(std::move(*db));
   if (!ro_.resume.empty()) {
     auto r = find_resume_point(*db_, ro_.resume, cfg_);
     if (!r) {
-      TRACR_LOG(error, "tracrctl train: --resume: {}", user_text(r.error()));
-      return SessionStep{2};
+      return core::bad_input("--resume: " + user_text(r.error()));
     }
     resume_ = *r;
   }
   auto stamp = new_run_stamp();
   if (!stamp) {
-    TRACR_LOG(error, "tracrctl train: {}", user_text(stamp.error()));
-    return SessionStep{1};
+    return core::command_failed(user_text(stamp.error()));
   }
   stamp_ = *stamp;
   tag_ = resume_ ? resume_->tag : stamp_;
-  return draw_session_secret("train", secret_);
+  return draw_session_secret(secret_);
 }
 
 // The run row, the training rows and the line that announces the run.
-SessionStep TrainSession::open_row() {
+Status TrainSession::open_row() {
   info_ = session_run_info(cfg_, pre_, cfg_.name + " (train)");
-  if (auto s = begin_session_row(*db_, info_, "train", run_id_); !s) return s;
+  TRACR_TRY(begin_session_row(*db_, info_, run_id_));
   row_ = std::make_unique<RunRowGuard>(*db_, run_id_, "train");
   rec_ = std::make_unique<Recorder>(*db_, run_id_, false, false);
   agents_ = std::make_unique<AgentSet>(*rec_, cfg_.heartbeat_timeout_ms, "data owners");
@@ -347,7 +343,7 @@ void TrainSession::insert_layout_rows() {
   if (auto st = db_->insert_rows("train_segments", kSegCols, seg_rows_); !st) agents_->fail("database: " + user_text(st.error()));
 }
 
-SessionStep TrainSession::connect() {
+Status TrainSession::connect() {
   launch_ = std::make_unique<SessionLaunch>(cfg_, pre_, secret_, stamp_, run_id_, ro_.trust_new_hosts);
   tty_ = ro_.progress && isatty(2);
   agents_->on_line([this](size_t i, const ControlMsg& m) { on_line(i, m); });
@@ -572,11 +568,11 @@ void TrainSession::on_line(size_t i, const ControlMsg& m) {
   }
 }
 
-int TrainSession::run() {
-  if (auto s = prepare(); !s) return *s.exit_code;
-  if (auto s = open_row(); !s) return *s.exit_code;
+Status TrainSession::run() {
+  TRACR_TRY(prepare());
+  TRACR_TRY(open_row());
   SignalCatcher signals;  // SIGINT, SIGTERM, SIGHUP: the owners stop after their step, rows are kept
-  if (auto s = connect(); !s) return *s.exit_code;
+  TRACR_TRY(connect());
   if (agents_->failure().empty()) start_workers();
   if (agents_->failure().empty() && !SignalCatcher::signal()) start_owners();
   if (agents_->failure().empty()) {
@@ -588,61 +584,51 @@ int TrainSession::run() {
   return finish();
 }
 
-int TrainSession::finish() {
+Status TrainSession::finish() {
   std::string failure = agents_->take_failure();
   if (!unwritten_steps_.empty()) failure += (failure.empty() ? "" : "; ") + save_unwritten_steps();
   const SessionOutcome end = finish_session(*rec_, *row_, std::move(failure), cfg_.output, run_id_, "train");
   if (!end.failure.empty()) {
-    const int sig = SignalCatcher::signal();
+    // The top level exits 128+N when signal N ended it (SignalCatcher::signal()).
     TRACR_LOG(error, "tracrctl train: run {} {}: {}", run_id_, run_status_name(end.status), end.failure);
-    TRACR_LOG(error,
-              "tracrctl train: {} steps received, rows written are kept in {} (tracrctl results show {}); "
-              "resume with --resume {}",
-              steps_seen_, cfg_.output, run_id_, run_id_);
-    return sig ? signal_exit_code(sig) : 1;
+    return core::command_failed(fmt::format(
+        "{} steps received, rows written are kept in {} (tracrctl results show {}); resume with --resume {}",
+        steps_seen_, cfg_.output, run_id_, run_id_));
   }
   fmt::print("\nrun {} completed: {} steps\n", run_id_, steps_seen_);
   if (auto st = print_train_table(*db_, run_id_); !st) {
-    TRACR_LOG(error, "tracrctl train: {}", user_text(st.error()));
-    return 1;
+    return core::command_failed(user_text(st.error()));
   }
-  return 0;
+  return {};
 }
 
 }  // namespace
 
-int cmd_train(const TrainOptions& ro) {
+Status cmd_train(const TrainOptions& ro) {
   auto loaded = load_experiment(ro.experiment, ro.sets);
   if (!loaded) {
-    TRACR_LOG(error, "tracrctl train: {}", user_text(loaded.error()));
-    return 2;
+    return core::bad_input(user_text(loaded.error()));
   }
   ExperimentConfig cfg = *loaded;
   if (!ro.db.empty()) cfg.output = ro.db;
   if (ro.show_config) {
     std::fputs(format_settings(cfg).c_str(), stdout);
-    return 0;
+    return {};
   }
   if (!cfg.model_list.empty()) {
-    TRACR_LOG(error,
-              "tracrctl train: model: {} models given; a list repeats `tracrctl run` once per model, "
-              "training takes one",
-              cfg.model_list.size());
-    return 2;
+    return core::bad_input(
+        fmt::format("model: {} models given; a list repeats `tracrctl run` once per model, training takes one",
+                    cfg.model_list.size()));
   }
   if (!cfg.compression_list.empty()) {
-    TRACR_LOG(error,
-              "tracrctl train: compression: {} codecs given; a list repeats `tracrctl run` once per codec, "
-              "training takes one",
-              cfg.compression_list.size());
-    return 2;
+    return core::bad_input(
+        fmt::format("compression: {} codecs given; a list repeats `tracrctl run` once per codec, training takes one",
+                    cfg.compression_list.size()));
   }
   if (!cfg.input_size_list.empty()) {
-    TRACR_LOG(error,
-              "tracrctl train: input_size: {} sizes given; a list repeats `tracrctl run` once per size, "
-              "training takes one",
-              cfg.input_size_list.size());
-    return 2;
+    return core::bad_input(
+        fmt::format("input_size: {} sizes given; a list repeats `tracrctl run` once per size, training takes one",
+                    cfg.input_size_list.size()));
   }
   TrainSession session(ro, cfg);
   return session.run();

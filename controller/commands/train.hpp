@@ -30,9 +30,9 @@ struct TrainOptions {
   bool show_config = false, trust_new_hosts = false, progress = true;
   std::vector<std::string> sets;  // --set key=value overrides
 };
-// Returns the exit code: 0 done, 1 failed, 2 usage or configuration error,
-// 128 + signal when interrupted.
-int cmd_train(const TrainOptions& opt);
+// Fails with a usage error (exit 2) or the training run's failure (exit 1,
+// or 128 + signal when a signal ended it).
+Status cmd_train(const TrainOptions& opt);
 
 // Per (owner, epoch): losses and accuracies; per owner: median step time and
 // bytes per step; the exported model. Error not_found for a run that did

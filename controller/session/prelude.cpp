@@ -26,28 +26,23 @@ using namespace tracr::store;
 
 namespace {
 
-SessionStep refuse(const std::string& command, int code, const std::string& text) {
-  TRACR_LOG(error, "tracrctl {}: {}", command, text);
-  return SessionStep{code};
-}
-
 // The note's size: written in place, never grown, so it fits on a full disk.
 constexpr size_t kNoteBytes = 4096;
 
 }  // namespace
 
-SessionStep check_session(const settings::ExperimentConfig& cfg, const std::string& command,
-                          settings::RoleCheck roles, const std::string& agent_option, SessionPrelude& out) {
-  if (auto st = settings::check_experiment_files(cfg); !st) return refuse(command, 2, user_text(st.error()));
+Status check_session(const settings::ExperimentConfig& cfg, settings::RoleCheck roles, const std::string& agent_option,
+                     SessionPrelude& out) {
+  if (auto st = settings::check_experiment_files(cfg); !st) return bad_input(st.error());
   // Model, input shape, split points and cuts: before any agent starts or any row is written.
-  if (auto n = check_experiment_model(cfg); !n) return refuse(command, 2, user_text(n.error()));
+  if (auto n = check_experiment_model(cfg); !n) return bad_input(n.error());
   auto devices = settings::load_experiment_devices(cfg, roles);
-  if (!devices) return refuse(command, 2, user_text(devices.error()));
+  if (!devices) return bad_input(devices.error());
   out.devices = std::move(*devices);
   out.agent_path = agent_option.empty() ? fleet::self_dir() + "/tracr-agent" : agent_option;
-  if (auto st = fleet::check_device_agents(out.devices); !st) return refuse(command, 2, user_text(st.error()));
+  if (auto st = fleet::check_device_agents(out.devices); !st) return bad_input(st.error());
   if (access(out.agent_path.c_str(), X_OK) != 0)
-    return refuse(command, 2, fmt::format("cannot find tracr-agent at {} (pass --agent PATH)", out.agent_path));
+    return bad_input(fmt::format("cannot find tracr-agent at {} (pass --agent PATH)", out.agent_path));
   return {};
 }
 
@@ -95,16 +90,16 @@ RunInfo session_run_info(const settings::ExperimentConfig& cfg, const SessionPre
   return info;
 }
 
-SessionStep draw_session_secret(const std::string& command, std::vector<uint8_t>& out) {
+Status draw_session_secret(std::vector<uint8_t>& out) {
   out.assign(32, 0);
   if (auto rb = protocol::random_bytes(out.data(), out.size()); !rb)
-    return refuse(command, 1, "cannot draw the session secret: " + user_text(rb.error()));
+    return command_failed("cannot draw the session secret: " + user_text(rb.error()));
   return {};
 }
 
-SessionStep begin_session_row(ResultsDb& db, const RunInfo& info, const std::string& command, int64_t& run_id) {
+Status begin_session_row(ResultsDb& db, const RunInfo& info, int64_t& run_id) {
   auto id = db.begin_run(info);
-  if (!id) return refuse(command, 1, user_text(id.error()));
+  if (!id) return command_failed(user_text(id.error()));
   run_id = *id;
   std::ofstream f(failure_note_path(db.path(), run_id), std::ios::trunc);
   if (f) f << std::string(kNoteBytes, ' ');

@@ -1,8 +1,9 @@
 // What run, train and agents start do before the first agent starts, and
-// what run and train do after the last one stopped (#22). Each step prints
-// its own error as "tracrctl COMMAND: ..." and gives the exit code: 2 for a
-// mistake in the experiment, the devices file or the command line (nothing
-// started, nothing written), 1 for a failure at run time.
+// what run and train do after the last one stopped (#22). Each step returns
+// its error for the command to end with (core/user_error.hpp): a usage error
+// (exit 2) for a mistake in the experiment, the devices file or the command
+// line (nothing started, nothing written), any other for a failure at run
+// time (exit 1).
 #pragma once
 
 #include <cstdint>
@@ -21,18 +22,13 @@ namespace tracr::controller {
 // The checks before anything starts: the experiment's files, its model
 // (input shape, splits, cuts), its devices file and every device's agent
 // binary. `agent_path` is the controller's tracr-agent (--agent, else the
-// one beside tracrctl). What they found, or the exit code (2) with the
-// error printed.
+// one beside tracrctl). What they found, or a usage error.
 struct SessionPrelude {
   settings::DevicesConfig devices;
   std::string agent_path;
 };
-struct SessionStep {
-  std::optional<int> exit_code;  // set when the step failed (its error is printed)
-  explicit operator bool() const { return !exit_code; }
-};
-SessionStep check_session(const settings::ExperimentConfig& cfg, const std::string& command,
-                          settings::RoleCheck roles, const std::string& agent_option, SessionPrelude& out);
+Status check_session(const settings::ExperimentConfig& cfg, settings::RoleCheck roles, const std::string& agent_option,
+                     SessionPrelude& out);
 
 // What every agent of one session is launched with (the session secret,
 // the effective experiment, its log names), set once; spec() is one launch.
@@ -58,15 +54,14 @@ struct SessionLaunch {
 // YAML, versions, model, codec, cipher, devices).
 store::RunInfo session_run_info(const settings::ExperimentConfig& cfg, const SessionPrelude& pre, std::string name);
 
-// A session secret: 32 random bytes (exit 1 when none can be drawn: a
+// A session secret: 32 random bytes (a failure when none can be drawn: a
 // predictable secret would authenticate nothing).
-SessionStep draw_session_secret(const std::string& command, std::vector<uint8_t>& out);
+Status draw_session_secret(std::vector<uint8_t>& out);
 
 // The run row of a session: begin_run, then a note beside the database with
 // room reserved for the cause of a run that cannot be finished in it (the
-// disk may be full by then). Exit 1 when the row cannot be written.
-SessionStep begin_session_row(store::ResultsDb& db, const store::RunInfo& info, const std::string& command,
-                              int64_t& run_id);
+// disk may be full by then). A failure when the row cannot be written.
+Status begin_session_row(store::ResultsDb& db, const store::RunInfo& info, int64_t& run_id);
 
 // How the session ended, recorded: the rows still buffered are flushed; a
 // database that stopped taking rows is the cause (the received rows it did

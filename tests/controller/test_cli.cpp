@@ -136,6 +136,45 @@ TEST(Cli, BadValuesNameTheCommandTheOptionAndWhatWasExpected) {
   }
 }
 
+// Every command returns its ending error to one place (#22): it is written
+// once, as "tracrctl COMMAND: message", and one mapping gives the status (2
+// for what the user gave, 1 for a failure).
+TEST(Cli, EveryCommandsEndingErrorIsWrittenOnceUnderItsNameWithOneExitMapping) {
+  TempDir d;
+  const std::string none = (d.path / "none.yaml").string();
+  const std::string garbage = d.file("garbage.db", "this is not an SQLite database, only text\n");
+  struct Case {
+    std::string args, line;
+    int status;
+  };
+  const std::vector<Case> cases = {
+      {"run " + none, "tracrctl run: " + none + ": experiment file does not exist", 2},
+      {"train " + none, "tracrctl train: " + none + ": experiment file does not exist", 2},
+      {"link probe " + none, "tracrctl link probe: " + none + ": experiment file does not exist", 2},
+      {"agents start " + none, "tracrctl agents start: " + none + ": experiment file does not exist", 2},
+      {"convert " + none, "tracrctl convert: " + none + ": cannot read the file", 2},
+      {"devices check --devices " + none, "tracrctl devices: " + none + ": devices file does not exist", 2},
+      {"agents stop --devices " + none, "tracrctl agents stop: " + none + ": devices file does not exist", 2},
+      {"report 1 -o " + d.file("r.html", "") + " --db " + garbage, "tracrctl report: ", 1},
+      {"results list --db " + garbage, "tracrctl results list: ", 1},
+      {"results list --status done --db " + garbage,
+       "tracrctl results list: --status: expected running, completed, failed or interrupted, got 'done'\nrun "
+       "'tracrctl results list --help'",
+       2},
+      {"plan 1 --db " + garbage, "tracrctl plan: ", 1},
+  };
+  for (const auto& c : cases) {
+    auto r = ctl(c.args);
+    EXPECT_EQ(r.status, c.status) << c.args << "\n" << r.out;
+    const size_t at = r.out.find(c.line);
+    ASSERT_NE(at, std::string::npos) << c.args << " should say: " << c.line << "\n" << r.out;
+    // Once: the command does not write it itself as well.
+    const std::string head = c.line.substr(0, c.line.find(": ") + 2);
+    EXPECT_EQ(r.out.find(head, at + 1), std::string::npos) << c.args << ": written twice\n" << r.out;
+    expect_no_backtrace(r);
+  }
+}
+
 TEST(Cli, UnknownOptionsAndCommandsNameTheCommand) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"run x.yaml --bogus", "tracrctl run: unknown option --bogus"},

@@ -429,6 +429,35 @@ TEST(Plan, AHeldOutRunOnAnotherDeviceIsRefusedNamingBoth) {
   const double sum2 = std::stod(query(db, "select sum(coalesce(mean_ns, median_ns)) / 1e6 from layer_profiles where "
                                           "run_id = 2 and device_role = 'PARTICIPANT'"));
   EXPECT_NEAR(head, sum2, 1e-6 * sum2 + 1e-9) << cal.out;
+  // Several calibration runs of that device: each layer's time is their
+  // median (with two, the mean), so one slow calibration run does not carry
+  // the plan; a calibration run of another device is refused.
+  {
+    const std::string devices = d.file("d2.yaml",
+                                       "devices:\n  - device_type: SERVER\n    transport: local\n"
+                                       "  - device_type: PARTICIPANT\n    transport: local\n"
+                                       "    cpu_cores: 1\n");
+    std::string y = small_experiment(db, "probe:\n  duration_ms: 200\n", devices);
+    y.replace(y.find("split: all"), 10, "split: [0, 22]");
+    auto r = sh(tracrctl() + " run " + d.file("e3.yaml", y) + " --no-progress");
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  auto cal2 = sh(tracrctl() + " plan 1 --db " + db + " --participant-from 2,3 --validate-on 2");
+  ASSERT_EQ(cal2.status, 0) << cal2.out;
+  EXPECT_NE(cal2.out.find("(the PARTICIPANT's: median per layer over runs 2, 3)"), std::string::npos) << cal2.out;
+  EXPECT_NE(cal2.out.find("with the PARTICIPANT profiles of runs 2, 3 (median per layer)"), std::string::npos)
+      << cal2.out;
+  const std::string plan2 = query(db, "select max(id) from plans where basis_run = 1 and validation_run = 2");
+  const double head2 =
+      std::stod(query(db, "select head_ms from plan_rows where plan_id = " + plan2 + " and split = 22"));
+  const double mid = std::stod(query(db,
+                                     "select sum(x) / 1e6 from (select avg(coalesce(mean_ns, median_ns)) as x "
+                                     "from layer_profiles where run_id in (2, 3) and device_role = 'PARTICIPANT' "
+                                     "group by layer_index)"));
+  EXPECT_NEAR(head2, mid, 1e-6 * mid + 1e-4) << cal2.out;  // each layer's median rounded to a nanosecond
+  auto mixed = sh(tracrctl() + " plan 1 --db " + db + " --participant-from 2,1 --validate-on 2 --no-store");
+  EXPECT_EQ(mixed.status, 2) << mixed.out;
+  EXPECT_NE(mixed.out.find("is another device"), std::string::npos) << mixed.out;
   // Of another model, or with no PARTICIPANT profiles: refused, naming the run.
   auto bad = sh(tracrctl() + " plan 1 --db " + db + " --participant-from 99 --no-store");
   EXPECT_NE(bad.status, 0) << bad.out;
