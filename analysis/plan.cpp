@@ -332,6 +332,16 @@ std::string profiled_devices(ResultsDb& db, int64_t run_id, int64_t part_run, co
 
 }  // namespace
 
+bool same_model(ResultsDb& db, const RunRow& a, const RunRow& b) {
+  auto fp = [&](int64_t run) -> std::string {
+    auto lp = db.layer_profiles(run);
+    return lp && !lp->empty() ? lp->front().model_fp : std::string();
+  };
+  const std::string fa = fp(a.id), fb = fp(b.id);
+  if (!fa.empty() && !fb.empty()) return fa == fb;
+  return a.model == b.model;
+}
+
 // PARTICIPANT devices of a run (its agents' READY rows); at least 1.
 Result<int> run_participants(ResultsDb& db, int64_t run_id) {
   auto devs = db.devices(run_id);
@@ -424,7 +434,7 @@ Result<std::vector<const LayerProfileRecord*>> participant_layers(ResultsDb& db,
                                                                   std::string& part_dev) {
   auto other = db.get_run(part_run);
   if (!other) return std::move(other.error());
-  if (other->model != basis.model)
+  if (!same_model(db, *other, basis))
     return make_error(Errc::invalid_argument,
                       fmt::format("--participant-from {}: run {} ran {}, the basis run {} ran {}; the PARTICIPANT's "
                                   "profiles must be of the same model",

@@ -144,6 +144,11 @@ Result<PlanLink> probe_link(const store::RunRow& run, const store::ProbeRow* pro
 std::string device_text(const store::DeviceRecord& d);
 // Whether two devices run layers at the same speed: the machine, its emulated limits, the GPU it uses.
 bool same_device(const store::DeviceRecord& a, const store::DeviceRecord& b);
+// Whether two runs ran the same model: the same fingerprint (every parameter
+// and buffer) when both recorded layer profiles, else the same model text
+// (so torchscript:r18.pt and torchscript:results/heldout/r18.pt, one file
+// named from two directories, are one model).
+bool same_model(store::ResultsDb& db, const store::RunRow& a, const store::RunRow& b);
 // PARTICIPANT devices of a run (its agents' READY rows); at least 1.
 Result<int> run_participants(store::ResultsDb& db, int64_t run_id);
 

@@ -78,7 +78,7 @@ Status prepare_held_out(ResultsDb& db, int64_t basis, int64_t other, bool link_g
   if (!a) return std::move(a.error());
   auto b = db.get_run(other);
   if (!b) return std::move(b.error());
-  if (b->model != a->model)
+  if (!same_model(db, *b, *a))
     return make_error(Errc::invalid_argument,
                       fmt::format("--validate-on {}: run {} ran {}, the basis run {} ran {}; validate against a run of "
                                   "the same model",

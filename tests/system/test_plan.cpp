@@ -240,6 +240,18 @@ TEST(Plan, ATracedModelIsPlannedFromItsSegmentsTimedWhole) {
                         "round(avg(abs(latency_ms - measured_ms) / measured_ms) * 100, 1) || ' %, layer sums ' || "
                         "round(avg(abs(layers_ms - measured_ms) / measured_ms) * 100, 1) || ' %' from p")
                   .c_str());
+  // The same file named another way (a relative path, run from its
+  // directory) is the same model: same fingerprint, so it can calibrate and
+  // validate a plan of run 1.
+  std::string y2 = y;
+  y2.replace(y2.find("model: torchscript:" + pt), 19 + pt.size(), "model: torchscript:mnv2.pt");
+  d.file("exp2.yaml", y2);
+  auto r2 = sh("cd " + d.path.string() + " && " + tracrctl() + " run exp2.yaml --no-progress");
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  ASSERT_EQ(query(db, "select model from runs where id = 2"), "torchscript:mnv2.pt");
+  auto cal = sh(tracrctl() + " plan 1 --db " + db + " --participant-from 2 --validate-on 2 --no-store");
+  EXPECT_EQ(cal.status, 0) << cal.out;
+  EXPECT_NE(cal.out.find("with run 2's PARTICIPANT profiles"), std::string::npos) << cal.out;
 }
 
 // #23: with `record: {segments: all}` a sweep of one split times every head and tail whole, so that its plan
