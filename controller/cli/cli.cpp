@@ -382,7 +382,7 @@ void add_devices_and_agents(CLI::App& app, Parsed& p) {
                     "also list, per device, each file of this experiment its role reads: declared, already "
                     "staged, or what the next run uploads (its devices file unless --devices is given)")
       ->type_name("EXP.yaml");
-  check->callback([&p] { act(p, "tracrctl devices", [&p] { return cmd_devices_check(p.devices); }); });
+  check->callback([&p] { act(p, "tracrctl devices check", [&p] { return cmd_devices_check(p.devices); }); });
   auto* setup = devices->add_subcommand(
       "setup", "install the agent's runtime Debian packages on every device over SSH (shows them, then asks)");
   devices_options(setup, false);

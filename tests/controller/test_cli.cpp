@@ -153,7 +153,7 @@ TEST(Cli, EveryCommandsEndingErrorIsWrittenOnceUnderItsNameWithOneExitMapping) {
       {"link probe " + none, "tracrctl link probe: " + none + ": experiment file does not exist", 2},
       {"agents start " + none, "tracrctl agents start: " + none + ": experiment file does not exist", 2},
       {"convert " + none, "tracrctl convert: " + none + ": cannot read the file", 2},
-      {"devices check --devices " + none, "tracrctl devices: " + none + ": devices file does not exist", 2},
+      {"devices check --devices " + none, "tracrctl devices check: " + none + ": devices file does not exist", 2},
       {"agents stop --devices " + none, "tracrctl agents stop: " + none + ": devices file does not exist", 2},
       {"report 1 -o " + d.file("r.html", "") + " --db " + garbage, "tracrctl report: ", 1},
       {"results list --db " + garbage, "tracrctl results list: ", 1},
