@@ -402,12 +402,14 @@ void train_figures(const RunData& r, std::vector<Figure>& out) {
     f.chart.y_label = "loss";
     f.csv_header = {"run", "owner", "step", "loss"};
     std::map<std::string, svg::Series> by_owner;
+    static const size_t kOwner = column_of("train_steps", "owner"), kStep = column_of("train_steps", "step"),
+                        kLoss = column_of("train_steps", "loss");
     for (const auto& row : r.train_steps)
-      if (row.size() > 5 && row[2] && row[5]) {
-        const std::string owner = row[1].value_or("?");
+      if (row[kStep] && row[kLoss]) {
+        const std::string owner = row[kOwner].value_or("?");
         by_owner[owner].name = "loss, owner " + owner;
-        by_owner[owner].points.push_back({std::stod(*row[2]), std::stod(*row[5]), std::nullopt, 0});
-        f.csv_rows.push_back({run_cells(r.run), owner, *row[2], *row[5]});
+        by_owner[owner].points.push_back({std::stod(*row[kStep]), std::stod(*row[kLoss]), std::nullopt, 0});
+        f.csv_rows.push_back({run_cells(r.run), owner, *row[kStep], *row[kLoss]});
       }
     for (auto& [o, s] : by_owner) f.chart.series.push_back(std::move(s));
     if (!f.csv_rows.empty()) out.push_back(std::move(f));
@@ -422,12 +424,14 @@ void train_figures(const RunData& r, std::vector<Figure>& out) {
     f.chart.y_unit = svg::Unit::percent;
     f.csv_header = {"run", "epoch", "top1", "top5"};
     svg::Series t1{"top-1", {}, false}, t5{"top-5", {}, false};
+    static const size_t kOwner = column_of("train_epochs", "owner"), kEpoch = column_of("train_epochs", "epoch"),
+                        kTop1 = column_of("train_epochs", "test_acc"), kTop5 = column_of("train_epochs", "test_top5");
     for (const auto& row : r.train_epochs)
-      if (row.size() > 8 && row[1].value_or("") == "0" && row[2]) {
-        const double ep = std::stod(*row[2]);
-        if (row[7]) t1.points.push_back({ep, 100 * std::stod(*row[7]), std::nullopt, 0});
-        if (row[8]) t5.points.push_back({ep, 100 * std::stod(*row[8]), std::nullopt, 0});
-        f.csv_rows.push_back({run_cells(r.run), *row[2], row[7].value_or(""), row[8].value_or("")});
+      if (row[kOwner].value_or("") == "0" && row[kEpoch]) {
+        const double ep = std::stod(*row[kEpoch]);
+        if (row[kTop1]) t1.points.push_back({ep, 100 * std::stod(*row[kTop1]), std::nullopt, 0});
+        if (row[kTop5]) t5.points.push_back({ep, 100 * std::stod(*row[kTop5]), std::nullopt, 0});
+        f.csv_rows.push_back({run_cells(r.run), *row[kEpoch], row[kTop1].value_or(""), row[kTop5].value_or("")});
       }
     f.chart.series.push_back(std::move(t1));
     if (!t5.points.empty()) f.chart.series.push_back(std::move(t5));

@@ -181,6 +181,11 @@ struct TableInfo {
   std::vector<ColumnInfo> columns;
 };
 const std::vector<TableInfo>& schema_tables();
+// The position of `column` in `table`'s rows (ResultsDb::rows, every column
+// of schema_tables() in order): rows are read by name, never by a number a
+// new column would shift. Fatal (internal) for a name the schema lacks: a
+// programming error, caught by the tests that read the table.
+size_t column_of(const std::string& table, const std::string& column);
 // schema_tables() as aligned text (one block per table) or Markdown.
 std::string format_schema_text();
 std::string format_schema_markdown();

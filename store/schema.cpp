@@ -441,6 +441,14 @@ const std::vector<TableInfo>& schema_tables() {
   return v;
 }
 
+size_t column_of(const std::string& table, const std::string& column) {
+  for (const auto& t : schema_tables())
+    if (t.name == table)
+      for (size_t i = 0; i < t.columns.size(); ++i)
+        if (t.columns[i].name == column) return i;
+  throw Fatal(make_error(Errc::internal, "the results schema has no column " + table + "." + column));
+}
+
 std::string format_schema_text() {
   std::string o;
   for (const auto& t : schema_tables()) {

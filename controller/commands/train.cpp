@@ -162,27 +162,30 @@ Result<ResumePoint> find_resume_point(ResultsDb& db, const std::string& which, c
     if (which.empty() || *end != '\0' || r.run <= 0)
       return make_error(Errc::invalid_argument, "--resume expects a run id or 'last', got '" + which + "'");
   }
-  // train_runs columns: run_id, tag, resumed_from, resume_step, cuts, optimizer, lr, batch_size, epochs, owners, ...
   auto runs = db.rows("train_runs", r.run);
   if (!runs) return runs.error();
-  if (runs->empty() || !(*runs)[0][1])
+  static const size_t kTag = column_of("train_runs", "tag"), kOwners = column_of("train_runs", "owners"),
+                      kCuts = column_of("train_runs", "cuts");
+  if (runs->empty() || !(*runs)[0][kTag])
     return make_error(Errc::not_found, fmt::format("{}: run {} is not a training run", db.path(), r.run));
   const auto& row = (*runs)[0];
-  r.tag = *row[1];
-  if (row[9] && *row[9] != "1")
+  r.tag = *row[kTag];
+  if (row[kOwners] && *row[kOwners] != "1")
     return make_error(Errc::invalid_argument, fmt::format("run {} had {} data owners: runs with several owners are "
                                                           "not resumable (the shared segments move on between turns)",
-                                                          r.run, *row[9]));
-  if (row[4] && *row[4] != join_ints(cfg.train.cuts))
+                                                          r.run, *row[kOwners]));
+  if (row[kCuts] && *row[kCuts] != join_ints(cfg.train.cuts))
     return make_error(Errc::config, fmt::format("run {} was cut at [{}], this experiment at [{}]: its checkpoints "
                                                 "hold other segments",
-                                                r.run, *row[4], join_ints(cfg.train.cuts)));
-  // train_checkpoints columns: run_id, owner, step, ... ordered by owner, step.
+                                                r.run, *row[kCuts], join_ints(cfg.train.cuts)));
+  // Ordered by owner, step.
   auto cps = db.rows("train_checkpoints", r.run);
   if (!cps) return cps.error();
+  static const size_t kCpOwner = column_of("train_checkpoints", "owner"),
+                      kCpStep = column_of("train_checkpoints", "step");
   std::optional<int64_t> step;
   for (const auto& c : *cps)
-    if (c[1] == "0" && c[2]) step = std::max<int64_t>(step.value_or(0), std::stoll(*c[2]));
+    if (c[kCpOwner] == "0" && c[kCpStep]) step = std::max<int64_t>(step.value_or(0), std::stoll(*c[kCpStep]));
   if (!step) return make_error(Errc::not_found, fmt::format("run {} recorded no checkpoint every device confirmed", r.run));
   r.step = *step;
   return r;
@@ -645,21 +648,28 @@ Status print_train_table(ResultsDb& db, int64_t run_id) {
   // Per owner: median step time and mean bytes per step, from the step rows.
   std::map<std::string, std::vector<double>> step_ms;
   std::map<std::string, std::pair<double, double>> bytes;  // up, down sums
+  auto step_col = [](const char* c) { return column_of("train_steps", c); };
+  static const size_t kOwner = step_col("owner"), kStepNs = step_col("step_ns"), kUp = step_col("up_bytes"),
+                      kDown = step_col("down_bytes");
   for (const auto& r : *steps) {
-    const std::string owner = r[1].value_or("?");
-    if (r[7]) step_ms[owner].push_back(std::stod(*r[7]) / 1e6);
-    if (r[12]) bytes[owner].first += std::stod(*r[12]);
-    if (r[13]) bytes[owner].second += std::stod(*r[13]);
+    const std::string owner = r[kOwner].value_or("?");
+    if (r[kStepNs]) step_ms[owner].push_back(std::stod(*r[kStepNs]) / 1e6);
+    if (r[kUp]) bytes[owner].first += std::stod(*r[kUp]);
+    if (r[kDown]) bytes[owner].second += std::stod(*r[kDown]);
   }
   fmt::print("{:>5} {:>5} {:>7} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9}\n", "owner", "epoch", "steps", "train_loss",
              "train_acc", "test_loss", "test_acc", "top5", "epoch_s");
+  auto epoch_col = [](const char* c) { return column_of("train_epochs", c); };
+  static const size_t kEpOwner = epoch_col("owner"), kEpoch = epoch_col("epoch"), kEpStep = epoch_col("step"),
+                      kEpochNs = epoch_col("epoch_ns");
   for (const auto& r : *epochs) {
-    auto f = [&](size_t i, const char* fmtspec) {
-      return r[i] ? fmt::format(fmt::runtime(fmtspec), std::stod(*r[i])) : std::string("-");
+    auto f = [&](const char* column) {
+      const auto& v = r[epoch_col(column)];
+      return v ? fmt::format("{:.4f}", std::stod(*v)) : std::string("-");
     };
-    fmt::print("{:>5} {:>5} {:>7} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9}\n", r[1].value_or("?"), r[2].value_or("?"),
-               r[3].value_or("?"), f(4, "{:.4f}"), f(5, "{:.4f}"), f(6, "{:.4f}"), f(7, "{:.4f}"), f(8, "{:.4f}"),
-               r[11] ? fmt::format("{:.1f}", std::stod(*r[11]) / 1e9) : "-");
+    fmt::print("{:>5} {:>5} {:>7} {:>10} {:>9} {:>9} {:>8} {:>8} {:>9}\n", r[kEpOwner].value_or("?"),
+               r[kEpoch].value_or("?"), r[kEpStep].value_or("?"), f("train_loss"), f("train_acc"), f("test_loss"),
+               f("test_acc"), f("test_top5"), r[kEpochNs] ? fmt::format("{:.1f}", std::stod(*r[kEpochNs]) / 1e9) : "-");
   }
   for (auto& [owner, v] : step_ms) {
     std::sort(v.begin(), v.end());
@@ -667,8 +677,8 @@ Status print_train_table(ResultsDb& db, int64_t run_id) {
     fmt::print("owner {}: {} steps, median step {:.2f} ms, per step {:.1f} kB up and {:.1f} kB down on the wire\n", owner,
                v.size(), v[v.size() / 2], bytes[owner].first / n / 1e3, bytes[owner].second / n / 1e3);
   }
-  const auto& tr = runs->front();
-  if (tr[10]) fmt::print("trained model: {}\n", *tr[10]);
+  const auto& exported = runs->front()[column_of("train_runs", "export_path")];
+  if (exported) fmt::print("trained model: {}\n", *exported);
   return {};
 }
 
