@@ -8,6 +8,7 @@
 #include "core/log.hpp"
 #include "core/user_error.hpp"
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <functional>
@@ -90,8 +91,9 @@ CLI::Validator int_list(long long lo, long long hi, size_t count, const std::str
     if (count && items.size() != count) return expected;
     for (const auto& it : items) {
       char* end = nullptr;
+      errno = 0;
       const long long k = std::strtoll(it.c_str(), &end, 10);
-      if (it.empty() || *end != '\0' || k < lo || k > hi) return expected;
+      if (it.empty() || *end != '\0' || errno == ERANGE || k < lo || k > hi) return expected;
     }
     return "";
   });

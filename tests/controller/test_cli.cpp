@@ -116,6 +116,8 @@ TEST(Cli, BadValuesNameTheCommandTheOptionAndWhatWasExpected) {
       {"demo --reps 1.5", "tracrctl demo: --reps: expected an integer"},
       {"bench protocol --window 0", "tracrctl bench protocol: --window: expected an integer 1..4096, got '0'"},
       {"plan last --max-latency-ms fast", "tracrctl plan: --max-latency-ms: expected ms 0..1e+12, got 'fast'"},
+      {"plan last --participant-from 99999999999999999999",
+       "tracrctl plan: --participant-from: expected run ids RUN or RUN1,RUN2,..."},
       {"results list --limit -3", "tracrctl results list: --limit: expected an integer"},
       {"agents logs --tail lots", "tracrctl agents logs: --tail: expected an integer"},
       {"run x.yaml --set warmup", "tracrctl run: --set: expected KEY=VALUE"},
