@@ -332,14 +332,17 @@ std::string profiled_devices(ResultsDb& db, int64_t run_id, int64_t part_run, co
 
 }  // namespace
 
+bool same_model(const std::string& fp_a, const std::string& model_a, const std::string& fp_b,
+                const std::string& model_b) {
+  return !fp_a.empty() && !fp_b.empty() ? fp_a == fp_b : model_a == model_b;
+}
+
 bool same_model(ResultsDb& db, const RunRow& a, const RunRow& b) {
   auto fp = [&](int64_t run) -> std::string {
     auto lp = db.layer_profiles(run);
     return lp && !lp->empty() ? lp->front().model_fp : std::string();
   };
-  const std::string fa = fp(a.id), fb = fp(b.id);
-  if (!fa.empty() && !fb.empty()) return fa == fb;
-  return a.model == b.model;
+  return same_model(fp(a.id), a.model, fp(b.id), b.model);
 }
 
 // PARTICIPANT devices of a run (its agents' READY rows); at least 1.
@@ -434,11 +437,6 @@ Result<std::vector<const LayerProfileRecord*>> participant_layers(ResultsDb& db,
                                                                   std::string& part_dev) {
   auto other = db.get_run(part_run);
   if (!other) return std::move(other.error());
-  if (!same_model(db, *other, basis))
-    return make_error(Errc::invalid_argument,
-                      fmt::format("--participant-from {}: run {} ran {}, the basis run {} ran {}; the PARTICIPANT's "
-                                  "profiles must be of the same model",
-                                  part_run, part_run, other->model, basis.id, basis.model));
   auto lp = db.layer_profiles(part_run);
   if (!lp) return std::move(lp.error());
   holder = std::move(*lp);
@@ -453,6 +451,12 @@ Result<std::vector<const LayerProfileRecord*>> participant_layers(ResultsDb& db,
     return make_error(Errc::not_found, fmt::format("--participant-from {}: run {} has no PARTICIPANT layer profiles "
                                                    "(record.layers: true, the default, records them)",
                                                    part_run, part_run));
+  // The profiles in hand, not a second read of both runs' (same_model's rule).
+  if (!same_model(part.front()->model_fp, other->model, dev.part.front()->model_fp, basis.model))
+    return make_error(Errc::invalid_argument,
+                      fmt::format("--participant-from {}: run {} ran {}, the basis run {} ran {}; the PARTICIPANT's "
+                                  "profiles must be of the same model",
+                                  part_run, part_run, other->model, basis.id, basis.model));
   if (part.size() != dev.part.size() || part.front()->input_shape != dev.part.front()->input_shape)
     return make_error(Errc::invalid_argument,
                       fmt::format("--participant-from {}: its PARTICIPANT profiled {} layers at input {}, the basis "

@@ -149,6 +149,8 @@ bool same_device(const store::DeviceRecord& a, const store::DeviceRecord& b);
 // (so torchscript:r18.pt and torchscript:results/heldout/r18.pt, one file
 // named from two directories, are one model).
 bool same_model(store::ResultsDb& db, const store::RunRow& a, const store::RunRow& b);
+bool same_model(const std::string& fp_a, const std::string& model_a, const std::string& fp_b,
+                const std::string& model_b);
 // PARTICIPANT devices of a run (its agents' READY rows); at least 1.
 Result<int> run_participants(store::ResultsDb& db, int64_t run_id);
 
