@@ -699,6 +699,41 @@ void validate_against(ResultsDb& db, Plan& p, int64_t run) {
     if (r.split == p.chosen && r.codec == p.chosen_codec && r.measured_ms) p.miss_pct = (*r.measured_ms / best - 1) * 100;
 }
 
+Result<Repeatability> repeatability(ResultsDb& db, const std::vector<int64_t>& runs) {
+  if (runs.size() < 2) return make_error(Errc::invalid_argument, "repeatability: needs at least 2 runs");
+  std::vector<std::map<int, double>> med(runs.size());  // per run: split -> median total (ms)
+  for (size_t i = 0; i < runs.size(); ++i) {
+    auto sums = db.split_table(runs[i]);
+    if (!sums) return std::move(sums.error());
+    for (const auto& s : *sums)
+      if (s.frames > 0) med[i][s.split] = s.stage("total_ns").median_ns / 1e6;
+  }
+  std::vector<int> common;
+  for (const auto& [k, v] : med[0])
+    if (std::all_of(med.begin(), med.end(), [k = k](const auto& m) { return m.count(k) > 0; })) common.push_back(k);
+  if (common.empty())
+    return make_error(Errc::invalid_argument,
+                      fmt::format("repeatability: no split was measured by all of runs {}", fmt::join(runs, ", ")));
+  Repeatability out;
+  out.splits = static_cast<int>(common.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    double err = 0, own_best = 1e300, others_best = 1e300;
+    int own_k = -1, others_k = -1;
+    for (int k : common) {
+      std::vector<double> others;
+      for (size_t j = 0; j < runs.size(); ++j)
+        if (j != i) others.push_back(med[j][k]);
+      const double pred = protocol::median_of(others), ms = med[i][k];
+      err += std::fabs(pred - ms) / ms * 100;
+      if (ms < own_best) own_best = ms, own_k = k;
+      if (pred < others_best) others_best = pred, others_k = k;
+    }
+    out.mape_pct.push_back(err / static_cast<double>(common.size()));
+    out.best_agrees += own_k == others_k ? 1 : 0;
+  }
+  return out;
+}
+
 Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
   sqlite3* h = db.handle();
   auto exec = [&](const std::string& sql, const std::vector<std::optional<std::string>>& args) -> Status {

@@ -131,6 +131,19 @@ Result<Plan> plan_from_run(store::ResultsDb& db, int64_t run_id, const PlanOptio
 // per split for that run's codec, MAPE and whether the chosen split is the
 // measured best (by how much it misses).
 void validate_against(store::ResultsDb& db, Plan& p, int64_t run = 0);
+// Repeated runs of one condition against one another: each run's median
+// total per split predicted by the median over the other runs of their
+// medians at that split (the splits every run measured). This is the error
+// that remains when the prediction is another run of the same condition: no
+// plan of these runs can be expected to come much closer (plan --validate-on
+// A,B,... prints it beside the planner's error).
+struct Repeatability {
+  std::vector<double> mape_pct;  // per run, in the order given
+  int best_agrees = 0;           // runs whose measured best split is the best of the others' medians
+  int splits = 0;                // splits compared
+};
+// invalid_argument with fewer than 2 runs or no split measured by all.
+Result<Repeatability> repeatability(store::ResultsDb& db, const std::vector<int64_t>& runs);
 // Stores a plan (plans + plan_rows); returns its id.
 Result<int64_t> store_plan(store::ResultsDb& db, const Plan& p);
 // The plan as text; its prose lines wrap at words to `width` (0: no limit).

@@ -358,10 +358,13 @@ Status plan_on_series(ResultsDb& db, const std::string& db_path, const PlanComma
   std::istringstream in(cmd.validate_run);
   for (std::string r; std::getline(in, r, ',');) runs.push_back(r);
   // Every run checked before anything is planned, printed or stored.
+  std::vector<int64_t> ids;
   for (const std::string& r : runs) {
     if (r.empty() || cmd.validate_run.back() == ',')
       return plan_failure(2, fmt::format("--validate-on: expected runs RUN1,RUN2,..., got '{}'", cmd.validate_run));
-    if (auto id = validation_run_id(db, r); !id) return plan_failure(2, user_text(id.error()));
+    auto id = validation_run_id(db, r);
+    if (!id) return plan_failure(2, user_text(id.error()));
+    ids.push_back(*id);
   }
   std::vector<double> mape;
   int best = 0, judged = 0;
@@ -377,6 +380,15 @@ Status plan_on_series(ResultsDb& db, const std::string& db_path, const PlanComma
       "over {} held-out runs: latency MAPE median {:.1f} % (lowest {:.1f} %, highest {:.1f} %); the chosen "
       "split was the measured best in {} of {}\n",
       mape.size(), median, mape.front(), mape.back(), best, judged);
+  // The floor: how far the held-out runs are from one another.
+  if (auto rep = repeatability(db, ids)) {
+    std::vector<double> m = rep->mape_pct;
+    const double rep_median = protocol::median_of(m);
+    fmt::print(
+        "the held-out runs among themselves (each against the median of the others, {} splits): MAPE median {:.1f} % "
+        "(lowest {:.1f} %, highest {:.1f} %); their measured best split agrees in {} of {}\n",
+        rep->splits, rep_median, m.front(), m.back(), rep->best_agrees, m.size());
+  }
   return {};
 }
 

@@ -4,6 +4,9 @@
 // another link, constraints and objectives behave, and every plan is stored.
 // The figures themselves (errors, misses) are reported, not asserted: timing
 // on shared CI cores is not a pass/fail criterion.
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "system/system_util.hpp"
@@ -322,6 +325,33 @@ TEST(Plan, ValidatedOnARepeatedSeriesReportsTheErrorsMedianAndRange) {
   ASSERT_EQ(mapes.size(), 2u);
   EXPECT_NE(p.out.find(fmt::format("(lowest {:.1f} %, highest {:.1f} %)", std::stod(mapes[0]), std::stod(mapes[1])),
                        at),
+            std::string::npos)
+      << p.out;
+  // Beside it, the floor: the held-out runs against each other (with two, each against the other's median
+  // per split), recomputed here from their frames.
+  auto median_ms = [&](int run, int split) {
+    auto v = query_col(db, fmt::format("select total_ns from frames where run_id = {} and split = {} and warmup = 0 "
+                                       "and ok = 1 order by total_ns",
+                                       run, split));
+    EXPECT_FALSE(v.empty()) << run << " " << split;
+    if (v.empty()) return 0.0;
+    const size_t n = v.size();
+    return (n % 2 ? std::stod(v[n / 2]) : (std::stod(v[n / 2 - 1]) + std::stod(v[n / 2])) / 2) / 1e6;
+  };
+  std::vector<double> floor;
+  for (int run : {2, 3}) {
+    double err = 0;
+    for (int k : {0, 5, 22}) err += std::fabs(median_ms(5 - run, k) - median_ms(run, k)) / median_ms(run, k) * 100;
+    floor.push_back(err / 3);
+  }
+  std::sort(floor.begin(), floor.end());
+  const size_t among = p.out.find(
+      "the held-out runs among themselves (each against the median of the others, 3 "
+      "splits): MAPE median ");
+  ASSERT_NE(among, std::string::npos) << p.out;
+  EXPECT_NE(p.out.find(fmt::format("(lowest {:.1f} %, highest {:.1f} %); their measured best split agrees in ",
+                                   floor[0], floor[1]),
+                       among),
             std::string::npos)
       << p.out;
   auto bad = sh(tracrctl() + " plan 1 --validate-on 2,,3 --no-store --db " + db);
