@@ -10,9 +10,10 @@
 #include "agent/runner.hpp"
 #include "experiments/profile.hpp"
 
+#include <torch/version.h>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <torch/version.h>
 
 namespace tracr::agent {
 
@@ -205,6 +206,14 @@ Status profile_segments(const AgentOptions& o, const settings::ExperimentConfig&
     for (int k = 0; k <= m.num_layers(); ++k) splits.push_back(k);  // refused cuts are skipped
   else
     splits = sweep_splits(c, m);
+  // The SERVER serves every participant's splits (participant_splits: each its own).
+  if (o.role == AgentRole::server && c.record.segments != "all")
+    for (const auto& [name, sp] : c.participant_splits) {
+      settings::ExperimentConfig own = c;
+      own.split = sp;
+      for (int k : sweep_splits(own, m))
+        if (std::find(splits.begin(), splits.end(), k) == splits.end()) splits.push_back(k);
+    }
   auto segs = ex::profile_segments(m, profile_input(m, c.batch_size), splits, o.role != AgentRole::server, po);
   if (!segs) return std::move(segs.error());
   const std::string fp = model_fingerprint(m);

@@ -1,4 +1,5 @@
 #include "analysis/plan.hpp"
+#include "analysis/joint.hpp"
 
 #include "core/text.hpp"
 #include "core/token_bucket.hpp"
@@ -588,6 +589,8 @@ PlanRow predict_row(int k, const CodecBasis& cb, const ComputeTimes& compute, co
   r.overhead_ms = cb.ov_a + cb.ov_b * r.wire_bytes;
   r.latency_ms = r.head_ms + r.up_ms + r.rtt_ms + r.tail_ms + r.down_ms + r.overhead_ms;
   r.fps = 1e3 / std::max({r.head_ms, r.up_ms, r.tail_ms + r.rtt_ms, r.down_ms, 1e-6});
+  r.service_ms = r.tail_ms + cb.server_own_ms;
+  r.alone_ms = r.latency_ms;
   if (p.participants > 1) share_server(r, p.participants, cb.server_own_ms);
   if (eb.known) {
     double e = 0;
@@ -734,7 +737,7 @@ Result<Repeatability> repeatability(ResultsDb& db, const std::vector<int64_t>& r
   return out;
 }
 
-Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
+Result<int64_t> store_plan(ResultsDb& db, const Plan& p, const JointPlan* joint) {
   sqlite3* h = db.handle();
   auto exec = [&](const std::string& sql, const std::vector<std::optional<std::string>>& args) -> Status {
     Statement q(h, sql.c_str());
@@ -778,6 +781,19 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p) {
                num(r.latency_ms), num(r.fps), num(r.wire_bytes), num(r.reply_bytes), txt(r.bytes_from),
                num(r.energy_j), i64(r.feasible ? 1 : 0), num(r.measured_ms), num(r.error_pct), txt(r.compute_from),
                num(r.queue_ms)});
+    if (!st) {
+      (void)exec("ROLLBACK", {});
+      return std::move(st.error());
+    }
+  }
+  for (size_t i = 0; joint && i < joint->classes.size(); ++i) {
+    const JointClass& c = joint->classes[i];
+    const PlanRow& r = p.rows[c.row];
+    st = exec(
+        "INSERT INTO plan_assignments(plan_id, split, codec, participants, latency_ms, queue_ms, fps, "
+        "measured_ms, error_pct, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        {i64(id), i64(r.split), txt(r.codec), i64(c.participants), num(c.latency_ms), num(c.queue_ms), num(c.fps),
+         num(c.measured_ms), num(c.error_pct), txt(joint->model)});
     if (!st) {
       (void)exec("ROLLBACK", {});
       return std::move(st.error());

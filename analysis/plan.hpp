@@ -87,6 +87,9 @@ struct PlanRow {
   std::string codec;
   double head_ms = 0, tail_ms = 0, up_ms = 0, down_ms = 0, rtt_ms = 0, overhead_ms = 0, latency_ms = 0, fps = 0;
   double queue_ms = 0;  // predicted wait for the shared SERVER (0 with one participant); inside latency_ms
+  // The queueing model's terms (plan.hpp above): the SERVER's service time
+  // per frame (tail + its own work), and the latency with one participant.
+  double service_ms = 0, alone_ms = 0;
   double wire_bytes = 0, reply_bytes = 0;
   std::string bytes_from;            // "measured" | "profiled x ratio"
   // Where head_ms and tail_ms came from: "segments" (both timed whole, or
@@ -144,8 +147,9 @@ struct Repeatability {
 };
 // invalid_argument with fewer than 2 runs or no split measured by all.
 Result<Repeatability> repeatability(store::ResultsDb& db, const std::vector<int64_t>& runs);
-// Stores a plan (plans + plan_rows); returns its id.
-Result<int64_t> store_plan(store::ResultsDb& db, const Plan& p);
+struct JointPlan;  // analysis/joint.hpp
+// Stores a plan (plans + plan_rows, and a joint plan's plan_assignments); returns its id.
+Result<int64_t> store_plan(store::ResultsDb& db, const Plan& p, const JointPlan* joint = nullptr);
 // The plan as text; its prose lines wrap at words to `width` (0: no limit).
 std::string format_plan(const Plan& p, size_t width = 0);
 

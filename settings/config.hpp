@@ -161,6 +161,10 @@ struct ExperimentConfig {
   int64_t num_classes = 0;          // classifier width; 0 = the model's default
   DatasetSpec dataset;
   SplitSpec split;
+  // Per PARTICIPANT (devices-file name): its own split points instead of
+  // `split` (#21: participants of one run at different splits, for a joint
+  // plan's validation). Participants not named use `split`.
+  std::map<std::string, SplitSpec> participant_splits;
   int warmup = 2;
   int repetitions = 5;
   int batch_size = 1;

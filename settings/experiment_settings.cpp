@@ -476,42 +476,78 @@ Setting normalization_setting(bool is_std) {
   return s;
 }
 
+// A split value: one point, a list of distinct points, or all.
+Result<SplitSpec> read_split(const Ctx& c, const YAML::Node& n, const std::string& key) {
+  const std::string what = "a split point (int >= 0), a list of split points, or all";
+  SplitSpec sp;
+  if (n.IsScalar()) {
+    if (n.Scalar() == "all") return sp;
+    auto v = get_int(c, n, key, 0, 100000, what);
+    if (!v) return v.error();
+    sp.all = false;
+    sp.points = {static_cast<int>(*v)};
+    return sp;
+  }
+  if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, what);
+  sp.all = false;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string k = fmt::format("{}[{}]", key, i);
+    auto v = get_int(c, n[i], k, 0, 100000, "a split point (int >= 0)");
+    if (!v) return v.error();
+    if (std::find(sp.points.begin(), sp.points.end(), *v) != sp.points.end())
+      return err_at(pos_of(c, n[i]), k, fmt::format("split point {} is listed twice; expected distinct points", *v));
+    sp.points.push_back(static_cast<int>(*v));
+  }
+  return sp;
+}
+
+std::string show_split(const SplitSpec& sp) {
+  if (sp.all) return "all";
+  if (sp.points.size() == 1) return std::to_string(sp.points[0]);
+  return flow_ints(std::vector<int64_t>(sp.points.begin(), sp.points.end()));
+}
+
 Setting split_setting() {
   Setting s;
   s.info = {"split", "int | [int] | all", "all",
             "Split points: k runs layers [0, k) on the PARTICIPANT and [k, N) on the SERVER; all = 0..N.", ""};
   s.env_yaml = true;
   s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
-    const std::string what = "a split point (int >= 0), a list of split points, or all";
-    if (n.IsScalar()) {
-      if (n.Scalar() == "all") {
-        cfg.split = SplitSpec{};
-        return {};
-      }
-      auto v = get_int(c, n, key, 0, 100000, what);
-      if (!v) return v.error();
-      cfg.split.all = false;
-      cfg.split.points = {static_cast<int>(*v)};
-      return {};
+    auto sp = read_split(c, n, key);
+    if (!sp) return sp.error();
+    cfg.split = *sp;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) { return show_split(c.split); };
+  return s;
+}
+
+Setting participant_splits_setting() {
+  Setting s;
+  s.info = {"participant_splits", "{name: int | [int] | all}", "{}",
+            "Split points of single PARTICIPANTs (devices-file names), in place of `split`: participants of one run "
+            "at different splits, e.g. the assignment `tracrctl plan --joint` chose ({p1: 22, p2: 0}).",
+            ""};
+  s.env_yaml = true;
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    if (!n.IsMap()) return expected(c, n, key, "a map of PARTICIPANT names to split points");
+    std::map<std::string, SplitSpec> out;
+    for (const auto& kv : n) {
+      const std::string name = kv.first.Scalar();
+      if (!valid_name(name))
+        return err_at(pos_of(c, kv.first), key + "." + name, "a device name of letters, digits, '_', '-', '.'");
+      auto sp = read_split(c, kv.second, key + "." + name);
+      if (!sp) return sp.error();
+      out[name] = *sp;
     }
-    if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, what);
-    SplitSpec sp;
-    sp.all = false;
-    for (size_t i = 0; i < n.size(); ++i) {
-      const std::string k = fmt::format("{}[{}]", key, i);
-      auto v = get_int(c, n[i], k, 0, 100000, "a split point (int >= 0)");
-      if (!v) return v.error();
-      if (std::find(sp.points.begin(), sp.points.end(), *v) != sp.points.end())
-        return err_at(pos_of(c, n[i]), k, fmt::format("split point {} is listed twice; expected distinct points", *v));
-      sp.points.push_back(static_cast<int>(*v));
-    }
-    cfg.split = sp;
+    cfg.participant_splits = std::move(out);
     return {};
   };
   s.show = [](const ExperimentConfig& c) {
-    if (c.split.all) return std::string("all");
-    if (c.split.points.size() == 1) return std::to_string(c.split.points[0]);
-    return flow_ints(std::vector<int64_t>(c.split.points.begin(), c.split.points.end()));
+    std::string o = "{";
+    for (const auto& [name, sp] : c.participant_splits)
+      o += fmt::format("{}{}: {}", o.size() > 1 ? ", " : "", yaml_str(name), show_split(sp));
+    return o + "}";
   };
   return s;
 }

@@ -272,8 +272,10 @@ ALTER TABLE frames ADD COLUMN shaping TEXT;
 ALTER TABLE probes ADD COLUMN link TEXT;
 ALTER TABLE probes ADD COLUMN shaping TEXT;
 )sql"},
-    {7, "energy rows (meters, power and radio models) and their per-split statistics; frames.energy_j/energy_source, "
-        "reserved and never written, dropped", R"sql(
+    {7,
+     "energy rows (meters, power and radio models) and their per-split statistics; frames.energy_j/energy_source, "
+     "reserved and never written, dropped",
+     R"sql(
 CREATE TABLE energy (
   id          INTEGER PRIMARY KEY,
   run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -311,7 +313,10 @@ CREATE TABLE energy_stats (
 ALTER TABLE frames DROP COLUMN energy_j;
 ALTER TABLE frames DROP COLUMN energy_source;
 )sql"},
-    {8, "plans: predicted latency, energy and throughput per split, and their validation against a run; mean layer time in profiles", R"sql(
+    {8,
+     "plans: predicted latency, energy and throughput per split, and their validation against a run; mean layer time "
+     "in profiles",
+     R"sql(
 ALTER TABLE layer_profiles ADD COLUMN mean_ns INTEGER;
 CREATE TABLE plans (
   id             INTEGER PRIMARY KEY,
@@ -474,7 +479,8 @@ CREATE TABLE outputs (
     {11, "plans: the run a plan was validated against (held-out validation)", R"sql(
 ALTER TABLE plans ADD COLUMN validation_run INTEGER;
 )sql"},
-    {12, "segment profiles: a graph model's heads and tails timed whole, and where a plan's compute times came from", R"sql(
+    {12, "segment profiles: a graph model's heads and tails timed whole, and where a plan's compute times came from",
+     R"sql(
 CREATE TABLE segment_profiles (
   run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
   device      TEXT NOT NULL,
@@ -502,6 +508,21 @@ ALTER TABLE plan_rows ADD COLUMN queue_ms REAL;
 )sql"},
     {14, "plans: the run the PARTICIPANT's profiles came from (plan --participant-from)", R"sql(
 ALTER TABLE plans ADD COLUMN participant_run INTEGER;
+)sql"},
+    {15, "plan_assignments: a joint plan's participants per split (plan --joint)", R"sql(
+CREATE TABLE plan_assignments (
+  plan_id      INTEGER NOT NULL REFERENCES plans(id) ON DELETE CASCADE,
+  split        INTEGER NOT NULL,
+  codec        TEXT NOT NULL,
+  participants INTEGER NOT NULL,
+  latency_ms   REAL,
+  queue_ms     REAL,
+  fps          REAL,
+  measured_ms  REAL,
+  error_pct    REAL,
+  model        TEXT,
+  PRIMARY KEY (plan_id, split, codec)
+);
 )sql"},
 };
 

@@ -309,6 +309,29 @@ TableInfo plan_rows_table() {
   return t;
 }
 
+TableInfo plan_assignments_table() {
+  TableInfo t{"plan_assignments",
+              "per (joint plan, split): how many of the participants sharing the SERVER cut there (plan --joint) and "
+              "what each is predicted, and measured when validated on a run whose participants each ran one split",
+              {}};
+  t.columns = {
+      {"plan_id", "INTEGER", "", "controller", "-> plans.id"},
+      {"split", "INTEGER", "", "controller", "split point"},
+      {"codec", "TEXT", "", "controller", "codec"},
+      {"participants", "INTEGER", "", "controller", "participants at this split"},
+      {"latency_ms", "REAL", "ms", "controller",
+       "predicted latency of each (multi-class mean value analysis: plans.server_model's terms, one class per split)"},
+      {"queue_ms", "REAL", "ms", "controller", "predicted wait for the SERVER, inside latency_ms"},
+      {"fps", "REAL", "frames/s", "controller", "predicted frames/s of each, one frame in flight"},
+      {"measured_ms", "REAL", "ms", "controller",
+       "validation: the median total of the frames at this split (plans.validation_run); NULL: not validated"},
+      {"error_pct", "REAL", "%", "controller", "validation: (predicted - measured) / measured x 100"},
+      {"model", "TEXT", "", "controller",
+       "how the queue was solved: modelled:mva-exact(...) or modelled:mva-schweitzer(...)"},
+  };
+  return t;
+}
+
 TableInfo train_runs_table() {
   TableInfo t{"train_runs", "one row per `tracrctl train` run: its checkpoint tag, what it resumed, the optimizer", {}};
   t.columns = {
@@ -426,12 +449,29 @@ TableInfo schema_migrations_table() {
 }
 
 std::vector<TableInfo> build() {
-  return {runs_table(), frames_table(), layer_profiles_table(), segment_profiles_table(),
-          devices_table(), probes_table(), summaries_table(), accuracy_table(),
-          frame_topk_table(), outputs_table(), stage_stats_table(), energy_table(),
-          energy_stats_table(), plans_table(), plan_rows_table(), train_runs_table(),
-          train_segments_table(), train_steps_table(), train_epochs_table(), train_checkpoints_table(),
-          events_table(), schema_migrations_table()};
+  return {runs_table(),
+          frames_table(),
+          layer_profiles_table(),
+          segment_profiles_table(),
+          devices_table(),
+          probes_table(),
+          summaries_table(),
+          accuracy_table(),
+          frame_topk_table(),
+          outputs_table(),
+          stage_stats_table(),
+          energy_table(),
+          energy_stats_table(),
+          plans_table(),
+          plan_rows_table(),
+          plan_assignments_table(),
+          train_runs_table(),
+          train_segments_table(),
+          train_steps_table(),
+          train_epochs_table(),
+          train_checkpoints_table(),
+          events_table(),
+          schema_migrations_table()};
 }
 
 }  // namespace

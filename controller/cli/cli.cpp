@@ -270,6 +270,10 @@ void add_plan(CLI::App& app, Parsed& p) {
                    "the basis run had, or the --validate-on run)")
       ->check(CLI::Range(1, 100000))
       ->type_name("N");
+  plan->add_flag("--joint", p.plan.joint,
+                 "plan the participants sharing the SERVER jointly: how many cut at each split (mean latency, or "
+                 "total frames/s with --objective throughput); with --validate-on RUN, the assignment RUN made "
+                 "(participant_splits), predicted and compared");
   plan->add_option_function<std::string>(
           "--participant-from",
           [&p](const std::string& v) {

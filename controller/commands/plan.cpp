@@ -3,6 +3,8 @@
 // validated and stored.
 #include "controller/commands/plan.hpp"
 
+#include "analysis/joint.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -335,14 +337,29 @@ PlanOutcome plan_and_validate(ResultsDb& db, const std::string& db_path, const P
   }
   auto p = plan_from_run(db, run_id, opt);
   if (!p) return failed_with(plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error())));
-  if (cmd.validate || check_run) validate_against(db, *p, check_run);
-  const std::string text = format_plan(*p, cmd.width);
+  std::optional<JointPlan> joint;
+  if (cmd.joint) {
+    // The assignment that is best for the objective, or (validated) the one the run made.
+    const int64_t on = check_run ? check_run : cmd.validate ? run_id : 0;
+    auto j = on ? validate_joint(db, *p, on) : plan_jointly(*p, p->participants, opt);
+    if (!j) return failed_with(plan_failure(j.error().code == Errc::invalid_argument ? 2 : 1, user_text(j.error())));
+    joint = std::move(*j);
+  } else if (cmd.validate || check_run) {
+    validate_against(db, *p, check_run);
+  }
+  std::string text = format_plan(*p, cmd.width);
+  if (joint) text += format_joint(*p, *joint);
+  const char* const own_line = joint ? "\nmeasured: " : "\nvalidation";
   if (table)
     std::fputs(text.c_str(), stdout);
-  else if (const size_t at = text.find("\nvalidation"); at != std::string::npos)
+  else if (const size_t at = text.find(own_line); at != std::string::npos)
     std::fputs(text.substr(at + 1).c_str(), stdout);
+  if (joint && joint->validation_run) {  // stored as the plan's validation: its error over the assignment's splits
+    p->validation_run = joint->validation_run;
+    p->mape_pct = joint->mape_pct;
+  }
   if (cmd.store) {
-    auto id = store_plan(db, *p);
+    auto id = store_plan(db, *p, joint ? &*joint : nullptr);
     if (!id) return failed_with(plan_failure(1, user_text(id.error())));
     fmt::print("stored as plan {} in {}\n", *id, db_path);
   }
@@ -376,10 +393,14 @@ Status plan_on_series(ResultsDb& db, const std::string& db_path, const PlanComma
   }
   if (mape.empty()) return {};
   const double median = protocol::median_of(mape);  // sorts mape
-  fmt::print(
-      "over {} held-out runs: latency MAPE median {:.1f} % (lowest {:.1f} %, highest {:.1f} %); the chosen "
-      "split was the measured best in {} of {}\n",
-      mape.size(), median, mape.front(), mape.back(), best, judged);
+  if (cmd.joint)
+    fmt::print("over {} held-out runs: joint latency MAPE median {:.1f} % (lowest {:.1f} %, highest {:.1f} %)\n",
+               mape.size(), median, mape.front(), mape.back());
+  else
+    fmt::print(
+        "over {} held-out runs: latency MAPE median {:.1f} % (lowest {:.1f} %, highest {:.1f} %); the chosen "
+        "split was the measured best in {} of {}\n",
+        mape.size(), median, mape.front(), mape.back(), best, judged);
   // The floor: how far the held-out runs are from one another.
   if (auto rep = repeatability(db, ids)) {
     std::vector<double> m = rep->mape_pct;

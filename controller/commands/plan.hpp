@@ -22,6 +22,10 @@ struct PlanCommand {
   // profile as tracr emulates it, else its probe. RUN1,RUN2,...: one plan
   // validated on each, then the MAPE's median and range over them.
   std::string validate_run;
+  // --joint: which participant cuts where (analysis/joint.hpp) for the
+  // participants sharing the SERVER; with --validate-on RUN, the assignment
+  // RUN made (each participant at one split), predicted and compared.
+  bool joint = false;
   std::string link;                                  // link profile name ("" = the basis run's probe)
   std::optional<double> up_mbit, down_mbit, rtt_ms;  // explicit link figures
   analysis::PlanOptions plan;                        // objective, constraints, radio, codecs (as given)

@@ -112,18 +112,37 @@ Status check_model_io(const settings::ExperimentConfig& cfg, const ex::SplitMode
 }
 
 // Every split within 0..N; a graph model's cut that cannot run: named when
-// asked for, skipped by a sweep.
-Status check_splits(const settings::ExperimentConfig& cfg, const ex::SplitModel& model) {
-  auto sp = settings::resolve_splits(cfg, model.num_layers());
-  if (!sp) return sp.error();
-  for (int k : *sp) {
+// asked for, skipped by a sweep. `split`, then each participant_splits entry
+// (its errors under participant_splits, naming the participant).
+Status check_split_points(const settings::ExperimentConfig& cfg, const ex::SplitModel& model,
+                          const settings::SplitSpec& sp, const std::string& key, const std::string& who) {
+  const int n = model.num_layers();
+  std::vector<int> ks;
+  if (sp.all)
+    for (int k = 0; k <= n; ++k) ks.push_back(k);
+  for (int k : sp.points) {
+    if (k > n)
+      return config_error(
+          cfg, key,
+          fmt::format("{}split point {} is beyond model '{}' with {} layers; expected 0..{}", who, k, cfg.model, n, n));
+    ks.push_back(k);
+  }
+  for (int k : ks) {
     const std::string why = model.split_refusal(k);
     if (why.empty()) continue;
-    if (!cfg.split.all)
-      return config_error(cfg, "split", fmt::format("split {} (after layer '{}') cannot be used: {}", k,
-                                                    model.layers()[k - 1].name, why));
+    if (!sp.all)
+      return config_error(
+          cfg, key,
+          fmt::format("{}split {} (after layer '{}') cannot be used: {}", who, k, model.layers()[k - 1].name, why));
     TRACR_LOG(info, "note: the sweep skips split {} (after layer '{}'): {}", k, model.layers()[k - 1].name, why);
   }
+  return {};
+}
+
+Status check_splits(const settings::ExperimentConfig& cfg, const ex::SplitModel& model) {
+  TRACR_TRY(check_split_points(cfg, model, cfg.split, "split", ""));
+  for (const auto& [name, sp] : cfg.participant_splits)
+    TRACR_TRY(check_split_points(cfg, model, sp, "participant_splits", name + ": "));
   return {};
 }
 

@@ -38,6 +38,14 @@ Status check_session(const settings::ExperimentConfig& cfg, settings::RoleCheck 
   if (auto n = check_experiment_model(cfg); !n) return bad_input(n.error());
   auto devices = settings::load_experiment_devices(cfg, roles);
   if (!devices) return bad_input(devices.error());
+  for (const auto& [name, sp] : cfg.participant_splits) {
+    const settings::DeviceConfig* d = devices->find(name);
+    if (d && d->role == settings::DeviceRole::participant) continue;
+    std::string names;
+    for (const auto* pd : devices->participants()) names += (names.empty() ? "" : ", ") + pd->name;
+    return bad_input(fmt::format("participant_splits.{}: {} in devices file {}; expected one of its PARTICIPANTs ({})",
+                                 name, d ? "is the SERVER" : "is no device", devices->source, names));
+  }
   out.devices = std::move(*devices);
   out.agent_path = agent_option.empty() ? fleet::self_dir() + "/tracr-agent" : agent_option;
   if (auto st = fleet::check_device_agents(out.devices); !st) return bad_input(st.error());
@@ -56,7 +64,14 @@ SessionLaunch::SessionLaunch(const settings::ExperimentConfig& cfg, const Sessio
       log_dir((std::filesystem::path(cfg.output).parent_path() / "logs").string()),
       config_yaml(agent_config_yaml(cfg)),
       experiment(agent_experiment(cfg)),
-      heartbeat_timeout_ms(cfg.heartbeat_timeout_ms) {}
+      heartbeat_timeout_ms(cfg.heartbeat_timeout_ms) {
+  // A PARTICIPANT with splits of its own gets the experiment with them as `split`.
+  for (const auto& [name, sp] : cfg.participant_splits) {
+    settings::ExperimentConfig c = experiment;
+    c.split = sp;
+    own_splits[name] = {settings::to_yaml(c), c};
+  }
+}
 
 fleet::LaunchSpec SessionLaunch::spec(const settings::DeviceConfig& dev, agent::AgentRole role,
                                       std::vector<std::string> args) const {
@@ -73,6 +88,10 @@ fleet::LaunchSpec SessionLaunch::spec(const settings::DeviceConfig& dev, agent::
   ls.trust_new_hosts = trust_new_hosts;
   ls.config_yaml = config_yaml;
   ls.experiment = &experiment;
+  if (auto it = own_splits.find(dev.name); it != own_splits.end() && role == agent::AgentRole::participant) {
+    ls.config_yaml = it->second.first;
+    ls.experiment = &it->second.second;
+  }
   ls.heartbeat_timeout_ms = heartbeat_timeout_ms;
   return ls;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,8 @@ struct SessionLaunch {
   std::string log_dir;      // agents' logs: "logs" beside the database
   std::string config_yaml;  // agent_config_yaml(cfg): the CONFIG line
   settings::ExperimentConfig experiment;  // agent_experiment(cfg)
+  // participant_splits: per PARTICIPANT name, its CONFIG line and experiment (`split` its own).
+  std::map<std::string, std::pair<std::string, settings::ExperimentConfig>> own_splits;
   int heartbeat_timeout_ms;
 };
 

@@ -1037,7 +1037,7 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "on_participant_loss",
                         "lockstep"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 69u);
+  EXPECT_EQ(names.size(), 70u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());

@@ -6,6 +6,7 @@
 // on shared CI cores is not a pass/fail criterion.
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -426,6 +427,115 @@ TEST(Plan, AServerSharedByFourParticipantsIsPlannedFromARunWithOne) {
                                        "b.plan_id = 4 and b.split = a.split where a.plan_id = 3 and a.measured_ms is not "
                                        "null order by a.split"))
     std::printf("%s\n", row.c_str());
+}
+
+// #21: joint planning. Four participants of one run at two splits (participant_splits: p1, p2 at 0; p3, p4
+// at 22), the joint plan made from a run with one participant, validated on that run's own assignment, and
+// stored per split. Asserted: each participant ran only its split; the joint rows add up to the four and
+// carry the run's medians over the frames that ended while all four were running; the error is (predicted - measured) /
+// measured; the joint plan of one split is the single-class plan's; a run whose participants swept is refused for joint
+// validation, and so are participant_splits naming no participant or a split past the model. The errors are printed,
+// not asserted.
+TEST(Plan, AJointPlanIsValidatedOnARunWhoseParticipantsEachRanTheirOwnSplit) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  auto devices = [&](int n) {
+    std::string y = "devices:\n  - {device_type: SERVER, transport: local}\n";
+    for (int i = 1; i <= n; ++i)
+      y += "  - {device_type: PARTICIPANT, name: p" + std::to_string(i) + ", transport: local}\n";
+    return d.file("devices" + std::to_string(n) + ".yaml", y);
+  };
+  auto experiment = [&](int n, const std::string& extra) {
+    std::string y = small_experiment(db, "probe:\n  duration_ms: 300\n" + extra, devices(n));
+    y.replace(y.find("split: all"), 10, "split: [0, 22]");
+    y.replace(y.find("repetitions: 1"), 14, "repetitions: 4");
+    return d.file("exp" + std::to_string(n) + ".yaml", y);
+  };
+  auto one = sh(tracrctl() + " run " + experiment(1, "") + " --no-progress");
+  ASSERT_EQ(one.status, 0) << one.out;
+  auto four = sh(tracrctl() + " run " + experiment(4, "participant_splits: {p1: 0, p2: 0, p3: 22, p4: 22}\n") +
+                 " --no-progress");
+  ASSERT_EQ(four.status, 0) << four.out;
+  EXPECT_EQ(query(db,
+                  "select group_concat(participant || ':' || s, ' ') from (select participant, "
+                  "group_concat(distinct split) as s from frames where run_id = 2 group by participant order by "
+                  "participant)"),
+            "p1:0 p2:0 p3:22 p4:22");
+  EXPECT_NE(query(db, "select config_yaml from runs where id = 2")
+                .find("participant_splits: {p1: 0, p2: 0, p3: 22, "
+                      "p4: 22}"),
+            std::string::npos);
+  // Planned jointly for four, from run 1.
+  auto plan = sh(tracrctl() + " plan 1 --db " + db + " --joint --participants 4");
+  ASSERT_EQ(plan.status, 0) << plan.out;
+  EXPECT_NE(plan.out.find("joint plan for 4 participants sharing the SERVER (modelled:mva-exact("), std::string::npos)
+      << plan.out;
+  EXPECT_NE(plan.out.find("all 4 at the best common split "), std::string::npos) << plan.out;
+  EXPECT_EQ(query(db, "select sum(participants) from plan_assignments where plan_id = (select max(id) from plans)"),
+            "4");
+  // Validated on run 2's own assignment.
+  auto held = sh(tracrctl() + " plan 1 --db " + db + " --joint --validate-on 2");
+  ASSERT_EQ(held.status, 0) << held.out;
+  EXPECT_NE(held.out.find("joint validation against run 2 (its participants' own splits): MAPE "), std::string::npos)
+      << held.out;
+  const std::string id = query(db, "select max(id) from plans");
+  EXPECT_EQ(query(db,
+                  "select group_concat(split || ':' || participants, ' ') from (select * from plan_assignments "
+                  "where plan_id = " +
+                      id + " order by split)"),
+            "0:2 22:2");
+  EXPECT_EQ(query(db, "select validation_run || ',' || (mape_pct is not null) from plans where id = " + id), "2,1");
+  // Measured: the frames that ended while all four were running (each participant's clock from its first
+  // frame; the first to finish its frames closes the window).
+  EXPECT_NE(held.out.find(" of 32 timed frames, those that ended while all 4 participants were running"),
+            std::string::npos)
+      << held.out;
+  for (int k : {0, 22}) {
+    auto v =
+        query_col(db, fmt::format("with s as (select participant, min(start_ns) as t0, max(end_ns) - min(start_ns) "
+                                  "as d from frames where run_id = 2 group by participant) select f.total_ns from "
+                                  "frames f join s using (participant) where f.run_id = 2 and f.split = {} and "
+                                  "f.warmup = 0 and f.ok = 1 and f.end_ns - s.t0 <= (select min(d) from s) order "
+                                  "by f.total_ns",
+                                  k));
+    ASSERT_FALSE(v.empty()) << k;  // the first participant to finish kept all of its frames
+    const size_t n = v.size();
+    const double median = (n % 2 ? std::stod(v[n / 2]) : (std::stod(v[n / 2 - 1]) + std::stod(v[n / 2])) / 2) / 1e6;
+    const auto row =
+        query_col(db, fmt::format("select measured_ms || '|' || latency_ms || '|' || error_pct from plan_assignments "
+                                  "where plan_id = {} and split = {}",
+                                  id, k));
+    ASSERT_EQ(row.size(), 1u);
+    std::vector<double> f;
+    std::istringstream in(row[0]);
+    for (std::string x; std::getline(in, x, '|');) f.push_back(std::stod(x));
+    ASSERT_EQ(f.size(), 3u) << row[0];
+    EXPECT_NEAR(f[0], median, 1e-6);
+    EXPECT_NEAR(f[2], (f[1] - f[0]) / f[0] * 100, 1e-6);
+    std::printf("joint, 2 of 4 participants at split %d: predicted %.2f ms, measured %.2f ms (%+.1f %%)\n", k, f[1],
+                f[0], f[2]);
+  }
+  // One split to choose from: the joint plan is the single-class plan for four.
+  auto only0 = sh(tracrctl() + " plan 1 --db " + db + " --joint --participants 4 --splits 0");
+  ASSERT_EQ(only0.status, 0) << only0.out;
+  const std::string id0 = query(db, "select max(id) from plans");
+  EXPECT_NEAR(std::stod(query(db, "select latency_ms from plan_assignments where plan_id = " + id0)),
+              std::stod(query(db, "select latency_ms from plan_rows where split = 0 and plan_id = " + id0)), 1e-6);
+  // Refused: joint validation on a run whose participant swept, a joint energy plan, and participant_splits
+  // that name no participant or a split the model does not have.
+  auto swept = sh(tracrctl() + " plan 2 --db " + db + " --joint --validate-on 1 --no-store");
+  EXPECT_EQ(swept.status, 2) << swept.out;
+  EXPECT_NE(swept.out.find("participant p1 ran splits 0, 22"), std::string::npos) << swept.out;
+  auto energy = sh(tracrctl() + " plan 1 --db " + db + " --joint --objective energy --no-store");
+  EXPECT_NE(energy.status, 0) << energy.out;
+  auto nobody = sh(tracrctl() + " run " + experiment(4, "participant_splits: {p9: 0}\n") + " --no-progress");
+  EXPECT_EQ(nobody.status, 2) << nobody.out;
+  EXPECT_NE(nobody.out.find("participant_splits.p9: is no device in devices file"), std::string::npos) << nobody.out;
+  EXPECT_NE(nobody.out.find("(p1, p2, p3, p4)"), std::string::npos) << nobody.out;
+  auto past = sh(tracrctl() + " run " + experiment(4, "participant_splits: {p2: [0, 99]}\n") + " --no-progress");
+  EXPECT_EQ(past.status, 2) << past.out;
+  EXPECT_NE(past.out.find("participant_splits: p2: split point 99 is beyond model"), std::string::npos) << past.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "2");  // nothing started for either
 }
 
 // #21: a plan says whose profiles it applies, and a held-out run made on another device (here the participant
