@@ -676,16 +676,20 @@ void validate_against(ResultsDb& db, Plan& p, int64_t run) {
   const std::string codec = row ? row->codec : p.basis_codec;
   p.validation_run = run;
   std::vector<int> measured;
+  std::vector<double> head_diff, tail_diff;  // profiled vs frames, % per split
   double best = 1e300, err_sum = 0;
   for (const auto& s : *sums) {
     if (s.frames == 0) continue;
     const double ms = s.stage("total_ns").median_ns / 1e6;
+    const double head = s.stage("head_ns").median_ns / 1e6, tail = s.stage("tail_ns").median_ns / 1e6;
     for (auto& r : p.rows)
       if (r.split == s.split && r.codec == codec) {
         r.measured_ms = ms;
         r.error_pct = (r.latency_ms - ms) / ms * 100;
         err_sum += std::fabs(*r.error_pct);
         measured.push_back(s.split);
+        if (r.head_ms > 0 && head > 0) head_diff.push_back((r.head_ms - head) / head * 100);
+        if (r.tail_ms > 0 && tail > 0) tail_diff.push_back((r.tail_ms - tail) / tail * 100);
       }
     if (ms < best) {
       best = ms;
@@ -694,6 +698,10 @@ void validate_against(ResultsDb& db, Plan& p, int64_t run) {
   }
   if (measured.empty()) return;
   p.mape_pct = err_sum / static_cast<double>(measured.size());
+  p.head_vs_frames_splits = static_cast<int>(head_diff.size());
+  p.tail_vs_frames_splits = static_cast<int>(tail_diff.size());
+  if (!head_diff.empty()) p.head_vs_frames_pct = protocol::median_of(head_diff);
+  if (!tail_diff.empty()) p.tail_vs_frames_pct = protocol::median_of(tail_diff);
   // The choice among the splits the run measured, judged by their measurements.
   PlanOptions o;
   o.objective = p.objective;
@@ -757,16 +765,31 @@ Result<int64_t> store_plan(ResultsDb& db, const Plan& p, const JointPlan* joint)
   auto st = exec(
       "INSERT INTO plans(created_at, basis_run, model, input_shape, objective, link, link_source, up_mbps, down_mbps, "
       "rtt_ms, overhead, energy_source, chosen, chosen_codec, mape_pct, measured_best, miss_pct, validation_run, "
-      "participants, server_model, participant_run) "
-      "VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-      {i64(p.basis_run), txt(p.model), txt(p.input_shape), txt(p.objective), txt(p.link.name), txt(p.link.source),
-       num(p.link.up_mbps), num(p.link.down_mbps), num(p.link.rtt_ms), txt(p.overhead),
+      "participants, server_model, participant_run, head_vs_frames_pct, tail_vs_frames_pct) "
+      "VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+      "?)",
+      {i64(p.basis_run),
+       txt(p.model),
+       txt(p.input_shape),
+       txt(p.objective),
+       txt(p.link.name),
+       txt(p.link.source),
+       num(p.link.up_mbps),
+       num(p.link.down_mbps),
+       num(p.link.rtt_ms),
+       txt(p.overhead),
        p.energy_source.empty() ? std::nullopt : txt(p.energy_source),
-       p.chosen >= 0 ? i64(p.chosen) : std::nullopt, p.chosen >= 0 ? txt(p.chosen_codec) : std::nullopt, num(p.mape_pct),
-       p.measured_best >= 0 ? i64(p.measured_best) : std::nullopt, num(p.miss_pct),
-       p.mape_pct && p.validation_run > 0 ? i64(p.validation_run) : std::nullopt, i64(p.participants),
+       p.chosen >= 0 ? i64(p.chosen) : std::nullopt,
+       p.chosen >= 0 ? txt(p.chosen_codec) : std::nullopt,
+       num(p.mape_pct),
+       p.measured_best >= 0 ? i64(p.measured_best) : std::nullopt,
+       num(p.miss_pct),
+       p.mape_pct && p.validation_run > 0 ? i64(p.validation_run) : std::nullopt,
+       i64(p.participants),
        p.server_model.empty() ? std::nullopt : txt(p.server_model),
-       p.participant_run > 0 ? i64(p.participant_run) : std::nullopt});
+       p.participant_run > 0 ? i64(p.participant_run) : std::nullopt,
+       num(p.head_vs_frames_pct),
+       num(p.tail_vs_frames_pct)});
   if (!st) {
     (void)exec("ROLLBACK", {});
     return std::move(st.error());
@@ -879,6 +902,16 @@ std::string format_plan(const Plan& p, size_t width) {
         p.miss_pct ? (*p.miss_pct <= 0 ? std::string("is the measured best")
                                        : fmt::format("is {:.1f} % slower than it (measured)", *p.miss_pct))
                    : std::string("was not measured"));
+  if (validated && (p.head_vs_frames_pct || p.tail_vs_frames_pct)) {
+    auto part = [](const char* what, const std::optional<double>& v, int n) {
+      return v ? fmt::format("{} {:+.1f} % (median over {} split{})", what, *v, n, n == 1 ? "" : "s")
+               : fmt::format("{} not timed", what);
+    };
+    o += fmt::format("profiles against run {}'s frames, compute only: {}, {}\n",
+                     p.validation_run ? p.validation_run : p.basis_run,
+                     part("PARTICIPANT heads", p.head_vs_frames_pct, p.head_vs_frames_splits),
+                     part("SERVER tails", p.tail_vs_frames_pct, p.tail_vs_frames_splits));
+  }
   const int w = static_cast<int>(width);
   return wrap_words(head, w) + table + wrap_words(o, w);
 }

@@ -125,6 +125,12 @@ struct Plan {
   std::optional<double> mape_pct;
   int measured_best = -1;
   std::optional<double> miss_pct;  // chosen's measured latency over the measured best's, minus 100
+  // The profiles against the validation run's frames, compute only: the
+  // median over its measured splits of (planned head - its frames' median
+  // head_ns) / that x 100, and the same for the SERVER's tail (tail_ns).
+  // How far the devices' speed moved between profiling and those frames.
+  std::optional<double> head_vs_frames_pct, tail_vs_frames_pct;
+  int head_vs_frames_splits = 0, tail_vs_frames_splits = 0;
 };
 
 // Plans from a stored run (its layer profiles on both devices, its frames'

@@ -524,6 +524,10 @@ CREATE TABLE plan_assignments (
   PRIMARY KEY (plan_id, split, codec)
 );
 )sql"},
+    {16, "plans: the profiles against the validation run's frames (compute only)", R"sql(
+ALTER TABLE plans ADD COLUMN head_vs_frames_pct REAL;
+ALTER TABLE plans ADD COLUMN tail_vs_frames_pct REAL;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,

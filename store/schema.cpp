@@ -260,7 +260,8 @@ TableInfo plans_table() {
       {"created_at", "TEXT", "UTC", "controller", "when the plan was made"},
       {"basis_run", "INTEGER", "", "controller", "-> runs.id: the run whose layer profiles, bytes and probe were used"},
       {"model", "TEXT", "", "controller", "model id"},
-      {"input_shape", "TEXT", "", "agent", "profiled input shape per sample, comma-separated: C,H,W for images, any rank (4; T,D) otherwise"},
+      {"input_shape", "TEXT", "", "agent",
+       "profiled input shape per sample, comma-separated: C,H,W for images, any rank (4; T,D) otherwise"},
       {"objective", "TEXT", "", "controller", "latency | energy | throughput | weighted:W"},
       {"link", "TEXT", "", "controller", "link planned for: a profile name, probe, or given"},
       {"link_source", "TEXT", "", "controller", "where the link figures come from"},
@@ -268,16 +269,32 @@ TableInfo plans_table() {
       {"down_mbps", "REAL", "Mbit/s", "controller", "server -> participant rate used"},
       {"rtt_ms", "REAL", "ms", "controller", "round trip used (the probe's smallest, plus 2 x a profile's delay)"},
       {"overhead", "TEXT", "", "controller", "the per-frame processing term and how it was fitted"},
-      {"energy_source", "TEXT", "", "controller", "label of the predicted energy (modelled:plan(<layer energy source>, radio-...)); NULL: no energy predicted"},
+      {"energy_source", "TEXT", "", "controller",
+       "label of the predicted energy (modelled:plan(<layer energy source>, radio-...)); NULL: no energy predicted"},
       {"chosen", "INTEGER", "", "controller", "chosen split (NULL: none meets the constraints)"},
       {"chosen_codec", "TEXT", "", "controller", "codec of the chosen split"},
-      {"mape_pct", "REAL", "%", "controller", "validation: mean absolute percentage error of predicted latency over the measured splits"},
+      {"mape_pct", "REAL", "%", "controller",
+       "validation: mean absolute percentage error of predicted latency over the measured splits"},
       {"measured_best", "INTEGER", "", "controller", "validation: the split with the lowest measured median total"},
-      {"miss_pct", "REAL", "%", "controller", "validation: chosen split's measured median over the measured best's, minus 100 (0: it is the best)"},
-      {"validation_run", "INTEGER", "", "controller", "-> runs.id: the run the plan was validated against (basis_run, or another run of the same model: held out); NULL: not validated"},
-      {"participants", "INTEGER", "", "controller", "participants planned as sharing the SERVER (the basis run's count, --participants, or the held-out run's); NULL in plans stored before schema 13 (one)"},
-      {"server_model", "TEXT", "", "controller", "how the shared SERVER was modelled (modelled:mva(...): mean value analysis of a closed network, FIFO server); NULL: one participant, not shared"},
-      {"participant_run", "INTEGER", "", "controller", "the run whose PARTICIPANT layer and head profiles (and layer energy) the plan used (plan --participant-from: another device); NULL: the basis run's"},
+      {"miss_pct", "REAL", "%", "controller",
+       "validation: chosen split's measured median over the measured best's, minus 100 (0: it is the best)"},
+      {"validation_run", "INTEGER", "", "controller",
+       "-> runs.id: the run the plan was validated against (basis_run, or another run of the same model: held out); "
+       "NULL: not validated"},
+      {"participants", "INTEGER", "", "controller",
+       "participants planned as sharing the SERVER (the basis run's count, --participants, or the held-out run's); "
+       "NULL in plans stored before schema 13 (one)"},
+      {"server_model", "TEXT", "", "controller",
+       "how the shared SERVER was modelled (modelled:mva(...): mean value analysis of a closed network, FIFO server); "
+       "NULL: one participant, not shared"},
+      {"participant_run", "INTEGER", "", "controller",
+       "the run whose PARTICIPANT layer and head profiles (and layer energy) the plan used (plan --participant-from: "
+       "another device); NULL: the basis run's"},
+      {"head_vs_frames_pct", "REAL", "%", "controller",
+       "validation: the median over the measured splits of (head_ms - the validation run's median head_ns) / that x "
+       "100: how far the PARTICIPANT's profiles were from its frames' compute; NULL: not validated or no head timed"},
+      {"tail_vs_frames_pct", "REAL", "%", "controller",
+       "validation: the same for the SERVER's tail (tail_ms against the frames' median tail_ns)"},
   };
   return t;
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -354,6 +355,24 @@ TEST(Plan, ValidatedOnARepeatedSeriesReportsTheErrorsMedianAndRange) {
                                    floor[0], floor[1]),
                        among),
             std::string::npos)
+      << p.out;
+  // And how far the profiles were from each held-out run's frames, compute only (stored with the plan): the
+  // median over splits of (planned head - the run's median head_ns) / that, and the same for the tails.
+  const std::string p2 = query(db, "select id from plans where basis_run = 1 and validation_run = 2");
+  for (const auto& [field, column, splits] :
+       {std::tuple{"head_ns", "head", "5, 22"}, std::tuple{"tail_ns", "tail", "0, 5"}}) {
+    auto d = query_col(db, fmt::format("select (r.{1}_ms - s.median_ns / 1e6) / (s.median_ns / 1e6) * 100 from "
+                                       "plan_rows r join stage_stats s on s.run_id = 2 and s.split = r.split and "
+                                       "s.field = '{0}' where r.plan_id = {2} and r.split in ({3}) order by 1",
+                                       field, column, p2, splits));
+    ASSERT_EQ(d.size(), 2u) << field;
+    EXPECT_NEAR(std::stod(query(db, fmt::format("select {}_vs_frames_pct from plans where id = {}", column, p2))),
+                (std::stod(d[0]) + std::stod(d[1])) / 2, 1e-6)
+        << field;
+  }
+  EXPECT_NE(p.out.find("profiles against run 2's frames, compute only: PARTICIPANT heads "), std::string::npos)
+      << p.out;
+  EXPECT_NE(p.out.find("profiles against run 3's frames, compute only: PARTICIPANT heads "), std::string::npos)
       << p.out;
   auto bad = sh(tracrctl() + " plan 1 --validate-on 2,,3 --no-store --db " + db);
   EXPECT_EQ(bad.status, 2) << bad.out;
