@@ -20,6 +20,7 @@ using namespace tracr::store;
 namespace {
 
 constexpr double kExactStates = 100000;  // population vectors up to which the analysis is exact
+constexpr int kMaxJoint = 1000;          // participants a joint plan places
 
 struct Queue {
   std::vector<double> s, z;     // per class: service time, delay (ms)
@@ -150,7 +151,10 @@ Result<JointPlan> plan_jointly(const Plan& p, int participants, const PlanOption
                       fmt::format("--joint: objective '{}': a joint plan is for latency (the participants' mean) or "
                                   "throughput (their total frames/s)",
                                   opt.objective));
-  if (participants < 1) return make_error(Errc::invalid_argument, "--joint: needs at least one participant");
+  if (participants < 1 || participants > kMaxJoint)
+    return make_error(Errc::invalid_argument,
+                      fmt::format("--joint: plans 1 to {} participants (the search moves one at a time), got {}",
+                                  kMaxJoint, participants));
   std::vector<size_t> rows;
   for (size_t i = 0; i < p.rows.size(); ++i)
     if (p.rows[i].feasible) rows.push_back(i);

@@ -127,6 +127,13 @@ TEST(Joint, ASaturatedServerIsSharedByMovingSomeParticipantsToTheirOwnDevice) {
   auto two = plan_jointly(p, 2, opt);
   ASSERT_TRUE(two) << two.error().message;
   for (const auto& c : two->classes) EXPECT_LE(c.latency_ms, 25.0);
+  // More participants than the search places, or none, are refused.
+  opt.max_latency_ms.reset();
+  EXPECT_FALSE(plan_jointly(p, 1001, opt));
+  EXPECT_FALSE(plan_jointly(p, 0, opt));
+  auto many = plan_jointly(p, 1000, opt);
+  ASSERT_TRUE(many) << many.error().message;
+  EXPECT_EQ(many->participants, 1000);
   // Objectives other than latency and throughput are refused, naming the flag.
   opt.objective = "energy";
   auto e = plan_jointly(p, 4, opt);
