@@ -309,7 +309,18 @@ TEST(RunLocal, FashionMnistTemplatesTrainThenReportAccuracyPerSplit) {
   EXPECT_EQ(query(db, "select count(*) from frames where warmup = 1"), "6");  // 2 per split, stored
   EXPECT_EQ(query(db, "select min(batch) || '/' || max(batch) from frames"), "8/8");
   EXPECT_EQ(query(db, "select codec from frames limit 1"), "int8+blosc-zstd:level=5");
-  EXPECT_EQ(query(db, "select count(*) from frames where (network_ns < 0) <> (flags is not null) or total_ns <= 0"), "0");
+  // A flag means a negative stage and a negative stage is flagged. A reply
+  // that lands between the participant's clock read and its non-blocking
+  // check gives a negative queue of a few microseconds (kept and flagged):
+  // on a loaded machine that happens, so both flags are allowed here.
+  EXPECT_EQ(query(db,
+                  "select count(*) from frames where (network_ns < 0 or queue_ns < 0) <> (flags is not null) "
+                  "or total_ns <= 0"),
+            "0");
+  EXPECT_EQ(query(db,
+                  "select count(*) from frames where flags is not null and flags not in ('negative_network', "
+                  "'negative_queue', 'negative_network,negative_queue')"),
+            "0");
   // The label and sample identity of every sample travel with the frame.
   EXPECT_EQ(query(db, "select count(*) from frames where length(label) - length(replace(label, ';', '')) <> 7"), "0");
   EXPECT_EQ(query(db, "select sample_id like 'fashion-mnist/test/%' from frames limit 1"), "1");
