@@ -452,12 +452,13 @@ int agent_main(int argc, char** argv) {
   ControlOut ctl(opt.secret, opt.secret_file.empty(), opt.heartbeat_timeout_ms);
   // An emulated slower device limits itself before any thread starts.
   std::string cgroup;
-  if ((opt.cpu_quota > 0 && !opt.cpu_quota_external) || opt.cpu_cores > 0) {
+  if ((opt.cpu_quota > 0 && !opt.cpu_quota_external) || opt.cpu_cores > 0 || !opt.cpus.empty()) {
     const char* env = std::getenv("TRACR_CGROUP_ROOT");
     const std::string root = env && *env ? env : "/sys/fs/cgroup";
     // A local launcher already put this process in its quota group (from the
     // host's cgroup tree, which `ip netns exec` hides): only affinity here.
-    auto applied = apply_cpu_limits({opt.cpu_quota_external ? 0 : opt.cpu_quota, opt.cpu_cores}, root, &cgroup);
+    auto applied =
+        apply_cpu_limits({opt.cpu_quota_external ? 0 : opt.cpu_quota, opt.cpu_cores, opt.cpus}, root, &cgroup);
     if (!applied) {
       ctl.send("FAIL", {{"error", applied.error().str()}});
       return 2;

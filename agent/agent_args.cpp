@@ -1,6 +1,7 @@
 // tracr-agent's command line (CLI11): the one place its options are named,
 // typed and described. The controller's launcher, `tracrctl agents start`,
 // the demo and the tests pass these options; names and meanings are stable.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -29,6 +30,14 @@ constexpr const char* kAgentFooter =
 // role needs what).
 Status check_agent_options(AgentOptions& o) {
   if (o.list_meters) return {};
+  // --cpus names the CPUs; their count is the device's cpu_cores (identity, power model).
+  if (!o.cpus.empty()) {
+    std::vector<int> sorted = o.cpus;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      return make_error(Errc::invalid_argument, "--cpus names a CPU twice");
+    o.cpu_cores = static_cast<int>(o.cpus.size());
+  }
   auto role = parse_role(o.role_arg);
   if (!role)
     return make_error(Errc::invalid_argument,
@@ -86,6 +95,10 @@ void build_agent_app(CLI::App& app, AgentOptions& o, bool& version) {
   app.add_flag("--cpu-quota-external", o.cpu_quota_external,
                "the launcher applied --cpu-quota already (recorded, not applied again)");
   add_int(&app, "--cpu-cores", o.cpu_cores, 1, 4096, "emulate a slower device: pin to this many CPUs");
+  app.add_option("--cpus", o.cpus, "pin to these CPUs by number (N,M,...): emulated devices kept apart on one host")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 4095))
+      ->excludes("--cpu-cores");
   app.add_option_function<std::string>(
          "--power-model",
          [&o](const std::string& v) {

@@ -48,12 +48,36 @@ void sweep_stale(const std::string& dir) {
   }
 }
 
+// Pins this process to exactly `cpus`, each of which it must be allowed to
+// use (a cpuset or an outer affinity may allow fewer than the host has).
+Result<std::string> pin_to_cpus(const std::vector<int>& cpus) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+    return make_error(Errc::io, fmt::format("cpus: sched_getaffinity: {}", std::strerror(errno)));
+  std::string may;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &allowed)) may += (may.empty() ? "" : ",") + std::to_string(cpu);
+  cpu_set_t want;
+  CPU_ZERO(&want);
+  std::string ids;
+  for (int cpu : cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed))
+      return make_error(Errc::config, fmt::format("cpus: CPU {} asked, this process may use CPUs [{}]", cpu, may));
+    CPU_SET(cpu, &want);
+    ids += (ids.empty() ? "" : ",") + std::to_string(cpu);
+  }
+  if (sched_setaffinity(0, sizeof want, &want) != 0)
+    return make_error(Errc::io, fmt::format("cpus: sched_setaffinity: {}", std::strerror(errno)));
+  return fmt::format("affinity {} CPU(s) [{}] (cpus)", cpus.size(), ids);
+}
+
 }  // namespace
 
 Result<std::string> apply_cpu_limits(const CpuLimits& l, const std::string& root, std::string* group) {
   group->clear();
   std::string what;
-  if (l.cores > 0) {
+  if (l.cores > 0 && l.cpus.empty()) {
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
     if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
@@ -72,6 +96,11 @@ Result<std::string> apply_cpu_limits(const CpuLimits& l, const std::string& root
     if (sched_setaffinity(0, sizeof want, &want) != 0)
       return make_error(Errc::io, fmt::format("cpu_cores: sched_setaffinity: {}", std::strerror(errno)));
     what = fmt::format("affinity {} CPU(s) [{}]", l.cores, ids);
+  }
+  if (!l.cpus.empty()) {
+    auto pinned = pin_to_cpus(l.cpus);
+    if (!pinned) return std::move(pinned.error());
+    what = *pinned;
   }
   if (l.quota_cores > 0) {
     auto dir = create_quota_group(l.quota_cores, root, ::getpid());

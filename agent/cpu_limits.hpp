@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "protocol/error.hpp"
 
@@ -13,7 +14,8 @@ namespace tracr::agent {
 struct CpuLimits {
   double quota_cores = 0;  // 0 = none; else CPU time of this many cores per period
   int cores = 0;           // 0 = none; else the first N CPUs this process may use
-  bool any() const { return quota_cores > 0 || cores > 0; }
+  std::vector<int> cpus;   // or exactly these CPUs (by number); cores is ignored then
+  bool any() const { return quota_cores > 0 || cores > 0 || !cpus.empty(); }
 };
 
 // Applies `l` to this process (call before any thread starts: affinity is

@@ -37,6 +37,7 @@ struct AgentOptions {
   double cpu_quota = 0;             // emulated slower device: CPU time in cores (cgroup), 0 = none
   bool cpu_quota_external = false;  // the launcher applied cpu_quota already (recorded, not applied)
   int cpu_cores = 0;                // emulated slower device: pinned to this many CPUs, 0 = none
+  std::vector<int> cpus;            // or to these CPUs by number (--cpus; cpu_cores is their count)
   std::optional<std::pair<double, double>> power_model;  // idle_w, busy_w (devices file power_model)
   bool list_meters = false;         // --meters: print the energy meters found and exit
   double link_delay_ms = 0;         // PARTICIPANT: one-way delay its delay relay adds (link_delay: agent)

@@ -286,7 +286,10 @@ std::vector<std::string> device_limit_args(const DeviceConfig& dev) {
   if (dev.cpu_quota) a.insert(a.end(), {"--cpu-quota", fmt::format("{}", *dev.cpu_quota)});
   // A local agent is put in its quota group by the launcher; it records the quota.
   if (dev.cpu_quota && dev.transport == settings::Transport::local) a.push_back("--cpu-quota-external");
-  if (dev.cpu_cores) a.insert(a.end(), {"--cpu-cores", std::to_string(*dev.cpu_cores)});
+  if (!dev.cpus.empty())
+    a.insert(a.end(), {"--cpus", fmt::format("{}", fmt::join(dev.cpus, ","))});
+  else if (dev.cpu_cores)
+    a.insert(a.end(), {"--cpu-cores", std::to_string(*dev.cpu_cores)});
   // Where and on how many threads its models run.
   if (!dev.torch_device.empty()) a.insert(a.end(), {"--device", dev.torch_device});
   if (dev.torch_threads) a.insert(a.end(), {"--threads", std::to_string(*dev.torch_threads)});

@@ -68,6 +68,7 @@ std::string DevicesConfig::to_json() const {
     if (!d.netns.empty()) o += ",\"netns\":" + json_quote(d.netns);
     if (d.cpu_quota) o += fmt::format(",\"cpu_quota\":{}", *d.cpu_quota);
     if (d.cpu_cores) o += fmt::format(",\"cpu_cores\":{}", *d.cpu_cores);
+    if (!d.cpus.empty()) o += fmt::format(",\"cpus\":[{}]", fmt::join(d.cpus, ","));
     if (d.power_model)
       o += fmt::format(",\"power_model\":{{\"idle_w\":{},\"busy_w\":{}}}", d.power_model->idle_w,
                        d.power_model->busy_w);
@@ -131,10 +132,9 @@ std::string resolve_pkey(const std::string& pkey_fp, const std::string& devices_
 
 namespace {
 
-const std::vector<std::string> kDeviceKeys = {"device_type", "connection_params", "name",      "transport",
-                                              "work_dir",    "power_model",       "link_profile", "netns",
-                                              "cpu_quota",   "cpu_cores",         "device",       "threads",
-                                              "agent",       "paths"};
+const std::vector<std::string> kDeviceKeys = {"device_type", "connection_params", "name",  "transport", "work_dir",
+                                              "power_model", "link_profile",      "netns", "cpu_quota", "cpu_cores",
+                                              "device",      "threads",           "agent", "paths",     "cpus"};
 // Host and user names reach libssh and remote shells: only the characters
 // they can hold (#24: spaces, ';', '$(' and non-ASCII passed through and
 // failed after the run row with "unknown libssh error").
@@ -268,6 +268,25 @@ Status parse_device_identity(const Ctx& c, const YAML::Node& n, const std::strin
   return {};
 }
 
+// cpus: [1] pins the agent to those CPUs (by number), its count the device's cpu_cores.
+Status parse_cpus(const Ctx& c, const YAML::Node& n, const std::string& key, DeviceConfig& d) {
+  const std::string what = "a list of distinct CPU numbers 0..4095 (e.g. [1] or [0, 1])";
+  const YAML::Node& l = n["cpus"];
+  if (!l.IsSequence() || l.size() == 0) return expected(c, l, key + ".cpus", what);
+  for (size_t i = 0; i < l.size(); ++i) {
+    const std::string k = fmt::format("{}.cpus[{}]", key, i);
+    auto v = get_int(c, l[i], k, 0, 4095, what);
+    if (!v) return v.error();
+    if (std::find(d.cpus.begin(), d.cpus.end(), *v) != d.cpus.end())
+      return expected(c, l[i], k, fmt::format("{}, not CPU {} twice", what, *v));
+    d.cpus.push_back(static_cast<int>(*v));
+  }
+  if (d.cpu_cores)
+    return expected(c, n["cpu_cores"], key + ".cpu_cores", "cpu_cores or cpus, not both (cpus names the CPUs)");
+  d.cpu_cores = static_cast<int>(d.cpus.size());
+  return {};
+}
+
 // Where and how the agent computes: CPU quota and cores, LibTorch device and threads, its own binary.
 Status parse_device_compute(const Ctx& c, const YAML::Node& n, const std::string& key, const std::string& devices_file, DeviceConfig& d) {
   if (n["cpu_quota"]) {
@@ -281,6 +300,8 @@ Status parse_device_compute(const Ctx& c, const YAML::Node& n, const std::string
     if (!v) return v.error();
     d.cpu_cores = static_cast<int>(*v);
   }
+  if (n["cpus"])
+    if (auto st = parse_cpus(c, n, key, d); !st) return st;
   if (n["device"]) {
     const std::string what = "cpu, cuda, cuda:N or auto";
     auto v = get_nonempty(c, n["device"], key + ".device", what);

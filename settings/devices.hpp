@@ -62,6 +62,10 @@ struct DeviceConfig {
   // CPU time (cgroup CPU quota) and/or to this many CPUs (affinity).
   std::optional<double> cpu_quota;
   std::optional<int> cpu_cores;
+  // Or pinned to these CPUs by number (affinity): several emulated devices on
+  // one host kept off each other's CPUs (e.g. the SERVER on CPU 1, the
+  // participants on CPU 0). Its count is the device's cpu_cores.
+  std::vector<int> cpus;
   // Where its agent runs models: "cpu", "cuda", "cuda:N" ("" = auto: CUDA
   // when its LibTorch has it) and with how many LibTorch intra-op threads.
   std::string torch_device;

@@ -423,6 +423,37 @@ TEST(DevicesConfig, ExtensionsParse) {
   EXPECT_NE(dup.message.find("duplicate device name 'a'"), std::string::npos) << dup.message;
 }
 
+TEST(DevicesConfig, CpusPinsByNumberAndIsRefusedWithTheReason) {
+  auto r = parse_devices(
+      "devices:\n  - {device_type: SERVER, transport: local, cpus: [1]}\n"
+      "  - {device_type: PARTICIPANT, transport: local, cpus: [0, 2], cpu_quota: 0.25}\n",
+      "d.yaml");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->server().cpus, std::vector<int>{1});
+  EXPECT_EQ(r->server().cpu_cores, 1);  // the count is the device's cpu_cores
+  EXPECT_EQ(r->participants()[0]->cpus, (std::vector<int>{0, 2}));
+  EXPECT_EQ(r->participants()[0]->cpu_cores, 2);
+  const std::string head =
+      "devices:\n  - {device_type: SERVER, transport: local}\n  - device_type: PARTICIPANT\n"
+      "    transport: local\n";
+  Error twice = devices_error(head + "    cpus: [0, 0]\n");
+  EXPECT_NE(twice.message.find("devices.yaml:5:15: devices[1].cpus[1]: expected a list of distinct CPU numbers "
+                               "0..4095 (e.g. [1] or [0, 1]), not CPU 0 twice"),
+            std::string::npos)
+      << twice.message;
+  Error scalar = devices_error(head + "    cpus: 1\n");
+  EXPECT_NE(scalar.message.find("devices[1].cpus: expected a list of distinct CPU numbers"), std::string::npos)
+      << scalar.message;
+  Error empty = devices_error(head + "    cpus: []\n");
+  EXPECT_NE(empty.message.find("devices[1].cpus: expected a list"), std::string::npos) << empty.message;
+  Error range = devices_error(head + "    cpus: [4096]\n");
+  EXPECT_NE(range.message.find("devices[1].cpus[0]: expected a list of distinct CPU numbers"), std::string::npos)
+      << range.message;
+  Error both = devices_error(head + "    cpu_cores: 1\n    cpus: [0]\n");
+  EXPECT_NE(both.message.find("devices[1].cpu_cores: expected cpu_cores or cpus, not both"), std::string::npos)
+      << both.message;
+}
+
 TEST(DevicesConfig, NeedsExactlyOneServerAndAParticipant) {
   Error two = devices_error(
       "devices:\n  - {device_type: SERVER, transport: local}\n  - {device_type: SERVER, transport: local, "

@@ -299,6 +299,62 @@ TEST(Record, FullDiskKeepsTheCauseAndEveryReceivedFrame) {
   expect_next_open_records(db, (d.path / "copy").string(), "database or disk is full");
 }
 
+TEST(Record, CpusKeepTheServerAndTheParticipantOnTheirOwnCpus) {
+  // Two emulated devices on one host kept apart: the SERVER on CPU 1, the
+  // PARTICIPANT on CPU 0, checked on the live agents' allowed CPUs.
+  if (::sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 CPUs";
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml",
+                                     "devices:\n"
+                                     "  - device_type: SERVER\n    transport: local\n    cpus: [1]\n"
+                                     "    connection_params:\n      - host: 127.0.0.1\n        port: 0\n"
+                                     "  - device_type: PARTICIPANT\n    transport: local\n    cpus: [0]\n"
+                                     "    connection_params:\n      - host: 127.0.0.1\n");
+  std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  enabled: false\n", devices);
+  y.replace(y.find("split: all"), 10, "split: [0, 22]");
+  y.replace(y.find("repetitions: 1"), 14, "repetitions: 40");
+  const std::string exp = d.file("exp.yaml", y);
+  std::string allowed_server, allowed_participant;
+  std::thread watcher([&] {
+    // While frames flow, read each agent's Cpus_allowed_list.
+    auto cpus_of = [](long pid) {
+      std::ifstream st("/proc/" + std::to_string(pid) + "/status");
+      std::string line;
+      while (std::getline(st, line))
+        if (line.rfind("Cpus_allowed_list:", 0) == 0) return line.substr(line.find_first_not_of(" \t", 18));
+      return std::string();
+    };
+    for (int i = 0; i < 600 && (allowed_server.empty() || allowed_participant.empty()); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const std::string frames = query(db, "select count(*) from frames");
+      if (frames.empty() || frames == "0") continue;  // the agents pinned themselves before their first frame
+      for (long p : agent_pids(db, "SERVER")) allowed_server = cpus_of(p);
+      for (long p : agent_pids(db, "PARTICIPANT")) allowed_participant = cpus_of(p);
+    }
+  });
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  watcher.join();
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(allowed_server, "1");
+  EXPECT_EQ(allowed_participant, "0");
+  // The count is each device's cpu_cores in its stored identity.
+  EXPECT_EQ(query(db, "select group_concat(role || '=' || cpu_cores_limit) from (select * from devices order by role)"),
+            "PARTICIPANT=1,SERVER=1");
+  // A CPU this host does not have is refused before the first frame, naming it.
+  const std::string bad = d.file("bad-devices.yaml",
+                                 "devices:\n"
+                                 "  - device_type: SERVER\n    transport: local\n    cpus: [4095]\n"
+                                 "    connection_params:\n      - host: 127.0.0.1\n        port: 0\n"
+                                 "  - device_type: PARTICIPANT\n    transport: local\n"
+                                 "    connection_params:\n      - host: 127.0.0.1\n");
+  std::string yb = small_experiment((d.path / "bad.db").string(), "probe:\n  enabled: false\n", bad);
+  auto b = sh(tracrctl() + " run " + d.file("bad.yaml", yb) + " --no-progress");
+  EXPECT_NE(b.status, 0) << b.out;
+  EXPECT_NE(b.out.find("cpus: CPU 4095 asked, this process may use CPUs ["), std::string::npos) << b.out;
+  EXPECT_EQ(query((d.path / "bad.db").string(), "select count(*) from frames"), "0");
+}
+
 TEST(Record, CpuLimitedParticipantEmulatesASlowerDevice) {
   TempDir d;
   // Split 22 runs the whole network on the participant: its head is all the compute.
