@@ -67,7 +67,7 @@ fi
   echo "plan_joint: run scripts/plan_heldout.sh $out first (needs $db and $devs; N=$n of 1, 4 or 8)" >&2; exit 1; }
 
 sql() { $py -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print('\n'.join('|'.join(str(x) for x in r) for r in c.execute(sys.argv[2])))" "$db" "$1"; }
-ids() { sql "select group_concat(id) from (select id from runs where name glob '$1' and status = 'completed' order by id)"; }
+ids() { sql "select coalesce(group_concat(id), '') from (select id from runs where name glob '$1' and status = 'completed' order by id)"; }
 
 rows=()
 for m in $models; do

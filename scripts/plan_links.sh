@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The planner held out across links (#21): planned from a run on one link,
+# measured on runs on another, in rounds.
+#   sudo bash scripts/plan_links.sh [OUT_DIR]          (default results/links)
+# Needs root and the test-bed up (bash scripts/netns_testbed.sh up). For each
+# model (AlexNet built in, and ResNet-18 traced by scripts/export_model.py,
+# random weights) it runs, into OUT_DIR/links.db, with the participant at a
+# quarter core in tracr-edge and the SERVER in tracr-srv
+# (config/devices_netns.yaml), REPS rounds of one run per link (LINKS, tc
+# shaped; runs named MODEL-LINK#ROUND, so the machine's drift falls on every
+# link alike). Every run validates its own plan at its end (in-sample); then
+# from each link's first run it plans every other link and validates on that
+# link's REPS runs (`tracrctl plan B --validate-on R1,R2,R3`, planned for the
+# held-out runs' link as their probe measured it). Prints one markdown row per
+# case: latency MAPE median [lowest, highest], how often the chosen split was
+# the measured best, within 5 % of it (the worst miss), and the held-out runs'
+# MAPE against one another (the floor of any prediction of them).
+# Environment: REPS (default 3), MODELS (default "alexnet resnet18_traced"),
+# LINKS (default "3g wifi gigabit").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-results/links}
+reps=${REPS:-3}
+models=${MODELS:-alexnet resnet18_traced}
+links=${LINKS:-3g wifi gigabit}
+py=/usr/bin/python3
+tracrctl=${TRACRCTL:-build/bin/tracrctl}
+mkdir -p "$out"
+db="$out/links.db"
+ip netns list | awk '{print $1}' | grep -qx tracr-srv || {
+  echo "plan_links: the test-bed is not up (bash scripts/netns_testbed.sh up)" >&2; exit 1; }
+
+experiment() {  # model -> experiment file
+  local m=$1 f="$out/$1.yaml"
+  case "$m" in
+    alexnet) printf 'model: alexnet\nsplit: [0, 3, 6, 13, 16, 20, 22]\nwarmup: 1\nrepetitions: 3\n' > "$f" ;;
+    resnet18_traced)
+      [ -f "$out/r18.pt" ] || $py scripts/export_model.py resnet18 "$out/r18.pt" > /dev/null
+      printf 'model: torchscript:r18.pt\nsplit: [0, 4, 12, 28, 44, 60, 69]\nwarmup: 2\nrepetitions: 5\n' > "$f" ;;
+    *) echo "plan_links: unknown model '$m'" >&2; exit 2 ;;
+  esac
+  printf 'name: %s\ninput_size: [3, 224, 224]\ndataset:\n  type: synthetic\n  max_samples: 1\ncompression: none\n' "$m" >> "$f"
+  printf 'record:\n  layers: true\nprobe:\n  duration_ms: 1500\n  chunk_bytes: 32768\noutput: links.db\n' >> "$f"
+  printf 'devices: %s\n' "$(realpath config/devices_netns.yaml)" >> "$f"
+  echo "$f"
+}
+
+ids() {  # run name pattern -> comma list of completed run ids, oldest first
+  $py -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(','.join(str(r[0]) for r in c.execute(\"select id from runs where name glob ? and status = 'completed' order by id\", (sys.argv[2],))))" "$db" "$1"
+}
+
+next_plan() {
+  $py -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print((c.execute('select max(id) from plans').fetchone()[0] or 0) + 1)" "$db" 2>/dev/null || echo 1
+}
+
+summary() {  # model, case, floor, SQL condition on plans -> one markdown row
+  $py - "$db" "$1" "$2" "$3" "$4" <<'EOF'
+import sqlite3, statistics, sys
+db, model, case, floor, cond = sys.argv[1:6]
+c = sqlite3.connect(db)
+rows = c.execute(f"select mape_pct, miss_pct from plans where mape_pct is not null and {cond} order by id").fetchall()
+if not rows:
+    print(f"| {model} | {case} | no plan stored | | | |"); sys.exit()
+m = [r[0] for r in rows]
+miss = [r[1] for r in rows if r[1] is not None]  # None: the chosen split was not measured
+best = sum(1 for x in miss if x <= 0.0)
+within5 = sum(1 for x in miss if x <= 5.0)
+worst = f" (worst +{max(miss):.1f} %)" if miss and max(miss) > 5.0 else ""
+print(f"| {model} | {case} | {statistics.median(m):.1f} % [{min(m):.1f}, {max(m):.1f}] | "
+      f"{best} of {len(rows)} | {within5} of {len(rows)}{worst} | {floor} |")
+EOF
+}
+
+table=()
+for m in $models; do
+  exp=$(experiment "$m")
+  for k in $(seq 1 "$reps"); do
+    for l in $links; do
+      echo "== $m: $l#$k ($(date +%T))" >&2
+      "$tracrctl" run "$exp" --no-progress --set name="$m-$l#$k" --set link="$l" \
+        >> "$out/runs.txt" 2>&1 || echo "   run $m-$l#$k failed (see $out/runs.txt)" >&2
+    done
+  done
+  for l in $links; do
+    # In-sample: each run's own validation, stored at its end.
+    own=$(ids "$m-$l#*")
+    table+=("$(summary "$m" "$l, in-sample (each run's own)" "-" \
+      "validation_run = basis_run and basis_run in ($own) and id in (select max(id) from plans group by basis_run)")")
+  done
+  for from in $links; do
+    base=$(ids "$m-$from#1")
+    for to in $links; do
+      [ "$from" = "$to" ] && continue
+      first=$(next_plan)
+      echo "   tracrctl plan $base --validate-on $(ids "$m-$to#*") --splits measured --db $db" >&2
+      text=$("$tracrctl" plan "$base" --validate-on "$(ids "$m-$to#*")" --splits measured --db "$db" 2>&1) || {
+        printf '%s\n' "$text" >> "$out/plans.txt"; table+=("| $m | $from -> $to | plan failed (see $out/plans.txt) | | | |"); continue; }
+      printf '%s\n' "$text" >> "$out/plans.txt"
+      floor=$(printf '%s\n' "$text" | sed -n 's/^the held-out runs among themselves.*MAPE median \([0-9.]* %\) (lowest \([0-9.]*\) %, highest \([0-9.]*\) %.*/\1 [\2, \3]/p')
+      table+=("$(summary "$m" "$from -> $to" "${floor:--}" "id >= $first")")
+    done
+  done
+done
+echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best | held-out runs among themselves (MAPE) |"
+echo "|---|---|---|---|---|---|"
+printf '%s\n' "${table[@]}"
