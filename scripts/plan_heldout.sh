@@ -31,13 +31,24 @@
 # together), so that each split is measured with all N on it: LOCKSTEP=false
 # lets each sweep at its own pace, as before #21's lockstep setting.
 # Environment: REPS (default 3), MODELS (default "alexnet resnet18_traced"),
-# LOCKSTEP (default true).
+# LOCKSTEP (default true), QA and QB (the two quotas in hundredths of a core,
+# default 25 and 50), PIN (default false). PIN=true keeps the emulated
+# devices off each other's CPUs, as separate devices are (the model's
+# assumption): the SERVER pinned to CPU 1, every participant to CPU 0
+# (devices file `cpus`), so 8 x QA must fit in one core (e.g. QA=12 QB=25);
+# run and file names then end in "pin".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/heldout}
 reps=${REPS:-3}
 models=${MODELS:-alexnet resnet18_traced}
 lockstep=${LOCKSTEP:-true}
+qa=${QA:-25}
+qb=${QB:-50}
+pin=${PIN:-false}
+sfx=$([ "$pin" = true ] && echo pin || true)
+[ "$pin" != true ] || [ $((8 * qa)) -le 100 ] || {
+  echo "plan_heldout: PIN=true puts 8 participants on CPU 0: 8 x QA must be at most 100 (QA=$qa)" >&2; exit 2; }
 py=/usr/bin/python3
 tracrctl=${TRACRCTL:-build/bin/tracrctl}
 mkdir -p "$out"
@@ -45,14 +56,18 @@ db="$out/heldout.db"
 ip netns list | awk '{print $1}' | grep -qx tracr-srv || {
   echo "plan_heldout: the test-bed is not up (bash scripts/netns_testbed.sh up)" >&2; exit 1; }
 
-devices() {  # N participants at quota Q -> file name
-  local n=$1 q=$2 f="$out/devices_n$1_q$2.yaml"
+devices() {  # N participants at quota Q (hundredths) -> file name
+  local n=$1 q=$2 f="$out/devices_n$1_q$2$sfx.yaml" srv_cpus="" p_cpus=""
+  [ "$pin" = true ] && srv_cpus='    cpus: [1]\n' && p_cpus='    cpus: [0]\n'
   {
     printf 'devices:\n  - device_type: SERVER\n    name: server\n    transport: local\n    netns: tracr-srv\n'
+    printf "$srv_cpus"
     printf '    connection_params:\n      - host: 10.250.0.1\n        port: 0\n        default: true\n'
     for i in $(seq 1 "$n"); do
       printf '  - device_type: PARTICIPANT\n    name: p%s\n    transport: local\n    netns: tracr-edge\n' "$i"
-      printf '    cpu_quota: 0.%s\n    connection_params:\n      - host: 10.250.0.2\n        default: true\n' "$q"
+      printf '    cpu_quota: %s\n' "$(awk -v q="$q" 'BEGIN { printf "%g", q / 100 }')"
+      printf "$p_cpus"
+      printf '    connection_params:\n      - host: 10.250.0.2\n        default: true\n'
     done
   } > "$f"
   echo "$f"
@@ -129,26 +144,28 @@ for m in $models; do
       --set lockstep="$lockstep" "${@:3}" \
       >> "$out/runs.txt" 2>&1 || echo "   run $m-$1 failed (see $out/runs.txt)" >&2
   }
+  a="q$qa$sfx" b="q$qb$sfx" la="q $(awk -v q="$qa" 'BEGIN { printf "%g", q / 100 }')" \
+    lb="q $(awk -v q="$qb" 'BEGIN { printf "%g", q / 100 }')"
   for k in $(seq 1 "$reps"); do
-    run "n1q25#$k" "$(devices 1 25)"
-    run "n4q25#$k" "$(devices 4 25)"
-    run "n8q25#$k" "$(devices 8 25)"
+    run "n1$a#$k" "$(devices 1 "$qa")"
+    run "n4$a#$k" "$(devices 4 "$qa")"
+    run "n8$a#$k" "$(devices 8 "$qa")"
     # Calibration runs of each quota's PARTICIPANT, short, one per round:
     # the plan takes each layer's median over them (--participant-from A,B,C).
-    run "prof25#$k" "$(devices 1 25)" --set repetitions=1
-    run "prof50#$k" "$(devices 1 50)" --set repetitions=1
-    run "n1q50#$k" "$(devices 1 50)"
+    run "prof$qa$sfx#$k" "$(devices 1 "$qa")" --set repetitions=1
+    run "prof$qb$sfx#$k" "$(devices 1 "$qb")" --set repetitions=1
+    run "n1$b#$k" "$(devices 1 "$qb")"
   done
-  base=$(ids "$m-n1q25#1")
-  base50=$(ids "$m-n1q50#1")
-  rest=$(ids "$m-n1q25#*" | cut -d, -f2-)
-  table+=("$(plan "$m" "1 participant, q 0.25: other repetitions" "$base" --validate-on "$rest")")
-  table+=("$(plan "$m" "1 -> 4 participants sharing the SERVER" "$base" --validate-on "$(ids "$m-n4q25#*")")")
-  table+=("$(plan "$m" "1 -> 8 participants sharing the SERVER" "$base" --validate-on "$(ids "$m-n8q25#*")")")
-  table+=("$(plan "$m" "q 0.25 -> q 0.5 (participant calibrated $reps times)" "$base" \
-    --participant-from "$(ids "$m-prof50#*")" --validate-on "$(ids "$m-n1q50#*")")")
-  table+=("$(plan "$m" "q 0.5 -> q 0.25 (participant calibrated $reps times)" "$base50" \
-    --participant-from "$(ids "$m-prof25#*")" --validate-on "$(ids "$m-n1q25#*")")")
+  base=$(ids "$m-n1$a#1")
+  baseb=$(ids "$m-n1$b#1")
+  rest=$(ids "$m-n1$a#*" | cut -d, -f2-)
+  table+=("$(plan "$m" "1 participant, $la: other repetitions" "$base" --validate-on "$rest")")
+  table+=("$(plan "$m" "1 -> 4 participants sharing the SERVER" "$base" --validate-on "$(ids "$m-n4$a#*")")")
+  table+=("$(plan "$m" "1 -> 8 participants sharing the SERVER" "$base" --validate-on "$(ids "$m-n8$a#*")")")
+  table+=("$(plan "$m" "$la -> $lb (participant calibrated $reps times)" "$base" \
+    --participant-from "$(ids "$m-prof$qb$sfx#*")" --validate-on "$(ids "$m-n1$b#*")")")
+  table+=("$(plan "$m" "$lb -> $la (participant calibrated $reps times)" "$baseb" \
+    --participant-from "$(ids "$m-prof$qa$sfx#*")" --validate-on "$(ids "$m-n1$a#*")")")
 done
 echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best | held-out runs among themselves (MAPE) |"
 echo "|---|---|---|---|---|---|"
