@@ -7,7 +7,7 @@
 # random weights) it runs, into OUT_DIR/links.db, with the participant at a
 # quarter core in tracr-edge and the SERVER in tracr-srv
 # (config/devices_netns.yaml), REPS rounds of one run per link (LINKS, tc
-# shaped; runs named MODEL-LINK#ROUND, so the machine's drift falls on every
+# shaped; runs named MODEL-LINK#ROUND@LINK, so the machine's drift falls on every
 # link alike). Every run validates its own plan at its end (in-sample); then
 # from each link's first run it plans every other link and validates on that
 # link's REPS runs (`tracrctl plan B --validate-on R1,R2,R3`, planned for the
@@ -16,13 +16,15 @@
 # the measured best, within 5 % of it (the worst miss), and the held-out runs'
 # MAPE against one another (the floor of any prediction of them).
 # Environment: REPS (default 3), MODELS (default "alexnet resnet18_traced"),
-# LINKS (default "3g wifi gigabit").
+# LINKS (default "3g wifi gigabit"), RUN (default true; false: plan and
+# print from the runs already in OUT_DIR/links.db).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/links}
 reps=${REPS:-3}
 models=${MODELS:-alexnet resnet18_traced}
 links=${LINKS:-3g wifi gigabit}
+do_runs=${RUN:-true}
 py=/usr/bin/python3
 tracrctl=${TRACRCTL:-build/bin/tracrctl}
 mkdir -p "$out"
@@ -75,6 +77,7 @@ table=()
 for m in $models; do
   exp=$(experiment "$m")
   for k in $(seq 1 "$reps"); do
+    [ "$do_runs" = true ] || break
     for l in $links; do
       echo "== $m: $l#$k ($(date +%T))" >&2
       "$tracrctl" run "$exp" --no-progress --set name="$m-$l#$k" --set link="$l" \
@@ -88,7 +91,7 @@ for m in $models; do
       "validation_run = basis_run and basis_run in ($own) and id in (select max(id) from plans group by basis_run)")")
   done
   for from in $links; do
-    base=$(ids "$m-$from#1")
+    base=$(ids "$m-$from#1@$from")  # a run's name ends in @LINK
     for to in $links; do
       [ "$from" = "$to" ] && continue
       first=$(next_plan)
