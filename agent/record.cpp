@@ -3,6 +3,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -364,6 +365,12 @@ void finish_hw_id(HwIdentity& h) {
     if (std::string(f.name) != "hw_id") key += std::string(f.name) + "=" + field_text(v) + "\n";
   });
   h.hw_id = fmt::format("{:016x}", fnv1a(key.data(), key.size()));
+}
+
+int64_t auto_probe_chunk(double mbps, int duration_ms) {
+  const double bytes = mbps * 1e6 / 8.0 * duration_ms / 1000.0 / kAutoMessages;
+  const double fit = std::clamp(bytes, static_cast<double>(kProbeSizingBytes), static_cast<double>(kProbeMaxAutoBytes));
+  return static_cast<int64_t>(fit) / 4096 * 4096;
 }
 
 }  // namespace tracr::agent

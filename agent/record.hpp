@@ -84,6 +84,15 @@ struct ProbeRecord {
 #undef TRACR_PROBE_FIELD
 };
 
+// probe.chunk_bytes: auto sizes each way's messages from a pass of
+// kProbeSizingBytes messages lasting duration_ms / 5 (at least 50 ms): the
+// size at which kAutoMessages messages at that pass's rate fill duration_ms,
+// kProbeSizingBytes to kProbeMaxAutoBytes, a multiple of 4096.
+inline constexpr int64_t kProbeSizingBytes = 16 * 1024;
+inline constexpr int64_t kProbeMaxAutoBytes = 4 * 1024 * 1024;
+inline constexpr double kAutoMessages = 32;
+int64_t auto_probe_chunk(double mbps, int duration_ms);
+
 // Energy of one window on one side from one source (agent/energy.hpp).
 struct EnergyRecord {
 #define TRACR_ENERGY_FIELD(n, k, ...) TRACR_FT_##k n{};

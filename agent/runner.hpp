@@ -142,7 +142,7 @@ struct ParticipantSpec {
 struct ProbeOptions {
   int rtt_count = 20;
   int duration_ms = 1000;
-  int64_t chunk_bytes = 256 * 1024;
+  int64_t chunk_bytes = 0;  // 0: auto, each way (auto_probe_chunk)
   int window = 4;
   std::string trigger = "startup";
   std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();

@@ -187,14 +187,21 @@ Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out, size_t w
   if (!probes) return probes.error();
   if (probes->empty()) return {};
   std::vector<std::vector<std::string>> rows = {{"  participant", "trigger", "rtt med ms", "rtt p95 ms", "rtt min ms",
-                                                 "up Mbit/s", "down Mbit/s", "up bytes", "down bytes", "cipher"}};
+                                                 "up Mbit/s", "down Mbit/s", "messages up/down", "up bytes",
+                                                 "down bytes", "cipher"}};
   auto mbps = [](const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : std::string("-"); };
+  // The bulk message size each way, and whether the probe sized it (auto).
+  auto messages = [](const agent::ProbeRecord& p) {
+    const int64_t down = p.chunk_sizing.empty() ? p.chunk_bytes : p.down_chunk_bytes;  // before schema 17: one size
+    return fmt::format("{}/{} KiB{}", p.chunk_bytes / 1024, down / 1024, p.chunk_sizing == "auto" ? " auto" : "");
+  };
   for (const auto& p : *probes)
     rows.push_back({"  " + p.participant, p.trigger, format_ms(static_cast<double>(p.rtt_median_ns)),
-                    format_ms(static_cast<double>(p.rtt_p95_ns)), format_ms(static_cast<double>(p.rtt_min_ns)), mbps(p.up_mbps),
-                    mbps(p.down_mbps), std::to_string(p.up_bytes), std::to_string(p.down_bytes), p.cipher});
+                    format_ms(static_cast<double>(p.rtt_p95_ns)), format_ms(static_cast<double>(p.rtt_min_ns)),
+                    mbps(p.up_mbps), mbps(p.down_mbps), messages(p), std::to_string(p.up_bytes),
+                    std::to_string(p.down_bytes), p.cipher});
   std::fputs("\nlink probes\n", out);
-  std::fputs(fit_table(rows, {0, 1, 9}, width, {7, 8, 9, 4, 3}).c_str(), out);
+  std::fputs(fit_table(rows, {0, 1, 10}, width, {8, 9, 10, 7, 4, 3}).c_str(), out);
   return {};
 }
 

@@ -83,10 +83,11 @@ experiment() {  # model -> experiment file
     *) echo "plan_heldout: unknown model '$m'" >&2; exit 2 ;;
   esac
   printf 'name: %s\ninput_size: [3, 224, 224]\ndataset:\n  type: synthetic\n  max_samples: 1\ncompression: none\n' "$m" >> "$f"
-  # The probe's messages at their default size (256 KiB): at 0.12 of a core,
-  # 32 KiB messages made the probe measure its own per-message work
-  # (213 Mbit/s on the unshaped veth, 736 with 256 KiB), and the plans of
-  # results/heldout3 added 29 ms of upload at split 0 that frames never saw.
+  # The probe's messages at their default size (auto, sized by the probe;
+  # 256 KiB before schema 17): at 0.12 of a core, 32 KiB messages made the
+  # probe measure its own per-message work (213 Mbit/s on the unshaped veth,
+  # 736 with 256 KiB), and the plans of results/heldout3 added 29 ms of
+  # upload at split 0 that frames never saw.
   printf 'record:\n  layers: true\nprobe:\n  duration_ms: 1500\noutput: heldout.db\n' >> "$f"
   echo "$f"
 }

@@ -42,7 +42,7 @@ experiment() {  # model -> experiment file
     *) echo "plan_links: unknown model '$m'" >&2; exit 2 ;;
   esac
   printf 'name: %s\ninput_size: [3, 224, 224]\ndataset:\n  type: synthetic\n  max_samples: 1\ncompression: none\n' "$m" >> "$f"
-  printf 'record:\n  layers: true\nprobe:\n  duration_ms: 1500\n  chunk_bytes: 32768\noutput: links.db\n' >> "$f"
+  printf 'record:\n  layers: true\nprobe:\n  duration_ms: 1500\noutput: links.db\n' >> "$f"
   printf 'devices: %s\n' "$(realpath config/devices_netns.yaml)" >> "$f"
   echo "$f"
 }

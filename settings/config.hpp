@@ -74,7 +74,7 @@ struct ProbeSpec {
   bool enabled = true;
   int rtt_count = 20;              // echo round trips timed (at least 20)
   int duration_ms = 1000;          // bulk transfer time, each way
-  int64_t chunk_bytes = 256 * 1024;  // payload per bulk message
+  int64_t chunk_bytes = 0;         // payload per bulk message; 0: auto (sized each way by a short pass)
 };
 
 // Energy (agent/energy.hpp): meters each agent finds, the devices file's

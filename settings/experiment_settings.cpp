@@ -618,6 +618,31 @@ Setting chunk_bytes_setting() {
   return s;
 }
 
+// probe.chunk_bytes: a byte count, or auto (0 in the config): the probe sizes
+// its messages each way from a short pass of small ones (agent/runner.hpp).
+Setting probe_chunk_setting() {
+  Setting s;
+  s.info = {"probe.chunk_bytes", "`auto` | int 1024..67108864 | `<n>KiB` | `<n>MiB`", "auto",
+            "Payload per bulk probe message. auto: each way, a short pass of 16 KiB messages measures a rough "
+            "rate and the messages are sized so that about 32 of them fill probe.duration_ms (16 KiB to 4 MiB).",
+            ""};
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    if (n.IsScalar() && n.Scalar() == "auto") {
+      cfg.probe.chunk_bytes = 0;
+      return {};
+    }
+    auto v = parse_bytes(c, n, key, 1024, int64_t{64} << 20,
+                         "auto, or a byte count 1024..67108864 (an int, or <n>KiB / <n>MiB)");
+    if (!v) return v.error();
+    cfg.probe.chunk_bytes = *v;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    return c.probe.chunk_bytes == 0 ? std::string("auto") : std::to_string(c.probe.chunk_bytes);
+  };
+  return s;
+}
+
 Setting commands_setting() {
   Setting s;
   s.info = {"commands", "[{at_frame, set_split | set_codec | pause_ms | stop}]", "[]",

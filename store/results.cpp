@@ -528,6 +528,12 @@ CREATE TABLE plan_assignments (
 ALTER TABLE plans ADD COLUMN head_vs_frames_pct REAL;
 ALTER TABLE plans ADD COLUMN tail_vs_frames_pct REAL;
 )sql"},
+    {17, "probes: the bulk message size each way and how it was chosen (probe.chunk_bytes: auto)", R"sql(
+ALTER TABLE probes ADD COLUMN down_chunk_bytes INTEGER;
+ALTER TABLE probes ADD COLUMN chunk_sizing TEXT;
+ALTER TABLE probes ADD COLUMN sizing_up_mbps REAL;
+ALTER TABLE probes ADD COLUMN sizing_down_mbps REAL;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,

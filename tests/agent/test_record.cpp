@@ -220,3 +220,22 @@ TEST(Record, IdentityResidualIsTotalMinusTheTerms) {
     EXPECT_TRUE(summarised) << t << " is an identity term: it must be a summarised field";
   }
 }
+
+// probe.chunk_bytes: auto. About 32 messages fill the probe's duration at the
+// sizing pass's rate, in whole 4 KiB pages, 16 KiB to 4 MiB.
+TEST(ProbeAutoChunk, FillsTheDurationWithAbout32MessagesWithinBounds) {
+  // 213 Mbit/s for 1.5 s: 39.9 MB / 32 = 1,248,046 B, down to a 4 KiB page.
+  EXPECT_EQ(auto_probe_chunk(213.0, 1500), 304 * 4096);
+  EXPECT_EQ(auto_probe_chunk(40.0, 1000), 38 * 4096);   // 156,250 B
+  EXPECT_EQ(auto_probe_chunk(1.0, 1000), 16 * 1024);    // 3,906 B: the floor
+  EXPECT_EQ(auto_probe_chunk(0.0, 1000), 16 * 1024);    // the pass measured nothing
+  EXPECT_EQ(auto_probe_chunk(10000.0, 1500), 4 << 20);  // 58.6 MB: the ceiling
+  for (double mbps : {0.5, 3.0, 27.0, 400.0, 950.0, 5000.0})
+    for (int ms : {100, 1000, 1500, 3000}) {
+      const int64_t b = auto_probe_chunk(mbps, ms);
+      EXPECT_EQ(b % 4096, 0);
+      EXPECT_GE(b, 16 * 1024);
+      EXPECT_LE(b, 4 << 20);
+      EXPECT_GE(auto_probe_chunk(mbps * 2, ms), b);  // a faster pass never gives smaller messages
+    }
+}

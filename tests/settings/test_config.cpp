@@ -552,6 +552,7 @@ TEST(ExperimentConfig, MinimalFileGetsDocumentedDefaults) {
   EXPECT_TRUE(r->encryption);
   EXPECT_EQ(r->key_exchange, "x25519");
   EXPECT_EQ(r->chunk_bytes, 256 * 1024);
+  EXPECT_EQ(r->probe.chunk_bytes, 0);  // auto
   EXPECT_EQ(r->inflight, 1);
   EXPECT_TRUE(r->record.frames);
   EXPECT_TRUE(r->record.layers);
@@ -585,6 +586,7 @@ record: {frames: true, layers: false}
 output: /tmp/r.db
 devices: config/lab.yaml
 seed: 42
+probe: {chunk_bytes: 64KiB}
 )",
                             "exp.yaml", false);
   ASSERT_TRUE(r.ok()) << r.error().str();
@@ -604,6 +606,7 @@ seed: 42
   EXPECT_FALSE(r->encryption);
   EXPECT_EQ(r->key_exchange, "none");
   EXPECT_EQ(r->chunk_bytes, 1024 * 1024);
+  EXPECT_EQ(r->probe.chunk_bytes, 64 * 1024);
   EXPECT_EQ(r->inflight, 4);
   EXPECT_FALSE(r->record.layers);
   EXPECT_TRUE(r->devices_explicit);
@@ -641,10 +644,8 @@ TEST(ExperimentConfig, WrongTypesNameKeyAndExpectation) {
       {"model: alexnet\nwarmup: lots\n", "exp.yaml:2:9: warmup: expected an integer >= 0, got 'lots'"},
       {"model: alexnet\nbatch_size: 1.5\n", "exp.yaml:2:13: batch_size: expected an integer >= 1, got '1.5'"},
       {"model: alexnet\nnum_classes: ten\n", "exp.yaml:2:14: num_classes: expected an integer >= 0, got 'ten'"},
-      {"model: alexnet\nencryption: maybe\n",
-       "exp.yaml:2:13: encryption: expected true or false, got 'maybe'"},
-      {"model: alexnet\nkey_exchange: rsa\n",
-       "exp.yaml:2:15: key_exchange: expected one of x25519 | none, got 'rsa'"},
+      {"model: alexnet\nencryption: maybe\n", "exp.yaml:2:13: encryption: expected true or false, got 'maybe'"},
+      {"model: alexnet\nkey_exchange: rsa\n", "exp.yaml:2:15: key_exchange: expected one of x25519 | none, got 'rsa'"},
       {"model: alexnet\ninflight: 100\n", "exp.yaml:2:11: inflight: expected an integer 1..64, got '100'"},
       {"model: {id: alexnet}\n", "exp.yaml:1:8: model: expected a model id such as alexnet"},
       {"model: alexnet\ninput_size: []\n",
@@ -656,14 +657,14 @@ TEST(ExperimentConfig, WrongTypesNameKeyAndExpectation) {
        "'synthetic'"},
       {"model: alexnet\ndataset: {type: mnist}\n",
        "exp.yaml:2:17: dataset.type: expected one of synthetic | imagefolder | fashion_mnist, got 'mnist'"},
-      {"model: alexnet\nchunk_bytes: 100\n",
-       "exp.yaml:2:14: chunk_bytes: expected a byte count 4096..67108864"},
-      {"model: alexnet\nrecord: {frames: 1}\n",
-       "exp.yaml:2:18: record.frames: expected true or false, got '1'"},
-      {"model: alexnet\nseed: -1\n",
-       "exp.yaml:2:7: seed: expected an integer 0..18446744073709551615, got '-1'"},
-      {"- model: alexnet\n",
-       "exp.yaml: expected a map of experiment settings (at least 'model'), got a list"},
+      {"model: alexnet\nchunk_bytes: 100\n", "exp.yaml:2:14: chunk_bytes: expected a byte count 4096..67108864"},
+      {"model: alexnet\nprobe: {chunk_bytes: 100}\n",
+       "exp.yaml:2:22: probe.chunk_bytes: expected auto, or a byte count 1024..67108864"},
+      {"model: alexnet\nprobe: {chunk_bytes: automatic}\n",
+       "exp.yaml:2:22: probe.chunk_bytes: expected auto, or a byte count 1024..67108864"},
+      {"model: alexnet\nrecord: {frames: 1}\n", "exp.yaml:2:18: record.frames: expected true or false, got '1'"},
+      {"model: alexnet\nseed: -1\n", "exp.yaml:2:7: seed: expected an integer 0..18446744073709551615, got '-1'"},
+      {"- model: alexnet\n", "exp.yaml: expected a map of experiment settings (at least 'model'), got a list"},
       {"warmup: 1\n", "exp.yaml: model: missing; expected a model id such as alexnet"},
       {"model: alexnet\ndataset: {type: imagefolder}\n",
        "exp.yaml:2:17: dataset.path: missing; expected the image directory (required for type: imagefolder)"},
@@ -1004,6 +1005,7 @@ split: [2, 1]
 compression: "bf16+blosc-zlib:level=9"
 encryption: false
 chunk_bytes: 8192
+probe: {chunk_bytes: 32KiB}
 seed: 18446744073709551615
 )",
                             "exp.yaml", false);
@@ -1017,6 +1019,12 @@ seed: 18446744073709551615
   EXPECT_EQ(back->dataset.path, "/usr/share/datasets/fashion-mnist");
   EXPECT_EQ(back->seed, 18446744073709551615ull);
   EXPECT_EQ(back->compression, r->compression);
+  EXPECT_EQ(back->probe.chunk_bytes, 32 * 1024);
+  auto dflt = parse_experiment("model: alexnet\n", "exp.yaml", false);
+  ASSERT_TRUE(dflt.ok());
+  auto dback = parse_experiment(to_yaml(*dflt), "effective.yaml", false);
+  ASSERT_TRUE(dback.ok()) << dback.error().str();
+  EXPECT_EQ(dback->probe.chunk_bytes, 0);  // auto survives the round trip
 }
 
 TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {

@@ -1,8 +1,11 @@
 // The link probe against a real tool: on a tc-tbf-limited veth link between
 // two network namespaces, `tracrctl link probe` must agree with iperf3 and
-// with the configured rate within 10 %, both directions, at 10 and 40 Mbit/s.
+// with the configured rate within 10 %, both directions, at 10 Mbit/s with
+// 64 KiB messages and at 40 Mbit/s with messages the probe sizes itself
+// (probe.chunk_bytes: auto).
 #include <regex>
 
+#include "agent/runner.hpp"
 #include "system/system_util.hpp"
 
 using namespace tracr::testing;
@@ -29,7 +32,7 @@ double iperf3_mbps(const NetnsPair& net, bool reverse) {
   return std::stod(m[1]) / 1e6;
 }
 
-void probe_matches_iperf3_and_rate(double rate_mbit) {
+void probe_matches_iperf3_and_rate(double rate_mbit, bool auto_size) {
   if (sh("command -v iperf3").status != 0) {
     if (std::getenv("CI")) FAIL() << "iperf3 missing (scripts/setup.sh installs it)";
     GTEST_SKIP() << "iperf3 not installed";
@@ -46,7 +49,11 @@ void probe_matches_iperf3_and_rate(double rate_mbit) {
   TempDir d;
   const std::string db = (d.path / "r.db").string();
   const std::string devices = d.file("devices.yaml", net.devices_yaml());
-  const std::string exp = d.file("exp.yaml", small_experiment(db, "probe:\n  duration_ms: 3000\n  chunk_bytes: 65536\n", devices));
+  const std::string exp =
+      d.file("exp.yaml", small_experiment(db,
+                                          std::string("probe:\n  duration_ms: 3000\n  chunk_bytes: ") +
+                                              (auto_size ? "auto" : "65536") + "\n",
+                                          devices));
   auto r = sh(tracrctl() + " link probe " + exp + " --no-progress");
   ASSERT_EQ(r.status, 0) << r.out;
   const double up = std::stod(query(db, "select up_mbps from probes"));
@@ -65,9 +72,28 @@ void probe_matches_iperf3_and_rate(double rate_mbit) {
   EXPECT_GE(down, 0.6 * rate_mbit);
   EXPECT_EQ(query(db, "select rtt_n >= 20 and trigger = 'standalone' from probes"), "1");
   EXPECT_EQ(query(db, "select count(*) from frames"), "0");
+  if (!auto_size) {
+    EXPECT_EQ(query(db, "select chunk_sizing from probes"), "fixed");
+    EXPECT_EQ(query(db, "select chunk_bytes = 65536 and down_chunk_bytes = 65536 from probes"), "1");
+    EXPECT_EQ(query(db, "select sizing_up_mbps is null and sizing_down_mbps is null from probes"), "1");
+    return;
+  }
+  // auto: each way sized from its own sizing pass, to about 32 messages in
+  // the 3 s at that pass's rate (a multiple of 4 KiB, 16 KiB .. 4 MiB).
+  EXPECT_EQ(query(db, "select chunk_sizing from probes"), "auto");
+  for (const char* way : {"up", "down"}) {
+    const std::string chunk = std::string(way) == "up" ? "chunk_bytes" : "down_chunk_bytes";
+    const double sizing = std::stod(query(db, std::string("select sizing_") + way + "_mbps from probes"));
+    const int64_t bytes = std::stoll(query(db, "select " + chunk + " from probes"));
+    EXPECT_GT(sizing, 0) << way;
+    EXPECT_EQ(bytes, tracr::agent::auto_probe_chunk(sizing, 3000)) << way;
+    EXPECT_EQ(bytes % 4096, 0) << way;
+    EXPECT_GE(bytes, 16 * 1024) << way;
+    EXPECT_LE(bytes, 4 * 1024 * 1024) << way;
+  }
 }
 
 }  // namespace
 
-TEST(LinkProbe, AgreesWithIperf3AndTheRateAt10Mbit) { probe_matches_iperf3_and_rate(10); }
-TEST(LinkProbe, AgreesWithIperf3AndTheRateAt40Mbit) { probe_matches_iperf3_and_rate(40); }
+TEST(LinkProbe, AgreesWithIperf3AndTheRateAt10Mbit) { probe_matches_iperf3_and_rate(10, false); }
+TEST(LinkProbe, SizesItsMessagesAndAgreesWithIperf3AndTheRateAt40Mbit) { probe_matches_iperf3_and_rate(40, true); }
