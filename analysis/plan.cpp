@@ -13,6 +13,7 @@
 #include <numeric>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -59,6 +60,36 @@ double input_bytes(const std::string& shape, int64_t batch) {
   return n * 4;
 }
 
+// A split's per-frame work outside its layers and the link, from the medians
+// of its measured stages: the participant's (encoding, the reply's decoding,
+// post-processing) and the server's own (server_ns - tail_ns).
+double participant_own_ms(const SplitSummary& s) {
+  return (s.stage("encode_ns").median_ns + s.stage("return_ns").median_ns + s.stage("post_ns").median_ns) / 1e6;
+}
+double server_own_ms(const SplitSummary& s) {
+  return (s.stage("server_ns").median_ns - s.stage("tail_ns").median_ns) / 1e6;
+}
+
+// Least squares a + b x over (bytes, ms) points; a cost cannot fall with
+// bytes, so the line is flat (b = 0, a the mean) when it does not rise.
+std::pair<double, double> fit_cost_line(const std::vector<std::pair<double, double>>& pts) {
+  if (pts.empty()) return {0.0, 0.0};
+  double mx = 0, my = 0;
+  for (const auto& [x, y] : pts) {
+    mx += x;
+    my += y;
+  }
+  mx /= static_cast<double>(pts.size());
+  my /= static_cast<double>(pts.size());
+  double sxy = 0, sxx = 0;
+  for (const auto& [x, y] : pts) {
+    sxy += (x - mx) * (y - my);
+    sxx += (x - mx) * (x - mx);
+  }
+  const double b = sxx > 0 && sxy > 0 ? sxy / sxx : 0.0;
+  return {my - b * mx, b};
+}
+
 // What one codec contributes to a plan, from one run's frames.
 struct CodecBasis {
   std::string codec;
@@ -67,7 +98,14 @@ struct CodecBasis {
   std::map<int, const SplitSummary*> by_split;
   double ratio = 1, reply_default = 0, ov_a = 0, ov_b = 0;
   double server_own_ms = 0;  // the server's per-frame work outside the tail: mean over splits of median server_ns - tail_ns
+  // Per-frame work outside the layers and the link at the splits a run
+  // measured (its medians); the line ov_a + ov_b x bytes elsewhere.
+  std::map<int, double> own_at;
   std::string overhead;
+  double overhead_ms(int k, double wire_bytes) const {
+    const auto it = own_at.find(k);
+    return it != own_at.end() ? it->second : ov_a + ov_b * wire_bytes;
+  }
 };
 
 Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string& codec) {
@@ -91,38 +129,77 @@ Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string&
   b.reply_default = reply_n ? reply_sum / reply_n : 0.0;
   // Per-frame processing outside the layers and the link: the participant's
   // encoding (codec, cipher, hand-off), reply decoding and post-processing,
-  // and the server's own decoding and bookkeeping (server_ns - tail_ns). A
-  // line a + b x wire_bytes fitted to the run's medians of those measured
-  // stages (never to its totals).
+  // and the server's own decoding and bookkeeping (server_ns - tail_ns): at
+  // the splits the run measured, its medians of those stages (never its
+  // totals); elsewhere a line a + b x wire_bytes fitted to them. The line
+  // does not hold under a CPU quota, where encoding is mostly throttling that
+  // follows the head, not the bytes (ResNet-18 at 0.12 of a core: 0.2-0.4 ms
+  // at split 0 with 602 KB, 8.6-14.2 ms at split 4 with 803 KB).
   std::vector<std::pair<double, double>> pts;
   for (const auto& [k, sp] : b.by_split) {
     const SplitSummary& s = *sp;
     b.server_own_ms +=
         std::max(0.0, s.stage("server_ns").median_ns - s.stage("tail_ns").median_ns) / 1e6 / static_cast<double>(b.by_split.size());
-    const double y = (s.stage("encode_ns").median_ns + s.stage("return_ns").median_ns + s.stage("post_ns").median_ns +
-                      s.stage("server_ns").median_ns - s.stage("tail_ns").median_ns) / 1e6;
-    pts.push_back({s.mean_wire_bytes, y});
+    pts.push_back({s.mean_wire_bytes, participant_own_ms(s) + server_own_ms(s)});
+    b.own_at[k] = pts.back().second;
   }
-  if (!pts.empty()) {
-    double mx = 0, my = 0;
-    for (const auto& [x, y] : pts) {
-      mx += x;
-      my += y;
-    }
-    mx /= static_cast<double>(pts.size());
-    my /= static_cast<double>(pts.size());
-    double sxy = 0, sxx = 0;
-    for (const auto& [x, y] : pts) {
-      sxy += (x - mx) * (y - my);
-      sxx += (x - mx) * (x - mx);
-    }
-    b.ov_b = sxx > 0 && sxy > 0 ? sxy / sxx : 0.0;  // a cost cannot fall with bytes: flat when it does not rise
-    b.ov_a = my - b.ov_b * mx;
-  }
-  b.overhead = fmt::format("{}: {:.3f} ms + {:.3f} ms/MB, fitted to run {}'s encode, return, post and server-overhead "
-                           "medians over {} splits (wire/raw {:.3f})",
-                           codec, b.ov_a, b.ov_b * 1e6, run_id, pts.size(), b.ratio);
+  std::tie(b.ov_a, b.ov_b) = fit_cost_line(pts);
+  b.overhead = fmt::format(
+      "{}: run {}'s medians of encode, return, post and server-overhead at the {} splits it "
+      "measured; elsewhere {:.3f} ms + {:.3f} ms/MB, fitted to run {}'s medians (wire/raw {:.3f})",
+      codec, run_id, pts.size(), b.ov_a, b.ov_b * 1e6, run_id, b.ratio);
   return b;
+}
+
+// --participant-from: the participant's own per-frame work (encode, return,
+// post) is the target device's, not the basis's. Under a CPU quota it is
+// mostly the quota's throttling (ResNet-18's encode at split 12: 15-16 ms at
+// 0.12 of a core, 6-7 ms at 0.25), so it is taken from the calibration runs'
+// frames (per split, the median over the runs of each run's median; the line
+// refitted to those), and the server's share stays the basis run's.
+// Calibration runs without frames of the basis's codec leave the basis's, and
+// the note says so.
+Status refit_participant_share(ResultsDb& db, const std::vector<int64_t>& runs, CodecBasis& b) {
+  std::map<int, std::vector<double>> own;  // split -> per run median participant work (ms)
+  std::map<int, double> wire;
+  for (const int64_t r : runs) {
+    auto row = db.get_run(r);
+    if (!row) return std::move(row.error());
+    if (row->codec != b.codec) continue;
+    auto sums = db.split_table(r);
+    if (!sums) return std::move(sums.error());
+    for (const auto& s : *sums)
+      if (s.frames > 0 && b.by_split.count(s.split)) {
+        own[s.split].push_back(participant_own_ms(s));
+        wire[s.split] = b.by_split.at(s.split)->mean_wire_bytes;
+      }
+  }
+  if (own.size() < 2) {
+    b.overhead += fmt::format(
+        " (the calibration runs {} have frames of {} at {} of its splits: the participant's share "
+        "is the basis run's)",
+        fmt::join(runs, ", "), b.codec, own.size());
+    return {};
+  }
+  std::vector<std::pair<double, double>> part, srv;
+  b.own_at.clear();
+  for (auto& [k, v] : own) {
+    part.push_back({wire[k], protocol::median_of(v)});  // sorts v
+    b.own_at[k] = part.back().second + server_own_ms(*b.by_split.at(k));
+  }
+  for (const auto& [k, sp] : b.by_split) srv.push_back({sp->mean_wire_bytes, server_own_ms(*sp)});
+  const auto [pa, pb] = fit_cost_line(part);
+  const auto [sa, sb] = fit_cost_line(srv);
+  b.ov_a = pa + sa;
+  b.ov_b = pb + sb;
+  b.overhead = fmt::format(
+      "{}: at the {} splits both measured, the median over calibration runs {} of their encode, "
+      "return and post medians, plus run {}'s server-overhead median; elsewhere {:.3f} ms + "
+      "{:.3f} ms/MB: the participant's {:.3f} ms + {:.3f} ms/MB fitted to the calibration runs' "
+      "medians, the server's {:.3f} ms + {:.3f} ms/MB to run {}'s (wire/raw {:.3f})",
+      b.codec, part.size(), fmt::join(runs, ", "), b.run, b.ov_a, b.ov_b * 1e6, pa, pb * 1e6, sa, sb * 1e6, b.run,
+      b.ratio);
+  return {};
 }
 
 // The newest completed run of the same model and input size with `codec`.
@@ -520,6 +597,11 @@ Result<std::vector<CodecBasis>> codec_bases(ResultsDb& db, const RunRow& run, co
     }
     auto b = codec_basis(db, from, c);
     if (!b) return std::move(b.error());
+    if (opt.participant_run > 0 && opt.participant_run != run.id) {
+      std::vector<int64_t> calib = {opt.participant_run};
+      calib.insert(calib.end(), opt.participant_more.begin(), opt.participant_more.end());
+      TRACR_TRY(refit_participant_share(db, calib, *b));
+    }
     bases.push_back(std::move(*b));
     p.overhead += (p.overhead.empty() ? "" : "; ") + bases.back().overhead;
   }
@@ -586,7 +668,7 @@ PlanRow predict_row(int k, const CodecBasis& cb, const ComputeTimes& compute, co
   r.up_ms = bits_ms(r.wire_bytes, p.link.up_mbps, p.link.up_burst);
   r.down_ms = bits_ms(r.reply_bytes, p.link.down_mbps, p.link.down_burst);
   r.rtt_ms = p.link.rtt_ms;
-  r.overhead_ms = cb.ov_a + cb.ov_b * r.wire_bytes;
+  r.overhead_ms = cb.overhead_ms(k, r.wire_bytes);
   r.latency_ms = r.head_ms + r.up_ms + r.rtt_ms + r.tail_ms + r.down_ms + r.overhead_ms;
   r.fps = 1e3 / std::max({r.head_ms, r.up_ms, r.tail_ms + r.rtt_ms, r.down_ms, 1e-6});
   r.service_ms = r.tail_ms + cb.server_own_ms;

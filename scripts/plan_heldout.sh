@@ -36,7 +36,9 @@
 # devices off each other's CPUs, as separate devices are (the model's
 # assumption): the SERVER pinned to CPU 1, every participant to CPU 0
 # (devices file `cpus`), so 8 x QA must fit in one core (e.g. QA=12 QB=25);
-# run and file names then end in "pin".
+# run and file names then end in "pin". RUN=false makes no run: it plans again
+# from the runs already in OUT_DIR/heldout.db (after a change to the planner;
+# copy the directory first to keep the old plans apart), as plan_links.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/heldout}
@@ -46,6 +48,7 @@ lockstep=${LOCKSTEP:-true}
 qa=${QA:-25}
 qb=${QB:-50}
 pin=${PIN:-false}
+do_runs=${RUN:-true}
 sfx=$([ "$pin" = true ] && echo pin || true)
 [ "$pin" != true ] || [ $((8 * qa)) -le 100 ] || {
   echo "plan_heldout: PIN=true puts 8 participants on CPU 0: 8 x QA must be at most 100 (QA=$qa)" >&2; exit 2; }
@@ -53,7 +56,7 @@ py=/usr/bin/python3
 tracrctl=${TRACRCTL:-build/bin/tracrctl}
 mkdir -p "$out"
 db="$out/heldout.db"
-ip netns list | awk '{print $1}' | grep -qx tracr-srv || {
+[ "$do_runs" != true ] || ip netns list | awk '{print $1}' | grep -qx tracr-srv || {
   echo "plan_heldout: the test-bed is not up (bash scripts/netns_testbed.sh up)" >&2; exit 1; }
 
 devices() {  # N participants at quota Q (hundredths) -> file name
@@ -152,6 +155,7 @@ for m in $models; do
   a="q$qa$sfx" b="q$qb$sfx" la="q $(awk -v q="$qa" 'BEGIN { printf "%g", q / 100 }')" \
     lb="q $(awk -v q="$qb" 'BEGIN { printf "%g", q / 100 }')"
   for k in $(seq 1 "$reps"); do
+    [ "$do_runs" = true ] || break
     run "n1$a#$k" "$(devices 1 "$qa")"
     run "n4$a#$k" "$(devices 4 "$qa")"
     run "n8$a#$k" "$(devices 8 "$qa")"

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "store/results.hpp"
 #include "system/system_util.hpp"
 
 using namespace tracr::testing;
@@ -600,6 +601,33 @@ TEST(Plan, AHeldOutRunOnAnotherDeviceIsRefusedNamingBoth) {
   const double sum2 = std::stod(query(db, "select sum(coalesce(mean_ns, median_ns)) / 1e6 from layer_profiles where "
                                           "run_id = 2 and device_role = 'PARTICIPANT'"));
   EXPECT_NEAR(head, sum2, 1e-6 * sum2 + 1e-9) << cal.out;
+  // The per-frame work outside the layers and the link at each measured split: the participant's (encode,
+  // return, post) from run 2's frames, the server's own (server_ns - tail_ns) from run 1's.
+  EXPECT_NE(cal.out.find("at the 2 splits both measured, the median over calibration runs 2 of their encode, return "
+                         "and post medians, plus run 1's server-overhead median"),
+            std::string::npos)
+      << cal.out;
+  {
+    auto h = tracr::store::ResultsDb::open(db);
+    ASSERT_TRUE(h.ok()) << h.error().message;
+    auto calib = h->split_table(2), basis = h->split_table(1);
+    ASSERT_TRUE(calib.ok() && basis.ok());
+    int n = 0;
+    for (const auto& c : *calib)
+      for (const auto& b : *basis)
+        if (c.split == b.split && c.frames > 0 && b.frames > 0) {
+          const double want =
+              (c.stage("encode_ns").median_ns + c.stage("return_ns").median_ns + c.stage("post_ns").median_ns +
+               b.stage("server_ns").median_ns - b.stage("tail_ns").median_ns) /
+              1e6;
+          const std::string got = query(db, "select other_ms from plan_rows where plan_id = " + plan_id +
+                                                " and split = " + std::to_string(c.split));
+          ASSERT_FALSE(got.empty()) << c.split;
+          EXPECT_NEAR(std::stod(got), want, 1e-6) << "split " << c.split << "\n" << cal.out;
+          ++n;
+        }
+    EXPECT_EQ(n, 2);
+  }
   // Several calibration runs of that device: each layer's time is their
   // median (with two, the mean), so one slow calibration run does not carry
   // the plan; a calibration run of another device is refused.
