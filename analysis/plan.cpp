@@ -153,8 +153,8 @@ Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string&
 
 // --participant-from: the participant's own per-frame work (encode, return,
 // post) is the target device's, not the basis's. Under a CPU quota it is
-// mostly the quota's throttling (ResNet-18's encode at split 12: 15-16 ms at
-// 0.12 of a core, 6-7 ms at 0.25), so it is taken from the calibration runs'
+// mostly the quota's throttling (ResNet-18's encode at split 12: mostly 15-16
+// ms at 0.12 of a core, 6-7 ms at 0.25), so it is taken from the calibration runs'
 // frames (per split, the median over the runs of each run's median; the line
 // refitted to those), and the server's share stays the basis run's.
 // Calibration runs without frames of the basis's codec leave the basis's, and
