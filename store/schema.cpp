@@ -310,7 +310,7 @@ TableInfo plan_rows_table() {
       {"rtt_ms", "REAL", "ms", "controller", "round trip"},
       {"tail_ms", "REAL", "ms", "controller", "the server's tail [k,N): its segment profile's mean, else the sum of its layer profiles' means (compute_from)"},
       {"down_ms", "REAL", "ms", "controller", "reply_bytes x 8 / down rate"},
-      {"other_ms", "REAL", "ms", "controller", "per-frame processing outside layers and link: a + b x wire_bytes (plans.overhead)"},
+      {"other_ms", "REAL", "ms", "controller", "per-frame processing outside layers and link: at a split the basis run measured, its medians of encode, return, post and server-overhead (with plan --participant-from, the calibration runs' participant share and the basis's server share); elsewhere a + b x wire_bytes fitted to them (plans.overhead)"},
       {"latency_ms", "REAL", "ms", "controller", "head + up + rtt + tail + down + other (+ queue_ms when the SERVER is shared)"},
       {"fps", "REAL", "frames/s", "controller", "pipelined throughput: 1 / max(head, up, tail + rtt, down)"},
       {"wire_bytes", "REAL", "bytes", "controller", "request bytes on the wire"},
