@@ -138,8 +138,7 @@ Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string&
   std::vector<std::pair<double, double>> pts;
   for (const auto& [k, sp] : b.by_split) {
     const SplitSummary& s = *sp;
-    b.server_own_ms +=
-        std::max(0.0, s.stage("server_ns").median_ns - s.stage("tail_ns").median_ns) / 1e6 / static_cast<double>(b.by_split.size());
+    b.server_own_ms += std::max(0.0, server_own_ms(s)) / static_cast<double>(b.by_split.size());
     pts.push_back({s.mean_wire_bytes, participant_own_ms(s) + server_own_ms(s)});
     b.own_at[k] = pts.back().second;
   }
@@ -161,7 +160,6 @@ Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string&
 // the note says so.
 Status refit_participant_share(ResultsDb& db, const std::vector<int64_t>& runs, CodecBasis& b) {
   std::map<int, std::vector<double>> own;  // split -> per run median participant work (ms)
-  std::map<int, double> wire;
   for (const int64_t r : runs) {
     auto row = db.get_run(r);
     if (!row) return std::move(row.error());
@@ -169,10 +167,7 @@ Status refit_participant_share(ResultsDb& db, const std::vector<int64_t>& runs, 
     auto sums = db.split_table(r);
     if (!sums) return std::move(sums.error());
     for (const auto& s : *sums)
-      if (s.frames > 0 && b.by_split.count(s.split)) {
-        own[s.split].push_back(participant_own_ms(s));
-        wire[s.split] = b.by_split.at(s.split)->mean_wire_bytes;
-      }
+      if (s.frames > 0 && b.by_split.count(s.split)) own[s.split].push_back(participant_own_ms(s));
   }
   if (own.size() < 2) {
     b.overhead += fmt::format(
@@ -184,7 +179,7 @@ Status refit_participant_share(ResultsDb& db, const std::vector<int64_t>& runs, 
   std::vector<std::pair<double, double>> part, srv;
   b.own_at.clear();
   for (auto& [k, v] : own) {
-    part.push_back({wire[k], protocol::median_of(v)});  // sorts v
+    part.push_back({b.by_split.at(k)->mean_wire_bytes, protocol::median_of(v)});  // sorts v
     b.own_at[k] = part.back().second + server_own_ms(*b.by_split.at(k));
   }
   for (const auto& [k, sp] : b.by_split) srv.push_back({sp->mean_wire_bytes, server_own_ms(*sp)});
