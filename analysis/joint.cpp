@@ -23,7 +23,7 @@ constexpr double kExactStates = 100000;  // population vectors up to which the a
 constexpr int kMaxJoint = 1000;          // participants a joint plan places
 
 struct Queue {
-  std::vector<double> s, z;     // per class: service time, delay (ms)
+  std::vector<double> s, z, v;  // per class: service time, delay (ms), variability (Kingman's v)
   std::vector<int> n;           // per class: participants
   std::vector<double> resp, x;  // solution per class: time at the SERVER (ms), throughput (frames/ms)
 };
@@ -85,6 +85,41 @@ void solve_schweitzer(Queue& q) {
   }
 }
 
+// Each class's time at the SERVER with constant times (joint.hpp): its own
+// cycle Z + S, or the server's saturated round T when that is longer.
+std::vector<double> constant_times_bound(const Queue& q) {
+  auto load = [&](double t) {
+    double u = 0;
+    for (size_t i = 0; i < q.n.size(); ++i) u += q.n[i] * q.s[i] / std::max({q.z[i] + q.s[i], t, 1e-12});
+    return u;
+  };
+  double t = 0;
+  if (load(0) > 1) {  // saturated: load(T) = 1 between 0 and sum n S (where load <= 1)
+    double lo = 0, hi = 0;
+    for (size_t i = 0; i < q.n.size(); ++i) hi += q.n[i] * q.s[i];
+    for (int it = 0; it < 200 && hi - lo > 1e-12 * hi; ++it) {
+      const double mid = (lo + hi) / 2;
+      if (load(mid) > 1)
+        lo = mid;
+      else
+        hi = mid;
+    }
+    t = hi;
+  }
+  std::vector<double> b(q.n.size());
+  for (size_t i = 0; i < b.size(); ++i) b[i] = std::max(q.z[i] + q.s[i], t) - q.z[i];
+  return b;
+}
+
+// Between the bound and the MVA by each class's variability; throughputs follow.
+void blend_with_bound(Queue& q) {
+  const auto b = constant_times_bound(q);
+  for (size_t i = 0; i < q.n.size(); ++i) {
+    q.resp[i] = b[i] + std::min(q.v[i], 1.0) * (q.resp[i] - b[i]);
+    q.x[i] = q.z[i] + q.resp[i] > 0 ? q.n[i] / (q.z[i] + q.resp[i]) : 0;
+  }
+}
+
 double score(const JointPlan& j, const std::string& objective) {
   return objective == "throughput" ? -j.total_fps : j.mean_latency_ms;
 }
@@ -112,6 +147,7 @@ Result<JointPlan> solve_assignment(const Plan& p, const std::vector<std::pair<si
     const PlanRow& r = p.rows[row];
     q.s.push_back(r.service_ms);
     q.z.push_back(std::max(0.0, r.alone_ms - r.service_ms));
+    q.v.push_back(r.variability);
     q.n.push_back(n);
     JointClass c;
     c.row = row;
@@ -121,16 +157,20 @@ Result<JointPlan> solve_assignment(const Plan& p, const std::vector<std::pair<si
     states *= n + 1;
   }
   if (j.participants == 0) return make_error(Errc::invalid_argument, "joint: no participants to place");
+  constexpr const char* kBlend =
+      "; the time at the SERVER the constant-times bound's plus the MVA's excess over it x each row's variability";
   if (states <= kExactStates) {
     solve_exact(q);
-    j.model = fmt::format("modelled:mva-exact({} class{}, one per split)", q.n.size(), q.n.size() == 1 ? "" : "es");
+    j.model = fmt::format("modelled:mva-bound-exact({} class{}, one per split{})", q.n.size(),
+                          q.n.size() == 1 ? "" : "es", kBlend);
   } else {
     solve_schweitzer(q);
     j.model = fmt::format(
-        "modelled:mva-schweitzer({} classes, one per split; {:.0f} population vectors, too many "
-        "to solve exactly)",
-        q.n.size(), states);
+        "modelled:mva-bound-schweitzer({} classes, one per split; {:.0f} population vectors, too many "
+        "to solve exactly{})",
+        q.n.size(), states, kBlend);
   }
+  blend_with_bound(q);
   for (size_t i = 0; i < j.classes.size(); ++i) {
     JointClass& c = j.classes[i];
     c.latency_ms = q.z[i] + q.resp[i];

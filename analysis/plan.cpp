@@ -90,6 +90,82 @@ std::pair<double, double> fit_cost_line(const std::vector<std::pair<double, doub
   return {my - b * mx, b};
 }
 
+// The participant's own per-frame work at one split, from one run's frames
+// (ms): the fewest and the median an encode took, the median over frames of
+// head + encode, and the medians of the reply's decoding and post-processing.
+struct PartShare {
+  double enc_min = 0, enc_median = 0, head_enc = 0, rest = 0;
+};
+
+// Under a CPU quota a frame's head and encode are one stretch of throttled
+// CPU: the head runs ahead of the quota and the encode pays the debt in whole
+// throttle waits (ResNet-18 at 0.12 of a core, split 4: head 5-12 ms, encode
+// 12-15 ms, the profiled head 20.7 ms and the frames' head + encode 19-24).
+// The profiled head, timed back to back, already holds those waits, so the
+// encode adds only what the frames' head + encode exceed it by: never less
+// than the fewest ms an encode took (a frame that paid no wait in it), never
+// more than its median (frames' heads slower than the profile are not the
+// encode's: AlexNet at 0.25 of a core, 3g, 363.6 ms profiled, 365.5 in frames).
+double quota_share_ms(const PartShare& s, double head_ms) {
+  return std::clamp(s.head_enc - head_ms, s.enc_min, std::max(s.enc_min, s.enc_median)) + s.rest;
+}
+
+// Squared coefficient of variation (variance over mean squared); nullopt
+// for fewer than 2 values or a mean of 0.
+std::optional<double> scv(const std::vector<double>& v) {
+  if (v.size() < 2) return std::nullopt;
+  const double m = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  if (m <= 0) return std::nullopt;
+  double ss = 0;
+  for (const double x : v) ss += (x - m) * (x - m);
+  return ss / static_cast<double>(v.size()) / (m * m);
+}
+
+// What one run's ok, timed frames of `codec` say at one split: the
+// participant's share and how much a frame's times vary, as Kingman's
+// (ca^2 + cs^2) / 2 over the server's time (server_ns) and the rest of the
+// frame (total - server - queue: what a participant does between visits).
+struct SplitFrames {
+  PartShare share;
+  std::optional<double> kingman;
+};
+
+Result<std::map<int, SplitFrames>> split_frames(ResultsDb& db, int64_t run_id, const std::string& codec) {
+  auto frames = db.frames(run_id);
+  if (!frames) return std::move(frames.error());
+  std::map<int, std::vector<double>> enc, he, ret, post, srv, rest;
+  for (const auto& f : *frames)
+    if (f.ok && !f.warmup && f.codec == codec) {
+      const int k = static_cast<int>(f.split);
+      enc[k].push_back(static_cast<double>(f.encode_ns) / 1e6);
+      he[k].push_back(static_cast<double>(f.head_ns + f.encode_ns) / 1e6);
+      ret[k].push_back(static_cast<double>(f.return_ns) / 1e6);
+      post[k].push_back(static_cast<double>(f.post_ns) / 1e6);
+      const double server = static_cast<double>(f.server_ns) / 1e6;
+      srv[k].push_back(server);
+      rest[k].push_back(static_cast<double>(f.total_ns - f.queue_ns) / 1e6 - server);
+    }
+  std::map<int, SplitFrames> out;
+  for (auto& [k, e] : enc) {
+    SplitFrames& s = out[k];
+    const double least = *std::min_element(e.begin(), e.end());
+    s.share = {least, protocol::median_of(e), protocol::median_of(he[k]),
+               protocol::median_of(ret[k]) + protocol::median_of(post[k])};
+    const auto cs = scv(srv[k]), ca = scv(rest[k]);
+    if (cs && ca) s.kingman = (*ca + *cs) / 2;
+  }
+  return out;
+}
+
+// The CPU quota the run's participants ran under (the first one's), if any.
+std::optional<double> participant_quota(ResultsDb& db, int64_t run_id) {
+  auto devs = db.devices(run_id);
+  if (devs)
+    for (const auto& d : *devs)
+      if (d.role == kParticipant && d.cpu_quota) return d.cpu_quota;
+  return std::nullopt;
+}
+
 // What one codec contributes to a plan, from one run's frames.
 struct CodecBasis {
   std::string codec;
@@ -101,12 +177,57 @@ struct CodecBasis {
   // Per-frame work outside the layers and the link at the splits a run
   // measured (its medians); the line ov_a + ov_b x bytes elsewhere.
   std::map<int, double> own_at;
-  std::string overhead;
-  double overhead_ms(int k, double wire_bytes) const {
+  // Under a CPU quota, at those splits: the participant's share from each
+  // run whose frames give it (quota_share_ms against the plan's head, the
+  // median over runs), plus the server's own.
+  std::map<int, std::vector<PartShare>> quota_at;
+  std::map<int, double> server_at;
+  std::string overhead, quota_note;
+  // How much frames vary ((ca^2 + cs^2) / 2, see share_server) at the
+  // splits the run measured with 2 or more frames; elsewhere the median of
+  // those, or 1 (as exponential times vary) when there are none.
+  std::map<int, double> kingman_at;
+  double kingman_default = 1;
+  double kingman(int k) const {
+    const auto it = kingman_at.find(k);
+    return it != kingman_at.end() ? it->second : kingman_default;
+  }
+  double overhead_ms(int k, double wire_bytes, double head_ms) const {
+    if (const auto q = quota_at.find(k); q != quota_at.end()) {
+      std::vector<double> v;
+      for (const auto& s : q->second) v.push_back(quota_share_ms(s, head_ms));
+      return protocol::median_of(v) + server_at.at(k);
+    }
     const auto it = own_at.find(k);
     return it != own_at.end() ? it->second : ov_a + ov_b * wire_bytes;
   }
 };
+
+// One run's participant shares at the basis's measured splits.
+void add_quota_shares(const std::map<int, SplitFrames>& frames, CodecBasis& b) {
+  for (const auto& [k, s] : frames)
+    if (b.by_split.count(k)) b.quota_at[k].push_back(s.share);
+}
+
+// The participant's share under a quota from the frames of `runs` (those
+// with a quota), at the basis's measured splits; false when none had one.
+Result<bool> quota_shares(ResultsDb& db, const std::vector<int64_t>& runs, CodecBasis& b, std::string& quota) {
+  b.quota_at.clear();
+  for (const int64_t r : runs) {
+    const auto q = participant_quota(db, r);
+    if (!q) continue;
+    quota = fmt::format("{}", *q);
+    auto frames = split_frames(db, r, b.codec);
+    if (!frames) return std::move(frames.error());
+    add_quota_shares(*frames, b);
+  }
+  return !b.quota_at.empty();
+}
+
+constexpr const char* kQuotaNote =
+    "; under the participant's CPU quota ({} of a core) the encode at those splits is what the frames' median head "
+    "+ encode exceed the profiled head by, between the fewest ms an encode took and its median (the throttle waits "
+    "it pays are the head's, already in the profile)";
 
 Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string& codec) {
   CodecBasis b;
@@ -141,12 +262,23 @@ Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string&
     b.server_own_ms += std::max(0.0, server_own_ms(s)) / static_cast<double>(b.by_split.size());
     pts.push_back({s.mean_wire_bytes, participant_own_ms(s) + server_own_ms(s)});
     b.own_at[k] = pts.back().second;
+    b.server_at[k] = server_own_ms(s);
   }
   std::tie(b.ov_a, b.ov_b) = fit_cost_line(pts);
   b.overhead = fmt::format(
       "{}: run {}'s medians of encode, return, post and server-overhead at the {} splits it "
       "measured; elsewhere {:.3f} ms + {:.3f} ms/MB, fitted to run {}'s medians (wire/raw {:.3f})",
       codec, run_id, pts.size(), b.ov_a, b.ov_b * 1e6, run_id, b.ratio);
+  auto frames = split_frames(db, run_id, codec);
+  if (!frames) return std::move(frames.error());
+  if (const auto quota = participant_quota(db, run_id)) {
+    add_quota_shares(*frames, b);
+    if (!b.quota_at.empty()) b.quota_note = fmt::format(kQuotaNote, fmt::format("{}", *quota));
+  }
+  std::vector<double> ks;
+  for (const auto& [k, f] : *frames)
+    if (f.kingman && b.by_split.count(k)) ks.push_back(b.kingman_at[k] = *f.kingman);
+  if (!ks.empty()) b.kingman_default = protocol::median_of(ks);
   return b;
 }
 
@@ -174,6 +306,8 @@ Status refit_participant_share(ResultsDb& db, const std::vector<int64_t>& runs, 
         " (the calibration runs {} have frames of {} at {} of its splits: the participant's share "
         "is the basis run's)",
         fmt::join(runs, ", "), b.codec, own.size());
+    b.quota_at.clear();  // the basis's frames do not go with the calibration device's profiled head
+    b.quota_note.clear();
     return {};
   }
   std::vector<std::pair<double, double>> part, srv;
@@ -194,6 +328,10 @@ Status refit_participant_share(ResultsDb& db, const std::vector<int64_t>& runs, 
       "medians, the server's {:.3f} ms + {:.3f} ms/MB to run {}'s (wire/raw {:.3f})",
       b.codec, part.size(), fmt::join(runs, ", "), b.run, b.ov_a, b.ov_b * 1e6, pa, pb * 1e6, sa, sb * 1e6, b.run,
       b.ratio);
+  std::string quota;
+  auto under_quota = quota_shares(db, runs, b, quota);
+  if (!under_quota) return std::move(under_quota.error());
+  b.quota_note = *under_quota ? fmt::format(kQuotaNote, quota) + " (per calibration run, then their median)" : "";
   return {};
 }
 
@@ -429,16 +567,27 @@ Result<int> run_participants(ResultsDb& db, int64_t run_id) {
 
 namespace {
 
-// The prediction with n participants sharing the SERVER (plan.hpp: mean
-// value analysis of the closed network; exact for exponential service
-// times, an approximation for steadier ones).
-void share_server(PlanRow& r, int n, double server_own_ms) {
+// The prediction with n participants sharing the SERVER, one frame in
+// flight each: a closed network of each participant's own time z (the rest
+// of a frame) and a FIFO server of service time s. Mean value analysis is
+// exact when both vary as exponentials do (squared coefficients of variation
+// ca^2 = cs^2 = 1); when both are constant the cycle settles at
+// max(z + s, n s), with no wait below the knee (the asymptotic bound). In
+// between, the wait is the bound's plus the MVA's excess over it scaled by
+// Kingman's factor v = (ca^2 + cs^2) / 2, at most 1, of the basis run's
+// frames. Frames vary little (v 0.0003-0.02 at the splits that load the
+// server, results/heldout7): the MVA alone put ResNet-18's four participants
+// 15-20 ms in a queue at split 12 that the runs never saw, and chose split
+// 4, measured 9-11 % slower than split 12.
+void share_server(PlanRow& r, int n, double server_own_ms, double v) {
   const double s = r.tail_ms + server_own_ms, z = r.latency_ms - s;
   double q = 0, resp = s;
   for (int i = 1; i <= n; ++i) {
     resp = s * (1 + q);
     q = z + resp > 0 ? i / (z + resp) * resp : 0;
   }
+  const double bound = std::max(s, n * s - z);
+  resp = bound + std::min(v, 1.0) * (resp - bound);
   r.queue_ms = resp - s;
   r.latency_ms = z + resp;
   if (s > 0) r.fps = std::min(r.fps, 1e3 / (n * s));
@@ -457,9 +606,13 @@ Status share_the_server(ResultsDb& db, int64_t run_id, const PlanOptions& opt, c
   }
   if (p.participants > 1)
     p.server_model = fmt::format(
-        "modelled:mva({} participants ({}), one frame in flight each, a FIFO server of service time tail + {:.3f} ms "
-        "of the server's own work per frame)",
-        p.participants, from.empty() ? "as given" : from, basis.server_own_ms);
+        "modelled:mva-bound({} participants ({}), one frame in flight each, a FIFO server of service time tail + "
+        "{:.3f} ms of the server's own work per frame; the wait is the asymptotic bound's plus the MVA's excess over "
+        "it x (ca^2 + cs^2)/2 of run {}'s frames, {})",
+        p.participants, from.empty() ? "as given" : from, basis.server_own_ms, basis.run,
+        basis.kingman_at.empty()
+            ? "none with 2 frames at a split: 1, the MVA's"
+            : fmt::format("median {:.4f} over {} splits", basis.kingman_default, basis.kingman_at.size()));
   return {};
 }
 
@@ -598,7 +751,7 @@ Result<std::vector<CodecBasis>> codec_bases(ResultsDb& db, const RunRow& run, co
       TRACR_TRY(refit_participant_share(db, calib, *b));
     }
     bases.push_back(std::move(*b));
-    p.overhead += (p.overhead.empty() ? "" : "; ") + bases.back().overhead;
+    p.overhead += (p.overhead.empty() ? "" : "; ") + bases.back().overhead + bases.back().quota_note;
   }
   return bases;
 }
@@ -663,12 +816,13 @@ PlanRow predict_row(int k, const CodecBasis& cb, const ComputeTimes& compute, co
   r.up_ms = bits_ms(r.wire_bytes, p.link.up_mbps, p.link.up_burst);
   r.down_ms = bits_ms(r.reply_bytes, p.link.down_mbps, p.link.down_burst);
   r.rtt_ms = p.link.rtt_ms;
-  r.overhead_ms = cb.overhead_ms(k, r.wire_bytes);
+  r.overhead_ms = cb.overhead_ms(k, r.wire_bytes, r.head_ms);
   r.latency_ms = r.head_ms + r.up_ms + r.rtt_ms + r.tail_ms + r.down_ms + r.overhead_ms;
   r.fps = 1e3 / std::max({r.head_ms, r.up_ms, r.tail_ms + r.rtt_ms, r.down_ms, 1e-6});
   r.service_ms = r.tail_ms + cb.server_own_ms;
   r.alone_ms = r.latency_ms;
-  if (p.participants > 1) share_server(r, p.participants, cb.server_own_ms);
+  r.variability = cb.kingman(k);
+  if (p.participants > 1) share_server(r, p.participants, cb.server_own_ms, r.variability);
   if (eb.known) {
     double e = 0;
     for (int i = 0; i < k; ++i) e += eb.layer_j[static_cast<size_t>(i)];

@@ -24,12 +24,19 @@
 //               + idle power x (latency - head) + radio(up bytes, down bytes, up + down + rtt)
 //   throughput(k) = 1 / max(head, up, tail + rtt, down) with frames in flight
 // A SERVER shared by n participants (one frame in flight each) serves one
-// frame at a time: exact mean value analysis of that closed network, with
-// the server as a FIFO queue of service time S = tail(k) + the server's own
-// per-frame work (the basis run's median server_ns - tail_ns) and the rest of
-// the frame as a delay Z = latency(k) - S:
+// frame at a time: a closed network with the server as a FIFO queue of
+// service time S = tail(k) + the server's own per-frame work (the basis run's
+// median server_ns - tail_ns) and the rest of the frame as a delay
+// Z = latency(k) - S. Mean value analysis (exact when S and Z vary as
+// exponentials do):
 //   R(1) = S; R(i) = S x (1 + Q(i-1)), X(i) = i / (Z + R(i)), Q(i) = X(i) x R(i)
-//   latency_n(k) = Z + R(n)  (queue(k) = R(n) - S, the predicted wait)
+// and with constant S and Z the cycle settles at max(Z + S, n S):
+//   B = max(S, n S - Z)  (the asymptotic bound: no wait below the knee)
+// The time at the server is between, by how much the basis run's frames
+// vary at split k (Kingman's v = (ca^2 + cs^2) / 2 of their server_ns and
+// of the rest of each frame, at most 1; measured splits' median elsewhere,
+// 1 when no split has 2 frames):
+//   R = B + v x (R(n) - B),  latency_n(k) = Z + R  (queue(k) = R - S)
 //   throughput_n(k) = min(throughput(k), 1 / (n x S)) per participant
 // n is the basis run's participant count unless given (plan --participants,
 // or the held-out run's with --validate-on).
@@ -90,6 +97,7 @@ struct PlanRow {
   // The queueing model's terms (plan.hpp above): the SERVER's service time
   // per frame (tail + its own work), and the latency with one participant.
   double service_ms = 0, alone_ms = 0;
+  double variability = 1;  // Kingman's v of the basis run's frames at this split (the model above)
   double wire_bytes = 0, reply_bytes = 0;
   std::string bytes_from;            // "measured" | "profiled x ratio"
   // Where head_ms and tail_ms came from: "segments" (both timed whole, or

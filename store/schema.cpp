@@ -285,8 +285,9 @@ TableInfo plans_table() {
        "participants planned as sharing the SERVER (the basis run's count, --participants, or the held-out run's); "
        "NULL in plans stored before schema 13 (one)"},
       {"server_model", "TEXT", "", "controller",
-       "how the shared SERVER was modelled (modelled:mva(...): mean value analysis of a closed network, FIFO server); "
-       "NULL: one participant, not shared"},
+       "how the shared SERVER was modelled (modelled:mva-bound(...): a closed network with a FIFO server, its wait "
+       "between the constant-times bound and mean value analysis by how much the basis run's frames vary; "
+       "modelled:mva(...) before it: mean value analysis alone); NULL: one participant, not shared"},
       {"participant_run", "INTEGER", "", "controller",
        "the run whose PARTICIPANT layer and head profiles (and layer energy) the plan used (plan --participant-from: "
        "another device); NULL: the basis run's"},
@@ -344,7 +345,8 @@ TableInfo plan_assignments_table() {
        "validation: the median total of the frames at this split (plans.validation_run); NULL: not validated"},
       {"error_pct", "REAL", "%", "controller", "validation: (predicted - measured) / measured x 100"},
       {"model", "TEXT", "", "controller",
-       "how the queue was solved: modelled:mva-exact(...) or modelled:mva-schweitzer(...)"},
+       "how the queue was solved: modelled:mva-bound-exact(...) or modelled:mva-bound-schweitzer(...) (before: "
+       "modelled:mva-exact(...), modelled:mva-schweitzer(...), mean value analysis alone)"},
   };
   return t;
 }

@@ -13,12 +13,13 @@ using namespace tracr::analysis;
 
 namespace {
 
-PlanRow row(int split, double service_ms, double alone_ms) {
+PlanRow row(int split, double service_ms, double alone_ms, double variability = 1) {
   PlanRow r;
   r.split = split;
   r.codec = "none";
   r.service_ms = service_ms;
   r.alone_ms = r.latency_ms = alone_ms;
+  r.variability = variability;
   return r;
 }
 
@@ -47,8 +48,40 @@ TEST(Joint, OneClassIsTheSingleClassRecursion) {
     EXPECT_NEAR(j->classes[0].queue_ms, resp - s, 1e-9) << n;
     EXPECT_NEAR(j->total_fps, 1e3 * n / (z + resp), 1e-9) << n;
     EXPECT_NEAR(j->server_busy, n / (z + resp) * s, 1e-12) << n;
-    EXPECT_EQ(j->model, "modelled:mva-exact(1 class, one per split)");
+    EXPECT_EQ(j->model.rfind("modelled:mva-bound-exact(1 class, one per split;", 0), 0u) << j->model;
   }
+}
+
+// Frames whose times do not vary (v = 0) follow the constant-times bound: no wait below the knee
+// (n S <= Z + S), and past it each frame waits for the n - 1 others, the cycle n S (the SERVER always busy).
+// Halfway (v = 0.5) is halfway between the bound and the MVA, which waits near the knee too and meets the
+// bound far past it.
+TEST(Joint, SteadyFramesFollowTheConstantTimesBound) {
+  const double s = 4, alone = 10, z = alone - s;  // the knee: n S = Z + S at n = 2.5
+  for (int n = 1; n <= 8; ++n) {
+    auto steady = solve_assignment(plan_of({row(3, s, alone, 0.0)}), {{0, n}});
+    auto mva = solve_assignment(plan_of({row(3, s, alone, 1.0)}), {{0, n}});
+    auto half = solve_assignment(plan_of({row(3, s, alone, 0.5)}), {{0, n}});
+    ASSERT_TRUE(steady && mva && half);
+    const double bound = std::max(s, n * s - z);
+    EXPECT_NEAR(steady->classes[0].latency_ms, z + bound, 1e-9) << n;
+    EXPECT_NEAR(steady->server_busy, std::min(1.0, n * s / (z + s)), 1e-9) << n;
+    EXPECT_NEAR(half->classes[0].queue_ms, (steady->classes[0].queue_ms + mva->classes[0].queue_ms) / 2, 1e-9) << n;
+    EXPECT_GE(mva->classes[0].queue_ms, steady->classes[0].queue_ms - 1e-9) << n;  // MVA: above the bound
+    if (n >= 2 && n <= 3) EXPECT_GT(mva->classes[0].queue_ms, steady->classes[0].queue_ms + 1.0) << n;  // at the knee
+  }
+  // Two classes, saturated: the round T makes the SERVER exactly busy; the class whose own cycle is longer
+  // than T (local work, Z 40) never waits, the others cycle at T.
+  const Plan p = plan_of({row(0, 10, 12, 0.0), row(16, 3, 43, 0.0)});
+  auto j = solve_assignment(p, {{0, 3}, {1, 2}});
+  ASSERT_TRUE(j) << j.error().message;
+  ASSERT_EQ(j->classes.size(), 2u);
+  const double t = 30 / (1 - 2 * 3 / 43.0);  // 3 x 10 / T + 2 x 3 / 43 = 1
+  for (const auto& c : j->classes) {
+    if (c.participants == 3) EXPECT_NEAR(c.latency_ms, t, 1e-6);
+    if (c.participants == 2) EXPECT_NEAR(c.queue_ms, 0.0, 1e-9);
+  }
+  EXPECT_NEAR(j->server_busy, 1.0, 1e-9);
 }
 
 // Two classes of one participant each, solved by hand: each finds the other at the SERVER with the
@@ -78,14 +111,14 @@ TEST(Joint, ManyClassesUseTheApproximationWithinTheServersCapacity) {
   const Plan p = plan_of({row(0, 5, 10), row(1, 4, 10), row(2, 6, 10)});
   auto j = solve_assignment(p, {{0, 60}, {1, 60}, {2, 60}});
   ASSERT_TRUE(j) << j.error().message;
-  EXPECT_EQ(j->model.rfind("modelled:mva-schweitzer(3 classes", 0), 0u) << j->model;
+  EXPECT_EQ(j->model.rfind("modelled:mva-bound-schweitzer(3 classes", 0), 0u) << j->model;
   EXPECT_LE(j->server_busy, 1.0 + 1e-9);
   EXPECT_GT(j->server_busy, 0.97);
   EXPECT_EQ(j->participants, 180);
   // Fewer vectors: exact.
   auto small = solve_assignment(p, {{0, 20}, {1, 20}, {2, 20}});  // 9,261 vectors: exact
   ASSERT_TRUE(small);
-  EXPECT_EQ(small->model.rfind("modelled:mva-exact(", 0), 0u);
+  EXPECT_EQ(small->model.rfind("modelled:mva-bound-exact(", 0), 0u);
 }
 
 // A SERVER that one split saturates: every participant there queues, every participant at the local split
@@ -109,7 +142,7 @@ TEST(Joint, ASaturatedServerIsSharedByMovingSomeParticipantsToTheirOwnDevice) {
     EXPECT_GE(a->mean_latency_ms, j->mean_latency_ms - 1e-9) << k;
   }
   const std::string text = format_joint(p, *j);
-  EXPECT_NE(text.find("joint plan for 4 participants sharing the SERVER (modelled:mva-exact(2 classes"),
+  EXPECT_NE(text.find("joint plan for 4 participants sharing the SERVER (modelled:mva-bound-exact(2 classes"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("(the joint plan: -"), std::string::npos) << text;
