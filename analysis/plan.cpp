@@ -91,10 +91,10 @@ std::pair<double, double> fit_cost_line(const std::vector<std::pair<double, doub
 }
 
 // The participant's own per-frame work at one split, from one run's frames
-// (ms): the fewest and the median an encode took, the median over frames of
-// head + encode, and the medians of the reply's decoding and post-processing.
+// (ms): the median an encode took, the median over frames of head + encode,
+// and the medians of the reply's decoding and post-processing.
 struct PartShare {
-  double enc_min = 0, enc_median = 0, head_enc = 0, rest = 0;
+  double enc_median = 0, head_enc = 0, rest = 0;
 };
 
 // Under a CPU quota a frame's head and encode are one stretch of throttled
@@ -102,12 +102,13 @@ struct PartShare {
 // throttle waits (ResNet-18 at 0.12 of a core, split 4: head 5-12 ms, encode
 // 12-15 ms, the profiled head 20.7 ms and the frames' head + encode 19-24).
 // The profiled head, timed back to back, already holds those waits, so the
-// encode adds only what the frames' head + encode exceed it by: never less
-// than the fewest ms an encode took (a frame that paid no wait in it), never
-// more than its median (frames' heads slower than the profile are not the
-// encode's: AlexNet at 0.25 of a core, 3g, 363.6 ms profiled, 365.5 in frames).
+// encode adds only what the frames' head + encode exceed it by: at least
+// nothing (the waits are in the profile), at most its median (frames' heads
+// slower than the profile are not the encode's: AlexNet at 0.25 of a core,
+// 3g, 363.6 ms profiled, 365.5 in frames). So the stretch is the frames'
+// head + encode, kept between the profiled head and it plus the encode.
 double quota_share_ms(const PartShare& s, double head_ms) {
-  return std::clamp(s.head_enc - head_ms, s.enc_min, std::max(s.enc_min, s.enc_median)) + s.rest;
+  return std::clamp(s.head_enc - head_ms, 0.0, std::max(0.0, s.enc_median)) + s.rest;
 }
 
 // Squared coefficient of variation (variance over mean squared); nullopt
@@ -148,8 +149,7 @@ Result<std::map<int, SplitFrames>> split_frames(ResultsDb& db, int64_t run_id, c
   std::map<int, SplitFrames> out;
   for (auto& [k, e] : enc) {
     SplitFrames& s = out[k];
-    const double least = *std::min_element(e.begin(), e.end());
-    s.share = {least, protocol::median_of(e), protocol::median_of(he[k]),
+    s.share = {protocol::median_of(e), protocol::median_of(he[k]),
                protocol::median_of(ret[k]) + protocol::median_of(post[k])};
     const auto cs = scv(srv[k]), ca = scv(rest[k]);
     if (cs && ca) s.kingman = (*ca + *cs) / 2;
@@ -226,8 +226,8 @@ Result<bool> quota_shares(ResultsDb& db, const std::vector<int64_t>& runs, Codec
 
 constexpr const char* kQuotaNote =
     "; under the participant's CPU quota ({} of a core) the encode at those splits is what the frames' median head "
-    "+ encode exceed the profiled head by, between the fewest ms an encode took and its median (the throttle waits "
-    "it pays are the head's, already in the profile)";
+    "+ encode exceed the profiled head by, between 0 and the encode's median (the throttle waits it pays are the "
+    "head's, already in the profile)";
 
 Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string& codec) {
   CodecBasis b;
