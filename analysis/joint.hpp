@@ -9,12 +9,11 @@
 //   Q(n) = sum_c X_c(n) R_c(n)
 // (with one class, plan.hpp's recursion), or Schweitzer's approximation
 // (Q_j(n - e_c) ~ Q_j(n) (n_j - [j = c]) / n_j, iterated to a fixed point)
-// when the population vectors number more than 100,000. With constant times
-// each class cycles at max(Z_c + S_c, T), T the server's saturated round
-// (sum_c n_c S_c / max(Z_c + S_c, T) = 1; 0 when the server keeps up with
-// every class at its own pace): B_c = max(Z_c + S_c, T) - Z_c. As with one
-// class, R_c = B_c + v_c (R_c(n) - B_c), v_c the row's variability (with one
-// class, plan.hpp's model exactly), and X_c = n_c / (Z_c + R_c).
+// when the population vectors number more than 100,000. With one class,
+// plan.hpp's model exactly (between the constant-times bound and the MVA by
+// the row's variability); with several the MVA alone, which predicted unlike
+// classes sharing a FIFO SERVER within 4 % where equal rounds missed by 30 %
+// (docs/BENCHMARKS.md, results/joint9).
 // The search starts from every participant at the best common split and
 // moves one participant at a time to the row that most improves the
 // objective (mean latency, or total frames/s), until no move does.

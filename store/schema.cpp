@@ -345,8 +345,8 @@ TableInfo plan_assignments_table() {
        "validation: the median total of the frames at this split (plans.validation_run); NULL: not validated"},
       {"error_pct", "REAL", "%", "controller", "validation: (predicted - measured) / measured x 100"},
       {"model", "TEXT", "", "controller",
-       "how the queue was solved: modelled:mva-bound-exact(...) or modelled:mva-bound-schweitzer(...) (before: "
-       "modelled:mva-exact(...), modelled:mva-schweitzer(...), mean value analysis alone)"},
+       "how the queue was solved: modelled:mva-exact(...) or modelled:mva-schweitzer(...) (multi-class mean value "
+       "analysis); modelled:mva-bound-exact(1 class, ...) for one class, plans.server_model's model"},
   };
   return t;
 }
