@@ -8,9 +8,13 @@
 //   tail(k)  = sum of the SERVER's profiled layer means, layers [k,N)
 //   up(k)    = (wire_bytes(k) - burst) * 8 / up rate;  down(k) likewise with reply_bytes
 //              (burst: the emulator's token bucket when tracr shaped the link with tbf, else 0)
-//   other(k) = a + b x wire_bytes(k): per-frame processing outside layers and
-//              link (encode, reply decode, post-processing, the server's own
-//              decode), a line fitted to the basis run's medians of those stages
+//   other(k) = per-frame processing outside layers and link (encode, reply
+//              decode, post-processing, the server's own decode): at a split
+//              the basis run measured, its medians of those stages (under a
+//              CPU quota the encode only as far as the frames' median head +
+//              encode exceed head(k), between 0 and its median: the throttle
+//              waits it pays are already in the profiled head); elsewhere a
+//              line a + b x wire_bytes(k) fitted to them
 //   latency(k) = head(k) + up(k) + rtt + tail(k) + down(k) + other(k)
 // Layer means come from record.layers profiles (each layer run alone on its
 // device, at least 10 times, under the device's CPU limits; the mean, not the
