@@ -94,8 +94,7 @@ void solve_schweitzer(Queue& q) {
 // 97.4 for both).
 void blend_one_class(Queue& q) {
   if (q.n.size() != 1) return;
-  const double bound = std::max(q.s[0], q.n[0] * q.s[0] - q.z[0]);
-  q.resp[0] = bound + std::min(q.v[0], 1.0) * (q.resp[0] - bound);
+  q.resp[0] = server_time_ms(q.resp[0], q.s[0], q.z[0], q.n[0], q.v[0]);
   q.x[0] = q.z[0] + q.resp[0] > 0 ? q.n[0] / (q.z[0] + q.resp[0]) : 0;
 }
 

@@ -158,12 +158,12 @@ Result<std::map<int, SplitFrames>> split_frames(ResultsDb& db, int64_t run_id, c
 }
 
 // The CPU quota the run's participants ran under (the first one's), if any.
-std::optional<double> participant_quota(ResultsDb& db, int64_t run_id) {
+Result<std::optional<double>> participant_quota(ResultsDb& db, int64_t run_id) {
   auto devs = db.devices(run_id);
-  if (devs)
-    for (const auto& d : *devs)
-      if (d.role == kParticipant && d.cpu_quota) return d.cpu_quota;
-  return std::nullopt;
+  if (!devs) return std::move(devs.error());
+  for (const auto& d : *devs)
+    if (d.role == kParticipant && d.cpu_quota) return d.cpu_quota;
+  return std::optional<double>{};
 }
 
 // What one codec contributes to a plan, from one run's frames.
@@ -181,7 +181,6 @@ struct CodecBasis {
   // run whose frames give it (quota_share_ms against the plan's head, the
   // median over runs), plus the server's own.
   std::map<int, std::vector<PartShare>> quota_at;
-  std::map<int, double> server_at;
   std::string overhead, quota_note;
   // How much frames vary ((ca^2 + cs^2) / 2, see share_server) at the
   // splits the run measured with 2 or more frames; elsewhere the median of
@@ -196,7 +195,7 @@ struct CodecBasis {
     if (const auto q = quota_at.find(k); q != quota_at.end()) {
       std::vector<double> v;
       for (const auto& s : q->second) v.push_back(quota_share_ms(s, head_ms));
-      return protocol::median_of(v) + server_at.at(k);
+      return protocol::median_of(v) + analysis::server_own_ms(*by_split.at(k));
     }
     const auto it = own_at.find(k);
     return it != own_at.end() ? it->second : ov_a + ov_b * wire_bytes;
@@ -210,18 +209,21 @@ void add_quota_shares(const std::map<int, SplitFrames>& frames, CodecBasis& b) {
 }
 
 // The participant's share under a quota from the frames of `runs` (those
-// with a quota), at the basis's measured splits; false when none had one.
-Result<bool> quota_shares(ResultsDb& db, const std::vector<int64_t>& runs, CodecBasis& b, std::string& quota) {
+// with a quota), at the basis's measured splits; the quota, or none when no
+// run had one (or none measured those splits).
+Result<std::optional<double>> quota_shares(ResultsDb& db, const std::vector<int64_t>& runs, CodecBasis& b) {
   b.quota_at.clear();
+  std::optional<double> quota;
   for (const int64_t r : runs) {
-    const auto q = participant_quota(db, r);
-    if (!q) continue;
-    quota = fmt::format("{}", *q);
+    auto q = participant_quota(db, r);
+    if (!q) return std::move(q.error());
+    if (!*q) continue;
+    quota = *q;
     auto frames = split_frames(db, r, b.codec);
     if (!frames) return std::move(frames.error());
     add_quota_shares(*frames, b);
   }
-  return !b.quota_at.empty();
+  return b.quota_at.empty() ? std::nullopt : quota;
 }
 
 constexpr const char* kQuotaNote =
@@ -262,7 +264,6 @@ Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string&
     b.server_own_ms += std::max(0.0, server_own_ms(s)) / static_cast<double>(b.by_split.size());
     pts.push_back({s.mean_wire_bytes, participant_own_ms(s) + server_own_ms(s)});
     b.own_at[k] = pts.back().second;
-    b.server_at[k] = server_own_ms(s);
   }
   std::tie(b.ov_a, b.ov_b) = fit_cost_line(pts);
   b.overhead = fmt::format(
@@ -271,9 +272,11 @@ Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string&
       codec, run_id, pts.size(), b.ov_a, b.ov_b * 1e6, run_id, b.ratio);
   auto frames = split_frames(db, run_id, codec);
   if (!frames) return std::move(frames.error());
-  if (const auto quota = participant_quota(db, run_id)) {
+  auto quota = participant_quota(db, run_id);
+  if (!quota) return std::move(quota.error());
+  if (*quota) {
     add_quota_shares(*frames, b);
-    if (!b.quota_at.empty()) b.quota_note = fmt::format(kQuotaNote, fmt::format("{}", *quota));
+    if (!b.quota_at.empty()) b.quota_note = fmt::format(kQuotaNote, **quota);
   }
   std::vector<double> ks;
   for (const auto& [k, f] : *frames)
@@ -328,10 +331,9 @@ Status refit_participant_share(ResultsDb& db, const std::vector<int64_t>& runs, 
       "medians, the server's {:.3f} ms + {:.3f} ms/MB to run {}'s (wire/raw {:.3f})",
       b.codec, part.size(), fmt::join(runs, ", "), b.run, b.ov_a, b.ov_b * 1e6, pa, pb * 1e6, sa, sb * 1e6, b.run,
       b.ratio);
-  std::string quota;
-  auto under_quota = quota_shares(db, runs, b, quota);
-  if (!under_quota) return std::move(under_quota.error());
-  b.quota_note = *under_quota ? fmt::format(kQuotaNote, quota) + " (per calibration run, then their median)" : "";
+  auto quota = quota_shares(db, runs, b);
+  if (!quota) return std::move(quota.error());
+  b.quota_note = *quota ? fmt::format(kQuotaNote, **quota) + " (per calibration run, then their median)" : "";
   return {};
 }
 
@@ -556,6 +558,11 @@ bool same_model(ResultsDb& db, const RunRow& a, const RunRow& b) {
   return same_model(fp(a.id), a.model, fp(b.id), b.model);
 }
 
+double server_time_ms(double mva, double s, double z, int n, double v) {
+  const double bound = std::max(s, n * s - z);
+  return bound + std::min(v, 1.0) * (mva - bound);
+}
+
 // PARTICIPANT devices of a run (its agents' READY rows); at least 1.
 Result<int> run_participants(ResultsDb& db, int64_t run_id) {
   auto devs = db.devices(run_id);
@@ -586,8 +593,7 @@ void share_server(PlanRow& r, int n, double server_own_ms, double v) {
     resp = s * (1 + q);
     q = z + resp > 0 ? i / (z + resp) * resp : 0;
   }
-  const double bound = std::max(s, n * s - z);
-  resp = bound + std::min(v, 1.0) * (resp - bound);
+  resp = server_time_ms(resp, s, z, n, v);
   r.queue_ms = resp - s;
   r.latency_ms = z + resp;
   if (s > 0) r.fps = std::min(r.fps, 1e3 / (n * s));

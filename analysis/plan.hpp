@@ -188,5 +188,9 @@ bool same_model(const std::string& fp_a, const std::string& model_a, const std::
                 const std::string& model_b);
 // PARTICIPANT devices of a run (its agents' READY rows); at least 1.
 Result<int> run_participants(store::ResultsDb& db, int64_t run_id);
+// The time at a SERVER shared by n participants of service time s and delay
+// z (the model above): between the constant-times bound max(s, n s - z) and
+// the MVA's response time `mva` by the variability v (at most 1).
+double server_time_ms(double mva, double s, double z, int n, double v);
 
 }  // namespace tracr::analysis
