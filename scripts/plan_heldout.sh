@@ -21,7 +21,7 @@
 # condition (`tracrctl plan B --validate-on R1,R2,...`): the other n1q25
 # repetitions (same condition, for reference), n4q25, n8q25 (the shared-SERVER
 # model), and n1q50 (`--participant-from prof50`: another device's profiles,
-# and the reverse from n1q50 to n1q25). Prints one markdown row per case:
+# and the reverse from n1q50 to n1q25). Prints (and keeps in OUT_DIR/table.md) one markdown row per case:
 # the latency MAPE's median and range over the held-out runs, how often the
 # chosen split was the measured best, the worst miss (chosen's measured
 # latency over the best's), and the held-out runs' MAPE against one another
@@ -176,6 +176,8 @@ for m in $models; do
   table+=("$(plan "$m" "$lb -> $la (participant calibrated $reps times)" "$baseb" \
     --participant-from "$(ids "$m-prof$qa$sfx#*")" --validate-on "$(ids "$m-n1$a#*")")")
 done
-echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best | held-out runs among themselves (MAPE) |"
-echo "|---|---|---|---|---|---|"
-printf '%s\n' "${table[@]}"
+{  # also kept in OUT_DIR/table.md, to compare rounds
+  echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best | held-out runs among themselves (MAPE) |"
+  echo "|---|---|---|---|---|---|"
+  printf '%s\n' "${table[@]}"
+} | tee "$out/table.md"

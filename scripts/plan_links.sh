@@ -11,13 +11,17 @@
 # link alike). Every run validates its own plan at its end (in-sample); then
 # from each link's first run it plans every other link and validates on that
 # link's REPS runs (`tracrctl plan B --validate-on R1,R2,R3`, planned for the
-# held-out runs' link as their probe measured it). Prints one markdown row per
+# held-out runs' link as their probe measured it). Prints (and keeps in OUT_DIR/table.md) one markdown row per
 # case: latency MAPE median [lowest, highest], how often the chosen split was
 # the measured best, within 5 % of it (the worst miss), and the held-out runs'
 # MAPE against one another (the floor of any prediction of them).
 # Environment: REPS (default 3), MODELS (default "alexnet resnet18_traced"),
 # LINKS (default "3g wifi gigabit"), RUN (default true; false: plan and
-# print from the runs already in OUT_DIR/links.db).
+# print from the runs already in OUT_DIR/links.db), PIN (default false;
+# true: the SERVER on CPU 1 and the participant on CPU 0, devices file
+# `cpus`, as plan_heldout.sh PIN=true: unpinned, the SERVER's matrix
+# products ran at two speeds from run to run, e.g. results/links2 AlexNet
+# split 16's tail 58 ms in every wifi run, 74-82 ms in the others).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/links}
@@ -25,12 +29,25 @@ reps=${REPS:-3}
 models=${MODELS:-alexnet resnet18_traced}
 links=${LINKS:-3g wifi gigabit}
 do_runs=${RUN:-true}
+pin=${PIN:-false}
 py=/usr/bin/python3
 tracrctl=${TRACRCTL:-build/bin/tracrctl}
 mkdir -p "$out"
 db="$out/links.db"
 [ "$do_runs" != true ] || ip netns list | awk '{print $1}' | grep -qx tracr-srv || {
   echo "plan_links: the test-bed is not up (bash scripts/netns_testbed.sh up)" >&2; exit 1; }
+
+devices() {  # -> the devices file: config/devices_netns.yaml, pinned with PIN=true
+  local f="$out/devices_netns_pin.yaml"
+  [ "$pin" = true ] || { realpath config/devices_netns.yaml; return; }
+  awk '/^    name: server$/ { print; print "    cpus: [1]"; next }
+       /^    name: edge$/ { print; print "    cpus: [0]"; next } { print }' \
+    config/devices_netns.yaml > "$f"
+  grep -c '^    cpus: ' "$f" | grep -qx 2 || { echo "plan_links: could not pin $f" >&2; exit 2; }
+  realpath "$f"
+}
+
+devfile=$(devices)
 
 experiment() {  # model -> experiment file
   local m=$1 f="$out/$1.yaml"
@@ -43,7 +60,7 @@ experiment() {  # model -> experiment file
   esac
   printf 'name: %s\ninput_size: [3, 224, 224]\ndataset:\n  type: synthetic\n  max_samples: 1\ncompression: none\n' "$m" >> "$f"
   printf 'record:\n  layers: true\nprobe:\n  duration_ms: 1500\noutput: links.db\n' >> "$f"
-  printf 'devices: %s\n' "$(realpath config/devices_netns.yaml)" >> "$f"
+  printf 'devices: %s\n' "$devfile" >> "$f"
   echo "$f"
 }
 
@@ -104,6 +121,8 @@ for m in $models; do
     done
   done
 done
-echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best | held-out runs among themselves (MAPE) |"
-echo "|---|---|---|---|---|---|"
-printf '%s\n' "${table[@]}"
+{  # also kept in OUT_DIR/table.md, to compare rounds
+  echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best | held-out runs among themselves (MAPE) |"
+  echo "|---|---|---|---|---|---|"
+  printf '%s\n' "${table[@]}"
+} | tee "$out/table.md"
