@@ -21,10 +21,12 @@
 # condition (`tracrctl plan B --validate-on R1,R2,...`): the other n1q25
 # repetitions (same condition, for reference), n4q25, n8q25 (the shared-SERVER
 # model), and n1q50 (`--participant-from prof50`: another device's profiles,
-# and the reverse from n1q50 to n1q25). Prints (and keeps in OUT_DIR/table.md) one markdown row per case:
-# the latency MAPE's median and range over the held-out runs, how often the
+# and the reverse from n1q50 to n1q25). Prints (and keeps in
+# OUT_DIR/table.md) one markdown row per case (scripts/plan_case.py): the
+# latency MAPE's median and range over the held-out runs, how often the
 # chosen split was the measured best, the worst miss (chosen's measured
-# latency over the best's), and the held-out runs' MAPE against one another
+# latency over the best's), the chosen split against the best of the
+# held-out runs' medians, and the held-out runs' MAPE against one another
 # (each against the others' median per split: the floor of any prediction of
 # them). Every run and plan stays in heldout.db.
 # The participants sweep in lockstep (each split starts for all of them
@@ -105,22 +107,7 @@ EOF
 }
 
 row() {  # model, case, first plan id, floor: one markdown row over the plans stored since
-  $py - "$db" "$1" "$2" "$3" "$4" <<'EOF'
-import sqlite3, statistics, sys
-db, model, case, first, floor = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-c = sqlite3.connect(db)
-rows = c.execute("select mape_pct, miss_pct, validation_run, participants from plans where id >= ? "
-                 "and mape_pct is not null order by id", (first,)).fetchall()
-if not rows:
-    print(f"| {model} | {case} | no plan stored | | | |"); sys.exit()
-m = [r[0] for r in rows]
-miss = [r[1] for r in rows if r[1] is not None]  # None: the chosen split was not measured
-best = sum(1 for x in miss if x <= 0.0)
-within5 = sum(1 for x in miss if x <= 5.0)
-if not miss: miss = [float("nan")]
-print(f"| {model} | {case} | {statistics.median(m):.1f} % [{min(m):.1f}, {max(m):.1f}] | "
-      f"{best} of {len(rows)} | {within5} of {len(rows)} (worst +{max(miss):.1f} %) | {floor} |")
-EOF
+  $py scripts/plan_case.py "$db" "$1" "$2" "$4" "id >= $3"
 }
 
 next_plan() {
@@ -134,7 +121,7 @@ plan() {  # model, case label, plan args...
   local text
   if ! text=$("$tracrctl" plan "$@" --splits measured --db "$db" 2>&1); then
     printf '%s\n' "$text" >> "$out/plans.txt"
-    echo "| $model | $label | plan failed (see $out/plans.txt) | | | |"; return
+    echo "| $model | $label | plan failed (see $out/plans.txt) | | | | |"; return
   fi
   printf '%s\n' "$text" >> "$out/plans.txt"
   # The held-out runs against one another: the floor of any prediction.
@@ -177,7 +164,7 @@ for m in $models; do
     --participant-from "$(ids "$m-prof$qa$sfx#*")" --validate-on "$(ids "$m-n1$a#*")")")
 done
 {  # also kept in OUT_DIR/table.md, to compare rounds
-  echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best | held-out runs among themselves (MAPE) |"
-  echo "|---|---|---|---|---|---|"
+  echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best | chosen against the best of the runs' medians | held-out runs among themselves (MAPE) |"
+  echo "|---|---|---|---|---|---|---|"
   printf '%s\n' "${table[@]}"
 } | tee "$out/table.md"

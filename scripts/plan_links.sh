@@ -7,14 +7,16 @@
 # random weights) it runs, into OUT_DIR/links.db, with the participant at a
 # quarter core in tracr-edge and the SERVER in tracr-srv
 # (config/devices_netns.yaml), REPS rounds of one run per link (LINKS, tc
-# shaped; runs named MODEL-LINK#ROUND@LINK, so the machine's drift falls on every
-# link alike). Every run validates its own plan at its end (in-sample); then
+# shaped; runs named MODEL-LINK#ROUND@LINK, so the machine's drift falls on
+# every link alike). Every run validates its own plan at its end (in-sample); then
 # from each link's first run it plans every other link and validates on that
 # link's REPS runs (`tracrctl plan B --validate-on R1,R2,R3`, planned for the
-# held-out runs' link as their probe measured it). Prints (and keeps in OUT_DIR/table.md) one markdown row per
-# case: latency MAPE median [lowest, highest], how often the chosen split was
-# the measured best, within 5 % of it (the worst miss), and the held-out runs'
-# MAPE against one another (the floor of any prediction of them).
+# held-out runs' link as their probe measured it). Prints (and keeps in
+# OUT_DIR/table.md) one markdown row per case (scripts/plan_case.py): latency
+# MAPE median [lowest, highest], how often the chosen split was the measured
+# best, within 5 % of it (the worst miss), the chosen split against the best
+# of the held-out runs' medians, and the held-out runs' MAPE against one
+# another (the floor of any prediction).
 # Environment: REPS (default 3), MODELS (default "alexnet resnet18_traced"),
 # LINKS (default "3g wifi gigabit"), RUN (default true; false: plan and
 # print from the runs already in OUT_DIR/links.db), PIN (default false;
@@ -73,21 +75,7 @@ next_plan() {
 }
 
 summary() {  # model, case, floor, SQL condition on plans -> one markdown row
-  $py - "$db" "$1" "$2" "$3" "$4" <<'EOF'
-import sqlite3, statistics, sys
-db, model, case, floor, cond = sys.argv[1:6]
-c = sqlite3.connect(db)
-rows = c.execute(f"select mape_pct, miss_pct from plans where mape_pct is not null and {cond} order by id").fetchall()
-if not rows:
-    print(f"| {model} | {case} | no plan stored | | | |"); sys.exit()
-m = [r[0] for r in rows]
-miss = [r[1] for r in rows if r[1] is not None]  # None: the chosen split was not measured
-best = sum(1 for x in miss if x <= 0.0)
-within5 = sum(1 for x in miss if x <= 5.0)
-worst = f" (worst +{max(miss):.1f} %)" if miss and max(miss) > 5.0 else ""
-print(f"| {model} | {case} | {statistics.median(m):.1f} % [{min(m):.1f}, {max(m):.1f}] | "
-      f"{best} of {len(rows)} | {within5} of {len(rows)}{worst} | {floor} |")
-EOF
+  $py scripts/plan_case.py "$db" "$1" "$2" "$3" "$4"
 }
 
 table=()
@@ -114,7 +102,7 @@ for m in $models; do
       first=$(next_plan)
       echo "   tracrctl plan $base --validate-on $(ids "$m-$to#*") --splits measured --db $db" >&2
       text=$("$tracrctl" plan "$base" --validate-on "$(ids "$m-$to#*")" --splits measured --db "$db" 2>&1) || {
-        printf '%s\n' "$text" >> "$out/plans.txt"; table+=("| $m | $from -> $to | plan failed (see $out/plans.txt) | | | |"); continue; }
+        printf '%s\n' "$text" >> "$out/plans.txt"; table+=("| $m | $from -> $to | plan failed (see $out/plans.txt) | | | | |"); continue; }
       printf '%s\n' "$text" >> "$out/plans.txt"
       floor=$(printf '%s\n' "$text" | sed -n 's/^the held-out runs among themselves.*MAPE median \([0-9.]* %\) (lowest \([0-9.]*\) %, highest \([0-9.]*\) %.*/\1 [\2, \3]/p')
       table+=("$(summary "$m" "$from -> $to" "${floor:--}" "id >= $first")")
@@ -122,7 +110,7 @@ for m in $models; do
   done
 done
 {  # also kept in OUT_DIR/table.md, to compare rounds
-  echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best | held-out runs among themselves (MAPE) |"
-  echo "|---|---|---|---|---|---|"
+  echo "| model | planned from -> held out | latency MAPE, median [lowest, highest] | chosen = measured best | chosen within 5 % of best | chosen against the best of the runs' medians | held-out runs among themselves (MAPE) |"
+  echo "|---|---|---|---|---|---|---|"
   printf '%s\n' "${table[@]}"
 } | tee "$out/table.md"
