@@ -16,10 +16,15 @@ import sqlite3
 import statistics
 import sys
 
+if len(sys.argv) != 6:
+    sys.exit("usage: plan_case.py DB MODEL CASE FLOOR WHERE (see the top of this file)")
 db, model, case, floor, where = sys.argv[1:6]
-c = sqlite3.connect(db)
-plans = c.execute(f"select id, mape_pct, miss_pct, chosen from plans "
-                  f"where mape_pct is not null and ({where}) order by id").fetchall()
+try:  # read-only: a wrong path is an error, not a new empty database
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    plans = c.execute(f"select id, mape_pct, miss_pct, chosen from plans "
+                      f"where mape_pct is not null and ({where}) order by id").fetchall()
+except sqlite3.Error as e:
+    sys.exit(f"plan_case.py: {db}: cannot read its plans where {where}: {e}")
 if not plans:
     print(f"| {model} | {case} | no plan stored | | | | |")
     sys.exit()
