@@ -25,9 +25,9 @@
 
 #include <fmt/format.h>
 
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 #include "agent/cpu_limits.hpp"
-#include "agent/record.hpp"
+#include "wire/record.hpp"
 #include "agent/reject_log.hpp"
 #include "agent/roles.hpp"
 #include "protocol/channel.hpp"
@@ -35,16 +35,9 @@
 
 namespace tracr::agent {
 
-using namespace tracr::protocol;
+using namespace tracr::wire;
 
-uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+using namespace tracr::protocol;
 
 // ---- ControlOut -------------------------------------------------------------
 

@@ -7,10 +7,13 @@
 #include <vector>
 
 #include "agent/agent.hpp"
+#include "wire/identity.hpp"
 #include "agent/cli_types.hpp"
 #include "agent/roles.hpp"
 
 namespace tracr::agent {
+
+using namespace tracr::wire;
 
 namespace {
 

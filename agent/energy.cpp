@@ -13,6 +13,8 @@
 
 namespace tracr::agent {
 
+using namespace tracr::wire;
+
 namespace {
 
 int64_t process_cpu_ns() {

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/record.hpp"
+#include "wire/record.hpp"
 #include "meters/meters.hpp"
 
 namespace tracr::agent {
@@ -82,9 +82,9 @@ class EnergyMeter {
   // One row per source for the window between two marks (reps repetitions
   // inside it). Fills source, joules, net_joules, idle_w, window_ns, reps,
   // cpu_ns, flags; the caller fills side, stage, frame, split, layer_index.
-  std::vector<EnergyRecord> between(const Mark& a, const Mark& b, int64_t reps = 1) const;
+  std::vector<wire::EnergyRecord> between(const Mark& a, const Mark& b, int64_t reps = 1) const;
   // Measures idle power over ms milliseconds of sleep; returns the idle rows.
-  std::vector<EnergyRecord> measure_idle(int ms);
+  std::vector<wire::EnergyRecord> measure_idle(int ms);
   // The longest counter update period among the meters (0 with the model only).
   double max_period_s() const;
 
@@ -113,11 +113,11 @@ class EnergyMeter {
 
 // The transmission row of one frame: wire bytes each way over the measured
 // network time, under `radio`.
-EnergyRecord radio_energy(const RadioModel& radio, int64_t up_bytes, int64_t down_bytes, int64_t network_ns);
+wire::EnergyRecord radio_energy(const RadioModel& radio, int64_t up_bytes, int64_t down_bytes, int64_t network_ns);
 
 // Server rows travel in the reply's meta as text (one row per line, fields
 // tab-separated) and come back as rows on the participant.
-std::string pack_energy(const std::vector<EnergyRecord>& rows);
-Result<std::vector<EnergyRecord>> unpack_energy(const std::string& text);
+std::string pack_energy(const std::vector<wire::EnergyRecord>& rows);
+Result<std::vector<wire::EnergyRecord>> unpack_energy(const std::string& text);
 
 }  // namespace tracr::agent

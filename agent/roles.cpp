@@ -9,6 +9,8 @@
 
 namespace tracr::agent {
 
+using namespace tracr::wire;
+
 std::optional<PowerModel> agent_power_model(const AgentOptions& o) {
   if (!o.power_model) return std::nullopt;
   PowerModel m;

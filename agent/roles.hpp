@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "agent/agent_role.hpp"
-#include "agent/control.hpp"
+#include "wire/agent_role.hpp"
+#include "wire/control.hpp"
 #include "agent/energy.hpp"
-#include "agent/record.hpp"
+#include "wire/record.hpp"
 #include "protocol/channel.hpp"
 #include "protocol/frame.hpp"
 #include "settings/config.hpp"
@@ -26,7 +26,7 @@ namespace tracr::agent {
 
 struct AgentOptions {
   std::string role_arg;             // --role as given; check_agent_options sets `role` from it
-  AgentRole role = AgentRole::server;
+  wire::AgentRole role = wire::AgentRole::server;
   std::string bind = "tcp://127.0.0.1:0";
   std::string raw_bind;             // SERVER: raw ZeroMQ ack socket (benchmark baseline)
   std::string connect;              // PARTICIPANT: the SERVER's data endpoint
@@ -72,10 +72,10 @@ std::optional<PowerModel> agent_power_model(const AgentOptions& o);
 
 // The data channel's options for an agent in `role`: its role name and its
 // security (encryption, X25519, secret, clock) from the options.
-protocol::ChannelOptions agent_channel_options(const AgentOptions& o, AgentRole role);
+protocol::ChannelOptions agent_channel_options(const AgentOptions& o, wire::AgentRole role);
 
 // This machine's identity as this agent runs (CPU limits included).
-HwIdentity agent_hw_identity(const AgentOptions& o);
+wire::HwIdentity agent_hw_identity(const AgentOptions& o);
 
 // Parses the command line (agent/agent_args.cpp, CLI11); errors name the
 // option and what was expected. --help and --version are not answered here.
@@ -126,16 +126,16 @@ class ControlOut {
   std::map<std::string, std::string> heartbeat_fields() const;
   static constexpr int kMinStallMs = 30000;
   // CMD lines received since the last call (non-blocking).
-  std::vector<ControlMsg> take_commands();
+  std::vector<wire::ControlMsg> take_commands();
   // Waits up to timeout_ms for the CONFIG line and returns its yaml field.
   // Error timeout, or peer_closed when stdin closes (or the controller goes
   // silent) first.
   Result<std::string> wait_config(int timeout_ms);
 
  private:
-  ControlCodec codec_, in_;
+  wire::ControlCodec codec_, in_;
   std::mutex out_mu_;
-  Heartbeat hb_;
+  wire::Heartbeat hb_;
   bool watch_stdin_ = true;
   int silence_ms_ = 0;
   int stall_ms_ = kMinStallMs;
@@ -147,7 +147,7 @@ class ControlOut {
   std::atomic<int64_t> loop_turn_at_ns_{0};  // steady clock of the last turn; 0: no loop yet
 
   std::mutex in_mu_;  // guards what the reader hands over below
-  std::vector<ControlMsg> commands_;
+  std::vector<wire::ControlMsg> commands_;
   std::optional<std::string> config_;
   std::string last_rejected_;  // why the last rejected line was rejected
   void read_loop();

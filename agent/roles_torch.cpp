@@ -17,6 +17,8 @@
 
 namespace tracr::agent {
 
+using namespace tracr::wire;
+
 namespace ex = tracr::experiments;
 using namespace tracr::protocol;
 

@@ -16,8 +16,11 @@
 #include "protocol/codec_choice.hpp"
 #include "protocol/meta_keys.hpp"
 #include "protocol/stats.hpp"
+#include "wire/identity.hpp"
 
 namespace tracr::agent {
+
+using namespace tracr::wire;
 
 using namespace tracr::protocol;
 namespace ex = tracr::experiments;

@@ -16,9 +16,9 @@
 #include <optional>
 #include <vector>
 
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 #include "agent/energy.hpp"
-#include "agent/record.hpp"
+#include "wire/record.hpp"
 #include "experiments/datasets.hpp"
 #include "experiments/model.hpp"
 #include "protocol/channel.hpp"
@@ -148,7 +148,7 @@ struct ProbeOptions {
   std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
   int timeout_ms = 60000;  // per reply
 };
-Result<ProbeRecord> probe_link(protocol::Client& client, const ProbeOptions& o);
+Result<wire::ProbeRecord> probe_link(protocol::Client& client, const ProbeOptions& o);
 
 // A command from the controller, applied between frames (control.hpp lists
 // the line kinds). id is the controller's number for it, echoed in events.
@@ -160,7 +160,7 @@ struct Command {
 };
 // Parses a CMD control line: op=set_split split=K | op=set_codec codec=TEXT |
 // op=pause | op=resume | op=stop, id=N. Error names the field.
-Result<Command> parse_command(const ControlMsg& m);
+Result<Command> parse_command(const wire::ControlMsg& m);
 
 // One step of a split policy: a split, its warm-up frames and its passes
 // over the data.
@@ -203,8 +203,8 @@ class SweepPolicy : public SplitPolicy {
 
 // What the pipeline reports and asks while it runs.
 struct PipelineHooks {
-  std::function<void(const FrameRecord&)> emit;              // every frame, warm-up included
-  std::function<void(const EnergyRecord&)> energy;           // energy rows of each frame, both sides
+  std::function<void(const wire::FrameRecord&)> emit;              // every frame, warm-up included
+  std::function<void(const wire::EnergyRecord&)> energy;           // energy rows of each frame, both sides
   std::function<void(int64_t, int64_t)> progress;            // recorded frames done, planned
   std::function<std::vector<Command>()> poll;                // controller commands (may be empty)
   std::function<bool()> stop;                                // controller gone or signalled: end now

@@ -18,8 +18,11 @@
 #include "experiments/weights.hpp"
 #include "protocol/channel.hpp"
 #include "protocol/meta_keys.hpp"
+#include "wire/identity.hpp"
 
 namespace tracr::agent {
+
+using namespace tracr::wire;
 
 namespace ex = tracr::experiments;
 using namespace tracr::protocol;

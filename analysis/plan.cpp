@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "agent/agent_role.hpp"
+#include "wire/agent_role.hpp"
 #include "agent/energy.hpp"
 #include "protocol/codec.hpp"
 #include "protocol/stats.hpp"
@@ -30,8 +30,8 @@ using namespace tracr::core;  // the floors below, by their short names
 using namespace tracr::store;
 
 // The roles as the database stores them (device_role, devices.role).
-constexpr std::string_view kServer = agent::role_name(agent::AgentRole::server);
-constexpr std::string_view kParticipant = agent::role_name(agent::AgentRole::participant);
+constexpr std::string_view kServer = wire::role_name(wire::AgentRole::server);
+constexpr std::string_view kParticipant = wire::role_name(wire::AgentRole::participant);
 
 namespace {
 
@@ -375,7 +375,7 @@ Status limit_splits(Plan& p, const std::string& splits, int n) {
     return {};
   }
   std::vector<int> keep;
-  for (const auto& t : agent::split_on(splits, ',')) {
+  for (const auto& t : wire::split_on(splits, ',')) {
     char* end = nullptr;
     const long k = std::strtol(t.c_str(), &end, 10);
     if (t.empty() || *end != '\0' || k < 0 || k > n)

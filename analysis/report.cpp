@@ -60,8 +60,8 @@ Result<std::string> render_report(ResultsDb& db, const std::vector<int64_t>& run
       body += "<h3>Hardware identities</h3><table><tr><th>device</th><th>role</th><th>identity</th></tr>\n";
       for (const auto& d : *devs) {
         std::string id;
-        agent::visit_hw(d, [&](const agent::FieldInfo& f, const auto& v) {
-          const std::string t = agent::field_text(v);
+        wire::visit_hw(d, [&](const wire::FieldInfo& f, const auto& v) {
+          const std::string t = wire::field_text(v);
           if (!t.empty()) id += fmt::format("{}={} ", f.name, t);
         });
         body += fmt::format("<tr><td>{}</td><td>{}</td><td><code>{}</code></td></tr>\n", html(d.device), html(d.role),

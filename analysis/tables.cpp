@@ -191,7 +191,7 @@ Status print_probe_table(ResultsDb& db, int64_t run_id, std::FILE* out, size_t w
                                                  "down bytes", "cipher"}};
   auto mbps = [](const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : std::string("-"); };
   // The bulk message size each way, and whether the probe sized it (auto).
-  auto messages = [](const agent::ProbeRecord& p) {
+  auto messages = [](const wire::ProbeRecord& p) {
     const int64_t down = p.chunk_sizing.empty() ? p.chunk_bytes : p.down_chunk_bytes;  // before schema 17: one size
     return fmt::format("{}/{} KiB{}", p.chunk_bytes / 1024, down / 1024, p.chunk_sizing == "auto" ? " auto" : "");
   };

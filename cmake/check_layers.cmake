@@ -3,23 +3,26 @@
 # Fails listing every include that points the wrong way:
 #   - only store/ includes sqlite3.h (tests aside);
 #   - each floor includes only the floors below it (`allowed` below); in
-#     particular fleet/ never includes store/.
+#     particular fleet/ never includes store/, and store/ reaches the agents
+#     only through wire/ (the control lines, roles and records), never agent/;
+#   - wire/ (the contract below agent/ and the controller) includes protocol/ only.
 cmake_minimum_required(VERSION 3.22)
 if(NOT ROOT)
   message(FATAL_ERROR "check_layers: pass -DROOT=<source dir>")
 endif()
 
 # Project folders a floor may include, besides itself and the system.
+set(allowed_wire     "protocol")
 set(allowed_core     "protocol")
-set(allowed_store    "protocol;settings;agent;core")
-set(allowed_fleet    "protocol;settings;agent;core")
-set(allowed_analysis "protocol;settings;agent;experiments;core;store")
-set(allowed_controller "protocol;settings;agent;experiments;meters;core;store;fleet;analysis")
-set(project_folders "protocol;settings;meters;experiments;agent;core;store;fleet;analysis;controller")
-set(floors "core;store;fleet;analysis;controller")
+set(allowed_store    "protocol;wire;settings;core")
+set(allowed_fleet    "protocol;wire;settings;agent;core")
+set(allowed_analysis "protocol;wire;settings;agent;experiments;core;store")
+set(allowed_controller "protocol;wire;settings;agent;experiments;meters;core;store;fleet;analysis")
+set(project_folders "protocol;wire;settings;meters;experiments;agent;core;store;fleet;analysis;controller")
+set(floors "wire;core;store;fleet;analysis;controller")
 
 set(violations "")
-set(code_folders "protocol;settings;meters;experiments;agent;core;store;fleet;analysis;controller;bench;fuzz")
+set(code_folders "protocol;wire;settings;meters;experiments;agent;core;store;fleet;analysis;controller;bench;fuzz")
 foreach(folder IN LISTS code_folders)
   file(GLOB_RECURSE sources "${ROOT}/${folder}/*.cpp" "${ROOT}/${folder}/*.hpp" "${ROOT}/${folder}/*.h"
        "${ROOT}/${folder}/*.def")

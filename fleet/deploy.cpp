@@ -20,7 +20,7 @@
 
 #include <openssl/evp.h>
 
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 #include "protocol/crypto.hpp"
 
 namespace tracr::fleet {

@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 #include "fleet/launcher.hpp"
 #include "fleet/process.hpp"
 #include "fleet/ssh.hpp"
@@ -32,8 +32,8 @@ using namespace tracr::core;  // the floors below, by their short names
 
 using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
-using agent::ControlCodec;
-using agent::ControlDir;
+using wire::ControlCodec;
+using wire::ControlDir;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
@@ -50,7 +50,7 @@ Result<DetachedServer> read_detached(const std::string& path) {
     auto eq = line.find('=');
     if (eq == std::string::npos) continue;
     auto k = line.substr(0, eq);
-    auto v = agent::pct_decode(line.substr(eq + 1));
+    auto v = wire::pct_decode(line.substr(eq + 1));
     if (!v) return make_error(Errc::config, path + ": bad value for " + k);
     if (k == "device") d.device = *v;
     else if (k == "transport") d.transport = *v;
@@ -85,12 +85,12 @@ Status write_detached(const std::string& path, const DetachedServer& d) {
   fs::create_directories(fs::path(path).parent_path(), ec);
   // The state holds the session secret: owner-only, like a private key.
   const std::string tmp = path + ".tmp";
-  std::string text = "device=" + agent::pct_encode(d.device) + "\ntransport=" + agent::pct_encode(d.transport) +
-                     "\nendpoint=" + agent::pct_encode(d.endpoint) + "\nsecret=" + d.secret_hex +
-                     "\nidentity=" + agent::pct_encode(d.identity) + "\nlog=" + agent::pct_encode(d.log) +
-                     "\ndevices=" + agent::pct_encode(d.devices_file) +
+  std::string text = "device=" + wire::pct_encode(d.device) + "\ntransport=" + wire::pct_encode(d.transport) +
+                     "\nendpoint=" + wire::pct_encode(d.endpoint) + "\nsecret=" + d.secret_hex +
+                     "\nidentity=" + wire::pct_encode(d.identity) + "\nlog=" + wire::pct_encode(d.log) +
+                     "\ndevices=" + wire::pct_encode(d.devices_file) +
                      "\npid=" + std::to_string(d.pid) + "\nstart=" + std::to_string(d.start_ticks) + "\n";
-  for (const auto& [k, v] : d.ready) text += "ready." + agent::pct_encode(k) + "=" + agent::pct_encode(v) + "\n";
+  for (const auto& [k, v] : d.ready) text += "ready." + wire::pct_encode(k) + "=" + wire::pct_encode(v) + "\n";
   TRACR_TRY(write_owner_only(tmp, text));
   fs::rename(tmp, path, ec);
   if (ec) return make_error(Errc::io, "cannot write " + path + ": " + ec.message());
@@ -99,7 +99,7 @@ Status write_detached(const std::string& path, const DetachedServer& d) {
 
 
 // Reads control lines from an agent's log, in order, until READY or FAIL.
-Result<agent::ControlMsg> wait_ready_in_log(const std::function<Result<std::string>()>& read_log,
+Result<wire::ControlMsg> wait_ready_in_log(const std::function<Result<std::string>()>& read_log,
                                       const std::vector<uint8_t>& secret, int timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (Clock::now() < deadline) {

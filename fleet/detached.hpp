@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 #include "protocol/error.hpp"
 #include "settings/config.hpp"
 
@@ -43,7 +43,7 @@ Status write_owner_only(const std::string& path, const std::string& text);
 // Reads control lines from an agent's log (read_log gives its text so far),
 // in order, until READY (returned) or FAIL (error remote); error timeout
 // after timeout_ms.
-Result<agent::ControlMsg> wait_ready_in_log(const std::function<Result<std::string>()>& read_log,
+Result<wire::ControlMsg> wait_ready_in_log(const std::function<Result<std::string>()>& read_log,
                                             const std::vector<uint8_t>& secret, int timeout_ms);
 // A local file's whole text ("" when unreadable).
 std::string read_local(const std::string& path);

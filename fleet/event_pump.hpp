@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 #include "fleet/launcher.hpp"
 
 namespace tracr::fleet {
@@ -19,7 +19,7 @@ namespace tracr::fleet {
 // Reads control lines of every agent on its own thread into one queue.
 struct Event {
   size_t agent = 0;
-  Result<agent::ControlMsg> msg = make_error(Errc::internal, "");
+  Result<wire::ControlMsg> msg = make_error(Errc::internal, "");
   bool closed = false;
 };
 

@@ -160,20 +160,20 @@ Result<std::unique_ptr<AgentProc>> start_ssh(const LaunchSpec& ls, const std::ve
 
 }  // namespace
 
-AgentConn::AgentConn(const DeviceConfig* dev, agent::AgentRole role, std::unique_ptr<AgentProc> proc,
+AgentConn::AgentConn(const DeviceConfig* dev, wire::AgentRole role, std::unique_ptr<AgentProc> proc,
                      const std::vector<uint8_t>& secret)
     : dev_(dev),
       role_(role),
       proc_(std::move(proc)),
-      in_(secret, agent::ControlDir::agent_to_controller),
-      out_(secret, agent::ControlDir::controller_to_agent) {}
+      in_(secret, wire::ControlDir::agent_to_controller),
+      out_(secret, wire::ControlDir::controller_to_agent) {}
 
 AgentConn::~AgentConn() { hb_.stop(); }
 
 Status AgentConn::send(const std::string& kind, const std::map<std::string, std::string>& fields) {
   std::lock_guard<std::mutex> lock(send_mu_);
   auto st = proc_->write(out_.encode(kind, fields));
-  if (!st) return make_error(st.error().code, fmt::format("{} agent on {}: cannot send {}: {}", agent::role_name(role_), dev_->name, kind,
+  if (!st) return make_error(st.error().code, fmt::format("{} agent on {}: cannot send {}: {}", wire::role_name(role_), dev_->name, kind,
                                                           st.error().message));
   return {};
 }
@@ -193,14 +193,14 @@ int AgentConn::stop(int grace_ms) {
 Error AgentConn::abandon(Errc code, const std::string& what) {
   const int status = stop(500);
   const std::string log = proc_->log_tail();
-  return make_error(code, fmt::format("{} agent on {} {}{}; {}", agent::role_name(role_), dev_->name, what,
+  return make_error(code, fmt::format("{} agent on {} {}{}; {}", wire::role_name(role_), dev_->name, what,
                                       status >= 0 ? fmt::format(" (exit status {})", status) : "",
                                       log.empty() ? "its log is empty" : "its log ends with:\n" + log));
 }
 
 // An agent that will not become ready is stopped; the error says how it
 // ended and what its log says.
-Result<agent::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
+Result<wire::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   auto give_up = [&](Errc code, const std::string& what) { return abandon(code, what); };
   while (true) {
@@ -214,7 +214,7 @@ Result<agent::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
     auto m = decode(*line);
     if (!m) return give_up(m.error().code, "sent a line that is not an authenticated control line (" + m.error().message + ")");
     if (m->kind == "FAIL")
-      return make_error(Errc::remote, fmt::format("{} agent on {} failed: {}", agent::role_name(role_), dev_->name, core::reported_error_text(m->get_or("error", "?"))));
+      return make_error(Errc::remote, fmt::format("{} agent on {} failed: {}", wire::role_name(role_), dev_->name, core::reported_error_text(m->get_or("error", "?"))));
     if (m->kind == "READY") return std::move(*m);
   }
 }
@@ -224,7 +224,7 @@ std::string agent_secret_line(const std::string& secret_hex) {
 }
 
 Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
-  std::vector<std::string> args = {"--role", std::string(agent::role_name(s.role))};
+  std::vector<std::string> args = {"--role", std::string(wire::role_name(s.role))};
   if (!s.config_yaml.empty()) args.insert(args.end(), {"--config", "stdin"});
   // The agent stops by itself when tracrctl goes silent (a partition leaves its stdin open).
   if (s.heartbeat_timeout_ms > 0) args.insert(args.end(), {"--heartbeat-timeout-ms", std::to_string(s.heartbeat_timeout_ms)});

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/agent_role.hpp"
-#include "agent/control.hpp"
+#include "wire/agent_role.hpp"
+#include "wire/control.hpp"
 #include "settings/config.hpp"
 #include "fleet/ssh.hpp"
 #include "fleet/staging.hpp"
@@ -39,7 +39,7 @@ class AgentProc {
 
 struct LaunchSpec {
   const settings::DeviceConfig* device = nullptr;
-  agent::AgentRole role = agent::AgentRole::server;
+  wire::AgentRole role = wire::AgentRole::server;
   std::vector<std::string> args;    // after --role
   std::string agent_path;           // tracr-agent on this machine
   std::vector<uint8_t> secret;      // session secret
@@ -77,14 +77,14 @@ inline constexpr int kControlHeartbeatMs = 1000;
 // kControlHeartbeatMs until stop().
 class AgentConn {
  public:
-  AgentConn(const settings::DeviceConfig* dev, agent::AgentRole role, std::unique_ptr<AgentProc> proc,
+  AgentConn(const settings::DeviceConfig* dev, wire::AgentRole role, std::unique_ptr<AgentProc> proc,
             const std::vector<uint8_t>& secret);
   ~AgentConn();
   const settings::DeviceConfig& device() const { return *dev_; }
-  agent::AgentRole role() const { return role_; }
+  wire::AgentRole role() const { return role_; }
   AgentProc& proc() { return *proc_; }
   // Decodes one line from the agent (MAC, sequence).
-  Result<agent::ControlMsg> decode(const std::string& line) { return in_.decode(line); }
+  Result<wire::ControlMsg> decode(const std::string& line) { return in_.decode(line); }
   // Sends an authenticated line to the agent (STOP, CMD, HEARTBEAT);
   // thread-safe, lines leave in sequence order.
   Status send(const std::string& kind, const std::map<std::string, std::string>& fields);
@@ -97,7 +97,7 @@ class AgentConn {
   // Reads lines until READY (returned) or FAIL (error remote), skipping
   // others. Error timeout after timeout_ms, peer_closed when the agent exits
   // first (with its exit status); both stop the agent and carry its log tail.
-  Result<agent::ControlMsg> wait_ready(int timeout_ms);
+  Result<wire::ControlMsg> wait_ready(int timeout_ms);
   // The experiment's files made available on its device at launch (SSH).
   const std::vector<StagedFile>& staged() const { return staged_; }
   void set_staged(std::vector<StagedFile> s) { staged_ = std::move(s); }
@@ -107,11 +107,11 @@ class AgentConn {
 
  private:
   const settings::DeviceConfig* dev_;
-  agent::AgentRole role_;
+  wire::AgentRole role_;
   std::unique_ptr<AgentProc> proc_;
-  agent::ControlCodec in_, out_;
+  wire::ControlCodec in_, out_;
   std::mutex send_mu_;  // one writer at a time: encode and write together
-  agent::Heartbeat hb_;
+  wire::Heartbeat hb_;
   std::vector<StagedFile> staged_;
 };
 

@@ -81,11 +81,11 @@ Result<Tree> walk(const std::string& root) {
 
 }  // namespace
 
-std::vector<AgentFile> agent_files(const ExperimentConfig& cfg, agent::AgentRole role) {
+std::vector<AgentFile> agent_files(const ExperimentConfig& cfg, wire::AgentRole role) {
   std::vector<AgentFile> v;
   if (cfg.model.rfind(kTorchscript, 0) == 0) v.push_back({"model", cfg.model.substr(kTorchscript.size())});
   if (!cfg.weights.empty()) v.push_back({"weights", cfg.weights});
-  if (agent::drives_session(role)) {  // it reads the data
+  if (wire::drives_session(role)) {  // it reads the data
     if (cfg.dataset.kind != DatasetKind::synthetic && !cfg.dataset.path.empty())
       v.push_back({"dataset.path", cfg.dataset.path});
     if (!cfg.dataset.class_names_file.empty()) v.push_back({"dataset.class_names", cfg.dataset.class_names_file});

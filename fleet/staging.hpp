@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/agent_role.hpp"
+#include "wire/agent_role.hpp"
 #include "fleet/ssh.hpp"
 #include "protocol/error.hpp"
 #include "settings/config.hpp"
@@ -36,7 +36,7 @@ struct AgentFile {
 // The files an agent in `role` reads from cfg (paths made absolute, as
 // agent_experiment does): every role builds the model (model file, weights);
 // PARTICIPANT and TRAIN_OWNER also read the data set and its class names.
-std::vector<AgentFile> agent_files(const settings::ExperimentConfig& cfg, agent::AgentRole role);
+std::vector<AgentFile> agent_files(const settings::ExperimentConfig& cfg, wire::AgentRole role);
 
 struct ContentHash {
   std::string sha256;  // hex; a directory's as described above

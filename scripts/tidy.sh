@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# clang-tidy over the floors that build without LibTorch headers (protocol,
+# clang-tidy over the floors that build without LibTorch headers (protocol, wire,
 # settings, meters, core, store, fleet, analysis, controller), with the
 # checks that find defects rather than style: use after move, dangling
 # handles, string constructor mistakes, needless copies. Any finding fails.
@@ -16,11 +16,11 @@ checks='-*,bugprone-use-after-move,bugprone-dangling-handle,bugprone-string-cons
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 run-clang-tidy -p "$build" -j "${JOBS:-2}" -quiet -checks="$checks" \
-  "^$PWD/(protocol|settings|meters|core|store|fleet|analysis|controller)/" >"$out" 2>&1 || true
+  "^$PWD/(protocol|wire|settings|meters|core|store|fleet|analysis|controller)/" >"$out" 2>&1 || true
 if grep -E "(warning|error): " "$out" | grep -v "^Suppressed" >/dev/null; then
   grep -E -A3 "(warning|error): " "$out" >&2
   echo "tidy.sh: clang-tidy found the above (checks: $checks)" >&2
   exit 1
 fi
-n=$(grep -cE "\"file\": \"$PWD/(protocol|settings|meters|core|store|fleet|analysis|controller)/" "$build/compile_commands.json" || true)
+n=$(grep -cE "\"file\": \"$PWD/(protocol|wire|settings|meters|core|store|fleet|analysis|controller)/" "$build/compile_commands.json" || true)
 echo "tidy.sh: $n files, no findings ($checks)"

@@ -619,7 +619,7 @@ Setting chunk_bytes_setting() {
 }
 
 // probe.chunk_bytes: a byte count, or auto (0 in the config): the probe sizes
-// its messages each way from a short pass of small ones (agent/record.hpp).
+// its messages each way from a short pass of small ones (wire/record.hpp).
 Setting probe_chunk_setting() {
   Setting s;
   s.info = {"probe.chunk_bytes", "`auto` | int 1024..67108864 | `<n>KiB` | `<n>MiB`", "auto",

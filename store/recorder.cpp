@@ -11,7 +11,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "agent/record.hpp"
+#include "wire/record.hpp"
 #include "protocol/crypto.hpp"
 #include "protocol/stats.hpp"
 #include "settings/config.hpp"
@@ -47,15 +47,15 @@ Error malformed_line(const std::string& role, const std::string& device, const s
 
 }  // namespace
 
-Status Recorder::on_message(const std::string& device, agent::AgentRole agent_role, const agent::ControlMsg& m) {
-  const std::string role(agent::role_name(agent_role));  // as stored
+Status Recorder::on_message(const std::string& device, wire::AgentRole agent_role, const wire::ControlMsg& m) {
+  const std::string role(wire::role_name(agent_role));  // as stored
   auto malformed = [&](const Error& e) { return malformed_line(role, device, m.kind, e); };
   if (m.kind == "READY") {
     if (m.fields.count("hw_id")) {
-      auto hw = agent::hw_from_control(m);
+      auto hw = wire::hw_from_control(m);
       if (!hw) return malformed(hw.error());
       DeviceRecord d;
-      static_cast<agent::HwIdentity&>(d) = *hw;
+      static_cast<wire::HwIdentity&>(d) = *hw;
       d.run_id = run_id_;
       d.device = device;
       d.role = role;
@@ -64,10 +64,10 @@ Status Recorder::on_message(const std::string& device, agent::AgentRole agent_ro
     event("info", "agent_ready",
           fmt::format("{} {}: {}", role, device, m.get_or("model", m.get_or("link", ""))), device);
   } else if (m.kind == "PROFILE") {
-    auto p = agent::profile_from_control(m);
+    auto p = wire::profile_from_control(m);
     if (!p) return malformed(p.error());
     LayerProfileRecord r;
-    static_cast<agent::ProfileRecord&>(r) = *p;
+    static_cast<wire::ProfileRecord&>(r) = *p;
     r.run_id = run_id_;
     r.device = device;
     r.device_role = role;
@@ -75,10 +75,10 @@ Status Recorder::on_message(const std::string& device, agent::AgentRole agent_ro
   } else if (m.kind == "FRAME") {
     TRACR_TRY(on_frame(device, role, m));
   } else if (m.kind == "SEGMENT") {
-    auto sp = agent::segment_from_control(m);
+    auto sp = wire::segment_from_control(m);
     if (!sp) return malformed(sp.error());
     SegmentProfileRow row;
-    static_cast<agent::SegmentRecord&>(row) = *sp;
+    static_cast<wire::SegmentRecord&>(row) = *sp;
     row.run_id = run_id_;
     row.device = device;
     row.device_role = role;
@@ -87,13 +87,13 @@ Status Recorder::on_message(const std::string& device, agent::AgentRole agent_ro
   } else if (m.kind == "PROBE") {
     TRACR_TRY(on_probe(device, role, m));
   } else if (m.kind == "ENERGY") {
-    auto e = agent::energy_from_control(m);
+    auto e = wire::energy_from_control(m);
     if (!e) return malformed(e.error());
     EnergyRow row;
-    static_cast<agent::EnergyRecord&>(row) = *e;
+    static_cast<wire::EnergyRecord&>(row) = *e;
     row.run_id = run_id_;
     // A participant relays its server's tail rows: the energy is the server's.
-    const bool participant = agent_role == agent::AgentRole::participant;
+    const bool participant = agent_role == wire::AgentRole::participant;
     row.device = e->side == "server" && participant ? server_name_ : device;
     row.participant = participant ? device : "";
     energy_.push_back(std::move(row));
@@ -111,16 +111,16 @@ Status Recorder::on_message(const std::string& device, agent::AgentRole agent_ro
   return {};
 }
 
-Status Recorder::on_frame(const std::string& device, const std::string& role, const agent::ControlMsg& m) {
+Status Recorder::on_frame(const std::string& device, const std::string& role, const wire::ControlMsg& m) {
   auto malformed = [&](const Error& e) { return malformed_line(role, device, m.kind, e); };
-  auto f = agent::frame_from_control(m);
+  auto f = wire::frame_from_control(m);
   if (!f) return malformed(f.error());
   // What the database would refuse is refused here, naming the field, so
   // one bad row cannot fail a whole batch of good ones.
   if (f->warmup != 0 && f->warmup != 1) return malformed(make_error(Errc::field_type, "warmup must be 0 or 1"));
   if (f->ok != 0 && f->ok != 1) return malformed(make_error(Errc::field_type, "ok must be 0 or 1"));
   FrameRecord r;
-  static_cast<agent::FrameRecord&>(r) = *f;
+  static_cast<wire::FrameRecord&>(r) = *f;
   r.run_id = run_id_;
   r.participant = device;
   r.link = link_;
@@ -153,12 +153,12 @@ Status Recorder::on_frame(const std::string& device, const std::string& role, co
   return {};
 }
 
-Status Recorder::on_probe(const std::string& device, const std::string& role, const agent::ControlMsg& m) {
+Status Recorder::on_probe(const std::string& device, const std::string& role, const wire::ControlMsg& m) {
   auto malformed = [&](const Error& e) { return malformed_line(role, device, m.kind, e); };
-  auto pr = agent::probe_from_control(m);
+  auto pr = wire::probe_from_control(m);
   if (!pr) return malformed(pr.error());
   ProbeRow row;
-  static_cast<agent::ProbeRecord&>(row) = *pr;
+  static_cast<wire::ProbeRecord&>(row) = *pr;
   row.run_id = run_id_;
   row.participant = device;
   row.link = link_;
@@ -172,7 +172,7 @@ Status Recorder::on_probe(const std::string& device, const std::string& role, co
   return {};
 }
 
-void Recorder::on_log(const std::string& device, const std::string& role, const agent::ControlMsg& m) {
+void Recorder::on_log(const std::string& device, const std::string& role, const wire::ControlMsg& m) {
   std::string level = m.get_or("level", "info");
   if (level != "debug" && level != "info" && level != "warn" && level != "error") level = "info";
   event(level, "agent_log", device + ": " + m.get_or("msg", ""), device);
@@ -327,19 +327,19 @@ Result<std::string> Recorder::save_unwritten(const std::string& path) const {
   for (const auto& f : frames_) {
     std::string o = fmt::format("{{\"table\":\"frames\",\"run_id\":{},\"participant\":{}", f.run_id,
                                 settings::json_quote(f.participant));
-    agent::visit_frame(f, [&](const agent::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
+    wire::visit_frame(f, [&](const wire::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
     out << o << "}\n";
   }
   for (const auto& p : profiles_) {
     std::string o = fmt::format("{{\"table\":\"layer_profiles\",\"run_id\":{},\"device\":{},\"device_role\":{}", p.run_id,
                                 settings::json_quote(p.device), settings::json_quote(p.device_role));
-    agent::visit_profile(p, [&](const agent::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
+    wire::visit_profile(p, [&](const wire::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
     out << o << "}\n";
   }
   for (const auto& e : energy_) {
     std::string o = fmt::format("{{\"table\":\"energy\",\"run_id\":{},\"device\":{},\"participant\":{}", e.run_id,
                                 settings::json_quote(e.device), settings::json_quote(e.participant));
-    agent::visit_energy(e, [&](const agent::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
+    wire::visit_energy(e, [&](const wire::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
     out << o << "}\n";
   }
   out.flush();

@@ -15,8 +15,8 @@
 #include <tuple>
 #include <vector>
 
-#include "agent/agent_role.hpp"
-#include "agent/control.hpp"
+#include "wire/agent_role.hpp"
+#include "wire/control.hpp"
 #include "store/results.hpp"
 
 namespace tracr::store {
@@ -35,7 +35,7 @@ class Recorder {
   // Handles READY (hardware identity), PROFILE, FRAME, ENERGY, PROBE, EVENT and LOG lines
   // from the agent `role` on `device`. Error field_type / missing_field
   // naming the device and field for a malformed record (nothing stored of it).
-  Status on_message(const std::string& device, agent::AgentRole role, const agent::ControlMsg& m);
+  Status on_message(const std::string& device, wire::AgentRole role, const wire::ControlMsg& m);
   // Records an event now (written at once, not batched).
   void event(std::string_view level, std::string_view kind, const std::string& message,
              const std::string& device = {}, std::optional<int64_t> frame = std::nullopt);
@@ -81,9 +81,9 @@ class Recorder {
 
  private:
   // on_message's parts: a FRAME (counters, outputs, the row), a PROBE, a LOG line.
-  Status on_frame(const std::string& device, const std::string& role, const agent::ControlMsg& m);
-  Status on_probe(const std::string& device, const std::string& role, const agent::ControlMsg& m);
-  void on_log(const std::string& device, const std::string& role, const agent::ControlMsg& m);
+  Status on_frame(const std::string& device, const std::string& role, const wire::ControlMsg& m);
+  Status on_probe(const std::string& device, const std::string& role, const wire::ControlMsg& m);
+  void on_log(const std::string& device, const std::string& role, const wire::ControlMsg& m);
   ResultsDb& db_;
   int64_t run_id_;
   bool record_frames_, record_layers_;

@@ -564,7 +564,7 @@ void read_value(const Stmt& q, int c, std::optional<double>& v) {
   else v = q.dbl(c);
 }
 
-std::string field_list(const std::vector<agent::FieldInfo>& fields) {
+std::string field_list(const std::vector<wire::FieldInfo>& fields) {
   std::string s;
   for (const auto& f : fields) s += std::string(", ") + f.name;
   return s;
@@ -881,7 +881,7 @@ Status ResultsDb::add_frames(const std::vector<FrameRecord>& frames) {
   sqlite3* db = db_.get();
   Transaction tx(db, path_);
   TRACR_TRY(tx.begin());
-  const auto& fields = agent::frame_fields();
+  const auto& fields = wire::frame_fields();
   static const std::string sql = "INSERT INTO frames(run_id, participant, link, shaping" + field_list(fields) +
                                  ", legacy_transfer_ns) VALUES (" + placeholders(fields.size() + 5) + ")";
   Stmt q(db, sql.c_str());
@@ -910,7 +910,7 @@ Status ResultsDb::add_frames(const std::vector<FrameRecord>& frames) {
     q.bind_text_or_null(3, f.link);
     q.bind_text_or_null(4, f.shaping);
     int i = 5;
-    agent::visit_frame(f, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+    wire::visit_frame(f, [&](const wire::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
     bind_value(q, i, f.legacy_transfer_ns);
     if (q.step() != SQLITE_DONE)
       return db_error(db, path_,
@@ -925,7 +925,7 @@ Status ResultsDb::add_layer_profiles(const std::vector<LayerProfileRecord>& laye
   sqlite3* db = db_.get();
   Transaction tx(db, path_);
   TRACR_TRY(tx.begin());
-  const auto& fields = agent::profile_fields();
+  const auto& fields = wire::profile_fields();
   static const std::string sql = "INSERT OR REPLACE INTO layer_profiles(run_id, device, device_role" +
                                  field_list(fields) + ") VALUES (" + placeholders(fields.size() + 3) + ")";
   Stmt q(db, sql.c_str());
@@ -935,7 +935,7 @@ Status ResultsDb::add_layer_profiles(const std::vector<LayerProfileRecord>& laye
     q.bind(2, std::string_view(l.device));
     q.bind(3, std::string_view(l.device_role));
     int i = 4;
-    agent::visit_profile(l, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+    wire::visit_profile(l, [&](const wire::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
     if (q.step() != SQLITE_DONE)
       return db_error(db, path_, fmt::format("insert layer profile {} of {}", l.layer_index, l.device));
     q.reset();
@@ -944,7 +944,7 @@ Status ResultsDb::add_layer_profiles(const std::vector<LayerProfileRecord>& laye
 }
 
 Status ResultsDb::add_device(const DeviceRecord& d) {
-  const auto& fields = agent::hw_fields();
+  const auto& fields = wire::hw_fields();
   static const std::string sql = "INSERT OR REPLACE INTO devices(run_id, device, role" + field_list(fields) +
                                  ") VALUES (" + placeholders(fields.size() + 3) + ")";
   Stmt q(db_.get(), sql.c_str());
@@ -953,7 +953,7 @@ Status ResultsDb::add_device(const DeviceRecord& d) {
   q.bind(2, std::string_view(d.device));
   q.bind(3, std::string_view(d.role));
   int i = 4;
-  agent::visit_hw(d, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+  wire::visit_hw(d, [&](const wire::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
   if (q.step() != SQLITE_DONE) return db_error(db_.get(), path_, "insert device " + d.device);
   return {};
 }
@@ -1032,7 +1032,7 @@ struct RunTally {
 
 std::vector<std::string> summarised_fields() {
   std::vector<std::string> fields;
-  for (const auto& f : agent::frame_fields())
+  for (const auto& f : wire::frame_fields())
     if (f.summarise) fields.push_back(f.name);
   return fields;
 }
@@ -1532,7 +1532,7 @@ Result<std::vector<Row>> run_rows(sqlite3* db, const std::string& path, const st
 
 Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
   static const std::string sql = "SELECT run_id, COALESCE(participant, ''), COALESCE(link, ''), COALESCE(shaping, '')" +
-                                 field_list(agent::frame_fields()) +
+                                 field_list(wire::frame_fields()) +
                                  ", legacy_transfer_ns FROM frames WHERE run_id = ? ORDER BY id";
   return run_rows<FrameRecord>(db_.get(), path_, sql, run_id, "read frames", [](const Stmt& q, FrameRecord& f) {
     f.run_id = q.i64(0);
@@ -1540,13 +1540,13 @@ Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
     f.link = q.text(2);
     f.shaping = q.text(3);
     int c = 4;
-    agent::visit_frame(f, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    wire::visit_frame(f, [&](const wire::FieldInfo&, auto& v) { read_value(q, c++, v); });
     read_value(q, c, f.legacy_transfer_ns);
   });
 }
 
 Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id) {
-  static const std::string sql = "SELECT run_id, device, device_role" + field_list(agent::profile_fields()) +
+  static const std::string sql = "SELECT run_id, device, device_role" + field_list(wire::profile_fields()) +
                                  " FROM layer_profiles WHERE run_id = ? "
                                  "ORDER BY device_role DESC, device, layer_index";
   return run_rows<LayerProfileRecord>(
@@ -1555,7 +1555,7 @@ Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id
         l.device = q.text(1);
         l.device_role = q.text(2);
         int c = 3;
-        agent::visit_profile(l, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+        wire::visit_profile(l, [&](const wire::FieldInfo&, auto& v) { read_value(q, c++, v); });
       });
 }
 
@@ -1592,7 +1592,7 @@ Result<std::vector<LayerProfileRecord>> ResultsDb::find_profiles(const std::stri
 }
 
 Status ResultsDb::add_probe(const ProbeRow& p) {
-  const auto& fields = agent::probe_fields();
+  const auto& fields = wire::probe_fields();
   static const std::string sql = "INSERT INTO probes(run_id, participant, link, shaping" + field_list(fields) +
                                  ") VALUES (" + placeholders(fields.size() + 4) + ")";
   Stmt q(db_.get(), sql.c_str());
@@ -1602,13 +1602,13 @@ Status ResultsDb::add_probe(const ProbeRow& p) {
   q.bind_text_or_null(3, p.link);
   q.bind_text_or_null(4, p.shaping);
   int i = 5;
-  agent::visit_probe(p, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+  wire::visit_probe(p, [&](const wire::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
   if (q.step() != SQLITE_DONE) return db_error(db_.get(), path_, "insert probe of " + p.participant);
   return {};
 }
 
 Status ResultsDb::add_segment_profile(const SegmentProfileRow& r) {
-  const auto& fields = agent::segment_fields();
+  const auto& fields = wire::segment_fields();
   static const std::string sql = "INSERT OR REPLACE INTO segment_profiles(run_id, device, device_role" +
                                  field_list(fields) + ") VALUES (" + placeholders(fields.size() + 3) + ")";
   Stmt q(db_.get(), sql.c_str());
@@ -1617,14 +1617,14 @@ Status ResultsDb::add_segment_profile(const SegmentProfileRow& r) {
   q.bind(2, std::string_view(r.device));
   q.bind(3, std::string_view(r.device_role));
   int i = 4;
-  agent::visit_segment(r, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+  wire::visit_segment(r, [&](const wire::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
   if (q.step() != SQLITE_DONE)
     return db_error(db_.get(), path_, fmt::format("insert {} segment profile {} of {}", r.side, r.split, r.device));
   return {};
 }
 
 Result<std::vector<SegmentProfileRow>> ResultsDb::segment_profiles(int64_t run_id) {
-  static const std::string sql = "SELECT run_id, device, device_role" + field_list(agent::segment_fields()) +
+  static const std::string sql = "SELECT run_id, device, device_role" + field_list(wire::segment_fields()) +
                                  " FROM segment_profiles WHERE run_id = ? ORDER BY side, device, split";
   return run_rows<SegmentProfileRow>(
       db_.get(), path_, sql, run_id, "read segment profiles", [](const Stmt& q, SegmentProfileRow& r) {
@@ -1632,20 +1632,20 @@ Result<std::vector<SegmentProfileRow>> ResultsDb::segment_profiles(int64_t run_i
         r.device = q.text(1);
         r.device_role = q.text(2);
         int c = 3;
-        agent::visit_segment(r, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+        wire::visit_segment(r, [&](const wire::FieldInfo&, auto& v) { read_value(q, c++, v); });
       });
 }
 
 Result<std::vector<ProbeRow>> ResultsDb::probes(int64_t run_id) {
   static const std::string sql = "SELECT run_id, COALESCE(participant, ''), COALESCE(link, ''), COALESCE(shaping, '')" +
-                                 field_list(agent::probe_fields()) + " FROM probes WHERE run_id = ? ORDER BY id";
+                                 field_list(wire::probe_fields()) + " FROM probes WHERE run_id = ? ORDER BY id";
   return run_rows<ProbeRow>(db_.get(), path_, sql, run_id, "read probes", [](const Stmt& q, ProbeRow& p) {
     p.run_id = q.i64(0);
     p.participant = q.text(1);
     p.link = q.text(2);
     p.shaping = q.text(3);
     int c = 4;
-    agent::visit_probe(p, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    wire::visit_probe(p, [&](const wire::FieldInfo&, auto& v) { read_value(q, c++, v); });
   });
 }
 
@@ -1688,7 +1688,7 @@ Status ResultsDb::add_energy(const std::vector<EnergyRow>& rows) {
   sqlite3* db = db_.get();
   Transaction tx(db, path_);
   TRACR_TRY(tx.begin());
-  const auto& fields = agent::energy_fields();
+  const auto& fields = wire::energy_fields();
   static const std::string sql = "INSERT INTO energy(run_id, device, participant" + field_list(fields) +
                                  ") VALUES (" + placeholders(fields.size() + 3) + ")";
   Stmt q(db, sql.c_str());
@@ -1698,7 +1698,7 @@ Status ResultsDb::add_energy(const std::vector<EnergyRow>& rows) {
     q.bind_text_or_null(2, e.device);
     q.bind_text_or_null(3, e.participant);
     int i = 4;
-    agent::visit_energy(e, [&](const agent::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+    wire::visit_energy(e, [&](const wire::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
     if (q.step() != SQLITE_DONE) return db_error(db, path_, "insert energy of " + e.device);
     q.reset();
   }
@@ -1707,13 +1707,13 @@ Status ResultsDb::add_energy(const std::vector<EnergyRow>& rows) {
 
 Result<std::vector<EnergyRow>> ResultsDb::energy(int64_t run_id) {
   static const std::string sql = "SELECT run_id, COALESCE(device, ''), COALESCE(participant, '')" +
-                                 field_list(agent::energy_fields()) + " FROM energy WHERE run_id = ? ORDER BY id";
+                                 field_list(wire::energy_fields()) + " FROM energy WHERE run_id = ? ORDER BY id";
   return run_rows<EnergyRow>(db_.get(), path_, sql, run_id, "read energy", [](const Stmt& q, EnergyRow& e) {
     e.run_id = q.i64(0);
     e.device = q.text(1);
     e.participant = q.text(2);
     int c = 3;
-    agent::visit_energy(e, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    wire::visit_energy(e, [&](const wire::FieldInfo&, auto& v) { read_value(q, c++, v); });
   });
 }
 
@@ -1724,14 +1724,14 @@ Result<std::vector<EnergyStat>> ResultsDb::energy_stats(int64_t run_id) {
 }
 
 Result<std::vector<DeviceRecord>> ResultsDb::devices(int64_t run_id) {
-  static const std::string sql = "SELECT run_id, device, role" + field_list(agent::hw_fields()) +
+  static const std::string sql = "SELECT run_id, device, role" + field_list(wire::hw_fields()) +
                                  " FROM devices WHERE run_id = ? ORDER BY role DESC, device";
   return run_rows<DeviceRecord>(db_.get(), path_, sql, run_id, "read devices", [](const Stmt& q, DeviceRecord& d) {
     d.run_id = q.i64(0);
     d.device = q.text(1);
     d.role = q.text(2);
     int c = 3;
-    agent::visit_hw(d, [&](const agent::FieldInfo&, auto& v) { read_value(q, c++, v); });
+    wire::visit_hw(d, [&](const wire::FieldInfo&, auto& v) { read_value(q, c++, v); });
   });
 }
 

@@ -10,7 +10,7 @@
 // column, with type, unit, meaning and who measures it, is schema_tables()
 // below: `tracrctl results schema` prints it and docs/SCHEMA.md is generated
 // from it. The frame, layer-profile and hardware columns come from
-// agent/record_fields.def; a test checks that a fresh database has exactly
+// wire/record_fields.def; a test checks that a fresh database has exactly
 // the columns schema_tables() lists.
 //
 // Statistics are computed exactly in C++ over the stored values: median =
@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/record.hpp"
+#include "wire/record.hpp"
 #include "protocol/error.hpp"
 
 struct sqlite3;
@@ -73,7 +73,7 @@ struct RunRow {
 };
 
 // A stored frame: the agent's record plus where it came from.
-struct FrameRecord : agent::FrameRecord {
+struct FrameRecord : wire::FrameRecord {
   int64_t run_id = 0;
   std::string participant;                   // device name; "" = NULL
   std::string link, shaping;                 // the run's link profile and how it was shaped ("" = NULL)
@@ -81,28 +81,28 @@ struct FrameRecord : agent::FrameRecord {
 };
 
 // A stored layer profile: the agent's record plus the device it ran on.
-struct LayerProfileRecord : agent::ProfileRecord {
+struct LayerProfileRecord : wire::ProfileRecord {
   int64_t run_id = 0;
   std::string device;       // device name
   std::string device_role;  // "SERVER" | "PARTICIPANT"
 };
 
 // A stored segment profile (a graph model's head or tail timed whole).
-struct SegmentProfileRow : agent::SegmentRecord {
+struct SegmentProfileRow : wire::SegmentRecord {
   int64_t run_id = 0;
   std::string device;       // device name
   std::string device_role;  // "SERVER" | "PARTICIPANT"
 };
 
 // A stored link probe: the participant's record plus where it came from.
-struct ProbeRow : agent::ProbeRecord {
+struct ProbeRow : wire::ProbeRecord {
   int64_t run_id = 0;
   std::string participant;  // device name
   std::string link, shaping;
 };
 
 // A stored energy row: the agent's record plus whose energy it is.
-struct EnergyRow : agent::EnergyRecord {
+struct EnergyRow : wire::EnergyRecord {
   int64_t run_id = 0;
   std::string device;       // the device that used the energy (the server's name for side = server)
   std::string participant;  // the participant whose frame it was ("" for a server's idle and layer rows)
@@ -121,7 +121,7 @@ struct EnergyStat {
 std::vector<EnergyStat> compute_energy_stats(const std::vector<EnergyRow>& rows);
 
 // The hardware identity of one device in one run.
-struct DeviceRecord : agent::HwIdentity {
+struct DeviceRecord : wire::HwIdentity {
   int64_t run_id = 0;
   std::string device;  // device name
   std::string role;    // "SERVER" | "PARTICIPANT"

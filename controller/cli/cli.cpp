@@ -20,9 +20,9 @@
 
 #include <fmt/format.h>
 
-#include "agent/agent.hpp"
+#include "wire/identity.hpp"
 #include "agent/cli_types.hpp"
-#include "agent/record.hpp"
+#include "wire/record.hpp"
 #include "controller/commands/convert.hpp"
 #include "controller/commands/demo.hpp"
 #include "controller/commands/devices.hpp"
@@ -81,7 +81,7 @@ void act(Parsed& p, std::string prefix, std::function<Status()> action) {
 }
 
 // "a,b,c" -> {"a", "b", "c"}.
-std::vector<std::string> split_commas(const std::string& s) { return agent::split_on(s, ','); }
+std::vector<std::string> split_commas(const std::string& s) { return wire::split_on(s, ','); }
 
 // A comma-separated list of integers lo..hi ("expected ... got").
 CLI::Validator int_list(long long lo, long long hi, size_t count, const std::string& what) {
@@ -493,7 +493,7 @@ void add_misc(CLI::App& app, Parsed& p) {
   });
   app.add_subcommand("version", "print versions")->callback([&p] {
     act(p, "tracrctl version", []() -> Status {
-      std::printf("tracrctl %s, tensor-frame protocol 1\n", agent::kAgentVersion);
+      std::printf("tracrctl %s, tensor-frame protocol 1\n", wire::kAgentVersion);
       return {};
     });
   });

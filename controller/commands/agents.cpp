@@ -43,7 +43,7 @@ struct DetachedStart {
 
 // A local agent: its secret and experiment in files beside its state,
 // started in its own session, READY read from its log.
-Result<agent::ControlMsg> start_local(DetachedStart& st, const std::string& state) {
+Result<wire::ControlMsg> start_local(DetachedStart& st, const std::string& state) {
   const DeviceConfig& server = st.server;
   const std::string dir = fs::path(state).parent_path().string();
   std::error_code ec;
@@ -78,7 +78,7 @@ Status write_remote(SshSession& s, const std::string& device, const std::string&
 // Over SSH: the agent deployed, the files a SERVER reads staged, its secret
 // and experiment written beside it, started with setsid, READY read from
 // its log on the device.
-Result<agent::ControlMsg> start_remote(DetachedStart& st) {
+Result<wire::ControlMsg> start_remote(DetachedStart& st) {
   const DeviceConfig& server = st.server;
   const std::string dev = "device " + server.name;
   auto s = SshSession::connect(device_ssh_target(server, st.pre.devices.source, st.trust));
@@ -90,7 +90,7 @@ Result<agent::ControlMsg> start_remote(DetachedStart& st) {
     return make_error(Errc::not_found, missing_libraries_message(dev, dep->remote_path, *missing));
   // The files a SERVER reads (model, weights): at the device's paths.
   const ExperimentConfig abs_cfg = agent_experiment(st.experiment);
-  auto staged = stage_files(**s, server, agent_files(abs_cfg, agent::AgentRole::server));
+  auto staged = stage_files(**s, server, agent_files(abs_cfg, wire::AgentRole::server));
   if (!staged) return staged.error();
   for (const auto& f : *staged) fmt::print("{}: {}\n", server.name, f.describe());
   const std::string dir = dep->remote_path.substr(0, dep->remote_path.rfind('/') + 1);
@@ -114,7 +114,7 @@ Result<agent::ControlMsg> start_remote(DetachedStart& st) {
 }
 
 // The READY agent's state file, where `agents stop` finds it.
-Status record_detached(DetachedStart& st, const agent::ControlMsg& ready, const std::string& state,
+Status record_detached(DetachedStart& st, const wire::ControlMsg& ready, const std::string& state,
                        const std::string& model) {
   const DeviceConfig& server = st.server;
   st.d.endpoint = ready.get_or("endpoint", "");
@@ -171,7 +171,7 @@ Status cmd_agents_start(const RunOptions& opt) {
   TRACR_TRY(draw_session_secret(st.secret));
   st.secret_hex = protocol::to_hex(st.secret.data(), st.secret.size());
   st.experiment.record.layers = false;
-  st.args = {"--role", std::string(agent::role_name(agent::AgentRole::server)), "--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)};
+  st.args = {"--role", std::string(wire::role_name(wire::AgentRole::server)), "--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)};
   for (const auto& x : device_limit_args(server)) st.args.push_back(x);
   st.d.device = server.name;
   st.d.transport = std::string(transport_name(server.transport));

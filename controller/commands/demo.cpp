@@ -21,7 +21,7 @@
 
 #include <fmt/format.h>
 
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 #include "fleet/process.hpp"
 #include "protocol/channel.hpp"
 #include "protocol/meta_keys.hpp"
@@ -79,7 +79,7 @@ Result<Agent> start_agent(const std::string& path, bool encrypt, const std::vect
   static const DeviceConfig local = local_device("local");
   LaunchSpec ls;
   ls.device = &local;
-  ls.role = agent::AgentRole::server;
+  ls.role = wire::AgentRole::server;
   ls.args = {"--bind", "tcp://127.0.0.1:0", "--raw-bind", "tcp://127.0.0.1:0"};
   if (!encrypt) ls.args.push_back("--no-encrypt");
   ls.agent_path = path;

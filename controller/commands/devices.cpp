@@ -114,7 +114,7 @@ std::string files_lines(SshSession& s, const DeviceConfig& d, const std::optiona
     o += fmt::format("\n    path {} -> {}: {}", from, to, ok ? "present" : " FAIL does not exist there");
   }
   if (!exp) return o;
-  auto staged = stage_files(s, d, agent_files(*exp, d.role == DeviceRole::server ? agent::AgentRole::server : agent::AgentRole::participant), true);
+  auto staged = stage_files(s, d, agent_files(*exp, d.role == DeviceRole::server ? wire::AgentRole::server : wire::AgentRole::participant), true);
   if (!staged) return o + "\n    files: FAIL " + user_text(staged.error());
   uint64_t upload = 0;
   for (const auto& f : *staged) {

@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "agent/agent_role.hpp"
+#include "wire/agent_role.hpp"
 #include "agent/energy.hpp"
 #include "core/text.hpp"
 #include "core/token_bucket.hpp"
@@ -33,8 +33,8 @@ using namespace tracr::store;
 using namespace tracr::analysis;
 
 namespace {
-constexpr std::string_view kServer = agent::role_name(agent::AgentRole::server);
-constexpr std::string_view kParticipant = agent::role_name(agent::AgentRole::participant);
+constexpr std::string_view kServer = wire::role_name(wire::AgentRole::server);
+constexpr std::string_view kParticipant = wire::role_name(wire::AgentRole::participant);
 }  // namespace
 
 namespace {

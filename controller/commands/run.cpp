@@ -33,8 +33,8 @@
 
 #include <fmt/format.h>
 
-#include "agent/agent.hpp"
-#include "agent/control.hpp"
+#include "wire/identity.hpp"
+#include "wire/control.hpp"
 #include "settings/config.hpp"
 #include "fleet/launcher.hpp"
 #include "controller/session/agent_config.hpp"
@@ -62,7 +62,7 @@ using namespace tracr::analysis;
 
 using namespace tracr::settings;  // DeviceConfig, ExperimentConfig, ... by their short names
 
-using agent::ControlMsg;
+using wire::ControlMsg;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
@@ -438,7 +438,7 @@ class RunSession {
   Status shape_link();
   Status open_row();
   Status connect();
-  Result<std::unique_ptr<AgentConn>> start(const DeviceConfig& dev, agent::AgentRole role,
+  Result<std::unique_ptr<AgentConn>> start(const DeviceConfig& dev, wire::AgentRole role,
                                            std::vector<std::string> args);
   void start_server();
   std::vector<std::string> participant_args(const DeviceConfig& p) const;
@@ -583,7 +583,7 @@ Status RunSession::connect() {
 }
 
 // Starts one agent; touches nothing shared, so participants start concurrently.
-Result<std::unique_ptr<AgentConn>> RunSession::start(const DeviceConfig& dev, agent::AgentRole role,
+Result<std::unique_ptr<AgentConn>> RunSession::start(const DeviceConfig& dev, wire::AgentRole role,
                                                      std::vector<std::string> args) {
   return launch_agent(launch_->spec(dev, role, std::move(args)));
 }
@@ -604,7 +604,7 @@ void RunSession::start_server() {
     ControlMsg ready;
     ready.kind = "READY";
     ready.fields = detached_->ready;
-    if (auto st = rec_->on_message(server.name, agent::AgentRole::server, ready); !st) agents_->fail(st.error().message);
+    if (auto st = rec_->on_message(server.name, wire::AgentRole::server, ready); !st) agents_->fail(st.error().message);
     return;
   }
   if (ro_.in_process) return;
@@ -612,7 +612,7 @@ void RunSession::start_server() {
     draw_phase(fmt::format("starting the SERVER agent on {} (it loads the model{} first)", server.name,
                            cfg_.record.layers ? " and profiles it" : ""),
                tty_);
-  auto conn = start(server, agent::AgentRole::server, {"--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)});
+  auto conn = start(server, wire::AgentRole::server, {"--bind", fmt::format("tcp://{}:{}", server_bind_host(server), server.connection().port)});
   if (!conn) {
     agents_->fail("SERVER " + server.name + ": " + user_text(conn.error()));
     return;
@@ -649,7 +649,7 @@ void RunSession::start_participants() {
     draw_phase(fmt::format("starting {} PARTICIPANT agent{} (model{}{})", parts.size(), parts.size() == 1 ? "" : "s",
                            cfg_.record.layers ? ", profiles" : "", cfg_.probe.enabled ? ", link probe" : ""),
                tty_);
-  auto launched = launch_concurrently(parts.size(), [&](size_t i) { return start(*parts[i], agent::AgentRole::participant, part_args[i]); });
+  auto launched = launch_concurrently(parts.size(), [&](size_t i) { return start(*parts[i], wire::AgentRole::participant, part_args[i]); });
   for (size_t i = 0; i < parts.size(); ++i) {
     auto& l = launched[i];
     if (!l.conn) {
@@ -666,15 +666,15 @@ void RunSession::start_participants() {
 // before the first frame, the progress bar.
 void RunSession::on_line(size_t i, const ControlMsg& m) {
   AgentConn& a = (*agents_)[i];
-  if (m.kind == "READY" && a.role() == agent::AgentRole::server) server_endpoint_ = m.get_or("endpoint", "");
+  if (m.kind == "READY" && a.role() == wire::AgentRole::server) server_endpoint_ = m.get_or("endpoint", "");
   if (m.kind == "EVENT" && m.get_or("kind", "") == "step_waiting") step_waiting_.insert(i);
   if (!ro_.progress) return;
   if (frames_done_ == 0 && (m.kind == "PROFILE" || m.kind == "SEGMENT" || m.kind == "PROBE") &&
       phases_seen_.insert(a.device().name + " " + m.kind).second)
-    draw_phase(fmt::format("{} {}: {}", agent::role_name(a.role()), a.device().name,
+    draw_phase(fmt::format("{} {}: {}", wire::role_name(a.role()), a.device().name,
                            m.kind == "PROFILE"   ? "profiling each layer"
                            : m.kind == "SEGMENT" ? std::string("timing the ") +
-                                                       (a.role() == agent::AgentRole::server ? "tails" : "heads") + " it will run"
+                                                       (a.role() == wire::AgentRole::server ? "tails" : "heads") + " it will run"
                                                  : "link probed, frames next"),
                tty_);
   if (m.kind == "FRAME") {
@@ -689,10 +689,10 @@ void RunSession::on_line(size_t i, const ControlMsg& m) {
 // goes on with the others. Returns whether it was (else the run fails).
 bool RunSession::spare(size_t i, const std::string& why) {
   AgentSet& s = *agents_;
-  if (cfg_.on_participant_loss != "continue" || s[i].role() != agent::AgentRole::participant) return false;
+  if (cfg_.on_participant_loss != "continue" || s[i].role() != wire::AgentRole::participant) return false;
   bool others = false;
   for (size_t j = 0; j < s.size(); ++j)
-    if (j != i && s[j].role() == agent::AgentRole::participant && !s.finished(j) && !s.lost(j)) others = true;
+    if (j != i && s[j].role() == wire::AgentRole::participant && !s.finished(j) && !s.lost(j)) others = true;
   if (!others) return false;
   const std::string& dev = s[i].device().name;
   rec_->event("warn", "participant_lost", why + "; the other participants go on (on_participant_loss: continue)", dev);
@@ -777,7 +777,7 @@ void RunSession::release_step() {
   if (step_waiting_.empty()) return;
   AgentSet& s = *agents_;
   for (size_t i = 0; i < s.size(); ++i)
-    if (s[i].role() == agent::AgentRole::participant && !s.finished(i) && !s.lost(i) && !step_waiting_.count(i)) return;
+    if (s[i].role() == wire::AgentRole::participant && !s.finished(i) && !s.lost(i) && !step_waiting_.count(i)) return;
   const std::set<size_t> waiting = std::exchange(step_waiting_, {});
   const int step = steps_released_++;
   for (size_t i : waiting)
@@ -790,7 +790,7 @@ void RunSession::release_step() {
 void RunSession::schedule() {
   release_step();
   for (size_t i = 0; i < agents_->size(); ++i) {
-    if ((*agents_)[i].role() != agent::AgentRole::participant || agents_->finished(i)) continue;
+    if ((*agents_)[i].role() != wire::AgentRole::participant || agents_->finished(i)) continue;
     if (cfg_.adapt.enabled) adapt(i);
     CmdState& cs = cmd_state_[i];
     if (cs.resume_at && Clock::now() >= *cs.resume_at) {

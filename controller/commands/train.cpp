@@ -21,7 +21,7 @@
 
 #include <fmt/format.h>
 
-#include "agent/agent.hpp"
+#include "wire/identity.hpp"
 #include "fleet/event_pump.hpp"
 #include "fleet/launcher.hpp"
 #include "controller/session/model_check.hpp"
@@ -44,7 +44,7 @@ using namespace tracr::store;
 using namespace tracr::fleet;
 
 using namespace tracr::settings;
-using agent::ControlMsg;
+using wire::ControlMsg;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
@@ -227,7 +227,7 @@ class TrainSession {
   Status open_row();
   void insert_layout_rows();
   Status connect();
-  Status launch(const DeviceConfig& dev, agent::AgentRole role, std::vector<std::string> args);
+  Status launch(const DeviceConfig& dev, wire::AgentRole role, std::vector<std::string> args);
   void start_workers();
   void start_owners();
   void on_line(size_t i, const ControlMsg& m);
@@ -353,7 +353,7 @@ Status TrainSession::connect() {
   return {};
 }
 
-Status TrainSession::launch(const DeviceConfig& dev, agent::AgentRole role, std::vector<std::string> args) {
+Status TrainSession::launch(const DeviceConfig& dev, wire::AgentRole role, std::vector<std::string> args) {
   args.insert(args.end(), {"--run-tag", tag_});
   if (resume_) args.insert(args.end(), {"--resume-step", std::to_string(resume_->step)});
   auto conn = launch_agent(launch_->spec(dev, role, std::move(args)));
@@ -367,7 +367,7 @@ void TrainSession::start_workers() {
   for (const auto& [dev, segs] : layout_.workers) {
     std::string list;
     for (int s : segs) list += (list.empty() ? "" : ",") + std::to_string(s);
-    auto st = launch(*dev, agent::AgentRole::train_worker,
+    auto st = launch(*dev, wire::AgentRole::train_worker,
                      {"--bind", fmt::format("tcp://{}:{}", server_bind_host(*dev), dev->connection().port), "--segments", list});
     if (!st) {
       agents_->fail("TRAIN_WORKER " + dev->name + ": " + user_text(st.error()));
@@ -392,7 +392,7 @@ void TrainSession::start_owners() {
     std::vector<std::string> args = worker_args;
     args.insert(args.end(), {"--owner", fmt::format("{}/{}", k, layout_.owners.size())});
     const size_t idx = agents_->size();
-    if (auto st = launch(*layout_.owners[k], agent::AgentRole::train_owner, args); !st) {
+    if (auto st = launch(*layout_.owners[k], wire::AgentRole::train_owner, args); !st) {
       agents_->fail("TRAIN_OWNER " + layout_.owners[k]->name + ": " + user_text(st.error()));
       return;
     }
@@ -539,7 +539,7 @@ void TrainSession::draw_step(const ControlMsg& m) {
 // the exported model, traces and the owners' turns.
 void TrainSession::on_line(size_t i, const ControlMsg& m) {
   AgentConn& a = (*agents_)[i];
-  if (m.kind == "READY" && a.role() == agent::AgentRole::train_worker) endpoints_[i] = m.get_or("endpoint", "");
+  if (m.kind == "READY" && a.role() == wire::AgentRole::train_worker) endpoints_[i] = m.get_or("endpoint", "");
   if (m.kind == "READY") on_ready(m);
   if (m.kind == "STEP") {
     steps_.push_back(row_of(m, kStepCols));

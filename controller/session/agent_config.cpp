@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "agent/agent.hpp"
-#include "agent/control.hpp"
+#include "wire/identity.hpp"
+#include "wire/control.hpp"
 #include "protocol/crypto.hpp"
 #include "store/results.hpp"
 
@@ -50,8 +50,8 @@ std::string server_identity(const ExperimentConfig& cfg) {
   std::string shape;
   for (auto d : c.input_size) shape += std::to_string(d) + ",";
   // Percent-encoded values joined by spaces: unambiguous for any path.
-  return fmt::format("agent={} model={} weights={} input={} seed={} encryption={} key_exchange={}", agent::kAgentVersion,
-                     agent::pct_encode(c.model), agent::pct_encode(c.weights), shape, c.seed, c.encryption,
+  return fmt::format("agent={} model={} weights={} input={} seed={} encryption={} key_exchange={}", wire::kAgentVersion,
+                     wire::pct_encode(c.model), wire::pct_encode(c.weights), shape, c.seed, c.encryption,
                      c.key_exchange);
 }
 

@@ -8,7 +8,7 @@
 
 namespace tracr::controller {
 
-using agent::ControlMsg;
+using wire::ControlMsg;
 
 
 AgentSet::AgentSet(store::Recorder& rec, int heartbeat_timeout_ms, std::string drivers)
@@ -20,7 +20,7 @@ size_t AgentSet::adopt(std::unique_ptr<fleet::AgentConn> conn, const std::string
   const settings::DeviceConfig& dev = conn->device();
   for (const auto& f : conn->staged()) rec_.event("info", "file_staged", f.describe(), dev.name);
   rec_.event("info", "agent_started",
-             fmt::format("{} {} ({}, pid {}){}", agent::role_name(conn->role()), dev.name, settings::transport_name(dev.transport),
+             fmt::format("{} {} ({}, pid {}){}", wire::role_name(conn->role()), dev.name, settings::transport_name(dev.transport),
                          conn->proc().pid(), when),
              dev.name);
   agents_.push_back(std::move(conn));
@@ -39,7 +39,7 @@ bool AgentSet::finished(size_t i) const {
 
 bool AgentSet::drivers_done() const {
   for (size_t i = 0; i < agents_.size(); ++i)
-    if (agent::drives_session(agents_[i]->role()) && !finished(i)) return false;
+    if (wire::drives_session(agents_[i]->role()) && !finished(i)) return false;
   return true;
 }
 
@@ -53,7 +53,7 @@ void AgentSet::dispatch(const fleet::Event& e) {
   liveness_.heard(e.agent);
   if (e.closed) {
     if (!finished(e.agent)) {
-      const std::string why = fmt::format("{} agent on {} exited unexpectedly ({}); {}", agent::role_name(a.role()), dev,
+      const std::string why = fmt::format("{} agent on {} exited unexpectedly ({}); {}", wire::role_name(a.role()), dev,
                                           e.msg.error().message, log_tail_text(a.proc().log_tail()));
       // While stopping after a signal the session is interrupted anyway; the crash is still recorded.
       if (fleet::SignalCatcher::signal()) rec_.event("warn", "agent_lost", why, dev);
@@ -63,12 +63,12 @@ void AgentSet::dispatch(const fleet::Event& e) {
     return;
   }
   if (!e.msg) {
-    fail(fmt::format("{} agent on {}: bad control line: {}", agent::role_name(a.role()), dev, e.msg.error().str()));
+    fail(fmt::format("{} agent on {}: bad control line: {}", wire::role_name(a.role()), dev, e.msg.error().str()));
     return;
   }
   const ControlMsg& m = *e.msg;
   if (m.kind == "FAIL") {
-    fail(fmt::format("{} agent on {} failed: {}", agent::role_name(a.role()), dev, core::reported_error_text(m.get_or("error", "?"))));
+    fail(fmt::format("{} agent on {} failed: {}", wire::role_name(a.role()), dev, core::reported_error_text(m.get_or("error", "?"))));
     return;
   }
   if (m.kind == "DONE") finished_[e.agent] = true;
@@ -80,7 +80,7 @@ void AgentSet::dispatch(const fleet::Event& e) {
     // The agent answers, but its serving loop has stopped turning (#24).
     fail(fmt::format("{} agent on {} is stuck: its serving loop has made no progress for {} ms (after {} turns), "
                      "though its control channel still answers; ending the run",
-                     agent::role_name(a.role()), dev, m.get_or("stalled_ms", "?"), m.get_or("loop", "?")));
+                     wire::role_name(a.role()), dev, m.get_or("stalled_ms", "?"), m.get_or("loop", "?")));
     return;
   }
   if (handler_) handler_(e.agent, m);
@@ -92,7 +92,7 @@ void AgentSet::interrupt(int sig) {
   stopping_ = true;
   rec_.event("warn", "run_interrupted", fmt::format("{} received: stopping the {}", signal_name(sig), drivers_));
   for (size_t i = 0; i < agents_.size(); ++i)
-    if (agent::drives_session(agents_[i]->role()) && !finished(i)) (void)agents_[i]->send("STOP", {});
+    if (wire::drives_session(agents_[i]->role()) && !finished(i)) (void)agents_[i]->send("STOP", {});
   stop_deadline_ = Clock::now() + kStopGrace;
 }
 
@@ -120,7 +120,7 @@ void AgentSet::wait_until(const std::function<bool()>& done, int timeout_ms) {
     if (!stopping_ && tick_) tick_();
     for (size_t i = 0; i < agents_.size(); ++i)
       if (!finished(i))
-        if (auto why = liveness_.newly_lost(i, std::string(agent::role_name(agents_[i]->role())), agents_[i]->device().name))
+        if (auto why = liveness_.newly_lost(i, std::string(wire::role_name(agents_[i]->role())), agents_[i]->device().name))
           if (!(spare_ && spare_(i, *why))) fail(*why);
   }
   // Lines already read are still recorded.

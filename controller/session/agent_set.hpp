@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 #include "controller/session/liveness.hpp"
 #include "fleet/event_pump.hpp"
 #include "fleet/launcher.hpp"
@@ -37,7 +37,7 @@ class AgentSet {
   using Clock = std::chrono::steady_clock;
   // A command's part of one control line, after the shared part (the
   // recorder has it; FAIL and bad lines never get here).
-  using Handler = std::function<void(size_t agent, const agent::ControlMsg& m)>;
+  using Handler = std::function<void(size_t agent, const wire::ControlMsg& m)>;
   // Whether the loss of an agent (why) is survivable; true when the handler
   // recorded it and the session goes on without that agent.
   using Spare = std::function<bool(size_t agent, const std::string& why)>;

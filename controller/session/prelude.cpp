@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "agent/agent.hpp"
+#include "wire/identity.hpp"
 #include "controller/session/agent_config.hpp"
 #include "controller/session/model_check.hpp"
 #include "core/user_error.hpp"
@@ -73,7 +73,7 @@ SessionLaunch::SessionLaunch(const settings::ExperimentConfig& cfg, const Sessio
   }
 }
 
-fleet::LaunchSpec SessionLaunch::spec(const settings::DeviceConfig& dev, agent::AgentRole role,
+fleet::LaunchSpec SessionLaunch::spec(const settings::DeviceConfig& dev, wire::AgentRole role,
                                       std::vector<std::string> args) const {
   fleet::LaunchSpec ls;
   ls.device = &dev;
@@ -88,7 +88,7 @@ fleet::LaunchSpec SessionLaunch::spec(const settings::DeviceConfig& dev, agent::
   ls.trust_new_hosts = trust_new_hosts;
   ls.config_yaml = config_yaml;
   ls.experiment = &experiment;
-  if (auto it = own_splits.find(dev.name); it != own_splits.end() && role == agent::AgentRole::participant) {
+  if (auto it = own_splits.find(dev.name); it != own_splits.end() && role == wire::AgentRole::participant) {
     ls.config_yaml = it->second.first;
     ls.experiment = &it->second.second;
   }
@@ -100,7 +100,7 @@ RunInfo session_run_info(const settings::ExperimentConfig& cfg, const SessionPre
   RunInfo info;
   info.name = std::move(name);
   info.config_yaml = settings::to_yaml(cfg);
-  info.tracr_version = agent::kAgentVersion;
+  info.tracr_version = wire::kAgentVersion;
   info.protocol_version = static_cast<int>(protocol::kVersion);
   info.model = cfg.model;
   info.codec = cfg.compression;

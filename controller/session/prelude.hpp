@@ -37,7 +37,7 @@ struct SessionLaunch {
   SessionLaunch(const settings::ExperimentConfig& cfg, const SessionPrelude& pre, std::vector<uint8_t> secret,
                 std::string stamp, int64_t run_id, bool trust_new_hosts);
   // Touches nothing shared: agents may be launched concurrently.
-  fleet::LaunchSpec spec(const settings::DeviceConfig& dev, agent::AgentRole role,
+  fleet::LaunchSpec spec(const settings::DeviceConfig& dev, wire::AgentRole role,
                          std::vector<std::string> args) const;
 
   const SessionPrelude& pre;

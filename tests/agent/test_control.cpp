@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 
 using namespace tracr;
-using namespace tracr::agent;
+using namespace tracr::wire;
 
 namespace {
 std::vector<uint8_t> secret(uint8_t b) { return std::vector<uint8_t>(32, b); }

@@ -12,6 +12,7 @@
 #include "agent/roles.hpp"
 
 using namespace tracr::agent;
+using namespace tracr::wire;
 
 namespace {
 std::vector<uint8_t> secret() { return std::vector<uint8_t>(32, 9); }

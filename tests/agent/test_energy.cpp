@@ -14,6 +14,7 @@
 
 namespace fs = std::filesystem;
 using namespace tracr::agent;
+using namespace tracr::wire;
 
 namespace {
 

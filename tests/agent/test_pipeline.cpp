@@ -16,6 +16,7 @@
 
 using namespace tracr;
 using namespace tracr::agent;
+using namespace tracr::wire;
 
 namespace {
 

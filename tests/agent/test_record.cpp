@@ -6,11 +6,11 @@
 #include <cstring>
 #include <set>
 
-#include "agent/control.hpp"
-#include "agent/record.hpp"
+#include "wire/control.hpp"
+#include "wire/record.hpp"
 
 using namespace tracr;
-using namespace tracr::agent;
+using namespace tracr::wire;
 
 namespace {
 

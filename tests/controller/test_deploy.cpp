@@ -135,7 +135,7 @@ Result<std::unique_ptr<AgentConn>> launch(const SshTarget& target, const std::st
   dev.transport = settings::Transport::ssh;
   LaunchSpec ls;
   ls.device = &dev;
-  ls.role = tracr::agent::AgentRole::server;
+  ls.role = tracr::wire::AgentRole::server;
   ls.args = args;
   ls.secret = std::vector<uint8_t>(32, 0xaa);
   ls.ssh_target = target;
@@ -203,7 +203,7 @@ TEST_F(DeployTest, AgentThatExitsBeforeReadyReportsItsLog) {
     tracr::testing::spit(fake, std::string("#!/bin/sh\n") + body + "\n");
     ::chmod(fake.c_str(), 0755);
     auto a = launch(sshd().target(true), fake, {});
-    Result<agent::ControlMsg> r = a ? (*a)->wait_ready(15000) : Result<agent::ControlMsg>(a.error());
+    Result<wire::ControlMsg> r = a ? (*a)->wait_ready(15000) : Result<wire::ControlMsg>(a.error());
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.error().code, Errc::peer_closed) << r.error().str();
     EXPECT_TRUE(contains(r.error().message, "exited before READY")) << r.error().message;

@@ -191,7 +191,7 @@ TEST(ResultsDb, DatabaseColumnsAreExactlyTheSchemaTable) {
   EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"),
             std::to_string(tables));
   // Every agent field is a frames / layer_profiles / devices column.
-  for (const auto& f : agent::frame_fields())
+  for (const auto& f : wire::frame_fields())
     EXPECT_EQ(scalar(*db, std::string("SELECT COUNT(*) FROM pragma_table_info('frames') WHERE name = '") + f.name + "'"), "1")
         << f.name;
 }

@@ -81,11 +81,11 @@ TEST(Staging, RolesReadTheirFilesOnly) {
     for (const auto& f : v) s += f.key + "=" + f.local + " ";
     return s;
   };
-  EXPECT_EQ(keys(agent_files(c, agent::AgentRole::server)), "model=/m/model.pt weights=/m/w.pt ");
-  EXPECT_EQ(keys(agent_files(c, agent::AgentRole::train_worker)), "model=/m/model.pt weights=/m/w.pt ");
-  EXPECT_EQ(keys(agent_files(c, agent::AgentRole::participant)),
+  EXPECT_EQ(keys(agent_files(c, wire::AgentRole::server)), "model=/m/model.pt weights=/m/w.pt ");
+  EXPECT_EQ(keys(agent_files(c, wire::AgentRole::train_worker)), "model=/m/model.pt weights=/m/w.pt ");
+  EXPECT_EQ(keys(agent_files(c, wire::AgentRole::participant)),
             "model=/m/model.pt weights=/m/w.pt dataset.path=/data/images dataset.class_names=/data/names.txt ");
-  EXPECT_EQ(keys(agent_files(c, agent::AgentRole::train_owner)), keys(agent_files(c, agent::AgentRole::participant)));
+  EXPECT_EQ(keys(agent_files(c, wire::AgentRole::train_owner)), keys(agent_files(c, wire::AgentRole::participant)));
   // The device paths replace the controller's in what the agent is sent.
   std::vector<StagedFile> st(4);
   st[0].key = "model", st[0].remote = "/d/m.pt";
@@ -269,7 +269,7 @@ TEST_F(StagingSsh, MissingSharedLibrariesAreNamedAndTheLaunchIsRefused) {
   settings::DeviceConfig dev = ssh_device(sshd().dir() + "/work");
   LaunchSpec ls;
   ls.device = &dev;
-  ls.role = agent::AgentRole::server;
+  ls.role = wire::AgentRole::server;
   ls.secret.assign(32, 1);
   ls.ssh_target = sshd().target();
   ls.installed_path = bin;

@@ -11,11 +11,11 @@ using namespace tracr::testing;
 
 namespace {
 
-Result<agent::ControlMsg> start_participant(const std::string& yaml, std::unique_ptr<AgentConn>* keep) {
+Result<wire::ControlMsg> start_participant(const std::string& yaml, std::unique_ptr<AgentConn>* keep) {
   static const settings::DeviceConfig local = local_device("participant");
   LaunchSpec ls;
   ls.device = &local;
-  ls.role = tracr::agent::AgentRole::participant;
+  ls.role = tracr::wire::AgentRole::participant;
   ls.args = {"--in-process"};
   ls.agent_path = std::string(TRACR_BIN_DIR) + "/tracr-agent";
   ls.secret = std::vector<uint8_t>(32, 7);

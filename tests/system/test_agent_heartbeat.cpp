@@ -56,7 +56,7 @@ TEST(AgentHeartbeat, ControllerHeartbeatsKeepAnIdleAgentRunning) {
   static const settings::DeviceConfig local = local_device("server");
   LaunchSpec ls;
   ls.device = &local;
-  ls.role = tracr::agent::AgentRole::server;
+  ls.role = tracr::wire::AgentRole::server;
   ls.args = {"--bind", "tcp://127.0.0.1:0"};
   ls.agent_path = kAgent;
   ls.secret = std::vector<uint8_t>(32, 6);

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <fstream>
 
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 #include "fleet/process.hpp"
 #include "protocol/channel.hpp"
 #include "protocol/crypto.hpp"
@@ -31,7 +31,7 @@ TEST(HelloClock, AnAgentDatesAndChecksHellosOnTheClockItsControllerHandsIt) {
   ASSERT_TRUE(
       p->write_stdin(protocol::to_hex(secret.data(), secret.size()) + " clock_ms=" + std::to_string(controller_ms) + "\n")
           .ok());
-  agent::ControlCodec codec(secret, agent::ControlDir::agent_to_controller);
+  wire::ControlCodec codec(secret, wire::ControlDir::agent_to_controller);
   std::string endpoint;
   for (int i = 0; i < 200 && endpoint.empty(); ++i) {
     auto line = p->read_line(20000);

@@ -86,7 +86,7 @@ void probe_matches_iperf3_and_rate(double rate_mbit, bool auto_size) {
     const double sizing = std::stod(query(db, std::string("select sizing_") + way + "_mbps from probes"));
     const int64_t bytes = std::stoll(query(db, "select " + chunk + " from probes"));
     EXPECT_GT(sizing, 0) << way;
-    EXPECT_EQ(bytes, tracr::agent::auto_probe_chunk(sizing, 3000)) << way;
+    EXPECT_EQ(bytes, tracr::wire::auto_probe_chunk(sizing, 3000)) << way;
     EXPECT_EQ(bytes % 4096, 0) << way;
     EXPECT_GE(bytes, 16 * 1024) << way;
     EXPECT_LE(bytes, 4 * 1024 * 1024) << way;

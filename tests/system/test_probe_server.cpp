@@ -23,7 +23,7 @@ TEST(ProbeServer, AnswersEchoSinkSourceAndRefusesBadRequests) {
   const std::vector<uint8_t> secret(32, 3);
   LaunchSpec ls;
   ls.device = &local;
-  ls.role = tracr::agent::AgentRole::server;
+  ls.role = tracr::wire::AgentRole::server;
   ls.args = {"--bind", "tcp://127.0.0.1:0"};
   ls.agent_path = std::string(TRACR_BIN_DIR) + "/tracr-agent";
   ls.secret = secret;

@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "agent/agent.hpp"
+#include "wire/identity.hpp"
 #include "experiments/datasets.hpp"
 #include "experiments/registry.hpp"
 #include "experiments/train.hpp"
@@ -273,7 +273,7 @@ TEST(Train, ThreeAgentsMatchSingleProcessTrainingAndKeepDataOnTheOwner) {
       x = x.contiguous();
       y = y.contiguous();
       for (const auto& [ptr, n] : {std::pair<const void*, size_t>{x.data_ptr(), x.nbytes()}, {y.data_ptr(), y.nbytes()}})
-        EXPECT_FALSE(hashes.count(fmt::format("{:016x}", tracr::agent::fnv1a(ptr, n))));
+        EXPECT_FALSE(hashes.count(fmt::format("{:016x}", tracr::wire::fnv1a(ptr, n))));
     }
   }
 

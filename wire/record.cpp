@@ -1,4 +1,4 @@
-#include "agent/record.hpp"
+#include "wire/record.hpp"
 
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -13,10 +13,10 @@
 
 #include <fmt/format.h>
 
-#include "agent/agent.hpp"
+#include "wire/identity.hpp"
 #include "protocol/crypto.hpp"
 
-namespace tracr::agent {
+namespace tracr::wire {
 
 #define TRACR_FK_I FieldKind::integer
 #define TRACR_FK_N FieldKind::opt_integer
@@ -26,7 +26,7 @@ namespace tracr::agent {
 const std::vector<FieldInfo>& frame_fields() {
   static const std::vector<FieldInfo> v = {
 #define TRACR_FRAME_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_FRAME_FIELD
   };
   return v;
@@ -34,7 +34,7 @@ const std::vector<FieldInfo>& frame_fields() {
 const std::vector<FieldInfo>& profile_fields() {
   static const std::vector<FieldInfo> v = {
 #define TRACR_PROFILE_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_PROFILE_FIELD
   };
   return v;
@@ -42,7 +42,7 @@ const std::vector<FieldInfo>& profile_fields() {
 const std::vector<FieldInfo>& probe_fields() {
   static const std::vector<FieldInfo> v = {
 #define TRACR_PROBE_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_PROBE_FIELD
   };
   return v;
@@ -50,7 +50,7 @@ const std::vector<FieldInfo>& probe_fields() {
 const std::vector<FieldInfo>& segment_fields() {
   static const std::vector<FieldInfo> v = {
 #define TRACR_SEGMENT_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_SEGMENT_FIELD
   };
   return v;
@@ -58,7 +58,7 @@ const std::vector<FieldInfo>& segment_fields() {
 const std::vector<FieldInfo>& energy_fields() {
   static const std::vector<FieldInfo> v = {
 #define TRACR_ENERGY_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_ENERGY_FIELD
   };
   return v;
@@ -66,7 +66,7 @@ const std::vector<FieldInfo>& energy_fields() {
 const std::vector<FieldInfo>& hw_fields() {
   static const std::vector<FieldInfo> v = {
 #define TRACR_HW_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_HW_FIELD
   };
   return v;
@@ -373,4 +373,4 @@ int64_t auto_probe_chunk(double mbps, int duration_ms) {
   return static_cast<int64_t>(fit) / 4096 * 4096;
 }
 
-}  // namespace tracr::agent
+}  // namespace tracr::wire

@@ -1,4 +1,4 @@
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 
 #include <chrono>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 
 #include "protocol/crypto.hpp"
 
-namespace tracr::agent {
+namespace tracr::wire {
 
 using protocol::hkdf_sha256;
 using protocol::hmac_sha256;
@@ -117,7 +117,7 @@ constexpr bool kA2c(const char* d) { return d[0] == 'a' || d[0] == 'b'; }
 constexpr bool kC2a(const char* d) { return d[0] == 'c' || d[0] == 'b'; }
 constexpr KindInfo kKinds[] = {
 #define TRACR_CONTROL_KIND(name, dir, meaning) {#name, kA2c(#dir), kC2a(#dir)},
-#include "agent/control_kinds.def"
+#include "wire/control_kinds.def"
 #undef TRACR_CONTROL_KIND
 };
 
@@ -201,4 +201,4 @@ Result<ControlMsg> ControlCodec::decode(const std::string& line) {
   return m;
 }
 
-}  // namespace tracr::agent
+}  // namespace tracr::wire

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string_view>
 
-namespace tracr::agent {
+namespace tracr::wire {
 
 enum class AgentRole { server, participant, train_worker, train_owner };
 
@@ -40,4 +40,4 @@ constexpr bool is_training(AgentRole r) { return r == AgentRole::train_worker ||
 // such agent has finished.
 constexpr bool drives_session(AgentRole r) { return r == AgentRole::participant || r == AgentRole::train_owner; }
 
-}  // namespace tracr::agent
+}  // namespace tracr::wire

@@ -1,5 +1,5 @@
 // The measurement record: frames, layer profiles and hardware identity, each
-// generated from agent/record_fields.def (one definition per field). The
+// generated from wire/record_fields.def (one definition per field). The
 // agent emits them as control lines (to_control), the controller parses them
 // back (from_control) and stores them column by column (visit); nothing the
 // agent measures can be dropped on the way, because every step iterates the
@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "agent/control.hpp"
+#include "wire/control.hpp"
 #include "protocol/error.hpp"
 
-namespace tracr::agent {
+namespace tracr::wire {
 
 enum class FieldKind { integer, opt_integer, text, opt_real };
 
@@ -45,7 +45,7 @@ struct TopkEntry {
 // One frame (one batch through head, link, tail and post-processing).
 struct FrameRecord {
 #define TRACR_FRAME_FIELD(n, k, ...) TRACR_FT_##k n{};
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_FRAME_FIELD
   // Not columns of frames: child rows that ride on the FRAME line (keys
   // "topk" and "outputs"/"outputs_shape", see to_control).
@@ -62,7 +62,7 @@ struct FrameRecord {
 // One layer's profile on one device.
 struct ProfileRecord {
 #define TRACR_PROFILE_FIELD(n, k, ...) TRACR_FT_##k n{};
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_PROFILE_FIELD
 };
 
@@ -73,14 +73,14 @@ struct ProfileRecord {
 // prefers them, analysis/plan.cpp).
 struct SegmentRecord {
 #define TRACR_SEGMENT_FIELD(n, k, ...) TRACR_FT_##k n{};
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_SEGMENT_FIELD
 };
 
 // One link probe between a participant and its server.
 struct ProbeRecord {
 #define TRACR_PROBE_FIELD(n, k, ...) TRACR_FT_##k n{};
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_PROBE_FIELD
 };
 
@@ -96,7 +96,7 @@ int64_t auto_probe_chunk(double mbps, int duration_ms);
 // Energy of one window on one side from one source (agent/energy.hpp).
 struct EnergyRecord {
 #define TRACR_ENERGY_FIELD(n, k, ...) TRACR_FT_##k n{};
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_ENERGY_FIELD
   EnergyRecord() { reps = 1; }
 };
@@ -104,7 +104,7 @@ struct EnergyRecord {
 // What machine an agent runs on.
 struct HwIdentity {
 #define TRACR_HW_FIELD(n, k, ...) TRACR_FT_##k n{};
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_HW_FIELD
 };
 
@@ -121,7 +121,7 @@ void visit_frame(R& r, F&& f) {
   const auto& info = frame_fields();
   size_t i = 0;
 #define TRACR_FRAME_FIELD(n, ...) f(info[i++], r.n);
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_FRAME_FIELD
 }
 template <class R, class F>
@@ -129,7 +129,7 @@ void visit_profile(R& r, F&& f) {
   const auto& info = profile_fields();
   size_t i = 0;
 #define TRACR_PROFILE_FIELD(n, ...) f(info[i++], r.n);
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_PROFILE_FIELD
 }
 template <class R, class F>
@@ -137,7 +137,7 @@ void visit_segment(R& r, F&& f) {
   const auto& info = segment_fields();
   size_t i = 0;
 #define TRACR_SEGMENT_FIELD(n, ...) f(info[i++], r.n);
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_SEGMENT_FIELD
 }
 template <class R, class F>
@@ -145,7 +145,7 @@ void visit_probe(R& r, F&& f) {
   const auto& info = probe_fields();
   size_t i = 0;
 #define TRACR_PROBE_FIELD(n, ...) f(info[i++], r.n);
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_PROBE_FIELD
 }
 template <class R, class F>
@@ -153,7 +153,7 @@ void visit_energy(R& r, F&& f) {
   const auto& info = energy_fields();
   size_t i = 0;
 #define TRACR_ENERGY_FIELD(n, ...) f(info[i++], r.n);
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_ENERGY_FIELD
 }
 template <class R, class F>
@@ -161,7 +161,7 @@ void visit_hw(R& r, F&& f) {
   const auto& info = hw_fields();
   size_t i = 0;
 #define TRACR_HW_FIELD(n, ...) f(info[i++], r.n);
-#include "agent/record_fields.def"
+#include "wire/record_fields.def"
 #undef TRACR_HW_FIELD
 }
 
@@ -209,4 +209,4 @@ int64_t identity_residual(const FrameRecord& r);
 HwIdentity local_hw_identity();
 void finish_hw_id(HwIdentity& h);
 
-}  // namespace tracr::agent
+}  // namespace tracr::wire

@@ -8,7 +8,7 @@
 // k = HKDF-SHA256(secret, salt = "", info = "tracr/1 control a2c" or
 // "tracr/1 control c2a", 32). A line with a bad MAC, a repeated or skipped
 // seq, or bad syntax is rejected with a typed error naming the agent.
-// The kinds, each direction's, with their meaning: agent/control_kinds.def
+// The kinds, each direction's, with their meaning: wire/control_kinds.def
 // (READY, HEARTBEAT, FRAME, ... from the agent; CONFIG, STOP, CMD and
 // HEARTBEAT from the controller). A line of a kind not listed for its
 // direction does not decode.
@@ -25,7 +25,7 @@
 
 #include "protocol/error.hpp"
 
-namespace tracr::agent {
+namespace tracr::wire {
 
 struct ControlMsg {
   uint64_t seq = 0;
@@ -88,4 +88,4 @@ class Heartbeat {
 std::string pct_encode(const std::string& s);
 Result<std::string> pct_decode(const std::string& s);
 
-}  // namespace tracr::agent
+}  // namespace tracr::wire

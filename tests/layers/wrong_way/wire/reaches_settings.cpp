@@ -1,0 +1,3 @@
+// wire/ sits on protocol/ alone: check_layers rejects this one.
+#include "protocol/error.hpp"
+#include "settings/config.hpp"
