@@ -7,7 +7,8 @@
 
 #include "agent/delay_relay.hpp"
 #include "agent/roles.hpp"
-#include "agent/runner.hpp"
+#include "agent/link_probe.hpp"
+#include "agent/pipeline.hpp"
 #include "experiments/profile.hpp"
 
 #include <torch/version.h>

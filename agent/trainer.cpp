@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "agent/agent.hpp"
-#include "agent/runner.hpp"
+#include "agent/segment.hpp"
 #include "experiments/datasets.hpp"
 #include "experiments/tensor_bridge.hpp"
 #include "experiments/train.hpp"

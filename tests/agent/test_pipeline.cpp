@@ -8,7 +8,8 @@
 #include <cstring>
 #include <set>
 
-#include "agent/runner.hpp"
+#include "agent/link_probe.hpp"
+#include "agent/pipeline.hpp"
 #include "experiments/registry.hpp"
 #include "protocol/codec.hpp"
 #include "experiments/tensor_bridge.hpp"

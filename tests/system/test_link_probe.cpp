@@ -5,7 +5,7 @@
 // (probe.chunk_bytes: auto).
 #include <regex>
 
-#include "agent/runner.hpp"
+#include "agent/link_probe.hpp"
 #include "system/system_util.hpp"
 
 using namespace tracr::testing;

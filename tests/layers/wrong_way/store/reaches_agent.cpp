@@ -1,3 +1,3 @@
 // store/ reaches the agents through wire/ only: check_layers rejects this one.
-#include "agent/runner.hpp"
+#include "agent/pipeline.hpp"
 #include "wire/record.hpp"

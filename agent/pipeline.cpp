@@ -1,313 +1,33 @@
-#include "agent/runner.hpp"
+#include "agent/pipeline.hpp"
 
 #include <torch/torch.h>
 
-#include <chrono>
-#include <cstring>
+#include <algorithm>
 #include <deque>
 #include <thread>
+
 #include <fmt/format.h>
 
-#include "agent/agent.hpp"
-#include "experiments/imagenet_classes.hpp"
-#include "experiments/postprocess.hpp"
-#include "experiments/registry.hpp"
+#include "agent/frame_result.hpp"
+#include "agent/timing.hpp"
 #include "experiments/tensor_bridge.hpp"
 #include "protocol/codec_choice.hpp"
 #include "protocol/meta_keys.hpp"
 #include "protocol/stats.hpp"
-#include "wire/identity.hpp"
 
 namespace tracr::agent {
 
-using namespace tracr::wire;
-
 using namespace tracr::protocol;
+using namespace tracr::wire;
 namespace ex = tracr::experiments;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-int64_t ns_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
-}
+
 int64_t meta_int(const Meta& m, const std::string& k) {
   auto it = m.find(k);
   if (it == m.end()) return 0;
   if (auto* v = std::get_if<int64_t>(&it->second)) return *v;
   return 0;
-}
-void sync(const c10::Device& d) {
-  if (d.is_cuda()) torch::cuda::synchronize(d.index());
-}
-}  // namespace
-
-Result<std::unique_ptr<ex::SplitModel>> load_model(const ModelSpec& spec) {
-  return ex::create_model(spec.name, spec.config);
-}
-
-std::string model_fingerprint(const ex::SplitModel& m) {
-  uint64_t h = 1469598103934665603ull;
-  for (const auto& nt : m.state_dict()) {
-    h = fnv1a(nt.name.data(), nt.name.size(), h);
-    at::Tensor t = nt.tensor.detach().to(torch::kCPU).contiguous();
-    for (auto d : t.sizes()) h = fnv1a(&d, sizeof d, h);
-    h = fnv1a(t.data_ptr(), t.numel() * t.element_size(), h);
-  }
-  // How the model executes (graph models: as traced or optimized).
-  if (m.execution() != "layers") h = fnv1a(m.execution().data(), m.execution().size(), h);
-  return fmt::format("{:016x}", h);
-}
-
-TailExecutor::TailExecutor(std::shared_ptr<ex::SplitModel> model)
-    : model_(std::move(model)), fingerprint_(model_fingerprint(*model_)) {}
-
-Result<std::pair<Bundle, Meta>> TailExecutor::handle(const Frame& f) {
-  const int n = model_->num_layers();
-  const int k = f.header.split;
-  if (k < 0 || k > n)
-    return make_error(Errc::invalid_argument,
-                      fmt::format("split {} is outside [0, {}] for model {}", k, n, model_->name()));
-  if (auto it = f.header.meta.find(protocol::meta_key::kModelFp); it != f.header.meta.end()) {
-    auto* fp = std::get_if<std::string>(&it->second);
-    if (!fp || *fp != fingerprint_)
-      return make_error(Errc::config, fmt::format("model mismatch: participant has {} fingerprint {}, "
-                                                  "server has {} (same name, weights, input shape and seed needed)",
-                                                  model_->name(), fp ? *fp : "?", fingerprint_));
-  }
-  auto in = ex::from_protocol(f.tensors);
-  if (!in) return std::move(in.error());
-  torch::NoGradGuard ng;
-  std::optional<EnergyMeter::Mark> e0;
-  if (energy_) e0 = energy_->mark();
-  auto t0 = Clock::now();
-  auto out = model_->run(k, n, std::move(*in));
-  if (!out) return std::move(out.error());
-  sync(model_->device());
-  auto t1 = Clock::now();
-  std::string srv_energy;
-  if (energy_) {
-    auto rows = energy_->between(*e0, energy_->mark(), 1);
-    for (auto& r : rows) {
-      r.side = "server";
-      r.stage = "tail";
-      r.split = k;
-    }
-    srv_energy = pack_energy(rows);
-  }
-  auto pb = ex::to_protocol(*out);
-  if (!pb) return std::move(pb.error());
-  Meta meta;
-  meta[protocol::meta_key::kSrvDecodeNs] = f.stats.total_ns;
-  meta[protocol::meta_key::kSrvTailNs] = ns_between(t0, t1);
-  if (!srv_energy.empty()) meta[protocol::meta_key::kSrvEnergy] = srv_energy;
-  // From the request's last segment to here, just before the reply is encoded.
-  meta[protocol::meta_key::kSrvNs] = ns_between(Clock::time_point(std::chrono::nanoseconds(f.stats.last_segment_at_ns)), Clock::now());
-  return std::make_pair(std::move(*pb), std::move(meta));
-}
-
-Status NetworkLink::send(const SendOptions& so, int32_t split, const Bundle& b, const Meta& meta,
-                         FrameStats* stats) {
-  return c_->send_with(so, MsgType::infer_request, split, b, meta, stats);
-}
-
-InProcessLink::InProcessLink(std::unique_ptr<TailExecutor> tail, bool encrypt)
-    : tail_(std::move(tail)), encrypt_(encrypt) {
-  up_w_.set_session(1);
-  up_r_.set_session(1);
-  down_w_.set_session(1);
-  down_r_.set_session(1);
-  if (encrypt_) {
-    Key256 k1{}, k2{};
-    Iv96 i1{}, i2{};
-    // Keys from a failed random source would be predictable: fatal.
-    for (auto [p, n] : {std::pair<uint8_t*, size_t>{k1.data(), k1.size()}, {k2.data(), k2.size()}, {i1.data(), i1.size()},
-                        {i2.data(), i2.size()}})
-      if (auto st = random_bytes(p, n); !st) throw Fatal(st.error());
-    (void)up_w_.set_key(k1, i1);
-    (void)up_r_.set_key(k1, i1);
-    (void)down_w_.set_key(k2, i2);
-    (void)down_r_.set_key(k2, i2);
-  }
-}
-
-Status InProcessLink::send(const SendOptions& so, int32_t split, const Bundle& b, const Meta& meta,
-                           FrameStats* stats) {
-  std::vector<Segment> segs;
-  auto collect = [&](Segment&& s) {
-    segs.push_back(std::move(s));
-    return Status{};
-  };
-  Header h;
-  h.type = MsgType::infer_request;
-  h.split = split;
-  h.meta = meta;
-  TRACR_TRY(up_w_.write(h, b, so, collect, stats));
-  for (auto& s : segs)
-    for (auto& fr : up_r_.feed(s)) {
-      if (!fr) {
-        ready_.push_back(std::move(fr.error()));
-        continue;
-      }
-      auto res = tail_->handle(*fr);
-      std::vector<Segment> back;
-      auto collect_back = [&](Segment&& x) {
-        back.push_back(std::move(x));
-        return Status{};
-      };
-      Header r;
-      r.split = split;
-      Bundle outputs;
-      if (res) {
-        r.type = MsgType::infer_result;
-        r.meta = res->second;
-        outputs = std::move(res->first);
-      } else {
-        r.type = MsgType::error;
-        r.error = res.error();
-      }
-      r.meta[protocol::meta_key::kReqSeq] = static_cast<int64_t>(fr->header.seq);
-      SendOptions reply;  // results go back uncompressed, like the SERVER agent's replies
-      TRACR_TRY(down_w_.write(r, outputs, reply, collect_back));
-      for (auto& x : back)
-        for (auto& out : down_r_.feed(x)) ready_.push_back(std::move(out));
-    }
-  return {};
-}
-
-Result<Frame> InProcessLink::recv(int) {
-  if (ready_.empty()) return make_error(Errc::timeout, "no reply pending in the in-process link");
-  auto r = std::move(ready_.front());
-  ready_.pop_front();
-  return r;
-}
-
-Result<Command> parse_command(const ControlMsg& m) {
-  Command c;
-  auto id = m.get_int("id");
-  if (!id) return std::move(id.error());
-  c.id = *id;
-  auto op = m.get_str("op");
-  if (!op) return std::move(op.error());
-  if (*op == "set_split") {
-    c.kind = Command::Kind::set_split;
-    auto k = m.get_int("split");
-    if (!k) return std::move(k.error());
-    if (*k < 0 || *k > 1000000)
-      return make_error(Errc::field_type, fmt::format("CMD set_split: split {} is not a split point", *k));
-    c.split = static_cast<int>(*k);
-  } else if (*op == "set_codec") {
-    c.kind = Command::Kind::set_codec;
-    auto t = m.get_str("codec");
-    if (!t) return std::move(t.error());
-    auto spec = CodecSpec::parse(*t);
-    if (!spec) return make_error(spec.error().code, "CMD set_codec: " + spec.error().message);
-    c.codec = spec->name();
-  } else if (*op == "pause") {
-    c.kind = Command::Kind::pause;
-  } else if (*op == "resume") {
-    c.kind = Command::Kind::resume;
-  } else if (*op == "stop") {
-    c.kind = Command::Kind::stop;
-  } else {
-    return make_error(Errc::field_type,
-                      "CMD op '" + *op + "': expected set_split, set_codec, pause, resume or stop");
-  }
-  return c;
-}
-
-namespace {
-
-struct Pending {
-  FrameRecord rec;
-  uint64_t req_seq = 0;  // the request frame's seq: its reply names it (meta req_seq)
-  Clock::time_point t0, t_head, t_sent;
-  std::optional<EnergyMeter::Mark> e0, e_head;
-  at::Tensor labels;
-  std::vector<ex::ImageTransform> transforms;
-};
-
-// Post-processes the reply; fills result, correct, top5_correct, the top-k
-// rows and (record_outputs, timed frames) the output tensor.
-Status finish(Pending& p, const Frame& f, const ex::SplitModel& model, const std::vector<std::string>& dataset_names,
-              int topk, bool record_outputs) {
-  if (f.header.type == MsgType::error)
-    return make_error(Errc::remote, "server: " + (f.header.error ? f.header.error->str() : std::string("error")));
-  auto outs = ex::from_protocol(f.tensors);
-  if (!outs) return std::move(outs.error());
-  std::string result;
-  if (model.task() == ex::ModelTask::classification && !outs->empty()) {
-    const at::Tensor logits = (*outs)[0].tensor.to(torch::kCPU, torch::kFloat).contiguous();
-    const int64_t width = logits.dim() == 2 ? logits.size(1) : -1;
-    // Labels index the dataset's classes: they mean the model's classes only
-    // when the dataset has exactly as many.
-    const bool labels_fit = static_cast<int64_t>(dataset_names.size()) == width && p.labels.defined();
-    const auto& names = ex::class_names_for(width, dataset_names);
-    auto preds = ex::top_k(logits, std::max(topk, 5), names);
-    if (!preds) return std::move(preds.error());
-    int64_t correct = 0, correct5 = 0;
-    for (size_t i = 0; i < preds->size(); ++i) {
-      const auto& best = (*preds)[i].front();
-      if (!result.empty()) result += ";";
-      result += fmt::format("{}:{:.4f}", best.label, best.confidence);
-      const int64_t label = labels_fit ? p.labels[static_cast<int64_t>(i)].item<int64_t>() : -1;
-      for (size_t r = 0; r < (*preds)[i].size(); ++r) {
-        const auto& pr = (*preds)[i][r];
-        if (r < 5 && pr.class_id == label) {
-          ++correct5;
-          if (r == 0) ++correct;
-        }
-        if (static_cast<int>(r) < topk)
-          p.rec.topk.push_back({static_cast<int64_t>(i), static_cast<int64_t>(r + 1), pr.class_id,
-                                names.empty() ? std::string() : pr.label, pr.confidence});
-      }
-    }
-    p.rec.correct = labels_fit ? correct : -1;
-    p.rec.top5_correct = labels_fit ? correct5 : -1;
-    if (record_outputs && !p.rec.warmup && width > 0) {
-      p.rec.outputs.assign(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
-      p.rec.outputs_shape = {logits.size(0), width};
-    }
-  } else if (model.task() == ex::ModelTask::detection && model.detection_head()) {
-    auto dets = ex::decode_detections(*outs, *model.detection_head(), p.transforms, dataset_names);
-    if (!dets) return std::move(dets.error());
-    for (const auto& d : *dets) {
-      if (!result.empty()) result += ";";
-      result += fmt::format("{} detections", d.size());
-    }
-  }
-  // Raw outputs of any other model (a detector's levels, a graph model's
-  // tuple): each sample's outputs flattened and concatenated, as float32.
-  if (record_outputs && !p.rec.warmup && model.task() != ex::ModelTask::classification && !outs->empty()) {
-    const int64_t batch = (*outs)[0].tensor.dim() > 0 ? (*outs)[0].tensor.size(0) : 0;
-    std::vector<at::Tensor> flat;
-    for (const auto& o : *outs) {
-      if (o.tensor.dim() == 0 || o.tensor.size(0) != batch)
-        return make_error(Errc::invalid_argument,
-                          fmt::format("record.outputs: output '{}' has shape [{}], not [batch {}, ...]; it cannot be "
-                                      "stored per sample (set record.outputs: false)",
-                                      o.name, fmt::join(o.tensor.sizes(), ", "), batch));
-      flat.push_back(o.tensor.to(torch::kCPU, torch::kFloat).reshape({batch, -1}));
-    }
-    const at::Tensor all = torch::cat(flat, 1).contiguous();
-    p.rec.outputs.assign(all.data_ptr<float>(), all.data_ptr<float>() + all.numel());
-    p.rec.outputs_shape = {batch, all.size(1)};
-  }
-  p.rec.result = std::move(result);
-  return {};
-}
-
-std::string join_ids(const std::vector<std::string>& ids) {
-  std::string s;
-  for (const auto& id : ids) s += (s.empty() ? "" : ";") + id;
-  return s;
-}
-
-std::string join_labels(const at::Tensor& labels) {
-  if (!labels.defined()) return "";
-  std::string s;
-  auto l = labels.to(torch::kLong).contiguous();
-  for (int64_t i = 0; i < l.numel(); ++i) s += (i ? ";" : "") + std::to_string(l.data_ptr<int64_t>()[i]);
-  return s;
 }
 
 // The frame pipeline: heads, frames in flight, replies, post-processing, one
@@ -469,7 +189,7 @@ class Pipeline {
       return false;
     }
     for (; at > 0; --at) {
-      Pending p = std::move(pending_.front());
+      PendingFrame p = std::move(pending_.front());
       pending_.pop_front();
       TRACR_TRY(no_reply(p, *rs));
     }
@@ -478,7 +198,7 @@ class Pipeline {
 
   // A request the server never answered (its frame was lost on the way):
   // its measured times stand, the rest of the round trip is network_ns.
-  Status no_reply(Pending& p, int64_t answered) {
+  Status no_reply(PendingFrame& p, int64_t answered) {
     FrameRecord& r = p.rec;
     const auto t_end = Clock::now();
     r.ok = 0;
@@ -560,7 +280,7 @@ class Pipeline {
   Status frame(const ex::Batch& b, int64_t sample, int rep, bool warmup) {
     TRACR_TRY(commands());
     if (stop_) return {};
-    Pending p;
+    PendingFrame p;
     p.labels = b.labels;
     p.transforms = b.transforms;
     FrameRecord& r = p.rec;
@@ -579,7 +299,7 @@ class Pipeline {
     p.t0 = Clock::now();
     auto head = model_.run(0, split_, ex::SplitModel::input_bundle(b.images.to(model_.device())));
     if (!head) return std::move(head.error());
-    sync(model_.device());
+    sync_device(model_.device());
     p.t_head = Clock::now();
     if (spec_.energy) p.e_head = spec_.energy->mark();
     auto pb = ex::to_protocol(*head);
@@ -629,7 +349,7 @@ class Pipeline {
     if (!*matched) return {};  // a stray reply, dropped: the caller asks again
     const auto t_got = Clock::now();
     if (got) *got = true;
-    Pending p = std::move(pending_.front());
+    PendingFrame p = std::move(pending_.front());
     pending_.pop_front();
     FrameRecord& r = p.rec;
     r.return_ns = f->stats.total_ns;
@@ -649,7 +369,7 @@ class Pipeline {
     // A frame the server rejected, or whose reply cannot be post-processed,
     // fails alone: it is recorded (ok = 0, its error, the times measured) and
     // the run goes on, unless too many fail in a row.
-    if (auto fin = finish(p, *f, model_, ds_.class_names(), spec_.topk, spec_.record_outputs); !fin) {
+    if (auto fin = finish_frame(p, *f, model_, ds_.class_names(), spec_.topk, spec_.record_outputs); !fin) {
       r.ok = 0;
       r.error = fin.error().str();
       ++consecutive_failures_;
@@ -689,7 +409,7 @@ class Pipeline {
 
   // The frame's energy rows: the participant's head and whole frame, the
   // server's tail (from the reply), the radio's transmission.
-  void emit_energy(const Pending& p, const Frame& f) {
+  void emit_energy(const PendingFrame& p, const Frame& f) {
     const FrameRecord& r = p.rec;
     std::vector<EnergyRecord> rows;
     auto add = [&](std::vector<EnergyRecord> v, const char* side, const char* stage) {
@@ -739,7 +459,7 @@ class Pipeline {
   const int window_;
   const Clock::time_point run_t0_;
   Clock::time_point last_empty_;
-  std::deque<Pending> pending_;
+  std::deque<PendingFrame> pending_;
   std::deque<std::pair<int64_t, int64_t>> est_;  // (bytes both ways, network_ns) of recent frames
   double last_est_mbps_ = 0;                     // the newest running link estimate (auto codec)
   int split_ = 0;
@@ -750,127 +470,7 @@ class Pipeline {
   bool stop_ = false;
 };
 
-// One link probe over a session: the echo round trips, then bulk messages
-// each way. Replies come back in order on the session; anything but the
-// expected probe reply is an error naming what came instead.
-class LinkProbe {
- public:
-  LinkProbe(Client& c, const ProbeOptions& o) : c_(c), o_(o) {}
-
-  Result<ProbeRecord> run() {
-    ProbeRecord& r = r_;
-    r.trigger = o_.trigger;
-    r.cipher = std::string(cipher_name(c_.cipher()));
-    r.window = o_.window;
-    r.duration_ms = o_.duration_ms;
-    r.start_ns = ns_between(o_.run_start, Clock::now());
-    TRACR_TRY(rtt());
-    r.chunk_sizing = o_.chunk_bytes > 0 ? "fixed" : "auto";
-    TRACR_TRY(size_for(true, &r.chunk_bytes, &r.sizing_up_mbps));
-    auto up = bulk(true, r.chunk_bytes, o_.duration_ms, &r.up_bytes, &r.up_ns);
-    if (!up) return std::move(up.error());
-    if (r.up_ns > 0) r.up_mbps = *up;
-    TRACR_TRY(size_for(false, &r.down_chunk_bytes, &r.sizing_down_mbps));
-    auto down = bulk(false, r.down_chunk_bytes, o_.duration_ms, &r.down_bytes, &r.down_ns);
-    if (!down) return std::move(down.error());
-    if (r.down_ns > 0) r.down_mbps = *down;
-    return r;
-  }
-
- private:
-  Result<Frame> reply(const std::string& op) {
-    auto f = c_.recv(o_.timeout_ms);
-    if (!f) return make_error(f.error().code, "link probe (" + op + "): " + f.error().message);
-    if (f->header.type == MsgType::error)
-      return make_error(Errc::remote, "link probe (" + op + "): server: " +
-                                          (f->header.error ? f->header.error->str() : std::string("error")));
-    if (f->header.type != MsgType::probe_reply)
-      return make_error(Errc::unexpected_message,
-                        "link probe (" + op + "): got " + std::string(msg_type_name(f->header.type)));
-    return f;
-  }
-
-  // RTT: small messages, one at a time.
-  Status rtt() {
-    std::vector<int64_t> rtts;
-    for (int i = 0; i < o_.rtt_count; ++i) {
-      const auto t0 = Clock::now();
-      TRACR_TRY(c_.send(MsgType::probe, -1, {}, {{"op", std::string("echo")}, {"n", n_++}}));
-      auto f = reply("echo");
-      if (!f) return std::move(f.error());
-      rtts.push_back(ns_between(t0, Clock::now()));
-    }
-    r_.rtt_n = static_cast<int64_t>(rtts.size());
-    r_.rtt_min_ns = rtts.empty() ? 0 : *std::min_element(rtts.begin(), rtts.end());
-    r_.rtt_median_ns = static_cast<int64_t>(median_of(rtts));
-    r_.rtt_p95_ns = static_cast<int64_t>(p95_of(rtts));
-    return {};
-  }
-
-  // Bulk one way (up: sink, else source), `window` messages of `chunk` in
-  // flight for `ms`: wire bytes, first message to last reply less the
-  // smallest RTT, and the rate in Mbit/s (0 when that span is not positive).
-  Result<double> bulk(bool up, int64_t chunk, int ms, int64_t* bytes, int64_t* span_ns) {
-    const std::string op = up ? "sink" : "source";
-    Bundle payload;
-    if (up) {
-      payload.push_back(Tensor::allocate("probe", DType::uint8, {chunk}));
-      std::memset(payload.back().mutable_data(), 0x5a, static_cast<size_t>(chunk));
-    }
-    std::deque<uint64_t> sent_wire;
-    const auto t0 = Clock::now();
-    const auto until = t0 + std::chrono::milliseconds(ms);
-    auto t_last = t0;
-    int64_t total = 0;
-    auto take = [&]() -> Status {
-      auto f = reply(op);
-      if (!f) return std::move(f.error());
-      t_last = Clock::now();
-      total += static_cast<int64_t>(up ? sent_wire.front() : f->stats.wire_bytes);
-      sent_wire.pop_front();
-      return {};
-    };
-    while (Clock::now() < until) {
-      while (static_cast<int>(sent_wire.size()) >= o_.window) TRACR_TRY(take());
-      FrameStats st;
-      Meta meta{{"op", op}, {"n", n_++}};
-      if (!up) meta["bytes"] = chunk;
-      TRACR_TRY(c_.send(MsgType::probe, -1, payload, meta, &st));
-      sent_wire.push_back(st.wire_bytes);
-    }
-    while (!sent_wire.empty()) TRACR_TRY(take());
-    *bytes = total;
-    *span_ns = ns_between(t0, t_last) - r_.rtt_min_ns;
-    return *span_ns > 0 ? static_cast<double>(total) * 8e3 / static_cast<double>(*span_ns) : 0.0;
-  }
-
-  // auto: a short pass of small messages gives a rough rate (a floor where
-  // the sender's per-message cost bounds it), and the messages are sized so
-  // that about kAutoMessages of them fill duration_ms at that rate: large
-  // enough not to measure a slow CPU, small enough that a slow link drains
-  // the last window soon after duration_ms.
-  Status size_for(bool up, int64_t* chunk, std::optional<double>* sizing_mbps) {
-    if (o_.chunk_bytes > 0) {
-      *chunk = o_.chunk_bytes;
-      return {};
-    }
-    int64_t b = 0, ns = 0;
-    auto rate = bulk(up, kProbeSizingBytes, std::max(50, o_.duration_ms / 5), &b, &ns);
-    if (!rate) return std::move(rate.error());
-    *sizing_mbps = *rate;
-    *chunk = auto_probe_chunk(*rate, o_.duration_ms);
-    return {};
-  }
-
-  Client& c_;
-  const ProbeOptions& o_;
-  ProbeRecord r_;
-  int64_t n_ = 0;
-};
-
 }  // namespace
-
-Result<ProbeRecord> probe_link(Client& c, const ProbeOptions& o) { return LinkProbe(c, o).run(); }
 
 Status run_pipeline(const ParticipantSpec& spec, ex::SplitModel& model, Link& link, SplitPolicy& policy,
                     const PipelineHooks& hooks, bool* stopped) {

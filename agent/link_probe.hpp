@@ -1,0 +1,30 @@
+// The link probe of a session (PROTOCOL.md, message types 32/33): round
+// trips and bulk rates each way, measured by the PARTICIPANT. No LibTorch.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "protocol/channel.hpp"
+#include "wire/record.hpp"
+
+namespace tracr::agent {
+
+// The link probe (PROTOCOL.md, message types 32/33) over a session with no
+// frames in flight: rtt_count echo round trips, then bulk messages of
+// chunk_bytes kept `window` deep for duration_ms each way (sink: up, source:
+// down). Throughput is wire bytes over the span from the first message to
+// the last reply, less the smallest round trip.
+struct ProbeOptions {
+  int rtt_count = 20;
+  int duration_ms = 1000;
+  int64_t chunk_bytes = 0;  // 0: auto, each way (auto_probe_chunk)
+  int window = 4;
+  std::string trigger = "startup";
+  std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
+  int timeout_ms = 60000;  // per reply
+};
+Result<wire::ProbeRecord> probe_link(protocol::Client& client, const ProbeOptions& o);
+
+}  // namespace tracr::agent

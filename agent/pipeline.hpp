@@ -1,0 +1,111 @@
+// A PARTICIPANT's frame pipeline (LibTorch side, compiled only when
+// TRACR_WITH_TORCH): heads [0, k) on its input, the crossing tensors
+// through a Link (agent/link.hpp), frames in flight, replies
+// post-processed, one FrameRecord per batch with the timing identity of
+// wire/record_fields.def; the split policy decides what runs next, and the
+// controller's commands apply between frames.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/command.hpp"
+#include "agent/energy.hpp"
+#include "agent/link.hpp"
+#include "agent/segment.hpp"
+#include "experiments/datasets.hpp"
+#include "wire/record.hpp"
+
+namespace tracr::agent {
+
+struct ParticipantSpec {
+  ModelSpec model;
+  experiments::DatasetConfig dataset;
+  int64_t batch = 1;
+  int64_t max_samples = 0;       // 0 = all
+  std::vector<int> splits;       // empty = every split 0..N
+  int warmup = 1;                // warm-up passes per split (first batch), stored with warmup = 1
+  int reps = 1;                  // recorded passes over the data per split
+  std::string codec = "none";
+  bool auto_codec = false;       // compression: auto: chosen per split (codec is then ignored)
+  double link_up_mbps = 0;       // the probe's upstream rate (0 = not probed)
+  size_t chunk_bytes = 256 * 1024;
+  int inflight = 1;              // frames in flight
+  unsigned codec_threads = 1;    // threads coding a frame's parts (SendOptions::threads)
+  int topk = 5;                  // top-k rows per sample (frame_topk); top-5 accuracy is counted regardless
+  bool record_outputs = false;   // carry each timed frame's output tensor (record.outputs)
+  int timeout_ms = 60000;        // per result
+  int max_consecutive_failures = 3;  // failed frames in a row before the run fails
+  // lockstep: before each step of the policy, wait (event step_waiting) for
+  // the controller's resume, so that every participant starts it together.
+  bool lockstep = false;
+  // The participant's run clock origin: frames' start_ns/end_ns count from here.
+  std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
+  // Energy (agent/energy.hpp): the participant's meters or power model, and
+  // the radio model for transmission; either may be absent.
+  EnergyMeter* energy = nullptr;
+  const RadioModel* radio = nullptr;
+};
+
+// One step of a split policy: a split, its warm-up frames and its passes
+// over the data.
+struct PolicyStep {
+  int split = 0;
+  int warmup = 0;
+  int passes = 1;
+};
+
+// Decides what the pipeline runs next. The sweep (today's default and a
+// fixed split list alike) is one step per split. Controller commands change
+// the split of the current step (set_split) and the codec of every later
+// frame (set_codec); the policy's next step starts as it planned.
+class SplitPolicy {
+ public:
+  virtual ~SplitPolicy() = default;
+  virtual std::string name() const = 0;
+  virtual std::optional<PolicyStep> next() = 0;
+  virtual int64_t planned_frames(int64_t batches_per_pass) const = 0;  // recorded frames, for progress
+};
+
+class SweepPolicy : public SplitPolicy {
+ public:
+  SweepPolicy(std::vector<int> splits, int warmup, int passes)
+      : splits_(std::move(splits)), warmup_(warmup), passes_(passes) {}
+  std::string name() const override { return "sweep"; }
+  std::optional<PolicyStep> next() override {
+    if (i_ >= splits_.size()) return std::nullopt;
+    return PolicyStep{splits_[i_++], warmup_, passes_};
+  }
+  int64_t planned_frames(int64_t b) const override {
+    return static_cast<int64_t>(splits_.size()) * passes_ * b;
+  }
+
+ private:
+  std::vector<int> splits_;
+  int warmup_, passes_;
+  size_t i_ = 0;
+};
+
+// What the pipeline reports and asks while it runs.
+struct PipelineHooks {
+  std::function<void(const wire::FrameRecord&)> emit;              // every frame, warm-up included
+  std::function<void(const wire::EnergyRecord&)> energy;           // energy rows of each frame, both sides
+  std::function<void(int64_t, int64_t)> progress;            // recorded frames done, planned
+  std::function<std::vector<Command>()> poll;                // controller commands (may be empty)
+  std::function<bool()> stop;                                // controller gone or signalled: end now
+  // kind (command_applied, command_rejected, paused, resumed, stopped), the
+  // frame number the next frame will have, the command, and a message.
+  std::function<void(const std::string&, int64_t, const Command*, const std::string&)> event;
+};
+
+// Runs a policy through the link. Errors (model, dataset, link, remote) end
+// the run; a stop command or hooks.stop ends it cleanly after the frames in
+// flight came back (Status ok, *stopped set).
+Status run_pipeline(const ParticipantSpec& spec, experiments::SplitModel& model, Link& link,
+                    SplitPolicy& policy, const PipelineHooks& hooks, bool* stopped = nullptr);
+
+}  // namespace tracr::agent
