@@ -9,17 +9,14 @@
 namespace tracr::agent {
 
 using namespace tracr::protocol;
-using namespace tracr::wire;
-namespace ex = tracr::experiments;
-using Clock = std::chrono::steady_clock;
 
 Status NetworkLink::send(const SendOptions& so, int32_t split, const Bundle& b, const Meta& meta,
                          FrameStats* stats) {
   return c_->send_with(so, MsgType::infer_request, split, b, meta, stats);
 }
 
-InProcessLink::InProcessLink(std::unique_ptr<TailExecutor> tail, bool encrypt)
-    : tail_(std::move(tail)), encrypt_(encrypt) {
+InProcessLink::InProcessLink(std::unique_ptr<SegmentExecutor> exec, bool encrypt)
+    : exec_(std::move(exec)), encrypt_(encrypt) {
   up_w_.set_session(1);
   up_r_.set_session(1);
   down_w_.set_session(1);
@@ -56,7 +53,7 @@ Status InProcessLink::send(const SendOptions& so, int32_t split, const Bundle& b
         ready_.push_back(std::move(fr.error()));
         continue;
       }
-      auto res = tail_->handle(*fr);
+      auto res = exec_->handle(*fr);
       std::vector<Segment> back;
       auto collect_back = [&](Segment&& x) {
         back.push_back(std::move(x));

@@ -44,10 +44,10 @@ class NetworkLink : public Link {
 };
 
 // Frames go through FrameWriter/FrameReader in memory (encrypted with fresh
-// random keys when `encrypt`) to a TailExecutor in this process.
+// random keys when `encrypt`) to a SegmentExecutor in this process.
 class InProcessLink : public Link {
  public:
-  InProcessLink(std::unique_ptr<TailExecutor> tail, bool encrypt);
+  InProcessLink(std::unique_ptr<SegmentExecutor> exec, bool encrypt);
   Status send(const protocol::SendOptions& so, int32_t split, const protocol::Bundle& b,
               const protocol::Meta& meta, protocol::FrameStats* stats) override;
   Result<protocol::Frame> recv(int timeout_ms) override;
@@ -55,7 +55,7 @@ class InProcessLink : public Link {
   bool tail_in_send() const override { return true; }
 
  private:
-  std::unique_ptr<TailExecutor> tail_;
+  std::unique_ptr<SegmentExecutor> exec_;
   bool encrypt_;
   protocol::FrameWriter up_w_, down_w_;
   protocol::FrameReader up_r_, down_r_;

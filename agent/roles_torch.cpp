@@ -81,7 +81,7 @@ class ModelTail : public TailHandler {
   }
 
  private:
-  TailExecutor exec_;
+  SegmentExecutor exec_;
   std::shared_ptr<ex::SplitModel> model_;
   std::map<std::string, std::string> hw_;
 };
@@ -326,7 +326,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
   zmq::context_t ctx(1);
   std::unique_ptr<Link> link;
   if (o.in_process) {
-    link = std::make_unique<InProcessLink>(std::make_unique<TailExecutor>(model), o.encrypt);
+    link = std::make_unique<InProcessLink>(std::make_unique<SegmentExecutor>(model), o.encrypt);
   } else {
     ChannelOptions co = agent_channel_options(o, AgentRole::participant);
     co.handshake_timeout_ms = 15000;

@@ -15,7 +15,6 @@ namespace tracr::agent {
 using namespace tracr::protocol;
 using namespace tracr::wire;
 namespace ex = tracr::experiments;
-using Clock = std::chrono::steady_clock;
 
 void sync_device(const c10::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize(d.index());
@@ -38,15 +37,27 @@ std::string model_fingerprint(const ex::SplitModel& m) {
   return fmt::format("{:016x}", h);
 }
 
-TailExecutor::TailExecutor(std::shared_ptr<ex::SplitModel> model)
+SegmentExecutor::SegmentExecutor(std::shared_ptr<ex::SplitModel> model)
     : model_(std::move(model)), fingerprint_(model_fingerprint(*model_)) {}
 
-Result<std::pair<Bundle, Meta>> TailExecutor::handle(const Frame& f) {
+Result<std::pair<Bundle, Meta>> SegmentExecutor::handle(const Frame& f) {
   const int n = model_->num_layers();
   const int k = f.header.split;
   if (k < 0 || k > n)
     return make_error(Errc::invalid_argument,
                       fmt::format("split {} is outside [0, {}] for model {}", k, n, model_->name()));
+  int last = n;
+  const auto last_it = f.header.meta.find(protocol::meta_key::kLast);
+  if (last_it != f.header.meta.end()) {
+    const auto* v = std::get_if<int64_t>(&last_it->second);
+    if (!v)
+      return make_error(Errc::field_type, "meta.last must be an integer: the layer the request's segment ends "
+                                          "before (PROTOCOL.md 3.4)");
+    if (*v < k || *v > n)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("meta.last {} is outside [split {}, {}] for model {}", *v, k, n, model_->name()));
+    last = static_cast<int>(*v);
+  }
   if (auto it = f.header.meta.find(protocol::meta_key::kModelFp); it != f.header.meta.end()) {
     auto* fp = std::get_if<std::string>(&it->second);
     if (!fp || *fp != fingerprint_)
@@ -60,7 +71,7 @@ Result<std::pair<Bundle, Meta>> TailExecutor::handle(const Frame& f) {
   std::optional<EnergyMeter::Mark> e0;
   if (energy_) e0 = energy_->mark();
   auto t0 = Clock::now();
-  auto out = model_->run(k, n, std::move(*in));
+  auto out = model_->run(k, last, std::move(*in));
   if (!out) return std::move(out.error());
   sync_device(model_->device());
   auto t1 = Clock::now();
@@ -79,6 +90,7 @@ Result<std::pair<Bundle, Meta>> TailExecutor::handle(const Frame& f) {
   Meta meta;
   meta[protocol::meta_key::kSrvDecodeNs] = f.stats.total_ns;
   meta[protocol::meta_key::kSrvTailNs] = ns_between(t0, t1);
+  if (last_it != f.header.meta.end()) meta[protocol::meta_key::kLast] = static_cast<int64_t>(last);
   if (!srv_energy.empty()) meta[protocol::meta_key::kSrvEnergy] = srv_energy;
   // From the request's last segment to here, just before the reply is encoded.
   meta[protocol::meta_key::kSrvNs] = ns_between(Clock::time_point(std::chrono::nanoseconds(f.stats.last_segment_at_ns)), Clock::now());

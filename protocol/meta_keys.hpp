@@ -7,9 +7,11 @@ namespace tracr::protocol::meta_key {
 
 inline constexpr char kReqSeq[] = "req_seq";              // a reply or ERROR: the seq of the request it answers
 inline constexpr char kModelFp[] = "model_fp";            // a request: the participant's model fingerprint
+inline constexpr char kLast[] = "last";                   // INFER_REQUEST: its segment's end layer (echoed in the
+                                                          // reply); TRAIN_*: the last segment it covers
 inline constexpr char kSrvNs[] = "srv_ns";                // a reply: last segment's arrival to the reply's encoding
 inline constexpr char kSrvDecodeNs[] = "srv_decode_ns";   // a reply: the server decoding the request
-inline constexpr char kSrvTailNs[] = "srv_tail_ns";       // a reply: the server running layers [k, N)
+inline constexpr char kSrvTailNs[] = "srv_tail_ns";       // a reply: the server running layers [k, last)
 inline constexpr char kSrvEnergy[] = "srv_energy";        // a reply: the server's energy rows for the tail, packed
 inline constexpr char kSrvRawBytes[] = "srv_raw_bytes";   // an echo reply: the request's raw tensor bytes
 inline constexpr char kSrvWireBytes[] = "srv_wire_bytes"; // an echo reply: the request's bytes on the wire

@@ -58,7 +58,7 @@ Run run_with_failures(std::set<int> fail, int max_consecutive) {
   auto model = load_model(ms);
   EXPECT_TRUE(model.ok());
   std::shared_ptr<experiments::SplitModel> m(std::move(*model));
-  FlakyLink link(std::make_unique<InProcessLink>(std::make_unique<TailExecutor>(m), true), std::move(fail));
+  FlakyLink link(std::make_unique<InProcessLink>(std::make_unique<SegmentExecutor>(m), true), std::move(fail));
   ParticipantSpec ps;
   ps.model = ms;
   ps.dataset.input_shape = m->input_shape();
@@ -261,7 +261,7 @@ LossyRun run_lossy(int lose, int dup) {
   auto model = load_model(ms);
   EXPECT_TRUE(model.ok());
   std::shared_ptr<experiments::SplitModel> m(std::move(*model));
-  LossyLink link(std::make_unique<InProcessLink>(std::make_unique<TailExecutor>(m), true), lose, dup);
+  LossyLink link(std::make_unique<InProcessLink>(std::make_unique<SegmentExecutor>(m), true), lose, dup);
   ParticipantSpec ps;
   ps.model = ms;
   ps.dataset.input_shape = m->input_shape();

@@ -37,7 +37,7 @@ std::string crossing_text(const SplitModel& model, int k) {
 // Part 0 of the INFER_REQUEST for `tensors` at split k, and the frame's payload part count: plain session 7;
 // the participant's first INFER_REQUEST is its seq 3 (HELLO was 1, the key-confirming HEARTBEAT 2). Codec
 // none, default chunking.
-std::pair<std::string, size_t> request_header(int k, const protocol::Bundle& tensors) {
+std::pair<std::string, size_t> request_header(int k, const protocol::Bundle& tensors, const protocol::Meta& meta = {}) {
   protocol::FrameWriter w;
   w.set_session(7);
   std::vector<protocol::Segment> segs;
@@ -53,6 +53,7 @@ std::pair<std::string, size_t> request_header(int k, const protocol::Bundle& ten
   protocol::Header h;
   h.type = protocol::MsgType::infer_request;
   h.split = k;
+  h.meta = meta;
   EXPECT_TRUE(w.write(h, tensors, {}, sink).ok());
   if (segs.size() != 1) {
     ADD_FAILURE() << "expected one segment, got " << segs.size();
@@ -114,6 +115,21 @@ TEST(ModelVectors, Resnet18SplitsMatchTheSpec) {
     EXPECT_NE(wrong.error().message.find("'x' does not cross split " + std::to_string(k)), std::string::npos)
         << wrong.error().message;
   }
+  // A middle segment (3.4, meta.last): the split-6 tensors sent to run [6, 13);
+  // what comes back is what crosses split 13.
+  auto head = model.run(0, 6, SplitModel::input_bundle(input));
+  ASSERT_TRUE(head.ok()) << head.error().str();
+  auto pb = to_protocol(*head);
+  ASSERT_TRUE(pb.ok());
+  check("model.resnet18_64.segment6_13.header", request_header(6, *pb, {{"last", int64_t{13}}}).first);
+  check("model.resnet18_64.split13.crossing", crossing_text(model, 13));
+  auto mid = model.run(6, 13, *head);
+  ASSERT_TRUE(mid.ok()) << mid.error().str();
+  std::string got;
+  for (const auto& t : *mid) got += (got.empty() ? "" : " ") + t.name;
+  std::string want;
+  for (const auto& t : model.crossing(13)) want += (want.empty() ? "" : " ") + t.name;
+  EXPECT_EQ(got, want);
 }
 
 namespace {
