@@ -1,5 +1,6 @@
 #include "agent/agent.hpp"
 #include "agent/energy.hpp"
+#include "agent/forward.hpp"
 
 #include <poll.h>
 #include <sys/stat.h>
@@ -294,6 +295,24 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
   } else {
     for (auto& [k, v] : to_control(agent_hw_identity(opt))) ready[k] = v;
   }
+  // A chain's middle tier: its own session to the next device, opened
+  // before READY (the controller starts the chain from its end).
+  std::unique_ptr<Forwarder> fwd;
+  if (!opt.downstream.empty()) {
+    ChannelOptions dco = agent_channel_options(opt, AgentRole::participant);
+    dco.send = co.send;
+    dco.read = co.read;
+    if (opt.experiment && opt.experiment->compression != "auto") dco.send.codec = opt.experiment->codec;
+    auto f = Forwarder::connect(ctx, opt.downstream, dco, co.partial_frame_timeout_ms);
+    if (!f) {
+      ctl.send("FAIL", {{"error", f.error().str()}});
+      stop = true;
+      if (raw_thread.joinable()) raw_thread.join();
+      return 1;
+    }
+    fwd = std::move(*f);
+    ready["downstream"] = opt.downstream;
+  }
   ctl.send("READY", ready);
 
   int rc = 0;
@@ -304,9 +323,27 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
   auto report = [&](const char* level, std::optional<std::string> line) {
     if (line) ctl.send("LOG", {{"level", level}, {"msg", *line}});
   };
+  bool busy = false;  // a frame came last turn: more may be buffered, do not wait on the sockets
   while (!ctl.stop_requested()) {
     ctl.note_progress();
-    auto in = (*server)->recv(200);
+    Result<Server::Incoming> in = make_error(Errc::timeout, "");
+    if (fwd) {
+      // Both sessions at once: upstream requests and the next device's answers.
+      zmq::pollitem_t items[] = {{static_cast<void*>((*server)->socket()), 0, ZMQ_POLLIN, 0},
+                                 {static_cast<void*>(fwd->socket()), 0, ZMQ_POLLIN, 0}};
+      if (!busy) {
+        try {
+          zmq::poll(items, 2, std::chrono::milliseconds(20));
+        } catch (const zmq::error_t& e) {
+          if (e.num() != EINTR) throw;  // a signal: the loop's stop check comes next
+        }
+      }
+      for (auto& e : fwd->pump(**server)) failures.note(e);
+      in = (*server)->recv(0);
+      busy = in.ok();
+    } else {
+      in = (*server)->recv(200);
+    }
     const auto now = std::chrono::steady_clock::now();
     report("warn", rejections.due(now));
     report("error", failures.due(now));
@@ -324,6 +361,16 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     // Every answer names the frame it answers (PROTOCOL.md 3.4, req_seq).
     auto answer_error = [&](Error e) {
       e.frame_seq = f.header.seq;
+      if (fwd) {  // behind this session's requests still waiting on the next device
+        UpAnswer a;
+        a.up_seq = f.header.seq;
+        a.split = f.header.split;
+        a.error = std::move(e);
+        std::vector<Error> fails;
+        fwd->answer(**server, in->peer, std::move(a), fails);
+        for (auto& x : fails) failures.note(x);
+        return;
+      }
       (void)(*server)->send_error(in->peer, e, f.header.split);
     };
     if (tail ? !tail->serves(f.header.type) : f.header.type != MsgType::infer_request) {
@@ -333,6 +380,19 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     }
     Bundle out;
     Meta meta;
+    // A request for a middle tier (meta.then) is checked before its segment runs.
+    auto down = forward_meta(f);
+    if (!down) {
+      answer_error(down.error());
+      failures.note(down.error());
+      continue;
+    }
+    if (*down && !fwd) {
+      answer_error(make_error(Errc::invalid_argument,
+                              "meta.then asks this SERVER to forward, but it has no next device (it was started "
+                              "without --downstream: the chain's last device)"));
+      continue;
+    }
     if (tail) {
       auto r = tail->handle(f);
       if (!r) {
@@ -342,6 +402,13 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       }
       out = std::move(r->first);
       meta = std::move(r->second);
+      if (*down) {  // a middle tier: the segment's output goes on; the answer comes back through pump()
+        if (auto st = fwd->forward(in->peer, f, out, std::move(meta), std::move(**down)); !st) {
+          answer_error(st.error());
+          failures.note(st.error());
+        }
+        continue;
+      }
     } else {
       // Echo server: the demo verifies what was decoded.
       meta[protocol::meta_key::kSrvDecodeNs] = f.stats.total_ns;
@@ -355,6 +422,13 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     meta[protocol::meta_key::kReqSeq] = static_cast<int64_t>(f.header.seq);
     const MsgType reply = tail ? tail->reply_type(f.header.type) : MsgType::infer_result;
     const auto so = tail ? tail->reply_send_for(f) : std::nullopt;
+    if (fwd) {  // a middle tier answering itself (no meta.then): in its session's order
+      UpAnswer a{f.header.seq, f.header.split, reply, std::move(out), std::move(meta), so, std::nullopt};
+      std::vector<Error> fails;
+      fwd->answer(**server, in->peer, std::move(a), fails);
+      for (auto& x : fails) failures.note(x);
+      continue;
+    }
     auto st = so ? (*server)->send_with(in->peer, *so, reply, f.header.split, out, meta)
                  : (*server)->send(in->peer, reply, f.header.split, out, meta);
     if (!st) {

@@ -55,6 +55,12 @@ Status check_agent_options(AgentOptions& o) {
     return make_error(Errc::invalid_argument, name + " needs --run-tag TAG (its checkpoint directory)");
   if (o.config_from_stdin && !o.experiment_file.empty())
     return make_error(Errc::invalid_argument, "--config stdin and --experiment FILE exclude each other");
+  if (!o.downstream.empty() && o.role != AgentRole::server)
+    return make_error(Errc::invalid_argument, "--downstream is for a SERVER (a chain's middle device), not " + name);
+  if (!o.downstream.empty() && !o.config_from_stdin && o.experiment_file.empty())
+    return make_error(Errc::invalid_argument,
+                      "--downstream needs an experiment (--config stdin or --experiment FILE): a middle device runs "
+                      "its segment of the model before it forwards");
   if (o.role == AgentRole::participant) {
     if (!o.config_from_stdin && o.experiment_file.empty())
       return make_error(Errc::invalid_argument, "PARTICIPANT needs an experiment: --config stdin or --experiment FILE");
@@ -75,6 +81,9 @@ void build_agent_app(CLI::App& app, AgentOptions& o, bool& version) {
       ->type_name("EP");
   app.add_option("--raw-bind", o.raw_bind, "SERVER: raw ZeroMQ ack socket (benchmark baseline)")->type_name("EP");
   app.add_option("--connect", o.connect, "PARTICIPANT: the SERVER's data endpoint")->type_name("EP");
+  app.add_option("--downstream", o.downstream,
+                 "SERVER: a chain's middle device: requests that say so run their segment here and go on to EP")
+      ->type_name("EP");
   app.add_flag("--in-process", o.in_process, "PARTICIPANT: run the tails in this process, no socket");
   app.add_flag("--probe-only", o.probe_only, "PARTICIPANT: measure the link to the SERVER, run no frames");
   app.add_option_function<std::string>(

@@ -9,6 +9,7 @@
 #include "experiments/imagenet_classes.hpp"
 #include "experiments/postprocess.hpp"
 #include "experiments/tensor_bridge.hpp"
+#include "protocol/meta_keys.hpp"
 
 namespace tracr::agent {
 
@@ -16,10 +17,36 @@ using namespace tracr::protocol;
 using namespace tracr::wire;
 namespace ex = tracr::experiments;
 
+namespace {
+
+// A chain's reply (PROTOCOL.md 3.4): a request that named its segment's end
+// is answered for that end, and one that asked to forward was forwarded.
+Status check_chain_reply(const PendingFrame& p, const Frame& f) {
+  if (p.last < 0) return {};
+  // A SERVER older than meta.last ran to N instead.
+  auto it = f.header.meta.find(meta_key::kLast);
+  const int64_t* l = it == f.header.meta.end() ? nullptr : std::get_if<int64_t>(&it->second);
+  if (!l || *l != p.last)
+    return make_error(Errc::remote, fmt::format("the chain's first device answered without echoing meta.last {} (a "
+                                                "tracr-agent older than chains?): its outputs are not the placement's",
+                                                p.last));
+  // One that ran its segment but did not forward (no --downstream support)
+  // answers with the activations at `last`, not the model's outputs.
+  if (p.forwarded && !f.header.meta.count(meta_key::kFwdRttNs))
+    return make_error(Errc::remote, fmt::format("the chain's first device answered without forwarding (no "
+                                                "meta.fwd_rtt_ns): its tensors are the activations at {}, not the "
+                                                "model's outputs",
+                                                p.last));
+  return {};
+}
+
+}  // namespace
+
 Status finish_frame(PendingFrame& p, const Frame& f, const ex::SplitModel& model,
                     const std::vector<std::string>& dataset_names, int topk, bool record_outputs) {
   if (f.header.type == MsgType::error)
     return make_error(Errc::remote, "server: " + (f.header.error ? f.header.error->str() : std::string("error")));
+  TRACR_TRY(check_chain_reply(p, f));
   auto outs = ex::from_protocol(f.tensors);
   if (!outs) return std::move(outs.error());
   std::string result;

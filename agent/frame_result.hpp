@@ -20,6 +20,8 @@ namespace tracr::agent {
 struct PendingFrame {
   wire::FrameRecord rec;
   uint64_t req_seq = 0;  // the request frame's seq: its reply names it (meta req_seq)
+  int last = -1;         // the request's meta.last (a chain's first segment end); -1: none sent
+  bool forwarded = false;  // the request asked the device to forward (meta.then)
   Clock::time_point t0, t_head, t_sent;
   std::optional<EnergyMeter::Mark> e0, e_head;
   at::Tensor labels;

@@ -48,6 +48,11 @@ class Pipeline {
       if (step->split < 0 || step->split > n)
         return make_error(Errc::config, fmt::format("split {} is outside [0, {}] for {}", step->split, n, model_.name()));
       split_ = step->split;
+      beyond_ = step->beyond;
+      for (size_t i = 0; i < beyond_.size(); ++i)
+        if (beyond_[i] < (i ? beyond_[i - 1] : split_) || beyond_[i] > n)
+          return make_error(Errc::config, fmt::format("placement {}: cut {} is out of order or outside [0, {}] for {}",
+                                                      placement_text(), beyond_[i], n, model_.name()));
       policy_name_ = policy.name();
       if (spec_.lockstep) {
         // Every frame of the step before is back; the controller resumes all participants at once.
@@ -134,6 +139,7 @@ class Pipeline {
     FrameRecord r;
     r.frame = next_frame_++;
     r.split = split_;
+    r.placement = placement_text();
     r.sample = f.index;
     r.sample_id = f.id;
     r.rep = rep;
@@ -229,6 +235,12 @@ class Pipeline {
       for (const auto& c : cmds) {
         switch (c.kind) {
           case Command::Kind::set_split:
+            if (!beyond_.empty()) {
+              event("command_rejected", &c,
+                    fmt::format("split {}: the run places a chain ({}); set_split moves a two-tier split only", c.split,
+                                placement_text()));
+              break;
+            }
             if (c.split > model_.num_layers()) {
               event("command_rejected", &c,
                     fmt::format("split {} is outside [0, {}] for {}", c.split, model_.num_layers(), model_.name()));
@@ -286,6 +298,7 @@ class Pipeline {
     FrameRecord& r = p.rec;
     r.frame = next_frame_++;
     r.split = split_;
+    r.placement = placement_text();
     r.sample = sample;
     r.sample_id = join_ids(b.ids);
     r.label = join_labels(b.labels);
@@ -305,7 +318,15 @@ class Pipeline {
     auto pb = ex::to_protocol(*head);
     if (!pb) return std::move(pb.error());
     FrameStats st;
-    TRACR_TRY(link_.send(so_, split_, *pb, {{protocol::meta_key::kModelFp, fp_}}, &st));
+    Meta meta{{protocol::meta_key::kModelFp, fp_}};
+    if (!beyond_.empty()) {  // a chain: the first device's segment ends at the next cut, the rest goes on
+      meta[protocol::meta_key::kLast] = static_cast<int64_t>(beyond_.front());
+      wire::Placement rest{std::vector<int>(beyond_.begin() + 1, beyond_.end()), {}};
+      meta[protocol::meta_key::kThen] = rest.text();
+      p.last = beyond_.front();
+      p.forwarded = true;
+    }
+    TRACR_TRY(link_.send(so_, split_, *pb, meta, &st));
     // The round trip starts when the last segment was handed to the link:
     // the server cannot start on it earlier, so whatever the writer does
     // after that (or an in-process link's tail) is part of the round trip.
@@ -463,6 +484,13 @@ class Pipeline {
   std::deque<std::pair<int64_t, int64_t>> est_;  // (bytes both ways, network_ns) of recent frames
   double last_est_mbps_ = 0;                     // the newest running link estimate (auto codec)
   int split_ = 0;
+  std::vector<int> beyond_;  // a chain's cuts after split_ (PolicyStep::beyond)
+  // The step's placement as frames.placement stores it: "3|13", "7" for two tiers.
+  std::string placement_text() const {
+    std::string t = std::to_string(split_);
+    for (int c : beyond_) t += "|" + std::to_string(c);
+    return t;
+  }
   std::string policy_name_ = "sweep";
   int64_t next_frame_ = 0, done_ = 0, planned_ = 0;
   int consecutive_failures_ = 0;

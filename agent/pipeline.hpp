@@ -18,6 +18,7 @@
 #include "agent/link.hpp"
 #include "agent/segment.hpp"
 #include "experiments/datasets.hpp"
+#include "wire/placement.hpp"
 #include "wire/record.hpp"
 
 namespace tracr::agent {
@@ -28,6 +29,7 @@ struct ParticipantSpec {
   int64_t batch = 1;
   int64_t max_samples = 0;       // 0 = all
   std::vector<int> splits;       // empty = every split 0..N
+  std::vector<wire::Placement> placements;  // a chain of two or more devices: the placements (splits unused)
   int warmup = 1;                // warm-up passes per split (first batch), stored with warmup = 1
   int reps = 1;                  // recorded passes over the data per split
   std::string codec = "none";
@@ -57,6 +59,10 @@ struct PolicyStep {
   int split = 0;
   int warmup = 0;
   int passes = 1;
+  // A chain's cuts after `split` (the placement split|beyond[0]|...): the
+  // request asks the first chain device for [split, beyond[0]) and to
+  // forward the rest (PROTOCOL.md 3.4). Empty: two tiers.
+  std::vector<int> beyond;
 };
 
 // Decides what the pipeline runs next. The sweep (today's default and a
@@ -73,19 +79,27 @@ class SplitPolicy {
 
 class SweepPolicy : public SplitPolicy {
  public:
-  SweepPolicy(std::vector<int> splits, int warmup, int passes)
-      : splits_(std::move(splits)), warmup_(warmup), passes_(passes) {}
+  SweepPolicy(const std::vector<int>& splits, int warmup, int passes) : warmup_(warmup), passes_(passes) {
+    for (int k : splits) placements_.push_back(wire::Placement{{k}, {}});
+  }
+  // A chain's placements, one step each.
+  static SweepPolicy of_placements(std::vector<wire::Placement> placements, int warmup, int passes) {
+    SweepPolicy p({}, warmup, passes);
+    p.placements_ = std::move(placements);
+    return p;
+  }
   std::string name() const override { return "sweep"; }
   std::optional<PolicyStep> next() override {
-    if (i_ >= splits_.size()) return std::nullopt;
-    return PolicyStep{splits_[i_++], warmup_, passes_};
+    if (i_ >= placements_.size()) return std::nullopt;
+    const auto& c = placements_[i_++].cuts;
+    return PolicyStep{c.front(), warmup_, passes_, std::vector<int>(c.begin() + 1, c.end())};
   }
   int64_t planned_frames(int64_t b) const override {
-    return static_cast<int64_t>(splits_.size()) * passes_ * b;
+    return static_cast<int64_t>(placements_.size()) * passes_ * b;
   }
 
  private:
-  std::vector<int> splits_;
+  std::vector<wire::Placement> placements_;
   int warmup_, passes_;
   size_t i_ = 0;
 };

@@ -30,6 +30,7 @@ struct AgentOptions {
   std::string bind = "tcp://127.0.0.1:0";
   std::string raw_bind;             // SERVER: raw ZeroMQ ack socket (benchmark baseline)
   std::string connect;              // PARTICIPANT: the SERVER's data endpoint
+  std::string downstream;           // SERVER: a chain's middle tier, forwarding to this next device (forward.hpp)
   bool in_process = false;          // PARTICIPANT: run tails in this process, no socket
   bool probe_only = false;          // PARTICIPANT: probe the link, run no frames (tracrctl link probe)
   std::string torch_device;         // --device: cpu | cuda | cuda:N ("" = auto)

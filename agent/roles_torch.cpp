@@ -189,7 +189,7 @@ Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m
 // The splits a run of `c` sweeps: those listed, or every split the model
 // does not refuse.
 std::vector<int> sweep_splits(const settings::ExperimentConfig& c, const ex::SplitModel& model) {
-  if (!c.split.all) return c.split.points;
+  if (!c.split.all) return c.split.points();
   std::vector<int> out;
   for (int k = 0; k <= model.num_layers(); ++k)
     if (model.split_refusal(k).empty()) out.push_back(k);
@@ -391,7 +391,20 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
   std::vector<int> splits = ps.splits;
   if (splits.empty())
     for (int k = 0; k <= model->num_layers(); ++k) splits.push_back(k);
-  SweepPolicy policy(splits, ps.warmup, ps.reps);
+  // A chain of two or more devices sweeps placements (the controller checked them).
+  if (settings::chain_hops(cfg) > 1) {
+    auto placements = settings::resolve_placements(cfg, cfg.split, model->num_layers());
+    if (!placements) {
+      ctl.send("FAIL", {{"error", placements.error().str()}});
+      return 2;
+    }
+    // A sweep leaves out the cuts the model refuses (a graph model's; named ones were refused before launch).
+    for (auto& p : *placements)
+      if (std::all_of(p.cuts.begin(), p.cuts.end(), [&](int k) { return model->split_refusal(k).empty(); }))
+        ps.placements.push_back(std::move(p));
+  }
+  SweepPolicy policy = ps.placements.empty() ? SweepPolicy(splits, ps.warmup, ps.reps)
+                                             : SweepPolicy::of_placements(ps.placements, ps.warmup, ps.reps);
   ps.energy = energy.get();
   // Transmission energy from the radio model the experiment names, or its link profile's.
   const std::string radio = cfg.energy.radio == "auto" ? (cfg.link.size() == 1 ? cfg.link[0] : "") : cfg.energy.radio;

@@ -139,6 +139,9 @@ class Server {
                                               ChannelOptions opt);
   ~Server();
   const std::string& endpoint() const { return endpoint_; }
+  // The ROUTER socket, to poll with others (a middle tier's downstream);
+  // read it only through recv().
+  zmq::socket_t& socket() { return sock_; }
 
   struct Incoming {
     std::string peer;  // ZeroMQ routing id

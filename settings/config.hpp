@@ -21,6 +21,7 @@
 #include "protocol/error.hpp"
 #include "settings/devices.hpp"
 #include "settings/source.hpp"
+#include "wire/placement.hpp"
 
 namespace tracr::settings {
 
@@ -55,9 +56,25 @@ struct Normalization {
 struct ExperimentConfig;
 Result<Normalization> dataset_normalization(const ExperimentConfig& cfg, int64_t channels);
 
+// The placements a run sweeps. Each entry has one cut point per device of the
+// chain (wire/placement.hpp): a plain integer k is the two-tier entry [k]
+// (layers [0, k) on the PARTICIPANT, [k, N) on the SERVER), a list [3, 13]
+// an entry of a chain of two devices.
 struct SplitSpec {
-  bool all = true;          // "all": every split point 0..N of the model
-  std::vector<int> points;  // when !all: distinct, >= 0, in the order written
+  bool all = true;                      // "all": every placement of the chain (two tiers: 0..N)
+  std::vector<wire::Placement> entries;  // when !all: distinct, in the order written
+  // Each entry's first cut: the PARTICIPANT's split (two tiers: the split point).
+  std::vector<int> points() const;
+};
+
+// One device a frame passes after its PARTICIPANT (`chain:`), with the hop
+// into it: the link profile emulated on that hop and the codec of the
+// activations crossing it; empty = the experiment's top-level `link` /
+// `compression`.
+struct ChainHop {
+  std::string device;       // a name in the devices file
+  std::string link;         // a profile name, or "" = the top-level link
+  std::string compression;  // canonical codec text, or "" = the top-level compression
 };
 
 struct RecordSpec {
@@ -160,6 +177,10 @@ struct ExperimentConfig {
   std::vector<std::vector<int64_t>> input_size_list;
   int64_t num_classes = 0;          // classifier width; 0 = the model's default
   DatasetSpec dataset;
+  // The devices after each PARTICIPANT, in the order a frame passes them;
+  // empty = the SERVER alone (today's two-tier run, the same as `chain:
+  // [<the SERVER's name>]`).
+  std::vector<ChainHop> chain;
   SplitSpec split;
   // Per PARTICIPANT (devices-file name): its own split points instead of
   // `split` (#21: participants of one run at different splits, for a joint
@@ -234,6 +255,22 @@ Result<ExperimentConfig> parse_experiment(const std::string& text, const std::st
 // config, with the position of `split`, for a point beyond num_layers.
 Result<std::vector<int>> resolve_splits(const ExperimentConfig& cfg, int num_layers);
 
+// How many devices follow each PARTICIPANT: the chain's length (1 when no
+// chain is given: the SERVER).
+size_t chain_hops(const ExperimentConfig& cfg);
+
+// The most placements `split: all` sweeps on a chain of two or more devices.
+inline constexpr uint64_t kMaxAllPlacements = 1000;
+
+// The placements a split spec (`split`, or a participant_splits entry named
+// by `key`) runs on the experiment's chain, for a model of num_layers layers:
+// `all` = every placement (on a chain of two or more devices: refused when
+// there are more than kMaxAllPlacements, naming the count), else the entries
+// as written, each checked against 0..N and for order. Error config with the
+// position of `key` and the entry's index.
+Result<std::vector<wire::Placement>> resolve_placements(const ExperimentConfig& cfg, const SplitSpec& sp,
+                                                       int num_layers, const std::string& key = "split");
+
 // The profile `name` as the experiment defines it (user-defined first, then
 // built-ins). Error config naming the unknown profile, with a suggestion,
 // at the experiment's `link:` or, when the name came from a command-line
@@ -245,7 +282,12 @@ Result<LinkSpec> resolve_link(const ExperimentConfig& cfg, const std::string& na
 Status check_experiment_files(const ExperimentConfig& cfg);
 
 // The devices file the experiment uses: load_devices when `devices` was set
-// explicitly, load_devices_or_default otherwise.
+// explicitly, load_devices_or_default otherwise. With a `chain` (and roles
+// inference) the roles come from it: its devices, of either device_type, are
+// the chain (DevicesConfig::chain), its last one the SERVER; the PARTICIPANTs
+// are the PARTICIPANT devices outside it (at least one); SERVER devices
+// outside it take no part and are left out. Error config at `chain` naming a
+// device the file lacks, with the names it has.
 Result<DevicesConfig> load_experiment_devices(const ExperimentConfig& cfg, RoleCheck roles = RoleCheck::inference);
 
 // The effective configuration as YAML (every setting, defaults included), as

@@ -42,7 +42,8 @@ const DeviceConfig& DevicesConfig::server() const {
 std::vector<const DeviceConfig*> DevicesConfig::participants() const {
   std::vector<const DeviceConfig*> out;
   for (const auto& d : devices)
-    if (d.role == DeviceRole::participant) out.push_back(&d);
+    if (d.role == DeviceRole::participant && std::find(chain.begin(), chain.end(), d.name) == chain.end())
+      out.push_back(&d);
   return out;
 }
 

@@ -92,10 +92,15 @@ struct DevicesConfig {
   std::string source;     // file path, or "<embedded default>"
   bool embedded = false;  // true when no file was found and the default is used
   std::vector<DeviceConfig> devices;
+  // The experiment's `chain` (place_chain): the devices after each
+  // PARTICIPANT in the order a frame passes them, the last one the SERVER.
+  // Empty: the SERVER alone.
+  std::vector<std::string> chain;
 
   // The SERVER device (loading guarantees exactly one).
   const DeviceConfig& server() const;
-  // The PARTICIPANT devices in file order (loading guarantees at least one).
+  // The PARTICIPANT devices in file order (loading guarantees at least one);
+  // never a device of the chain.
   std::vector<const DeviceConfig*> participants() const;
   // By name; nullptr when absent.
   const DeviceConfig* find(std::string_view name) const;

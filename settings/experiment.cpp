@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +33,53 @@ std::string_view dataset_kind_name(DatasetKind k) {
 }
 
 namespace {
+
+// The chain's hops name known link profiles, and every split entry has one
+// cut per chain device. A chain of one device takes its hop's link and
+// compression as the run's own (the two-tier run they describe).
+Status check_chain(ExperimentConfig& cfg) {
+  for (size_t i = 0; i < cfg.chain.size(); ++i) {
+    const ChainHop& h = cfg.chain[i];
+    if (h.link.empty()) continue;
+    if (auto r = resolve_link(cfg, h.link, "chain"); !r)
+      return err_at(cfg.pos_of("chain"), fmt::format("chain[{}].link", i),
+                    r.error().message.substr(std::string("chain: ").size()));
+  }
+  const size_t m = chain_hops(cfg);
+  auto check_entries = [&](const SplitSpec& sp, const std::string& key, const std::string& at) -> Status {
+    if (sp.all) return {};
+    for (size_t i = 0; i < sp.entries.size(); ++i) {
+      const wire::Placement& p = sp.entries[i];
+      if (p.hops() == m) continue;
+      std::string chain;
+      for (const auto& h : cfg.chain) chain += (chain.empty() ? "" : ", ") + h.device;
+      const std::string have = p.hops() == 1 ? fmt::format("{} is one cut point", p.cuts[0])
+                                             : fmt::format("[{}] has {} cut points", fmt::join(p.cuts, ", "), p.hops());
+      const std::string example = m == 1 ? std::string("3") : "[3, 13]";
+      return err_at(cfg.pos_of(at), fmt::format("{}[{}]", key, i),
+                    fmt::format("{}; the chain {} has {} device{} after the PARTICIPANT, so every entry needs {} cut "
+                                "point{} (e.g. {})",
+                                have, chain.empty() ? "(the SERVER alone)" : "[" + chain + "]", m, m == 1 ? "" : "s",
+                                m, m == 1 ? "" : "s", example));
+    }
+    return {};
+  };
+  TRACR_TRY(check_entries(cfg.split, "split", "split"));
+  for (const auto& [name, sp] : cfg.participant_splits)
+    TRACR_TRY(check_entries(sp, "participant_splits." + name, "participant_splits"));
+  if (cfg.chain.size() == 1) {
+    const ChainHop& h = cfg.chain[0];
+    if (!h.link.empty()) cfg.link = {h.link};
+    if (!h.compression.empty()) {
+      auto spec = protocol::CodecSpec::parse(h.compression);
+      if (!spec) return make_error(Errc::config, spec.error().message);  // parsed when read: cannot fail
+      cfg.compression = h.compression;
+      cfg.codec = *spec;
+      cfg.compression_list.clear();
+    }
+  }
+  return {};
+}
 
 Status cross_check(ExperimentConfig& cfg) {
   for (const auto& l : cfg.link) {
@@ -62,6 +110,7 @@ Status cross_check(ExperimentConfig& cfg) {
   if (cfg.dataset.kind == DatasetKind::synthetic && cfg.origin.count("dataset.interpolation"))
     return err_at(cfg.pos_of("dataset.interpolation"), "dataset.interpolation",
                   "applies to image datasets; expected no dataset.interpolation for type: synthetic");
+  TRACR_TRY(check_chain(cfg));
   if (cfg.adapt.enabled && !cfg.record.layers)
     return err_at(cfg.pos_of("adapt.enabled"), "adapt.enabled",
                   "needs record.layers: true (the adaptive policy plans from both devices' layer profiles)");
@@ -173,13 +222,43 @@ Result<ExperimentConfig> load_experiment(const std::string& path, const std::vec
   return cfg;
 }
 
+std::vector<int> SplitSpec::points() const {
+  std::vector<int> out;
+  out.reserve(entries.size());
+  for (const auto& p : entries) out.push_back(p.cuts.empty() ? 0 : p.cuts.front());
+  return out;
+}
+
+size_t chain_hops(const ExperimentConfig& cfg) { return cfg.chain.empty() ? 1 : cfg.chain.size(); }
+
+Result<std::vector<wire::Placement>> resolve_placements(const ExperimentConfig& cfg, const SplitSpec& sp,
+                                                       int num_layers, const std::string& key) {
+  const size_t m = chain_hops(cfg);
+  if (sp.all) {
+    const uint64_t count = wire::placement_count(m, num_layers);
+    if (m > 1 && count > kMaxAllPlacements)
+      return err_at(cfg.pos_of(key), key,
+                    fmt::format("all: model '{}' with {} layers has {} placements on a chain of {} devices; expected "
+                                "at most {} for `all`: list the placements to run (e.g. [[3, 13], [5, 13]])",
+                                cfg.model, num_layers, count == UINT64_MAX ? std::string("over 10^19") : std::to_string(count), m,
+                                kMaxAllPlacements));
+    return wire::all_placements(m, num_layers);
+  }
+  for (size_t i = 0; i < sp.entries.size(); ++i)
+    if (auto st = wire::check_placement(sp.entries[i], num_layers); !st)
+      return err_at(cfg.pos_of(key), fmt::format("{}[{}]", key, i),
+                    fmt::format("{} in model '{}'; expected cut points in 0..{}, non-decreasing", st.error().message,
+                                cfg.model, num_layers));
+  return sp.entries;
+}
+
 Result<std::vector<int>> resolve_splits(const ExperimentConfig& cfg, int num_layers) {
   std::vector<int> out;
   if (cfg.split.all) {
     for (int k = 0; k <= num_layers; ++k) out.push_back(k);
     return out;
   }
-  for (int k : cfg.split.points) {
+  for (int k : cfg.split.points()) {
     if (k > num_layers)
       return err_at(cfg.pos_of("split"), "split",
                     fmt::format("split point {} is beyond model '{}' with {} layers; expected 0..{}", k,
@@ -254,14 +333,50 @@ Status check_experiment_files(const ExperimentConfig& cfg) {
   return {};
 }
 
+namespace {
+
+// The chain's devices take their roles from it (load_experiment_devices).
+Status place_chain(const ExperimentConfig& cfg, DevicesConfig& d) {
+  std::string names;
+  for (const auto& dev : d.devices) names += (names.empty() ? "" : ", ") + dev.name;
+  for (size_t i = 0; i < cfg.chain.size(); ++i)
+    if (!d.find(cfg.chain[i].device))
+      return err_at(cfg.pos_of("chain"), fmt::format("chain[{}]", i),
+                    fmt::format("device '{}' is not in devices file {}; expected one of its devices ({})",
+                                cfg.chain[i].device, d.source, names));
+  std::vector<DeviceConfig> kept;
+  for (auto& dev : d.devices) {
+    const bool in_chain = std::any_of(cfg.chain.begin(), cfg.chain.end(),
+                                      [&](const ChainHop& h) { return h.device == dev.name; });
+    if (!in_chain && dev.role == DeviceRole::server) continue;  // takes no part in this run
+    if (in_chain) dev.role = dev.name == cfg.chain.back().device ? DeviceRole::server : DeviceRole::participant;
+    kept.push_back(std::move(dev));
+  }
+  d.devices = std::move(kept);
+  for (const auto& h : cfg.chain) d.chain.push_back(h.device);
+  if (d.participants().empty())
+    return err_at(cfg.pos_of("chain"), "chain",
+                  fmt::format("takes every PARTICIPANT of devices file {}; expected at least one PARTICIPANT device "
+                              "outside the chain to send frames into it",
+                              d.source));
+  return {};
+}
+
+}  // namespace
+
 Result<DevicesConfig> load_experiment_devices(const ExperimentConfig& cfg, RoleCheck roles) {
+  const bool chain = !cfg.chain.empty() && roles == RoleCheck::inference;
+  const RoleCheck load_roles = chain ? RoleCheck::none : roles;
+  Result<DevicesConfig> d = make_error(Errc::internal, "unset");
   if (cfg.devices_explicit) {
-    auto d = load_devices(cfg.devices, roles);
+    d = load_devices(cfg.devices, load_roles);
     if (!d && d.error().code == Errc::io)
       d.error().message = fmt::format("{}: devices: {}", cfg.pos_of("devices").str(), d.error().message);
-    return d;
+  } else {
+    d = load_devices_or_default(cfg.devices, load_roles);
   }
-  return load_devices_or_default(cfg.devices, roles);
+  if (d && chain) TRACR_TRY(place_chain(cfg, *d));
+  return d;
 }
 
 Result<Normalization> dataset_normalization(const ExperimentConfig& cfg, int64_t channels) {

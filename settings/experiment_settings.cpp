@@ -476,41 +476,150 @@ Setting normalization_setting(bool is_std) {
   return s;
 }
 
-// A split value: one point, a list of distinct points, or all.
+// A split entry as written: 7, or [3, 13] on a chain.
+std::string show_entry(const wire::Placement& p) {
+  if (p.hops() == 1) return std::to_string(p.cuts[0]);
+  return flow_ints(std::vector<int64_t>(p.cuts.begin(), p.cuts.end()));
+}
+
+// A split value: one point, a list of distinct entries (each a point or a
+// list of cut points, one per chain device), or all. The entries' count of
+// cuts is checked against the chain after every setting is read (cross_check).
 Result<SplitSpec> read_split(const Ctx& c, const YAML::Node& n, const std::string& key) {
-  const std::string what = "a split point (int >= 0), a list of split points, or all";
+  const std::string what =
+      "a split point (int >= 0), a list of split points, or all; on a chain of m devices, a list of placements of m "
+      "cut points each, e.g. [[3, 13], [5, 13]]";
   SplitSpec sp;
   if (n.IsScalar()) {
     if (n.Scalar() == "all") return sp;
     auto v = get_int(c, n, key, 0, 100000, what);
     if (!v) return v.error();
     sp.all = false;
-    sp.points = {static_cast<int>(*v)};
+    sp.entries = {wire::Placement{{static_cast<int>(*v)}, {}}};
     return sp;
   }
   if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, what);
   sp.all = false;
   for (size_t i = 0; i < n.size(); ++i) {
     const std::string k = fmt::format("{}[{}]", key, i);
-    auto v = get_int(c, n[i], k, 0, 100000, "a split point (int >= 0)");
-    if (!v) return v.error();
-    if (std::find(sp.points.begin(), sp.points.end(), *v) != sp.points.end())
-      return err_at(pos_of(c, n[i]), k, fmt::format("split point {} is listed twice; expected distinct points", *v));
-    sp.points.push_back(static_cast<int>(*v));
+    wire::Placement p;
+    if (n[i].IsSequence()) {
+      const std::string cut_what = "a cut point (int >= 0), non-decreasing along the chain";
+      if (n[i].size() == 0) return expected(c, n[i], k, "a placement: a list of cut points, one per chain device");
+      for (size_t j = 0; j < n[i].size(); ++j) {
+        auto v = get_int(c, n[i][j], fmt::format("{}[{}]", k, j), 0, 100000, cut_what);
+        if (!v) return v.error();
+        if (!p.cuts.empty() && *v < p.cuts.back())
+          return err_at(pos_of(c, n[i][j]), fmt::format("{}[{}]", k, j),
+                        fmt::format("cut {} comes after {}; expected non-decreasing cut points", *v, p.cuts.back()));
+        p.cuts.push_back(static_cast<int>(*v));
+      }
+    } else {
+      auto v = get_int(c, n[i], k, 0, 100000, "a split point (int >= 0)");
+      if (!v) return v.error();
+      p.cuts = {static_cast<int>(*v)};
+    }
+    if (std::find(sp.entries.begin(), sp.entries.end(), p) != sp.entries.end())
+      return err_at(pos_of(c, n[i]), k,
+                    p.hops() == 1
+                        ? fmt::format("split point {} is listed twice; expected distinct points", p.cuts[0])
+                        : fmt::format("placement {} is listed twice; expected distinct placements", show_entry(p)));
+    sp.entries.push_back(std::move(p));
   }
   return sp;
 }
 
 std::string show_split(const SplitSpec& sp) {
   if (sp.all) return "all";
-  if (sp.points.size() == 1) return std::to_string(sp.points[0]);
-  return flow_ints(std::vector<int64_t>(sp.points.begin(), sp.points.end()));
+  if (sp.entries.size() == 1 && sp.entries[0].hops() == 1) return show_entry(sp.entries[0]);
+  std::string o = "[";
+  for (size_t i = 0; i < sp.entries.size(); ++i) o += (i ? ", " : "") + show_entry(sp.entries[i]);
+  return o + "]";
+}
+
+Setting chain_setting() {
+  Setting s;
+  s.info = {"chain", "[name | {device, link, compression}]", "~ (the SERVER alone)",
+            "The devices a frame passes after its PARTICIPANT, in order, by their devices-file names (either "
+            "device_type); an entry may set the hop into its device: {device: edge, link: wifi, compression: int8} "
+            "(the top-level link and compression apply where a hop sets none). [<the SERVER>] is today's two-tier "
+            "run.",
+            ""};
+  s.nullable = true;
+  s.env_yaml = true;
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    const std::string what = "a list of device names or {device, link, compression} maps, e.g. [edge, server]";
+    if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, what);
+    std::vector<ChainHop> out;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string k = fmt::format("{}[{}]", key, i);
+      ChainHop h;
+      // Never assigned: a yaml-cpp node assigned to another rewrites the node it refers to.
+      const YAML::Node dev = n[i].IsMap() ? n[i]["device"] : n[i];
+      if (n[i].IsMap()) {
+        TRACR_TRY(check_keys(c, n[i], k, {"device", "link", "compression"}));
+        if (!dev) return err_at(pos_of(c, n[i]), k + ".device", "missing; expected the device's name in the devices file");
+        if (const YAML::Node l = n[i]["link"]) {
+          auto v = get_nonempty(c, l, k + ".link", "a link profile name");
+          if (!v) return v.error();
+          h.link = *v;
+        }
+        if (const YAML::Node z = n[i]["compression"]) {
+          auto v = get_nonempty(c, z, k + ".compression", "a codec text such as none, fp16, int8 (`tracrctl codecs`)");
+          if (!v) return v.error();
+          auto spec = protocol::CodecSpec::parse(*v);
+          if (!spec)
+            return err_at(pos_of(c, z), k + ".compression",
+                          fmt::format("invalid codec '{}': {}; expected e.g. none, fp16, int8+blosc-zstd:level=5 "
+                                      "(see `tracrctl codecs`)",
+                                      *v, spec.error().message));
+          h.compression = spec->name();
+        }
+      } else if (!n[i].IsScalar()) {
+        return expected(c, n[i], k, "a device name or {device, link, compression}");
+      }
+      const std::string dk = n[i].IsMap() ? k + ".device" : k;
+      auto name = get_nonempty(c, dev, dk, "a device name");
+      if (!name) return name.error();
+      if (!valid_name(*name)) return err_at(pos_of(c, dev), dk, "a device name of letters, digits, '_', '-', '.'");
+      for (const auto& o : out)
+        if (o.device == *name)
+          return err_at(pos_of(c, dev), dk,
+                        fmt::format("device '{}' is listed twice; expected each device once along the chain", *name));
+      h.device = *name;
+      out.push_back(std::move(h));
+    }
+    cfg.chain = std::move(out);
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    if (c.chain.empty()) return std::string("~");
+    std::string o = "[";
+    for (size_t i = 0; i < c.chain.size(); ++i) {
+      const ChainHop& h = c.chain[i];
+      o += i ? ", " : "";
+      if (h.link.empty() && h.compression.empty()) {
+        o += yaml_str(h.device);
+        continue;
+      }
+      o += "{device: " + yaml_str(h.device);
+      if (!h.link.empty()) o += ", link: " + yaml_str(h.link);
+      if (!h.compression.empty()) o += ", compression: " + yaml_str(h.compression);
+      o += "}";
+    }
+    return o + "]";
+  };
+  return s;
 }
 
 Setting split_setting() {
   Setting s;
-  s.info = {"split", "int | [int] | all", "all",
-            "Split points: k runs layers [0, k) on the PARTICIPANT and [k, N) on the SERVER; all = 0..N.", ""};
+  s.info = {"split", "int | [int | [int]] | all", "all",
+            "Split points: k runs layers [0, k) on the PARTICIPANT and [k, N) on the SERVER; all = 0..N. On a chain "
+            "of m devices (`chain`) each entry is a placement of m non-decreasing cut points ([3, 13]: layers [0, 3) "
+            "on the PARTICIPANT, [3, 13) on the first device, [13, N) on the second); all = every placement, at "
+            "most 1000.",
+            ""};
   s.env_yaml = true;
   s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
     auto sp = read_split(c, n, key);
@@ -524,7 +633,7 @@ Setting split_setting() {
 
 Setting participant_splits_setting() {
   Setting s;
-  s.info = {"participant_splits", "{name: int | [int] | all}", "{}",
+  s.info = {"participant_splits", "{name: int | [int | [int]] | all}", "{}",
             "Split points of single PARTICIPANTs (devices-file names), in place of `split`: participants of one run "
             "at different splits, e.g. the assignment `tracrctl plan --joint` chose ({p1: 22, p2: 0}).",
             ""};

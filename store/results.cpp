@@ -534,6 +534,9 @@ ALTER TABLE probes ADD COLUMN chunk_sizing TEXT;
 ALTER TABLE probes ADD COLUMN sizing_up_mbps REAL;
 ALTER TABLE probes ADD COLUMN sizing_down_mbps REAL;
 )sql"},
+    {18, "frames: the placement of a chain's frame (cut points joined by '|')", R"sql(
+ALTER TABLE frames ADD COLUMN placement TEXT;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,

@@ -869,7 +869,7 @@ Status RunSession::report() {
   if (auto est = print_energy_table(*db_, run_id_); !est) {
     return core::command_failed(user_text(est.error()));
   }
-  if (!cfg_.record.layers || !cfg_.probe.enabled || ro_.in_process || (!cfg_.split.all && cfg_.split.points.size() <= 1))
+  if (!cfg_.record.layers || !cfg_.probe.enabled || ro_.in_process || (!cfg_.split.all && cfg_.split.entries.size() <= 1))
     return {};
   auto plan = plan_from_run(*db_, run_id_, PlanOptions{});
   if (!plan) {

@@ -117,10 +117,22 @@ Status check_model_io(const settings::ExperimentConfig& cfg, const ex::SplitMode
 Status check_split_points(const settings::ExperimentConfig& cfg, const ex::SplitModel& model,
                           const settings::SplitSpec& sp, const std::string& key, const std::string& who) {
   const int n = model.num_layers();
+  if (settings::chain_hops(cfg) > 1) {
+    // A chain's placements: their count (all), range and order; each cut one the model can make.
+    auto ps = settings::resolve_placements(cfg, sp, n, key);
+    if (!ps) return ps.error();
+    for (const auto& p : *ps)
+      for (int k : p.cuts)
+        if (const std::string why = model.split_refusal(k); !why.empty() && !sp.all)
+          return config_error(cfg, key,
+                              fmt::format("{}placement [{}]: cut {} (after layer '{}') cannot be used: {}", who,
+                                          fmt::join(p.cuts, ", "), k, model.layers()[k - 1].name, why));
+    return {};
+  }
   std::vector<int> ks;
   if (sp.all)
     for (int k = 0; k <= n; ++k) ks.push_back(k);
-  for (int k : sp.points) {
+  for (int k : sp.points()) {
     if (k > n)
       return config_error(
           cfg, key,

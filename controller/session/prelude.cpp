@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -38,13 +39,22 @@ Status check_session(const settings::ExperimentConfig& cfg, settings::RoleCheck 
   if (auto n = check_experiment_model(cfg); !n) return bad_input(n.error());
   auto devices = settings::load_experiment_devices(cfg, roles);
   if (!devices) return bad_input(devices.error());
+  if (devices->chain.size() > 1 && roles == settings::RoleCheck::inference)
+    return bad_input(fmt::format("{}: chain: [{}]: a frame through {} devices needs a middle agent, which this "
+                                 "tracrctl does not run yet (issue #43 builds it); a chain of one device runs today",
+                                 cfg.pos_of("chain").str(), fmt::join(devices->chain, ", "), devices->chain.size()));
   for (const auto& [name, sp] : cfg.participant_splits) {
     const settings::DeviceConfig* d = devices->find(name);
-    if (d && d->role == settings::DeviceRole::participant) continue;
+    const auto parts = devices->participants();
+    if (d && std::find(parts.begin(), parts.end(), d) != parts.end()) continue;
     std::string names;
     for (const auto* pd : devices->participants()) names += (names.empty() ? "" : ", ") + pd->name;
     return bad_input(fmt::format("participant_splits.{}: {} in devices file {}; expected one of its PARTICIPANTs ({})",
-                                 name, d ? "is the SERVER" : "is no device", devices->source, names));
+                                 name,
+                                 !d                                            ? "is no device"
+                                 : d->role == settings::DeviceRole::server ? "is the SERVER"
+                                                                           : "is in the chain",
+                                 devices->source, names));
   }
   out.devices = std::move(*devices);
   out.agent_path = agent_option.empty() ? fleet::self_dir() + "/tracr-agent" : agent_option;

@@ -113,7 +113,7 @@ TEST(Convert, AlexnetSplitBecomesAnExperimentTheParserAccepts) {
   EXPECT_EQ(cfg->model, "alexnet");
   EXPECT_EQ(cfg->name, "alexnetsplit");
   EXPECT_EQ(cfg->input_size, (std::vector<int64_t>{3, 224, 224}));
-  EXPECT_EQ(cfg->split.points, (std::vector<int>{5}));
+  EXPECT_EQ(cfg->split.points(), (std::vector<int>{5}));
   EXPECT_EQ(cfg->warmup, 10);
   EXPECT_EQ(cfg->batch_size, 1);
   EXPECT_EQ(cfg->compression, "blosc-zstd:level=3");  // byte shuffle is blosc's default
@@ -208,7 +208,7 @@ compression:
   auto cfg = settings::parse_experiment(c->yaml, dir.file("exp.yaml", ""), false);
   ASSERT_TRUE(cfg.ok()) << cfg.error().str() << "\n" << c->yaml;
   EXPECT_EQ(cfg->model, "resnet18");
-  EXPECT_EQ(cfg->split.points, (std::vector<int>{0}));
+  EXPECT_EQ(cfg->split.points(), (std::vector<int>{0}));
   EXPECT_EQ(cfg->batch_size, 4);
   EXPECT_EQ(cfg->compression, "none");  // clevel 0
   EXPECT_EQ(cfg->dataset.kind, settings::DatasetKind::fashion_mnist);

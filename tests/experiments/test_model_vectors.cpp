@@ -123,6 +123,12 @@ TEST(ModelVectors, Resnet18SplitsMatchTheSpec) {
   ASSERT_TRUE(pb.ok());
   check("model.resnet18_64.segment6_13.header", request_header(6, *pb, {{"last", int64_t{13}}}).first);
   check("model.resnet18_64.split13.crossing", crossing_text(model, 13));
+  // Forwarding (3.4): placement 6|13|20 on three devices. The first middle
+  // device gets split 6 with last 13 and then "20"; it sends split 13 with
+  // last 20 and then "" to the next, which runs [13, 20) and forwards split
+  // 20 with neither key to the last device.
+  check("model.resnet18_64.forward6_13_20.header",
+        request_header(6, *pb, {{"last", int64_t{13}}, {"then", std::string("20")}}).first);
   auto mid = model.run(6, 13, *head);
   ASSERT_TRUE(mid.ok()) << mid.error().str();
   std::string got;
@@ -130,6 +136,10 @@ TEST(ModelVectors, Resnet18SplitsMatchTheSpec) {
   std::string want;
   for (const auto& t : model.crossing(13)) want += (want.empty() ? "" : " ") + t.name;
   EXPECT_EQ(got, want);
+  auto mid_pb = to_protocol(*mid);
+  ASSERT_TRUE(mid_pb.ok());
+  check("model.resnet18_64.forward13_20.header",
+        request_header(13, *mid_pb, {{"last", int64_t{20}}, {"then", std::string()}}).first);
 }
 
 namespace {

@@ -132,6 +132,37 @@ TEST(Vectors, PlainFrameWithMetaAndInt8) {
   check("frame.plain_int8.part1", hx(static_cast<const uint8_t*>(segs[0][1].data()), segs[0][1].size()));
 }
 
+// A middle device's reply (PROTOCOL.md 3.4 "Forwarding"): its own times,
+// then the next device's under "d.", and the one after that under "d.d.";
+// meta stays a flat map (keys sorted, as msgpack maps are written here).
+TEST(Vectors, ForwardedReplyNestsTheNextDevicesMeta) {
+  Check check;
+  FrameWriter w;
+  w.set_session(7);
+  float vals[2] = {1.0f, -2.0f};
+  Bundle b{Tensor::view("fc", DType::float32, {1, 2}, vals)};
+  Header h;
+  h.type = MsgType::infer_result;
+  h.split = 6;
+  h.meta = {{"req_seq", int64_t{3}},       {"last", int64_t{13}},         {"srv_ns", int64_t{900000}},
+            {"srv_tail_ns", int64_t{200000}}, {"fwd_encode_ns", int64_t{30000}}, {"fwd_rtt_ns", int64_t{600000}},
+            {"fwd_decode_ns", int64_t{20000}}, {"d.srv_ns", int64_t{400000}},   {"d.last", int64_t{20}},
+            {"d.d.srv_ns", int64_t{100000}}};
+  std::vector<Segment> segs;
+  ASSERT_TRUE(w.write(h, b, SendOptions{}, [&](Segment&& s) {
+                  segs.push_back(std::move(s));
+                  return Status{};
+                }).ok());
+  check("frame.forward_reply.header", hx(static_cast<const uint8_t*>(segs[0][0].data()), segs[0][0].size()));
+  // The reader gives the nested keys back as they were written.
+  FrameReader r;
+  r.set_session(7);
+  auto out = r.feed(segs[0]);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(out[0].ok()) << out[0].error().str();
+  EXPECT_EQ(out[0]->header.meta, h.meta);
+}
+
 // The sparse stage (PROTOCOL.md 4.4) on 11 float32 elements: zeros, -0.0 and
 // a NaN with a payload, so the bitmap has padding bits; alone, after fp16
 // and after int8 (whose codes are recentred on the zero point).

@@ -597,7 +597,7 @@ probe: {chunk_bytes: 64KiB}
   EXPECT_EQ(r->dataset.class_names, (std::vector<std::string>{"cat", "dog"}));
   EXPECT_EQ(r->dataset.max_samples, 8);
   EXPECT_FALSE(r->split.all);
-  EXPECT_EQ(r->split.points, (std::vector<int>{0, 4, 9}));
+  EXPECT_EQ(r->split.points(), (std::vector<int>{0, 4, 9}));
   EXPECT_EQ(r->warmup, 0);
   EXPECT_EQ(r->codec.lossy, protocol::Lossy::int8_channel);
   EXPECT_EQ(r->codec.comp, protocol::Compressor::blosc);
@@ -684,10 +684,10 @@ TEST(ExperimentConfig, SplitAcceptsIndexListOrAll) {
   auto one = parse_experiment("model: alexnet\nsplit: 3\n", "exp.yaml", false);
   ASSERT_TRUE(one.ok()) << one.error().str();
   EXPECT_FALSE(one->split.all);
-  EXPECT_EQ(one->split.points, std::vector<int>{3});
+  EXPECT_EQ(one->split.points(), std::vector<int>{3});
   auto list = parse_experiment("model: alexnet\nsplit: [5, 0, 2]\n", "exp.yaml", false);
   ASSERT_TRUE(list.ok()) << list.error().str();
-  EXPECT_EQ(list->split.points, (std::vector<int>{5, 0, 2}));
+  EXPECT_EQ(list->split.points(), (std::vector<int>{5, 0, 2}));
   auto all = parse_experiment("model: alexnet\nsplit: all\n", "exp.yaml", false);
   ASSERT_TRUE(all.ok()) << all.error().str();
   EXPECT_TRUE(all->split.all);
@@ -709,17 +709,17 @@ TEST(ExperimentConfig, SplitAcceptsIndexListOrAll) {
 }
 
 TEST(ExperimentConfig, BadSplitsAreRejected) {
+  const std::string what =
+      "split: expected a split point (int >= 0), a list of split points, or all; on a chain of m devices, a list of "
+      "placements of m cut points each, e.g. [[3, 13], [5, 13]], got ";
   const std::pair<std::string, std::string> cases[] = {
-      {"split: -1",
-       "exp.yaml:2:8: split: expected a split point (int >= 0), a list of split points, or all, got '-1'"},
-      {"split: some", "split: expected a split point (int >= 0), a list of split points, or all, got 'some'"},
-      {"split: []",
-       "exp.yaml:2:8: split: expected a split point (int >= 0), a list of split points, or all, got a list"},
+      {"split: -1", "exp.yaml:2:8: " + what + "'-1'"},
+      {"split: some", what + "'some'"},
+      {"split: []", "exp.yaml:2:8: " + what + "a list"},
       {"split: [1, x]", "exp.yaml:2:12: split[1]: expected a split point (int >= 0), got 'x'"},
       {"split: [1, 2, 1]",
        "exp.yaml:2:15: split[2]: split point 1 is listed twice; expected distinct points"},
-      {"split: {k: 1}",
-       "split: expected a split point (int >= 0), a list of split points, or all, got a map"},
+      {"split: {k: 1}", what + "a map"},
   };
   for (const auto& [line, want] : cases) {
     Error e = experiment_error("model: alexnet\n" + line + "\n");
@@ -920,7 +920,7 @@ TEST(ExperimentConfig, EnvironmentOverridesFileWithSameChecks) {
     auto r = parse_experiment(yaml, "exp.yaml", true);
     ASSERT_TRUE(r.ok()) << r.error().str();
     EXPECT_EQ(r->warmup, 7);
-    EXPECT_EQ(r->split.points, (std::vector<int>{1, 2}));
+    EXPECT_EQ(r->split.points(), (std::vector<int>{1, 2}));
     EXPECT_EQ(r->codec.lossy, protocol::Lossy::int8);
     EXPECT_FALSE(r->record.layers);
     EXPECT_EQ(r->pos_of("warmup").str(), "env TRACR_WARMUP");
@@ -947,7 +947,7 @@ TEST(ExperimentConfig, SetOverridesComeAfterFileAndEnvironmentWithSameChecks) {
     auto r = parse_experiment(yaml, "exp.yaml", true, {"warmup=9", "split=[0, 2]", "dataset.type=synthetic"});
     ASSERT_TRUE(r.ok()) << r.error().str();
     EXPECT_EQ(r->warmup, 9) << "--set wins over the environment";
-    EXPECT_EQ(r->split.points, (std::vector<int>{0, 2}));
+    EXPECT_EQ(r->split.points(), (std::vector<int>{0, 2}));
     EXPECT_EQ(r->pos_of("warmup").str(), "--set warmup=9");
     EXPECT_EQ(r->pos_of("split").str(), "--set split=[0, 2]");
     bool shown = false;
@@ -1074,9 +1074,10 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "dataset.resize_size",
                         "dataset.interpolation",
                         "on_participant_loss",
-                        "lockstep"})
+                        "lockstep",
+                        "chain"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 70u);
+  EXPECT_EQ(names.size(), 71u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());
@@ -1526,6 +1527,69 @@ TEST(ExperimentConfig, EveryDocumentedDefaultIsTheStructsDefault) {
     ++compared;
   }
   EXPECT_GT(compared, 60);  // every setting but name and model
+}
+
+}  // namespace
+}  // namespace tracr::settings
+
+namespace tracr::settings {
+namespace {
+
+// Two SERVER devices (edge, cloud) and two PARTICIPANTs (phone, cam): not a
+// two-tier devices file, but a chain names its roles.
+constexpr const char* kChainDevices = R"(devices:
+  - {device_type: PARTICIPANT, name: phone, connection_params: [{host: 127.0.0.1}], transport: local}
+  - {device_type: SERVER, name: edge, connection_params: [{host: 127.0.0.1}], transport: local}
+  - {device_type: SERVER, name: cloud, connection_params: [{host: 127.0.0.1}], transport: local}
+  - {device_type: PARTICIPANT, name: cam, connection_params: [{host: 127.0.0.1}], transport: local}
+)";
+
+Result<DevicesConfig> chain_devices(const TempDir& dir, const std::string& chain) {
+  const std::string dev = dir.write("devices.yaml", kChainDevices);
+  auto cfg = parse_experiment("model: alexnet\ndevices: " + dev + "\nchain: " + chain + "\n", "exp.yaml", false);
+  if (!cfg) return cfg.error();
+  return load_experiment_devices(*cfg);
+}
+
+TEST(Chain, DevicesTakeTheirRolesFromTheChain) {
+  TempDir dir;
+  // Without a chain the file is refused as today: two SERVERs.
+  {
+    const std::string dev = dir.write("devices.yaml", kChainDevices);
+    auto cfg = parse_experiment("model: alexnet\ndevices: " + dev + "\n", "exp.yaml", false);
+    ASSERT_TRUE(cfg.ok());
+    auto d = load_experiment_devices(*cfg);
+    ASSERT_FALSE(d.ok());
+    EXPECT_NE(d.error().message.find("expected exactly one device with device_type: SERVER, found 2"),
+              std::string::npos);
+  }
+  auto two = chain_devices(dir, "[edge, cloud]");
+  ASSERT_TRUE(two.ok()) << two.error().str();
+  EXPECT_EQ(two->chain, (std::vector<std::string>{"edge", "cloud"}));
+  EXPECT_EQ(two->server().name, "cloud");
+  ASSERT_EQ(two->participants().size(), 2u);
+  EXPECT_EQ(two->participants()[0]->name, "phone");
+  EXPECT_EQ(two->participants()[1]->name, "cam");
+
+  // One device, of PARTICIPANT type: cam serves; the SERVER devices outside the chain take no part.
+  auto one = chain_devices(dir, "[cam]");
+  ASSERT_TRUE(one.ok()) << one.error().str();
+  EXPECT_EQ(one->server().name, "cam");
+  ASSERT_EQ(one->participants().size(), 1u);
+  EXPECT_EQ(one->participants()[0]->name, "phone");
+  EXPECT_EQ(one->find("edge"), nullptr);
+  EXPECT_EQ(one->find("cloud"), nullptr);
+
+  auto unknown = chain_devices(dir, "[edge, clowd]");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message.find("chain[1]: device 'clowd' is not in devices file"), std::string::npos)
+      << unknown.error().message;
+  EXPECT_NE(unknown.error().message.find("expected one of its devices (phone, edge, cloud, cam)"), std::string::npos);
+
+  auto everyone = chain_devices(dir, "[phone, cam, cloud]");
+  ASSERT_FALSE(everyone.ok());
+  EXPECT_NE(everyone.error().message.find("chain: takes every PARTICIPANT of devices file"), std::string::npos)
+      << everyone.error().message;
 }
 
 }  // namespace

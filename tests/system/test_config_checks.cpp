@@ -399,3 +399,49 @@ TEST(ConfigChecks, ALinkOverLoopbackPointsToTheNamespaceTestbed) {
       << r.out;
   EXPECT_EQ(query(db, "select count(*) from runs"), "0");  // refused before anything starts
 }
+
+// A chain is read and checked before anything starts; two or more devices need
+// the middle agent, which `run` does not have yet, and says so (#43).
+TEST(ConfigChecks, AChainIsCheckedAgainstTheDevicesAndAMiddleDeviceIsRefusedNamingTheChain) {
+  TempDir d;
+  const std::string db = empty_db(d);
+  d.file("devices.yaml", "devices:\n"
+                         "  - {device_type: SERVER, name: edge, transport: local}\n"
+                         "  - {device_type: SERVER, name: cloud, transport: local}\n"
+                         "  - {device_type: PARTICIPANT, name: phone, transport: local}\n");
+  auto run = [&](const std::string& name, const std::string& extra) {
+    const std::string exp = d.file(name, "model: alexnet\ninput_size: 64\nwarmup: 0\nrepetitions: 1\n"
+                                         "devices: devices.yaml\noutput: " + db + "\n" + extra);
+    return std::make_pair(exp, sh(tracrctl() + " run " + exp + " --no-progress"));
+  };
+  {
+    auto [exp, r] = run("none.yaml", "split: [3]\n");  // two SERVERs and no chain naming one
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("expected exactly one device with device_type: SERVER, found 2"), std::string::npos) << r.out;
+  }
+  {
+    auto [exp, r] = run("short.yaml", "chain: [edge, cloud]\nsplit: [3, [3, 13]]\n");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("split[0]: 3 is one cut point; the chain [edge, cloud] has 2 devices"), std::string::npos)
+        << r.out;
+  }
+  {
+    auto [exp, r] = run("beyond.yaml", "chain: [edge, cloud]\nsplit: [[3, 13], [13, 30]]\n");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("split[1]: placement 13|30: cut 30 is outside 0..22"), std::string::npos) << r.out;
+  }
+  {
+    auto [exp, r] = run("unknown.yaml", "chain: [edge, clowd]\nsplit: [[3, 13]]\n");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("chain[1]: device 'clowd' is not in devices file"), std::string::npos) << r.out;
+  }
+  {
+    auto [exp, r] = run("middle.yaml", "chain: [edge, cloud]\nsplit: [[3, 13]]\n");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find(exp + ":7:8: chain: [edge, cloud]: a frame through 2 devices needs a middle agent"),
+              std::string::npos)
+        << r.out;
+    expect_short_message(r.out);
+  }
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+}

@@ -640,3 +640,49 @@ TEST(RunLocal, LockstepParticipantsStartEverySplitTogether) {
             "9");
   EXPECT_EQ(query(db, "select count(*) from events where kind = 'resumed'"), "9");
 }
+
+// `chain: [<the SERVER>]` is today's two-tier run (#43): the same rows, and a
+// one-device chain may name a PARTICIPANT device to serve, its hop's link and
+// codec becoming the run's.
+TEST(RunLocal, AChainOfTheServerAloneStoresTheSameRowsAsTwoTiers) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml", "devices:\n"
+                                                     "  - {device_type: SERVER, name: cloud, transport: local}\n"
+                                                     "  - {device_type: PARTICIPANT, name: phone, transport: local}\n"
+                                                     "  - {device_type: PARTICIPANT, name: box, transport: local}\n");
+  // Both runs have both participants (box at a split of its own) and cloud serving.
+  // small_experiment at three splits instead of all.
+  auto exp = [&](const std::string& extra) {
+    std::string y = small_experiment(db, "probe: {enabled: false}\n" + extra, devices);
+    y.replace(y.find("split: all"), 10, "split: [0, 11, 22]");
+    return y;
+  };
+  const std::string two = d.file("two.yaml", exp("participant_splits: {box: [3]}\n"));
+  const std::string chained = d.file("chain.yaml", exp("participant_splits: {box: [3]}\nchain: [cloud]\n"));
+  auto a = sh(tracrctl() + " run " + two + " --no-progress");
+  ASSERT_EQ(a.status, 0) << a.out;
+  auto b = sh(tracrctl() + " run " + chained + " --no-progress");
+  ASSERT_EQ(b.status, 0) << b.out;
+  const std::string cols =
+      "select participant || ' ' || split || ' ' || sample || ' ' || warmup || ' ' || ok || ' ' || result || ' ' || "
+      "raw_bytes || ' ' || wire_bytes || ' ' || codec || ' ' || cipher from frames where run_id = ";
+  const auto rows1 = query_col(db, cols + "1 order by participant, split, sample, warmup");
+  ASSERT_EQ(rows1.size(), size_t(3 * 2 + 1 * 2));  // phone: 3 splits x 2 samples; box: split 3
+  EXPECT_EQ(rows1, query_col(db, cols + "2 order by participant, split, sample, warmup"));
+  for (const char* t : {"devices", "layer_profiles", "summaries"})
+    EXPECT_EQ(query(db, std::string("select count(*) from ") + t + " where run_id = 1"),
+              query(db, std::string("select count(*) from ") + t + " where run_id = 2"))
+        << t;
+
+  // A PARTICIPANT device named as the chain serves; its hop's codec is the run's.
+  const std::string box = d.file("box.yaml", exp("chain: [{device: box, compression: none}]\n"));
+  auto c = sh(tracrctl() + " run " + box + " --no-progress");
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_EQ(query(db, "select group_concat(device || ':' || role, ',') from (select device, role from devices where "
+                      "run_id = 3 order by device)"),
+            "box:SERVER,phone:PARTICIPANT");
+  EXPECT_EQ(query(db, "select group_concat(distinct participant) from frames where run_id = 3"), "phone");
+  EXPECT_EQ(query(db, "select group_concat(distinct codec) from frames where run_id = 3"), "none");
+  EXPECT_EQ(query(db, "select count(*) from frames where run_id = 3 and ok = 1"), "6");
+}
