@@ -441,6 +441,8 @@ class RunSession {
   Result<std::unique_ptr<AgentConn>> start(const DeviceConfig& dev, wire::AgentRole role,
                                            std::vector<std::string> args);
   void start_server();
+  void start_chain();
+  const DeviceConfig& first_hop() const;
   std::vector<std::string> participant_args(const DeviceConfig& p) const;
   void start_participants();
   void on_line(size_t i, const ControlMsg& m);
@@ -467,7 +469,8 @@ class RunSession {
   std::unique_ptr<DetachedWatch> detached_watch_;  // is it still there? (#24)
   std::unique_ptr<Recorder> rec_;
   std::unique_ptr<AgentSet> agents_;
-  std::string server_endpoint_;
+  std::string server_endpoint_;  // where participants connect: the SERVER's, or a chain's first device's
+  std::map<std::string, std::string> endpoints_;  // every serving agent's endpoint from its READY, by device
   bool tty_ = false;
   std::set<std::string> phases_seen_;  // "device KIND" whose phase line was drawn
   int64_t frames_total_ = 0, frames_done_ = 0;
@@ -490,6 +493,9 @@ class RunSession {
 // Checks, database, link profile: nothing started, nothing written yet.
 Status RunSession::prepare() {
   TRACR_TRY(check_session(cfg_, RoleCheck::inference, ro_.agent_path, pre_));
+  if (pre_.devices.chain.size() > 1 && ro_.in_process)
+    return core::bad_input(fmt::format("--in-process runs two tiers in one process; chain: [{}] needs its agents",
+                                       fmt::join(pre_.devices.chain, ", ")));
   auto db = ResultsDb::open(cfg_.output);
   if (!db) {
     return core::command_failed(user_text(db.error()));
@@ -554,7 +560,7 @@ Status RunSession::open_row() {
 // keys the whole run).
 Status RunSession::connect() {
   const DeviceConfig& server = pre_.devices.server();
-  if (!ro_.in_process) {
+  if (!ro_.in_process && pre_.devices.chain.size() <= 1) {
     auto d = read_detached(detached_state_path(cfg_.output, server.name));
     if (d && d->identity == server_identity(cfg_) && (d->transport != "local" || process_alive(d->pid, d->start_ticks)))
       detached_ = *d;
@@ -571,7 +577,7 @@ Status RunSession::connect() {
   launch_ = std::make_unique<SessionLaunch>(cfg_, pre_, std::move(secret), *stamp, run_id_, ro_.trust_new_hosts);
   rec_ = std::make_unique<Recorder>(*db_, run_id_, cfg_.record.frames, cfg_.record.layers);
   rec_->set_link(info_.link, info_.shaping);
-  rec_->set_server(server.name);
+  rec_->set_server(first_hop().name);  // the reply's srv_energy is the device the participant sends to
   if (shaper_) rec_->event("info", "link_shaped", fmt::format("link {}: {}", info_.link, info_.shaping));
   tty_ = ro_.progress && isatty(2);
   agents_ = std::make_unique<AgentSet>(*rec_, cfg_.heartbeat_timeout_ms, "participants");
@@ -608,6 +614,7 @@ void RunSession::start_server() {
     return;
   }
   if (ro_.in_process) return;
+  if (pre_.devices.chain.size() > 1) return start_chain();
   if (ro_.progress)
     draw_phase(fmt::format("starting the SERVER agent on {} (it loads the model{} first)", server.name,
                            cfg_.record.layers ? " and profiles it" : ""),
@@ -622,8 +629,48 @@ void RunSession::start_server() {
   agents_->wait_until([&] { return !server_endpoint_.empty() || SignalCatcher::signal(); }, 600000);
 }
 
+// A chain of two or more devices (#43), from its end backwards: each device
+// is a SERVER agent, each but the last started with --downstream at the
+// next one's endpoint (PROTOCOL.md 3.4 "Forwarding"), each waited for until
+// it serves. Participants connect to the first.
+void RunSession::start_chain() {
+  const auto& chain = pre_.devices.chain;
+  std::string next;
+  const DeviceConfig* next_dev = nullptr;
+  for (size_t i = chain.size(); i-- > 0 && agents_->failure().empty() && !SignalCatcher::signal();) {
+    const DeviceConfig& dev = *pre_.devices.find(chain[i]);
+    if (ro_.progress)
+      draw_phase(fmt::format("starting the chain's device {} of {} on {} ({})", i + 1, chain.size(), dev.name,
+                             next_dev ? "it forwards to " + next_dev->name : std::string("the last")),
+                 tty_);
+    std::vector<std::string> args = {"--bind", fmt::format("tcp://{}:{}", server_bind_host(dev), dev.connection().port)};
+    if (next_dev)
+      args.insert(args.end(), {"--downstream", next_dev->transport == Transport::local && next_dev->netns.empty()
+                                                   ? next
+                                                   : reachable_endpoint(next, next_dev->connection().host)});
+    auto conn = start(dev, wire::AgentRole::server, args);
+    if (!conn) {
+      agents_->fail(fmt::format("chain device {} ({} of {}): {}", dev.name, i + 1, chain.size(), user_text(conn.error())));
+      return;
+    }
+    agents_->adopt(std::move(*conn));
+    agents_->start_reading();
+    agents_->wait_until([&] { return endpoints_.count(dev.name) || SignalCatcher::signal(); }, 600000);
+    if (!endpoints_.count(dev.name)) return;
+    next = endpoints_[dev.name];
+    next_dev = &dev;
+  }
+  server_endpoint_ = next;
+}
+
+// Where participants send their frames: the SERVER, or a chain's first device.
+const DeviceConfig& RunSession::first_hop() const {
+  const auto& chain = pre_.devices.chain;
+  return chain.size() > 1 ? *pre_.devices.find(chain.front()) : pre_.devices.server();
+}
+
 std::vector<std::string> RunSession::participant_args(const DeviceConfig& p) const {
-  const DeviceConfig& server = pre_.devices.server();
+  const DeviceConfig& server = first_hop();
   std::vector<std::string> args;
   if (ro_.probe_only) args.push_back("--probe-only");
   if (ro_.in_process) args.push_back("--in-process");
@@ -666,7 +713,10 @@ void RunSession::start_participants() {
 // before the first frame, the progress bar.
 void RunSession::on_line(size_t i, const ControlMsg& m) {
   AgentConn& a = (*agents_)[i];
-  if (m.kind == "READY" && a.role() == wire::AgentRole::server) server_endpoint_ = m.get_or("endpoint", "");
+  if (m.kind == "READY" && a.role() == wire::AgentRole::server) {
+    endpoints_[a.device().name] = m.get_or("endpoint", "");
+    if (pre_.devices.chain.size() <= 1) server_endpoint_ = m.get_or("endpoint", "");
+  }
   if (m.kind == "EVENT" && m.get_or("kind", "") == "step_waiting") step_waiting_.insert(i);
   if (!ro_.progress) return;
   if (frames_done_ == 0 && (m.kind == "PROFILE" || m.kind == "SEGMENT" || m.kind == "PROBE") &&
@@ -869,7 +919,8 @@ Status RunSession::report() {
   if (auto est = print_energy_table(*db_, run_id_); !est) {
     return core::command_failed(user_text(est.error()));
   }
-  if (!cfg_.record.layers || !cfg_.probe.enabled || ro_.in_process || (!cfg_.split.all && cfg_.split.entries.size() <= 1))
+  if (!cfg_.record.layers || !cfg_.probe.enabled || ro_.in_process || (!cfg_.split.all && cfg_.split.entries.size() <= 1) ||
+      pre_.devices.chain.size() > 1)  // the planner plans two tiers
     return {};
   auto plan = plan_from_run(*db_, run_id_, PlanOptions{});
   if (!plan) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -30,6 +31,40 @@ namespace {
 // The note's size: written in place, never grown, so it fits on a full disk.
 constexpr size_t kNoteBytes = 4096;
 
+
+// What a run on a chain of two or more devices cannot do yet (#43), refused
+// before anything starts: per-hop link shaping, the adaptive policy, and
+// placements that share their first cut (the summaries are keyed by it).
+Status check_chain_run(const settings::ExperimentConfig& cfg, const settings::DevicesConfig& devices) {
+  const std::string chain = fmt::format("chain: [{}]", fmt::join(devices.chain, ", "));
+  auto refuse = [&](const std::string& key, const std::string& why) {
+    return bad_input(fmt::format("{}: {}: {}", cfg.pos_of(key).known() ? cfg.pos_of(key).str() : cfg.pos_of("chain").str(),
+                                 chain, why));
+  };
+  bool shaped = !cfg.link.empty();
+  for (const auto& h : cfg.chain) shaped = shaped || !h.link.empty();
+  for (const auto& d : devices.devices) shaped = shaped || d.link_profile.has_value();
+  if (shaped)
+    return refuse("link", "links are shaped per hop on chains only once #43 builds it; run the chain unshaped (no "
+                          "link:, no hop link, no link_profile in the devices file)");
+  if (cfg.adapt.enabled) return refuse("adapt.enabled", "the adaptive policy plans two tiers only");
+  auto shared = [&](const settings::SplitSpec& sp, const std::string& key) -> Status {
+    if (sp.all)
+      return refuse(key, "split: all sweeps placements that share their first cut, and a run's summaries are keyed by "
+                         "the first cut until #43 keys them by placement; list placements with distinct first cuts");
+    std::map<int, std::string> first;
+    for (const auto& p : sp.entries)
+      if (auto [it, fresh] = first.emplace(p.cuts.front(), p.text()); !fresh)
+        return refuse(key, fmt::format("placements {} and {} share their first cut {}: a run's summaries are keyed by "
+                                       "it until #43 keys them by placement; put them in separate runs",
+                                       it->second, p.text(), p.cuts.front()));
+    return {};
+  };
+  TRACR_TRY(shared(cfg.split, "split"));
+  for (const auto& [name, sp] : cfg.participant_splits) TRACR_TRY(shared(sp, "participant_splits"));
+  return {};
+}
+
 }  // namespace
 
 Status check_session(const settings::ExperimentConfig& cfg, settings::RoleCheck roles, const std::string& agent_option,
@@ -39,10 +74,7 @@ Status check_session(const settings::ExperimentConfig& cfg, settings::RoleCheck 
   if (auto n = check_experiment_model(cfg); !n) return bad_input(n.error());
   auto devices = settings::load_experiment_devices(cfg, roles);
   if (!devices) return bad_input(devices.error());
-  if (devices->chain.size() > 1 && roles == settings::RoleCheck::inference)
-    return bad_input(fmt::format("{}: chain: [{}]: a frame through {} devices needs a middle agent, which this "
-                                 "tracrctl does not run yet (issue #43 builds it); a chain of one device runs today",
-                                 cfg.pos_of("chain").str(), fmt::join(devices->chain, ", "), devices->chain.size()));
+  if (devices->chain.size() > 1 && roles == settings::RoleCheck::inference) TRACR_TRY(check_chain_run(cfg, *devices));
   for (const auto& [name, sp] : cfg.participant_splits) {
     const settings::DeviceConfig* d = devices->find(name);
     const auto parts = devices->participants();

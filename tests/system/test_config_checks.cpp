@@ -400,9 +400,9 @@ TEST(ConfigChecks, ALinkOverLoopbackPointsToTheNamespaceTestbed) {
   EXPECT_EQ(query(db, "select count(*) from runs"), "0");  // refused before anything starts
 }
 
-// A chain is read and checked before anything starts; two or more devices need
-// the middle agent, which `run` does not have yet, and says so (#43).
-TEST(ConfigChecks, AChainIsCheckedAgainstTheDevicesAndAMiddleDeviceIsRefusedNamingTheChain) {
+// A chain is read and checked before anything starts, and what chains cannot
+// do yet is refused naming it (#43).
+TEST(ConfigChecks, AChainIsCheckedAgainstTheDevicesAndWhatChainsCannotDoYetIsNamed) {
   TempDir d;
   const std::string db = empty_db(d);
   d.file("devices.yaml", "devices:\n"
@@ -435,13 +435,21 @@ TEST(ConfigChecks, AChainIsCheckedAgainstTheDevicesAndAMiddleDeviceIsRefusedNami
     EXPECT_EQ(r.status, 2) << r.out;
     EXPECT_NE(r.out.find("chain[1]: device 'clowd' is not in devices file"), std::string::npos) << r.out;
   }
+  // What chains cannot do yet, named before anything starts.
   {
-    auto [exp, r] = run("middle.yaml", "chain: [edge, cloud]\nsplit: [[3, 13]]\n");
+    auto [exp, r] = run("shared.yaml", "chain: [edge, cloud]\nsplit: [[3, 13], [3, 15]]\n");
     EXPECT_EQ(r.status, 2) << r.out;
-    EXPECT_NE(r.out.find(exp + ":7:8: chain: [edge, cloud]: a frame through 2 devices needs a middle agent"),
+    EXPECT_NE(r.out.find(exp + ":8:8: chain: [edge, cloud]: placements 3|13 and 3|15 share their first cut 3"),
               std::string::npos)
         << r.out;
     expect_short_message(r.out);
+  }
+  {
+    auto [exp, r] = run("linked.yaml", "chain: [edge, {device: cloud, link: wifi}]\nsplit: [[3, 13]]\n");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("chain: [edge, cloud]: links are shaped per hop on chains only once #43 builds it"),
+              std::string::npos)
+        << r.out;
   }
   EXPECT_EQ(query(db, "select count(*) from runs"), "0");
 }

@@ -686,3 +686,42 @@ TEST(RunLocal, AChainOfTheServerAloneStoresTheSameRowsAsTwoTiers) {
   EXPECT_EQ(query(db, "select group_concat(distinct codec) from frames where run_id = 3"), "none");
   EXPECT_EQ(query(db, "select count(*) from frames where run_id = 3 and ok = 1"), "6");
 }
+
+// `tracrctl run` on a chain of three local agents (#43): the controller
+// starts the chain from its end, the participant sends to the first device,
+// each placement's frames are stored with it, and their results equal a
+// two-tier run's at the same first cut (the outputs are the unsplit model's).
+TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml", "devices:\n"
+                                                     "  - {device_type: SERVER, name: edge, transport: local}\n"
+                                                     "  - {device_type: SERVER, name: cloud, transport: local}\n"
+                                                     "  - {device_type: PARTICIPANT, name: phone, transport: local}\n");
+  auto exp = [&](const std::string& split, const std::string& extra) {
+    std::string y = small_experiment(db, "probe: {enabled: false}\ninflight: 2\n" + extra, devices);
+    y.replace(y.find("split: all"), 10, "split: " + split);
+    return y;
+  };
+  auto chain = sh(tracrctl() + " run " + d.file("chain.yaml", exp("[[3, 13], [0, 22], [22, 22], [5, 5]]",
+                                                                  "chain: [edge, cloud]\n")) +
+                  " --no-progress");
+  ASSERT_EQ(chain.status, 0) << chain.out;
+  auto two = sh(tracrctl() + " run " + d.file("two.yaml", exp("[3, 0, 22, 5]", "chain: [cloud]\n")) + " --no-progress");
+  ASSERT_EQ(two.status, 0) << two.out;
+  EXPECT_EQ(query(db, "select group_concat(device || ':' || role, ',') from (select device, role from devices where "
+                      "run_id = 1 order by device)"),
+            "cloud:SERVER,edge:SERVER,phone:PARTICIPANT");
+  EXPECT_EQ(query(db, "select group_concat(placement, ',') from (select distinct placement from frames where run_id = 1 "
+                      "order by placement)"),
+            "0|22,22|22,3|13,5|5");
+  EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1 and ok = 1"), "8");
+  const std::string cols = "select split || ' ' || sample || ' ' || result from frames where warmup = 0 and run_id = ";
+  const auto chained = query_col(db, cols + "1 order by split, sample");
+  ASSERT_EQ(chained.size(), 8u);
+  EXPECT_EQ(chained, query_col(db, cols + "2 order by split, sample"));
+  // Every frame keeps the participant's timing identity.
+  EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1 and total_ns <> head_ns + encode_ns + network_ns + "
+                      "server_ns + queue_ns + return_ns + post_ns"),
+            "0");
+}
