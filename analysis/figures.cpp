@@ -18,6 +18,7 @@
 #include "core/text.hpp"
 #include "store/export.hpp"
 #include "store/statement.hpp"
+#include "wire/placement.hpp"
 
 extern char** environ;
 
@@ -107,43 +108,66 @@ void label_runs(std::vector<RunData>& runs) {
   }
 }
 
-// The split axis shared by the figures: every split any run measured, each
-// named by the layer it cuts after when the runs agree on that name.
+// A placement's cut points (a two-tier run's: {split}); the figures' x axis
+// is placements, each a split on a two-tier run.
+using Cuts = std::vector<int>;
+std::string cuts_text(const Cuts& k) {
+  std::string out;
+  for (int c : k) out += (out.empty() ? "" : "|") + std::to_string(c);
+  return out;
+}
+Cuts cuts_of(const std::string& placement, int64_t split) {
+  auto p = wire::parse_placement(placement);
+  return p && !p->cuts.empty() ? p->cuts : Cuts{static_cast<int>(split)};
+}
+
+// The placement axis shared by the figures: every placement (split) any run
+// measured, each cut named by the layer it cuts after when the runs agree on
+// that name.
 struct SplitAxis {
-  std::vector<int> splits;
+  std::vector<Cuts> splits;
   std::vector<std::string> labels;
-  std::map<int, size_t> index;
-  std::string layer(const std::vector<RunData>& runs, int split) const {
+  std::map<Cuts, size_t> index;
+  static std::string layer_of(const std::vector<RunData>& runs, int split) {
     if (split == 0) return "(input)";
     for (const auto& r : runs)
       if (auto it = r.cuts.find(split); it != r.cuts.end()) return it->second;
     return {};
   }
+  std::string layer(const std::vector<RunData>& runs, const Cuts& k) const {
+    std::string out;
+    for (int c : k) out += (out.empty() ? "" : " | ") + layer_of(runs, c);
+    return out;
+  }
 };
-SplitAxis split_axis(const std::vector<RunData>& runs, const std::set<int>& splits) {
+SplitAxis split_axis(const std::vector<RunData>& runs, const std::set<Cuts>& splits) {
   SplitAxis a;
   a.splits.assign(splits.begin(), splits.end());
   for (size_t i = 0; i < a.splits.size(); ++i) {
-    const int k = a.splits[i];
+    const Cuts& k = a.splits[i];
     a.index[k] = i;
+    if (k.size() > 1) {  // a chain's placement: its cut points (the layer names would not fit a tick)
+      a.labels.push_back(cuts_text(k));
+      continue;
+    }
     std::set<std::string> names;
     for (const auto& r : runs)
-      if (auto it = r.cuts.find(k); it != r.cuts.end()) names.insert(it->second);
-    if (k == 0)
+      if (auto it = r.cuts.find(k.front()); it != r.cuts.end()) names.insert(it->second);
+    if (k.front() == 0)
       a.labels.push_back("0 (input)");
     else if (names.size() == 1)
-      a.labels.push_back(fmt::format("{} {}", k, *names.begin()));
+      a.labels.push_back(fmt::format("{} {}", k.front(), *names.begin()));
     else
-      a.labels.push_back(std::to_string(k));
+      a.labels.push_back(std::to_string(k.front()));
   }
   return a;
 }
 
-std::set<int> measured_splits(const std::vector<RunData>& runs) {
-  std::set<int> s;
+std::set<Cuts> measured_splits(const std::vector<RunData>& runs) {
+  std::set<Cuts> s;
   for (const auto& r : runs)
     for (const auto& x : r.sums)
-      if (x.frames > 0) s.insert(x.split);
+      if (x.frames > 0) s.insert(x.key());
   return s;
 }
 
@@ -163,9 +187,10 @@ Figure latency_figure(const std::vector<RunData>& runs, const SplitAxis& ax) {
     for (const auto& x : r.sums) {
       if (x.frames <= 0) continue;
       const auto& t = x.stage("total_ns");
-      s.points.push_back({static_cast<double>(ax.index.at(x.split)), t.median_ns / 1e6, t.p95_ns / 1e6, 0});
-      f.csv_rows.push_back({run_cells(r.run), r.run.name, r.run.model, r.run.link, r.run.codec, std::to_string(x.split),
-                            ax.layer(runs, x.split), std::to_string(x.frames), ms(t.median_ns), ms(t.p95_ns)});
+      s.points.push_back({static_cast<double>(ax.index.at(x.key())), t.median_ns / 1e6, t.p95_ns / 1e6, 0});
+      f.csv_rows.push_back({run_cells(r.run), r.run.name, r.run.model, r.run.link, r.run.codec,
+                            cuts_text(x.key()), ax.layer(runs, x.key()), std::to_string(x.frames), ms(t.median_ns),
+                            ms(t.p95_ns)});
     }
     f.chart.series.push_back(std::move(s));
   }
@@ -190,8 +215,8 @@ Figure stages_figure(const std::vector<RunData>& runs, const SplitAxis& ax) {
         if (x.frames <= 0 || !x.stages.count(field)) continue;
         const auto& st = x.stage(field);
         occurs = occurs || st.median_ns > 0;
-        s.points.push_back({static_cast<double>(ax.index.at(x.split)), st.median_ns / 1e6, std::nullopt, ri});
-        f.csv_rows.push_back({run_cells(runs[ri].run), std::to_string(x.split), ax.layer(runs, x.split), name,
+        s.points.push_back({static_cast<double>(ax.index.at(x.key())), st.median_ns / 1e6, std::nullopt, ri});
+        f.csv_rows.push_back({run_cells(runs[ri].run), cuts_text(x.key()), ax.layer(runs, x.key()), name,
                               ms(st.median_ns), ms(st.p95_ns)});
       }
     if (occurs) f.chart.series.push_back(std::move(s));
@@ -216,10 +241,10 @@ Figure bytes_figure(const std::vector<RunData>& runs, const SplitAxis& ax) {
     svg::Series raw{fmt::format("raw ({})", r.run.model), {}, false};
     for (const auto& x : r.sums) {
       if (x.frames <= 0) continue;
-      const double i = static_cast<double>(ax.index.at(x.split));
+      const double i = static_cast<double>(ax.index.at(x.key()));
       wire.points.push_back({i, x.mean_wire_bytes, std::nullopt, 0});
       raw.points.push_back({i, x.mean_raw_bytes, std::nullopt, 0});
-      f.csv_rows.push_back({run_cells(r.run), r.run.model, r.run.codec, std::to_string(x.split), ax.layer(runs, x.split),
+      f.csv_rows.push_back({run_cells(r.run), r.run.model, r.run.codec, cuts_text(x.key()), ax.layer(runs, x.key()),
                             num(x.mean_raw_bytes), num(x.mean_wire_bytes),
                             x.mean_wire_bytes > 0 ? num(x.mean_raw_bytes / x.mean_wire_bytes) : ""});
     }
@@ -241,12 +266,13 @@ Figure energy_figure(const std::vector<RunData>& runs, const SplitAxis& ax) {
   for (const auto& r : runs) {
     std::map<std::string, svg::Series> series;
     for (const auto& e : r.energy) {
-      if (!e.median_j || !ax.index.count(static_cast<int>(e.split))) continue;
+      const Cuts k = cuts_of(e.placement, e.split);
+      if (!e.median_j || !ax.index.count(k)) continue;
       const std::string name = fmt::format("#{} {} {} [{}]", r.run.id, e.device, e.stage, e.source);
       auto& s = series[name];
       s.name = name;
-      s.points.push_back({static_cast<double>(ax.index.at(static_cast<int>(e.split))), *e.median_j, std::nullopt, 0});
-      f.csv_rows.push_back({run_cells(r.run), std::to_string(e.split), ax.layer(runs, static_cast<int>(e.split)),
+      s.points.push_back({static_cast<double>(ax.index.at(k)), *e.median_j, std::nullopt, 0});
+      f.csv_rows.push_back({run_cells(r.run), cuts_text(k), ax.layer(runs, k),
                             e.device, e.stage, e.source, std::to_string(e.n), num(*e.median_j),
                             e.p95_j ? num(*e.p95_j) : ""});
     }
@@ -297,8 +323,9 @@ Figure accuracy_figure(const std::vector<RunData>& runs) {
 }
 
 void plan_figures(const std::vector<RunData>& runs, std::vector<Figure>& out) {
-  std::set<int> splits;
-  for (const auto& r : runs) splits.insert(r.plan.splits.begin(), r.plan.splits.end());
+  std::set<Cuts> splits;
+  for (const auto& r : runs)
+    for (int k : r.plan.splits) splits.insert(Cuts{k});
   if (splits.empty()) return;
   const SplitAxis ax = split_axis(runs, splits);
   Figure f{"plan", "Predicted (dashed: the run's newest validated plan) against measured median latency per split (ms)",
@@ -322,14 +349,14 @@ void plan_figures(const std::vector<RunData>& runs, std::vector<Figure>& out) {
                                         r.plan.link.empty() ? "link as is" : r.plan.link, r.plan.mape);
     svg::Series pred{"predicted " + tag, {}, true}, meas{"measured " + r.label, {}, false}, err{tag, {}, false};
     for (size_t i = 0; i < r.plan.splits.size(); ++i) {
-      const double x = static_cast<double>(ax.index.at(r.plan.splits[i]));
+      const double x = static_cast<double>(ax.index.at(Cuts{r.plan.splits[i]}));
       const double p = r.plan.predicted[i], m = r.plan.measured[i];
       const double pct = m > 0 ? 100.0 * (p - m) / m : NAN;
       pred.points.push_back({x, p, std::nullopt, 0});
       meas.points.push_back({x, m, std::nullopt, 0});
       err.points.push_back({x, pct, std::nullopt, 0});
       f.csv_rows.push_back({run_cells(r.run), std::to_string(r.plan.id), r.plan.link, std::to_string(r.plan.splits[i]),
-                            ax.layer(runs, r.plan.splits[i]), num(p), num(m), num(pct)});
+                            ax.layer(runs, Cuts{r.plan.splits[i]}), num(p), num(m), num(pct)});
     }
     f.chart.series.push_back(std::move(pred));
     f.chart.series.push_back(std::move(meas));
@@ -472,7 +499,7 @@ Result<std::vector<Figure>> build_figures(ResultsDb& db, const std::vector<int64
   }
   label_runs(runs);
   std::vector<Figure> figs;
-  const std::set<int> splits = measured_splits(runs);
+  const std::set<Cuts> splits = measured_splits(runs);
   if (!splits.empty()) {
     const SplitAxis ax = split_axis(runs, splits);
     figs.push_back(latency_figure(runs, ax));

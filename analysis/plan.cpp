@@ -241,7 +241,7 @@ Result<CodecBasis> codec_basis(ResultsDb& db, int64_t run_id, const std::string&
   double raw_total = 0, wire_total = 0, reply_sum = 0;
   int reply_n = 0;
   for (const auto& s : b.sums)
-    if (s.frames > 0) {
+    if (s.frames > 0 && !s.chained()) {
       b.by_split[s.split] = &s;
       raw_total += s.mean_raw_bytes;
       wire_total += s.mean_wire_bytes;
@@ -302,7 +302,7 @@ Status refit_participant_share(ResultsDb& db, const std::vector<int64_t>& runs, 
     auto sums = db.split_table(r);
     if (!sums) return std::move(sums.error());
     for (const auto& s : *sums)
-      if (s.frames > 0 && b.by_split.count(s.split)) own[s.split].push_back(participant_own_ms(s));
+      if (s.frames > 0 && !s.chained() && b.by_split.count(s.split)) own[s.split].push_back(participant_own_ms(s));
   }
   if (own.size() < 2) {
     b.overhead += fmt::format(
@@ -352,7 +352,7 @@ Result<int64_t> find_codec_run(ResultsDb& db, const RunRow& basis, const std::st
     bool common = false, same = true;
     for (const auto& x : *a)
       for (const auto& y : *b)
-        if (x.split == y.split && x.frames > 0 && y.frames > 0) {
+        if (x.key() == y.key() && x.frames > 0 && y.frames > 0) {
           common = true;
           same = same && x.mean_raw_bytes == y.mean_raw_bytes;
         }
@@ -845,10 +845,26 @@ PlanRow predict_row(int k, const CodecBasis& cb, const ComputeTimes& compute, co
 
 }  // namespace
 
+// The planner plans two-tier splits: a chain run's placements (several cuts)
+// are not its input yet. Error naming the run and one of its placements.
+Status refuse_chain_run(ResultsDb& db, int64_t run_id) {
+  auto sums = db.split_table(run_id);
+  if (!sums) return std::move(sums.error());
+  for (const auto& s : *sums)
+    if (s.chained())
+      return make_error(Errc::invalid_argument,
+                        fmt::format("run {} ran a chain (placement {}): the planner plans two-tier splits only; "
+                                    "planning placements over a chain is not built yet (#43); plan a two-tier run of "
+                                    "the same devices",
+                                    run_id, s.placement));
+  return {};
+}
+
 Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt) {
   auto run = db.get_run(run_id);
   if (!run) return std::move(run.error());
   TRACR_TRY(check_objective(opt.objective));
+  TRACR_TRY(refuse_chain_run(db, run_id));
   auto profiles = db.layer_profiles(run_id);
   if (!profiles) return std::move(profiles.error());
   auto dev = device_profiles(*profiles, run_id);
@@ -916,7 +932,7 @@ void validate_against(ResultsDb& db, Plan& p, int64_t run) {
   std::vector<double> head_diff, tail_diff;  // profiled vs frames, % per split
   double best = 1e300, err_sum = 0;
   for (const auto& s : *sums) {
-    if (s.frames == 0) continue;
+    if (s.frames == 0 || s.chained()) continue;  // a chain's placement is not a split the plan predicts
     const double ms = s.stage("total_ns").median_ns / 1e6;
     const double head = s.stage("head_ns").median_ns / 1e6, tail = s.stage("tail_ns").median_ns / 1e6;
     for (auto& r : p.rows)
@@ -954,7 +970,7 @@ Result<Repeatability> repeatability(ResultsDb& db, const std::vector<int64_t>& r
     auto sums = db.split_table(runs[i]);
     if (!sums) return std::move(sums.error());
     for (const auto& s : *sums)
-      if (s.frames > 0) med[i][s.split] = s.stage("total_ns").median_ns / 1e6;
+      if (s.frames > 0 && !s.chained()) med[i][s.split] = s.stage("total_ns").median_ns / 1e6;
   }
   std::vector<int> common;
   for (const auto& [k, v] : med[0])

@@ -21,6 +21,24 @@ std::string cut_label(const std::map<int, std::string>& cut_names, int split, bo
   return !wide && n.size() > 14 ? ".." + n.substr(n.size() - 12) : n;
 }
 
+// A placement's cut names joined as its cut points are ("conv2 | fc1").
+std::string cuts_label(const std::map<int, std::string>& cut_names, const SplitSummary& s, bool wide) {
+  if (!s.chained()) return cut_label(cut_names, s.split, wide);
+  std::string out;
+  for (int k : s.cuts) out += (out.empty() ? "" : " | ") + cut_label(cut_names, k, wide);
+  return out;
+}
+
+std::string placement_cell(const SplitSummary& s) {
+  return s.placement.empty() ? std::to_string(s.split) : s.placement;
+}
+
+bool any_chained(const std::vector<SplitSummary>& rows) {
+  for (const auto& s : rows)
+    if (s.chained()) return true;
+  return false;
+}
+
 using Terms = std::vector<std::pair<const char*, const char*>>;
 
 // Medians of each term; per frame the terms add up to total exactly
@@ -35,8 +53,8 @@ const Terms& table_terms(bool wide) {
 
 // Two header lines; the narrow table puts the statistic under the stage
 // ("total" over "med ms") to stay within 120 columns.
-std::vector<std::vector<std::string>> split_table_header(bool wide, bool labels) {
-  std::vector<std::string> h1 = {"", "split", "cut after", "frames"};
+std::vector<std::vector<std::string>> split_table_header(bool wide, bool labels, bool chained) {
+  std::vector<std::string> h1 = {"", chained ? "placement" : "split", "cut after", "frames"};
   std::vector<std::string> h2 = {"", "", "", ""};
   auto col = [&](const std::string& name, const std::string& stat, const std::string& unit) {
     h1.push_back(wide || stat.empty() ? name + (stat.empty() ? "" : " " + stat) : name);
@@ -83,7 +101,7 @@ std::vector<std::string> split_table_row(const SplitSummary& s, bool wide, bool 
     return format_ms(p95 ? s.stage(f).p95_ns : s.stage(f).median_ns);
   };
   const bool fps = any && s.throughput_fps > 0;
-  std::vector<std::string> row = {best ? "*" : "", std::to_string(s.split), cut_label(cut_names, s.split, wide),
+  std::vector<std::string> row = {best ? "*" : "", placement_cell(s), cuts_label(cut_names, s, wide),
                                   std::to_string(s.frames)};
   if (wide) {
     row.push_back(std::to_string(s.failed));
@@ -111,14 +129,14 @@ std::vector<std::string> split_table_row(const SplitSummary& s, bool wide, bool 
   return row;
 }
 
-// The split with the lowest median total (-1: no split has frames).
-int lowest_median_split(const std::vector<SplitSummary>& rows) {
-  int best = -1;
+// The row (placement) with the lowest median total (rows.size(): none has frames).
+size_t lowest_median_row(const std::vector<SplitSummary>& rows) {
+  size_t best = rows.size();
   double best_v = 0;
-  for (const auto& s : rows)
-    if (s.frames > 0 && (best < 0 || s.stage("total_ns").median_ns < best_v)) {
-      best = s.split;
-      best_v = s.stage("total_ns").median_ns;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].frames > 0 && (best == rows.size() || rows[i].stage("total_ns").median_ns < best_v)) {
+      best = i;
+      best_v = rows[i].stage("total_ns").median_ns;
     }
   return best;
 }
@@ -168,17 +186,22 @@ std::string format_split_table(const std::vector<SplitSummary>& rows, bool wide,
     flagged += s.flagged;
     slow += s.slow_frames;
   }
-  const int best = lowest_median_split(rows);
-  auto cells = split_table_header(wide, labels);
-  for (const auto& s : rows) cells.push_back(split_table_row(s, wide, labels, s.split == best, cut_names));
+  const size_t best = lowest_median_row(rows);
+  const bool chained = any_chained(rows);
+  auto cells = split_table_header(wide, labels, chained);
+  for (size_t i = 0; i < rows.size(); ++i)
+    cells.push_back(split_table_row(rows[i], wide, labels, i == best, cut_names));
   // Narrower than the table (a terminal of `width` columns): up MB/s,
   // frames/s, total p95 and frames go first, in that order.
   std::string out = wide ? align(cells, {0, 2})
                          : fit_table(cells, {0, 2}, width, {10, 9, 5, 3}, 2, "; --wide shows every column");
-  if (best >= 0) out += fmt::format("* lowest median total time: split {}\n", best);
+  if (best < rows.size())
+    out += fmt::format("* lowest median total time: {} {}\n", chained ? "placement" : "split", placement_cell(rows[best]));
   if (flagged > 0)
     out += fmt::format("{} frame(s) flagged (negative network time: an assumption broke; see frames.flags)\n", flagged);
-  if (slow > 0) out += fmt::format("{} frame(s) slower than 10x their split's median (slow_frame events)\n", slow);
+  if (slow > 0)
+    out += fmt::format("{} frame(s) slower than 10x their {}'s median (slow_frame events)\n", slow,
+                       chained ? "placement" : "split");
   return out;
 }
 
@@ -212,9 +235,11 @@ Status print_energy_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
   // Every figure beside its source: measured:<meter> or modelled:<model>.
   std::vector<std::vector<std::string>> rows = {
       {"  split", "device", "stage", "source", "frames", "median J", "p95 J", "median net J", "p95 net J"}};
+  for (const auto& e : *stats)
+    if (e.placement.find('|') != std::string::npos) rows[0][0] = "  placement";
   auto j = [](const std::optional<double>& v) { return v ? fmt::format("{:.6f}", *v) : std::string("-"); };
   for (const auto& e : *stats)
-    rows.push_back({"  " + std::to_string(e.split), e.device, e.stage, e.source, std::to_string(e.n), j(e.median_j),
+    rows.push_back({"  " + (e.placement.empty() ? std::to_string(e.split) : e.placement), e.device, e.stage, e.source, std::to_string(e.n), j(e.median_j),
                     j(e.p95_j), j(e.median_net_j), j(e.p95_net_j)});
   std::fputs("\nenergy per frame (timed frames; net = idle power subtracted)\n", out);
   std::fputs(align(rows, {1, 2, 3}).c_str(), out);
@@ -237,7 +262,7 @@ Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out, bool wid
   if (!phases.empty()) {
     // The star compares splits that ran at different times (#21: after a
     // throttle, the split run before it read as the lowest).
-    const std::string star = "* lowest median total time: split ";
+    const std::string star = "* lowest median total time: ";
     if (auto at = table.find(star); at != std::string::npos) {
       const size_t eol = table.find('\n', at);
       table.insert(eol, " (pooled over the whole run; see the phases below)");
@@ -252,7 +277,8 @@ Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out, bool wid
     for (const auto& c : s.codecs) {
       if (c.labelled == 0) continue;
       auto pct = [&](int64_t hit) { return fmt::format("{:.2f}%", 100.0 * static_cast<double>(hit) / c.labelled); };
-      lines += fmt::format("  split {:>3}  {:<24} {:>7} samples  top-1 {:>7} ({})  top-5 {:>7}\n", s.split, c.codec,
+      lines += fmt::format("  {} {:>3}  {:<24} {:>7} samples  top-1 {:>7} ({})  top-5 {:>7}\n",
+                           s.chained() ? "placement" : "split", placement_cell(s), c.codec,
                            c.labelled, pct(c.top1_correct), c.top1_correct,
                            c.top5_known ? fmt::format("{} ({})", pct(c.top5_correct), c.top5_correct) : "-");
     }

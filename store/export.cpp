@@ -74,7 +74,7 @@ const std::vector<std::string>& summary_csv_columns() {
       "shaping",    "status",         "split",           "layer",           "frames",       "failed",
       "flagged",    "warmup_frames",  "throughput_fps",  "mean_raw_bytes",  "mean_wire_bytes",
       "mean_reply_bytes",             "samples_labelled", "top1_correct",   "top5_correct", "stage",
-      "median_ms",  "p95_ms",         "mean_ms",         "min_ms",          "max_ms"};
+      "median_ms",  "p95_ms",         "mean_ms",         "min_ms",          "max_ms",       "placement"};
   return cols;
 }
 
@@ -88,8 +88,12 @@ Status export_summary_csv(ResultsDb& db, const std::vector<int64_t>& runs, const
     auto cuts = cut_names(db, id);
     if (!cuts) return cuts.error();
     for (const auto& s : *sums) {
-      const auto cut = cuts->find(s.split);
-      const std::string layer = s.split == 0 ? "(input)" : cut == cuts->end() ? "" : cut->second;
+      std::string layer;  // a chain's placement: each cut's layer, joined by " | "
+      for (int k : s.cuts.empty() ? std::vector<int>{s.split} : s.cuts) {
+        const auto cut = cuts->find(k);
+        if (!layer.empty()) layer += " | ";
+        layer += k == 0 ? "(input)" : cut == cuts->end() ? "" : cut->second;
+      }
       for (const auto& [field, st] : s.stages) {
         const std::string stage = field.size() > 3 && field.substr(field.size() - 3) == "_ns"
                                       ? field.substr(0, field.size() - 3)
@@ -100,7 +104,8 @@ Status export_summary_csv(ResultsDb& db, const std::vector<int64_t>& runs, const
                        std::to_string(s.warmup_frames), num(s.throughput_fps), num(s.mean_raw_bytes),
                        num(s.mean_wire_bytes), num(s.mean_reply_bytes), std::to_string(s.labelled),
                        std::to_string(s.top1_correct), std::to_string(s.top5_correct), stage, num(st.median_ns / 1e6),
-                       num(st.p95_ns / 1e6), num(st.mean_ns / 1e6), num(st.min_ns / 1e6), num(st.max_ns / 1e6)});
+                       num(st.p95_ns / 1e6), num(st.mean_ns / 1e6), num(st.min_ns / 1e6), num(st.max_ns / 1e6),
+                       s.placement});
       }
     }
   }
@@ -144,15 +149,16 @@ Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file) {
     summaries += fmt::format(
         "{}\n  {{\"split\":{},\"frames\":{},\"failed\":{},\"warmup_frames\":{},\"flagged\":{},\"slow_frames\":{},"
         "\"throughput_fps\":{},\"mean_raw_bytes\":{},\"mean_wire_bytes\":{},\"mean_reply_bytes\":{},"
-        "\"labelled\":{},\"top1_correct\":{},\"top5_correct\":{}}}",
+        "\"labelled\":{},\"top1_correct\":{},\"top5_correct\":{},\"placement\":{}}}",
         summaries.size() > 1 ? "," : "", x.split, x.frames, x.failed, x.warmup_frames, x.flagged, x.slow_frames,
         json_num(x.throughput_fps), json_num(x.mean_raw_bytes), json_num(x.mean_wire_bytes),
-        json_num(x.mean_reply_bytes), x.labelled, x.top1_correct, x.top5_correct);
+        json_num(x.mean_reply_bytes), x.labelled, x.top1_correct, x.top5_correct, json_quote(x.placement));
     for (const auto& [field, v] : x.stages)
       stages += fmt::format(
-          "{}\n  {{\"split\":{},\"field\":{},\"median_ns\":{},\"p95_ns\":{},\"mean_ns\":{},\"min_ns\":{},\"max_ns\":{}}}",
+          "{}\n  {{\"split\":{},\"field\":{},\"median_ns\":{},\"p95_ns\":{},\"mean_ns\":{},\"min_ns\":{},\"max_ns\":{},"
+          "\"placement\":{}}}",
           stages.size() > 1 ? "," : "", x.split, json_quote(field), json_num(v.median_ns), json_num(v.p95_ns),
-          json_num(v.mean_ns), json_num(v.min_ns), json_num(v.max_ns));
+          json_num(v.mean_ns), json_num(v.min_ns), json_num(v.max_ns), json_quote(x.placement));
   }
   std::string o = "{";
   bool first = true;

@@ -1,6 +1,7 @@
 #include "store/results.hpp"
 #include "core/process_identity.hpp"
 #include "store/statement.hpp"
+#include "wire/placement.hpp"
 
 #include "protocol/stats.hpp"
 
@@ -537,6 +538,86 @@ ALTER TABLE probes ADD COLUMN sizing_down_mbps REAL;
     {18, "frames: the placement of a chain's frame (cut points joined by '|')", R"sql(
 ALTER TABLE frames ADD COLUMN placement TEXT;
 )sql"},
+    {19,
+     "summaries, stage_stats, accuracy and energy_stats per placement (a chain run has several placements sharing a "
+     "first cut); earlier rows get their split as placement",
+     R"sql(
+CREATE TABLE summaries_p (
+  run_id           INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split            INTEGER NOT NULL,
+  frames           INTEGER NOT NULL,
+  failed           INTEGER NOT NULL DEFAULT 0,
+  warmup_frames    INTEGER NOT NULL DEFAULT 0,
+  flagged          INTEGER NOT NULL DEFAULT 0,
+  slow_frames      INTEGER NOT NULL DEFAULT 0,
+  throughput_fps   REAL,
+  mean_raw_bytes   REAL,
+  mean_wire_bytes  REAL,
+  mean_reply_bytes REAL,
+  labelled         INTEGER NOT NULL DEFAULT 0,
+  top1_correct     INTEGER NOT NULL DEFAULT 0,
+  top5_correct     INTEGER NOT NULL DEFAULT 0,
+  top1_acc         REAL,
+  top5_acc         REAL,
+  placement        TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (run_id, split, placement)
+);
+INSERT INTO summaries_p SELECT run_id, split, frames, failed, warmup_frames, flagged, slow_frames, throughput_fps,
+  mean_raw_bytes, mean_wire_bytes, mean_reply_bytes, labelled, top1_correct, top5_correct, top1_acc, top5_acc,
+  CAST(split AS TEXT) FROM summaries;
+DROP TABLE summaries;
+ALTER TABLE summaries_p RENAME TO summaries;
+CREATE TABLE stage_stats_p (
+  run_id    INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split     INTEGER NOT NULL,
+  field     TEXT NOT NULL,
+  median_ns REAL,
+  p95_ns    REAL,
+  mean_ns   REAL,
+  min_ns    REAL,
+  max_ns    REAL,
+  placement TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (run_id, split, placement, field)
+);
+INSERT INTO stage_stats_p SELECT run_id, split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns, CAST(split AS TEXT)
+  FROM stage_stats;
+DROP TABLE stage_stats;
+ALTER TABLE stage_stats_p RENAME TO stage_stats;
+CREATE TABLE accuracy_p (
+  run_id       INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split        INTEGER NOT NULL,
+  codec        TEXT NOT NULL,
+  labelled     INTEGER NOT NULL,
+  top1_correct INTEGER NOT NULL,
+  top5_correct INTEGER NOT NULL,
+  top1_acc     REAL,
+  top5_acc     REAL,
+  placement    TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (run_id, split, placement, codec)
+);
+INSERT INTO accuracy_p SELECT run_id, split, codec, labelled, top1_correct, top5_correct, top1_acc, top5_acc,
+  CAST(split AS TEXT) FROM accuracy;
+DROP TABLE accuracy;
+ALTER TABLE accuracy_p RENAME TO accuracy;
+CREATE TABLE energy_stats_p (
+  run_id       INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  split        INTEGER NOT NULL,
+  device       TEXT NOT NULL,
+  stage        TEXT NOT NULL,
+  source       TEXT NOT NULL,
+  n            INTEGER,
+  median_j     REAL,
+  p95_j        REAL,
+  median_net_j REAL,
+  p95_net_j    REAL,
+  placement    TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (run_id, split, placement, device, stage, source)
+);
+INSERT INTO energy_stats_p SELECT run_id, split, device, stage, source, n, median_j, p95_j, median_net_j, p95_net_j,
+  CAST(split AS TEXT) FROM energy_stats;
+DROP TABLE energy_stats;
+ALTER TABLE energy_stats_p RENAME TO energy_stats;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
@@ -1028,10 +1109,25 @@ struct SplitTally {
   std::map<std::string, FrameSpan> spans;                                   // per participant
   long double raw = 0, wire = 0, reply = 0;
 };
+using Cuts = std::vector<int>;
 struct RunTally {
-  std::map<int, SplitTally> by_split;
-  std::map<std::pair<int, std::string>, AccuracyRow> by_codec;  // labelled frames per (split, codec)
+  std::map<Cuts, SplitTally> by_placement;
+  std::map<std::pair<Cuts, std::string>, AccuracyRow> by_codec;  // labelled frames per (placement, codec)
 };
+
+// The cut points of a frames.placement text ("3|13"); rows written before
+// placements existed (or a text that does not parse) are placed at their split.
+Cuts cuts_of(const std::string& text, int split) {
+  auto p = wire::parse_placement(text);
+  if (!p || p->cuts.empty()) return {split};
+  return p->cuts;
+}
+
+std::string placement_text(const Cuts& cuts) {
+  std::string out;
+  for (int k : cuts) out += (out.empty() ? "" : "|") + std::to_string(k);
+  return out;
+}
 
 std::vector<std::string> summarised_fields() {
   std::vector<std::string> fields;
@@ -1041,18 +1137,18 @@ std::vector<std::string> summarised_fields() {
 }
 
 // One ok, non-warm-up frame row of read_frame_tallies' query into its split's tally.
-void tally_frame(const Statement& q, const std::vector<std::string>& fields, size_t total_idx, SplitTally& a,
-                 RunTally& t) {
+void tally_frame(const Statement& q, const std::vector<std::string>& fields, size_t total_idx, const Cuts& cuts,
+                 SplitTally& a, RunTally& t) {
   ++a.ok;
   if (!q.text(3).empty()) ++a.flagged;
   if (q.i64(11) >= 0) {  // labels the model's classes cover (top5_correct is -1 in rows before schema 10)
-    AccuracyRow& ac = t.by_codec[{static_cast<int>(q.i64(0)), q.text(14)}];
+    AccuracyRow& ac = t.by_codec[{cuts, q.text(14)}];
     ac.labelled += q.i64(13);
     ac.top1_correct += q.i64(11);
     ac.top5_correct += std::max<int64_t>(q.i64(12), 0);
     if (q.i64(12) < 0) ac.top5_known = false;
   }
-  constexpr int kF = 15;  // first summarised field's column
+  constexpr int kF = 16;  // first summarised field's column
   for (size_t i = 0; i < fields.size(); ++i)
     if (!q.is_null(kF + static_cast<int>(i))) a.values[i].push_back(q.i64(kF + static_cast<int>(i)));
   if (total_idx < fields.size()) a.totals.push_back({q.i64(kF + static_cast<int>(total_idx)), {q.text(4), q.i64(5)}});
@@ -1074,7 +1170,7 @@ Result<RunTally> read_frame_tallies(sqlite3* db, const std::string& path, int64_
   const std::string sql =
       "SELECT split, ok, warmup, COALESCE(flags, ''), COALESCE(participant, ''), COALESCE(frame, -1), start_ns, end_ns, "
       "raw_bytes, wire_bytes, COALESCE(reply_bytes, 0), COALESCE(correct, -1), COALESCE(top5_correct, -1), batch, "
-      "codec" +
+      "codec, COALESCE(placement, '')" +
       cols + " FROM frames WHERE run_id = ? ORDER BY id";
   Statement q(db, sql.c_str());
   if (!q.prepared()) return db_error(db, path, "read frames");
@@ -1083,14 +1179,15 @@ Result<RunTally> read_frame_tallies(sqlite3* db, const std::string& path, int64_
   int rc;
   const size_t total_idx = std::find(fields.begin(), fields.end(), "total_ns") - fields.begin();
   while ((rc = q.step()) == SQLITE_ROW) {
-    SplitTally& a = t.by_split[static_cast<int>(q.i64(0))];
+    const Cuts cuts = cuts_of(q.text(15), static_cast<int>(q.i64(0)));
+    SplitTally& a = t.by_placement[cuts];
     if (a.values.empty()) a.values.resize(fields.size());
     if (q.i64(2))
       ++a.warmup;
     else if (!q.i64(1))
       ++a.failed;
     else
-      tally_frame(q, fields, total_idx, a, t);
+      tally_frame(q, fields, total_idx, cuts, a, t);
   }
   if (rc != SQLITE_DONE) return db_error(db, path, "read frames");
   return t;
@@ -1120,24 +1217,28 @@ void flag_slow_frames(int64_t run_id, const SplitTally& a, SplitSummary& s, std:
       e.kind = "slow_frame";
       e.device = who.first;
       if (who.second >= 0) e.frame = who.second;
-      e.message = fmt::format("frame {} at split {}: total {:.3f} ms, {:.1f}x the split's median {:.3f} ms", who.second,
-                              s.split, total / 1e6, total / med, med / 1e6);
+      e.message = fmt::format("frame {} at {} {}: total {:.3f} ms, {:.1f}x the {}'s median {:.3f} ms", who.second,
+                              s.chained() ? "placement" : "split", s.placement, total / 1e6, total / med,
+                              s.chained() ? "placement" : "split", med / 1e6);
       slow.push_back(std::move(e));
     }
 }
 
-SplitSummary summarise_split(int64_t run_id, int split, SplitTally& a, RunTally& t,
+SplitSummary summarise_split(int64_t run_id, const Cuts& cuts, SplitTally& a, RunTally& t,
                              const std::vector<std::string>& fields, std::vector<EventRecord>& slow) {
   SplitSummary s;
-  s.split = split;
+  s.split = cuts.front();
+  s.cuts = cuts;
+  s.placement = placement_text(cuts);
   s.frames = a.ok;
   s.failed = a.failed;
   s.warmup_frames = a.warmup;
   s.flagged = a.flagged;
   for (auto& [key, ac] : t.by_codec)
-    if (key.first == split) {
+    if (key.first == cuts) {
       ac.run_id = run_id;
-      ac.split = split;
+      ac.split = s.split;
+      ac.placement = s.placement;
       ac.codec = key.second;
       s.labelled += ac.labelled;
       s.top1_correct += ac.top1_correct;
@@ -1182,13 +1283,13 @@ class SummaryInserter {
         ins_(db,
              "INSERT INTO summaries(run_id, split, frames, failed, warmup_frames, flagged, slow_frames, throughput_fps, "
              "mean_raw_bytes, mean_wire_bytes, mean_reply_bytes, labelled, top1_correct, top5_correct, top1_acc, "
-             "top5_acc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+             "top5_acc, placement) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
         acc_(db,
-             "INSERT INTO accuracy(run_id, split, codec, labelled, top1_correct, top5_correct, top1_acc, top5_acc) "
-             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+             "INSERT INTO accuracy(run_id, split, codec, labelled, top1_correct, top5_correct, top1_acc, top5_acc, "
+             "placement) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
         st_(db,
-            "INSERT INTO stage_stats(run_id, split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)") {}
+            "INSERT INTO stage_stats(run_id, split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns, placement) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)") {}
 
   Status prepared() const {
     if (!acc_.prepared()) return db_error(db_, path_, "insert accuracy");
@@ -1198,8 +1299,8 @@ class SummaryInserter {
 
   Status insert(const SplitSummary& s) {
     TRACR_TRY(summary(s));
-    for (const auto& c : s.codecs) TRACR_TRY(accuracy(s.split, c));
-    for (const auto& [field, v] : s.stages) TRACR_TRY(stage(s.split, field, v));
+    for (const auto& c : s.codecs) TRACR_TRY(accuracy(s, c));
+    for (const auto& [field, v] : s.stages) TRACR_TRY(stage(s, field, v));
     return {};
   }
 
@@ -1223,34 +1324,37 @@ class SummaryInserter {
     bool top5_known = true;
     for (const auto& c : s.codecs) top5_known = top5_known && c.top5_known;
     bind_value(ins_, 16, top5_known ? ratio_of(s.top5_correct, s.labelled) : std::nullopt);
+    ins_.bind(17, std::string_view(s.placement));
     if (ins_.step() != SQLITE_DONE) return db_error(db_, path_, "insert summaries");
     ins_.reset();
     return {};
   }
 
-  Status accuracy(int split, const AccuracyRow& c) {
+  Status accuracy(const SplitSummary& s, const AccuracyRow& c) {
     acc_.bind(1, run_id_);
-    acc_.bind(2, split);
+    acc_.bind(2, s.split);
     acc_.bind(3, std::string_view(c.codec));
     acc_.bind(4, c.labelled);
     acc_.bind(5, c.top1_correct);
     acc_.bind(6, c.top5_correct);
     bind_value(acc_, 7, ratio_of(c.top1_correct, c.labelled));
     bind_value(acc_, 8, c.top5_known ? ratio_of(c.top5_correct, c.labelled) : std::nullopt);
+    acc_.bind(9, std::string_view(s.placement));
     if (acc_.step() != SQLITE_DONE) return db_error(db_, path_, "insert accuracy");
     acc_.reset();
     return {};
   }
 
-  Status stage(int split, const std::string& field, const StageStats& v) {
+  Status stage(const SplitSummary& s, const std::string& field, const StageStats& v) {
     st_.bind(1, run_id_);
-    st_.bind(2, split);
+    st_.bind(2, s.split);
     st_.bind(3, std::string_view(field));
     st_.bind(4, v.median_ns);
     st_.bind(5, v.p95_ns);
     st_.bind(6, v.mean_ns);
     st_.bind(7, v.min_ns);
     st_.bind(8, v.max_ns);
+    st_.bind(9, std::string_view(s.placement));
     if (st_.step() != SQLITE_DONE) return db_error(db_, path_, "insert stage stats");
     st_.reset();
     return {};
@@ -1266,7 +1370,7 @@ Status insert_energy_stats(sqlite3* db, const std::string& path, int64_t run_id,
   TRACR_TRY(delete_run_rows(db, path, run_id, {"DELETE FROM energy_stats WHERE run_id = ?"}, "replace energy_stats"));
   Statement es(db,
                "INSERT INTO energy_stats(run_id, split, device, stage, source, n, median_j, p95_j, median_net_j, "
-               "p95_net_j) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+               "p95_net_j, placement) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (!es.prepared()) return db_error(db, path, "insert energy_stats");
   for (const auto& e : rows) {
     es.bind(1, run_id);
@@ -1279,6 +1383,7 @@ Status insert_energy_stats(sqlite3* db, const std::string& path, int64_t run_id,
     bind_value(es, 8, e.p95_j);
     bind_value(es, 9, e.median_net_j);
     bind_value(es, 10, e.p95_net_j);
+    es.bind(11, std::string_view(e.placement));
     if (es.step() != SQLITE_DONE) return db_error(db, path, "insert energy_stats");
     es.reset();
   }
@@ -1310,7 +1415,7 @@ Result<std::vector<SplitSummary>> ResultsDb::compute_summaries(int64_t run_id) {
   if (!tally) return std::move(tally.error());
   std::vector<SplitSummary> out;
   std::vector<EventRecord> slow;
-  for (auto& [split, a] : tally->by_split) out.push_back(summarise_split(run_id, split, a, *tally, fields, slow));
+  for (auto& [cuts, a] : tally->by_placement) out.push_back(summarise_split(run_id, cuts, a, *tally, fields, slow));
   if (!read_only_) TRACR_TRY(store_summaries(run_id, out, slow));
   return out;
 }
@@ -1339,12 +1444,12 @@ Result<std::vector<SplitSummary>> ResultsDb::split_table(int64_t run_id) {
   auto run = get_run(run_id);
   if (!run) return run.error();
   if (run->status == RunStatus::running) return compute_summaries(run_id);
-  std::map<int, SplitSummary> by_split;
+  std::map<Cuts, SplitSummary> by_split;  // by placement
   {
     Stmt q(db_.get(),
            "SELECT split, frames, failed, warmup_frames, flagged, slow_frames, COALESCE(throughput_fps, 0), "
            "COALESCE(mean_raw_bytes, 0), COALESCE(mean_wire_bytes, 0), COALESCE(mean_reply_bytes, 0), labelled, "
-           "top1_correct, top5_correct FROM summaries WHERE run_id = ? ORDER BY split");
+           "top1_correct, top5_correct, placement FROM summaries WHERE run_id = ?");
     if (!q.prepared()) return db_error(db_.get(), path_, "read summaries");
     q.bind(1, run_id);
     int rc;
@@ -1363,19 +1468,22 @@ Result<std::vector<SplitSummary>> ResultsDb::split_table(int64_t run_id) {
       s.labelled = q.i64(10);
       s.top1_correct = q.i64(11);
       s.top5_correct = q.i64(12);
-      by_split[s.split] = s;
+      s.cuts = cuts_of(q.text(13), s.split);
+      s.placement = placement_text(s.cuts);
+      by_split[s.cuts] = s;
     }
     if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read summaries");
   }
   if (by_split.empty() && run->frame_count > 0) return compute_summaries(run_id);
   {
     Stmt q(db_.get(),
-           "SELECT split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns FROM stage_stats WHERE run_id = ?");
+           "SELECT split, field, median_ns, p95_ns, mean_ns, min_ns, max_ns, placement FROM stage_stats "
+           "WHERE run_id = ?");
     if (!q.prepared()) return db_error(db_.get(), path_, "read stage stats");
     q.bind(1, run_id);
     int rc;
     while ((rc = q.step()) == SQLITE_ROW) {
-      auto it = by_split.find(static_cast<int>(q.i64(0)));
+      auto it = by_split.find(cuts_of(q.text(7), static_cast<int>(q.i64(0))));
       if (it == by_split.end()) continue;
       it->second.stages[q.text(1)] = StageStats{q.dbl(2), q.dbl(3), q.dbl(4), q.dbl(5), q.dbl(6)};
     }
@@ -1383,17 +1491,18 @@ Result<std::vector<SplitSummary>> ResultsDb::split_table(int64_t run_id) {
   }
   {
     Stmt q(db_.get(),
-           "SELECT split, codec, labelled, top1_correct, top5_correct, top5_acc IS NOT NULL OR labelled = 0 "
-           "FROM accuracy WHERE run_id = ? ORDER BY split, codec");
+           "SELECT split, codec, labelled, top1_correct, top5_correct, top5_acc IS NOT NULL OR labelled = 0, placement "
+           "FROM accuracy WHERE run_id = ? ORDER BY codec");
     if (!q.prepared()) return db_error(db_.get(), path_, "read accuracy");
     q.bind(1, run_id);
     int rc;
     while ((rc = q.step()) == SQLITE_ROW) {
-      auto it = by_split.find(static_cast<int>(q.i64(0)));
+      auto it = by_split.find(cuts_of(q.text(6), static_cast<int>(q.i64(0))));
       if (it == by_split.end()) continue;
       AccuracyRow a;
       a.run_id = run_id;
-      a.split = it->first;
+      a.split = it->second.split;
+      a.placement = it->second.placement;
       a.codec = q.text(1);
       a.labelled = q.i64(2);
       a.top1_correct = q.i64(3);
@@ -1652,13 +1761,18 @@ Result<std::vector<ProbeRow>> ResultsDb::probes(int64_t run_id) {
   });
 }
 
-std::vector<EnergyStat> compute_energy_stats(const std::vector<EnergyRow>& rows) {
+std::vector<EnergyStat> compute_energy_stats(const std::vector<EnergyRow>& rows, const FramePlacements& placements) {
   // Frame rows of timed frames only (idle and layer rows have no split).
-  std::map<std::tuple<int64_t, std::string, std::string, std::string>, std::pair<std::vector<double>, std::vector<double>>> g;
-  std::map<std::tuple<int64_t, std::string, std::string, std::string>, int64_t> n;
+  using Key = std::tuple<Cuts, std::string, std::string, std::string>;
+  std::map<Key, std::pair<std::vector<double>, std::vector<double>>> g;
+  std::map<Key, int64_t> n;
   for (const auto& r : rows) {
     if (!r.split || r.warmup) continue;
-    const auto key = std::make_tuple(*r.split, r.device, r.stage, r.source);
+    const int split = static_cast<int>(*r.split);
+    Cuts cuts{split};
+    if (r.frame)
+      if (auto it = placements.find({r.participant, *r.frame}); it != placements.end()) cuts = cuts_of(it->second, split);
+    const auto key = std::make_tuple(cuts, r.device, r.stage, r.source);
     ++n[key];
     if (r.joules) g[key].first.push_back(*r.joules);
     if (r.net_joules) g[key].second.push_back(*r.net_joules);
@@ -1666,7 +1780,10 @@ std::vector<EnergyStat> compute_energy_stats(const std::vector<EnergyRow>& rows)
   std::vector<EnergyStat> out;
   for (auto& [key, count] : n) {
     EnergyStat e;
-    std::tie(e.split, e.device, e.stage, e.source) = key;
+    const Cuts& cuts = std::get<0>(key);
+    e.split = cuts.front();
+    e.placement = placement_text(cuts);
+    std::tie(std::ignore, e.device, e.stage, e.source) = key;
     e.n = count;
     auto& [gross, net] = g[key];
     if (!gross.empty()) {
@@ -1723,7 +1840,16 @@ Result<std::vector<EnergyRow>> ResultsDb::energy(int64_t run_id) {
 Result<std::vector<EnergyStat>> ResultsDb::energy_stats(int64_t run_id) {
   auto rows = energy(run_id);
   if (!rows) return std::move(rows.error());
-  return compute_energy_stats(*rows);
+  FramePlacements placements;  // only chain frames differ from their split
+  Stmt q(db_.get(),
+         "SELECT COALESCE(participant, ''), frame, placement FROM frames WHERE run_id = ? AND frame IS NOT NULL AND "
+         "placement IS NOT NULL AND instr(placement, '|') > 0");
+  if (!q.prepared()) return db_error(db_.get(), path_, "read frame placements");
+  q.bind(1, run_id);
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) placements[{q.text(0), q.i64(1)}] = q.text(2);
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read frame placements");
+  return compute_energy_stats(*rows, placements);
 }
 
 Result<std::vector<DeviceRecord>> ResultsDb::devices(int64_t run_id) {
@@ -1765,16 +1891,17 @@ Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(con
   for (const auto& c : t->columns) cols += (cols.empty() ? "" : ", ") + c.name;
   const std::string key = table == "runs" ? "id" : "run_id";
   std::string order = table == "frames" || table == "events" || table == "probes" || table == "energy" ? "id"
-                      : table == "energy_stats" ? "split, device, stage, source"
+                      : table == "energy_stats" ? "split, placement, device, stage, source"
                       : table == "layer_profiles" ? "device, layer_index"
                       : table == "segment_profiles" ? "side, device, split"
-                      : table == "stage_stats" ? "split, field" : table == "runs" ? "id" : table == "devices" ? "device"
+                      : table == "stage_stats" ? "split, placement, field" : table == "runs" ? "id" : table == "devices" ? "device"
                       : table == "train_runs" ? "run_id" : table == "train_segments" ? "segment"
                       : table == "train_steps" || table == "train_checkpoints" ? "owner, step"
                       : table == "train_epochs" ? "owner, epoch"
                       : table == "frame_topk" ? "participant, frame, pos, rank"
-                      : table == "accuracy" ? "split, codec"
+                      : table == "accuracy" ? "split, placement, codec"
                       : table == "outputs" ? "participant, split, codec"
+                      : table == "summaries" ? "split, placement"
                       : "split";
   const std::string sql = "SELECT " + cols + " FROM " + table + " WHERE " + key + " = ? ORDER BY " + order;
   Stmt q(db_.get(), sql.c_str());

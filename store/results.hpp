@@ -112,13 +112,18 @@ struct EnergyRow : wire::EnergyRecord {
 // frames' energy (computed with the summaries).
 struct EnergyStat {
   int64_t split = 0;
+  std::string placement;  // the frames' placement ("7", "3|13"); the split's text for rows without one
   std::string device, stage, source;
   int64_t n = 0;
   std::optional<double> median_j, p95_j, median_net_j, p95_net_j;
 };
 
-// Statistics of energy rows (timed frames' rows, per split, device, stage, source).
-std::vector<EnergyStat> compute_energy_stats(const std::vector<EnergyRow>& rows);
+// Statistics of energy rows (timed frames' rows, per placement, device, stage,
+// source). `placements` gives a frame's placement by (participant, frame);
+// a row it does not name is placed at its split alone.
+using FramePlacements = std::map<std::pair<std::string, int64_t>, std::string>;
+std::vector<EnergyStat> compute_energy_stats(const std::vector<EnergyRow>& rows,
+                                             const FramePlacements& placements = {});
 
 // The hardware identity of one device in one run.
 struct DeviceRecord : wire::HwIdentity {
@@ -147,13 +152,22 @@ struct StageStats {
 struct AccuracyRow {
   int64_t run_id = 0;
   int split = 0;
+  std::string placement;  // "7" two-tier, "3|13" on a chain of two
   std::string codec;
   int64_t labelled = 0, top1_correct = 0, top5_correct = 0;
   bool top5_known = true;  // false when some frames predate top5_correct (schema < 10)
 };
 
+// Per placement: a two-tier run's placement is its split ("7"); a chain
+// run's several placements may share a first cut (`split`), each its own row.
 struct SplitSummary {
-  int split = 0;
+  int split = 0;           // the first cut (where the PARTICIPANT's head ends)
+  std::string placement;   // the cut points joined by '|' ("3|13"); "7" two-tier
+  std::vector<int> cuts;   // the same, parsed
+  bool chained() const { return cuts.size() > 1; }
+  // The cut points, for ordering and keying (a summary built by hand may
+  // leave cuts empty: its split then).
+  std::vector<int> key() const { return cuts.empty() ? std::vector<int>{split} : cuts; }
   int64_t frames = 0;         // ok, non-warm-up frames the statistics cover
   int64_t failed = 0;         // non-warm-up frames with ok = 0
   int64_t warmup_frames = 0;  // stored warm-up frames (not in the statistics)
@@ -197,7 +211,7 @@ double p95_of(std::vector<int64_t>& v);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 18;
+  static constexpr int kSchemaVersion = 19;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process

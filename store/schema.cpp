@@ -27,6 +27,14 @@ void add_fields(TableInfo& t, const std::vector<wire::FieldInfo>& fields) {
   for (const auto& f : fields) t.columns.push_back({f.name, sql_type(f.kind), f.unit, f.side, f.meaning});
 }
 
+// The placement column that keys summaries, stage_stats, accuracy and
+// energy_stats beside split (migration 19).
+ColumnInfo placement_column() {
+  return {"placement", "TEXT", "", "participant",
+          "the frames' cut points joined by '|' (frames.placement): \"7\" on a two-tier run, \"3|13\" on a chain of "
+          "two; several placements of a chain run may share a split (the first cut)"};
+}
+
 // Accuracy columns of summaries (per split) and accuracy (per split and codec).
 void add_accuracy(TableInfo& t) {
   t.columns.insert(
@@ -126,10 +134,10 @@ TableInfo probes_table() {
 }
 
 TableInfo summaries_table() {
-  TableInfo t{"summaries", "one row per (run, split), computed from frames when a run ends (or on demand)", {}};
+  TableInfo t{"summaries", "one row per (run, placement), computed from frames when a run ends (or on demand)", {}};
   t.columns = {
       {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-      {"split", "INTEGER", "", "controller", "split point"},
+      {"split", "INTEGER", "", "controller", "split point (a chain's first cut)"},
       {"frames", "INTEGER", "", "controller", "ok, non-warm-up frames the statistics cover"},
       {"failed", "INTEGER", "", "controller", "non-warm-up frames with ok = 0"},
       {"warmup_frames", "INTEGER", "", "controller", "stored warm-up frames (left out of the statistics)"},
@@ -142,12 +150,13 @@ TableInfo summaries_table() {
       {"mean_reply_bytes", "REAL", "bytes", "controller", "mean reply_bytes"},
   };
   add_accuracy(t);
+  t.columns.push_back(placement_column());
   return t;
 }
 
 TableInfo accuracy_table() {
   TableInfo t{"accuracy",
-              "per (run, split, codec): top-1 and top-5 accuracy of the timed frames with labels, so a lossy "
+              "per (run, placement, codec): top-1 and top-5 accuracy of the timed frames with labels, so a lossy "
               "codec's cost shows beside the lossless one's",
               {}};
   t.columns = {
@@ -156,6 +165,7 @@ TableInfo accuracy_table() {
       {"codec", "TEXT", "", "participant", "codec of the frames (frames.codec)"},
   };
   add_accuracy(t);
+  t.columns.push_back(placement_column());
   return t;
 }
 
@@ -208,7 +218,7 @@ TableInfo outputs_table() {
 }
 
 TableInfo stage_stats_table() {
-  TableInfo t{"stage_stats", "per (run, split, field): statistics of every summarised frame field", {}};
+  TableInfo t{"stage_stats", "per (run, placement, field): statistics of every summarised frame field", {}};
   t.columns = {
       {"run_id", "INTEGER", "", "controller", "-> runs.id"},
       {"split", "INTEGER", "", "controller", "split point"},
@@ -218,6 +228,7 @@ TableInfo stage_stats_table() {
       {"mean_ns", "REAL", "ns", "controller", "mean"},
       {"min_ns", "REAL", "ns", "controller", "minimum (negative network_ns stays negative)"},
       {"max_ns", "REAL", "ns", "controller", "maximum"},
+      placement_column(),
   };
   return t;
 }
@@ -236,7 +247,8 @@ TableInfo energy_table() {
 }
 
 TableInfo energy_stats_table() {
-  TableInfo t{"energy_stats", "per (run, split, device, stage, source): statistics of the timed frames' energy", {}};
+  TableInfo t{"energy_stats", "per (run, placement, device, stage, source): statistics of the timed frames' energy",
+              {}};
   t.columns = {
       {"run_id", "INTEGER", "", "controller", "-> runs.id"},
       {"split", "INTEGER", "", "controller", "split point"},
@@ -248,6 +260,7 @@ TableInfo energy_stats_table() {
       {"p95_j", "REAL", "J", "controller", "nearest-rank 95th percentile of gross joules"},
       {"median_net_j", "REAL", "J", "controller", "median net joules (idle subtracted); NULL without an idle figure"},
       {"p95_net_j", "REAL", "J", "controller", "95th percentile of net joules"},
+      placement_column(),
   };
   return t;
 }

@@ -206,7 +206,7 @@ std::map<std::string, std::string> settings_of(const std::string& yaml) {
 // recorded settings and its letter (A, B, ...).
 struct Compared {
   std::vector<RunRow> runs;
-  std::vector<std::map<int, SplitSummary>> tab;
+  std::vector<std::map<std::vector<int>, SplitSummary>> tab;  // per run, by placement (cut points)
   std::vector<std::map<std::string, std::string>> set;
   std::vector<std::string> label;
   size_t size() const { return runs.size(); }
@@ -227,7 +227,7 @@ Compared load_compared(ResultsDb& db, const std::vector<std::string>& which) {
     if (!t) throw Fatal(t.error());
     c.runs.push_back(*r);
     c.tab.emplace_back();
-    for (const auto& sp : *t) c.tab.back()[sp.split] = sp;
+    for (const auto& sp : *t) c.tab.back()[sp.key()] = sp;
     c.set.push_back(settings_of(r->config_yaml));
     c.label.push_back(i < 26 ? std::string(1, static_cast<char>('A' + i)) : "R" + std::to_string(i + 1));
   }
@@ -296,26 +296,32 @@ void accuracy_cells(const SplitSummary* a, std::vector<std::string>& row) {
 // accuracy where labels exist (a lossy codec's cost beside its time).
 std::vector<std::vector<std::string>> compare_rows(Compared& c) {
   const size_t n = c.size();
-  std::set<int> splits;
+  std::set<std::vector<int>> splits;  // placements; a two-tier run's are its splits
+  bool chained = false;
   for (auto& t : c.tab)
-    for (auto& [k, v] : t) splits.insert(k);
+    for (auto& [k, v] : t) {
+      splits.insert(k);
+      chained = chained || k.size() > 1;
+    }
   std::vector<bool> labelled(n, false);
   for (size_t i = 0; i < n; ++i)
     for (const auto& [k, v] : c.tab[i]) labelled[i] = labelled[i] || v.labelled > 0;
-  std::vector<std::string> header = {"split"};
+  std::vector<std::string> header = {chained ? "placement" : "split"};
   for (const char* col : {" med ms", " vs A", " p95 ms", " wire B", " frames"})
     for (size_t i = std::string(col) == " vs A" ? 1 : 0; i < n; ++i) header.push_back(c.label[i] + col);
   for (size_t i = 0; i < n; ++i)
     if (labelled[i]) header.insert(header.end(), {c.label[i] + " top-1", c.label[i] + " top-5"});
   std::vector<std::vector<std::string>> rows = {header};
-  for (int k : splits) {
+  for (const auto& k : splits) {
     std::vector<const SplitSummary*> s(n, nullptr), any(n, nullptr);
     for (size_t i = 0; i < n; ++i)
       if (c.tab[i].count(k)) {
         any[i] = &c.tab[i][k];
         if (any[i]->frames > 0) s[i] = any[i];
       }
-    std::vector<std::string> row = {std::to_string(k)};
+    std::string placement;
+    for (int cut : k) placement += (placement.empty() ? "" : "|") + std::to_string(cut);
+    std::vector<std::string> row = {placement};
     auto med = [&](size_t i) { return s[i]->stage("total_ns").median_ns; };
     for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? format_ms(med(i)) : "-");
     for (size_t i = 1; i < n; ++i)

@@ -102,6 +102,15 @@ void draw_progress(int64_t done, int64_t total, int split, Clock::time_point t0,
 
 namespace {
 
+// A placement's cut points (a two-tier run's: its split), as the series
+// tables key and print them ("3|13").
+using Cuts = std::vector<int>;
+std::string cuts_text(const Cuts& k) {
+  std::string out;
+  for (int c : k) out += (out.empty() ? "" : "|") + std::to_string(c);
+  return out;
+}
+
 // A model as a run name shows it: a registry id as it is, a torchscript:
 // file by its name without directory and extension.
 std::string model_label(const std::string& model) {
@@ -148,9 +157,10 @@ void print_series_comparison(const std::string& db_path, const std::vector<int64
                              const std::vector<std::string>& names, const std::string& what) {
   auto db = ResultsDb::open_readonly(db_path);
   if (!db) return;
-  std::vector<std::map<int, double>> med(runs.size());
-  std::vector<int> best(runs.size(), -1);
-  std::set<int> splits;
+  std::vector<std::map<Cuts, double>> med(runs.size());  // by placement
+  std::vector<Cuts> best(runs.size());
+  std::set<Cuts> splits;
+  bool chained = false;
   size_t width = 12;
   for (size_t i = 0; i < runs.size(); ++i) {
     width = std::max(width, names[i].size() + 1);
@@ -160,21 +170,23 @@ void print_series_comparison(const std::string& db_path, const std::vector<int64
     for (const auto& sp : *t) {
       if (sp.frames == 0) continue;
       const double m = sp.stage("total_ns").median_ns;
-      med[i][sp.split] = m;
-      splits.insert(sp.split);
-      if (best[i] < 0 || m < bv) {
-        best[i] = sp.split;
+      med[i][sp.key()] = m;
+      splits.insert(sp.key());
+      chained = chained || sp.chained();
+      if (best[i].empty() || m < bv) {
+        best[i] = sp.key();
         bv = m;
       }
     }
   }
-  fmt::print("\nmedian total ms per split and {} (runs", what);
+  const char* per = chained ? "placement" : "split";
+  fmt::print("\nmedian total ms per {} and {} (runs", per, what);
   for (auto id : runs) fmt::print(" {}", id);
-  fmt::print("); * = the run's best split\n{:>7}", "split");
+  fmt::print("); * = the run's best {}\n{:>7}", per, per);
   for (const auto& n : names) fmt::print("  {:>{}}", n, width);
   fmt::print("\n");
-  for (int k : splits) {
-    fmt::print("{:>7}", k);
+  for (const auto& k : splits) {
+    fmt::print("{:>7}", cuts_text(k));
     for (size_t i = 0; i < runs.size(); ++i) {
       auto it = med[i].find(k);
       const std::string cell = it == med[i].end() ? "-" : fmt::format("{:.3f}{}", it->second / 1e6, best[i] == k ? "*" : " ");
@@ -184,13 +196,13 @@ void print_series_comparison(const std::string& db_path, const std::vector<int64
   }
 }
 
-// A run's median total per split (ns), from its stored summaries.
-std::map<int, double> split_medians(ResultsDb& db, int64_t run) {
-  std::map<int, double> m;
+// A run's median total per placement (ns), from its stored summaries.
+std::map<Cuts, double> split_medians(ResultsDb& db, int64_t run) {
+  std::map<Cuts, double> m;
   auto t = db.split_table(run);
   if (!t) return m;
   for (const auto& sp : *t)
-    if (sp.frames > 0) m[sp.split] = sp.stage("total_ns").median_ns;
+    if (sp.frames > 0) m[sp.key()] = sp.stage("total_ns").median_ns;
   return m;
 }
 
@@ -204,8 +216,8 @@ void print_repetition_spread(const std::string& db_path, const std::vector<int64
   if (!db || runs.empty() || runs.size() % static_cast<size_t>(reps) != 0) return;
   const size_t configs = runs.size() / static_cast<size_t>(reps);
   std::vector<std::string> names(configs, "all");
-  std::vector<std::map<int, std::vector<double>>> meds(configs);
-  std::set<int> splits;
+  std::vector<std::map<Cuts, std::vector<double>>> meds(configs);
+  std::set<Cuts> splits;
   for (size_t i = 0; i < runs.size(); ++i) {
     const size_t c = i % configs;
     if (i < configs && !labels[i].empty()) names[c] = labels[i];
@@ -222,8 +234,9 @@ void print_repetition_spread(const std::string& db_path, const std::vector<int64
     rows[0].push_back(n);
     rows[0].push_back("spread");
   }
-  for (int k : splits) {
-    std::vector<std::string> row = {std::to_string(k)};
+  for (const auto& k : splits) {
+    if (k.size() > 1) rows[0][0] = "placement";
+    std::vector<std::string> row = {cuts_text(k)};
     for (size_t c = 0; c < configs; ++c) {
       auto it = meds[c].find(k);
       if (it == meds[c].end() || it->second.empty()) {

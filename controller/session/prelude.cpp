@@ -34,7 +34,8 @@ constexpr size_t kNoteBytes = 4096;
 
 // What a run on a chain of two or more devices cannot do yet (#43), refused
 // before anything starts: per-hop link shaping, the adaptive policy, and
-// placements that share their first cut (the summaries are keyed by it).
+// record.outputs for placements that share their first cut (its files and
+// rows are keyed by participant, split and codec).
 Status check_chain_run(const settings::ExperimentConfig& cfg, const settings::DevicesConfig& devices) {
   const std::string chain = fmt::format("chain: [{}]", fmt::join(devices.chain, ", "));
   auto refuse = [&](const std::string& key, const std::string& why) {
@@ -48,15 +49,17 @@ Status check_chain_run(const settings::ExperimentConfig& cfg, const settings::De
     return refuse("link", "links are shaped per hop on chains only once #43 builds it; run the chain unshaped (no "
                           "link:, no hop link, no link_profile in the devices file)");
   if (cfg.adapt.enabled) return refuse("adapt.enabled", "the adaptive policy plans two tiers only");
+  if (!cfg.record.outputs) return {};
   auto shared = [&](const settings::SplitSpec& sp, const std::string& key) -> Status {
     if (sp.all)
-      return refuse(key, "split: all sweeps placements that share their first cut, and a run's summaries are keyed by "
-                         "the first cut until #43 keys them by placement; list placements with distinct first cuts");
+      return refuse("record.outputs", "record.outputs keeps one file per participant, split and codec, and split: all "
+                                      "sweeps placements that share their first cut; list placements with distinct "
+                                      "first cuts, or record outputs in separate runs");
     std::map<int, std::string> first;
     for (const auto& p : sp.entries)
       if (auto [it, fresh] = first.emplace(p.cuts.front(), p.text()); !fresh)
-        return refuse(key, fmt::format("placements {} and {} share their first cut {}: a run's summaries are keyed by "
-                                       "it until #43 keys them by placement; put them in separate runs",
+        return refuse(key, fmt::format("placements {} and {} share their first cut {}: record.outputs keeps one "
+                                       "file per participant, split and codec; put them in separate runs",
                                        it->second, p.text(), p.cuts.front()));
     return {};
   };

@@ -160,11 +160,11 @@ TEST(ResultsDb, NewDatabaseHasSchemaWalAndForeignKeys) {
         scalar(*db, std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + t + "'"),
         t);
   EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"),
-            "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18");
+            "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19");
   // Reopening is a no-op.
   auto again = ResultsDb::open(path);
   ASSERT_TRUE(again.ok()) << again.error().str();
-  EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), "18");
+  EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), "19");
 }
 
 // The field table and the schema description are the database: every table
@@ -260,6 +260,50 @@ TEST(ResultsDb, OlderSchemaIsUpgradedKeepingRows) {
   EXPECT_EQ((*old)[0].result, "cat:0.9");
   EXPECT_EQ((*old)[0].correct, 1);
   EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM frames WHERE network_ns IS NULL"), "2");
+}
+
+// Migration 19 keys the summaries by placement: rows written before it keep
+// every figure and are placed at their split.
+TEST(ResultsDb, SummariesOfSchema18AreKeptAndPlacedAtTheirSplit) {
+  TempDir dir;
+  const std::string path = dir.file("v18.db");
+  {
+    auto v18 = ResultsDb::open_at_version(path, 18);
+    ASSERT_TRUE(v18.ok()) << v18.error().str();
+    ASSERT_EQ(sqlite3_exec(v18->handle(),
+                           "INSERT INTO runs(name, status, started_at, ended_at, model, controller_host, "
+                           "controller_pid) VALUES ('old', 'completed', '2026-01-01T00:00:00.000Z', "
+                           "'2026-01-01T00:00:01.000Z', 'alexnet', 'elsewhere', 1);"
+                           "INSERT INTO frames(run_id, split, sample, rep, total_ns, ok) VALUES (1, 4, 0, 0, 100, 1);"
+                           "INSERT INTO summaries(run_id, split, frames, throughput_fps, labelled, top1_correct, "
+                           "top1_acc) VALUES (1, 4, 7, 12.5, 10, 9, 0.9);"
+                           "INSERT INTO stage_stats(run_id, split, field, median_ns, p95_ns) "
+                           "VALUES (1, 4, 'total_ns', 1000, 2000);"
+                           "INSERT INTO accuracy(run_id, split, codec, labelled, top1_correct, top5_correct, top1_acc) "
+                           "VALUES (1, 4, 'none', 10, 9, 10, 0.9);"
+                           "INSERT INTO energy_stats(run_id, split, device, stage, source, n, median_j) "
+                           "VALUES (1, 4, 'phone', 'head', 'modelled:power_model', 7, 0.25);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  auto db = ResultsDb::open(path);
+  ASSERT_TRUE(db.ok()) << db.error().str();
+  EXPECT_EQ(scalar(*db, "SELECT placement || ' ' || split || ' ' || frames || ' ' || throughput_fps || ' ' || "
+                        "top1_correct FROM summaries"),
+            "4 4 7 12.5 9");
+  EXPECT_EQ(scalar(*db, "SELECT placement || ' ' || median_ns FROM stage_stats"), "4 1000.0");
+  EXPECT_EQ(scalar(*db, "SELECT placement || ' ' || codec || ' ' || top5_correct FROM accuracy"), "4 none 10");
+  EXPECT_EQ(scalar(*db, "SELECT placement || ' ' || device || ' ' || median_j FROM energy_stats"), "4 phone 0.25");
+  auto table = db->split_table(1);
+  ASSERT_TRUE(table.ok()) << table.error().str();
+  ASSERT_EQ(table->size(), 1u);
+  EXPECT_EQ((*table)[0].placement, "4");
+  EXPECT_EQ((*table)[0].frames, 7);
+  EXPECT_DOUBLE_EQ((*table)[0].stage("total_ns").median_ns, 1000);
+  // Deleting the run still cascades into the rebuilt tables.
+  ASSERT_TRUE(db->delete_run(1).ok());
+  for (const char* t : {"summaries", "stage_stats", "accuracy", "energy_stats"})
+    EXPECT_EQ(scalar(*db, std::string("SELECT COUNT(*) FROM ") + t), "0") << t;
 }
 
 TEST(ResultsDb, NewerSchemaAndNonDatabasesAreRefused) {
@@ -783,7 +827,7 @@ TEST_F(ResultsCliTest, ExportJsonHoldsRunSummariesFramesAndEvents) {
       << text;
   EXPECT_NE(text.find("\"energy_stats\": [\n  {\"run_id\":" + std::to_string(run) +
                       ",\"split\":2,\"device\":\"edge\",\"stage\":\"head\",\"source\":\"measured:rapl:package-0\","
-                      "\"n\":2,\"median_j\":2,\"p95_j\":2.5,\"median_net_j\":1.75,\"p95_net_j\":2.25}]"),
+                      "\"n\":2,\"median_j\":2,\"p95_j\":2.5,\"median_net_j\":1.75,\"p95_net_j\":2.25,\"placement\":\"2\"}]"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("\"result\":\"a, \\\"quoted\\\" class:0.5\""), std::string::npos) << text;

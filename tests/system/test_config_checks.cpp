@@ -437,9 +437,10 @@ TEST(ConfigChecks, AChainIsCheckedAgainstTheDevicesAndWhatChainsCannotDoYetIsNam
   }
   // What chains cannot do yet, named before anything starts.
   {
-    auto [exp, r] = run("shared.yaml", "chain: [edge, cloud]\nsplit: [[3, 13], [3, 15]]\n");
+    auto [exp, r] = run("shared.yaml", "chain: [edge, cloud]\nsplit: [[3, 13], [3, 15]]\nrecord: {outputs: true}\n");
     EXPECT_EQ(r.status, 2) << r.out;
-    EXPECT_NE(r.out.find(exp + ":8:8: chain: [edge, cloud]: placements 3|13 and 3|15 share their first cut 3"),
+    EXPECT_NE(r.out.find(exp + ":8:8: chain: [edge, cloud]: placements 3|13 and 3|15 share their first cut 3: "
+                               "record.outputs keeps one file per participant, split and codec"),
               std::string::npos)
         << r.out;
     expect_short_message(r.out);

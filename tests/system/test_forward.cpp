@@ -9,6 +9,10 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <set>
 #include <thread>
 
 #include "agent/link.hpp"
@@ -120,6 +124,10 @@ class Forward : public ::testing::Test {
 
 }  // namespace
 
+// Every placement with TRACR_ALL_PLACEMENTS=1 (scripts/chain_exactness.sh,
+// docs/BENCHMARKS.md); otherwise a representative subset for CI: for every
+// first cut, the second at the same point (the middle runs nothing), one
+// later, at N (the last device runs nothing), and one drawn by a fixed seed.
 TEST_F(Forward, AChainOfThreeAgentsIsTheUnsplitModelBitForBit) {
   torch::NoGradGuard ng;
   torch::manual_seed(0);
@@ -127,10 +135,19 @@ TEST_F(Forward, AChainOfThreeAgentsIsTheUnsplitModelBitForBit) {
   auto whole = model_->forward(x);
   ASSERT_TRUE(whole.ok()) << whole.error().str();
   const int n = model_->num_layers();
+  const char* all_env = std::getenv("TRACR_ALL_PLACEMENTS");
+  const bool all = all_env && std::string(all_env) == "1";
+  std::mt19937 rng(43);
   int placements = 0;
   for (int k1 = 0; k1 <= n; ++k1) {
     const Bundle h = head(k1, x);
-    for (int k2 = k1; k2 <= n; ++k2) {
+    std::set<int> second;
+    if (all) {
+      for (int k2 = k1; k2 <= n; ++k2) second.insert(k2);
+    } else {
+      second = {k1, std::min(k1 + 1, n), n, std::uniform_int_distribution<int>(k1, n)(rng)};
+    }
+    for (int k2 : second) {
       SCOPED_TRACE("placement " + std::to_string(k1) + "|" + std::to_string(k2));
       FrameStats st;
       ASSERT_TRUE(client_
@@ -163,7 +180,13 @@ TEST_F(Forward, AChainOfThreeAgentsIsTheUnsplitModelBitForBit) {
       ++placements;
     }
   }
-  EXPECT_EQ(placements, 276);
+  if (all) {
+    EXPECT_EQ(placements, 276);
+  } else {
+    EXPECT_GE(placements, 3 * (n + 1) - 2);  // k1 = N and N - 1 have fewer distinct second cuts
+  }
+  std::printf("[ placements ] %d of AlexNet's 276 bit-equal to the unsplit model%s\n", placements,
+              all ? "" : " (TRACR_ALL_PLACEMENTS=1: all of them)");
 }
 
 TEST_F(Forward, RequestsInFlightAreAnsweredInTheirOrderAndBadForwardingIsNamed) {

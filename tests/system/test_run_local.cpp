@@ -1,7 +1,9 @@
 // tracrctl run end to end with local agents on loopback and in-process.
 #include <sys/stat.h>
 
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <regex>
 
 #include "fleet/detached.hpp"
@@ -252,6 +254,52 @@ TEST(RunLocal, KilledServerFailsRunCleanlyAndKeepsRows) {
   // No agent is left behind.
   EXPECT_FALSE(alive(servers[0]));
   EXPECT_FALSE(alive(participants[0]));
+}
+
+// A chain's middle device SIGKILLed mid-run (#43): the run fails naming it,
+// every frame the participant finished before is stored, nothing is left
+// running and the controller does not hang on the lost hop.
+TEST(RunLocal, AChainsMiddleDeviceKilledMidRunIsNamedAndKeepsTheRows) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = d.file("devices.yaml", "devices:\n"
+                                                     "  - {device_type: SERVER, name: edge, transport: local}\n"
+                                                     "  - {device_type: SERVER, name: cloud, transport: local}\n"
+                                                     "  - {device_type: PARTICIPANT, name: phone, transport: local}\n");
+  const std::string exp = d.file(
+      "exp.yaml", "name: chainkill\nmodel: alexnet\ninput_size: [3, 64, 64]\ndataset:\n  type: synthetic\n  max_samples: 4\n"
+                  "chain: [edge, cloud]\nsplit: [[3, 13], [5, 20]]\nwarmup: 0\nrepetitions: 200\nseed: 434344\n"
+                  "probe: {enabled: false}\noutput: " + db + "\ndevices: " + devices + "\nrecord:\n  layers: false\n");
+  BackgroundRun run(d, exp);
+  ASSERT_TRUE(wait_for_count(db, "select count(*) from frames", 5));
+  auto pid_of = [&](const std::string& device) {
+    const std::string m = query(db, "select message from events where kind = 'agent_started' and device = '" + device + "'");
+    const auto p = m.rfind("pid ");
+    return p == std::string::npos ? 0L : std::atol(m.c_str() + p + 4);
+  };
+  const long edge = pid_of("edge"), cloud = pid_of("cloud"), phone = pid_of("phone");
+  ASSERT_GT(edge, 0);
+  ASSERT_GT(cloud, 0);
+  ASSERT_GT(phone, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(static_cast<pid_t>(edge), SIGKILL), 0);
+  const int code = run.join();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string out = run.output();
+  std::printf("[ chain kill ] the controller ended %.1f s after the middle device was killed\n", waited);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("edge"), std::string::npos) << out;
+  EXPECT_EQ(query(db, "select status from runs where id = 1"), "failed");
+  EXPECT_NE(query(db, "select error from runs where id = 1").find("edge"), std::string::npos)
+      << query(db, "select error from runs where id = 1");
+  EXPECT_GE(std::stoi(query(db, "select count(*) from frames where run_id = 1 and ok = 1")), 5);
+  // Stored frames are whole: consecutive from 0 on the participant, none twice.
+  EXPECT_EQ(query(db, "select count(distinct frame) = max(frame) + 1 and min(frame) = 0 from frames where run_id = 1"),
+            "1");
+  EXPECT_EQ(query(db, "pragma integrity_check"), "ok");
+  EXPECT_FALSE(alive(edge));
+  EXPECT_FALSE(alive(cloud));
+  EXPECT_FALSE(alive(phone));
 }
 
 // on_participant_loss: continue (#24): one of two participants is killed
@@ -703,7 +751,8 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
     y.replace(y.find("split: all"), 10, "split: " + split);
     return y;
   };
-  auto chain = sh(tracrctl() + " run " + d.file("chain.yaml", exp("[[3, 13], [0, 22], [22, 22], [5, 5]]",
+  // 3|13 and 3|20 share their first cut: each placement is its own summary.
+  auto chain = sh(tracrctl() + " run " + d.file("chain.yaml", exp("[[3, 13], [0, 22], [22, 22], [5, 5], [3, 20]]",
                                                                   "chain: [edge, cloud]\n")) +
                   " --no-progress");
   ASSERT_EQ(chain.status, 0) << chain.out;
@@ -714,9 +763,23 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
             "cloud:SERVER,edge:SERVER,phone:PARTICIPANT");
   EXPECT_EQ(query(db, "select group_concat(placement, ',') from (select distinct placement from frames where run_id = 1 "
                       "order by placement)"),
-            "0|22,22|22,3|13,5|5");
-  EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1 and ok = 1"), "8");
-  const std::string cols = "select split || ' ' || sample || ' ' || result from frames where warmup = 0 and run_id = ";
+            "0|22,22|22,3|13,3|20,5|5");
+  EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1 and ok = 1"), "10");
+  EXPECT_EQ(query(db, "select group_concat(placement || ':' || split || ':' || frames, ',') from (select * from "
+                      "summaries where run_id = 1 order by split, placement)"),
+            "0|22:0:2,3|13:3:2,3|20:3:2,5|5:5:2,22|22:22:2");
+  EXPECT_EQ(query(db, "select count(distinct placement) from stage_stats where run_id = 1"), "5");
+  EXPECT_EQ(query(db, "select group_concat(placement, ',') from (select placement from summaries where run_id = 2 "
+                      "order by split)"),
+            "0,3,5,22");  // a two-tier run's placement is its split
+  // The split table names placements, each on its own row.
+  auto show = sh(tracrctl() + " results show 1 --db " + db);
+  ASSERT_EQ(show.status, 0) << show.out;
+  EXPECT_NE(show.out.find("placement"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("3|20"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("3|13"), std::string::npos) << show.out;
+  const std::string cols = "select split || ' ' || sample || ' ' || result from frames where warmup = 0 and "
+                           "coalesce(placement, '') <> '3|20' and run_id = ";
   const auto chained = query_col(db, cols + "1 order by split, sample");
   ASSERT_EQ(chained.size(), 8u);
   EXPECT_EQ(chained, query_col(db, cols + "2 order by split, sample"));
