@@ -13,6 +13,64 @@ namespace tracr::agent {
 
 using namespace tracr::protocol;
 
+namespace {
+
+std::optional<int64_t> meta_at(const Meta& m, const std::string& key) {
+  auto it = m.find(key);
+  if (it == m.end()) return std::nullopt;
+  if (const auto* v = std::get_if<int64_t>(&it->second)) return *v;
+  return std::nullopt;
+}
+
+// a - b - ..., NULL when any term is.
+std::optional<int64_t> minus(std::optional<int64_t> a, std::initializer_list<std::optional<int64_t>> bs) {
+  for (const auto& b : bs) {
+    if (!a || !b) return std::nullopt;
+    *a -= *b;
+  }
+  return a;
+}
+
+}  // namespace
+
+std::vector<wire::HopRecord> hops_of_reply(const Meta& reply, const wire::FrameRecord& r, const std::vector<int>& cuts,
+                                           int n) {
+  std::vector<wire::HopRecord> out;
+  std::string prefix;  // device h's keys: "d." repeated h - 1 times
+  for (size_t h = 1; h <= cuts.size(); ++h, prefix += meta_key::kDownPrefix) {
+    auto at = [&](const char* k) { return meta_at(reply, prefix + k); };
+    wire::HopRecord x;
+    x.hop = static_cast<int64_t>(h);
+    x.first_layer = cuts[h - 1];
+    x.end_layer = h < cuts.size() ? cuts[h] : n;
+    x.decode_ns = at(meta_key::kSrvDecodeNs);
+    x.compute_ns = at(meta_key::kSrvTailNs);
+    x.server_ns = at(meta_key::kSrvNs);
+    if (h < cuts.size()) x.forward_ns = at(meta_key::kFwdRttNs);
+    if (h == 1) {
+      x.in_raw_bytes = r.raw_bytes;
+      x.in_wire_bytes = r.wire_bytes;
+      x.reply_bytes = r.reply_bytes;
+      x.send_encode_ns = r.encode_ns;
+      x.network_ns = r.network_ns;
+      x.reply_decode_ns = r.return_ns;
+      x.server_ns = r.server_ns;  // the participant's figure is the reply's srv_ns
+    } else {
+      const std::string before = prefix.substr(std::string(meta_key::kDownPrefix).size());
+      auto prev = [&](const char* k) { return meta_at(reply, before + k); };
+      x.in_raw_bytes = prev(meta_key::kFwdRawBytes);
+      x.in_wire_bytes = prev(meta_key::kFwdWireBytes);
+      x.reply_bytes = prev(meta_key::kFwdReplyBytes);
+      x.send_encode_ns = prev(meta_key::kFwdEncodeNs);
+      x.reply_decode_ns = prev(meta_key::kFwdDecodeNs);
+      x.network_ns = minus(prev(meta_key::kFwdRttNs), {x.send_encode_ns, x.server_ns, x.reply_decode_ns});
+    }
+    x.other_ns = minus(x.server_ns, {x.compute_ns, h < cuts.size() ? x.forward_ns : std::optional<int64_t>(0)});
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
 Result<std::optional<Meta>> forward_meta(const Frame& request) {
   const Meta& m = request.header.meta;
   const auto then_it = m.find(meta_key::kThen);

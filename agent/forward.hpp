@@ -23,6 +23,7 @@
 
 #include "protocol/channel.hpp"
 #include "protocol/frame.hpp"
+#include "wire/record.hpp"
 
 namespace tracr::agent {
 
@@ -33,6 +34,16 @@ namespace tracr::agent {
 // '|', when they go below `last`, or when `then` comes without `last`;
 // field_type when `then` is not a string.
 Result<std::optional<protocol::Meta>> forward_meta(const protocol::Frame& request);
+
+// A chain's frame, per device after the participant (record_fields.def
+// TRACR_HOP_FIELD): from the first device's reply meta, the next devices'
+// nested under "d.", "d.d.", ..., and the participant's own figures for the
+// first hop (r's encode, network, server and return times and its bytes:
+// call it once r has them). `cuts` is the frame's placement, n the model's
+// layer count. A figure the reply lacks is NULL, and so is every figure
+// computed from it.
+std::vector<wire::HopRecord> hops_of_reply(const protocol::Meta& reply, const wire::FrameRecord& r,
+                                           const std::vector<int>& cuts, int n);
 
 // One answer to an upstream request: a reply (type, tensors, meta) or an
 // ERROR (error set; meta unused).

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "agent/forward.hpp"
 #include "agent/frame_result.hpp"
 #include "agent/timing.hpp"
 #include "experiments/tensor_bridge.hpp"
@@ -422,6 +423,10 @@ class Pipeline {
     // An ERROR reply carries no server time: whatever the server spent is
     // inside network_ns for this frame, and the flag says so.
     if (!f->header.meta.count(protocol::meta_key::kSrvNs)) r.flags += std::string(r.flags.empty() ? "" : ",") + "no_server_time";
+    // A chain's frame: every device's stages, from the reply's nested meta.
+    if (r.ok && r.placement.find('|') != std::string::npos)
+      if (auto pl = wire::parse_placement(r.placement); pl)
+        r.hops = hops_of_reply(f->header.meta, r, pl->cuts, model_.num_layers());
     if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
     if (hooks_.emit) hooks_.emit(r);
     if (hooks_.energy) emit_energy(p, *f);

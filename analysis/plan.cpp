@@ -33,6 +33,24 @@ using namespace tracr::store;
 constexpr std::string_view kServer = wire::role_name(wire::AgentRole::server);
 constexpr std::string_view kParticipant = wire::role_name(wire::AgentRole::participant);
 
+std::pair<double, double> fit_cost_line(const std::vector<std::pair<double, double>>& pts) {
+  if (pts.empty()) return {0.0, 0.0};
+  double mx = 0, my = 0;
+  for (const auto& [x, y] : pts) {
+    mx += x;
+    my += y;
+  }
+  mx /= static_cast<double>(pts.size());
+  my /= static_cast<double>(pts.size());
+  double sxy = 0, sxx = 0;
+  for (const auto& [x, y] : pts) {
+    sxy += (x - mx) * (y - my);
+    sxx += (x - mx) * (x - mx);
+  }
+  const double b = sxx > 0 && sxy > 0 ? sxy / sxx : 0.0;
+  return {my - b * mx, b};
+}
+
 namespace {
 
 double bits_ms(double bytes, double mbps, double burst) {
@@ -68,26 +86,6 @@ double participant_own_ms(const SplitSummary& s) {
 }
 double server_own_ms(const SplitSummary& s) {
   return (s.stage("server_ns").median_ns - s.stage("tail_ns").median_ns) / 1e6;
-}
-
-// Least squares a + b x over (bytes, ms) points; a cost cannot fall with
-// bytes, so the line is flat (b = 0, a the mean) when it does not rise.
-std::pair<double, double> fit_cost_line(const std::vector<std::pair<double, double>>& pts) {
-  if (pts.empty()) return {0.0, 0.0};
-  double mx = 0, my = 0;
-  for (const auto& [x, y] : pts) {
-    mx += x;
-    my += y;
-  }
-  mx /= static_cast<double>(pts.size());
-  my /= static_cast<double>(pts.size());
-  double sxy = 0, sxx = 0;
-  for (const auto& [x, y] : pts) {
-    sxy += (x - mx) * (y - my);
-    sxx += (x - mx) * (x - mx);
-  }
-  const double b = sxx > 0 && sxy > 0 ? sxy / sxx : 0.0;
-  return {my - b * mx, b};
 }
 
 // The participant's own per-frame work at one split, from one run's frames

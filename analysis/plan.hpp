@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/results.hpp"
@@ -170,6 +171,10 @@ struct JointPlan;  // analysis/joint.hpp
 Result<int64_t> store_plan(store::ResultsDb& db, const Plan& p, const JointPlan* joint = nullptr);
 // The plan as text; its prose lines wrap at words to `width` (0: no limit).
 std::string format_plan(const Plan& p, size_t width = 0);
+
+// Least squares a + b x over (bytes, ms) points; a cost cannot fall with
+// bytes, so the line is flat (b = 0, a the mean) when it does not rise.
+std::pair<double, double> fit_cost_line(const std::vector<std::pair<double, double>>& pts);
 
 // What the plan command (controller/commands/plan.cpp) shares with the planner:
 // The link as run `run` measured it with its probe (tbf's bucket included

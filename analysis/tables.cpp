@@ -246,6 +246,31 @@ Status print_energy_table(ResultsDb& db, int64_t run_id, std::FILE* out) {
   return {};
 }
 
+// A chain run: every device's stages per placement, each timed where it ran.
+Status print_hop_table(ResultsDb& db, int64_t run_id, std::FILE* out, size_t width) {
+  auto hops = db.hop_summaries(run_id);
+  if (!hops) return hops.error();
+  if (hops->empty()) return {};
+  std::vector<std::vector<std::string>> rows = {{"  placement", "hop", "device", "codec", "frames", "in wire B",
+                                                 "encode ms", "network ms", "compute ms", "forward ms", "other ms",
+                                                 "device ms", "reply decode ms"}};
+  auto cell = [](const HopSummary& h, const char* f, bool ms) {
+    auto it = h.median.find(f);
+    if (it == h.median.end()) return std::string("-");
+    return ms ? format_ms(it->second) : fmt::format("{:.0f}", it->second);
+  };
+  for (const auto& h : *hops)
+    rows.push_back({"  " + h.placement, std::to_string(h.hop), h.device, h.codec, std::to_string(h.frames),
+                    cell(h, "in_wire_bytes", false), cell(h, "send_encode_ns", true), cell(h, "network_ns", true),
+                    cell(h, "compute_ns", true), cell(h, "forward_ns", true), cell(h, "other_ns", true),
+                    cell(h, "server_ns", true), cell(h, "reply_decode_ns", true)});
+  std::fputs("\nevery device of the chain, medians over timed ok frames (frame_hops): encode, network and reply "
+             "decode timed by the device before it, the rest by the device; device = compute + forward + other\n",
+             out);
+  std::fputs(fit_table(rows, {0, 2, 3}, width, {12, 9, 5}).c_str(), out);
+  return {};
+}
+
 Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out, bool wide, size_t width) {
   auto rows = db.split_table(run_id);
   if (!rows) return rows.error();
@@ -270,6 +295,7 @@ Status print_split_table(ResultsDb& db, int64_t run_id, std::FILE* out, bool wid
     table += phases;
   }
   std::fputs(table.c_str(), out);
+  TRACR_TRY(print_hop_table(db, run_id, out, width));
   // Per split and codec (set_codec commands and compression: auto give a
   // split several), with the sample counts behind each figure.
   std::string lines;

@@ -125,6 +125,11 @@ Status Recorder::on_frame(const std::string& device, const std::string& role, co
   r.participant = device;
   r.link = link_;
   r.shaping = shaping_;
+  for (auto& h : r.hops) {
+    const size_t i = static_cast<size_t>(h.hop - 1);  // hop >= 1 (parsed)
+    if (i < chain_.size()) h.device = chain_[i];
+    h.codec = i == 0 ? r.codec : i < chain_codecs_.size() ? chain_codecs_[i] : "";
+  }
   ++received_;
   if (!r.warmup) ++timed_by_device_[device];
   split_ = static_cast<int>(r.split);
@@ -329,6 +334,14 @@ Result<std::string> Recorder::save_unwritten(const std::string& path) const {
                                 settings::json_quote(f.participant));
     wire::visit_frame(f, [&](const wire::FieldInfo& fi, const auto& v) { o += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
     out << o << "}\n";
+    for (const auto& h : f.hops) {
+      std::string x = fmt::format("{{\"table\":\"frame_hops\",\"run_id\":{},\"participant\":{},\"frame\":{},"
+                                  "\"device\":{},\"codec\":{}",
+                                  f.run_id, settings::json_quote(f.participant), f.frame,
+                                  settings::json_quote(h.device), settings::json_quote(h.codec));
+      wire::visit_hop(h, [&](const wire::FieldInfo& fi, const auto& v) { x += fmt::format(",\"{}\":{}", fi.name, json_value(v)); });
+      out << x << "}\n";
+    }
   }
   for (const auto& p : profiles_) {
     std::string o = fmt::format("{{\"table\":\"layer_profiles\",\"run_id\":{},\"device\":{},\"device_role\":{}", p.run_id,

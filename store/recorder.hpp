@@ -32,6 +32,12 @@ class Recorder {
 
   // The SERVER's device name: participants relay its per-frame energy rows.
   void set_server(std::string name) { server_name_ = std::move(name); }
+  // A chain of two or more devices: hop h's device and the codec of the
+  // request into it, stored on each frame_hops row (the line carries neither).
+  void set_chain(std::vector<std::string> devices, std::vector<std::string> codecs) {
+    chain_ = std::move(devices);
+    chain_codecs_ = std::move(codecs);
+  }
   // Handles READY (hardware identity), PROFILE, FRAME, ENERGY, PROBE, EVENT and LOG lines
   // from the agent `role` on `device`. Error field_type / missing_field
   // naming the device and field for a malformed record (nothing stored of it).
@@ -91,6 +97,7 @@ class Recorder {
   std::vector<LayerProfileRecord> profiles_;
   std::vector<EnergyRow> energy_;
   std::string server_name_;
+  std::vector<std::string> chain_, chain_codecs_;
   std::map<std::string, int64_t> timed_by_device_;
   std::map<std::string, std::optional<double>> last_est_;
   std::map<std::string, std::deque<double>> recent_rates_;  // per frame, the last 3

@@ -618,6 +618,30 @@ INSERT INTO energy_stats_p SELECT run_id, split, device, stage, source, n, media
 DROP TABLE energy_stats;
 ALTER TABLE energy_stats_p RENAME TO energy_stats;
 )sql"},
+    {20, "frame_hops: a chain's frame per device after the participant, every stage timed where it ran", R"sql(
+CREATE TABLE frame_hops (
+  run_id          INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  participant     TEXT NOT NULL,
+  frame           INTEGER NOT NULL,
+  device          TEXT,
+  codec           TEXT,
+  hop             INTEGER NOT NULL,
+  first_layer     INTEGER,
+  end_layer       INTEGER,
+  in_raw_bytes    INTEGER,
+  in_wire_bytes   INTEGER,
+  reply_bytes     INTEGER,
+  send_encode_ns  INTEGER,
+  network_ns      INTEGER,
+  reply_decode_ns INTEGER,
+  decode_ns       INTEGER,
+  compute_ns      INTEGER,
+  forward_ns      INTEGER,
+  server_ns       INTEGER,
+  other_ns        INTEGER,
+  PRIMARY KEY (run_id, participant, frame, hop)
+);
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
@@ -974,7 +998,24 @@ Status ResultsDb::add_frames(const std::vector<FrameRecord>& frames) {
           "INSERT OR REPLACE INTO frame_topk(run_id, participant, frame, pos, sample, rank, class_index, class_name, "
           "prob) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (!tk.prepared()) return db_error(db, path_, "insert frame_topk");
+  static const std::string hop_sql = "INSERT OR REPLACE INTO frame_hops(run_id, participant, frame, device, codec" +
+                                     field_list(wire::hop_fields()) + ") VALUES (" +
+                                     placeholders(wire::hop_fields().size() + 5) + ")";
+  Stmt hq(db, hop_sql.c_str());
+  if (!hq.prepared()) return db_error(db, path_, "insert frame_hops");
   for (const auto& f : frames) {
+    for (const auto& h : f.hops) {
+      hq.bind(1, f.run_id);
+      hq.bind(2, std::string_view(f.participant));
+      hq.bind(3, f.frame);
+      hq.bind_text_or_null(4, h.device);
+      hq.bind_text_or_null(5, h.codec);
+      int i = 6;
+      wire::visit_hop(h, [&](const wire::FieldInfo&, const auto& v) { bind_value(hq, i++, v); });
+      if (hq.step() != SQLITE_DONE)
+        return db_error(db, path_, fmt::format("insert frame_hops of frame {} of run {}", f.frame, f.run_id));
+      hq.reset();
+    }
     for (const auto& t : f.topk) {
       tk.bind(1, f.run_id);
       tk.bind(2, std::string_view(f.participant));
@@ -1517,6 +1558,42 @@ Result<std::vector<SplitSummary>> ResultsDb::split_table(int64_t run_id) {
   return out;
 }
 
+Result<std::vector<HopSummary>> ResultsDb::hop_summaries(int64_t run_id) {
+  const auto& fields = wire::hop_fields();
+  std::string cols;
+  for (size_t i = 3; i < fields.size(); ++i) cols += ", h." + std::string(fields[i].name);  // after hop, first, end
+  const std::string sql =
+      "SELECT COALESCE(f.placement, CAST(f.split AS TEXT)), f.split, h.hop, COALESCE(h.device, ''), "
+      "COALESCE(h.codec, '')" + cols +
+      " FROM frame_hops h JOIN frames f ON f.run_id = h.run_id AND f.participant = h.participant AND f.frame = h.frame "
+      "WHERE h.run_id = ? AND f.ok = 1 AND f.warmup = 0";
+  Stmt q(db_.get(), sql.c_str());
+  if (!q.prepared()) return db_error(db_.get(), path_, "read frame_hops");
+  q.bind(1, run_id);
+  using Key = std::tuple<Cuts, int64_t, std::string, std::string>;
+  std::map<Key, std::pair<int64_t, std::map<std::string, std::vector<int64_t>>>> groups;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    auto& g = groups[{cuts_of(q.text(0), static_cast<int>(q.i64(1))), q.i64(2), q.text(3), q.text(4)}];
+    ++g.first;
+    for (size_t i = 3; i < fields.size(); ++i) {
+      const int c = static_cast<int>(i) + 2;
+      if (!q.is_null(c)) g.second[fields[i].name].push_back(q.i64(c));
+    }
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read frame_hops");
+  std::vector<HopSummary> out;
+  for (auto& [key, g] : groups) {
+    HopSummary s;
+    std::tie(s.cuts, s.hop, s.device, s.codec) = key;
+    s.placement = placement_text(s.cuts);
+    s.frames = g.first;
+    for (auto& [name, v] : g.second) s.median[name] = median_of(v);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 namespace {
 const char* kRunColumns =
     "SELECT id, name, status, started_at, COALESCE(ended_at, ''), config_yaml, tracr_version, "
@@ -1899,6 +1976,7 @@ Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(con
                       : table == "train_steps" || table == "train_checkpoints" ? "owner, step"
                       : table == "train_epochs" ? "owner, epoch"
                       : table == "frame_topk" ? "participant, frame, pos, rank"
+                      : table == "frame_hops" ? "participant, frame, hop"
                       : table == "accuracy" ? "split, placement, codec"
                       : table == "outputs" ? "participant, split, codec"
                       : table == "summaries" ? "split, placement"

@@ -186,6 +186,16 @@ struct SplitSummary {
   const StageStats& stage(const std::string& field) const;
 };
 
+// Per (placement, hop, device, codec) of a chain run: the medians of the
+// frame_hops figures over its timed ok frames (a field none of them has is
+// absent).
+struct HopSummary {
+  std::vector<int> cuts;
+  std::string placement, device, codec;
+  int64_t hop = 0, frames = 0;
+  std::map<std::string, double> median;  // by frame_hops column
+};
+
 // One column or table of the schema, for `tracrctl results schema`.
 struct ColumnInfo {
   std::string name, type, unit, side, meaning;
@@ -211,7 +221,7 @@ double p95_of(std::vector<int64_t>& v);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 19;
+  static constexpr int kSchemaVersion = 20;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process
@@ -274,6 +284,9 @@ class ResultsDb {
   // The stored summaries of a run, ordered by split; computed first when the
   // run is still running or has none stored. Error not_found for an unknown run.
   Result<std::vector<SplitSummary>> split_table(int64_t run_id);
+  // A chain run's frame_hops, summarised per placement and hop (empty for a
+  // two-tier run), ordered by placement, then hop.
+  Result<std::vector<HopSummary>> hop_summaries(int64_t run_id);
 
   // Deletes a run and every row that belongs to it (frames, profiles,
   // summaries, events, energy, probes, plans based on it, training rows:

@@ -191,6 +191,24 @@ TableInfo frame_topk_table() {
   return t;
 }
 
+TableInfo frame_hops_table() {
+  TableInfo t{"frame_hops",
+              "per (run, participant, frame, hop) of a chain's frame: each device after the participant, its segment, "
+              "the bytes into and out of it and every stage timed on the device that ran it (identities in "
+              "wire/record_fields.def: the hops add up to frames.total_ns)",
+              {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"participant", "TEXT", "", "controller", "-> frames.participant"},
+      {"frame", "INTEGER", "", "participant", "-> frames.frame"},
+      {"device", "TEXT", "", "controller", "the chain's device h (chain: in the experiment)"},
+      {"codec", "TEXT", "", "config", "codec of the request into the device: its chain entry's compression, else the "
+                                      "run's (hop 1: frames.codec)"},
+  };
+  add_fields(t, wire::hop_fields());
+  return t;
+}
+
 TableInfo outputs_table() {
   TableInfo t{"outputs",
               "per (run, participant, split, codec) with record.outputs: a .npy file of the output tensors "
@@ -492,6 +510,7 @@ std::vector<TableInfo> build() {
           frame_topk_table(),
           outputs_table(),
           stage_stats_table(),
+          frame_hops_table(),
           energy_table(),
           energy_stats_table(),
           plans_table(),

@@ -39,6 +39,14 @@ const std::vector<FieldInfo>& profile_fields() {
   };
   return v;
 }
+const std::vector<FieldInfo>& hop_fields() {
+  static const std::vector<FieldInfo> v = {
+#define TRACR_HOP_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
+#include "wire/record_fields.def"
+#undef TRACR_HOP_FIELD
+  };
+  return v;
+}
 const std::vector<FieldInfo>& probe_fields() {
   static const std::vector<FieldInfo> v = {
 #define TRACR_PROBE_FIELD(n, k, unit, side, summ, meaning) {#n, TRACR_FK_##k, unit, side, summ != 0, meaning},
@@ -181,8 +189,39 @@ Error bad_payload(const ControlMsg& m, const char* key, const std::string& what)
   return make_error(Errc::field_type, fmt::format("{} field '{}': {}", m.kind, key, what));
 }
 
+// The optional "hops" of a chain's FRAME line (record.hpp).
+Status parse_hops(const ControlMsg& m, FrameRecord& r) {
+  auto it = m.fields.find("hops");
+  if (it == m.fields.end() || it->second.empty()) return {};
+  const size_t n = hop_fields().size();
+  for (const auto& e : split_on(it->second, ';')) {
+    const auto p = split_on(e, ':');
+    if (p.size() != n)
+      return bad_payload(m, "hops", fmt::format("expected {} ':'-separated fields per device, got '{}'", n, e));
+    HopRecord h;
+    size_t i = 0;
+    bool bad = false;
+    visit_hop(h, [&](const FieldInfo&, auto& v) {
+      const std::string& t = p[i++];
+      int64_t x = 0;
+      if constexpr (std::is_same_v<std::decay_t<decltype(v)>, int64_t>) {
+        if (!whole_int(t, &x)) bad = true;
+        v = x;
+      } else {
+        if (t.empty()) return;
+        if (!whole_int(t, &x)) bad = true;
+        v = x;
+      }
+    });
+    if (bad || h.hop < 1) return bad_payload(m, "hops", "expected whole numbers (hop >= 1), got '" + e + "'");
+    r.hops.push_back(std::move(h));
+  }
+  return {};
+}
+
 // The optional "topk" and "outputs" payload of a FRAME line (record.hpp).
 Status parse_frame_payload(const ControlMsg& m, FrameRecord& r) {
+  TRACR_TRY(parse_hops(m, r));
   if (auto it = m.fields.find("topk"); it != m.fields.end() && !it->second.empty()) {
     for (const auto& e : split_on(it->second, ';')) {
       const auto p = split_on(e, ':');
@@ -228,6 +267,16 @@ Status parse_frame_payload(const ControlMsg& m, FrameRecord& r) {
 std::map<std::string, std::string> to_control(const FrameRecord& r) {
   std::map<std::string, std::string> out;
   visit_frame(r, Emit{&out});
+  if (!r.hops.empty()) {
+    std::string t;
+    for (const auto& h : r.hops) {
+      std::string e;
+      size_t i = 0;
+      visit_hop(h, [&](const FieldInfo&, const auto& v) { e += (i++ ? ":" : "") + field_text(v); });
+      t += (t.empty() ? "" : ";") + e;
+    }
+    out["hops"] = std::move(t);
+  }
   if (!r.topk.empty()) {
     std::string t;
     for (const auto& e : r.topk)

@@ -42,6 +42,16 @@ struct TopkEntry {
   double prob = 0;         // softmax probability
 };
 
+// One device of a chain that a frame crossed (frame_hops rows; fields in
+// record_fields.def). device and codec are not on the line: the controller
+// fills them from the chain it started.
+struct HopRecord {
+#define TRACR_HOP_FIELD(n, k, ...) TRACR_FT_##k n{};
+#include "wire/record_fields.def"
+#undef TRACR_HOP_FIELD
+  std::string device, codec;
+};
+
 // One frame (one batch through head, link, tail and post-processing).
 struct FrameRecord {
 #define TRACR_FRAME_FIELD(n, k, ...) TRACR_FT_##k n{};
@@ -52,6 +62,7 @@ struct FrameRecord {
   std::vector<TopkEntry> topk;          // per sample, ranks 1..k
   std::vector<float> outputs;           // the output tensor (logits), row-major; empty unless record.outputs
   std::vector<int64_t> outputs_shape;   // [samples, classes]
+  std::vector<HopRecord> hops;          // a chain's frame: one per device after the participant ("hops")
   FrameRecord() {
     correct = -1;
     top5_correct = -1;
@@ -114,6 +125,7 @@ const std::vector<FieldInfo>& hw_fields();
 const std::vector<FieldInfo>& segment_fields();
 const std::vector<FieldInfo>& probe_fields();
 const std::vector<FieldInfo>& energy_fields();
+const std::vector<FieldInfo>& hop_fields();
 
 // Calls f(const FieldInfo&, member&) for every field, in table order.
 template <class R, class F>
@@ -157,6 +169,14 @@ void visit_energy(R& r, F&& f) {
 #undef TRACR_ENERGY_FIELD
 }
 template <class R, class F>
+void visit_hop(R& r, F&& f) {
+  const auto& info = hop_fields();
+  size_t i = 0;
+#define TRACR_HOP_FIELD(n, ...) f(info[i++], r.n);
+#include "wire/record_fields.def"
+#undef TRACR_HOP_FIELD
+}
+template <class R, class F>
 void visit_hw(R& r, F&& f) {
   const auto& info = hw_fields();
   size_t i = 0;
@@ -183,7 +203,10 @@ std::map<std::string, std::string> to_control(const EnergyRecord& r);
 // "pos:rank:class_index:prob:name" separated by ';', name with '%', ':' and
 // ';' escaped as %25 %3A %3B) and, with record.outputs, the output tensor as
 // "outputs" (hex of little-endian float32) and "outputs_shape" ("B,C").
-// Both keys are optional on parse; a malformed one is an error naming it.
+// A chain's frame carries its hops as "hops": per device after the
+// participant, its hop fields in table order joined by ':' (empty = NULL),
+// devices separated by ';'.
+// The keys are optional on parse; a malformed one is an error naming it.
 // Parses a record back from a control line. Every field must be present
 // and well-formed: error missing_field / field_type naming the field and the
 // message kind. Keys that are not fields are ignored (e.g. progress counters).

@@ -3,6 +3,7 @@
 // validated and stored.
 #include "controller/commands/plan.hpp"
 
+#include "analysis/chain_plan.hpp"
 #include "analysis/joint.hpp"
 
 #include <algorithm>
@@ -413,6 +414,29 @@ Status plan_on_series(ResultsDb& db, const std::string& db_path, const PlanComma
   return {};
 }
 
+// A chain run (#43): every placement predicted from its own profiles and
+// frame_hops, checked against the placements it measured. What the two-tier
+// planner takes beyond that is not built for chains yet, and is refused.
+Status plan_chain(ResultsDb& db, const PlanCommand& cmd, int64_t run_id) {
+  std::string given;
+  if (!cmd.link.empty() || cmd.up_mbit) given = "--link / --up-mbit";
+  else if (!cmd.validate_run.empty()) given = "--validate-on";
+  else if (cmd.joint) given = "--joint";
+  else if (cmd.plan.participant_run) given = "--participant-from";
+  else if (cmd.plan.objective != "latency") given = "--objective " + cmd.plan.objective;
+  else if (!cmd.plan.codecs.empty()) given = "--codec";
+  else if (cmd.plan.participants > 0) given = "--participants";
+  if (!given.empty())
+    return plan_failure(2, fmt::format("run {} ran a chain: its plan predicts every placement's latency from its own "
+                                       "profiles and per-hop frames, for its own links and codecs; {} is not built for "
+                                       "chains yet (#43)",
+                                       run_id, given));
+  auto p = plan_chain_run(db, run_id);
+  if (!p) return plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error()));
+  std::fputs(format_chain_plan(*p, 10, cmd.width).c_str(), stdout);
+  return {};
+}
+
 }  // namespace
 
 Status cmd_plan(const PlanCommand& cmd) {
@@ -429,6 +453,7 @@ Status cmd_plan(const PlanCommand& cmd) {
   if (!db) return plan_failure(1, user_text(db.error()));
   int64_t run_id = 0;
   TRACR_TRY(find_basis_run(*db, cmd, exp, db_path, run_id));
+  if (auto hops = db->hop_summaries(run_id); hops && !hops->empty()) return plan_chain(*db, cmd, run_id);
   if (cmd.validate_run.find(',') == std::string::npos)
     return plan_and_validate(*db, db_path, cmd, run_id, cmd.validate_run, opt, link_name, exp, true).status;
   return plan_on_series(*db, db_path, cmd, run_id, opt, link_name, exp);

@@ -591,6 +591,13 @@ Status RunSession::connect() {
   rec_ = std::make_unique<Recorder>(*db_, run_id_, cfg_.record.frames, cfg_.record.layers);
   rec_->set_link(info_.link, info_.shaping);
   rec_->set_server(first_hop().name);  // the reply's srv_energy is the device the participant sends to
+  if (pre_.devices.chain.size() > 1) {
+    std::vector<std::string> codecs;
+    for (size_t i = 0; i < pre_.devices.chain.size(); ++i)
+      codecs.push_back(i < cfg_.chain.size() && !cfg_.chain[i].compression.empty() ? cfg_.chain[i].compression
+                                                                                    : cfg_.compression);
+    rec_->set_chain(pre_.devices.chain, codecs);
+  }
   if (shaper_) rec_->event("info", "link_shaped", fmt::format("link {}: {}", info_.link, info_.shaping));
   tty_ = ro_.progress && isatty(2);
   agents_ = std::make_unique<AgentSet>(*rec_, cfg_.heartbeat_timeout_ms, "participants");

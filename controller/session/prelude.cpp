@@ -18,6 +18,7 @@
 #include "core/user_error.hpp"
 #include "fleet/launcher.hpp"
 #include "fleet/process.hpp"
+#include "protocol/codec.hpp"
 #include "protocol/crypto.hpp"
 #include "protocol/header.hpp"
 
@@ -110,9 +111,29 @@ SessionLaunch::SessionLaunch(const settings::ExperimentConfig& cfg, const Sessio
       config_yaml(agent_config_yaml(cfg)),
       experiment(agent_experiment(cfg)),
       heartbeat_timeout_ms(cfg.heartbeat_timeout_ms) {
+  // The codec of the hop into chain device i: its entry's, else the run's.
+  auto with_codec = [](settings::ExperimentConfig c, const std::string& codec) {
+    if (auto spec = protocol::CodecSpec::parse(codec)) {  // checked when the experiment was read
+      c.compression = codec;
+      c.codec = *spec;
+      c.compression_list.clear();
+    }
+    return c;
+  };
+  const bool chained = cfg.chain.size() > 1;
+  settings::ExperimentConfig part = experiment;
+  if (chained && !cfg.chain[0].compression.empty()) {
+    part = with_codec(part, cfg.chain[0].compression);
+    hop_codecs[""] = {settings::to_yaml(part), part};
+  }
+  for (size_t i = 0; chained && i + 1 < cfg.chain.size(); ++i)
+    if (!cfg.chain[i + 1].compression.empty()) {
+      const auto c = with_codec(experiment, cfg.chain[i + 1].compression);
+      hop_codecs[cfg.chain[i].device] = {settings::to_yaml(c), c};
+    }
   // A PARTICIPANT with splits of its own gets the experiment with them as `split`.
   for (const auto& [name, sp] : cfg.participant_splits) {
-    settings::ExperimentConfig c = experiment;
+    settings::ExperimentConfig c = part;
     c.split = sp;
     own_splits[name] = {settings::to_yaml(c), c};
   }
@@ -133,7 +154,12 @@ fleet::LaunchSpec SessionLaunch::spec(const settings::DeviceConfig& dev, wire::A
   ls.trust_new_hosts = trust_new_hosts;
   ls.config_yaml = config_yaml;
   ls.experiment = &experiment;
-  if (auto it = own_splits.find(dev.name); it != own_splits.end() && role == wire::AgentRole::participant) {
+  const bool participant = role == wire::AgentRole::participant;
+  if (auto it = hop_codecs.find(participant ? std::string() : dev.name); it != hop_codecs.end()) {
+    ls.config_yaml = it->second.first;
+    ls.experiment = &it->second.second;
+  }
+  if (auto it = own_splits.find(dev.name); it != own_splits.end() && participant) {
     ls.config_yaml = it->second.first;
     ls.experiment = &it->second.second;
   }

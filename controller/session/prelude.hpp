@@ -50,6 +50,11 @@ struct SessionLaunch {
   settings::ExperimentConfig experiment;  // agent_experiment(cfg)
   // participant_splits: per PARTICIPANT name, its CONFIG line and experiment (`split` its own).
   std::map<std::string, std::pair<std::string, settings::ExperimentConfig>> own_splits;
+  // A chain of two or more devices: every hop's codec is its chain entry's
+  // compression, else the run's. The device before a hop encodes it: the
+  // participants (hop 1) and each chain device but the last get the
+  // experiment with that codec, by device name ("" = every participant).
+  std::map<std::string, std::pair<std::string, settings::ExperimentConfig>> hop_codecs;
   int heartbeat_timeout_ms;
 };
 

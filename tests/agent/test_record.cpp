@@ -199,6 +199,49 @@ TEST(Record, TopkRowsAndOutputTensorRideOnTheFrameLine) {
   EXPECT_NE(r.error().message.find("'outputs'"), std::string::npos) << r.error().message;
 }
 
+// A chain's frame carries one row per device after the participant; NULLs
+// (a figure the reply lacked) stay NULL, and a malformed entry is named.
+TEST(Record, AChainsHopsRideOnTheFrameLine) {
+  FrameRecord in = awkward_frame();
+  HopRecord a, b;
+  int64_t n = 5;
+  visit_hop(a, [&](const FieldInfo&, auto& v) { v = n++; });
+  visit_hop(b, [&](const FieldInfo&, auto& v) { v = -(n++); });
+  b.hop = 2;
+  b.forward_ns.reset();  // the last device forwards nothing
+  b.network_ns.reset();
+  in.hops = {a, b};
+  auto m = through_the_channel("FRAME", to_control(in));
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  auto out = frame_from_control(*m);
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  ASSERT_EQ(out->hops.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    std::vector<std::string> want, got;
+    visit_hop(in.hops[i], [&](const FieldInfo&, const auto& v) { want.push_back(field_text(v)); });
+    visit_hop(out->hops[i], [&](const FieldInfo&, const auto& v) { got.push_back(field_text(v)); });
+    EXPECT_EQ(got, want) << i;
+  }
+  EXPECT_FALSE(out->hops[1].forward_ns.has_value());
+  // Two-tier frames carry none.
+  FrameRecord two = awkward_frame();
+  auto plain = frame_from_control(*through_the_channel("FRAME", to_control(two)));
+  ASSERT_TRUE(plain.ok()) << plain.error().str();
+  EXPECT_TRUE(plain->hops.empty());
+  EXPECT_EQ(to_control(two).count("hops"), 0u);
+  auto fields = to_control(in);
+  fields["hops"] = "1:3:13";
+  auto r = frame_from_control(*through_the_channel("FRAME", fields));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::field_type);
+  EXPECT_NE(r.error().message.find("'hops'"), std::string::npos) << r.error().message;
+  fields["hops"] = to_control(in)["hops"];
+  fields["hops"][0] = 'x';
+  r = frame_from_control(*through_the_channel("FRAME", fields));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("'hops'"), std::string::npos) << r.error().message;
+}
+
 TEST(Record, IdentityResidualIsTotalMinusTheTerms) {
   FrameRecord r;
   r.head_ns = 10;

@@ -155,16 +155,16 @@ TEST(ResultsDb, NewDatabaseHasSchemaWalAndForeignKeys) {
   EXPECT_EQ(scalar(*db, "PRAGMA user_version"), std::to_string(ResultsDb::kSchemaVersion));
   for (const char* t :
        {"schema_migrations", "runs", "frames", "layer_profiles", "summaries", "events", "probes", "devices",
-        "stage_stats", "energy", "energy_stats", "plans", "plan_rows", "segment_profiles", "plan_assignments"})
+        "stage_stats", "energy", "energy_stats", "plans", "plan_rows", "segment_profiles", "plan_assignments", "frame_hops"})
     EXPECT_EQ(
         scalar(*db, std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + t + "'"),
         t);
   EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"),
-            "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19");
+            "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20");
   // Reopening is a no-op.
   auto again = ResultsDb::open(path);
   ASSERT_TRUE(again.ok()) << again.error().str();
-  EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), "19");
+  EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), "20");
 }
 
 // The field table and the schema description are the database: every table

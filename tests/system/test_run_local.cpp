@@ -753,7 +753,7 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
   };
   // 3|13 and 3|20 share their first cut: each placement is its own summary.
   auto chain = sh(tracrctl() + " run " + d.file("chain.yaml", exp("[[3, 13], [0, 22], [22, 22], [5, 5], [3, 20]]",
-                                                                  "chain: [edge, cloud]\n")) +
+                                                                  "chain: [edge, {device: cloud, compression: sparse}]\n")) +
                   " --no-progress");
   ASSERT_EQ(chain.status, 0) << chain.out;
   auto two = sh(tracrctl() + " run " + d.file("two.yaml", exp("[3, 0, 22, 5]", "chain: [cloud]\n")) + " --no-progress");
@@ -783,6 +783,48 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
   const auto chained = query_col(db, cols + "1 order by split, sample");
   ASSERT_EQ(chained.size(), 8u);
   EXPECT_EQ(chained, query_col(db, cols + "2 order by split, sample"));
+  // Every device of every chain frame is stored, named, with its hop's codec (hop 2's set in
+  // its chain entry: sparse, encoded by edge), and the hops add up to the participant's times.
+  EXPECT_EQ(query(db, "select count(*) from frame_hops where run_id = 1"), "20");
+  EXPECT_EQ(query(db, "select group_concat(hop || ':' || device || ':' || codec, ',') from (select distinct hop, "
+                      "device, codec from frame_hops where run_id = 1 order by hop)"),
+            "1:edge:blosc-lz4,2:cloud:sparse");
+  EXPECT_EQ(query(db, "select count(*) from frame_hops where run_id = 2"), "0");  // two-tier frames have none
+  const std::string h1 = "(select * from frame_hops where run_id = 1 and hop = 1)", h2 =
+      "(select * from frame_hops where run_id = 1 and hop = 2)";
+  EXPECT_EQ(query(db, "select count(*) from frames f join " + h1 + " a on a.participant = f.participant and a.frame = "
+                      "f.frame where f.run_id = 1 and a.server_ns = f.server_ns and a.network_ns = f.network_ns and "
+                      "a.in_wire_bytes = f.wire_bytes and a.first_layer = f.split"),
+            "10");
+  EXPECT_EQ(query(db, "select count(*) from " + h1 + " a join " + h2 + " b on a.participant = b.participant and "
+                      "a.frame = b.frame where a.forward_ns = b.send_encode_ns + b.network_ns + b.server_ns + "
+                      "b.reply_decode_ns and a.end_layer = b.first_layer and b.end_layer = 22 and b.forward_ns is null"),
+            "10");
+  EXPECT_EQ(query(db, "select count(*) from frame_hops where run_id = 1 and server_ns = compute_ns + "
+                      "coalesce(forward_ns, 0) + other_ns"),
+            "20");
+  // The planner over placements: every one of AlexNet's 276 predicted from the run's profiles and
+  // hops, checked against the 5 it measured.
+  auto plan = sh(tracrctl() + " plan 1 --db " + db);
+  ASSERT_EQ(plan.status, 0) << plan.out;
+  EXPECT_NE(plan.out.find("plan over placements from run 1 (alexnet, 22 layers): phone -> edge -> cloud; 276 "
+                          "placements predicted, 5 measured"),
+            std::string::npos)
+      << plan.out;
+  EXPECT_NE(plan.out.find("latency MAPE"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("chosen (lowest predicted latency): "), std::string::npos) << plan.out;
+  auto linked = sh(tracrctl() + " plan 1 --db " + db + " --link wifi");
+  EXPECT_EQ(linked.status, 2) << linked.out;
+  EXPECT_NE(linked.out.find("run 1 ran a chain"), std::string::npos) << linked.out;
+  // The two-tier run plans by split, as before (it ran without a probe: the link is given).
+  auto two_plan = sh(tracrctl() + " plan 2 --link wifi --db " + db);
+  EXPECT_EQ(two_plan.status, 0) << two_plan.out;
+  EXPECT_EQ(two_plan.out.find("placements"), std::string::npos) << two_plan.out;
+  // At 5|5 the middle runs nothing and sends on what it got: the same tensors, its own codec.
+  EXPECT_EQ(query(db, "select count(*) from " + h1 + " a join " + h2 + " b on a.participant = b.participant and "
+                      "a.frame = b.frame where a.first_layer = 5 and a.end_layer = 5 and a.in_raw_bytes = "
+                      "b.in_raw_bytes and a.in_wire_bytes <> b.in_wire_bytes"),
+            "2");
   // Every frame keeps the participant's timing identity.
   EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1 and total_ns <> head_ns + encode_ns + network_ns + "
                       "server_ns + queue_ns + return_ns + post_ns"),

@@ -1,0 +1,257 @@
+#include "analysis/chain_plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "analysis/plan.hpp"
+#include "core/text.hpp"
+#include "protocol/stats.hpp"
+#include "wire/placement.hpp"
+
+namespace tracr::analysis {
+
+using namespace tracr::store;
+
+namespace {
+
+// Prefix sums of one device's layer means (ms): sum over [a, b) = at(b) - at(a).
+struct LayerSums {
+  std::vector<double> prefix{0.0};
+  double over(int a, int b) const { return prefix[static_cast<size_t>(b)] - prefix[static_cast<size_t>(a)]; }
+};
+
+Result<LayerSums> layer_sums(const std::vector<LayerProfileRecord>& profiles, const std::string& device, int run_id,
+                             int* layers) {
+  std::vector<const LayerProfileRecord*> mine;
+  for (const auto& p : profiles)
+    if (p.device == device) mine.push_back(&p);
+  if (mine.empty())
+    return make_error(Errc::not_found,
+                      fmt::format("run {} has no layer profiles of {}: plan a chain from a run with record.layers: "
+                                  "true (the default), which every device of the chain profiles",
+                                  run_id, device));
+  std::sort(mine.begin(), mine.end(), [](auto* a, auto* b) { return a->layer_index < b->layer_index; });
+  if (*layers < 0) *layers = static_cast<int>(mine.size());
+  if (static_cast<int>(mine.size()) != *layers)
+    return make_error(Errc::invalid_argument, fmt::format("run {}: {} profiled {} layers, the PARTICIPANT {}", run_id,
+                                                          device, mine.size(), *layers));
+  LayerSums s;
+  for (const auto* p : mine)
+    s.prefix.push_back(s.prefix.back() + static_cast<double>(p->mean_ns.value_or(p->median_ns)) / 1e6);
+  return s;
+}
+
+double median_field(const HopSummary& h, const char* f) {
+  auto it = h.median.find(f);
+  return it == h.median.end() ? 0.0 : it->second;
+}
+
+// What the run measured on hop h: per placement's median, the points the
+// link and own terms are fitted to, and the bytes at each cut it crossed.
+struct HopFit {
+  std::string device;
+  std::vector<std::pair<double, double>> link_pts, own_pts;  // (wire bytes, ms)
+  std::map<int, double> bytes_at;                            // cut -> median wire bytes
+  double wire = 0, raw = 0;                                  // summed medians: the codec's ratio
+  std::pair<double, double> link{0, 0}, own{0, 0};
+  double ratio() const { return raw > 0 ? wire / raw : 1.0; }
+};
+
+double input_bytes_of(const std::vector<LayerProfileRecord>& profiles) {
+  // The input crossing cut 0: C x H x W float32 per sample (profiled shape, batch).
+  for (const auto& p : profiles) {
+    double n = 4.0 * static_cast<double>(std::max<int64_t>(p.batch, 1));
+    for (const auto& d : wire::split_on(p.input_shape, ',')) n *= d.empty() ? 1.0 : std::atof(d.c_str());
+    return n;
+  }
+  return 0;
+}
+
+}  // namespace
+
+namespace {
+
+// The hops' fits from the run's frame_hops medians; the devices in order.
+Status fit_hops(ResultsDb& db, int64_t run_id, ChainPlan& p, std::map<int64_t, HopFit>& fit) {
+  auto hops = db.hop_summaries(run_id);
+  if (!hops) return std::move(hops.error());
+  if (hops->empty())
+    return make_error(Errc::invalid_argument, fmt::format("run {} has no chain frames (frame_hops): it ran two tiers, "
+                                                          "which `tracrctl plan` plans by split", run_id));
+  for (const auto& h : *hops) {
+    HopFit& f = fit[h.hop];
+    f.device = h.device;
+    const double bytes = median_field(h, "in_wire_bytes");
+    f.link_pts.push_back({bytes, (median_field(h, "send_encode_ns") + median_field(h, "network_ns") +
+                                  median_field(h, "reply_decode_ns")) / 1e6});
+    f.own_pts.push_back({bytes, median_field(h, "other_ns") / 1e6});
+    f.bytes_at[h.cuts[static_cast<size_t>(h.hop - 1)]] = bytes;
+    f.wire += bytes;
+    f.raw += median_field(h, "in_raw_bytes");
+  }
+  for (auto& [h, f] : fit) {
+    p.devices.push_back(f.device);
+    f.link = fit_cost_line(f.link_pts);
+    f.own = fit_cost_line(f.own_pts);
+    p.fits.push_back(fmt::format("hop {} ({} -> {}): encode + network + reply decode {:.3f} ms + {:.4f} ms/KB; {}'s "
+                                 "other {:.3f} ms + {:.4f} ms/KB; wire/raw {:.3f} (fitted to {} placements' medians)",
+                                 h, p.devices[static_cast<size_t>(h - 1)], f.device, f.link.first, f.link.second * 1e3,
+                                 f.device, f.own.first, f.own.second * 1e3, f.ratio(), f.link_pts.size()));
+  }
+  return {};
+}
+
+// Every device's layer sums and the bytes each cut's outputs take.
+Status profile_sums(ResultsDb& db, int64_t run_id, ChainPlan& p, std::vector<LayerSums>& sums,
+                    std::vector<double>& out_bytes) {
+  auto profiles = db.layer_profiles(run_id);
+  if (!profiles) return std::move(profiles.error());
+  int n = -1;
+  for (const auto& dev : p.devices) {
+    auto s = layer_sums(*profiles, dev, static_cast<int>(run_id), &n);
+    if (!s) return std::move(s.error());
+    sums.push_back(std::move(*s));
+  }
+  p.layers = n;
+  out_bytes.assign(static_cast<size_t>(n) + 1, 0.0);
+  out_bytes[0] = input_bytes_of(*profiles);
+  for (const auto& pr : *profiles)
+    if (pr.device == p.devices.front() && pr.layer_index >= 0 && pr.layer_index < n)
+      out_bytes[static_cast<size_t>(pr.layer_index) + 1] = static_cast<double>(pr.out_bytes);
+  return {};
+}
+
+ChainPlanRow predict(const wire::Placement& pl, const std::map<int64_t, HopFit>& fit, const std::vector<LayerSums>& sums,
+                     const std::vector<double>& out_bytes, double post_ms, int n) {
+  const size_t m = fit.size();
+  ChainPlanRow r;
+  r.cuts = pl.cuts;
+  r.placement = pl.text();
+  r.head_ms = sums[0].over(0, r.cuts[0]);
+  r.post_ms = post_ms;
+  r.latency_ms = r.head_ms + post_ms;
+  double slowest = r.head_ms;
+  for (size_t h = 1; h <= m; ++h) {
+    const HopFit& f = fit.at(static_cast<int64_t>(h));
+    const int k = r.cuts[h - 1], end = h < m ? r.cuts[h] : n;
+    auto at = f.bytes_at.find(k);
+    const double bytes = at != f.bytes_at.end() ? at->second : out_bytes[static_cast<size_t>(k)] * f.ratio();
+    r.bytes_from += std::string(h > 1 ? "," : "") + (at != f.bytes_at.end() ? "measured" : "profiled x ratio");
+    r.wire_bytes.push_back(bytes);
+    r.link_ms.push_back(f.link.first + f.link.second * bytes);
+    r.compute_ms.push_back(sums[h].over(k, end));
+    r.own_ms.push_back(f.own.first + f.own.second * bytes);
+    r.latency_ms += r.link_ms.back() + r.compute_ms.back() + r.own_ms.back();
+    slowest = std::max({slowest, r.link_ms.back(), r.compute_ms.back() + r.own_ms.back()});
+  }
+  r.fps = slowest > 0 ? 1e3 / slowest : 0;
+  return r;
+}
+
+}  // namespace
+
+Result<ChainPlan> plan_chain_run(ResultsDb& db, int64_t run_id) {
+  auto run = db.get_run(run_id);
+  if (!run) return std::move(run.error());
+  ChainPlan p;
+  p.run = run_id;
+  p.model = run->model;
+  auto frames = db.frames(run_id);
+  if (!frames) return std::move(frames.error());
+  p.devices.push_back(frames->empty() ? std::string() : frames->front().participant);
+  std::map<int64_t, HopFit> fit;  // by hop
+  TRACR_TRY(fit_hops(db, run_id, p, fit));
+  std::vector<LayerSums> sums;
+  std::vector<double> out_bytes;
+  TRACR_TRY(profile_sums(db, run_id, p, sums, out_bytes));
+  // The participant's own time after the reply: post-processing and any wait.
+  auto table = db.split_table(run_id);
+  if (!table) return std::move(table.error());
+  std::vector<double> post;
+  std::map<std::vector<int>, double> measured;
+  for (const auto& s : *table) {
+    if (s.frames <= 0 || !s.chained()) continue;
+    post.push_back((s.stage("post_ns").median_ns + s.stage("queue_ns").median_ns) / 1e6);
+    measured[s.cuts] = s.stage("total_ns").median_ns / 1e6;
+  }
+  const double post_ms = post.empty() ? 0.0 : protocol::median_of(post);
+  const size_t m = fit.size();
+  if (wire::placement_count(m, p.layers) > 2'000'000)
+    return make_error(Errc::invalid_argument, fmt::format("{} placements of {} cuts over {} layers: too many to "
+                                                          "predict one by one", wire::placement_count(m, p.layers), m,
+                                                          p.layers));
+  double err_sum = 0;
+  for (const auto& pl : wire::all_placements(m, p.layers)) {
+    ChainPlanRow r = predict(pl, fit, sums, out_bytes, post_ms, p.layers);
+    if (auto it = measured.find(r.cuts); it != measured.end()) {
+      r.measured_ms = it->second;
+      r.error_pct = (r.latency_ms - it->second) / it->second * 100.0;
+      err_sum += std::fabs(*r.error_pct);
+      ++p.measured;
+      if (!p.measured_best || it->second < *p.rows[*p.measured_best].measured_ms) p.measured_best = p.rows.size();
+    }
+    if (p.rows.empty() || r.latency_ms < p.rows[p.chosen].latency_ms) p.chosen = p.rows.size();
+    p.rows.push_back(std::move(r));
+  }
+  if (p.measured > 0) p.mape_pct = err_sum / p.measured;
+  if (p.measured_best && p.rows[p.chosen].measured_ms)
+    p.miss_pct = (*p.rows[p.chosen].measured_ms / *p.rows[*p.measured_best].measured_ms - 1.0) * 100.0;
+  return p;
+}
+
+std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
+  auto para = [&](const std::string& text) { return core::wrap_words(text, static_cast<int>(width)) + "\n"; };
+  std::string o = para(
+      fmt::format("plan over placements from run {} ({}, {} layers): {} -> {}; {} placements predicted, {} measured",
+                  p.run, p.model, p.layers, p.devices.front(),
+                  fmt::format("{}", fmt::join(p.devices.begin() + 1, p.devices.end(), " -> ")), p.rows.size(),
+                  p.measured));
+  for (const auto& f : p.fits) o += para("  " + f);
+  const ChainPlanRow& c = p.rows[p.chosen];
+  o += fmt::format("  chosen (lowest predicted latency): {} at {:.3f} ms{}\n", c.placement, c.latency_ms,
+                   c.measured_ms ? fmt::format(" (measured {:.3f} ms)", *c.measured_ms) : " (not measured)");
+  if (p.measured_best)
+    o += fmt::format("  measured best: {} at {:.3f} ms{}\n", p.rows[*p.measured_best].placement,
+                     *p.rows[*p.measured_best].measured_ms,
+                     p.miss_pct ? fmt::format("; the chosen misses it by {:+.1f} %", *p.miss_pct) : std::string());
+  if (p.mape_pct)
+    o += para(fmt::format("  latency MAPE {:.1f} % over the {} measured placements (in-sample for the hops' fitted "
+                          "terms, out of sample for the layers' placement)",
+                          *p.mape_pct, p.measured));
+  // The measured placements and the best predicted ones, in placement order.
+  std::vector<size_t> order(p.rows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return p.rows[a].latency_ms < p.rows[b].latency_ms; });
+  std::vector<bool> show(p.rows.size(), false);
+  for (size_t i = 0; i < order.size() && i < top; ++i) show[order[i]] = true;
+  for (size_t i = 0; i < p.rows.size(); ++i) show[i] = show[i] || p.rows[i].measured_ms.has_value();
+  std::vector<std::vector<std::string>> rows = {{"  placement", "head ms"}};
+  const size_t m = p.devices.size() - 1;
+  for (size_t h = 1; h <= m; ++h)
+    for (const char* what : {"link", "compute", "other"}) rows[0].push_back(fmt::format("{}{} ms", what, h));
+  for (const char* col : {"post ms", "predicted ms", "frames/s", "measured ms", "error"}) rows[0].push_back(col);
+  for (size_t i = 0; i < p.rows.size(); ++i) {
+    if (!show[i]) continue;
+    const auto& r = p.rows[i];
+    std::vector<std::string> row = {fmt::format("{} {}", i == p.chosen ? "*" : " ", r.placement),
+                                    fmt::format("{:.3f}", r.head_ms)};
+    for (size_t h = 0; h < m; ++h)
+      for (double v : {r.link_ms[h], r.compute_ms[h], r.own_ms[h]}) row.push_back(fmt::format("{:.3f}", v));
+    row.push_back(fmt::format("{:.3f}", r.post_ms));
+    row.push_back(fmt::format("{:.3f}", r.latency_ms));
+    row.push_back(fmt::format("{:.1f}", r.fps));
+    row.push_back(r.measured_ms ? fmt::format("{:.3f}", *r.measured_ms) : "-");
+    row.push_back(r.error_pct ? fmt::format("{:+.1f}%", *r.error_pct) : "-");
+    rows.push_back(std::move(row));
+  }
+  o += fmt::format("\nthe measured placements and the {} best predicted (* chosen)\n", top);
+  o += core::align(rows, {0});
+  return o;
+}
+
+}  // namespace tracr::analysis

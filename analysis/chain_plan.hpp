@@ -1,0 +1,71 @@
+// The planner over placements (#43), from one chain run: predicts every
+// placement's end-to-end latency from measured inputs only and checks the
+// prediction against the placements the run measured.
+//
+// Model, for placement k1 <= ... <= km over the chain's m devices (device 0
+// the PARTICIPANT, N layers, k_{m+1} = N):
+//   head(k1)       = sum of the PARTICIPANT's profiled layer means, [0, k1)
+//   compute_h      = sum of device h's profiled layer means, [k_h, k_{h+1})
+//   bytes_h        = the request into device h on the wire: the run's median
+//                    where a frame crossed cut k_h on hop h, else the layer
+//                    output bytes at k_h (the input at 0) x that hop's
+//                    measured wire/raw ratio
+//   link_h(bytes)  = a_h + b_h x bytes: the hop's encode + network + reply
+//                    decode (frame_hops), a line fitted to the run's
+//                    per-placement medians (flat when it does not rise)
+//   own_h(bytes)   = c_h + d_h x bytes: device h's other_ns, fitted the same
+//   post           = the PARTICIPANT's median post_ns + queue_ns
+//   latency        = head(k1) + sum_h (link_h + compute_h + own_h) + post
+//   throughput     = 1 / max(head, link_h, compute_h + own_h) with frames in
+//                    flight (each tier busy on a different frame)
+// Both are sums and maxima over the placement's segments, so every
+// placement is predicted (C(N+m, m) of them, each O(m) with prefix sums:
+// exact, as PipeEdge's dynamic programme is, without needing one at these
+// counts). The fit is made on the run's own frames: the error on its
+// measured placements is in-sample for the links and own terms, out of
+// sample for the layers the run did not put on a device.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "protocol/error.hpp"
+#include "store/results.hpp"
+
+namespace tracr::analysis {
+
+struct ChainPlanRow {
+  std::vector<int> cuts;
+  std::string placement;
+  double head_ms = 0, post_ms = 0, latency_ms = 0, fps = 0;
+  std::vector<double> link_ms, compute_ms, own_ms, wire_bytes;  // per device h = 1..m
+  std::string bytes_from;                                      // "measured" or "profiled x ratio" (per hop, ',')
+  std::optional<double> measured_ms;                           // the run's median total at this placement
+  std::optional<double> error_pct;                             // (predicted - measured) / measured x 100
+};
+
+struct ChainPlan {
+  int64_t run = 0;
+  std::string model;
+  std::vector<std::string> devices;  // the PARTICIPANT, then the chain
+  int layers = 0;
+  std::vector<ChainPlanRow> rows;    // every placement, in order
+  std::vector<std::string> fits;     // per hop, how link_h and own_h were fitted
+  size_t chosen = 0;                 // lowest predicted latency
+  std::optional<size_t> measured_best;
+  std::optional<double> mape_pct;    // over measured placements
+  std::optional<double> miss_pct;    // the chosen placement's measured median over the measured best's, - 100
+  int measured = 0;                  // placements with a measured median
+};
+
+// Error not_found naming what the run lacks (layer profiles of a device,
+// frame_hops rows); invalid_argument for a two-tier run.
+Result<ChainPlan> plan_chain_run(store::ResultsDb& db, int64_t run_id);
+
+// The plan as text: the chosen and measured best, the fits, and the rows
+// (measured placements and the `top` best predicted).
+std::string format_chain_plan(const ChainPlan& p, size_t top = 10, size_t width = 0);
+
+}  // namespace tracr::analysis
