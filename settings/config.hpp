@@ -80,7 +80,7 @@ struct ChainHop {
 struct RecordSpec {
   bool frames = true;  // per-frame rows (frames table)
   bool layers = true;  // per-layer profiles (layer_profiles table)
-  bool outputs = false;  // each timed frame's output tensor (outputs/run<ID>/*.npy, outputs table)
+  bool outputs = false;  // each timed frame's output tensor (outputs/<db file>/run<ID>/*.npy, outputs table)
   // A graph model's heads and tails timed whole (segment_profiles, with
   // layers): at the splits the run sweeps, or at every split it can cut.
   std::string segments = "swept";  // swept | all

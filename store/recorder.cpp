@@ -251,7 +251,7 @@ Status Recorder::append_outputs(const std::string& device, const FrameRecord& r)
   OutputAcc& acc = it->second;
   if (fresh) {
     acc.cols = r.outputs_shape[1];
-    acc.rel = (fs::path("outputs") / ("run" + std::to_string(run_id_)) /
+    acc.rel = (outputs_dir(db_.path(), run_id_) /
                fmt::format("{}_split{}_{}.npy", file_part(device), r.split, file_part(r.codec)))
                   .string();
     std::error_code ec;

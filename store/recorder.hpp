@@ -53,7 +53,7 @@ class Recorder {
 
   // record.outputs: writes the output tensors received so far, one .npy
   // (little-endian float32, [samples, classes]) per (participant, split,
-  // codec) under <database dir>/outputs/run<ID>/, and an outputs row per
+  // codec) under <database dir>/outputs/<database file name>/run<ID>/, and an outputs row per
   // file. Call once, after the last frame. Error io naming the file.
   Status write_outputs();
 

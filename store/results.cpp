@@ -1,5 +1,6 @@
 #include "store/results.hpp"
 #include "core/process_identity.hpp"
+#include "protocol/crypto.hpp"
 #include "store/statement.hpp"
 #include "wire/placement.hpp"
 
@@ -1634,7 +1635,49 @@ RunRow ResultsDb::shown(RunRow r) const {
   return r;
 }
 
-Status ResultsDb::delete_run(int64_t run_id) {
+fs::path outputs_dir(const std::string& db_path, int64_t run_id) {
+  return fs::path("outputs") / fs::path(db_path).filename() / ("run" + std::to_string(run_id));
+}
+
+namespace {
+
+// The run's record.outputs files (path relative to the database's folder, sha256).
+Result<std::vector<std::pair<std::string, std::string>>> output_files(sqlite3* db, const std::string& path,
+                                                                      int64_t run_id) {
+  Stmt q(db, "SELECT path, sha256 FROM outputs WHERE run_id = ?");
+  if (!q.prepared()) return db_error(db, path, "read outputs");
+  q.bind(1, run_id);
+  std::vector<std::pair<std::string, std::string>> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) out.emplace_back(q.text(0), q.text(1));
+  if (rc != SQLITE_DONE) return db_error(db, path, "read outputs");
+  return out;
+}
+
+// Removes each file whose content still hashes to its row's sha256; the others
+// (rewritten by another database sharing the path) are kept and listed.
+void remove_output_files(const fs::path& base, const std::vector<std::pair<std::string, std::string>>& files,
+                         std::vector<std::string>* kept) {
+  for (const auto& [rel, sha] : files) {
+    const fs::path file = base / rel;
+    std::ifstream in(file, std::ios::binary);
+    if (!in) continue;  // already gone
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    const auto h = protocol::sha256(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    std::error_code ec;
+    if (protocol::to_hex(h.data(), h.size()) == sha) {
+      fs::remove(file, ec);
+      fs::remove(file.parent_path(), ec);  // the run's folder, once empty
+    } else if (kept) {
+      kept->push_back(file.string());
+    }
+  }
+}
+
+}  // namespace
+
+Status ResultsDb::delete_run(int64_t run_id, std::vector<std::string>* kept) {
   if (read_only_) return make_error(Errc::io, fmt::format("{}: opened read-only; cannot delete run {}", path_, run_id));
   auto run = get_run(run_id);
   if (!run) return run.error();
@@ -1651,6 +1694,8 @@ Status ResultsDb::delete_run(int64_t run_id) {
       return make_error(Errc::io, fmt::format("{}: foreign keys are off; refusing a delete that would leave the "
                                               "run's rows behind", path_));
   }
+  auto files = output_files(db, path_, run_id);
+  if (!files) return files.error();
   Transaction tx(db, path_);
   TRACR_TRY(tx.begin());
   Stmt d(db, "DELETE FROM runs WHERE id = ?");
@@ -1660,8 +1705,14 @@ Status ResultsDb::delete_run(int64_t run_id) {
   TRACR_TRY(tx.commit());
   std::error_code ec;
   fs::remove(failure_note_path(path_, run_id), ec);
-  // record.outputs files (Recorder::write_outputs) go with their rows.
-  fs::remove_all(fs::path(path_).parent_path() / "outputs" / ("run" + std::to_string(run_id)), ec);
+  // record.outputs files (Recorder::write_outputs) go with their rows, when
+  // they are still this run's; the run's own folder also holds any .part a
+  // stopped run left (its name is this database's: no other writes there).
+  const fs::path base = fs::path(path_).parent_path();
+  remove_output_files(base, *files, kept);
+  fs::remove_all(base / outputs_dir(path_, run_id), ec);
+  fs::remove(base / outputs_dir(path_, run_id).parent_path(), ec);  // the database's folder, once empty
+  fs::remove(base / "outputs", ec);
   return {};
 }
 

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -219,6 +220,12 @@ std::string format_schema_markdown();
 double median_of(std::vector<int64_t>& v);
 double p95_of(std::vector<int64_t>& v);
 
+// The folder of a run's record.outputs files, relative to the database's
+// directory: outputs/<database file name>/run<ID>, so that databases in one
+// folder never share a file (runs recorded before 2026-12-03 used
+// outputs/run<ID>: their rows keep the path they were written to).
+std::filesystem::path outputs_dir(const std::string& db_path, int64_t run_id);
+
 class ResultsDb {
  public:
   static constexpr int kSchemaVersion = 20;
@@ -294,7 +301,11 @@ class ResultsDb {
   // run's failure note file. Error not_found for an unknown run,
   // invalid_argument for a run still running (its controller alive),
   // io when the database is read-only or the delete fails.
-  Status delete_run(int64_t run_id);
+  // record.outputs files: those the run's outputs rows list are removed when
+  // their SHA-256 is still the stored one; a file whose content is not (another
+  // database wrote it: before outputs_dir's naming, files of two databases in
+  // one folder could share a path) is kept and its path added to *kept.
+  Status delete_run(int64_t run_id, std::vector<std::string>* kept = nullptr);
   // Newest first; limit 0 = all.
   Result<std::vector<RunRow>> list_runs(int limit = 0);
   // Error not_found naming the id.

@@ -220,7 +220,7 @@ TableInfo outputs_table() {
       {"split", "INTEGER", "", "participant", "split point"},
       {"codec", "TEXT", "", "participant", "codec of the frames"},
       {"path", "TEXT", "", "controller",
-       "the .npy file, relative to the database's directory (outputs/run<ID>/<participant>_split<k>_<codec>.npy)"},
+       "the .npy file, relative to the database's directory (outputs/<database file name>/run<ID>/<participant>_split<k>_<codec>.npy; outputs/run<ID>/... for runs recorded before 2026-12-03)"},
       {"dtype", "TEXT", "", "controller", "numpy dtype of the file (<f4: little-endian float32)"},
       {"shape", "TEXT", "", "controller", "rows,classes: one row per sample"},
       {"frames", "INTEGER", "", "controller", "frames in the file"},

@@ -370,11 +370,15 @@ Status cmd_rm(ResultsDb& db, const Opts& o) {
     runs.push_back(*r);
   }
   for (const auto& r : runs) {
-    if (auto st = db.delete_run(r.id); !st) {  // a running run, a write error: the command failed
+    std::vector<std::string> kept;
+    if (auto st = db.delete_run(r.id, &kept); !st) {  // a running run, a write error: the command failed
       return core::command_failed(user_text(st.error()));
     }
     fmt::print("removed run {} '{}' [{}] and its {} frames with every other row of it from {}\n", r.id, r.name,
                run_status_name(r.status), r.frame_count, db.path());
+    for (const auto& f : kept)
+      fmt::print("kept {}: run {} listed it, but its content is no longer what the run wrote (SHA-256 differs: "
+                 "another database in the same folder rewrote it)\n", f, r.id);
   }
   return {};
 }

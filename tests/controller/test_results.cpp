@@ -22,6 +22,7 @@
 #include "controller/cli/cli.hpp"
 #include "controller/commands/results.hpp"
 #include "store/export.hpp"
+#include "protocol/crypto.hpp"
 #include "store/results.hpp"
 
 namespace tracr::controller {
@@ -948,6 +949,47 @@ TEST_F(ResultsCliTest, RmDeletesTheRunAndEveryRowOfIt) {
   ASSERT_TRUE(db.ok());
   EXPECT_TRUE(db->get_run(live).ok());
   EXPECT_TRUE(db->get_run(run2).ok());
+}
+
+// record.outputs files of runs recorded when databases in one folder shared
+// outputs/run<ID>/ (#46): rm removes the files that are still the run's and
+// keeps, naming it, one another database rewrote.
+TEST_F(ResultsCliTest, RmKeepsAnOutputsFileAnotherDatabaseRewrote) {
+  const fs::path base = fs::path(path).parent_path();
+  const fs::path old_dir = base / "outputs" / ("run" + std::to_string(run));
+  fs::create_directories(old_dir);
+  auto hex = [](const std::string& b) {
+    const auto h = tracr::protocol::sha256(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+    return tracr::protocol::to_hex(h.data(), h.size());
+  };
+  auto write = [](const fs::path& f, const std::string& b) { std::ofstream(f, std::ios::binary) << b; };
+  write(old_dir / "edge_split3_none.npy", "this run's logits");
+  write(old_dir / "edge_split6_none.npy", "another database's logits");
+  {
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    for (const auto& [split, content] : {std::pair<const char*, const char*>{"3", "this run's logits"},
+                                         {"6", "this run's logits, since rewritten"}}) {
+      const std::string rel = "outputs/run" + std::to_string(run) + "/edge_split" + split + "_none.npy";
+      ASSERT_TRUE(db->insert_rows("outputs",
+                                  {"run_id", "participant", "split", "codec", "path", "dtype", "shape", "frames",
+                                   "first_frame", "last_frame", "sha256", "source"},
+                                  {{std::to_string(run), std::string("edge"), std::string(split), std::string("none"),
+                                    rel, std::string("<f4"), std::string("1,1"), std::string("1"), std::string("0"),
+                                    std::string("0"), hex(content), std::string("test")}})
+                      .ok());
+    }
+  }
+  std::string out;
+  ASSERT_EQ(run_cli({"rm", std::to_string(run), "--db", path}, &out), 0) << out;
+  EXPECT_FALSE(fs::exists(old_dir / "edge_split3_none.npy"));
+  EXPECT_TRUE(fs::exists(old_dir / "edge_split6_none.npy"));
+  EXPECT_NE(out.find("kept " + (old_dir / "edge_split6_none.npy").string() + ": run " + std::to_string(run) +
+                     " listed it, but its content is no longer what the run wrote"),
+            std::string::npos)
+      << out;
+  // The new naming: a run's files under outputs/<database file name>/run<ID>/.
+  EXPECT_EQ(tracr::store::outputs_dir("/any/where/r.db", 7), fs::path("outputs/r.db/run7"));
 }
 
 TEST_F(ResultsCliTest, ListFiltersByModelStatusAndName) {

@@ -71,7 +71,9 @@ TEST(Placement, AllPlacementsAreEveryNonDecreasingTupleOnce) {
       for (size_t i = 0; i < all.size(); ++i) {
         EXPECT_TRUE(wire::check_placement(all[i], n).ok()) << all[i].text();
         EXPECT_TRUE(seen.insert(all[i].cuts).second) << all[i].text();
-        if (i > 0) EXPECT_TRUE(all[i - 1] < all[i]) << all[i - 1].text() << " then " << all[i].text();
+        if (i > 0) {
+          EXPECT_TRUE(all[i - 1] < all[i]) << all[i - 1].text() << " then " << all[i].text();
+        }
       }
     }
   }

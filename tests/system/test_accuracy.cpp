@@ -70,17 +70,31 @@ for h, a in ((h3, a3), (h6, a6)):
     assert 0 < d < 0.02 * np.abs(a).max() + 1e-3, (d, np.abs(a).max())
 print("ok", np.abs(h3 - a3).max(), np.abs(a3 - a6).max())
 )py");
+  // A second database in the same folder, whose run 1 has the same participant, splits and codec
+  // (#46): its files must not overwrite r.db's, and removing its run must not delete them.
+  const std::string other = (d.path / "s.db").string();
+  auto o = sh(tracrctl() + " run " + d.file("other.yaml", fmnist_experiment(other, "none")) + " --no-progress");
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_EQ(query(other, "select count(*) from outputs where run_id = 1"), "2");
   // Only the finished files are left (written as <name>.npy.part while the run goes on).
-  size_t files = 0;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(d.path / "outputs"))
-    if (e.is_regular_file()) {
-      ++files;
-      EXPECT_EQ(e.path().extension(), ".npy") << e.path();
-    }
-  EXPECT_EQ(files, 4u);
+  auto npy_files = [&] {
+    size_t files = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(d.path / "outputs"))
+      if (e.is_regular_file()) {
+        ++files;
+        EXPECT_EQ(e.path().extension(), ".npy") << e.path();
+      }
+    return files;
+  };
+  EXPECT_EQ(npy_files(), 6u);
   auto py = sh("/usr/bin/python3 " + check + " " + db);
   EXPECT_EQ(py.status, 0) << py.out;
   EXPECT_EQ(py.out.rfind("ok ", 0), 0u) << py.out;
+  auto rm = sh(tracrctl() + " results rm 1 --db " + other);
+  ASSERT_EQ(rm.status, 0) << rm.out;
+  EXPECT_EQ(npy_files(), 4u);
+  py = sh("/usr/bin/python3 " + check + " " + db);
+  EXPECT_EQ(py.status, 0) << py.out;
   // Labelled data: top-1 and top-5 per split, in summaries and per codec.
   EXPECT_EQ(query(db, "select group_concat(labelled, ',') from summaries where run_id = 2"), "32,32");
   EXPECT_EQ(query(db, "select count(*) from accuracy where top5_correct < top1_correct or labelled <> 32"), "0");
