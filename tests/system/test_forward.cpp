@@ -24,6 +24,7 @@
 #include "protocol/meta_keys.hpp"
 #include "settings/config.hpp"
 #include "system/system_util.hpp"
+#include "wire/record.hpp"
 
 using namespace tracr;
 using namespace tracr::fleet;
@@ -34,9 +35,28 @@ namespace {
 
 const std::vector<uint8_t> kSecret(32, 9);
 
+// The chain's model: AlexNet at 3x64x64, or (scripts/chain_exactness.sh) the
+// TorchScript file TRACR_CHAIN_MODEL at TRACR_CHAIN_INPUT ("3,64,64").
+std::string chain_model() {
+  const char* m = std::getenv("TRACR_CHAIN_MODEL");
+  return m && *m ? m : "";
+}
+std::vector<int64_t> chain_input() {
+  const char* e = std::getenv("TRACR_CHAIN_INPUT");
+  std::vector<int64_t> dims;
+  for (const auto& d : wire::split_on(e && *e ? e : "3,64,64", ',')) dims.push_back(std::stoll(d));
+  return dims;
+}
+
 settings::ExperimentConfig experiment() {
+  std::string input;
+  for (int64_t d : chain_input()) input += (input.empty() ? "" : ", ") + std::to_string(d);
+  const std::string model = chain_model().empty() ? "alexnet" : "torchscript:" + chain_model();
+  const char* opt = std::getenv("TRACR_CHAIN_OPTIMIZE");  // torchscript: models only
+  const std::string optimize = opt && std::string(opt) == "1" ? "true" : "false";
   auto cfg = settings::parse_experiment(
-      "model: alexnet\ninput_size: [3, 64, 64]\ncompression: none\nencryption: true\nseed: 7\n"
+      "model: " + model + "\ninput_size: [" + input + "]\ncompression: none\nencryption: true\nseed: 7\n" +
+      (chain_model().empty() ? "" : "optimize: " + optimize + "\n") +
       "record: {layers: false}\nprobe: {enabled: false}\n",
       "forward.yaml", false);
   EXPECT_TRUE(cfg.ok()) << cfg.error().str();
@@ -187,6 +207,73 @@ TEST_F(Forward, AChainOfThreeAgentsIsTheUnsplitModelBitForBit) {
   }
   std::printf("[ placements ] %d of AlexNet's 276 bit-equal to the unsplit model%s\n", placements,
               all ? "" : " (TRACR_ALL_PLACEMENTS=1: all of them)");
+}
+
+// A traced model's placements drawn at random (#43: ResNet-18 and
+// DenseNet-121, 200 each): scripts/chain_exactness.sh exports the model and
+// sets TRACR_CHAIN_MODEL, TRACR_CHAIN_RANDOM (how many) and TRACR_CHAIN_INPUT;
+// without them there is nothing to run (the AlexNet test above is CI's).
+// `optimize: false`: bit for bit; TRACR_CHAIN_OPTIMIZE=1 (each segment frozen
+// and optimised on its own, the unsplit model as a whole): within 1e-4 of the
+// largest output magnitude, the largest difference printed.
+TEST_F(Forward, RandomPlacementsOfATracedModelAreBitForBit) {
+  const char* count_env = std::getenv("TRACR_CHAIN_RANDOM");
+  if (chain_model().empty() || !count_env) GTEST_SKIP() << "scripts/chain_exactness.sh runs this (TRACR_CHAIN_MODEL)";
+  torch::NoGradGuard ng;
+  torch::manual_seed(0);
+  std::vector<int64_t> shape = {1};
+  for (int64_t d : chain_input()) shape.push_back(d);
+  const at::Tensor x = torch::rand(shape);
+  auto whole = model_->forward(x);
+  ASSERT_TRUE(whole.ok()) << whole.error().str();
+  const int n = model_->num_layers();
+  // Cuts the model refuses (aliasing) are not placements.
+  std::vector<int> cuts;
+  for (int k = 0; k <= n; ++k)
+    if (model_->split_refusal(k).empty()) cuts.push_back(k);
+  std::mt19937 rng(43);
+  std::uniform_int_distribution<size_t> pick(0, cuts.size() - 1);
+  const int want = std::stoi(count_env);
+  int placements = 0, equal = 0;
+  double worst = 0;  // largest |split - unsplit| over the largest |unsplit|
+  const char* opt = std::getenv("TRACR_CHAIN_OPTIMIZE");
+  const bool optimized = opt && std::string(opt) == "1";
+  for (int i = 0; i < want; ++i) {
+    int k1 = cuts[pick(rng)], k2 = cuts[pick(rng)];
+    if (k1 > k2) std::swap(k1, k2);
+    SCOPED_TRACE("placement " + std::to_string(k1) + "|" + std::to_string(k2));
+    FrameStats st;
+    ASSERT_TRUE(client_
+                    ->send(MsgType::infer_request, k1, head(k1, x),
+                           {{mk::kLast, int64_t{k2}}, {mk::kThen, std::string()}, {mk::kModelFp, fp_}}, &st)
+                    .ok());
+    auto r = client_->recv(120000);
+    ASSERT_TRUE(r.ok()) << r.error().str();
+    ASSERT_EQ(r->header.type, MsgType::infer_result) << (r->header.error ? r->header.error->str() : "");
+    auto got = experiments::from_protocol(r->tensors);
+    ASSERT_TRUE(got.ok()) << got.error().str();
+    ASSERT_EQ(got->size(), whole->size());
+    bool same = true;
+    for (size_t t = 0; t < got->size(); ++t) {
+      const at::Tensor& a = (*got)[t].tensor;
+      const at::Tensor& b = (*whole)[t].tensor;
+      same = same && torch::equal(a, b);
+      const double scale = std::max(b.abs().max().item<double>(), 1e-12);
+      worst = std::max(worst, (a - b).abs().max().item<double>() / scale);
+    }
+    if (!optimized) {
+      EXPECT_TRUE(same);
+    }
+    equal += same ? 1 : 0;
+    ++placements;
+  }
+  if (optimized) {
+    EXPECT_LE(worst, 1e-4);
+  }
+  std::printf("[ placements ] %d of %d random placements of %s (%d layers, %zu usable cuts, %s) bit-equal to the "
+              "unsplit model; largest difference %.3g of the largest output\n",
+              equal, placements, chain_model().c_str(), n, cuts.size(), optimized ? "optimized" : "optimize: false",
+              worst);
 }
 
 TEST_F(Forward, RequestsInFlightAreAnsweredInTheirOrderAndBadForwardingIsNamed) {
