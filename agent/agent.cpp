@@ -1,5 +1,6 @@
 #include "agent/agent.hpp"
 #include "agent/energy.hpp"
+#include "agent/delay_relay.hpp"
 #include "agent/forward.hpp"
 
 #include <poll.h>
@@ -297,13 +298,29 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
   }
   // A chain's middle tier: its own session to the next device, opened
   // before READY (the controller starts the chain from its end).
+  // With --link-delay-ms (link_delay: agent on the hop to the next device)
+  // the session runs through a relay that holds each byte for the delay.
+  std::unique_ptr<DelayRelay> relay;  // outlives the forwarder that uses it
   std::unique_ptr<Forwarder> fwd;
   if (!opt.downstream.empty()) {
     ChannelOptions dco = agent_channel_options(opt, AgentRole::participant);
     dco.send = co.send;
     dco.read = co.read;
     if (opt.experiment && opt.experiment->compression != "auto") dco.send.codec = opt.experiment->codec;
-    auto f = Forwarder::connect(ctx, opt.downstream, dco, co.partial_frame_timeout_ms);
+    std::string endpoint = opt.downstream;
+    if (opt.link_delay_ms > 0 || opt.link_jitter_ms > 0) {
+      auto r = DelayRelay::start(opt.downstream, opt.link_delay_ms, opt.link_jitter_ms,
+                                 opt.experiment ? static_cast<uint64_t>(opt.experiment->seed) : 0);
+      if (!r) {
+        ctl.send("FAIL", {{"error", "downstream " + opt.downstream + ": link delay relay: " + r.error().str()}});
+        stop = true;
+        if (raw_thread.joinable()) raw_thread.join();
+        return 1;
+      }
+      relay = std::move(*r);
+      endpoint = relay->endpoint();
+    }
+    auto f = Forwarder::connect(ctx, endpoint, dco, co.partial_frame_timeout_ms);
     if (!f) {
       ctl.send("FAIL", {{"error", f.error().str()}});
       stop = true;
@@ -311,7 +328,9 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       return 1;
     }
     fwd = std::move(*f);
-    ready["downstream"] = opt.downstream;
+    ready["downstream"] = relay ? fmt::format("{} via a delay relay ({} ms, jitter {} ms)", opt.downstream,
+                                              opt.link_delay_ms, opt.link_jitter_ms)
+                                : opt.downstream;
   }
   ctl.send("READY", ready);
 

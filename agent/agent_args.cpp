@@ -101,8 +101,10 @@ void build_agent_app(CLI::App& app, AgentOptions& o, bool& version) {
   add_int(&app, "--heartbeat-timeout-ms", o.heartbeat_timeout_ms, 1000, 3600000,
           "stop after this long without a control line from the controller");
   add_number(&app, "--link-delay-ms", o.link_delay_ms, 0, 600000, "ms",
-             "PARTICIPANT: one-way delay a loopback relay adds to every byte each way (link_delay: agent)");
-  add_number(&app, "--link-jitter-ms", o.link_jitter_ms, 0, 600000, "ms", "PARTICIPANT: uniform jitter around the delay");
+             "PARTICIPANT, or a SERVER with --downstream (its hop to the next device): one-way delay a loopback "
+             "relay adds to every byte each way (link_delay: agent)");
+  add_number(&app, "--link-jitter-ms", o.link_jitter_ms, 0, 600000, "ms",
+             "PARTICIPANT, or a SERVER with --downstream: uniform jitter around the delay");
   add_number(&app, "--cpu-quota", o.cpu_quota, 0.01, 4096, "cores", "emulate a slower device: CPU time (cgroup quota)");
   app.add_flag("--cpu-quota-external", o.cpu_quota_external,
                "the launcher applied --cpu-quota already (recorded, not applied again)");

@@ -148,7 +148,7 @@ struct LinkSpec {
   std::string source;    // where the figures come from
   bool shaped() const { return up_mbit > 0 || down_mbit > 0 || delay_ms > 0 || jitter_ms > 0 || loss_pct > 0; }
 };
-// The built-in profiles: 3g, lte, wifi, gigabit, unlimited.
+// The built-in profiles: 3g, lte, wifi, gigabit, wan, unlimited.
 const std::vector<LinkSpec>& builtin_links();
 
 // A controller command sent to every PARTICIPANT once it has delivered

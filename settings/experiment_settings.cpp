@@ -801,7 +801,7 @@ Setting commands_setting() {
 Setting link_setting() {
   Setting s;
   s.info = {"link", "profile name | [profile name]", "~ (the link as it is)",
-            "Link profile(s) to emulate with tc between the agents: built-in 3g, lte, wifi, gigabit, unlimited, or a "
+            "Link profile(s) to emulate with tc between the agents: built-in 3g, lte, wifi, gigabit, wan, unlimited, or a "
             "name from `links`. A list repeats the experiment under each, one run per profile.",
             ""};
   s.nullable = true;

@@ -15,6 +15,8 @@ const std::vector<LinkSpec>& builtin_links() {
       {"lte", 5.85, 5.85, 0, 0, 0, "Neurosurgeon (ASPLOS 2017) LTE uplink, 5.85 Mbit/s, both ways"},
       {"wifi", 18.88, 18.88, 0, 0, 0, "Neurosurgeon (ASPLOS 2017) Wi-Fi uplink, 18.88 Mbit/s, both ways"},
       {"gigabit", 1000, 1000, 0, 0, 0, "nominal Gigabit Ethernet, 1000 Mbit/s both ways"},
+      // A chain's edge -> cloud hop (#43): a wide-area path, not a measurement.
+      {"wan", 50, 50, 20, 0, 0, "nominal WAN for a chain's edge-cloud hop: 50 Mbit/s both ways, 40 ms RTT (20 ms each way)"},
       {"unlimited", 0, 0, 0, 0, 0, "no shaping: the link as it is"},
   };
   return v;

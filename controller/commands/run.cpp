@@ -455,6 +455,7 @@ class RunSession {
                                            std::vector<std::string> args);
   void start_server();
   void start_chain();
+  Status shape_chain(const ShapingContext& sctx);
   const DeviceConfig& first_hop() const;
   std::vector<std::string> participant_args(const DeviceConfig& p) const;
   void start_participants();
@@ -472,11 +473,14 @@ class RunSession {
   SessionPrelude pre_;
   std::optional<ResultsDb> db_;
   std::optional<settings::LinkSpec> link_;
-  std::unique_ptr<LinkShaper> shaper_;  // removes the shaping however the run ends
+  std::unique_ptr<LinkShaper> shaper_;  // removes the shaping however the run ends (a chain's hop 1)
+  // A chain's hops after the first (hop h at h - 2): from device h - 2 of the chain to device h - 1.
+  std::vector<std::unique_ptr<LinkShaper>> hop_shapers_;
   RunInfo info_;
   int64_t run_id_ = 0;
   std::unique_ptr<RunRowGuard> row_;
-  std::string link_name_;  // the experiment's link profile, "devices-file", or "" (none)
+  std::string link_name_;  // the experiment's link profile, "devices-file", or "" (none); a chain's per hop
+  std::string chain_shaping_;  // a shaped chain's shaping text, per hop
   std::unique_ptr<SessionLaunch> launch_;
   std::optional<DetachedServer> detached_;
   std::unique_ptr<DetachedWatch> detached_watch_;  // is it still there? (#24)
@@ -530,20 +534,71 @@ Status RunSession::shape_link() {
     }
     link_ = *l;
   }
-  // The experiment's profile, or else each participant's link_profile from the devices file.
-  const auto plinks = participant_links(link_, pre_.devices);
-  link_name_ = link_ ? link_->name : plinks.empty() ? "" : "devices-file";
-  if (plinks.empty()) return {};
   ShapingContext sctx;
   sctx.state_dir = shaping_dir;
   sctx.devices_file = pre_.devices.source;
   sctx.trust_new_hosts = ro_.trust_new_hosts;
   sctx.agent_delay = cfg_.link_delay == "agent";
+  if (pre_.devices.chain.size() > 1) return shape_chain(sctx);
+  // The experiment's profile, or else each participant's link_profile from the devices file.
+  const auto plinks = participant_links(link_, pre_.devices);
+  link_name_ = link_ ? link_->name : plinks.empty() ? "" : "devices-file";
+  if (plinks.empty()) return {};
   auto sh = LinkShaper::apply(pre_.devices.server(), plinks, sctx);
   if (!sh) {
     return core::bad_input(user_text(sh.error()));
   }
   shaper_ = std::move(*sh);
+  return {};
+}
+
+// A chain's hops, each on its own path (#43): hop 1 from every participant
+// to the chain's first device, hop h from device h - 1 to device h; each
+// takes its `chain:` entry's link, else the experiment's (else, on hop 1,
+// each participant's link_profile). The run's link names them per hop,
+// "wifi|wan" ("-" unshaped), and its shaping text says each hop's.
+Status RunSession::shape_chain(const ShapingContext& sctx) {
+  const auto& chain = pre_.devices.chain;
+  std::vector<std::string> names, texts;
+  bool any = false;
+  for (size_t h = 1; h <= chain.size(); ++h) {
+    std::optional<settings::LinkSpec> link = link_;
+    if (h - 1 < cfg_.chain.size() && !cfg_.chain[h - 1].link.empty()) {
+      auto l = resolve_link(cfg_, cfg_.chain[h - 1].link);
+      if (!l) return core::bad_input(user_text(l.error()));
+      link = *l;
+    }
+    const DeviceConfig& to = *pre_.devices.find(chain[h - 1]);
+    std::vector<ParticipantLink> links;
+    if (h == 1) {
+      links = participant_links(link, pre_.devices);
+    } else if (link && link->shaped()) {
+      links.push_back({pre_.devices.find(chain[h - 2]), *link});
+    }
+    names.push_back(link ? link->name : h == 1 && !links.empty() ? "devices-file" : "-");
+    std::unique_ptr<LinkShaper> shaper;
+    if (!links.empty()) {
+      auto sh = LinkShaper::apply(to, links, sctx);
+      if (!sh) {
+        const std::string why = user_text(sh.error());
+        return core::bad_input(fmt::format(
+            "hop {} ({} -> {}): {}{}", h, h == 1 ? "participants" : chain[h - 2], to.name, why,
+            why.find("over loopback") == std::string::npos
+                ? ""
+                : "; for a chain, `sudo bash scripts/netns_testbed.sh up --chain --devices FILE` makes three "
+                  "namespaces in a row and writes their devices file"));
+      }
+      shaper = std::move(*sh);
+      texts.push_back(fmt::format("hop {} ({} -> {}): {}", h, h == 1 ? "participants" : chain[h - 2], to.name,
+                                  shaper->shaping()));
+      any = true;
+    }
+    if (h == 1) shaper_ = std::move(shaper);
+    else hop_shapers_.push_back(std::move(shaper));
+  }
+  if (!any) return {};
+  link_name_ = fmt::format("{}", fmt::join(names, "|"));
+  chain_shaping_ = fmt::format("{}", fmt::join(texts, "; "));
   return {};
 }
 
@@ -557,7 +612,7 @@ Status RunSession::open_row() {
   if (ro_.repetition > 0) name += fmt::format("#{}", ro_.repetition);
   info_ = session_run_info(cfg_, pre_, std::move(name));
   info_.link = link_name_;
-  info_.shaping = shaper_ ? shaper_->shaping() : "";
+  info_.shaping = !chain_shaping_.empty() ? chain_shaping_ : shaper_ ? shaper_->shaping() : "";
   TRACR_TRY(begin_session_row(*db_, info_, run_id_));
   // Whatever ends the run (an exception included), its row is finished.
   row_ = std::make_unique<RunRowGuard>(*db_, run_id_, "run");
@@ -598,7 +653,8 @@ Status RunSession::connect() {
                                                                                     : cfg_.compression);
     rec_->set_chain(pre_.devices.chain, codecs);
   }
-  if (shaper_) rec_->event("info", "link_shaped", fmt::format("link {}: {}", info_.link, info_.shaping));
+  if (shaper_ || !chain_shaping_.empty())
+    rec_->event("info", "link_shaped", fmt::format("link {}: {}", info_.link, info_.shaping));
   tty_ = ro_.progress && isatty(2);
   agents_ = std::make_unique<AgentSet>(*rec_, cfg_.heartbeat_timeout_ms, "participants");
   agents_->on_line([this](size_t i, const ControlMsg& m) { on_line(i, m); });
@@ -664,10 +720,18 @@ void RunSession::start_chain() {
                              next_dev ? "it forwards to " + next_dev->name : std::string("the last")),
                  tty_);
     std::vector<std::string> args = {"--bind", fmt::format("tcp://{}:{}", server_bind_host(dev), dev.connection().port)};
-    if (next_dev)
+    if (next_dev) {
       args.insert(args.end(), {"--downstream", next_dev->transport == Transport::local && next_dev->netns.empty()
                                                    ? next
                                                    : reachable_endpoint(next, next_dev->connection().host)});
+      // link_delay: agent on the hop out of this device (hop i + 2): its own relay adds the delay.
+      if (i < hop_shapers_.size() && hop_shapers_[i]) {
+        const auto [delay, jitter] = hop_shapers_[i]->agent_delay(dev.name);
+        if (delay > 0 || jitter > 0)
+          args.insert(args.end(),
+                      {"--link-delay-ms", fmt::format("{}", delay), "--link-jitter-ms", fmt::format("{}", jitter)});
+      }
+    }
     auto conn = start(dev, wire::AgentRole::server, args);
     if (!conn) {
       agents_->fail(fmt::format("chain device {} ({} of {}): {}", dev.name, i + 1, chain.size(), user_text(conn.error())));

@@ -446,11 +446,12 @@ TEST(ConfigChecks, AChainIsCheckedAgainstTheDevicesAndWhatChainsCannotDoYetIsNam
     expect_short_message(r.out);
   }
   {
+    // A hop's link on agents that reach each other over loopback: named by hop, with the chain test-bed's command.
     auto [exp, r] = run("linked.yaml", "chain: [edge, {device: cloud, link: wifi}]\nsplit: [[3, 13]]\n");
     EXPECT_EQ(r.status, 2) << r.out;
-    EXPECT_NE(r.out.find("chain: [edge, cloud]: links are shaped per hop on chains only once #43 builds it"),
-              std::string::npos)
-        << r.out;
+    EXPECT_NE(r.out.find("hop 2 (edge -> cloud): "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("over loopback"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("scripts/netns_testbed.sh up --chain"), std::string::npos) << r.out;
   }
   EXPECT_EQ(query(db, "select count(*) from runs"), "0");
 }
