@@ -148,8 +148,13 @@ Result<std::unique_ptr<AgentProc>> start_ssh(const LaunchSpec& ls, const std::ve
     *config_yaml = to_yaml(with_device_paths(*ls.experiment, *st));
     *staged = std::move(*st);
   }
-  // The agent's stderr goes to a log beside it (tracrctl agents logs).
+  // The agent's stderr goes to a log beside it (tracrctl agents logs),
+  // readable by the device's user only (0600, an older log's mode too).
   const std::string log = remote_path.substr(0, remote_path.rfind('/') + 1) + log_name;
+  auto made = (*s)->run("(umask 077 && : >> " + shell_quote(log) + ") && chmod 600 " + shell_quote(log));
+  if (!made || made->exit_status != 0)
+    return make_error(Errc::remote, fmt::format("device {}: cannot create the agent's log {}: {}", dev.name, log,
+                                                made ? made->err : made.error().message));
   std::string cmd = shell_quote(remote_path);
   for (const auto& a : args) cmd += " " + shell_quote(a);
   cmd += " 2>> " + shell_quote(log);

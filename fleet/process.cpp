@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -68,8 +69,12 @@ Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& argv, c
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, inp[0], 0);
   posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
-  if (!stderr_path.empty())
-    posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (!stderr_path.empty()) {
+    // The log is the agent's own (it may name paths, peers and keys' files):
+    // 0600, also when it exists already (O_CREAT keeps an old file's mode).
+    posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    ::chmod(stderr_path.c_str(), 0600);
+  }
   pid_t pid = -1;
   const int rc = spawn_and_release(pid, argv, env, fa, attr);
   ::close(inp[0]);
@@ -178,6 +183,7 @@ Result<pid_t> spawn_detached(const std::vector<std::string>& argv, const std::st
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+  ::chmod(log_path.c_str(), 0600);  // an older log keeps its mode under O_CREAT
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);

@@ -99,7 +99,9 @@ Result<wire::ControlMsg> start_remote(DetachedStart& st) {
   st.d.log = dir + server.name + "-detached.log";
   TRACR_TRY(write_remote(**s, server.name, secret_file, fleet::agent_secret_line(st.secret_hex), "secret file"));
   TRACR_TRY(write_remote(**s, server.name, exp_file, to_yaml(with_device_paths(abs_cfg, *staged)), "experiment file"));
-  std::string cmd = "setsid nohup " + shell_quote(dep->remote_path);
+  // Its log readable by the device's user only (0600), as the secret file is.
+  std::string cmd = "(umask 077 && : >> " + shell_quote(st.d.log) + " && chmod 600 " + shell_quote(st.d.log) +
+                    ") || exit 1; setsid nohup " + shell_quote(dep->remote_path);
   for (const auto& x : st.args) cmd += " " + shell_quote(x);
   cmd += " --experiment " + shell_quote(exp_file) + " --secret-file " + shell_quote(secret_file) + " > " +
          shell_quote(st.d.log) + " 2>&1 < /dev/null & p=$!; echo $p; " + start_ticks_shell("$p");

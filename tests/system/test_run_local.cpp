@@ -406,8 +406,13 @@ TEST(RunLocal, DetachedServerStartedOnceServesSeveralRunsUntilStopped) {
   y.replace(y.find("seed: 7"), 7, "seed: 777123");
   const std::string exp = d.file("exp.yaml", y);
   const std::string xdg = "XDG_STATE_HOME=" + (d.path / "state").string() + " ";  // its own index, never the user's
+  // A log left world-readable by an older tracr is made owner-only when the agent starts (#46).
+  const std::string old_log = (d.path / "agents" / "server.log").string();
+  ASSERT_EQ(sh("mkdir -p " + (d.path / "agents").string() + " && touch " + old_log + " && chmod 644 " + old_log).status,
+            0);
   auto start = sh(xdg + tracrctl() + " agents start " + exp);
   ASSERT_EQ(start.status, 0) << start.out;
+  EXPECT_EQ(sh("stat -c %a " + old_log).out, "600\n");
   const std::string state = (d.path / "agents" / "server.state").string();
   struct stat st {};
   ASSERT_EQ(::stat(state.c_str(), &st), 0);
@@ -758,6 +763,8 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
   ASSERT_EQ(chain.status, 0) << chain.out;
   auto two = sh(tracrctl() + " run " + d.file("two.yaml", exp("[3, 0, 22, 5]", "chain: [cloud]\n")) + " --no-progress");
   ASSERT_EQ(two.status, 0) << two.out;
+  // Every agent's log beside the database is readable by its user only (#46): 3 + 2 agents.
+  EXPECT_EQ(sh("stat -c %a " + (d.path / "logs").string() + "/run-*.log | sort | uniq -c | tr -s ' '").out, " 5 600\n");
   EXPECT_EQ(query(db, "select group_concat(device || ':' || role, ',') from (select device, role from devices where "
                       "run_id = 1 order by device)"),
             "cloud:SERVER,edge:SERVER,phone:PARTICIPANT");

@@ -97,6 +97,9 @@ TEST_F(RunSsh, DeploysAgentsOverSshAndSweeps) {
   EXPECT_FALSE(sh("ls " + (d.path / "edge").string() + "/tracr-agent-*").out.empty());
   // No agent is left running after the run.
   EXPECT_NE(sh("pgrep -f '" + (d.path / "srv").string() + "/tracr-agen[t]'").status, 0);
+  // The agents' logs on the devices are readable by their user only (#46).
+  auto modes = sh("stat -c %a " + (d.path / "srv").string() + "/run-*.log " + (d.path / "edge").string() + "/run-*.log");
+  EXPECT_EQ(modes.out, "600\n600\n") << modes.out;
   // A second run reuses the deployed agents (same content hash) and still works.
   auto again = run(devices(sshd().user_key(), sshd().port()));
   ASSERT_EQ(again.status, 0) << again.out;
@@ -179,8 +182,12 @@ TEST_F(RunSsh, DetachedServerOverSshServesRunsUntilStopped) {
   std::string y = small_experiment(db(), "record:\n  layers: false\n", dev);
   y.replace(y.find("split: all"), 10, "split: [3]");
   const std::string exp = d.file("exp.yaml", y);
+  // A log left world-readable by an older tracr is made owner-only when the agent starts (#46).
+  const std::string old_log = (d.path / "srv").string() + "/server-detached.log";
+  ASSERT_EQ(sh("mkdir -p " + (d.path / "srv").string() + " && touch " + old_log + " && chmod 644 " + old_log).status, 0);
   auto start = sh(env + tracrctl() + " agents start " + exp);
   ASSERT_EQ(start.status, 0) << start.out << "\nsshd log:\n" << sshd().log();
+  EXPECT_EQ(sh("stat -c %a " + old_log).out, "600\n");
   auto r = sh(env + tracrctl() + " run " + exp + " --no-progress");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("using the detached SERVER agent"), std::string::npos) << r.out;
