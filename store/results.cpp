@@ -786,35 +786,61 @@ Result<ResultsDb> ResultsDb::open_impl(const std::string& path, int version, boo
   if (!parent.empty() && !fs::exists(parent, ec)) {
     fs::create_directories(parent, ec);
     if (ec)
-      return make_error(
-          Errc::io, fmt::format("{}: cannot create directory {}: {}", path, parent.string(), ec.message()));
+      return make_error(Errc::io,
+                        fmt::format("{}: cannot create directory {}: {}", path, parent.string(), ec.message()));
   }
   if (fs::is_directory(path, ec))
     return make_error(Errc::io, fmt::format("{}: is a directory; expected a database file", path));
-  const bool existing = fs::is_regular_file(path, ec) && fs::file_size(path, ec) > 0;
-  sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-  ResultsDb db;
-  db.db_.reset(raw);
-  db.path_ = path;
-  if (rc != SQLITE_OK) return db_error(raw, path, "open");
-  sqlite3_extended_result_codes(raw, 0);
-  // busy_timeout first so that the WAL switch waits for other writers.
-  sqlite3_busy_timeout(raw, 5000);
-  // Nothing is added to a damaged database (#24: a run appended to one with
-  // corrupted pages and exited 0, and then `results list` failed). Checked
-  // first: switching to WAL reads the schema, and fails on damage with a
-  // bare "malformed".
-  if (existing) TRACR_TRY(db.check_integrity());
-  {
-    Stmt q(raw, "PRAGMA journal_mode=WAL");
-    if (!q.prepared()) return db_error(raw, path, "enable WAL");
-    if (q.step() != SQLITE_ROW) return db_error(raw, path, "enable WAL");
+  // Read-only media or permissions: said as such, not as SQLite's "unable to
+  // open database file" (#46). WAL also writes PATH-wal beside the file.
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  const bool present = fs::exists(path, ec);
+  if ((present && ::access(path.c_str(), W_OK) != 0) || ::access(dir.c_str(), W_OK) != 0) {
+    const int err = errno;
+    return make_error(Errc::io,
+                      fmt::format("{}: the database is read-only here ({}: {}); tracrctl results list/show/"
+                                  "export still read it; write runs to another file (output:)",
+                                  path, present && ::access(path.c_str(), W_OK) != 0 ? path : dir, std::strerror(err)));
   }
-  TRACR_TRY(exec(raw, path, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;", "pragmas"));
-  TRACR_TRY(db.migrate(version));
-  if (sweep) TRACR_TRY(db.sweep_interrupted());
-  return db;
+  // A file this open creates is removed again when the open fails (a full
+  // disk left a 0-byte database behind, #46).
+  struct RemoveCreated {
+    std::string path;
+    bool armed;
+    ~RemoveCreated() {
+      if (!armed) return;
+      std::error_code e;
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, e);
+    }
+  } created{path, !present};
+  auto opened = [&]() -> Result<ResultsDb> {
+    const bool existing = fs::is_regular_file(path, ec) && fs::file_size(path, ec) > 0;
+    sqlite3* raw = nullptr;
+    const int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    ResultsDb db;
+    db.db_.reset(raw);
+    db.path_ = path;
+    if (rc != SQLITE_OK) return db_error(raw, path, "open");
+    sqlite3_extended_result_codes(raw, 0);
+    // busy_timeout first so that the WAL switch waits for other writers.
+    sqlite3_busy_timeout(raw, 5000);
+    // Nothing is added to a damaged database (#24: a run appended to one with
+    // corrupted pages and exited 0, and then `results list` failed). Checked
+    // first: switching to WAL reads the schema, and fails on damage with a
+    // bare "malformed".
+    if (existing) TRACR_TRY(db.check_integrity());
+    {
+      Stmt q(raw, "PRAGMA journal_mode=WAL");
+      if (!q.prepared()) return db_error(raw, path, "enable WAL");
+      if (q.step() != SQLITE_ROW) return db_error(raw, path, "enable WAL");
+    }
+    TRACR_TRY(exec(raw, path, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;", "pragmas"));
+    TRACR_TRY(db.migrate(version));
+    if (sweep) TRACR_TRY(db.sweep_interrupted());
+    return db;
+  }();
+  created.armed = !present && !opened.ok();
+  return opened;
 }
 
 Status ResultsDb::check_integrity() {

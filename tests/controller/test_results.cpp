@@ -1428,9 +1428,38 @@ TEST(ResultsDb, ReadCommandsReadADatabaseOnReadOnlyMedia) {
   EXPECT_EQ(cmd_results({"show", "1", "--db", path}), 0);
   EXPECT_EQ(cmd_results({"export", "1", "--csv", dir.file("x.csv"), "--db", path}), 0);
   EXPECT_TRUE(fs::exists(dir.file("x.csv")));
-  // Writing is refused with the reason, never half-done.
+  // Writing is refused with the reason, never half-done: said as read-only (#46), not as SQLite's
+  // "unable to open database file".
   auto w = ResultsDb::open(path);
-  EXPECT_FALSE(w.ok());
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.error().message.find(path + ": the database is read-only here"), std::string::npos)
+      << w.error().message;
+  EXPECT_EQ(w.error().message.find("unable to open"), std::string::npos) << w.error().message;
+}
+
+// A database that cannot be created on a full disk leaves no 0-byte file behind (#46).
+TEST(ResultsDb, ADatabaseThatCannotBeCreatedOnAFullDiskLeavesNoFile) {
+  TempDir dir;
+  const std::string full = dir.file("full");
+  fs::create_directories(full);
+  if (std::system(("mount -t tmpfs -o size=64k tmpfs " + full).c_str()) != 0) {
+    if (std::getenv("TRACR_REQUIRE_SSHD")) FAIL() << "cannot mount a small tmpfs (root needed)";
+    GTEST_SKIP() << "cannot mount a small tmpfs here (root needed)";
+  }
+  struct Unmount {
+    std::string m;
+    ~Unmount() { (void)std::system(("umount " + m).c_str()); }
+  } unmount{full};
+  {
+    std::ofstream filler(full + "/filler", std::ios::binary);
+    const std::string block(4096, 'x');
+    for (int i = 0; i < 64 && filler.write(block.data(), block.size()); ++i) filler.flush();
+  }
+  const std::string path = full + "/r.db";
+  auto db = ResultsDb::open(path);
+  ASSERT_FALSE(db.ok()) << "the disk was not full";
+  std::printf("full disk: %s\n", db.error().message.c_str());
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) EXPECT_FALSE(fs::exists(path + suffix)) << suffix;
 }
 
 TEST(ResultsCli, ReadCommandsRefuseAMissingDatabase) {
