@@ -49,8 +49,10 @@ srv_ip="$subnet.1" edge_ip="$subnet.2"
 if [ "$chain" = 1 ]; then
   phone="$prefix-phone" mid="$prefix-mid" cloud="$prefix-cloud"
   v1p="$prefix-1p" v1e="$prefix-1e" v2e="$prefix-2e" v2c="$prefix-2c"
-  subnet2="${subnet%.*}.$(( ${subnet##*.} + 1 ))"
-  if [ "${subnet##*.}" -ge 255 ]; then echo "netns_testbed: --chain needs A.B.C with C below 255 (hop 2 is A.B.C+1)" >&2; exit 2; fi
+  if [ $(( 10#${subnet##*.} )) -ge 255 ]; then
+    echo "netns_testbed: --chain needs A.B.C with C below 255 (hop 2 is A.B.C+1)" >&2; exit 2
+  fi
+  subnet2="${subnet%.*}.$(( 10#${subnet##*.} + 1 ))"
   has() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$1"; }
   conf() { ip -n "$1" -br addr show dev "$3" 2>/dev/null | grep -q "UP.*$2/24"; }
   chain_up() {
@@ -90,7 +92,7 @@ DEV
              ip link set "$v2e" netns "$mid" && ip link set "$v2c" netns "$cloud" &&
              ip -n "$phone" addr add "$subnet.2/24" dev "$v1p" && ip -n "$mid" addr add "$subnet.1/24" dev "$v1e" &&
              ip -n "$mid" addr add "$subnet2.2/24" dev "$v2e" && ip -n "$cloud" addr add "$subnet2.1/24" dev "$v2c" &&
-             for n in "$phone" "$mid" "$cloud"; do ip -n "$n" link set lo up || exit 1; done &&
+             ip -n "$phone" link set lo up && ip -n "$mid" link set lo up && ip -n "$cloud" link set lo up &&
              ip -n "$phone" link set "$v1p" up && ip -n "$mid" link set "$v1e" up &&
              ip -n "$mid" link set "$v2e" up && ip -n "$cloud" link set "$v2c" up; }; then
         chain_remove

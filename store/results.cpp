@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/types.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -803,16 +804,24 @@ Result<ResultsDb> ResultsDb::open_impl(const std::string& path, int version, boo
                                   path, present && ::access(path.c_str(), W_OK) != 0 ? path : dir, std::strerror(err)));
   }
   // A file this open creates is removed again when the open fails (a full
-  // disk left a 0-byte database behind, #46).
+  // disk left a 0-byte database behind, #46): created here with O_EXCL, so
+  // that a file another controller created at the same moment is never
+  // this open's, and removed only while still empty (nobody wrote to it).
+  bool mine = false;
+  if (!present) {
+    const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    mine = fd >= 0;
+    if (fd >= 0) ::close(fd);
+  }
   struct RemoveCreated {
     std::string path;
     bool armed;
     ~RemoveCreated() {
-      if (!armed) return;
       std::error_code e;
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, e);
+      if (!armed || fs::file_size(path, e) != 0 || e) return;
+      for (const char* suffix : {"-wal", "-shm", "-journal", ""}) fs::remove(path + suffix, e);
     }
-  } created{path, !present};
+  } created{path, mine};
   auto opened = [&]() -> Result<ResultsDb> {
     const bool existing = fs::is_regular_file(path, ec) && fs::file_size(path, ec) > 0;
     sqlite3* raw = nullptr;
@@ -839,7 +848,7 @@ Result<ResultsDb> ResultsDb::open_impl(const std::string& path, int version, boo
     if (sweep) TRACR_TRY(db.sweep_interrupted());
     return db;
   }();
-  created.armed = !present && !opened.ok();
+  created.armed = mine && !opened.ok();
   return opened;
 }
 
@@ -1735,10 +1744,17 @@ Status ResultsDb::delete_run(int64_t run_id, std::vector<std::string>* kept) {
   // they are still this run's; the run's own folder also holds any .part a
   // stopped run left (its name is this database's: no other writes there).
   const fs::path base = fs::path(path_).parent_path();
-  remove_output_files(base, *files, kept);
-  fs::remove_all(base / outputs_dir(path_, run_id), ec);
-  fs::remove(base / outputs_dir(path_, run_id).parent_path(), ec);  // the database's folder, once empty
+  std::vector<std::string> mismatched;
+  remove_output_files(base, *files, &mismatched);
+  // What is left in the run's own folder: .part files a stopped run left
+  // (removed), and files kept above (left, with the folder).
+  const fs::path own = base / outputs_dir(path_, run_id);
+  for (const auto& e : fs::directory_iterator(own, ec))
+    if (e.path().extension() == ".part") fs::remove(e.path(), ec);
+  fs::remove(own, ec);                // once empty
+  fs::remove(own.parent_path(), ec);  // the database's folder, once empty
   fs::remove(base / "outputs", ec);
+  if (kept) *kept = std::move(mismatched);
   return {};
 }
 

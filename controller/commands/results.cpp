@@ -378,7 +378,8 @@ Status cmd_rm(ResultsDb& db, const Opts& o) {
                run_status_name(r.status), r.frame_count, db.path());
     for (const auto& f : kept)
       fmt::print("kept {}: run {} listed it, but its content is no longer what the run wrote (SHA-256 differs: "
-                 "another database in the same folder rewrote it)\n", f, r.id);
+                 "rewritten since, e.g. by another database that shared the path before files were named by "
+                 "database); delete it yourself if it is not needed\n", f, r.id);
   }
   return {};
 }

@@ -581,12 +581,17 @@ Status RunSession::shape_chain(const ShapingContext& sctx) {
       auto sh = LinkShaper::apply(to, links, sctx);
       if (!sh) {
         const std::string why = user_text(sh.error());
-        return core::bad_input(fmt::format(
-            "hop {} ({} -> {}): {}{}", h, h == 1 ? "participants" : chain[h - 2], to.name, why,
-            why.find("over loopback") == std::string::npos
-                ? ""
-                : "; for a chain, `sudo bash scripts/netns_testbed.sh up --chain --devices FILE` makes three "
-                  "namespaces in a row and writes their devices file"));
+        std::string hint;
+        if (why.find("over loopback") != std::string::npos)
+          hint = "; for a chain, `sudo bash scripts/netns_testbed.sh up --chain --devices FILE` makes three "
+                 "namespaces in a row and writes their devices file";
+        else if (h > 1 && why.find("root qdisc") != std::string::npos)
+          hint = fmt::format("; if hop {} shaped that interface, {} reaches both its neighbours through one "
+                             "interface: shaping both hops on one interface is not built yet, give {} an interface "
+                             "per hop (as the chain test-bed does) or shape one of the two hops",
+                             h - 1, chain[h - 2], chain[h - 2]);
+        return core::bad_input(fmt::format("hop {} ({} -> {}): {}{}", h, h == 1 ? "participants" : chain[h - 2],
+                                           to.name, why, hint));
       }
       shaper = std::move(*sh);
       texts.push_back(fmt::format("hop {} ({} -> {}): {}", h, h == 1 ? "participants" : chain[h - 2], to.name,

@@ -965,12 +965,20 @@ TEST_F(ResultsCliTest, RmKeepsAnOutputsFileAnotherDatabaseRewrote) {
   auto write = [](const fs::path& f, const std::string& b) { std::ofstream(f, std::ios::binary) << b; };
   write(old_dir / "edge_split3_none.npy", "this run's logits");
   write(old_dir / "edge_split6_none.npy", "another database's logits");
+  // The new layout: a listed file edited since (kept, with its folder) and a stopped run's .part (removed).
+  const fs::path new_dir = base / tracr::store::outputs_dir(path, run);
+  fs::create_directories(new_dir);
+  write(new_dir / "edge_split9_none.npy", "edited since");
+  write(new_dir / "edge_split12_none.npy.part", "half written");
   {
     auto db = ResultsDb::open(path);
     ASSERT_TRUE(db.ok());
     for (const auto& [split, content] : {std::pair<const char*, const char*>{"3", "this run's logits"},
-                                         {"6", "this run's logits, since rewritten"}}) {
-      const std::string rel = "outputs/run" + std::to_string(run) + "/edge_split" + split + "_none.npy";
+                                         {"6", "this run's logits, since rewritten"},
+                                         {"9", "this run's logits, since edited"}}) {
+      const std::string rel = (std::string(split) == "9" ? tracr::store::outputs_dir(path, run).string()
+                                                         : "outputs/run" + std::to_string(run)) +
+                              "/edge_split" + split + "_none.npy";
       ASSERT_TRUE(db->insert_rows("outputs",
                                   {"run_id", "participant", "split", "codec", "path", "dtype", "shape", "frames",
                                    "first_frame", "last_frame", "sha256", "source"},
@@ -984,6 +992,9 @@ TEST_F(ResultsCliTest, RmKeepsAnOutputsFileAnotherDatabaseRewrote) {
   ASSERT_EQ(run_cli({"rm", std::to_string(run), "--db", path}, &out), 0) << out;
   EXPECT_FALSE(fs::exists(old_dir / "edge_split3_none.npy"));
   EXPECT_TRUE(fs::exists(old_dir / "edge_split6_none.npy"));
+  EXPECT_TRUE(fs::exists(new_dir / "edge_split9_none.npy"));
+  EXPECT_FALSE(fs::exists(new_dir / "edge_split12_none.npy.part"));
+  EXPECT_NE(out.find("kept " + (new_dir / "edge_split9_none.npy").string()), std::string::npos) << out;
   EXPECT_NE(out.find("kept " + (old_dir / "edge_split6_none.npy").string() + ": run " + std::to_string(run) +
                      " listed it, but its content is no longer what the run wrote"),
             std::string::npos)

@@ -265,6 +265,7 @@ struct NetnsChain {
   }
   ~NetnsChain() {
     for (const auto& n : {phone, edge, cloud}) sh("ip netns del " + n);
+    for (const auto& v : {v1p, v2e}) sh("ip link del " + v + " 2>/dev/null");  // left outside by a failed setup
   }
 };
 
