@@ -168,7 +168,7 @@ Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file) {
   };
   for (const char* table :
        {"runs", "devices", "probes", "summaries", "stage_stats", "accuracy", "energy_stats", "frames", "frame_topk",
-        "outputs", "energy", "layer_profiles", "segment_profiles", "events"}) {
+        "frame_hops", "outputs", "energy", "layer_profiles", "segment_profiles", "events"}) {
     const std::string t = table;
     if (t == "summaries") {
       add(t, summaries + "]");

@@ -832,8 +832,9 @@ TEST_F(ResultsCliTest, ExportJsonHoldsRunSummariesFramesAndEvents) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("\"result\":\"a, \\\"quoted\\\" class:0.5\""), std::string::npos) << text;
-  // The accuracy, top-k and outputs tables travel too (empty for this run: no labels, no top-k rows).
-  for (const char* t : {"\"accuracy\": [", "\"frame_topk\": [", "\"outputs\": ["})
+  // The accuracy, top-k, outputs and chain hop tables travel too (empty for this run: no labels, no
+  // top-k rows, two tiers).
+  for (const char* t : {"\"accuracy\": [", "\"frame_topk\": [", "\"outputs\": [", "\"frame_hops\": ["})
     EXPECT_NE(text.find(t), std::string::npos) << t;
   EXPECT_NE(text.find("\"kind\":\"run_started\""), std::string::npos);
   EXPECT_NE(text.find("\"layer_profiles\": []"), std::string::npos);

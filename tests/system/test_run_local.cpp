@@ -810,6 +810,12 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
   EXPECT_EQ(query(db, "select count(*) from frame_hops where run_id = 1 and server_ns = compute_ns + "
                       "coalesce(forward_ns, 0) + other_ns"),
             "20");
+  // The JSON export carries every hop row.
+  ASSERT_EQ(sh(tracrctl() + " results export 1 --json " + (d.path / "chain.json").string() + " --db " + db).status, 0);
+  auto json = sh("/usr/bin/python3 -c \"import json,sys; d = json.load(open(sys.argv[1])); "
+                 "print(len(d['frame_hops']), sorted(set(h['device'] for h in d['frame_hops'])))\" " +
+                 (d.path / "chain.json").string());
+  EXPECT_EQ(json.out, "20 ['cloud', 'edge']\n") << json.out;
   // The planner over placements: every one of AlexNet's 276 predicted from the run's profiles and
   // hops, checked against the 5 it measured.
   auto plan = sh(tracrctl() + " plan 1 --db " + db);
