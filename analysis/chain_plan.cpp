@@ -71,10 +71,6 @@ double input_bytes_of(const std::vector<LayerProfileRecord>& profiles) {
   return 0;
 }
 
-}  // namespace
-
-namespace {
-
 // The hops' fits from the run's frame_hops medians; the devices in order.
 Status fit_hops(ResultsDb& db, int64_t run_id, ChainPlan& p, std::map<int64_t, HopFit>& fit) {
   auto hops = db.hop_summaries(run_id);

@@ -569,6 +569,7 @@ Status RunSession::shape_chain(const ShapingContext& sctx) {
       link = *l;
     }
     const DeviceConfig& to = *pre_.devices.find(chain[h - 1]);
+    const std::string hop = fmt::format("hop {} ({} -> {})", h, h == 1 ? "participants" : chain[h - 2], to.name);
     std::vector<ParticipantLink> links;
     if (h == 1) {
       links = participant_links(link, pre_.devices);
@@ -590,12 +591,10 @@ Status RunSession::shape_chain(const ShapingContext& sctx) {
                              "interface: shaping both hops on one interface is not built yet, give {} an interface "
                              "per hop (as the chain test-bed does) or shape one of the two hops",
                              h - 1, chain[h - 2], chain[h - 2]);
-        return core::bad_input(fmt::format("hop {} ({} -> {}): {}{}", h, h == 1 ? "participants" : chain[h - 2],
-                                           to.name, why, hint));
+        return core::bad_input(fmt::format("{}: {}{}", hop, why, hint));
       }
       shaper = std::move(*sh);
-      texts.push_back(fmt::format("hop {} ({} -> {}): {}", h, h == 1 ? "participants" : chain[h - 2], to.name,
-                                  shaper->shaping()));
+      texts.push_back(fmt::format("{}: {}", hop, shaper->shaping()));
       any = true;
     }
     if (h == 1) shaper_ = std::move(shaper);
