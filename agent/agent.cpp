@@ -2,6 +2,7 @@
 #include "agent/energy.hpp"
 #include "agent/delay_relay.hpp"
 #include "agent/forward.hpp"
+#include "agent/link_probe.hpp"
 
 #include <poll.h>
 #include <sys/stat.h>
@@ -331,6 +332,25 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     ready["downstream"] = relay ? fmt::format("{} via a delay relay ({} ms, jitter {} ms)", opt.downstream,
                                               opt.link_delay_ms, opt.link_jitter_ms)
                                 : opt.downstream;
+  }
+  // The hop to the next device probed once, before any frame, over the
+  // session the frames will use (its shaping and relay included): a PROBE
+  // line of this device (#43: link probes per hop; the split: plan planner
+  // reads it). Before READY: the devices before it start after the probe.
+  if (fwd && opt.experiment && opt.experiment->probe.enabled) {
+    ProbeOptions po;
+    po.rtt_count = opt.experiment->probe.rtt_count;
+    po.duration_ms = opt.experiment->probe.duration_ms;
+    po.chunk_bytes = opt.experiment->probe.chunk_bytes;
+    po.trigger = "startup";
+    auto pr = probe_link(fwd->client(), po);
+    if (!pr) {
+      ctl.send("FAIL", {{"error", "downstream " + opt.downstream + ": link probe: " + pr.error().str()}});
+      stop = true;
+      if (raw_thread.joinable()) raw_thread.join();
+      return 1;
+    }
+    ctl.send("PROBE", to_control(*pr));
   }
   ctl.send("READY", ready);
 

@@ -66,6 +66,9 @@ class Forwarder {
                                                     protocol::ChannelOptions co, int timeout_ms);
   const std::string& endpoint() const { return endpoint_; }
   zmq::socket_t& socket() { return client_->socket(); }
+  // The session to the next device, for the hop's link probe before any
+  // frame (agent.cpp): not while requests are pending.
+  protocol::Client& client() { return *client_; }
   size_t pending() const { return pending_.size(); }
 
   // Sends the segment's output (`out`, `seg_meta` as the segment executor

@@ -241,6 +241,39 @@ Status profile_segments(const AgentOptions& o, const settings::ExperimentConfig&
   return {};
 }
 
+// split: plan (#43): the controller plans the placements once every device
+// has profiled and probed; the participant asks (EVENT placements_wanted)
+// and waits for CMD op=placements ("3|13,5|13": each cut point along the
+// chain, placements ','-separated). Other commands before it are refused.
+Result<std::vector<wire::Placement>> planned_placements(ControlOut& ctl, int num_layers) {
+  ctl.send("EVENT", {{"kind", "placements_wanted"}, {"frame", "-1"}, {"cmd", ""}, {"op", ""},
+                     {"message", "profiled and probed: waiting for the planner's placements (split: plan)"}});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (!ctl.stop_requested()) {
+    for (const auto& m : ctl.take_commands()) {
+      if (m.get_or("op", "") != "placements") {
+        ctl.send("EVENT", {{"kind", "command_rejected"}, {"cmd", m.get_or("id", "")}, {"op", m.get_or("op", "")},
+                           {"frame", "-1"}, {"message", "before the planner's placements (split: plan) only op=placements"}});
+        continue;
+      }
+      std::vector<wire::Placement> out;
+      for (const auto& text : wire::split_on(m.get_or("placements", ""), ',')) {
+        auto p = wire::parse_placement(text);
+        if (!p) return make_error(Errc::invalid_argument, "CMD placements: " + p.error().message);
+        if (auto st = wire::check_placement(*p, num_layers); !st)
+          return make_error(Errc::invalid_argument, "CMD placements: " + st.error().message);
+        out.push_back(std::move(*p));
+      }
+      if (out.empty()) return make_error(Errc::invalid_argument, "CMD placements: no placement given");
+      return out;
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      return make_error(Errc::timeout, "split: plan: no placements from the controller within 10 minutes");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return make_error(Errc::remote, "stopped while waiting for the planner's placements (split: plan)");
+}
+
 std::map<std::string, std::string> ready_fields(std::map<std::string, std::string> base, const HwIdentity& h) {
   for (auto& [k, v] : to_control(h)) base[k] = v;
   return base;
@@ -393,7 +426,8 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     for (int k = 0; k <= model->num_layers(); ++k) splits.push_back(k);
   // A chain of two or more devices sweeps placements (the controller checked them).
   if (settings::chain_hops(cfg) > 1) {
-    auto placements = settings::resolve_placements(cfg, cfg.split, model->num_layers());
+    auto placements = cfg.split.plan ? planned_placements(ctl, model->num_layers())
+                                     : settings::resolve_placements(cfg, cfg.split, model->num_layers());
     if (!placements) {
       ctl.send("FAIL", {{"error", placements.error().str()}});
       return 2;

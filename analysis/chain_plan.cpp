@@ -57,7 +57,8 @@ struct HopFit {
   std::vector<std::pair<double, double>> link_pts, own_pts;  // (wire bytes, ms)
   std::map<int, double> bytes_at;                            // cut -> median wire bytes
   double wire = 0, raw = 0;                                  // summed medians: the codec's ratio
-  std::pair<double, double> link{0, 0}, own{0, 0};
+  std::vector<std::pair<double, double>> codec_pts;            // (wire bytes, encode + reply decode ms)
+  std::pair<double, double> link{0, 0}, own{0, 0}, codec{0, 0};
   double ratio() const { return raw > 0 ? wire / raw : 1.0; }
 };
 
@@ -85,6 +86,8 @@ Status fit_hops(ResultsDb& db, int64_t run_id, ChainPlan& p, std::map<int64_t, H
     f.link_pts.push_back({bytes, (median_field(h, "send_encode_ns") + median_field(h, "network_ns") +
                                   median_field(h, "reply_decode_ns")) / 1e6});
     f.own_pts.push_back({bytes, median_field(h, "other_ns") / 1e6});
+    f.codec_pts.push_back(
+        {bytes, (median_field(h, "send_encode_ns") + median_field(h, "reply_decode_ns")) / 1e6});
     f.bytes_at[h.cuts[static_cast<size_t>(h.hop - 1)]] = bytes;
     f.wire += bytes;
     f.raw += median_field(h, "in_raw_bytes");
@@ -93,6 +96,7 @@ Status fit_hops(ResultsDb& db, int64_t run_id, ChainPlan& p, std::map<int64_t, H
     p.devices.push_back(f.device);
     f.link = fit_cost_line(f.link_pts);
     f.own = fit_cost_line(f.own_pts);
+    f.codec = fit_cost_line(f.codec_pts);
     p.fits.push_back(fmt::format("hop {} ({} -> {}): encode + network + reply decode {:.3f} ms + {:.4f} ms/KB; {}'s "
                                  "other {:.3f} ms + {:.4f} ms/KB; wire/raw {:.3f} (fitted to {} placements' medians)",
                                  h, p.devices[static_cast<size_t>(h - 1)], f.device, f.link.first, f.link.second * 1e3,
@@ -148,33 +152,11 @@ ChainPlanRow predict(const wire::Placement& pl, const std::map<int64_t, HopFit>&
   return r;
 }
 
-}  // namespace
-
-Result<ChainPlan> plan_chain_run(ResultsDb& db, int64_t run_id) {
-  auto run = db.get_run(run_id);
-  if (!run) return std::move(run.error());
-  ChainPlan p;
-  p.run = run_id;
-  p.model = run->model;
-  auto frames = db.frames(run_id);
-  if (!frames) return std::move(frames.error());
-  p.devices.push_back(frames->empty() ? std::string() : frames->front().participant);
-  std::map<int64_t, HopFit> fit;  // by hop
-  TRACR_TRY(fit_hops(db, run_id, p, fit));
-  std::vector<LayerSums> sums;
-  std::vector<double> out_bytes;
-  TRACR_TRY(profile_sums(db, run_id, p, sums, out_bytes));
-  // The participant's own time after the reply: post-processing and any wait.
-  auto table = db.split_table(run_id);
-  if (!table) return std::move(table.error());
-  std::vector<double> post;
-  std::map<std::vector<int>, double> measured;
-  for (const auto& s : *table) {
-    if (s.frames <= 0 || !s.chained()) continue;
-    post.push_back((s.stage("post_ns").median_ns + s.stage("queue_ns").median_ns) / 1e6);
-    measured[s.cuts] = s.stage("total_ns").median_ns / 1e6;
-  }
-  const double post_ms = post.empty() ? 0.0 : protocol::median_of(post);
+// Every placement predicted (p.devices and p.layers set), each checked
+// against the run's measured median where it has one.
+Status predict_all(ChainPlan& p, const std::map<int64_t, HopFit>& fit, const std::vector<LayerSums>& sums,
+                   const std::vector<double>& out_bytes, double post_ms,
+                   const std::map<std::vector<int>, double>& measured) {
   const size_t m = fit.size();
   if (wire::placement_count(m, p.layers) > 2'000'000)
     return make_error(Errc::invalid_argument, fmt::format("{} placements of {} cuts over {} layers: too many to "
@@ -196,7 +178,159 @@ Result<ChainPlan> plan_chain_run(ResultsDb& db, int64_t run_id) {
   if (p.measured > 0) p.mape_pct = err_sum / p.measured;
   if (p.measured_best && p.rows[p.chosen].measured_ms)
     p.miss_pct = (*p.rows[p.chosen].measured_ms / *p.rows[*p.measured_best].measured_ms - 1.0) * 100.0;
+  return {};
+}
+
+// A run's median total per placement (chain frames only), and the
+// participant's post + queue medians.
+Status measured_medians(ResultsDb& db, int64_t run_id, std::map<std::vector<int>, double>& measured,
+                        std::vector<double>* post) {
+  auto table = db.split_table(run_id);
+  if (!table) return std::move(table.error());
+  for (const auto& s : *table) {
+    if (s.frames <= 0 || !s.chained()) continue;
+    if (post) post->push_back((s.stage("post_ns").median_ns + s.stage("queue_ns").median_ns) / 1e6);
+    measured[s.cuts] = s.stage("total_ns").median_ns / 1e6;
+  }
+  return {};
+}
+
+// The held-out runs' link on each hop: the median over the runs of each
+// hop's probe (the sending device's): smallest round trip and rate up.
+Status held_out_links(ResultsDb& db, const std::vector<int64_t>& runs, const std::vector<std::string>& devices,
+                      std::vector<std::pair<double, double>>& net, std::vector<std::string>& fits) {
+  for (size_t h = 1; h < devices.size(); ++h) {
+    std::vector<double> rtt, up;
+    for (int64_t v : runs) {
+      auto probes = db.probes(v);
+      if (!probes) return std::move(probes.error());
+      const ProbeRow* pr = nullptr;
+      for (const auto& r : *probes)
+        if (r.participant == devices[h - 1]) pr = &r;
+      if (!pr || !pr->up_mbps || *pr->up_mbps <= 0)
+        return make_error(Errc::not_found,
+                          fmt::format("held-out run {}: hop {} ({} -> {}) has no link probe with a rate: the held-out "
+                                      "link is each hop's probe (run it with probe.enabled: true)",
+                                      v, h, devices[h - 1], devices[h]));
+      rtt.push_back(static_cast<double>(pr->rtt_min_ns) / 1e6);
+      up.push_back(*pr->up_mbps);
+    }
+    const double r = protocol::median_of(rtt), u = protocol::median_of(up);
+    net.push_back({r, 8.0 / (u * 1e3)});
+    fits.push_back(fmt::format("held out, hop {} ({} -> {}): network {:.3f} ms + bytes at {:.2f} Mbit/s (the median "
+                               "over {} run(s) of the hop's probe: smallest round trip, rate up)",
+                               h, devices[h - 1], devices[h], r, u, runs.size()));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<ChainPlan> plan_chain_run(ResultsDb& db, int64_t run_id, const std::vector<int64_t>& held_out) {
+  auto run = db.get_run(run_id);
+  if (!run) return std::move(run.error());
+  ChainPlan p;
+  p.run = run_id;
+  p.model = run->model;
+  auto frames = db.frames(run_id);
+  if (!frames) return std::move(frames.error());
+  p.devices.push_back(frames->empty() ? std::string() : frames->front().participant);
+  std::map<int64_t, HopFit> fit;  // by hop
+  TRACR_TRY(fit_hops(db, run_id, p, fit));
+  std::vector<LayerSums> sums;
+  std::vector<double> out_bytes;
+  TRACR_TRY(profile_sums(db, run_id, p, sums, out_bytes));
+  // The participant's own time after the reply: post-processing and any wait.
+  std::vector<double> post;
+  std::map<std::vector<int>, double> measured;
+  TRACR_TRY(measured_medians(db, run_id, measured, &post));
+  const double post_ms = post.empty() ? 0.0 : protocol::median_of(post);
+  if (!held_out.empty()) {
+    // Held out: each hop's network from the held-out runs' probes, its
+    // codec and every device's compute and own time from this run; checked
+    // against each placement's median over the held-out runs' medians.
+    std::vector<std::pair<double, double>> net;
+    TRACR_TRY(held_out_links(db, held_out, p.devices, net, p.fits));
+    for (auto& [h, f] : fit)
+      f.link = {f.codec.first + net[static_cast<size_t>(h - 1)].first,
+                f.codec.second + net[static_cast<size_t>(h - 1)].second};
+    std::map<std::vector<int>, std::vector<double>> each;
+    for (int64_t v : held_out) {
+      auto vr = db.get_run(v);
+      if (!vr) return std::move(vr.error());
+      if (vr->model != p.model)
+        return make_error(Errc::invalid_argument, fmt::format("held-out run {} ran model {}, the basis run {} {}; "
+                                                              "expected the same model",
+                                                              v, vr->model, run_id, p.model));
+      std::map<std::vector<int>, double> mv;
+      TRACR_TRY(measured_medians(db, v, mv, nullptr));
+      if (mv.empty())
+        return make_error(Errc::invalid_argument, fmt::format("held-out run {} has no chain frames", v));
+      for (const auto& [cuts, ms] : mv) each[cuts].push_back(ms);
+    }
+    measured.clear();
+    for (auto& [cuts, v] : each) measured[cuts] = protocol::median_of(v);
+    p.held_out = held_out;
+  }
+  TRACR_TRY(predict_all(p, fit, sums, out_bytes, post_ms, measured));
+  // The spread: the plan against each held-out run alone.
+  for (size_t i = 0; held_out.size() > 1 && i < held_out.size(); ++i) {
+    std::map<std::vector<int>, double> mv;
+    TRACR_TRY(measured_medians(db, held_out[i], mv, nullptr));
+    double sum = 0;
+    int n = 0;
+    for (const auto& r : p.rows)
+      if (auto it = mv.find(r.cuts); it != mv.end()) {
+        sum += std::fabs(r.latency_ms - it->second) / it->second * 100.0;
+        ++n;
+      }
+    if (n > 0) p.held_out_mape.push_back(sum / n);
+  }
   return p;
+}
+
+Result<ChainPlan> plan_chain_from_profiles(ResultsDb& db, int64_t run_id, const std::vector<std::string>& devices) {
+  auto run = db.get_run(run_id);
+  if (!run) return std::move(run.error());
+  auto probes = db.probes(run_id);
+  if (!probes) return std::move(probes.error());
+  ChainPlan p;
+  p.run = run_id;
+  p.model = run->model;
+  p.devices = devices;
+  std::map<int64_t, HopFit> fit;
+  for (size_t h = 1; h < devices.size(); ++h) {
+    const std::string& from = devices[h - 1];
+    const ProbeRow* pr = nullptr;  // the newest probe of the hop's sending device
+    for (const auto& r : *probes)
+      if (r.participant == from) pr = &r;
+    if (!pr || !pr->up_mbps || *pr->up_mbps <= 0)
+      return make_error(Errc::not_found,
+                        fmt::format("run {}: hop {} ({} -> {}) has {}: the planner's transfer term for the hop is its "
+                                    "link probe (probe.enabled: true)",
+                                    run_id, h, from, devices[h], pr ? "a link probe with no measured rate" : "no link probe"));
+    HopFit& f = fit[static_cast<int64_t>(h)];
+    f.device = devices[h];
+    const double rtt_ms = static_cast<double>(pr->rtt_min_ns) / 1e6;
+    f.link = {rtt_ms, 8.0 / (*pr->up_mbps * 1e3)};  // ms per byte at the probed rate
+    p.fits.push_back(fmt::format("hop {} ({} -> {}): {:.3f} ms + bytes at {:.2f} Mbit/s (its link probe's smallest "
+                                 "round trip and rate up); raw bytes (no codec ratio before frames), no own time",
+                                 h, from, f.device, rtt_ms, *pr->up_mbps));
+  }
+  std::vector<LayerSums> sums;
+  std::vector<double> out_bytes;
+  TRACR_TRY(profile_sums(db, run_id, p, sums, out_bytes));
+  TRACR_TRY(predict_all(p, fit, sums, out_bytes, 0.0, {}));
+  return p;
+}
+
+std::vector<size_t> best_placements(const ChainPlan& p, size_t k) {
+  std::vector<size_t> order(p.rows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return p.rows[a].latency_ms < p.rows[b].latency_ms; });
+  if (order.size() > k) order.resize(k);
+  return order;
 }
 
 std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
@@ -207,6 +341,10 @@ std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
                   fmt::format("{}", fmt::join(p.devices.begin() + 1, p.devices.end(), " -> ")), p.rows.size(),
                   p.measured));
   for (const auto& f : p.fits) o += para("  " + f);
+  if (!p.held_out.empty())
+    o += para(fmt::format("  held out: measured = each placement's median over run(s) {} (their medians), not the "
+                          "basis run",
+                          fmt::join(p.held_out, ", ")));
   const ChainPlanRow& c = p.rows[p.chosen];
   o += fmt::format("  chosen (lowest predicted latency): {} at {:.3f} ms{}\n", c.placement, c.latency_ms,
                    c.measured_ms ? fmt::format(" (measured {:.3f} ms)", *c.measured_ms) : " (not measured)");
@@ -214,17 +352,22 @@ std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
     o += fmt::format("  measured best: {} at {:.3f} ms{}\n", p.rows[*p.measured_best].placement,
                      *p.rows[*p.measured_best].measured_ms,
                      p.miss_pct ? fmt::format("; the chosen misses it by {:+.1f} %", *p.miss_pct) : std::string());
-  if (p.mape_pct)
+  if (p.mape_pct && p.held_out.empty())
     o += para(fmt::format("  latency MAPE {:.1f} % over the {} measured placements (in-sample for the hops' fitted "
                           "terms, out of sample for the layers' placement)",
                           *p.mape_pct, p.measured));
+  if (p.mape_pct && !p.held_out.empty())
+    o += para(fmt::format("  latency MAPE {:.1f} % over the {} placements the held-out runs measured (out of sample: "
+                          "their links came from their probes only){}",
+                          *p.mape_pct, p.measured,
+                          p.held_out_mape.size() > 1
+                              ? fmt::format("; against each run alone {:.1f} % to {:.1f} %",
+                                            *std::min_element(p.held_out_mape.begin(), p.held_out_mape.end()),
+                                            *std::max_element(p.held_out_mape.begin(), p.held_out_mape.end()))
+                              : std::string()));
   // The measured placements and the best predicted ones, in placement order.
-  std::vector<size_t> order(p.rows.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return p.rows[a].latency_ms < p.rows[b].latency_ms; });
   std::vector<bool> show(p.rows.size(), false);
-  for (size_t i = 0; i < order.size() && i < top; ++i) show[order[i]] = true;
+  for (size_t i : best_placements(p, top)) show[i] = true;
   for (size_t i = 0; i < p.rows.size(); ++i) show[i] = show[i] || p.rows[i].measured_ms.has_value();
   std::vector<std::vector<std::string>> rows = {{"  placement", "head ms"}};
   const size_t m = p.devices.size() - 1;

@@ -58,11 +58,34 @@ struct ChainPlan {
   std::optional<double> mape_pct;    // over measured placements
   std::optional<double> miss_pct;    // the chosen placement's measured median over the measured best's, - 100
   int measured = 0;                  // placements with a measured median
+  std::vector<int64_t> held_out;     // the runs measured_ms comes from (empty: this run)
+  std::vector<double> held_out_mape; // with two or more held-out runs: the MAPE against each alone
 };
 
 // Error not_found naming what the run lacks (layer profiles of a device,
 // frame_hops rows); invalid_argument for a two-tier run.
-Result<ChainPlan> plan_chain_run(store::ResultsDb& db, int64_t run_id);
+//
+// Held out (`held_out`: runs of the same chain under other links, e.g. the
+// two hops' links swapped): each hop's link term becomes this run's fitted
+// codec line (send encode + reply decode) plus the held-out runs' network
+// (the median over them of the hop's link probe: smallest round trip +
+// bytes at its rate up); compute, own times and bytes stay this run's. The
+// prediction is checked against each placement's median over the held-out
+// runs' medians. Error not_found for a held-out hop without a probe.
+Result<ChainPlan> plan_chain_run(store::ResultsDb& db, int64_t run_id, const std::vector<int64_t>& held_out = {});
+
+// split: plan (#43): every placement predicted before the run's first frame,
+// from the layer profiles of `devices` (the PARTICIPANT, then the chain) and
+// each hop's startup link probe (hop h: the probe of device h-1, the sender):
+// link_h(bytes) = the probe's smallest round trip + bytes x 8 / its rate up,
+// bytes the profiled layer output (no codec ratio is known before frames),
+// no device's own time and no post-processing (each 0, said in `fits`).
+// Error not_found naming a hop without a probe or a device without profiles.
+Result<ChainPlan> plan_chain_from_profiles(store::ResultsDb& db, int64_t run_id,
+                                           const std::vector<std::string>& devices);
+
+// The rows of the k lowest predicted latencies, best first.
+std::vector<size_t> best_placements(const ChainPlan& p, size_t k);
 
 // The plan as text: the chosen and measured best, the fits, and the rows
 // (measured placements and the `top` best predicted).

@@ -62,6 +62,8 @@ Result<Normalization> dataset_normalization(const ExperimentConfig& cfg, int64_t
 // an entry of a chain of two devices.
 struct SplitSpec {
   bool all = true;                      // "all": every placement of the chain (two tiers: 0..N)
+  bool plan = false;                    // "plan": the planner's best plan_k placements, chosen at run
+                                        // time from the devices' layer profiles and each hop's link probe
   std::vector<wire::Placement> entries;  // when !all: distinct, in the order written
   // Each entry's first cut: the PARTICIPANT's split (two tiers: the split point).
   std::vector<int> points() const;
@@ -203,6 +205,7 @@ struct ExperimentConfig {
   std::string key_exchange = "x25519";  // x25519 | none
   int64_t chunk_bytes = 256 * 1024;
   int inflight = 1;
+  int plan_k = 20;  // split: plan: how many of the planner's best placements the run sweeps
   int codec_threads = 1;  // threads coding a frame's parts at each end (0 = one per core)
   int max_consecutive_failures = 3;  // failed frames in a row before the run fails
   int heartbeat_timeout_ms = 5000;   // control-channel silence before an agent is lost / an agent stops
@@ -265,7 +268,8 @@ inline constexpr uint64_t kMaxAllPlacements = 1000;
 // The placements a split spec (`split`, or a participant_splits entry named
 // by `key`) runs on the experiment's chain, for a model of num_layers layers:
 // `all` = every placement (on a chain of two or more devices: refused when
-// there are more than kMaxAllPlacements, naming the count), else the entries
+// there are more than kMaxAllPlacements, naming the count), `plan` = none
+// yet (the planner chooses them when the run starts), else the entries
 // as written, each checked against 0..N and for order. Error config with the
 // position of `key` and the entry's index.
 Result<std::vector<wire::Placement>> resolve_placements(const ExperimentConfig& cfg, const SplitSpec& sp,

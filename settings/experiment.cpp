@@ -37,6 +37,21 @@ namespace {
 // The chain's hops name known link profiles, and every split entry has one
 // cut per chain device. A chain of one device takes its hop's link and
 // compression as the run's own (the two-tier run they describe).
+// split: plan (#43): the run's placements chosen by the planner when the
+// run starts, from what every device profiled and each hop's probe.
+Status check_split_plan(const ExperimentConfig& cfg) {
+  if (!cfg.split.plan) return {};
+  auto refuse = [&](const std::string& why) { return err_at(cfg.pos_of("split"), "split", "plan: " + why); };
+  if (chain_hops(cfg) < 2)
+    return refuse("the planner chooses placements on a chain of two or more devices (`chain`); a two-tier run "
+                  "sweeps every split with `split: all` (tracrctl plan then predicts each)");
+  if (!cfg.record.layers)
+    return refuse("needs record.layers: true (every device's layer profiles are the planner's compute terms)");
+  if (!cfg.probe.enabled)
+    return refuse("needs probe.enabled: true (each hop's link probe is the planner's transfer terms)");
+  return {};
+}
+
 Status check_chain(ExperimentConfig& cfg) {
   for (size_t i = 0; i < cfg.chain.size(); ++i) {
     const ChainHop& h = cfg.chain[i];
@@ -47,7 +62,7 @@ Status check_chain(ExperimentConfig& cfg) {
   }
   const size_t m = chain_hops(cfg);
   auto check_entries = [&](const SplitSpec& sp, const std::string& key, const std::string& at) -> Status {
-    if (sp.all) return {};
+    if (sp.all || sp.plan) return {};
     for (size_t i = 0; i < sp.entries.size(); ++i) {
       const wire::Placement& p = sp.entries[i];
       if (p.hops() == m) continue;
@@ -65,8 +80,14 @@ Status check_chain(ExperimentConfig& cfg) {
     return {};
   };
   TRACR_TRY(check_entries(cfg.split, "split", "split"));
-  for (const auto& [name, sp] : cfg.participant_splits)
+  for (const auto& [name, sp] : cfg.participant_splits) {
     TRACR_TRY(check_entries(sp, "participant_splits." + name, "participant_splits"));
+    if (sp.plan)
+      return err_at(cfg.pos_of("participant_splits"), "participant_splits." + name,
+                    "plan: the planner chooses the run's placements for every participant; expected `split: plan` "
+                    "(or placements listed for this participant)");
+  }
+  TRACR_TRY(check_split_plan(cfg));
   if (cfg.chain.size() == 1) {
     const ChainHop& h = cfg.chain[0];
     if (!h.link.empty()) cfg.link = {h.link};
@@ -234,12 +255,14 @@ size_t chain_hops(const ExperimentConfig& cfg) { return cfg.chain.empty() ? 1 : 
 Result<std::vector<wire::Placement>> resolve_placements(const ExperimentConfig& cfg, const SplitSpec& sp,
                                                        int num_layers, const std::string& key) {
   const size_t m = chain_hops(cfg);
+  if (sp.plan) return std::vector<wire::Placement>{};  // chosen when the run starts (check_split_plan)
   if (sp.all) {
     const uint64_t count = wire::placement_count(m, num_layers);
     if (m > 1 && count > kMaxAllPlacements)
       return err_at(cfg.pos_of(key), key,
                     fmt::format("all: model '{}' with {} layers has {} placements on a chain of {} devices; expected "
-                                "at most {} for `all`: list the placements to run (e.g. [[3, 13], [5, 13]])",
+                                "at most {} for `all`: `split: plan` (the planner's best plan_k placements) or the placements to run "
+                                "(e.g. [[3, 13], [5, 13]])",
                                 cfg.model, num_layers, count == UINT64_MAX ? std::string("over 10^19") : std::to_string(count), m,
                                 kMaxAllPlacements));
     return wire::all_placements(m, num_layers);

@@ -488,10 +488,15 @@ std::string show_entry(const wire::Placement& p) {
 Result<SplitSpec> read_split(const Ctx& c, const YAML::Node& n, const std::string& key) {
   const std::string what =
       "a split point (int >= 0), a list of split points, or all; on a chain of m devices, a list of placements of m "
-      "cut points each, e.g. [[3, 13], [5, 13]]";
+      "cut points each, e.g. [[3, 13], [5, 13]], or plan";
   SplitSpec sp;
   if (n.IsScalar()) {
     if (n.Scalar() == "all") return sp;
+    if (n.Scalar() == "plan") {
+      sp.all = false;
+      sp.plan = true;
+      return sp;
+    }
     auto v = get_int(c, n, key, 0, 100000, what);
     if (!v) return v.error();
     sp.all = false;
@@ -531,6 +536,7 @@ Result<SplitSpec> read_split(const Ctx& c, const YAML::Node& n, const std::strin
 
 std::string show_split(const SplitSpec& sp) {
   if (sp.all) return "all";
+  if (sp.plan) return "plan";
   if (sp.entries.size() == 1 && sp.entries[0].hops() == 1) return show_entry(sp.entries[0]);
   std::string o = "[";
   for (size_t i = 0; i < sp.entries.size(); ++i) o += (i ? ", " : "") + show_entry(sp.entries[i]);
@@ -614,11 +620,12 @@ Setting chain_setting() {
 
 Setting split_setting() {
   Setting s;
-  s.info = {"split", "int | [int | [int]] | all", "all",
+  s.info = {"split", "int | [int | [int]] | all | plan", "all",
             "Split points: k runs layers [0, k) on the PARTICIPANT and [k, N) on the SERVER; all = 0..N. On a chain "
             "of m devices (`chain`) each entry is a placement of m non-decreasing cut points ([3, 13]: layers [0, 3) "
             "on the PARTICIPANT, [3, 13) on the first device, [13, N) on the second); all = every placement, at "
-            "most 1000.",
+            "most 1000; plan = the planner's best `plan_k` placements, chosen when the run starts from every "
+            "device's layer profiles and each hop's link probe (a chain only; needs record.layers and probe).",
             ""};
   s.env_yaml = true;
   s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {

@@ -123,10 +123,10 @@ TableInfo devices_table() {
 }
 
 TableInfo probes_table() {
-  TableInfo t{"probes", "one row per link probe between a participant and its server (RTT, throughput both ways)", {}};
+  TableInfo t{"probes", "one row per link probe between a participant and its server, or on a chain a device and the next (RTT, throughput both ways)", {}};
   t.columns = {{"id", "INTEGER", "", "controller", "row id"},
                {"run_id", "INTEGER", "", "controller", "-> runs.id"},
-               {"participant", "TEXT", "", "controller", "device name of the participant that probed"},
+               {"participant", "TEXT", "", "controller", "device name of the device that probed: the PARTICIPANT (its hop to the first device), or on a chain a device probing its hop to the next one (#43)"},
                {"link", "TEXT", "", "config", "link profile in force (the run's)"},
                {"shaping", "TEXT", "", "controller", "how that link was emulated (tc ..., or NULL: not emulated)"}};
   add_fields(t, wire::probe_fields());

@@ -420,7 +420,6 @@ Status plan_on_series(ResultsDb& db, const std::string& db_path, const PlanComma
 Status plan_chain(ResultsDb& db, const PlanCommand& cmd, int64_t run_id) {
   std::string given;
   if (!cmd.link.empty() || cmd.up_mbit) given = "--link / --up-mbit";
-  else if (!cmd.validate_run.empty()) given = "--validate-on";
   else if (cmd.joint) given = "--joint";
   else if (cmd.plan.participant_run) given = "--participant-from";
   else if (cmd.plan.objective != "latency") given = "--objective " + cmd.plan.objective;
@@ -431,7 +430,24 @@ Status plan_chain(ResultsDb& db, const PlanCommand& cmd, int64_t run_id) {
                                        "profiles and per-hop frames, for its own links and codecs; {} is not built for "
                                        "chains yet (#43)",
                                        run_id, given));
-  auto p = plan_chain_run(db, run_id);
+  // --validate-on RUN1,RUN2,...: held out (analysis/chain_plan.hpp), each run checked first.
+  std::vector<int64_t> held_out;
+  if (!cmd.validate_run.empty()) {
+    std::istringstream in(cmd.validate_run);
+    for (std::string r; std::getline(in, r, ',');) {
+      if (r.empty() || cmd.validate_run.back() == ',')
+        return plan_failure(2, fmt::format("--validate-on: expected runs RUN1,RUN2,..., got '{}'", cmd.validate_run));
+      auto id = validation_run_id(db, r);
+      if (!id) return plan_failure(2, user_text(id.error()));
+      auto hops = db.hop_summaries(*id);
+      if (!hops || hops->empty())
+        return plan_failure(2, fmt::format("--validate-on {}: run {} has no chain frames; expected a run of the same "
+                                           "chain (its placements' medians are the check)",
+                                           r, *id));
+      held_out.push_back(*id);
+    }
+  }
+  auto p = plan_chain_run(db, run_id, held_out);
   if (!p) return plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error()));
   std::fputs(format_chain_plan(*p, 10, cmd.width).c_str(), stdout);
   return {};

@@ -32,6 +32,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "wire/identity.hpp"
 #include "wire/control.hpp"
@@ -48,6 +49,7 @@
 #include "store/results.hpp"
 #include "analysis/tables.hpp"
 #include "analysis/plan.hpp"
+#include "analysis/chain_plan.hpp"
 #include "analysis/report.hpp"
 #include "fleet/shaping.hpp"
 #include "protocol/crypto.hpp"
@@ -463,6 +465,7 @@ class RunSession {
   bool spare(size_t i, const std::string& why);
   void send_cmd(size_t i, std::map<std::string, std::string> fields, const std::string& what);
   void adapt(size_t i);
+  void send_planned_placements(size_t i);
   void schedule();
   void release_step();
   Status finish();
@@ -505,6 +508,7 @@ class RunSession {
   std::optional<double> probe_rtt_ms_;
   std::set<size_t> step_waiting_;  // lockstep: participants waiting at a step boundary
   int steps_released_ = 0;
+  std::set<size_t> placements_wanted_;  // split: plan: participants waiting for the planner's placements
 };
 
 // Checks, database, link profile: nothing started, nothing written yet.
@@ -806,6 +810,7 @@ void RunSession::on_line(size_t i, const ControlMsg& m) {
     if (pre_.devices.chain.size() <= 1) server_endpoint_ = m.get_or("endpoint", "");
   }
   if (m.kind == "EVENT" && m.get_or("kind", "") == "step_waiting") step_waiting_.insert(i);
+  if (m.kind == "EVENT" && m.get_or("kind", "") == "placements_wanted") placements_wanted_.insert(i);
   if (!ro_.progress) return;
   if (frames_done_ == 0 && (m.kind == "PROFILE" || m.kind == "SEGMENT" || m.kind == "PROBE") &&
       phases_seen_.insert(a.device().name + " " + m.kind).second)
@@ -908,6 +913,36 @@ void RunSession::adapt(size_t i) {
            fmt::format("set_split {} (adaptive)", best->split));
 }
 
+// split: plan (#43): once a participant has profiled and probed (the chain's
+// devices did both before their READY), the planner predicts every
+// placement from this run's rows so far and the participant sweeps the
+// plan_k best, best first. The choice is recorded (placements_planned) with
+// each placement's predicted latency and the terms it came from.
+void RunSession::send_planned_placements(size_t i) {
+  const std::string& dev = (*agents_)[i].device().name;
+  rec_->flush();  // profiles and probes so far, for the planner
+  std::vector<std::string> devices = {dev};
+  devices.insert(devices.end(), pre_.devices.chain.begin(), pre_.devices.chain.end());
+  auto plan = analysis::plan_chain_from_profiles(*db_, run_id_, devices);
+  if (!plan) {
+    agents_->fail(fmt::format("split: plan for {}: {}", dev, user_text(plan.error())));
+    return;
+  }
+  std::string list, predicted;
+  for (size_t r : analysis::best_placements(*plan, static_cast<size_t>(cfg_.plan_k))) {
+    const auto& row = plan->rows[r];
+    list += (list.empty() ? "" : ",") + row.placement;
+    predicted += fmt::format("{}{} {:.3f} ms", predicted.empty() ? "" : ", ", row.placement, row.latency_ms);
+  }
+  rec_->event("info", "placements_planned",
+              fmt::format("split: plan: the {} best of {} placements by predicted latency (plan_k {}): {}; from {}",
+                          std::min<size_t>(plan->rows.size(), static_cast<size_t>(cfg_.plan_k)), plan->rows.size(),
+                          cfg_.plan_k, predicted, fmt::join(plan->fits, "; ")),
+              dev);
+  if (ro_.progress) draw_phase(fmt::format("PARTICIPANT {}: the planner chose {}", dev, list), tty_);
+  send_cmd(i, {{"op", "placements"}, {"placements", list}}, "placements " + list + " (split: plan)");
+}
+
 // lockstep: once every participant still running waits at its step boundary
 // (each sends step_waiting with its last frames back), all go on together. A
 // participant that finished or was lost no longer holds the others.
@@ -926,6 +961,8 @@ void RunSession::release_step() {
 // Once per turn of the loop: adaptive re-planning, a pending resume, and the
 // experiment's commands whose frame has come, per participant.
 void RunSession::schedule() {
+  for (size_t i : std::exchange(placements_wanted_, {}))
+    if (!agents_->finished(i)) send_planned_placements(i);
   release_step();
   for (size_t i = 0; i < agents_->size(); ++i) {
     if ((*agents_)[i].role() != wire::AgentRole::participant || agents_->finished(i)) continue;

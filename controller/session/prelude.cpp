@@ -47,10 +47,12 @@ Status check_chain_run(const settings::ExperimentConfig& cfg, const settings::De
   if (cfg.adapt.enabled) return refuse("adapt.enabled", "the adaptive policy plans two tiers only");
   if (!cfg.record.outputs) return {};
   auto shared = [&](const settings::SplitSpec& sp, const std::string& key) -> Status {
-    if (sp.all)
-      return refuse("record.outputs", "record.outputs keeps one file per participant, split and codec, and split: all "
-                                      "sweeps placements that share their first cut; list placements with distinct "
-                                      "first cuts, or record outputs in separate runs");
+    if (sp.all || sp.plan)
+      return refuse("record.outputs", fmt::format("record.outputs keeps one file per participant, split and codec, and "
+                                                  "split: {} sweeps placements that may share their first cut; list "
+                                                  "placements with distinct first cuts, or record outputs in separate "
+                                                  "runs",
+                                                  sp.plan ? "plan" : "all"));
     std::map<int, std::string> first;
     for (const auto& p : sp.entries)
       if (auto [it, fresh] = first.emplace(p.cuts.front(), p.text()); !fresh)

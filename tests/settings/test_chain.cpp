@@ -159,12 +159,35 @@ TEST(Chain, BadEntriesAreNamedWithWhatWasExpected) {
       {"chain: [edge, cloud]\nsplit: [[13, 3]]", "split[0][1]: cut 3 comes after 13; expected non-decreasing"},
       {"chain: [edge, cloud]\nsplit: [[3, 13], [3, 13]]", "split[1]: placement [3, 13] is listed twice"},
       {"chain: [edge, cloud]\nparticipant_splits: {p1: 4}", "participant_splits.p1[0]: 4 is one cut point"},
+      {"split: plan", "split: plan: the planner chooses placements on a chain of two or more devices"},
+      {"chain: [edge, cloud]\nsplit: plan\nprobe: {enabled: false}", "split: plan: needs probe.enabled: true"},
+      {"chain: [edge, cloud]\nsplit: plan\nrecord: {layers: false}", "split: plan: needs record.layers: true"},
+      {"chain: [edge, cloud]\nparticipant_splits: {p1: plan}", "participant_splits.p1: plan: the planner chooses"},
+      {"chain: [edge, cloud]\nsplit: plan\nplan_k: 0", "plan_k"},
   };
   for (const auto& [line, want] : cases) {
     Error e = experiment_error("model: alexnet\n" + line + "\n");
     EXPECT_EQ(e.code, Errc::config) << line;
     EXPECT_NE(e.message.find(want), std::string::npos) << line << " -> " << e.message;
   }
+}
+
+// split: plan is read, shown and read back; it resolves to no placement yet
+// (the planner chooses them when the run starts), any model size.
+TEST(Chain, SplitPlanIsReadShownAndLeavesThePlacementsToTheRun) {
+  auto r = parse_experiment("model: resnet18\nchain: [edge, cloud]\nsplit: plan\nplan_k: 7\n", "exp.yaml", false);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_TRUE(r->split.plan);
+  EXPECT_FALSE(r->split.all);
+  EXPECT_EQ(r->plan_k, 7);
+  EXPECT_EQ(parse_experiment("model: alexnet\n", "e.yaml", false)->plan_k, 20);
+  auto back = parse_experiment(to_yaml(*r), "back.yaml", false);
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_TRUE(back->split.plan);
+  EXPECT_EQ(back->plan_k, 7);
+  auto ps = resolve_placements(*r, r->split, 60);
+  ASSERT_TRUE(ps.ok()) << ps.error().str();
+  EXPECT_TRUE(ps->empty());
 }
 
 TEST(Chain, SplitAllIsRefusedBeyondAThousandPlacementsNamingTheCount) {
@@ -174,7 +197,8 @@ TEST(Chain, SplitAllIsRefusedBeyondAThousandPlacementsNamingTheCount) {
   auto e = resolve_placements(*r, r->split, 60);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.error().message.find("split: all: model 'resnet18' with 60 layers has 1891 placements on a chain of 2 "
-                                   "devices; expected at most 1000"),
+                                   "devices; expected at most 1000 for `all`: `split: plan` (the planner's best plan_k "
+                                   "placements)"),
             std::string::npos)
       << e.error().message;
   // An explicit entry beyond the model is named with its index.

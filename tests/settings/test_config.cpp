@@ -711,7 +711,7 @@ TEST(ExperimentConfig, SplitAcceptsIndexListOrAll) {
 TEST(ExperimentConfig, BadSplitsAreRejected) {
   const std::string what =
       "split: expected a split point (int >= 0), a list of split points, or all; on a chain of m devices, a list of "
-      "placements of m cut points each, e.g. [[3, 13], [5, 13]], got ";
+      "placements of m cut points each, e.g. [[3, 13], [5, 13]], or plan, got ";
   const std::pair<std::string, std::string> cases[] = {
       {"split: -1", "exp.yaml:2:8: " + what + "'-1'"},
       {"split: some", what + "'some'"},
@@ -1075,9 +1075,10 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "dataset.interpolation",
                         "on_participant_loss",
                         "lockstep",
-                        "chain"})
+                        "chain",
+                        "plan_k"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 71u);
+  EXPECT_EQ(names.size(), 72u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());

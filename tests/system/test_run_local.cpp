@@ -1,7 +1,9 @@
 // tracrctl run end to end with local agents on loopback and in-process.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <csignal>
 #include <cstdio>
 #include <regex>
@@ -57,6 +59,14 @@ bool wait_for_count(const std::string& db, const std::string& count_sql, int n) 
     if (!c.empty() && std::stoi(c) > n) return true;
   }
   return false;
+}
+
+// Three local agents: phone (PARTICIPANT) -> edge -> cloud.
+std::string chain_devices(TempDir& d) {
+  return d.file("devices.yaml", "devices:\n"
+                                "  - {device_type: SERVER, name: edge, transport: local}\n"
+                                "  - {device_type: SERVER, name: cloud, transport: local}\n"
+                                "  - {device_type: PARTICIPANT, name: phone, transport: local}\n");
 }
 
 }  // namespace
@@ -262,10 +272,7 @@ TEST(RunLocal, KilledServerFailsRunCleanlyAndKeepsRows) {
 TEST(RunLocal, AChainsMiddleDeviceKilledMidRunIsNamedAndKeepsTheRows) {
   TempDir d;
   const std::string db = (d.path / "r.db").string();
-  const std::string devices = d.file("devices.yaml", "devices:\n"
-                                                     "  - {device_type: SERVER, name: edge, transport: local}\n"
-                                                     "  - {device_type: SERVER, name: cloud, transport: local}\n"
-                                                     "  - {device_type: PARTICIPANT, name: phone, transport: local}\n");
+  const std::string devices = chain_devices(d);
   const std::string exp = d.file(
       "exp.yaml", "name: chainkill\nmodel: alexnet\ninput_size: [3, 64, 64]\ndataset:\n  type: synthetic\n  max_samples: 4\n"
                   "chain: [edge, cloud]\nsplit: [[3, 13], [5, 20]]\nwarmup: 0\nrepetitions: 200\nseed: 434344\n"
@@ -747,10 +754,7 @@ TEST(RunLocal, AChainOfTheServerAloneStoresTheSameRowsAsTwoTiers) {
 TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
   TempDir d;
   const std::string db = (d.path / "r.db").string();
-  const std::string devices = d.file("devices.yaml", "devices:\n"
-                                                     "  - {device_type: SERVER, name: edge, transport: local}\n"
-                                                     "  - {device_type: SERVER, name: cloud, transport: local}\n"
-                                                     "  - {device_type: PARTICIPANT, name: phone, transport: local}\n");
+  const std::string devices = chain_devices(d);
   auto exp = [&](const std::string& split, const std::string& extra) {
     std::string y = small_experiment(db, "probe: {enabled: false}\ninflight: 2\n" + extra, devices);
     y.replace(y.find("split: all"), 10, "split: " + split);
@@ -842,4 +846,76 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
   EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1 and total_ns <> head_ns + encode_ns + network_ns + "
                       "server_ns + queue_ns + return_ns + post_ns"),
             "0");
+}
+
+// split: plan on a chain of three local agents (#43): the middle probes its
+// hop to the next device before it serves, the participant probes hop 1,
+// profiles and waits; the controller plans every placement from those rows
+// and the participant sweeps the plan_k best, best first.
+TEST(RunLocal, SplitPlanSweepsThePlannersBestPlacementsFromProfilesAndPerHopProbes) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = chain_devices(d);
+  std::string y = small_experiment(db, "probe: {enabled: true, duration_ms: 200}\nchain: [edge, cloud]\nplan_k: 3\n",
+                                   devices);
+  y.replace(y.find("split: all"), 10, "split: plan");
+  auto r = sh(tracrctl() + " run " + d.file("plan.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // One probe per hop, each by the hop's sending device.
+  EXPECT_EQ(query(db, "select group_concat(participant, ',') from (select participant from probes where run_id = 1 "
+                      "order by participant)"),
+            "edge,phone");
+  EXPECT_EQ(query(db, "select count(*) from probes where run_id = 1 and up_mbps > 0 and rtt_min_ns > 0"), "2");
+  // The plan: recorded once, with its terms; the 3 best of AlexNet's 276 placements, sent as one command.
+  const std::string planned = query(db, "select message from events where run_id = 1 and kind = 'placements_planned'");
+  EXPECT_NE(planned.find("the 3 best of 276 placements by predicted latency (plan_k 3)"), std::string::npos) << planned;
+  EXPECT_NE(planned.find("hop 2 (edge -> cloud)"), std::string::npos) << planned;
+  const std::string sent = query(db, "select message from events where run_id = 1 and kind = 'command_sent'");
+  const auto at = sent.find("placements ");
+  ASSERT_NE(at, std::string::npos) << sent;
+  const std::string list = sent.substr(at + 11, sent.find(' ', at + 11) - at - 11);
+  // The participant swept exactly those, in that order (best predicted first), every frame answered.
+  EXPECT_EQ(query(db, "select group_concat(placement, ',') from (select placement from frames where run_id = 1 "
+                      "group by placement order by min(rowid))"),
+            list);
+  EXPECT_EQ(std::count(list.begin(), list.end(), ','), 2) << list;
+  EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1 and ok = 1"), "6");
+  // The predicted latencies in the event are in order, best first.
+  std::vector<double> ms;
+  for (size_t p = planned.find(" ms"); p != std::string::npos; p = planned.find(" ms", p + 1)) {
+    size_t b = planned.rfind(' ', p - 1);
+    ms.push_back(std::atof(planned.substr(b + 1, p - b - 1).c_str()));
+    if (ms.size() == 3) break;
+  }
+  ASSERT_EQ(ms.size(), 3u) << planned;
+  EXPECT_LE(ms[0], ms[1]);
+  EXPECT_LE(ms[1], ms[2]);
+  EXPECT_GT(ms[0], 0);
+  // Held out: each hop's network from the held-out run's probes (here the run itself: the path, not a figure).
+  auto held = sh(tracrctl() + " plan 1 --validate-on 1 --db " + db);
+  ASSERT_EQ(held.status, 0) << held.out;
+  for (const char* want : {"held out, hop 1 (phone -> edge): network", "held out, hop 2 (edge -> cloud): network",
+                           "measured = each placement's median over run(s) 1", "over the 3 placements the held-out"})
+    EXPECT_NE(held.out.find(want), std::string::npos) << want << "\n" << held.out;
+  auto bad = sh(tracrctl() + " plan 1 --validate-on 1, --db " + db);
+  EXPECT_EQ(bad.status, 2) << bad.out;
+}
+
+// split: plan is refused before anything starts where it cannot plan.
+TEST(RunLocal, SplitPlanIsRefusedWhereThePlannerHasNothingToPlanFrom) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string devices = chain_devices(d);
+  auto refused = [&](const std::string& extra, const std::string& want) {
+    std::string y = small_experiment(db, extra, devices);
+    y.replace(y.find("split: all"), 10, "split: plan");
+    auto r = sh(tracrctl() + " run " + d.file("p.yaml", y) + " --no-progress");
+    EXPECT_EQ(r.status, 2) << extra << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << extra << "\n" << r.out;
+  };
+  refused("chain: [cloud]\n", "split: plan: the planner chooses placements on a chain of two or more devices");
+  refused("chain: [edge, cloud]\nprobe: {enabled: false}\n", "split: plan: needs probe.enabled: true");
+  refused("chain: [edge, cloud]\nrecord: {layers: false}\n", "split: plan: needs record.layers: true");
+  refused("chain: [edge, cloud]\nplan_k: 0\n", "plan_k");
+  EXPECT_FALSE(std::filesystem::exists(db));
 }
