@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -83,10 +84,17 @@ int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+int64_t process_cpu_ns() {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 }  // namespace
 
 void ControlOut::note_progress() {
   ++loop_turns_;
+  loop_turn_cpu_ns_ = process_cpu_ns();
   loop_turn_at_ns_ = steady_ns();
 }
 
@@ -94,8 +102,31 @@ std::map<std::string, std::string> ControlOut::heartbeat_fields() const {
   const int64_t at = loop_turn_at_ns_;
   if (at == 0) return {};
   std::map<std::string, std::string> f{{"loop", std::to_string(loop_turns_.load())}};
-  const int64_t idle_ms = (steady_ns() - at) / 1000000;
-  if (idle_ms >= stall_ms_) f["stalled_ms"] = std::to_string(idle_ms);
+  const int64_t now = steady_ns(), cpu = process_cpu_ns();
+  const int64_t idle_ms = (now - at) / 1000000;
+  // The process's CPU time over the last stall_ms: from the newest sample at
+  // least that old, else from the loop's last turn (#46: a frame computing
+  // for minutes is work, not a stall; a loop blocked with the process idle
+  // is a hang).
+  std::lock_guard<std::mutex> lock(cpu_mu_);
+  cpu_samples_.push_back({now, cpu});
+  const int64_t window_ns = static_cast<int64_t>(stall_ms_) * 1000000;
+  while (cpu_samples_.size() >= 2 && cpu_samples_[1].first <= now - window_ns) cpu_samples_.pop_front();
+  std::pair<int64_t, int64_t> base{at, loop_turn_cpu_ns_.load()};
+  if (const auto& front = cpu_samples_.front(); front.first <= now - window_ns && front.first > base.first) base = front;
+  if (idle_ms < stall_ms_) return f;
+  const int64_t span_ms = std::max<int64_t>(1, (now - base.first) / 1000000);
+  const int64_t cpu_ms = (cpu - base.second) / 1000000;
+  if (cpu_ms * 100 >= span_ms * kMinBusyCpuPct) {
+    f["computing_ms"] = std::to_string(idle_ms);  // no turn yet, but the process works: one long frame
+    f["cpu_ms"] = std::to_string(cpu_ms);
+    f["window_ms"] = std::to_string(span_ms);
+    return f;
+  }
+  f["stalled_ms"] = std::to_string(idle_ms);
+  f["cpu_ms"] = std::to_string(cpu_ms);
+  f["window_ms"] = std::to_string(span_ms);
+  f["stall_limit_ms"] = std::to_string(stall_ms_);
   return f;
 }
 

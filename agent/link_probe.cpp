@@ -135,6 +135,17 @@ class LinkProbe {
 
 }  // namespace
 
+Status keep_alive(Client& client, int timeout_ms) {
+  TRACR_TRY(client.send(MsgType::probe, -1, {}, {{"op", std::string("echo")}, {"n", int64_t{0}}}));
+  auto f = client.recv(timeout_ms);
+  if (!f) return make_error(f.error().code, "keep-alive echo: " + f.error().message);
+  if (f->header.type != MsgType::probe_reply)
+    return make_error(Errc::unexpected_message,
+                      "keep-alive echo: got " + std::string(msg_type_name(f->header.type)) +
+                          (f->header.error ? ": " + f->header.error->str() : std::string()));
+  return {};
+}
+
 Result<ProbeRecord> probe_link(Client& c, const ProbeOptions& o) { return LinkProbe(c, o).run(); }
 
 }  // namespace tracr::agent

@@ -27,4 +27,10 @@ struct ProbeOptions {
 };
 Result<wire::ProbeRecord> probe_link(protocol::Client& client, const ProbeOptions& o);
 
+// One echo round trip (PROTOCOL.md 6.3): a session its controller has
+// paused, or holds in lockstep, keeps itself from being the idle one
+// evicted when the server's session table is full. Nothing else may be in
+// flight on the session. Error names what came instead of the echo.
+Status keep_alive(protocol::Client& client, int timeout_ms);
+
 }  // namespace tracr::agent

@@ -1,9 +1,11 @@
 #include "agent/pipeline.hpp"
+#include "agent/link_probe.hpp"
 
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -226,6 +228,7 @@ class Pipeline {
   // Applies the controller's commands; blocks while paused (from the start
   // with `paused`, until a resume).
   Status commands(bool paused = false) {
+    paused_since_.reset();
     while (true) {
       if (hooks_.stop && hooks_.stop()) {
         if (!stop_) event("stopped", nullptr, "the controller closed the control channel or the agent was signalled");
@@ -283,6 +286,13 @@ class Pipeline {
       if (!paused) return {};
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       last_empty_ = Clock::now();  // nothing was read while paused: no reply is pending
+      if (protocol::Client* c = link_.client(); c && spec_.keepalive_ms > 0) {
+        if (!paused_since_) paused_since_ = Clock::now();
+        if (Clock::now() - *paused_since_ >= std::chrono::milliseconds(spec_.keepalive_ms)) {
+          TRACR_TRY(keep_alive(*c, spec_.timeout_ms));
+          paused_since_ = Clock::now();
+        }
+      }
     }
   }
 
@@ -485,6 +495,7 @@ class Pipeline {
   const int window_;
   const Clock::time_point run_t0_;
   Clock::time_point last_empty_;
+  std::optional<Clock::time_point> paused_since_;  // while paused: since the pause or the last keep-alive
   std::deque<PendingFrame> pending_;
   std::deque<std::pair<int64_t, int64_t>> est_;  // (bytes both ways, network_ns) of recent frames
   double last_est_mbps_ = 0;                     // the newest running link estimate (auto codec)

@@ -45,6 +45,10 @@ struct ParticipantSpec {
   // lockstep: before each step of the policy, wait (event step_waiting) for
   // the controller's resume, so that every participant starts it together.
   bool lockstep = false;
+  // While paused or held in lockstep, an echo on the session this often
+  // (agent/link_probe.hpp keep_alive) so it is never the idle session a
+  // full server evicts (its evict_idle_ms is 30 s); 0: none.
+  int keepalive_ms = 10000;
   // The participant's run clock origin: frames' start_ns/end_ns count from here.
   std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
   // Energy (agent/energy.hpp): the participant's meters or power model, and

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <deque>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -117,15 +118,19 @@ class ControlOut {
   // True when the stop came from the controller's silence.
   bool silenced() const { return silenced_.load(); }
   // A serving loop calls this once per turn. From the first call on, every
-  // HEARTBEAT line carries `loop` (turns so far) and, once no turn has
-  // completed for stall_ms, `stalled_ms`:
-  // the controller ends the run on it (the loop is stuck, though this agent
-  // still answers).
+  // HEARTBEAT line carries `loop` (turns so far). Once no turn has completed
+  // for stall_ms the heartbeat thread judges by the process's CPU time over
+  // the last stall_ms (`cpu_ms` over `window_ms`): at least kMinBusyCpuPct %
+  // of one core is a long frame still computing (`computing_ms`, the run goes
+  // on: a 50 s forward is not a hang); less is `stalled_ms` (with
+  // `stall_limit_ms`): the controller ends the run on it (the loop is stuck,
+  // though this agent still answers).
   void note_progress();
   // The fields of the next HEARTBEAT line (loop, stalled_ms; none before the
   // first note_progress()).
   std::map<std::string, std::string> heartbeat_fields() const;
   static constexpr int kMinStallMs = 30000;
+  static constexpr int kMinBusyCpuPct = 5;
   // CMD lines received since the last call (non-blocking).
   std::vector<wire::ControlMsg> take_commands();
   // Waits up to timeout_ms for the CONFIG line and returns its yaml field.
@@ -146,6 +151,9 @@ class ControlOut {
   std::atomic<bool> silenced_{false};
   std::atomic<int64_t> loop_turns_{0};
   std::atomic<int64_t> loop_turn_at_ns_{0};  // steady clock of the last turn; 0: no loop yet
+  std::atomic<int64_t> loop_turn_cpu_ns_{0};  // the process's CPU time then
+  mutable std::mutex cpu_mu_;
+  mutable std::deque<std::pair<int64_t, int64_t>> cpu_samples_;  // (steady ns, CPU ns) per heartbeat, last stall_ms
 
   std::mutex in_mu_;  // guards what the reader hands over below
   std::vector<wire::ControlMsg> commands_;

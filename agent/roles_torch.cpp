@@ -243,10 +243,15 @@ Status profile_segments(const AgentOptions& o, const settings::ExperimentConfig&
 
 // split: plan (#43): the controller plans the placements once every device
 // has profiled and probed; the participant asks (EVENT placements_wanted)
-// and waits for CMD op=placements ("3|13,5|13": each cut point along the
-// chain, placements ','-separated). Other commands before it are refused.
-Result<std::vector<wire::Placement>> planned_placements(ControlOut& ctl, int num_layers) {
-  ctl.send("EVENT", {{"kind", "placements_wanted"}, {"frame", "-1"}, {"cmd", ""}, {"op", ""},
+// (with the cuts the model refuses) and waits for CMD op=placements
+// ("3|13,5|13": each cut point along the chain, placements ','-separated).
+// Other commands before it are refused.
+Result<std::vector<wire::Placement>> planned_placements(ControlOut& ctl, const ex::SplitModel& model) {
+  const int num_layers = model.num_layers();
+  std::string refused;  // cuts this model cannot make (a graph model's): the planner leaves them out
+  for (int k = 0; k <= num_layers; ++k)
+    if (!model.split_refusal(k).empty()) refused += (refused.empty() ? "" : ",") + std::to_string(k);
+  ctl.send("EVENT", {{"kind", "placements_wanted"}, {"frame", "-1"}, {"cmd", ""}, {"op", ""}, {"refused", refused},
                      {"message", "profiled and probed: waiting for the planner's placements (split: plan)"}});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
   while (!ctl.stop_requested()) {
@@ -426,7 +431,7 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     for (int k = 0; k <= model->num_layers(); ++k) splits.push_back(k);
   // A chain of two or more devices sweeps placements (the controller checked them).
   if (settings::chain_hops(cfg) > 1) {
-    auto placements = cfg.split.plan ? planned_placements(ctl, model->num_layers())
+    auto placements = cfg.split.plan ? planned_placements(ctl, *model)
                                      : settings::resolve_placements(cfg, cfg.split, model->num_layers());
     if (!placements) {
       ctl.send("FAIL", {{"error", placements.error().str()}});

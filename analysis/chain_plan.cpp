@@ -324,9 +324,11 @@ Result<ChainPlan> plan_chain_from_profiles(ResultsDb& db, int64_t run_id, const 
   return p;
 }
 
-std::vector<size_t> best_placements(const ChainPlan& p, size_t k) {
-  std::vector<size_t> order(p.rows.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+std::vector<size_t> best_placements(const ChainPlan& p, size_t k, const std::set<int>& refused) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < p.rows.size(); ++i)
+    if (std::none_of(p.rows[i].cuts.begin(), p.rows[i].cuts.end(), [&](int c) { return refused.count(c) > 0; }))
+      order.push_back(i);
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return p.rows[a].latency_ms < p.rows[b].latency_ms; });
   if (order.size() > k) order.resize(k);

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -84,8 +85,9 @@ Result<ChainPlan> plan_chain_run(store::ResultsDb& db, int64_t run_id, const std
 Result<ChainPlan> plan_chain_from_profiles(store::ResultsDb& db, int64_t run_id,
                                            const std::vector<std::string>& devices);
 
-// The rows of the k lowest predicted latencies, best first.
-std::vector<size_t> best_placements(const ChainPlan& p, size_t k);
+// The rows of the k lowest predicted latencies, best first, leaving out
+// placements with a cut in `refused` (cuts the model cannot make).
+std::vector<size_t> best_placements(const ChainPlan& p, size_t k, const std::set<int>& refused = {});
 
 // The plan as text: the chosen and measured best, the fits, and the rows
 // (measured placements and the `top` best predicted).

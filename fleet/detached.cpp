@@ -24,6 +24,7 @@
 #include "fleet/process.hpp"
 #include "fleet/ssh.hpp"
 #include "core/log.hpp"
+#include "core/process_identity.hpp"
 #include "core/user_error.hpp"
 
 namespace tracr::fleet {
@@ -126,6 +127,124 @@ std::string read_local(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+namespace {
+
+// Local processes started with `--secret-file` naming `secret_file` (the
+// same file, however the path was written): a detached agent's own identity,
+// for a state whose pid no longer names it (#46: a state file edited to
+// point at a decoy). /proc/PID/cmdline, relative paths against /proc/PID/cwd.
+std::vector<int64_t> local_agents_by_secret(const std::string& secret_file) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  if (!fs::exists(secret_file, ec)) return out;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    std::ifstream f(e.path() / "cmdline", std::ios::binary);
+    const std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::vector<std::string> argv;
+    for (size_t a = 0, b; a < cmd.size(); a = b + 1) {
+      b = cmd.find('\0', a);
+      if (b == std::string::npos) b = cmd.size();
+      argv.push_back(cmd.substr(a, b - a));
+    }
+    for (size_t i = 0; i + 1 < argv.size(); ++i) {
+      if (argv[i] != "--secret-file") continue;
+      fs::path arg(argv[i + 1]);
+      if (arg.is_relative()) arg = fs::read_symlink(e.path() / "cwd", ec) / arg;
+      if (fs::equivalent(arg, secret_file, ec)) out.push_back(std::stoll(name));
+      break;
+    }
+  }
+  return out;
+}
+
+// SIGTERM, up to 5 s, then SIGKILL; whether it is gone.
+bool stop_local_process(int64_t pid, int64_t ticks) {
+  ::kill(static_cast<pid_t>(pid), SIGTERM);
+  for (int i = 0; i < 50 && process_alive(pid, ticks); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (process_alive(pid, ticks)) ::kill(static_cast<pid_t>(pid), SIGKILL);
+  for (int i = 0; i < 20 && process_alive(pid, ticks); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return !process_alive(pid, ticks);
+}
+
+// What stopping one detached agent came to: !ok = an error was logged (its
+// state is kept); found = the agent found by its secret file, not its pid.
+struct StopOutcome {
+  bool ok = true;
+  bool was_running = false;
+  std::string found;
+};
+
+StopOutcome stop_local_agent(const DetachedServer& d, const std::string& state_dir, const std::string& state_file) {
+  StopOutcome out;
+  std::error_code ec;
+  std::vector<std::pair<int64_t, int64_t>> targets;  // (pid, start ticks)
+  if (process_alive(d.pid, d.start_ticks)) targets.push_back({d.pid, d.start_ticks});
+  else
+    for (int64_t pid : local_agents_by_secret((fs::path(state_dir) / (d.device + ".secret")).string())) {
+      targets.push_back({pid, process_start_ticks(pid)});
+      out.found += fmt::format("{}{}", out.found.empty() ? "" : ", ", pid);
+    }
+  bool alive = false;
+  for (const auto& [pid, ticks] : targets) alive = !stop_local_process(pid, ticks) || alive;
+  if (alive) {
+    // Never forget a live agent: its state stays for another try.
+    TRACR_LOG(error, "detached agent on {}: pid {} is still running after SIGKILL; its state {} is kept", d.device,
+              targets.front().first, state_file);
+    out.ok = false;
+    return out;
+  }
+  out.was_running = !targets.empty();
+  fs::remove(fs::path(state_dir) / (d.device + ".secret"), ec);
+  fs::remove(fs::path(state_dir) / (d.device + ".experiment.yaml"), ec);
+  return out;
+}
+
+StopOutcome stop_remote_agent(const DetachedServer& d, bool trust, const std::string& devices_file) {
+  StopOutcome out;
+  out.ok = false;
+  // The devices file it was started from, else the one given.
+  const std::string from = d.devices_file.empty() ? devices_file : d.devices_file;
+  auto devs = load_devices_or_default(from);
+  const DeviceConfig* dev = devs ? devs->find(d.device) : nullptr;
+  if (!dev) {
+    TRACR_LOG(error, "detached agent on {}: device not in {}{}", d.device, from,
+              devs ? "" : " (" + user_text(devs.error()) + ")");
+    return out;
+  }
+  auto s = SshSession::connect(device_ssh_target(*dev, devs->source, trust));
+  if (!s) {
+    TRACR_LOG(error, "detached agent on {}: {}", d.device, user_text(s.error()));
+    return out;
+  }
+  const std::string pid = std::to_string(d.pid), ticks = std::to_string(d.start_ticks);
+  const std::string base = d.log.substr(0, d.log.size() - std::string("-detached.log").size());
+  // Not the recorded process: the agent started with this state's secret file, found by its command line.
+  const std::string secret = shell_quote(base + ".secret");
+  const std::string by_secret =
+      "for q in /proc/[0-9]*; do [ \"$(tr '\\000' '\\n' < $q/cmdline 2>/dev/null | grep -A1 -x -- --secret-file | "
+      "tail -n 1)\" = " + secret + " ] && echo ${q#/proc/}; done";
+  auto r = (*s)->run("same() { [ \"$(" + start_ticks_shell(pid) + ")\" = " + ticks + " ]; }; if same; then kill " + pid +
+                     "; i=0; while same && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; same && kill -9 " + pid +
+                     "; echo stopped; else f=$(" + by_secret + "); if [ -n \"$f\" ]; then kill $f; sleep 1; "
+                     "kill -9 $f 2>/dev/null; echo found $f; else echo gone; fi; fi; rm -f " + secret + " " +
+                     shell_quote(base + ".experiment.yaml"));
+  if (!r) {
+    TRACR_LOG(error, "detached agent on {}: {}", d.device, user_text(r.error()));
+    return out;
+  }
+  out.ok = true;
+  out.was_running = r->out.find("stopped") != std::string::npos || r->out.find("found ") != std::string::npos;
+  if (auto at = r->out.find("found "); at != std::string::npos) {
+    out.found = r->out.substr(at + 6);
+    out.found = out.found.substr(0, out.found.find('\n'));
+  }
+  return out;
+}
+
+}  // namespace
+
 int stop_detached_agents(const std::string& state_dir, bool trust, const std::string& devices_file) {
   std::error_code ec;
   if (!fs::is_directory(state_dir, ec)) return 0;
@@ -148,49 +267,20 @@ int stop_detached_agents(const std::string& state_dir, bool trust, const std::st
       ++bad;
       continue;
     }
-    bool was_running = true;
-    if (d->transport == "local") {
-      was_running = process_alive(d->pid, d->start_ticks);
-      if (was_running) {
-        ::kill(static_cast<pid_t>(d->pid), SIGTERM);
-        for (int i = 0; i < 50 && process_alive(d->pid, d->start_ticks); ++i)
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        if (process_alive(d->pid, d->start_ticks)) ::kill(static_cast<pid_t>(d->pid), SIGKILL);
-      }
-      fs::remove(fs::path(state_dir) / (d->device + ".secret"), ec);
-      fs::remove(fs::path(state_dir) / (d->device + ".experiment.yaml"), ec);
-    } else {
-      // The devices file it was started from, else the one given.
-      const std::string from = d->devices_file.empty() ? devices_file : d->devices_file;
-      auto devs = load_devices_or_default(from);
-      const DeviceConfig* dev = devs ? devs->find(d->device) : nullptr;
-      if (!dev) {
-        TRACR_LOG(error, "detached agent on {}: device not in {}{}", d->device, from,
-                  devs ? "" : " (" + user_text(devs.error()) + ")");
-        ++bad;
-        continue;
-      }
-      auto s = SshSession::connect(device_ssh_target(*dev, devs->source, trust));
-      if (!s) {
-        TRACR_LOG(error, "detached agent on {}: {}", d->device, user_text(s.error()));
-        ++bad;
-        continue;
-      }
-      const std::string pid = std::to_string(d->pid), ticks = std::to_string(d->start_ticks);
-      const std::string base = d->log.substr(0, d->log.size() - std::string("-detached.log").size());
-      auto r = (*s)->run("same() { [ \"$(" + start_ticks_shell(pid) + ")\" = " + ticks + " ]; }; if same; then kill " +
-                         pid + "; i=0; while same && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done; same && kill -9 " +
-                         pid + "; echo stopped; else echo gone; fi; rm -f " + shell_quote(base + ".secret") + " " +
-                         shell_quote(base + ".experiment.yaml"));
-      if (!r) {
-        TRACR_LOG(error, "detached agent on {}: {}", d->device, user_text(r.error()));
-        ++bad;
-        continue;
-      }
-      was_running = r->out.find("stopped") != std::string::npos;
+    const StopOutcome out = d->transport == "local" ? stop_local_agent(*d, state_dir, e.path().string())
+                                                    : stop_remote_agent(*d, trust, devices_file);
+    if (!out.ok) {
+      ++bad;
+      continue;
     }
+    const bool was_running = out.was_running;
+    const std::string& found = out.found;
     fs::remove(e.path(), ec);
-    if (was_running) fmt::print("stopped the detached SERVER agent on {} (pid {})\n", d->device, d->pid);
+    if (!found.empty())
+      fmt::print("stopped the detached SERVER agent on {} (pid {}, found by its --secret-file: its state named pid {}, "
+                 "which is not the agent)\n",
+                 d->device, found, d->pid);
+    else if (was_running) fmt::print("stopped the detached SERVER agent on {} (pid {})\n", d->device, d->pid);
     else fmt::print("the detached SERVER agent on {} (pid {}) had already ended; its state is removed\n", d->device, d->pid);
   }
   return bad ? 1 : 0;

@@ -211,7 +211,7 @@ struct ExperimentConfig {
   int heartbeat_timeout_ms = 5000;   // control-channel silence before an agent is lost / an agent stops
   // A PARTICIPANT that dies or goes silent: "fail" ends the run (every
   // participant), "continue" records it and the others go on.
-  std::string on_participant_loss = "fail";
+  std::string on_participant_loss = "continue";  // #46: one participant's loss does not cost the others' rows
   // Every PARTICIPANT starts each split of its sweep together with the
   // others: each waits at the boundary until all have finished the split.
   bool lockstep = false;

@@ -73,8 +73,18 @@ using Opts = ResultsOptions;
 namespace {
 
 
-std::string run_header(const RunRow& r) {
-  std::string o = fmt::format("run {}  {}  [{}]\n", r.id, r.name, run_status_name(r.status));
+// The run's status, with how many participants it went on without
+// (on_participant_loss: continue; events participant_lost).
+std::string status_text(ResultsDb& db, const RunRow& r) {
+  std::string s(run_status_name(r.status));
+  auto ev = db.events(r.id);
+  if (!ev) return s;
+  const auto lost = std::count_if(ev->begin(), ev->end(), [](const EventRecord& e) { return e.kind == "participant_lost"; });
+  return lost > 0 ? fmt::format("{} ({} lost)", s, lost) : s;
+}
+
+std::string run_header(ResultsDb& db, const RunRow& r) {
+  std::string o = fmt::format("run {}  {}  [{}]\n", r.id, r.name, status_text(db, r));
   o += fmt::format("  started {}  ended {}  duration {}\n", r.started_at,
                    r.ended_at.empty() ? "-" : r.ended_at, duration_text(r));
   o += fmt::format("  model {}  codec {}  cipher {}  tracr {}  protocol {}\n", r.model, r.codec, r.cipher,
@@ -114,7 +124,7 @@ Status cmd_list(ResultsDb& db, const Opts& o) {
   std::vector<std::vector<std::string>> rows = {
       {"id", "name", "status", "started", "duration", "model", "codec", "cipher", "frames"}};
   for (const auto& r : *runs)
-    rows.push_back({std::to_string(r.id), r.name, std::string(run_status_name(r.status)), r.started_at,
+    rows.push_back({std::to_string(r.id), r.name, status_text(db, r), r.started_at,
                     duration_text(r), r.model, r.codec, r.cipher, std::to_string(r.frame_count)});
   // Narrower than the table: cipher, start time, then codec go first.
   std::fputs(fit_table(rows, {1, 2, 3, 5, 6, 7}, table_width(), {7, 3, 6}).c_str(), stdout);
@@ -127,7 +137,7 @@ Status cmd_show(ResultsDb& db, const Opts& o) {
   if (!id) throw Fatal(id.error());
   auto run = db.get_run(*id);
   if (!run) throw Fatal(run.error());
-  std::fputs(run_header(*run).c_str(), stdout);
+  std::fputs(run_header(db, *run).c_str(), stdout);
   std::fputs("\n", stdout);
   auto train = db.rows("train_runs", *id);
   if (!train) throw Fatal(train.error());

@@ -509,6 +509,7 @@ class RunSession {
   std::set<size_t> step_waiting_;  // lockstep: participants waiting at a step boundary
   int steps_released_ = 0;
   std::set<size_t> placements_wanted_;  // split: plan: participants waiting for the planner's placements
+  std::set<int> refused_cuts_;          // split: plan: cuts the model refuses (from the participants)
 };
 
 // Checks, database, link profile: nothing started, nothing written yet.
@@ -810,7 +811,11 @@ void RunSession::on_line(size_t i, const ControlMsg& m) {
     if (pre_.devices.chain.size() <= 1) server_endpoint_ = m.get_or("endpoint", "");
   }
   if (m.kind == "EVENT" && m.get_or("kind", "") == "step_waiting") step_waiting_.insert(i);
-  if (m.kind == "EVENT" && m.get_or("kind", "") == "placements_wanted") placements_wanted_.insert(i);
+  if (m.kind == "EVENT" && m.get_or("kind", "") == "placements_wanted") {
+    placements_wanted_.insert(i);
+    for (const auto& k : wire::split_on(m.get_or("refused", ""), ','))
+      if (!k.empty()) refused_cuts_.insert(std::atoi(k.c_str()));
+  }
   if (!ro_.progress) return;
   if (frames_done_ == 0 && (m.kind == "PROFILE" || m.kind == "SEGMENT" || m.kind == "PROBE") &&
       phases_seen_.insert(a.device().name + " " + m.kind).second)
@@ -929,15 +934,23 @@ void RunSession::send_planned_placements(size_t i) {
     return;
   }
   std::string list, predicted;
-  for (size_t r : analysis::best_placements(*plan, static_cast<size_t>(cfg_.plan_k))) {
+  const auto best = analysis::best_placements(*plan, static_cast<size_t>(cfg_.plan_k), refused_cuts_);
+  if (best.empty()) {
+    agents_->fail(fmt::format("split: plan for {}: every placement has a cut the model refuses", dev));
+    return;
+  }
+  for (size_t r : best) {
     const auto& row = plan->rows[r];
     list += (list.empty() ? "" : ",") + row.placement;
     predicted += fmt::format("{}{} {:.3f} ms", predicted.empty() ? "" : ", ", row.placement, row.latency_ms);
   }
   rec_->event("info", "placements_planned",
-              fmt::format("split: plan: the {} best of {} placements by predicted latency (plan_k {}): {}; from {}",
-                          std::min<size_t>(plan->rows.size(), static_cast<size_t>(cfg_.plan_k)), plan->rows.size(),
-                          cfg_.plan_k, predicted, fmt::join(plan->fits, "; ")),
+              fmt::format("split: plan: the {} best of {} placements by predicted latency (plan_k {}{}): {}; from {}",
+                          best.size(), plan->rows.size(), cfg_.plan_k,
+                          refused_cuts_.empty() ? std::string()
+                                                : fmt::format(", leaving out cuts the model refuses: {}",
+                                                              fmt::join(refused_cuts_, ",")),
+                          predicted, fmt::join(plan->fits, "; ")),
               dev);
   if (ro_.progress) draw_phase(fmt::format("PARTICIPANT {}: the planner chose {}", dev, list), tty_);
   send_cmd(i, {{"op", "placements"}, {"placements", list}}, "placements " + list + " (split: plan)");

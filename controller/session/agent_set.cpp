@@ -1,5 +1,9 @@
 #include "controller/session/agent_set.hpp"
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "controller/session/run_row.hpp"
@@ -78,9 +82,13 @@ void AgentSet::dispatch(const fleet::Event& e) {
   }
   if (m.kind == "HEARTBEAT" && m.fields.count("stalled_ms")) {
     // The agent answers, but its serving loop has stopped turning (#24).
-    fail(fmt::format("{} agent on {} is stuck: its serving loop has made no progress for {} ms (after {} turns), "
-                     "though its control channel still answers; ending the run",
-                     wire::role_name(a.role()), dev, m.get_or("stalled_ms", "?"), m.get_or("loop", "?")));
+    // The agent's heartbeat thread judged it idle, not computing (#46).
+    fail(fmt::format("{} agent on {} is stuck: its serving loop has made no progress for {} ms (after {} turns) and "
+                     "the agent used {} ms of CPU in the last {} ms: not computing, though its control channel still "
+                     "answers; ending the run (the limit: {} ms, the larger of 30 s and heartbeat_timeout_ms; a frame "
+                     "that computes longer is not a stall)",
+                     wire::role_name(a.role()), dev, m.get_or("stalled_ms", "?"), m.get_or("loop", "?"),
+                     m.get_or("cpu_ms", "?"), m.get_or("window_ms", "?"), m.get_or("stall_limit_ms", "?")));
     return;
   }
   if (handler_) handler_(e.agent, m);
@@ -128,12 +136,27 @@ void AgentSet::wait_until(const std::function<bool()>& done, int timeout_ms) {
 }
 
 void AgentSet::stop_all() {
-  // A lost agent's connection may be dead (a partition): stopping it is
-  // bounded (AgentProc::stop), and it stops by itself on our silence.
+  // Every agent at once, the same grace for all (#46: one after another took
+  // about 3 s each, minutes with 64 participants), and what they deliver
+  // meanwhile recorded as it comes. A lost agent's connection may be dead (a
+  // partition): stopping it is bounded (AgentProc::stop), and it stops by
+  // itself on our silence.
+  std::vector<int> grace(agents_.size());
   for (size_t i = 0; i < agents_.size(); ++i) {
     finished_[i] = true;
-    agents_[i]->stop(liveness_.declared_lost(i) ? 1000 : 3000);
+    grace[i] = liveness_.declared_lost(i) ? 1000 : 3000;
   }
+  std::atomic<size_t> left{agents_.size()};
+  std::vector<std::thread> stops;
+  stops.reserve(agents_.size());
+  for (size_t i = 0; i < agents_.size(); ++i)
+    stops.emplace_back([this, i, &grace, &left] {
+      agents_[i]->stop(grace[i]);
+      --left;
+    });
+  while (left > 0)
+    if (auto e = pump_.pop(20)) dispatch(*e);
+  for (auto& t : stops) t.join();
   pump_.stop();
   while (auto e = pump_.pop(0)) dispatch(*e);
 }

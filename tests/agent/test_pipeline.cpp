@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "agent/link_probe.hpp"
 #include "agent/pipeline.hpp"
@@ -14,6 +17,9 @@
 #include "protocol/codec.hpp"
 #include "experiments/tensor_bridge.hpp"
 #include "protocol/frame.hpp"
+#include "protocol/channel.hpp"
+#include "agent/link.hpp"
+#include "agent/command.hpp"
 
 using namespace tracr;
 using namespace tracr::agent;
@@ -311,4 +317,98 @@ TEST(Pipeline, RepliesAreMatchedToTheirRequestsByReqSeq) {
   size_t stray = 0;
   for (const auto& e : r.events) stray += e.rfind("stray_reply: ", 0) == 0;
   EXPECT_EQ(stray, 1u) << ::testing::PrintToString(r.events);
+}
+
+namespace {
+
+// A server whose session table holds one session and evicts one idle for
+// 1 s; it answers probe echoes (as every tracr server does) and nothing
+// else.
+struct OneSessionServer {
+  zmq::context_t& ctx;
+  std::unique_ptr<protocol::Server> server;
+  std::thread th;
+  std::atomic<bool> stop{false};
+  explicit OneSessionServer(zmq::context_t& c) : ctx(c) {
+    protocol::ChannelOptions o;
+    o.security.secret.assign(32, 9);
+    o.max_peers = 1;
+    o.evict_idle_ms = 1000;
+    auto s = protocol::Server::bind(ctx, "tcp://127.0.0.1:0", o);
+    EXPECT_TRUE(s.ok());
+    server = std::move(*s);
+    th = std::thread([this] {
+      while (!stop) {
+        auto in = server->recv(20);
+        if (!in || in->frame.header.type != protocol::MsgType::probe) continue;
+        (void)server->send(in->peer, protocol::MsgType::probe_reply, in->frame.header.split, {}, in->frame.header.meta);
+      }
+    });
+  }
+  ~OneSessionServer() {
+    stop = true;
+    th.join();
+  }
+};
+
+protocol::ChannelOptions client_options() {
+  protocol::ChannelOptions o;
+  o.security.secret.assign(32, 9);
+  o.handshake_timeout_ms = 1000;
+  return o;
+}
+
+// Participant A paused for 2.5 s on a full server (one session): B's HELLO at
+// 1.5 s finds A idle past evict_idle_ms unless A keeps itself alive (every
+// 100 ms: a tenth of the limit, so a loaded machine's delays do not matter). Returns
+// whether B got a session.
+bool second_session_while_paused(int keepalive_ms) {
+  zmq::context_t ctx;
+  OneSessionServer srv(ctx);
+  auto a = protocol::Client::connect(ctx, srv.server->endpoint(), client_options());
+  EXPECT_TRUE(a.ok()) << a.error().str();
+  NetworkLink link(std::move(*a));
+  ModelSpec ms{"alexnet", {{3, 64, 64}, 0, "cpu", "", 1}};
+  auto model = load_model(ms);
+  EXPECT_TRUE(model.ok());
+  ParticipantSpec ps;
+  ps.model = ms;
+  ps.dataset.input_shape = (*model)->input_shape();
+  ps.dataset.num_samples = 1;
+  ps.max_samples = 1;
+  ps.warmup = 0;
+  ps.keepalive_ms = keepalive_ms;
+  SweepPolicy policy({5}, 0, 1);
+  PipelineHooks hooks;
+  const auto t0 = std::chrono::steady_clock::now();
+  bool paused = false;
+  hooks.poll = [&] {
+    std::vector<Command> out;
+    Command c;
+    if (!paused) {
+      c.kind = Command::Kind::pause;
+      out.push_back(c);
+      paused = true;
+    } else if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(2500)) {
+      out.push_back(c);  // stop
+    }
+    return out;
+  };
+  Status st;
+  std::thread run([&] { st = run_pipeline(ps, **model, link, policy, hooks); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto b = protocol::Client::connect(ctx, srv.server->endpoint(), client_options());
+  run.join();
+  EXPECT_TRUE(st.ok()) << st.error().str();
+  return b.ok();
+}
+
+}  // namespace
+
+// #46: a session its controller paused (or holds in lockstep) is not the
+// idle one a full server evicts: the participant sends an echo every
+// keepalive_ms while it waits. Without it the paused session gives way.
+TEST(Pipeline, APausedSessionKeepsItselfAliveOnAFullServer) {
+  EXPECT_FALSE(second_session_while_paused(100)) << "the paused session was evicted";
+  EXPECT_TRUE(second_session_while_paused(0)) << "the control: an idle session gives way";
 }

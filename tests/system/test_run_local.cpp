@@ -309,9 +309,10 @@ TEST(RunLocal, AChainsMiddleDeviceKilledMidRunIsNamedAndKeepsTheRows) {
   EXPECT_FALSE(alive(phone));
 }
 
-// on_participant_loss: continue (#24): one of two participants is killed
-// mid-run; the other finishes its frames, the run is completed, and the loss
-// is recorded with its cause and said at the end.
+// on_participant_loss: continue (#24; the default since #46): one of two
+// participants is killed mid-run; the other finishes its frames, the run is
+// completed, and the loss is recorded with its cause, said at the end and in
+// results list / show.
 TEST(RunLocal, AParticipantsDeathLeavesTheOthersRunningWhenAskedTo) {
   TempDir d;
   const std::string db = (d.path / "r.db").string();
@@ -322,7 +323,7 @@ TEST(RunLocal, AParticipantsDeathLeavesTheOthersRunningWhenAskedTo) {
   const std::string exp = d.file(
       "exp.yaml", "name: spare\nmodel: alexnet\ninput_size: [3, 64, 64]\ndataset:\n  type: synthetic\n  max_samples: 4\n"
                   "split: [5]\nwarmup: 0\nrepetitions: 150\nseed: 434343\noutput: " + db + "\ndevices: " + devices +
-                  "\non_participant_loss: continue\nrecord:\n  layers: false\n");
+                  "\nrecord:\n  layers: false\n");
   BackgroundRun run(d, exp);
   ASSERT_TRUE(wait_for_count(db, "select count(*) from frames where participant = 'p1'", 5));
   const auto participants = agent_pids(db, "PARTICIPANT");
@@ -340,6 +341,10 @@ TEST(RunLocal, AParticipantsDeathLeavesTheOthersRunningWhenAskedTo) {
   EXPECT_EQ(query(db, "select count(*) from frames where participant = 'p2'"), "600");
   EXPECT_LT(std::stoi(query(db, "select count(*) from frames where participant = 'p1'")), 600);
   EXPECT_EQ(query(db, "pragma integrity_check"), "ok");
+  auto list = sh(tracrctl() + " results list --db " + db);
+  EXPECT_NE(list.out.find("completed (1 lost)"), std::string::npos) << list.out;
+  auto show = sh(tracrctl() + " results show 1 --db " + db);
+  EXPECT_NE(show.out.find("[completed (1 lost)]"), std::string::npos) << show.out;
 }
 
 TEST(RunLocal, FashionMnistTemplatesTrainThenReportAccuracyPerSplit) {
@@ -551,6 +556,46 @@ TEST(RunLocal, DetachedAgentsAreStoppedByIdentityNotByABarePid) {
   ::kill(bystander, SIGKILL);
   int st = 0;
   ::waitpid(bystander, &st, 0);
+}
+
+// A state whose pid was changed to another process's (#46): the decoy is not
+// signalled, and the real agent is found by its own identity (the secret
+// file it was started with) and stopped; its state is never dropped while it
+// runs.
+TEST(RunLocal, ADetachedAgentWhoseStateNamesADecoyIsFoundByItsSecretAndStopped) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "record:\n  layers: false\n");
+  const std::string exp = d.file("exp.yaml", y);
+  const std::string xdg = "XDG_STATE_HOME=" + (d.path / "state").string() + " ";
+  auto start = sh(xdg + tracrctl() + " agents start " + exp);
+  ASSERT_EQ(start.status, 0) << start.out;
+  const std::string state = (d.path / "agents" / "server.state").string();
+  std::ifstream in(state);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = text.find("\npid=") + 5;
+  const int64_t agent = std::stoll(text.substr(at, text.find('\n', at) - at));
+  ASSERT_TRUE(alive(agent));
+  pid_t decoy = fork();
+  ASSERT_GE(decoy, 0);
+  if (decoy == 0) {
+    execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  text.replace(at, text.find('\n', at) - at, std::to_string(decoy));
+  std::ofstream(state, std::ios::trunc) << text;
+  auto stop = sh(xdg + tracrctl() + " agents stop --state-dir " + (d.path / "agents").string());
+  EXPECT_EQ(stop.status, 0) << stop.out;
+  EXPECT_NE(stop.out.find("stopped the detached SERVER agent on server (pid " + std::to_string(agent) +
+                          ", found by its --secret-file: its state named pid " + std::to_string(decoy)),
+            std::string::npos)
+      << stop.out;
+  EXPECT_EQ(::kill(decoy, 0), 0) << "the decoy was signalled";
+  EXPECT_FALSE(alive(agent)) << "the real agent was left running";
+  EXPECT_FALSE(std::filesystem::exists(state));
+  ::kill(decoy, SIGKILL);
+  int st = 0;
+  ::waitpid(decoy, &st, 0);
 }
 
 TEST(RunLocal, AutoCompressionChoosesALosslessCodecPerSplitAndNamesIt) {
