@@ -195,10 +195,13 @@ Status measured_medians(ResultsDb& db, int64_t run_id, std::map<std::vector<int>
   return {};
 }
 
-// The held-out runs' link on each hop: the median over the runs of each
-// hop's probe (the sending device's): smallest round trip and rate up.
-Status held_out_links(ResultsDb& db, const std::vector<int64_t>& runs, const std::vector<std::string>& devices,
-                      std::vector<std::pair<double, double>>& net, std::vector<std::string>& fits) {
+// Each hop's probe line over `runs`: the median over them of the hop's probe
+// (the sending device's) smallest round trip (ms) and ms per byte at its
+// rate up; nullopt for a hop one of the runs did not probe with a rate.
+using ProbeLine = std::optional<std::pair<double, double>>;
+Result<std::vector<ProbeLine>> probe_lines(ResultsDb& db, const std::vector<int64_t>& runs,
+                                           const std::vector<std::string>& devices, std::vector<int64_t>* missing_in) {
+  std::vector<ProbeLine> out;
   for (size_t h = 1; h < devices.size(); ++h) {
     std::vector<double> rtt, up;
     for (int64_t v : runs) {
@@ -207,19 +210,55 @@ Status held_out_links(ResultsDb& db, const std::vector<int64_t>& runs, const std
       const ProbeRow* pr = nullptr;
       for (const auto& r : *probes)
         if (r.participant == devices[h - 1]) pr = &r;
-      if (!pr || !pr->up_mbps || *pr->up_mbps <= 0)
-        return make_error(Errc::not_found,
-                          fmt::format("held-out run {}: hop {} ({} -> {}) has no link probe with a rate: the held-out "
-                                      "link is each hop's probe (run it with probe.enabled: true)",
-                                      v, h, devices[h - 1], devices[h]));
+      if (!pr || !pr->up_mbps || *pr->up_mbps <= 0) {
+        if (missing_in) missing_in->push_back(v);
+        break;
+      }
       rtt.push_back(static_cast<double>(pr->rtt_min_ns) / 1e6);
       up.push_back(*pr->up_mbps);
     }
-    const double r = protocol::median_of(rtt), u = protocol::median_of(up);
-    net.push_back({r, 8.0 / (u * 1e3)});
-    fits.push_back(fmt::format("held out, hop {} ({} -> {}): network {:.3f} ms + bytes at {:.2f} Mbit/s (the median "
-                               "over {} run(s) of the hop's probe: smallest round trip, rate up)",
-                               h, devices[h - 1], devices[h], r, u, runs.size()));
+    if (rtt.size() < runs.size()) {
+      out.push_back(std::nullopt);
+      continue;
+    }
+    out.push_back(std::pair{protocol::median_of(rtt), 8.0 / (protocol::median_of(up) * 1e3)});
+  }
+  return out;
+}
+
+// Held out: each hop's link term moved to the held-out runs' probes. Where
+// the basis run probed the hop too, its fitted link line moves by the
+// difference between the two probes (every overhead the fit holds is kept,
+// the part of the transfer that shows in encode time included); else the
+// basis's codec line (send encode + reply decode) plus the held-out probe.
+Status move_links(ResultsDb& db, int64_t run_id, const std::vector<int64_t>& held_out, ChainPlan& p,
+                  std::map<int64_t, HopFit>& fit) {
+  std::vector<int64_t> missing;
+  auto net = probe_lines(db, held_out, p.devices, &missing);
+  if (!net) return std::move(net.error());
+  auto base = probe_lines(db, {run_id}, p.devices, nullptr);
+  if (!base) return std::move(base.error());
+  for (auto& [h, f] : fit) {
+    const size_t i = static_cast<size_t>(h - 1);
+    const std::string hop = fmt::format("hop {} ({} -> {})", h, p.devices[i], p.devices[i + 1]);
+    if (!(*net)[i])
+      return make_error(Errc::not_found,
+                        fmt::format("held-out run {}: {} has no link probe with a rate: the held-out link is each "
+                                    "hop's probe (run it with probe.enabled: true)",
+                                    missing.empty() ? held_out.front() : missing.front(), hop));
+    const auto [rtt, per_byte] = *(*net)[i];
+    std::string how;
+    if (const auto& b = (*base)[i]) {
+      f.link = {f.link.first - b->first + rtt, f.link.second - b->second + per_byte};
+      how = fmt::format("the basis's fitted line moved from its own probe ({:.3f} ms, {:.2f} Mbit/s)", b->first,
+                        8.0 / (b->second * 1e3));
+    } else {
+      f.link = {f.codec.first + rtt, f.codec.second + per_byte};
+      how = "the basis's encode + reply decode line plus the probe (the basis did not probe the hop)";
+    }
+    p.fits.push_back(fmt::format("held out, {}: network {:.3f} ms + bytes at {:.2f} Mbit/s (the median over {} "
+                                 "run(s) of the hop's probe: smallest round trip, rate up); link = {}",
+                                 hop, rtt, 8.0 / (per_byte * 1e3), held_out.size(), how));
   }
   return {};
 }
@@ -246,14 +285,10 @@ Result<ChainPlan> plan_chain_run(ResultsDb& db, int64_t run_id, const std::vecto
   TRACR_TRY(measured_medians(db, run_id, measured, &post));
   const double post_ms = post.empty() ? 0.0 : protocol::median_of(post);
   if (!held_out.empty()) {
-    // Held out: each hop's network from the held-out runs' probes, its
-    // codec and every device's compute and own time from this run; checked
-    // against each placement's median over the held-out runs' medians.
-    std::vector<std::pair<double, double>> net;
-    TRACR_TRY(held_out_links(db, held_out, p.devices, net, p.fits));
-    for (auto& [h, f] : fit)
-      f.link = {f.codec.first + net[static_cast<size_t>(h - 1)].first,
-                f.codec.second + net[static_cast<size_t>(h - 1)].second};
+    // Held out: each hop's link moved to the held-out runs' probes (move_links),
+    // every device's compute and own time from this run; checked against each
+    // placement's median over the held-out runs' medians.
+    TRACR_TRY(move_links(db, run_id, held_out, p, fit));
     std::map<std::vector<int>, std::vector<double>> each;
     for (int64_t v : held_out) {
       auto vr = db.get_run(v);

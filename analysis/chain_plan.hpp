@@ -67,10 +67,12 @@ struct ChainPlan {
 // frame_hops rows); invalid_argument for a two-tier run.
 //
 // Held out (`held_out`: runs of the same chain under other links, e.g. the
-// two hops' links swapped): each hop's link term becomes this run's fitted
-// codec line (send encode + reply decode) plus the held-out runs' network
-// (the median over them of the hop's link probe: smallest round trip +
-// bytes at its rate up); compute, own times and bytes stay this run's. The
+// two hops' links swapped): each hop's link term moves to the held-out runs'
+// network (the median over them of the hop's link probe: smallest round
+// trip + bytes at its rate up): where this run probed the hop too, its
+// fitted link line moved by the difference of the two probes, else its
+// codec line (send encode + reply decode) plus the held-out probe; compute,
+// own times and bytes stay this run's. The
 // prediction is checked against each placement's median over the held-out
 // runs' medians. Error not_found for a held-out hop without a probe.
 Result<ChainPlan> plan_chain_run(store::ResultsDb& db, int64_t run_id, const std::vector<int64_t>& held_out = {});
