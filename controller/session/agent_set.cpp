@@ -136,7 +136,7 @@ void AgentSet::wait_until(const std::function<bool()>& done, int timeout_ms) {
 }
 
 void AgentSet::stop_all() {
-  // Every agent at once, the same grace for all (#46: one after another took
+  // Every agent of a kind at once, the same grace for all (#46: one after another took
   // about 3 s each, minutes with 64 participants), and what they deliver
   // meanwhile recorded as it comes. A lost agent's connection may be dead (a
   // partition): stopping it is bounded (AgentProc::stop), and it stops by
@@ -146,17 +146,24 @@ void AgentSet::stop_all() {
     finished_[i] = true;
     grace[i] = liveness_.declared_lost(i) ? 1000 : 3000;
   }
-  std::atomic<size_t> left{agents_.size()};
-  std::vector<std::thread> stops;
-  stops.reserve(agents_.size());
-  for (size_t i = 0; i < agents_.size(); ++i)
-    stops.emplace_back([this, i, &grace, &left] {
-      agents_[i]->stop(grace[i]);
-      --left;
-    });
-  while (left > 0)
-    if (auto e = pump_.pop(20)) dispatch(*e);
-  for (auto& t : stops) t.join();
+  // The agents that drive sessions (participants) first, then those that
+  // serve them: a participant waiting on a reply is not left to its frame
+  // timeout by a SERVER that already went.
+  for (const bool drivers : {true, false}) {
+    std::atomic<size_t> left{0};
+    std::vector<std::thread> stops;
+    for (size_t i = 0; i < agents_.size(); ++i) {
+      if (wire::drives_session(agents_[i]->role()) != drivers) continue;
+      ++left;
+      stops.emplace_back([this, i, &grace, &left] {
+        agents_[i]->stop(grace[i]);
+        --left;
+      });
+    }
+    while (left > 0)
+      if (auto e = pump_.pop(20)) dispatch(*e);
+    for (auto& t : stops) t.join();
+  }
   pump_.stop();
   while (auto e = pump_.pop(0)) dispatch(*e);
 }
