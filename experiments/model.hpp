@@ -138,6 +138,11 @@ class SplitModel {
   // run() with autograd recording (split training): the outputs carry the
   // graph back to the inputs and to the parameters of layers [a, b).
   Result<Bundle> run_with_grad(int a, int b, Bundle in) const;
+  // run() where a or b may be a refused cut, for timing only (layer
+  // profiling, #46): values that share memory across a refused cut may not
+  // share it here, so the outputs may differ from the whole model's; never
+  // for a frame's result.
+  Result<Bundle> run_for_timing(int a, int b, Bundle in) const;
 
   // Split training. Parameters of layers [a, b) keyed "<layer>.<param>"
   // (the tensors themselves, requires_grad set); parameters and buffers of
@@ -179,7 +184,7 @@ class SplitModel {
     std::shared_ptr<torch::nn::Module> module;  // owns the layer's parameters (may be null)
     bool external_params = false;               // parameters outside torch::nn (TorchScript)
   };
-  Result<Bundle> run_impl(int a, int b, Bundle in, bool grad) const;
+  Result<Bundle> run_impl(int a, int b, Bundle in, bool grad, bool refused_ok = false) const;
 
   std::string name_;
   ModelTask task_ = ModelTask::generic;

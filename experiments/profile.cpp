@@ -76,14 +76,14 @@ Result<std::vector<LayerProfile>> profile_layers(const SplitModel& model, const 
         p.input_bytes += nt.tensor.numel() * static_cast<int64_t>(nt.tensor.element_size());
 
     for (int w = 0; w < opts.warmup; ++w) {
-      auto r = model.run(i, i + 1, bundle);
+      auto r = model.run_for_timing(i, i + 1, bundle);
       if (!r) return r.error();
     }
     if (can_reset) {
       sync(dev);
       reset_peak_rss();
       const int64_t before = current_rss_bytes();
-      auto r = model.run(i, i + 1, bundle);
+      auto r = model.run_for_timing(i, i + 1, bundle);
       if (!r) return r.error();
       sync(dev);
       const int64_t peak = peak_rss_bytes();
@@ -94,7 +94,7 @@ Result<std::vector<LayerProfile>> profile_layers(const SplitModel& model, const 
     for (int r = 0; r < opts.repetitions; ++r) {
       sync(dev);
       const auto t0 = std::chrono::steady_clock::now();
-      auto res = model.run(i, i + 1, bundle);
+      auto res = model.run_for_timing(i, i + 1, bundle);
       sync(dev);
       const auto t1 = std::chrono::steady_clock::now();
       if (!res) return res.error();
@@ -105,7 +105,7 @@ Result<std::vector<LayerProfile>> profile_layers(const SplitModel& model, const 
       // Energy (the agent's meters) repeats the layer as long as it needs.
       Status failed;
       opts.after_layer(i, [&] {
-        auto res = model.run(i, i + 1, bundle);
+        auto res = model.run_for_timing(i, i + 1, bundle);
         sync(dev);
         if (!res && failed) failed = res.error();
       });

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "experiments/profile.hpp"
 #include "experiments/registry.hpp"
 #include "test_util.hpp"
 
@@ -325,6 +326,17 @@ TEST(GraphModel, ViewThenInPlaceWriteAcrossACutIsRefused) {
     ASSERT_TRUE(t.ok()) << t.error().str();
     EXPECT_TRUE(torch::equal((*t)[0].tensor, ref)) << "split " << s;
   }
+  // Layer profiling times each layer alone, the ones on either side of the
+  // refused cut included (#46: the default record.layers failed a run on
+  // this model).
+  ProfileOptions po;
+  po.repetitions = 2;
+  auto prof = profile_layers(**m, x, po);
+  ASSERT_TRUE(prof.ok()) << prof.error().str();
+  EXPECT_EQ(static_cast<int>(prof->size()), (*m)->num_layers());
+  for (const auto& p : *prof) EXPECT_GT(p.median_ms, 0.0) << p.name;
+  // run() still refuses the cut: only timing goes through it.
+  EXPECT_FALSE((*m)->run(k, (*m)->num_layers(), SplitModel::input_bundle(x)).ok());
 }
 
 TEST(GraphModel, ErrorsNameTheFileAndTheCauseWithoutABacktrace) {

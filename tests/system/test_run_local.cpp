@@ -964,3 +964,32 @@ TEST(RunLocal, SplitPlanIsRefusedWhereThePlannerHasNothingToPlanFrom) {
   refused("chain: [edge, cloud]\nplan_k: 0\n", "plan_k");
   EXPECT_FALSE(std::filesystem::exists(db));
 }
+
+// A model with one cut refused for aliasing (a view written in place across
+// it) runs with the defaults (#46: layer profiling failed on that cut, and
+// the run with it): every layer profiled on both devices, every other split
+// swept; `tracrctl profile` prints it too.
+TEST(RunLocal, AModelWithARefusedCutRunsWithTheDefaultsAndProfilesEveryLayer) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  auto tr = sh("/usr/bin/python3 " + std::string(TRACR_SOURCE_DIR) + "/scripts/trace_graph_model.py " +
+               d.path.string() + " view_inplace@8");
+  ASSERT_EQ(tr.status, 0) << tr.out;
+  const std::string pt = (d.path / "view_inplace@8.pt").string();
+  const std::string exp = d.file("exp.yaml", "name: refused\nmodel: torchscript:" + pt +
+                                                 "\ninput_size: [3, 8, 8]\ndataset: {type: synthetic, max_samples: "
+                                                 "2}\nwarmup: 0\nrepetitions: 1\nprobe: {enabled: false}\noutput: " +
+                                                 db + "\n");
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("the sweep skips split"), std::string::npos) << r.out;
+  const int n = std::stoi(query(db, "select count(*) from layer_profiles where run_id = 1 and device_role = 'SERVER'"));
+  EXPECT_GE(n, 3);
+  EXPECT_EQ(query(db, "select count(*) from layer_profiles where run_id = 1 and device_role = 'PARTICIPANT'"),
+            std::to_string(n));
+  // Every split but the refused one, 2 frames each.
+  EXPECT_EQ(query(db, "select count(distinct split) from frames where run_id = 1 and ok = 1"), std::to_string(n));
+  auto p = sh(tracrctl() + " profile torchscript:" + pt + " --input-shape 3,8,8 --reps 2 --segments none");
+  EXPECT_EQ(p.status, 0) << p.out;
+  EXPECT_NE(p.out.find("addone"), std::string::npos) << p.out;
+}
