@@ -327,8 +327,8 @@ Result<ChainPlan> plan_chain_run(ResultsDb& db, int64_t run_id, const std::vecto
 Result<ChainPlan> plan_chain_from_profiles(ResultsDb& db, int64_t run_id, const std::vector<std::string>& devices) {
   auto run = db.get_run(run_id);
   if (!run) return std::move(run.error());
-  auto probes = db.probes(run_id);
-  if (!probes) return std::move(probes.error());
+  auto lines = probe_lines(db, {run_id}, devices, nullptr);
+  if (!lines) return std::move(lines.error());
   ChainPlan p;
   p.run = run_id;
   p.model = run->model;
@@ -336,21 +336,18 @@ Result<ChainPlan> plan_chain_from_profiles(ResultsDb& db, int64_t run_id, const 
   std::map<int64_t, HopFit> fit;
   for (size_t h = 1; h < devices.size(); ++h) {
     const std::string& from = devices[h - 1];
-    const ProbeRow* pr = nullptr;  // the newest probe of the hop's sending device
-    for (const auto& r : *probes)
-      if (r.participant == from) pr = &r;
-    if (!pr || !pr->up_mbps || *pr->up_mbps <= 0)
+    if (!(*lines)[h - 1])
       return make_error(Errc::not_found,
-                        fmt::format("run {}: hop {} ({} -> {}) has {}: the planner's transfer term for the hop is its "
-                                    "link probe (probe.enabled: true)",
-                                    run_id, h, from, devices[h], pr ? "a link probe with no measured rate" : "no link probe"));
+                        fmt::format("run {}: hop {} ({} -> {}) has no link probe with a measured rate: the planner's "
+                                    "transfer term for the hop is its link probe (probe.enabled: true)",
+                                    run_id, h, from, devices[h]));
+    const auto [rtt_ms, per_byte] = *(*lines)[h - 1];
     HopFit& f = fit[static_cast<int64_t>(h)];
     f.device = devices[h];
-    const double rtt_ms = static_cast<double>(pr->rtt_min_ns) / 1e6;
-    f.link = {rtt_ms, 8.0 / (*pr->up_mbps * 1e3)};  // ms per byte at the probed rate
+    f.link = {rtt_ms, per_byte};
     p.fits.push_back(fmt::format("hop {} ({} -> {}): {:.3f} ms + bytes at {:.2f} Mbit/s (its link probe's smallest "
                                  "round trip and rate up); raw bytes (no codec ratio before frames), no own time",
-                                 h, from, f.device, rtt_ms, *pr->up_mbps));
+                                 h, from, f.device, rtt_ms, 8.0 / (per_byte * 1e3)));
   }
   std::vector<LayerSums> sums;
   std::vector<double> out_bytes;
