@@ -42,6 +42,44 @@ Status check_chain_reply(const PendingFrame& p, const Frame& f) {
 
 }  // namespace
 
+Status classify(PendingFrame& p, const at::Tensor& raw, const std::vector<std::string>& dataset_names, int topk,
+                bool record_outputs) {
+  std::string result;
+  const at::Tensor logits = raw.to(torch::kCPU, torch::kFloat).contiguous();
+  const int64_t width = logits.dim() == 2 ? logits.size(1) : -1;
+  // Labels index the dataset's classes: they mean the model's classes only
+  // when the dataset has exactly as many.
+  const bool labels_fit = static_cast<int64_t>(dataset_names.size()) == width && p.labels.defined();
+  const auto& names = ex::class_names_for(width, dataset_names);
+  auto preds = ex::top_k(logits, std::max(topk, 5), names);
+  if (!preds) return std::move(preds.error());
+  int64_t correct = 0, correct5 = 0;
+  for (size_t i = 0; i < preds->size(); ++i) {
+    const auto& best = (*preds)[i].front();
+    if (!result.empty()) result += ";";
+    result += fmt::format("{}:{:.4f}", best.label, best.confidence);
+    const int64_t label = labels_fit ? p.labels[static_cast<int64_t>(i)].item<int64_t>() : -1;
+    for (size_t r = 0; r < (*preds)[i].size(); ++r) {
+      const auto& pr = (*preds)[i][r];
+      if (r < 5 && pr.class_id == label) {
+        ++correct5;
+        if (r == 0) ++correct;
+      }
+      if (static_cast<int>(r) < topk)
+        p.rec.topk.push_back({static_cast<int64_t>(i), static_cast<int64_t>(r + 1), pr.class_id,
+                              names.empty() ? std::string() : pr.label, pr.confidence});
+    }
+  }
+  p.rec.correct = labels_fit ? correct : -1;
+  p.rec.top5_correct = labels_fit ? correct5 : -1;
+  if (record_outputs && !p.rec.warmup && width > 0) {
+    p.rec.outputs.assign(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
+    p.rec.outputs_shape = {logits.size(0), width};
+  }
+  p.rec.result = std::move(result);
+  return {};
+}
+
 Status finish_frame(PendingFrame& p, const Frame& f, const ex::SplitModel& model,
                     const std::vector<std::string>& dataset_names, int topk, bool record_outputs) {
   if (f.header.type == MsgType::error)
@@ -51,37 +89,8 @@ Status finish_frame(PendingFrame& p, const Frame& f, const ex::SplitModel& model
   if (!outs) return std::move(outs.error());
   std::string result;
   if (model.task() == ex::ModelTask::classification && !outs->empty()) {
-    const at::Tensor logits = (*outs)[0].tensor.to(torch::kCPU, torch::kFloat).contiguous();
-    const int64_t width = logits.dim() == 2 ? logits.size(1) : -1;
-    // Labels index the dataset's classes: they mean the model's classes only
-    // when the dataset has exactly as many.
-    const bool labels_fit = static_cast<int64_t>(dataset_names.size()) == width && p.labels.defined();
-    const auto& names = ex::class_names_for(width, dataset_names);
-    auto preds = ex::top_k(logits, std::max(topk, 5), names);
-    if (!preds) return std::move(preds.error());
-    int64_t correct = 0, correct5 = 0;
-    for (size_t i = 0; i < preds->size(); ++i) {
-      const auto& best = (*preds)[i].front();
-      if (!result.empty()) result += ";";
-      result += fmt::format("{}:{:.4f}", best.label, best.confidence);
-      const int64_t label = labels_fit ? p.labels[static_cast<int64_t>(i)].item<int64_t>() : -1;
-      for (size_t r = 0; r < (*preds)[i].size(); ++r) {
-        const auto& pr = (*preds)[i][r];
-        if (r < 5 && pr.class_id == label) {
-          ++correct5;
-          if (r == 0) ++correct;
-        }
-        if (static_cast<int>(r) < topk)
-          p.rec.topk.push_back({static_cast<int64_t>(i), static_cast<int64_t>(r + 1), pr.class_id,
-                                names.empty() ? std::string() : pr.label, pr.confidence});
-      }
-    }
-    p.rec.correct = labels_fit ? correct : -1;
-    p.rec.top5_correct = labels_fit ? correct5 : -1;
-    if (record_outputs && !p.rec.warmup && width > 0) {
-      p.rec.outputs.assign(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
-      p.rec.outputs_shape = {logits.size(0), width};
-    }
+    TRACR_TRY(classify(p, (*outs)[0].tensor, dataset_names, topk, record_outputs));
+    result = p.rec.result;
   } else if (model.task() == ex::ModelTask::detection && model.detection_head()) {
     auto dets = ex::decode_detections(*outs, *model.detection_head(), p.transforms, dataset_names);
     if (!dets) return std::move(dets.error());

@@ -33,6 +33,11 @@ struct PendingFrame {
 Status finish_frame(PendingFrame& p, const protocol::Frame& f, const experiments::SplitModel& model,
                     const std::vector<std::string>& dataset_names, int topk, bool record_outputs);
 
+// A classifier's logits [B, C] as the frame's answer: result, correct,
+// top5_correct, the top-k rows and (record_outputs, timed frames) the logits.
+Status classify(PendingFrame& p, const at::Tensor& logits, const std::vector<std::string>& dataset_names, int topk,
+                bool record_outputs);
+
 // "a;b;c" of a frame's sample ids, and of its labels ("" when undefined).
 std::string join_ids(const std::vector<std::string>& ids);
 std::string join_labels(const at::Tensor& labels);

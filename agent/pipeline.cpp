@@ -321,12 +321,14 @@ class Pipeline {
     r.cipher = link_.cipher();
     if (spec_.energy) p.e0 = spec_.energy->mark();
     p.t0 = Clock::now();
-    auto head = model_.run(0, split_, ex::SplitModel::input_bundle(b.images.to(model_.device())));
-    if (!head) return std::move(head.error());
+    auto hx = head(ex::SplitModel::input_bundle(b.images.to(model_.device())), p);
+    if (!hx) return std::move(hx.error());
+    if (hx->exited) return exited(p, *hx);
+    auto& crossing = hx->crossing;
     sync_device(model_.device());
     p.t_head = Clock::now();
     if (spec_.energy) p.e_head = spec_.energy->mark();
-    auto pb = ex::to_protocol(*head);
+    auto pb = ex::to_protocol(crossing);
     if (!pb) return std::move(pb.error());
     FrameStats st;
     Meta meta{{protocol::meta_key::kModelFp, fp_}};
@@ -357,6 +359,124 @@ class Pipeline {
       }
     while (static_cast<int>(pending_.size()) >= window_) TRACR_TRY(drain(true));
     return {};
+  }
+
+  // The head with its exits (#44): layers [0, split) in pieces, each exit
+  // that hangs at or before the split evaluated on its layer's output in
+  // order; the first whose confidence reaches the threshold ends the frame.
+  struct HeadOut {
+    ex::Bundle crossing;  // at the split (a frame that goes on), else where the backbone stopped
+    bool exited = false;
+    at::Tensor logits;    // the exit's answer
+    size_t next = 0;      // spec_.exits index after the one taken
+    int at = 0;           // the cut `crossing` is at
+  };
+
+  // The exits this split reaches: spec_.exits[0, reach()).
+  size_t reach() const {
+    size_t e = 0;
+    while (e < spec_.exits.size() && spec_.exits[e].layer + 1 <= split_) ++e;
+    return e;
+  }
+
+  // Exit e on `x` (the crossing at its cut): its answers appended to the
+  // frame's exit_results and exit_times (ns since the frame's start, less
+  // `skip`), and whether every sample reached the threshold.
+  Result<bool> evaluate_exit(size_t e, const ex::Bundle& x, PendingFrame& p, at::Tensor* logits, int64_t skip) {
+    const auto& xe = spec_.exits[e];
+    auto in = ex::exit_input(model_, xe.layer, x);
+    if (!in) return std::move(in.error());
+    auto l = xe.head->logits(*in);
+    if (!l) return std::move(l.error());
+    const auto answers = ex::exit_answers(*l);  // on the CPU: the device has finished
+    const auto t = Clock::now();
+    FrameRecord& r = p.rec;
+    std::string one = std::to_string(xe.index) + "=";
+    bool pass = !answers.empty();
+    for (size_t i = 0; i < answers.size(); ++i) {
+      const auto& a = answers[i];
+      one += fmt::format("{}{}:{:.9g}:{:.9g}", i ? ";" : "", a.top1, a.max_softmax, a.entropy_conf);
+      pass = pass && static_cast<double>(ex::exit_confidence(a, spec_.exit_measure)) >= spec_.exit_threshold;
+    }
+    r.exit_results += (r.exit_results.empty() ? "" : " ") + one;
+    r.exit_times += (r.exit_times.empty() ? "" : " ") + std::to_string(ns(p.t0, t) - skip);
+    *logits = *l;
+    return pass;
+  }
+
+  Result<HeadOut> head(ex::Bundle x, PendingFrame& p) {
+    HeadOut h;
+    const size_t reach_ = reach();
+    if (reach_ > 0) p.rec.exit_ns = 0;
+    for (size_t e = 0; e < reach_; ++e) {
+      const auto& xe = spec_.exits[e];
+      auto y = model_.run(h.at, xe.layer + 1, std::move(x));
+      if (!y) return std::move(y.error());
+      x = std::move(*y);
+      h.at = xe.layer + 1;
+      const auto t0 = Clock::now();
+      at::Tensor logits;
+      auto pass = evaluate_exit(e, x, p, &logits, 0);
+      if (!pass) return std::move(pass.error());
+      *p.rec.exit_ns += ns(t0, Clock::now());
+      if (*pass) {
+        p.rec.exit_index = static_cast<int64_t>(xe.index);
+        h.exited = true;
+        h.logits = logits;
+        h.next = e + 1;
+        h.crossing = std::move(x);
+        return h;
+      }
+    }
+    auto y = model_.run(h.at, split_, std::move(x));
+    if (!y) return std::move(y.error());
+    h.crossing = std::move(*y);
+    h.at = split_;
+    return h;
+  }
+
+  // A frame that ended at an exit: no send; its answer is the exit's, its
+  // times the head's (to the exit's decision) and the post-processing's.
+  // With record.exit_confidences the later exits this split reaches run
+  // after the frame is complete (exit_extra_ns).
+  Status exited(PendingFrame& p, HeadOut& h) {
+    FrameRecord& r = p.rec;
+    p.t_head = Clock::now();
+    if (spec_.energy) p.e_head = spec_.energy->mark();
+    if (auto st = classify(p, h.logits, ds_.class_names(), spec_.topk, false); !st) {
+      r.ok = 0;
+      r.error = st.error().str();
+      ++consecutive_failures_;
+    } else {
+      consecutive_failures_ = 0;
+    }
+    const auto t_end = Clock::now();
+    r.head_ns = ns(p.t0, p.t_head);
+    r.post_ns = ns(p.t_head, t_end);
+    r.total_ns = ns(p.t0, t_end);
+    r.start_ns = ns(run_t0_, p.t0);
+    r.end_ns = ns(run_t0_, t_end);
+    r.inflight = static_cast<int64_t>(pending_.size()) + 1;
+    if (spec_.exit_confidences && h.next < reach()) {
+      // Later exits' times as if the frame had gone on from its decision.
+      const auto t_resume = Clock::now();
+      const int64_t skip = ns(p.t_head, t_resume);
+      ex::Bundle x = std::move(h.crossing);
+      for (size_t e = h.next; e < reach(); ++e) {
+        auto y = model_.run(h.at, spec_.exits[e].layer + 1, std::move(x));
+        if (!y) return std::move(y.error());
+        x = std::move(*y);
+        h.at = spec_.exits[e].layer + 1;
+        at::Tensor logits;
+        auto pass = evaluate_exit(e, x, p, &logits, skip);
+        if (!pass) return std::move(pass.error());
+      }
+      r.exit_extra_ns = ns(t_resume, Clock::now());
+    }
+    if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
+    if (hooks_.emit) hooks_.emit(r);
+    if (hooks_.energy) emit_energy(p, nullptr);
+    return failure_limit(r.error);
   }
 
   // Takes the oldest frame's reply. A non-blocking check comes first: a reply
@@ -439,13 +559,13 @@ class Pipeline {
         r.hops = hops_of_reply(f->header.meta, r, pl->cuts, model_.num_layers());
     if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
     if (hooks_.emit) hooks_.emit(r);
-    if (hooks_.energy) emit_energy(p, *f);
+    if (hooks_.energy) emit_energy(p, &*f);
     return failure_limit(r.error);
   }
 
   // The frame's energy rows: the participant's head and whole frame, the
   // server's tail (from the reply), the radio's transmission.
-  void emit_energy(const PendingFrame& p, const Frame& f) {
+  void emit_energy(const PendingFrame& p, const Frame* f) {
     const FrameRecord& r = p.rec;
     std::vector<EnergyRecord> rows;
     auto add = [&](std::vector<EnergyRecord> v, const char* side, const char* stage) {
@@ -463,14 +583,15 @@ class Pipeline {
         for (auto& e : rows)
           if (e.stage == "frame") e.flags += std::string(e.flags.empty() ? "" : ",") + "overlapping";
     }
-    if (auto it = f.header.meta.find(protocol::meta_key::kSrvEnergy); it != f.header.meta.end()) {
+    const Meta* fm = f ? &f->header.meta : nullptr;  // none for a frame that ended at an exit
+    if (auto it = fm ? fm->find(protocol::meta_key::kSrvEnergy) : Meta::const_iterator(); fm && it != fm->end()) {
       if (const auto* text = std::get_if<std::string>(&it->second)) {
         auto srv = unpack_energy(*text);
         if (srv) add(std::move(*srv), "server", "tail");
         else if (hooks_.event) hooks_.event("energy_rejected", r.frame, nullptr, "server energy: " + srv.error().str());
       }
     }
-    if (spec_.radio) add({radio_energy(*spec_.radio, r.wire_bytes, r.reply_bytes, r.network_ns)}, "participant", "transmit");
+    if (spec_.radio && f) add({radio_energy(*spec_.radio, r.wire_bytes, r.reply_bytes, r.network_ns)}, "participant", "transmit");
     for (auto& e : rows) {
       e.frame = r.frame;
       e.split = r.split;

@@ -18,6 +18,7 @@
 #include "agent/link.hpp"
 #include "agent/segment.hpp"
 #include "experiments/datasets.hpp"
+#include "experiments/exits.hpp"
 #include "wire/placement.hpp"
 #include "wire/record.hpp"
 
@@ -49,6 +50,18 @@ struct ParticipantSpec {
   // (agent/link_probe.hpp keep_alive) so it is never the idle session a
   // full server evicts (its evict_idle_ms is 30 s); 0: none.
   int keepalive_ms = 10000;
+  // Early exits (#44), in backbone order: the head on backbone layer
+  // `layer`'s output (at cut layer + 1); index = its place in the
+  // experiment's exits:. At split k those with layer + 1 <= k run here.
+  struct Exit {
+    size_t index = 0;
+    int layer = 0;
+    std::shared_ptr<experiments::ExitHead> head;
+  };
+  std::vector<Exit> exits;
+  std::string exit_measure = "max_softmax";
+  double exit_threshold = 0.9;
+  bool exit_confidences = true;  // record.exit_confidences: evaluate the exits past the one taken
   // The participant's run clock origin: frames' start_ns/end_ns count from here.
   std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
   // Energy (agent/energy.hpp): the participant's meters or power model, and

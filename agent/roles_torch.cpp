@@ -310,6 +310,24 @@ ParticipantSpec participant_spec(const settings::ExperimentConfig& c, const ex::
   return ps;
 }
 
+// The experiment's exits (#44) onto the model's device, in backbone order
+// (the controller checked them against the model before launch).
+Status load_exits(const settings::ExperimentConfig& c, const ex::SplitModel& model, ParticipantSpec& ps) {
+  for (size_t i = 0; i < c.exits.size(); ++i) {
+    auto layer = ex::exit_layer(model, c.exits[i].after);
+    if (!layer) return make_error(Errc::config, fmt::format("exits[{}].after: {}", i, layer.error().message));
+    auto h = ex::ExitHead::load(settings::exit_head_file(c, i), model.device());
+    if (!h) return make_error(h.error().code, fmt::format("exits[{}]: {}", i, h.error().message));
+    ps.exits.push_back({i, *layer, std::shared_ptr<ex::ExitHead>(std::move(*h))});
+  }
+  std::stable_sort(ps.exits.begin(), ps.exits.end(),
+                   [](const ParticipantSpec::Exit& a, const ParticipantSpec::Exit& b) { return a.layer < b.layer; });
+  ps.exit_measure = c.exit_policy.measure;
+  ps.exit_threshold = c.exit_policy.threshold;
+  ps.exit_confidences = c.record.exit_confidences;
+  return {};
+}
+
 }  // namespace
 
 int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
@@ -388,6 +406,10 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
     link = std::make_unique<NetworkLink>(std::move(*c));
   }
   ParticipantSpec ps = participant_spec(cfg, *model);
+  if (auto st = load_exits(cfg, *model, ps); !st) {
+    ctl.send("FAIL", {{"error", st.error().str()}});
+    return 2;
+  }
   ps.run_start = std::chrono::steady_clock::now();
   const HwIdentity hw = hw_identity(o, *model);
   ctl.send("READY", ready_fields({{"role", std::string(role_name(AgentRole::participant))},

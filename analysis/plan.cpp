@@ -134,7 +134,7 @@ Result<std::map<int, SplitFrames>> split_frames(ResultsDb& db, int64_t run_id, c
   if (!frames) return std::move(frames.error());
   std::map<int, std::vector<double>> enc, he, ret, post, srv, rest;
   for (const auto& f : *frames)
-    if (f.ok && !f.warmup && f.codec == codec) {
+    if (f.ok && !f.warmup && f.codec == codec && !f.exit_index) {  // a frame that ended at an exit sent nothing
       const int k = static_cast<int>(f.split);
       enc[k].push_back(static_cast<double>(f.encode_ns) / 1e6);
       he[k].push_back(static_cast<double>(f.head_ns + f.encode_ns) / 1e6);

@@ -89,6 +89,8 @@ std::vector<AgentFile> agent_files(const ExperimentConfig& cfg, wire::AgentRole 
     if (cfg.dataset.kind != DatasetKind::synthetic && !cfg.dataset.path.empty())
       v.push_back({"dataset.path", cfg.dataset.path});
     if (!cfg.dataset.class_names_file.empty()) v.push_back({"dataset.class_names", cfg.dataset.class_names_file});
+    for (size_t i = 0; i < cfg.exits.size(); ++i)  // the PARTICIPANT's exit heads (#44)
+      v.push_back({fmt::format("exits[{}]", i), exit_head_file(cfg, i)});
   }
   return v;
 }
@@ -317,6 +319,11 @@ ExperimentConfig with_device_paths(ExperimentConfig cfg, const std::vector<Stage
     else if (f.key == "dataset.path") cfg.dataset.path = f.remote;
     else if (f.key == "dataset.class_names") cfg.dataset.class_names_file = f.remote;
     else if (f.key == "model") cfg.model = kTorchscript + f.remote;
+    for (size_t i = 0; i < cfg.exits.size(); ++i)
+      if (f.key == fmt::format("exits[{}]", i)) {
+        cfg.exits[i].file = f.remote;
+        if (cfg.exits[i].head != "linear") cfg.exits[i].head = kTorchscript + f.remote;
+      }
   }
   return cfg;
 }

@@ -86,6 +86,33 @@ struct RecordSpec {
   // A graph model's heads and tails timed whole (segment_profiles, with
   // layers): at the splits the run sweeps, or at every split it can cut.
   std::string segments = "swept";  // swept | all
+  // Early exits: the confidence at every exit the PARTICIPANT reaches, also
+  // past the one taken (a threshold sweep needs no re-run; frames_exit_*).
+  bool exit_confidences = true;
+};
+
+// An early exit (#44): a side classifier on the output of backbone layer
+// `after` (by name, or its index as written); it hangs at the cut right after
+// that layer. `head`: linear (global average pooling + a linear map to the
+// model's classes, trained by `tracrctl train`, read from `file`) or
+// torchscript:<path> (the user's own module from that layer's output to the
+// classes' logits).
+struct ExitSpec {
+  std::string after;
+  std::string head = "linear";
+  std::string file;  // the head's TorchScript file: linear's trained head; for torchscript: the path
+};
+
+// When a frame ends at an exit: the first exit whose confidence reaches the
+// threshold (measure max_softmax: the top class's probability; entropy: 1 -
+// H / ln C, the normalised entropy's complement, so higher is surer for
+// both).
+struct ExitPolicy {
+  std::string measure = "max_softmax";  // max_softmax | entropy
+  double threshold = 0.9;
+  // `threshold` given as a list: the experiment once per threshold (a sweep
+  // axis, after codecs), each a run of its own; empty for one threshold.
+  std::vector<double> threshold_list;
 };
 
 // The link probe each PARTICIPANT runs over its session before the first frame.
@@ -221,6 +248,8 @@ struct ExperimentConfig {
   AdaptSpec adapt;
   TrainSpec train;
   std::vector<ScheduledCommand> commands;  // in at_frame order
+  std::vector<ExitSpec> exits;             // early exits, in backbone order as written (#44)
+  ExitPolicy exit_policy;
   // Link profiles to run under, in order (each a run of its own); empty = the
   // link as it is. Names are built-ins or keys of `links`.
   std::vector<std::string> link;
@@ -257,6 +286,11 @@ Result<ExperimentConfig> parse_experiment(const std::string& text, const std::st
 // layers [0, k) on the PARTICIPANT, so k ranges over 0..num_layers). Error
 // config, with the position of `split`, for a point beyond num_layers.
 Result<std::vector<int>> resolve_splits(const ExperimentConfig& cfg, int num_layers);
+
+// The file exit i's head is read from (and, for head: linear, trained into
+// by `tracrctl train`): as written, else <output's directory>/exits/
+// <model>.<after>.pt (<model>: the registry id, or a torchscript: file's stem).
+std::string exit_head_file(const ExperimentConfig& cfg, size_t i);
 
 // How many devices follow each PARTICIPANT: the chain's length (1 when no
 // chain is given: the SERVER).

@@ -132,6 +132,11 @@ Status cross_check(ExperimentConfig& cfg) {
     return err_at(cfg.pos_of("dataset.interpolation"), "dataset.interpolation",
                   "applies to image datasets; expected no dataset.interpolation for type: synthetic");
   TRACR_TRY(check_chain(cfg));
+  if (!cfg.exits.empty() && cfg.batch_size != 1)
+    return err_at(cfg.pos_of("batch_size"), "batch_size",
+                  fmt::format("{} with exits; expected batch_size: 1 (a frame ends at an exit as a whole: per-sample "
+                              "exits of a batch are not built)",
+                              cfg.batch_size));
   if (cfg.adapt.enabled && !cfg.record.layers)
     return err_at(cfg.pos_of("adapt.enabled"), "adapt.enabled",
                   "needs record.layers: true (the adaptive policy plans from both devices' layer profiles)");
@@ -231,6 +236,12 @@ void resolve_paths_against_file(ExperimentConfig& cfg) {
   };
   resolve_model(cfg.model);
   for (auto& m : cfg.model_list) resolve_model(m);
+  for (auto& e : cfg.exits) {
+    std::string f = e.file;
+    resolve("exits", f);
+    if (e.head != "linear") e.head = "torchscript:" + f;
+    e.file = f;
+  }
 }
 
 }  // namespace
@@ -248,6 +259,15 @@ std::vector<int> SplitSpec::points() const {
   out.reserve(entries.size());
   for (const auto& p : entries) out.push_back(p.cuts.empty() ? 0 : p.cuts.front());
   return out;
+}
+
+std::string exit_head_file(const ExperimentConfig& cfg, size_t i) {
+  const ExitSpec& e = cfg.exits.at(i);
+  if (!e.file.empty()) return e.file;
+  static const std::string ts = "torchscript:";
+  const std::string model =
+      cfg.model.rfind(ts, 0) == 0 ? fs::path(cfg.model.substr(ts.size())).stem().string() : cfg.model;
+  return (fs::path(cfg.output).parent_path() / "exits" / (model + "." + e.after + ".pt")).string();
 }
 
 size_t chain_hops(const ExperimentConfig& cfg) { return cfg.chain.empty() ? 1 : cfg.chain.size(); }
@@ -344,6 +364,8 @@ Status check_experiment_files(const ExperimentConfig& cfg) {
   for (const auto& m : cfg.model_list)
     if (m.rfind("torchscript:", 0) == 0) TRACR_TRY(need("model", m.substr(12), false));
   TRACR_TRY(need("weights", cfg.weights, false));
+  for (const auto& e : cfg.exits)  // a linear head's file is `tracrctl train`'s to write (checked by the run)
+    if (e.head != "linear") TRACR_TRY(need("exits", e.file, false));
   if (cfg.dataset.kind != DatasetKind::synthetic) TRACR_TRY(need("dataset.path", cfg.dataset.path, true));
   // An image folder without one image would fail on the PARTICIPANT after
   // the agents started (#24): said before anything starts.

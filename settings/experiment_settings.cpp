@@ -638,6 +638,128 @@ Setting split_setting() {
   return s;
 }
 
+// exits: [{after: layer2, head: linear}, {after: 7, head: torchscript:exit.pt}]
+Setting exits_setting() {
+  Setting s;
+  s.info = {"exits", "[{after, head, file}]", "~ (none)",
+            "Early exits (#44): side classifiers on backbone layers' outputs, in backbone order. `after`: the "
+            "layer (its name in `tracrctl models --layers`, or its index); the exit hangs at the cut right after "
+            "it. `head`: linear (global average pooling + a linear map to the model's classes, trained by "
+            "`tracrctl train`, read from `file`, default <output's directory>/exits/<model>.<after>.pt) or "
+            "torchscript:<path> (your own module from that layer's output to the classes' logits). An exit at or "
+            "before the split runs on the PARTICIPANT: a frame whose confidence there reaches exit_policy.threshold "
+            "ends (no send).",
+            ""};
+  s.nullable = true;
+  s.env_yaml = true;
+  s.path = PathKind::plain;
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    if (!n.IsSequence() || n.size() == 0)
+      return expected(c, n, key, "a list of {after: <layer>, head: linear | torchscript:<path>} maps");
+    std::vector<ExitSpec> out;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string k = fmt::format("{}[{}]", key, i);
+      if (!n[i].IsMap()) return expected(c, n[i], k, "a map {after: <layer name or index>, head: linear}");
+      TRACR_TRY(check_keys(c, n[i], k, {"after", "head", "file"}));
+      ExitSpec e;
+      const YAML::Node after = n[i]["after"];
+      if (!after) return err_at(pos_of(c, n[i]), k + ".after", "missing; expected a layer name or index of the model");
+      auto a = get_nonempty(c, after, k + ".after", "a layer name or index of the model");
+      if (!a) return a.error();
+      TRACR_TRY(no_control_chars(c, after, k + ".after", *a, "a layer name"));
+      e.after = *a;
+      for (const auto& o : out)
+        if (o.after == e.after)
+          return err_at(pos_of(c, after), k + ".after", fmt::format("layer '{}' has an exit already; expected one "
+                                                                    "exit per layer", e.after));
+      if (const YAML::Node h = n[i]["head"]) {
+        auto v = get_nonempty(c, h, k + ".head", "linear or torchscript:<path>");
+        if (!v) return v.error();
+        TRACR_TRY(no_control_chars(c, h, k + ".head", *v, "linear or torchscript:<path>"));
+        static const std::string ts = "torchscript:";
+        if (v->rfind(ts, 0) == 0 && v->size() > ts.size()) {
+          e.file = v->substr(ts.size());
+        } else if (*v != "linear") {
+          return err_at(pos_of(c, h), k + ".head",
+                        fmt::format("'{}'; expected linear (trained by `tracrctl train`) or torchscript:<path> (a "
+                                    "traced module from the layer's output to the classes' logits)",
+                                    *v));
+        }
+        e.head = *v;
+      }
+      if (const YAML::Node f = n[i]["file"]) {
+        if (e.head != "linear")
+          return err_at(pos_of(c, f), k + ".file", "is for head: linear only; a torchscript: head names its file");
+        auto v = get_nonempty(c, f, k + ".file", "a path to the trained head's TorchScript file");
+        if (!v) return v.error();
+        TRACR_TRY(no_control_chars(c, f, k + ".file", *v, "a path"));
+        e.file = *v;
+      }
+      out.push_back(std::move(e));
+    }
+    cfg.exits = std::move(out);
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    if (c.exits.empty()) return std::string("~");
+    std::string o = "[";
+    for (size_t i = 0; i < c.exits.size(); ++i) {
+      const ExitSpec& e = c.exits[i];
+      o += (i ? ", " : "") + std::string("{after: ") + yaml_str(e.after) + ", head: " + yaml_str(e.head);
+      if (e.head == "linear" && !e.file.empty()) o += ", file: " + yaml_str(e.file);
+      o += "}";
+    }
+    return o + "]";
+  };
+  return s;
+}
+
+// exit_policy.threshold: a number in [0, 1], or a list of them (one run each).
+Setting exit_threshold_setting() {
+  Setting s;
+  s.info = {"exit_policy.threshold", "number 0..1 | [numbers]", "0.9",
+            "A frame ends at the first exit whose confidence (exit_policy.measure) is at least this. A list repeats "
+            "the experiment under each threshold, one run per threshold (after links and codecs); "
+            "`tracrctl results exits` sweeps thresholds from one run's stored confidences.",
+            ""};
+  s.env_yaml = true;
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    auto one = [&](const YAML::Node& v, const std::string& where) -> Result<double> {
+      auto d = get_double(c, v, where, 0, "a number in 0..1");
+      if (!d) return d.error();
+      if (*d > 1) return expected(c, v, where, "a number in 0..1 (a probability, or 1 - normalised entropy)");
+      return *d;
+    };
+    cfg.exit_policy.threshold_list.clear();
+    if (n.IsSequence()) {
+      if (n.size() == 0) return err_at(pos_of(c, n), key, "an empty list; expected a number in 0..1 or a list of them");
+      for (size_t i = 0; i < n.size(); ++i) {
+        const std::string where = fmt::format("{}[{}]", key, i);
+        auto v = one(n[i], where);
+        if (!v) return v.error();
+        for (double t : cfg.exit_policy.threshold_list)
+          if (t == *v) return err_at(pos_of(c, n[i]), where, fmt::format("threshold {} is listed twice", *v));
+        cfg.exit_policy.threshold_list.push_back(*v);
+      }
+      cfg.exit_policy.threshold = cfg.exit_policy.threshold_list.front();
+      if (cfg.exit_policy.threshold_list.size() == 1) cfg.exit_policy.threshold_list.clear();
+      return {};
+    }
+    auto v = one(n, key);
+    if (!v) return v.error();
+    cfg.exit_policy.threshold = *v;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    if (c.exit_policy.threshold_list.empty()) return fmt::format("{}", c.exit_policy.threshold);
+    std::string o = "[";
+    for (size_t i = 0; i < c.exit_policy.threshold_list.size(); ++i)
+      o += (i ? ", " : "") + fmt::format("{}", c.exit_policy.threshold_list[i]);
+    return o + "]";
+  };
+  return s;
+}
+
 Setting participant_splits_setting() {
   Setting s;
   s.info = {"participant_splits", "{name: int | [int | [int]] | all}", "{}",

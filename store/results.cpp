@@ -644,6 +644,13 @@ CREATE TABLE frame_hops (
   PRIMARY KEY (run_id, participant, frame, hop)
 );
 )sql"},
+    {21, "frames: early exits (the exit taken, every exit's answer and confidences, their times and cost)", R"sql(
+ALTER TABLE frames ADD COLUMN exit_index INTEGER;
+ALTER TABLE frames ADD COLUMN exit_results TEXT;
+ALTER TABLE frames ADD COLUMN exit_times TEXT;
+ALTER TABLE frames ADD COLUMN exit_ns INTEGER;
+ALTER TABLE frames ADD COLUMN exit_extra_ns INTEGER;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,

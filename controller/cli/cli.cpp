@@ -339,6 +339,15 @@ void add_results(CLI::App& app, Parsed& p) {
       ->add_option("RUN", p.results.positional, "two or more run ids")
       ->type_name("RUN RUN ...")
       ->required();
+  auto* rexits = results_sub("exits", "a run with early exits: accuracy, exit rate and latency per threshold, swept "
+                                      "from its stored confidences (#44)", true);
+  rexits->add_option("RUN", p.results.positional, "a run id or 'last'")->required();
+  rexits->add_option("--thresholds", p.results.thresholds,
+                     "from:to:step or a comma-separated list (default 0.5:0.99:0.01 and the run's own)")
+      ->type_name("T");
+  rexits->add_option("--measure", p.results.measure, "the confidence measure (default: the run's)")
+      ->type_name("max_softmax|entropy");
+  rexits->add_option("--csv", p.results.exits_csv, "also write the sweep as tidy CSV")->type_name("FILE");
   auto* rexport = results_sub("export", "runs as CSV (frames; per-split summaries) or one run as JSON (everything)", true);
   rexport->add_option("RUN", p.results.positional, "run ids or 'last'")->type_name("RUN ...")->required();
   rexport->add_option("--csv", p.results.csv, "write the runs' frames as CSV")->type_name("FILE")->allow_extra_args(false);

@@ -8,6 +8,7 @@
 #include "store/default_db.hpp"
 #include "store/export.hpp"
 
+#include "controller/commands/results_exits.hpp"
 #include "controller/commands/train.hpp"
 
 #include "settings/config.hpp"
@@ -148,6 +149,7 @@ Status cmd_show(ResultsDb& db, const Opts& o) {
     check_or_throw(print_split_table(db, *id, stdout, o.wide, table_width()));
     check_or_throw(print_probe_table(db, *id, stdout, table_width()));
     check_or_throw(print_energy_table(db, *id, stdout));
+    check_or_throw(print_exit_summary(db, *id, stdout));
   }
   auto devs = db.devices(*id);
   if (!devs) throw Fatal(devs.error());
@@ -449,6 +451,14 @@ Status results_sub(const ResultsOptions& opts) {
   if (sub == "list") return cmd_list(*db, o);
   if (sub == "show") return cmd_show(*db, o);
   if (sub == "compare") return cmd_compare(*db, o);
+  if (sub == "exits") {
+    if (o.positional.size() != 1) usage_error("expected one RUN");
+    auto id = run_id_arg(*db, o.positional[0]);
+    if (!id) throw Fatal(id.error());
+    const Status st = print_exit_sweep(*db, *id, o.thresholds, o.measure, o.exits_csv);
+    if (!st && st.error().code == Errc::invalid_argument) throw Fatal(st.error());
+    return st;
+  }
   return cmd_export(*db, o);
 }
 

@@ -3,6 +3,7 @@
 //   tracrctl results list    [--db PATH] [--limit N]
 //   tracrctl results show    RUN [--db PATH]
 //   tracrctl results compare RUN RUN [--db PATH]
+//   tracrctl results exits   RUN [--thresholds T] [--measure M] [--csv FILE] [--db PATH]
 //   tracrctl results export  RUN... (--csv FILE | --summary-csv FILE | --json FILE)... [--db PATH]
 //
 // RUN is a run id or `last`. The database is --db, else $TRACR_OUTPUT, else
@@ -22,7 +23,7 @@ namespace tracr::controller {
 
 // `tracrctl results SUB ...` as controller/cli/cli.cpp parsed it.
 struct ResultsOptions {
-  std::string sub;                      // list | show | compare | export | rm | schema | migrate
+  std::string sub;                      // list | show | compare | exits | export | rm | schema | migrate
   std::string db;                       // "" = $TRACR_OUTPUT, else results/tracr.db
   std::vector<std::string> positional;  // RUN arguments
   std::vector<std::string> csv, json;   // export
@@ -31,6 +32,7 @@ struct ResultsOptions {
   bool markdown = false;                // schema
   bool wide = false;                    // show: every column of the per-split table
   std::string model, status, name;      // list filters ("" = any)
+  std::string thresholds, measure, exits_csv;  // exits: the sweep (controller/commands/results_exits.hpp)
 };
 // Entry point of `tracrctl results`. Returns 0 on success, 1 when the
 // database or run cannot be read, 2 on usage errors; messages go to stderr.

@@ -129,13 +129,14 @@ std::string size_label(const std::vector<int64_t>& dims) {
 // What a series varies, each run's label in it ("model/size/link/codec",
 // the axes the series has), and the axes in words for the table's title.
 struct SeriesAxes {
-  bool model = false, size = false, link = false, codec = false;
+  bool model = false, size = false, link = false, codec = false, threshold = false;
   std::string label(const ExperimentConfig& one, const std::string& link_name) const {
     std::vector<std::string> parts;
     if (model) parts.push_back(model_label(one.model));
     if (size) parts.push_back(size_label(one.input_size));
     if (link) parts.push_back(link_name.empty() ? "-" : link_name);
     if (codec) parts.push_back(one.compression);
+    if (threshold) parts.push_back(fmt::format("t{}", one.exit_policy.threshold));
     return fmt::format("{}", fmt::join(parts, "/"));
   }
   std::string words() const {
@@ -144,6 +145,7 @@ struct SeriesAxes {
     if (size) axes.push_back("input size");
     if (link) axes.push_back("link profile");
     if (codec) axes.push_back("codec");
+    if (threshold) axes.push_back("exit threshold");
     if (axes.empty()) return "run";
     std::string w = axes.back();
     if (axes.size() >= 2) w = axes[axes.size() - 2] + " and " + w;
@@ -274,13 +276,19 @@ Result<std::vector<SeriesRun>> series_runs(const ExperimentConfig& cfg, const Se
   const std::vector<std::string> links = cfg.link.empty() ? std::vector<std::string>{""} : cfg.link;
   const std::vector<std::string> codecs =
       cfg.compression_list.empty() ? std::vector<std::string>{cfg.compression} : cfg.compression_list;
+  const std::vector<double> thresholds = cfg.exit_policy.threshold_list.empty()
+                                             ? std::vector<double>{cfg.exit_policy.threshold}
+                                             : cfg.exit_policy.threshold_list;
   std::vector<SeriesRun> out;
   for (const auto& model : models)
   for (const auto& size : sizes)
   for (const auto& name : links)
-  for (const auto& codec : codecs) {
+  for (const auto& codec : codecs)
+  for (const double threshold : thresholds) {
     SeriesRun r{cfg, "", ""};
     ExperimentConfig& one = r.cfg;
+    one.exit_policy.threshold = threshold;
+    one.exit_policy.threshold_list.clear();
     one.model = model;
     one.model_list.clear();
     one.input_size = size;
@@ -299,6 +307,7 @@ Result<std::vector<SeriesRun>> series_runs(const ExperimentConfig& cfg, const Se
     if (ax.size) what.push_back("input size " + size_label(size));
     if (!name.empty()) what.push_back("link profile " + name);
     if (ax.codec || what.empty()) what.push_back("compression " + codec);
+    if (ax.threshold) what.push_back(fmt::format("exit threshold {}", threshold));
     r.label = ax.label(one, name);
     r.what = fmt::format("{}", fmt::join(what, ", "));
     out.push_back(std::move(r));
@@ -318,6 +327,7 @@ Status run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector
   ax.size = !cfg.input_size_list.empty();
   ax.link = !cfg.link.empty();
   ax.codec = !cfg.compression_list.empty();
+  ax.threshold = !cfg.exit_policy.threshold_list.empty();
   auto configs = series_runs(cfg, ax);
   if (!configs) {
     return core::bad_input(user_text(configs.error()));
@@ -427,7 +437,7 @@ Status run_experiment(const RunOptions& ro) {
   TRACR_TRY(check_report_path(ro.report));
   std::vector<int64_t> runs;
   if (cfg->link.size() > 1 || !cfg->compression_list.empty() || !cfg->model_list.empty() ||
-      !cfg->input_size_list.empty() || ro.repeat > 1) {
+      !cfg->input_size_list.empty() || !cfg->exit_policy.threshold_list.empty() || ro.repeat > 1) {
     const Status st = run_series(ro, *cfg, runs);
     return write_run_report(ro, cfg->output, runs, st);
   }

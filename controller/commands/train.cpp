@@ -28,6 +28,7 @@
 #include "controller/session/liveness.hpp"
 #include "controller/session/run_row.hpp"
 #include "controller/session/agent_set.hpp"
+#include "controller/commands/train_exits.hpp"
 #include "controller/session/prelude.hpp"
 #include "fleet/process.hpp"
 #include "store/recorder.hpp"
@@ -633,6 +634,8 @@ Status cmd_train(const TrainOptions& ro) {
         fmt::format("input_size: {} sizes given; a list repeats `tracrctl run` once per size, training takes one",
                     cfg.input_size_list.size()));
   }
+  // Early exits without split training: their linear heads, on this machine.
+  if (!cfg.exits.empty() && cfg.train.cuts.empty()) return train_exit_heads(cfg);
   TrainSession session(ro, cfg);
   return session.run();
 }

@@ -40,6 +40,13 @@ ExperimentConfig agent_experiment(const ExperimentConfig& cfg) {
     abs(p);
     c.model = ts + p;
   }
+  // Every exit's head file, absolute and named (a linear head's default too).
+  for (size_t i = 0; i < c.exits.size(); ++i) {
+    std::string p = exit_head_file(cfg, i);
+    abs(p);
+    c.exits[i].file = p;
+    if (c.exits[i].head != "linear") c.exits[i].head = ts + p;
+  }
   return c;
 }
 

@@ -14,6 +14,9 @@
 #include <fmt/ranges.h>
 
 #if TRACR_WITH_TORCH
+#include <ATen/ATen.h>
+
+#include "experiments/exits.hpp"
 #include "experiments/registry.hpp"
 #include "experiments/weights.hpp"
 #endif
@@ -197,11 +200,63 @@ Status check_cuts(const settings::ExperimentConfig& cfg, const ex::SplitModel& m
                                       ? "keeps its parameters outside torch::nn (a TorchScript import)"
                                       : "is part of a TorchScript graph, which runs for inference only"));
 }
+
+// exits (#44): each `after` a layer the model can hang an exit on, in
+// backbone order; with `heads`, each head's file there and taking that
+// layer's output to the model's classes.
+Status check_exits(const settings::ExperimentConfig& cfg, const ex::SplitModel& model, bool heads) {
+  if (cfg.exits.empty()) return {};
+  auto refuse = [&](size_t i, const std::string& sub, const std::string& msg) {
+    settings::SourcePos p = cfg.pos_of("exits");
+    if (!p.known()) p.file = cfg.source.empty() ? "<experiment>" : cfg.source;
+    return make_error(Errc::config, fmt::format("{}: exits[{}]{}: {}", p.str(), i, sub, msg));
+  };
+  const auto& out = model.layers().back().output_shape;
+  if (model.task() == ex::ModelTask::detection || out.size() != 2)
+    return refuse(0, "", fmt::format("model '{}' is no classifier (its output is [{}]); expected a model whose output "
+                                     "is [batch, classes], which an exit can answer for",
+                                     cfg.model, fmt::join(out, ", ")));
+  int prev = -1;
+  for (size_t i = 0; i < cfg.exits.size(); ++i) {
+    const auto& e = cfg.exits[i];
+    auto layer = ex::exit_layer(model, e.after);
+    if (!layer) return refuse(i, ".after", layer.error().message);
+    if (*layer <= prev)
+      return refuse(i, ".after", fmt::format("'{}' (layer {}) is not after the exit before it (layer {}); expected "
+                                             "the exits in backbone order",
+                                             e.after, *layer, prev));
+    prev = *layer;
+  }
+  for (size_t i = 0; heads && i < cfg.exits.size(); ++i) {
+    const auto& e = cfg.exits[i];
+    auto layer = ex::exit_layer(model, e.after);
+    const std::string file = settings::exit_head_file(cfg, i);
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec))
+      return refuse(i, e.head == "linear" ? ".file" : ".head",
+                    e.head == "linear" ? fmt::format("no trained head at {}; expected `tracrctl train {}` to train the "
+                                                     "linear exits first (or file: naming one)",
+                                                     file, cfg.source.empty() ? "<experiment>" : cfg.source)
+                                       : fmt::format("{} does not exist; expected a TorchScript file", file));
+    auto h = ex::ExitHead::load(file, c10::Device(c10::kCPU));
+    if (!h) return refuse(i, ".head", h.error().message);
+    std::vector<int64_t> shape = model.layers()[*layer].output_shape;
+    if (!shape.empty()) shape[0] = 2;  // two samples: a head that folds the batch away is found
+    auto l = (*h)->logits(at::zeros(shape));
+    if (!l)
+      return refuse(i, ".head", fmt::format("does not take the output of '{}' (shape [{}]): {}", e.after,
+                                            fmt::join(model.layers()[*layer].output_shape, ", "), l.error().message));
+    if (l->size(1) != out.back())
+      return refuse(i, ".head", fmt::format("{} answers {} classes; expected the model's {} (its output [{}])", file,
+                                            l->size(1), out.back(), fmt::join(out, ", ")));
+  }
+  return {};
+}
 #endif
 
 }  // namespace
 
-Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
+Result<int> check_experiment_model(const settings::ExperimentConfig& cfg, bool exit_heads) {
 #if TRACR_WITH_TORCH
   TRACR_TRY(check_model_id(cfg));
   auto model = build_for_check(cfg);
@@ -210,9 +265,11 @@ Result<int> check_experiment_model(const settings::ExperimentConfig& cfg) {
   TRACR_TRY(check_weights(cfg, **model));
   TRACR_TRY(check_splits(cfg, **model));
   TRACR_TRY(check_cuts(cfg, **model));
+  TRACR_TRY(check_exits(cfg, **model, exit_heads));
   return (*model)->num_layers();
 #else
   (void)cfg;
+  (void)exit_heads;
   return -1;
 #endif
 }

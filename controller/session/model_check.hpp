@@ -14,9 +14,12 @@ namespace tracr::controller {
 //   * `input_size` runs through every layer,
 //   * every `split` point is within 0..N and every `train.cuts` entry within
 //     1..N-1 (N = the model's layers).
+//   * every exit's `after` is a layer an exit can hang on, in backbone order,
+//     and (exit_heads) its head's file exists and answers the model's classes
+//     from that layer's output (`tracrctl train` passes false: it writes them).
 // Returns the model's N. Error config naming the key with its file:line:col
 // and what was expected. In a build without LibTorch nothing is checked and
 // the result is -1 (the agents report these mistakes themselves).
-Result<int> check_experiment_model(const settings::ExperimentConfig& cfg);
+Result<int> check_experiment_model(const settings::ExperimentConfig& cfg, bool exit_heads = true);
 
 }  // namespace tracr::controller

@@ -1076,9 +1076,13 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "on_participant_loss",
                         "lockstep",
                         "chain",
-                        "plan_k"})
+                        "plan_k",
+                        "exits",
+                        "exit_policy.measure",
+                        "exit_policy.threshold",
+                        "record.exit_confidences"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 72u);
+  EXPECT_EQ(names.size(), 76u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());

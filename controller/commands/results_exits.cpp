@@ -1,0 +1,176 @@
+#include "controller/commands/results_exits.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "analysis/exits.hpp"
+#include "core/text.hpp"
+#include "settings/config.hpp"
+
+namespace tracr::controller {
+
+using store::column_of;
+
+namespace {
+
+struct RunExits {
+  settings::ExperimentConfig cfg;
+  std::vector<analysis::ExitFrame> frames;
+};
+
+std::optional<int64_t> as_int(const std::optional<std::string>& v) {
+  if (!v || v->empty()) return std::nullopt;
+  return std::stoll(*v);
+}
+
+// The run's exits and policy (from its stored configuration) and its timed,
+// ok frames. Error invalid_argument for a run without exits.
+Result<RunExits> load_run_exits(store::ResultsDb& db, int64_t run_id) {
+  auto run = db.get_run(run_id);
+  if (!run) return run.error();
+  auto cfg = settings::parse_experiment(run->config_yaml, fmt::format("run {}'s configuration", run_id), false);
+  if (!cfg) return cfg.error();
+  if (cfg->exits.empty())
+    return make_error(Errc::invalid_argument,
+                      fmt::format("run {} has no exits; expected a run of an experiment with exits: (#44)", run_id));
+  RunExits out{std::move(*cfg), {}};
+  auto rows = db.rows("frames", run_id);
+  if (!rows) return rows.error();
+  auto col = [](const char* c) { return column_of("frames", c); };
+  static const size_t kSplit = col("split"), kPl = col("placement"), kExit = col("exit_index"),
+                      kRes = col("exit_results"), kTimes = col("exit_times"), kTotal = col("total_ns"),
+                      kPost = col("post_ns"), kWire = col("wire_bytes"), kReply = col("reply_bytes"),
+                      kCorrect = col("correct"), kLabel = col("label"), kOk = col("ok"), kWarm = col("warmup"),
+                      kBatch = col("batch");
+  for (const auto& r : *rows) {
+    if (as_int(r[kOk]).value_or(0) != 1 || as_int(r[kWarm]).value_or(1) != 0 || as_int(r[kBatch]).value_or(0) != 1)
+      continue;
+    analysis::ExitFrame f;
+    f.split = as_int(r[kSplit]).value_or(0);
+    f.placement = r[kPl].value_or(std::to_string(f.split));
+    if (f.placement.empty()) f.placement = std::to_string(f.split);
+    f.exit_index = as_int(r[kExit]);
+    f.exit_results = r[kRes].value_or("");
+    f.exit_times = r[kTimes].value_or("");
+    f.total_ns = as_int(r[kTotal]).value_or(0);
+    f.post_ns = as_int(r[kPost]).value_or(0);
+    f.sent_bytes = f.exit_index ? 0 : as_int(r[kWire]).value_or(0) + as_int(r[kReply]).value_or(0);
+    f.correct = as_int(r[kCorrect]).value_or(-1);
+    // A label means the model's class only where the run could judge the answer (correct >= 0).
+    if (f.correct >= 0) f.label = as_int(r[kLabel]);
+    out.frames.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::string opt_num(const std::optional<double>& v, const char* spec) {
+  return v ? fmt::format(fmt::runtime(spec), *v) : std::string("-");
+}
+
+}  // namespace
+
+Status print_exit_sweep(store::ResultsDb& db, int64_t run_id, const std::string& thresholds, const std::string& measure,
+                        const std::string& csv) {
+  auto run = load_run_exits(db, run_id);
+  if (!run) return run.error();
+  const auto& pol = run->cfg.exit_policy;
+  const std::string m = measure.empty() ? pol.measure : measure;
+  std::vector<double> ts;
+  if (thresholds.empty()) {
+    auto def = analysis::parse_thresholds("0.5:0.99:0.01");
+    ts = *def;
+    if (std::find(ts.begin(), ts.end(), pol.threshold) == ts.end()) ts.push_back(pol.threshold);
+    std::sort(ts.begin(), ts.end());
+  } else {
+    auto p = analysis::parse_thresholds(thresholds);
+    if (!p) return p.error();
+    ts = *p;
+  }
+  auto rows = analysis::sweep_exits(run->frames, ts, m);
+  if (!rows) return rows.error();
+  std::vector<std::string> names;
+  for (const auto& e : run->cfg.exits) names.push_back(e.after);
+  fmt::print("run {}: {} frames; exits {}; the run's policy {} >= {}; swept by {}\n", run_id, run->frames.size(),
+             fmt::join(names, ", "), pol.measure, pol.threshold, m);
+  fmt::print("latency: measured frames (sent: the run's total; exited: start to that exit's decision + the frame's "
+             "post-processing); * = on the accuracy-latency front\n");
+  std::vector<std::vector<std::string>> table = {{"placement", "threshold", "frames", "exit rate", "sent", "unknown",
+                                                  "accuracy", "mean ms", "p95 ms", "bytes/frame", ""}};
+  bool any_unknown = false;
+  for (const auto& r : *rows) {
+    std::string rates;
+    for (size_t e = 0; e < r.exited.size(); ++e)
+      rates += fmt::format("{}{}", e ? " " : "",
+                           r.frames ? fmt::format("{:.3f}", static_cast<double>(r.exited[e]) / r.frames) : "-");
+    any_unknown |= r.unknown > 0;
+    table.push_back({r.placement, fmt::format("{}", r.threshold), std::to_string(r.frames), rates,
+                     std::to_string(r.sent), std::to_string(r.unknown), opt_num(r.accuracy, "{:.4f}"),
+                     opt_num(r.mean_ms, "{:.3f}"), opt_num(r.p95_ms, "{:.3f}"), fmt::format("{:.0f}", r.bytes_per_frame),
+                     r.pareto ? "*" : ""});
+  }
+  std::fputs(core::align(table, {0}).c_str(), stdout);
+  fmt::print("exit rate: per exit in exits: order ({})\n", fmt::join(names, ", "));
+  if (any_unknown)
+    fmt::print("unknown: frames the run ended at an exit that no exit takes at this threshold: their final answer was "
+               "never computed, so accuracy and latency are left out (a run at exit_policy.threshold: 1 sends every "
+               "frame no exit is certain of, and sweeps every threshold below 1)\n");
+  if (!csv.empty()) {
+    std::ofstream f(csv);
+    if (!f) return make_error(Errc::io, fmt::format("--csv {}: cannot be written", csv));
+    f << "run_id,placement,split,threshold,measure,frames,sent,unknown,labelled,correct,accuracy,mean_ms,p95_ms,"
+         "bytes_per_frame,pareto";
+    for (size_t e = 0; e < names.size(); ++e) f << ",exited_" << e;
+    f << "\n";
+    for (const auto& r : *rows) {
+      f << fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", run_id, r.placement, r.split, r.threshold, m,
+                       r.frames, r.sent, r.unknown, r.labelled, r.correct, opt_num(r.accuracy, "{:.9g}"),
+                       opt_num(r.mean_ms, "{:.6f}"), opt_num(r.p95_ms, "{:.6f}"), r.bytes_per_frame, r.pareto ? 1 : 0);
+      for (size_t e = 0; e < names.size(); ++e) f << "," << (e < r.exited.size() ? r.exited[e] : 0);
+      f << "\n";
+    }
+    if (!f) return make_error(Errc::io, fmt::format("--csv {}: write failed", csv));
+  }
+  return {};
+}
+
+Status print_exit_summary(store::ResultsDb& db, int64_t run_id, std::FILE* out) {
+  auto run = load_run_exits(db, run_id);
+  if (!run) return run.error().code == Errc::invalid_argument ? Status{} : Status(run.error());
+  struct Side {
+    int64_t n = 0, labelled = 0, correct = 0;
+    double ms = 0;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<Side, Side>> by;  // exited, sent
+  for (const auto& f : run->frames) {
+    if (!by.count(f.placement)) order.push_back(f.placement);
+    Side& s = f.exit_index ? by[f.placement].first : by[f.placement].second;
+    ++s.n;
+    s.ms += static_cast<double>(f.total_ns) / 1e6;
+    if (f.correct >= 0) {
+      ++s.labelled;
+      s.correct += f.correct;
+    }
+  }
+  if (order.empty()) return {};
+  std::vector<std::vector<std::string>> t = {
+      {"  placement", "exited", "exit rate", "exited mean ms", "exited acc", "sent", "sent mean ms", "sent acc"}};
+  auto mean = [](const Side& s) { return s.n ? fmt::format("{:.3f}", s.ms / s.n) : std::string("-"); };
+  auto acc = [](const Side& s) {
+    return s.labelled ? fmt::format("{:.4f}", static_cast<double>(s.correct) / s.labelled) : std::string("-");
+  };
+  for (const auto& p : order) {
+    const auto& [x, s] = by[p];
+    t.push_back({"  " + p, std::to_string(x.n), fmt::format("{:.3f}", static_cast<double>(x.n) / (x.n + s.n)),
+                 mean(x), acc(x), std::to_string(s.n), mean(s), acc(s)});
+  }
+  fmt::print(out, "\nearly exits ({} >= {}; `tracrctl results exits {}` sweeps thresholds)\n",
+             run->cfg.exit_policy.measure, run->cfg.exit_policy.threshold, run_id);
+  std::fputs(core::align(t, {0}).c_str(), out);
+  return {};
+}
+
+}  // namespace tracr::controller

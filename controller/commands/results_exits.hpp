@@ -1,0 +1,25 @@
+// `tracrctl results exits RUN [--thresholds T] [--measure M] [--csv FILE]`
+// (#44): the offline threshold sweep of a run with early exits
+// (analysis/exits.hpp), and the exited/sent summary `results show` prints.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "protocol/error.hpp"
+#include "store/results.hpp"
+
+namespace tracr::controller {
+
+// thresholds: analysis::parse_thresholds text ("" = 0.5:0.99:0.01 and the
+// run's own); measure "" = the run's. Error invalid_argument for a run
+// without exits or bad options; csv: also written as tidy CSV.
+Status print_exit_sweep(store::ResultsDb& db, int64_t run_id, const std::string& thresholds,
+                        const std::string& measure, const std::string& csv);
+
+// Per placement: frames that ended at an exit and frames that were sent,
+// apart (count, rate, mean latency, accuracy). Nothing for a run without exits.
+Status print_exit_summary(store::ResultsDb& db, int64_t run_id, std::FILE* out);
+
+}  // namespace tracr::controller
