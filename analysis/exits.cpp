@@ -104,6 +104,7 @@ Result<std::vector<ExitSweepRow>> sweep_exits(const std::vector<ExitFrame>& fram
         if (taken) {
           ++r.exited[static_cast<size_t>(taken->exit)];
           ms.push_back(static_cast<double>(taken->at_ns + f->post_ns) / 1e6);
+          r.exited_ms += ms.back();
           if (f->label) {
             ++r.labelled;
             r.correct += taken->top1 == *f->label ? 1 : 0;
@@ -141,6 +142,69 @@ Result<std::vector<ExitSweepRow>> sweep_exits(const std::vector<ExitFrame>& fram
     });
   }
   return rows;
+}
+
+Result<ExitPlan> plan_exits(const std::vector<ExitFrame>& frames, const std::map<int64_t, double>& offload_ms,
+                            const std::vector<double>& thresholds, const std::string& measure,
+                            std::optional<double> max_latency_ms, std::optional<double> min_accuracy) {
+  auto sweep = sweep_exits(frames, thresholds, measure);
+  if (!sweep) return sweep.error();
+  // Each split's mean exit-head cost: what a frame sent there pays for its exits.
+  std::map<std::string, std::pair<double, int64_t>> cost;  // by placement: sum ns, frames
+  for (const auto& f : frames) {
+    auto& c = cost[f.placement];
+    c.first += static_cast<double>(f.exit_ns);
+    ++c.second;
+  }
+  ExitPlan plan;
+  for (const auto& r : *sweep) {
+    if (r.frames == 0) continue;
+    const auto off = offload_ms.find(r.split);
+    if (off == offload_ms.end()) {
+      if (std::find(plan.unplanned.begin(), plan.unplanned.end(), r.split) == plan.unplanned.end())
+        plan.unplanned.push_back(r.split);
+      continue;
+    }
+    if (r.unknown > 0) {
+      ++plan.left_out;
+      continue;
+    }
+    ExitPlanRow x;
+    x.placement = r.placement;
+    x.split = r.split;
+    x.threshold = r.threshold;
+    int64_t exited = 0;
+    for (int64_t e : r.exited) exited += e;
+    x.exit_rate = static_cast<double>(exited) / static_cast<double>(r.frames);
+    x.accuracy = r.accuracy;
+    const auto& c = cost[r.placement];
+    x.sent_ms = off->second + (c.second ? c.first / static_cast<double>(c.second) / 1e6 : 0);
+    x.latency_ms = (r.exited_ms + static_cast<double>(r.sent) * x.sent_ms) / static_cast<double>(r.frames);
+    x.feasible = (!max_latency_ms || x.latency_ms <= *max_latency_ms) &&
+                 (!min_accuracy || (x.accuracy && *x.accuracy >= *min_accuracy));
+    plan.rows.push_back(std::move(x));
+  }
+  for (auto& x : plan.rows)
+    x.front = x.accuracy && std::none_of(plan.rows.begin(), plan.rows.end(), [&](const ExitPlanRow& o) {
+                return o.accuracy && *o.accuracy >= *x.accuracy && o.latency_ms <= x.latency_ms &&
+                       (*o.accuracy > *x.accuracy || o.latency_ms < x.latency_ms);
+              });
+  // A latency bound: the most accurate pair within it (then the faster);
+  // otherwise the fastest pair (within the accuracy floor, if any).
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    const auto& x = plan.rows[i];
+    if (!x.feasible) continue;
+    if (plan.chosen < 0) {
+      plan.chosen = static_cast<int>(i);
+      continue;
+    }
+    const auto& b = plan.rows[static_cast<size_t>(plan.chosen)];
+    const double xa = x.accuracy.value_or(-1), ba = b.accuracy.value_or(-1);
+    const bool better = max_latency_ms ? (xa > ba || (xa == ba && x.latency_ms < b.latency_ms))
+                                       : (x.latency_ms < b.latency_ms || (x.latency_ms == b.latency_ms && xa > ba));
+    if (better) plan.chosen = static_cast<int>(i);
+  }
+  return plan;
 }
 
 Result<std::vector<double>> parse_thresholds(const std::string& text) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@ struct ExitFrame {
   int64_t sent_bytes = 0;             // wire_bytes + reply_bytes (0 for a frame that exited)
   int64_t correct = -1;               // the run's answer: 1, 0, or -1 unknown (no label)
   std::optional<int64_t> label;       // the sample's label
+  int64_t exit_ns = 0;                // the exit heads' cost on this frame (frames.exit_ns)
 };
 
 // One exit's stored answer for the (single) sample of a frame.
@@ -58,12 +60,46 @@ struct ExitSweepRow {
   std::optional<double> accuracy;     // correct / labelled; nullopt when unknown > 0 or nothing labelled
   std::optional<double> mean_ms, p95_ms;  // nullopt when unknown > 0
   double bytes_per_frame = 0;    // mean sent bytes (exited frames send none)
+  double exited_ms = 0;          // sum over the frames that exit of their time to the exit's decision + post
   bool pareto = false;           // on the accuracy-latency front over every row
 };
 
 // thresholds in the order given; measure max_softmax or entropy.
 Result<std::vector<ExitSweepRow>> sweep_exits(const std::vector<ExitFrame>& frames, const std::vector<double>& thresholds,
                                              const std::string& measure);
+
+// Edgent's question (#44): which (split, threshold) meets a latency bound
+// with the best accuracy, or an accuracy floor at the least latency, on a
+// link the basis run may not have had. Per (split, threshold), from a basis
+// run that stored every exit's answer:
+//   latency = (sum over the frames that exit of their measured time to that
+//             exit's decision + post-processing
+//             + frames sent x (offload_ms[split] + the split's mean exit-head
+//               cost)) / frames
+// where offload_ms is the planner's predicted latency of a frame sent at
+// that split on the link planned for (analysis/plan.hpp), and accuracy is
+// the sweep's (exact, from the stored answers). Pairs with unknown frames
+// (the basis ended them at an exit) are left out and counted.
+struct ExitPlanRow {
+  std::string placement;
+  int64_t split = 0;
+  double threshold = 0;
+  double exit_rate = 0;            // frames that end at any exit / frames
+  std::optional<double> accuracy;  // nullopt: no labelled frame
+  double latency_ms = 0;           // predicted mean per frame
+  double sent_ms = 0;              // predicted latency of a frame sent at this split (offload + exit heads)
+  bool feasible = true;            // meets the constraints
+  bool front = false;              // on the accuracy-latency front of the planned pairs
+};
+struct ExitPlan {
+  std::vector<ExitPlanRow> rows;
+  int chosen = -1;                 // index into rows; -1: none meets the constraints
+  int64_t left_out = 0;            // pairs with unknown frames
+  std::vector<int64_t> unplanned;  // splits of the basis the offload plan has no row for
+};
+Result<ExitPlan> plan_exits(const std::vector<ExitFrame>& frames, const std::map<int64_t, double>& offload_ms,
+                            const std::vector<double>& thresholds, const std::string& measure,
+                            std::optional<double> max_latency_ms, std::optional<double> min_accuracy);
 
 // "0.5:0.99:0.01" (from:to:step, both ends included, to 1e-9) or a
 // comma-separated list. Error invalid_argument naming what was expected.

@@ -255,6 +255,8 @@ void add_plan(CLI::App& app, Parsed& p) {
   };
   opt_number("--max-latency-ms", p.plan.plan.max_latency_ms, "ms", "constraint: predicted latency at most X");
   opt_number("--max-energy-j", p.plan.plan.max_energy_j, "J", "constraint: participant energy per frame at most X");
+  opt_number("--min-accuracy", p.plan.min_accuracy, "",
+             "a basis run with early exits: the fastest (split, threshold) whose accuracy is at least X (0..1)");
   plan->add_option("--link", p.plan.link, "a link profile (built-in or the experiment's links)")->type_name("PROFILE");
   opt_number("--up-mbit", p.plan.up_mbit, "Mbit/s", "explicit link: uplink rate");
   opt_number("--down-mbit", p.plan.down_mbit, "Mbit/s", "explicit link: downlink rate (default: the uplink's)");

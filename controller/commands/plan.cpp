@@ -2,6 +2,7 @@
 // experiment's newest profiled run, for a link, device or held-out run, printed,
 // validated and stored.
 #include "controller/commands/plan.hpp"
+#include "controller/commands/results_exits.hpp"
 
 #include "analysis/chain_plan.hpp"
 #include "analysis/joint.hpp"
@@ -350,11 +351,21 @@ PlanOutcome plan_and_validate(ResultsDb& db, const std::string& db_path, const P
   }
   std::string text = format_plan(*p, cmd.width);
   if (joint) text += format_joint(*p, *joint);
+  const bool exits = has_exits(db, run_id);
+  if (cmd.min_accuracy && !exits)
+    return failed_with(plan_failure(2, fmt::format("--min-accuracy: run {} has no exits; the accuracy floor chooses a "
+                                                   "(split, exit threshold) pair",
+                                                   run_id)));
   const char* const own_line = joint ? "\nmeasured: " : "\nvalidation";
   if (table)
     std::fputs(text.c_str(), stdout);
   else if (const size_t at = text.find(own_line); at != std::string::npos)
     std::fputs(text.substr(at + 1).c_str(), stdout);
+  if (exits && table) {
+    std::fflush(stdout);
+    if (auto st = print_exit_plan(db, run_id, *p, opt.max_latency_ms, cmd.min_accuracy); !st)
+      return failed_with(plan_failure(1, user_text(st.error())));
+  }
   if (joint && joint->validation_run) {  // stored as the plan's validation: its error over the assignment's splits
     p->validation_run = joint->validation_run;
     p->mape_pct = joint->mape_pct;

@@ -29,6 +29,7 @@ struct PlanCommand {
   std::string link;                                  // link profile name ("" = the basis run's probe)
   std::optional<double> up_mbit, down_mbit, rtt_ms;  // explicit link figures
   analysis::PlanOptions plan;                        // objective, constraints, radio, codecs (as given)
+  std::optional<double> min_accuracy;                // early exits: the (split, threshold) choice's accuracy floor
   std::vector<std::string> sets;                     // --set key=value (EXPERIMENT.yaml only)
   size_t width = 0;                                  // the terminal's columns: prose wraps to it (0: no limit)
 };

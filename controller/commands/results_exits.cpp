@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "analysis/exits.hpp"
+#include "analysis/plan.hpp"
 #include "core/text.hpp"
 #include "settings/config.hpp"
 
@@ -44,7 +45,7 @@ Result<RunExits> load_run_exits(store::ResultsDb& db, int64_t run_id) {
                       kRes = col("exit_results"), kTimes = col("exit_times"), kTotal = col("total_ns"),
                       kPost = col("post_ns"), kWire = col("wire_bytes"), kReply = col("reply_bytes"),
                       kCorrect = col("correct"), kLabel = col("label"), kOk = col("ok"), kWarm = col("warmup"),
-                      kBatch = col("batch");
+                      kBatch = col("batch"), kExitNs = col("exit_ns");
   for (const auto& r : *rows) {
     if (as_int(r[kOk]).value_or(0) != 1 || as_int(r[kWarm]).value_or(1) != 0 || as_int(r[kBatch]).value_or(0) != 1)
       continue;
@@ -61,6 +62,7 @@ Result<RunExits> load_run_exits(store::ResultsDb& db, int64_t run_id) {
     f.correct = as_int(r[kCorrect]).value_or(-1);
     // A label means the model's class only where the run could judge the answer (correct >= 0).
     if (f.correct >= 0) f.label = as_int(r[kLabel]);
+    f.exit_ns = as_int(r[kExitNs]).value_or(0);
     out.frames.push_back(std::move(f));
   }
   return out;
@@ -133,6 +135,64 @@ Status print_exit_sweep(store::ResultsDb& db, int64_t run_id, const std::string&
     }
     if (!f) return make_error(Errc::io, fmt::format("--csv {}: write failed", csv));
   }
+  return {};
+}
+
+bool has_exits(store::ResultsDb& db, int64_t run_id) {
+  auto run = db.get_run(run_id);
+  if (!run) return false;
+  auto cfg = settings::parse_experiment(run->config_yaml, "", false);
+  return cfg && !cfg->exits.empty();
+}
+
+Status print_exit_plan(store::ResultsDb& db, int64_t run_id, const analysis::Plan& p,
+                       std::optional<double> max_latency_ms, std::optional<double> min_accuracy) {
+  auto run = load_run_exits(db, run_id);
+  if (!run) return run.error();
+  std::map<int64_t, double> offload;
+  for (const auto& r : p.rows)
+    if (r.codec == p.basis_codec) offload[r.split] = r.latency_ms;
+  auto ts = analysis::parse_thresholds("0.1:0.99:0.01");
+  std::vector<double> thresholds = *ts;
+  thresholds.push_back(1.0);
+  auto plan = analysis::plan_exits(run->frames, offload, thresholds, run->cfg.exit_policy.measure, max_latency_ms,
+                                   min_accuracy);
+  if (!plan) return plan.error();
+  fmt::print("\nearly exits: (split, threshold) planned for this link ({}: frames that exit take their measured time "
+             "to the exit; frames sent, the split's predicted latency above plus its exit heads' mean cost; "
+             "accuracy from the stored answers); {} pairs, the accuracy-latency front shown\n",
+             run->cfg.exit_policy.measure, plan->rows.size());
+  std::vector<std::vector<std::string>> t = {
+      {"", "split", "threshold", "exit rate", "accuracy", "latency ms", "sent ms", "meets"}};
+  for (size_t i = 0; i < plan->rows.size(); ++i) {
+    const auto& x = plan->rows[i];
+    const bool chosen = static_cast<int>(i) == plan->chosen;
+    if (!x.front && !chosen) continue;
+    if (!chosen && t.size() > 1 && t.back()[4] == opt_num(x.accuracy, "{:.4f}") &&
+        t.back()[5] == fmt::format("{:.3f}", x.latency_ms))
+      continue;  // a tie with the pair above: one line for both
+    t.push_back({chosen ? "*" : "", x.placement, fmt::format("{}", x.threshold), fmt::format("{:.3f}", x.exit_rate),
+                 opt_num(x.accuracy, "{:.4f}"), fmt::format("{:.3f}", x.latency_ms), fmt::format("{:.3f}", x.sent_ms),
+                 x.feasible ? "yes" : "no"});
+  }
+  std::fputs(core::align(t, {0}).c_str(), stdout);
+  if (plan->chosen >= 0) {
+    const auto& c = plan->rows[static_cast<size_t>(plan->chosen)];
+    fmt::print("* chosen: split {} at threshold {}{}: predicted {:.3f} ms, accuracy {}, exit rate {:.3f}\n",
+               c.placement, c.threshold,
+               max_latency_ms   ? fmt::format(" (the most accurate within {} ms)", *max_latency_ms)
+               : min_accuracy ? fmt::format(" (the fastest with accuracy >= {})", *min_accuracy)
+                              : std::string(" (the fastest)"),
+               c.latency_ms, opt_num(c.accuracy, "{:.4f}"), c.exit_rate);
+  } else {
+    fmt::print("no (split, threshold) meets the constraints\n");
+  }
+  if (plan->left_out > 0)
+    fmt::print("{} pairs left out: frames the basis run ended at an exit have no final answer there (plan from a run "
+               "at exit_policy.threshold: 1)\n",
+               plan->left_out);
+  if (!plan->unplanned.empty())
+    fmt::print("splits {} of the basis run have no offload prediction here (--splits)\n", fmt::join(plan->unplanned, ", "));
   return {};
 }
 

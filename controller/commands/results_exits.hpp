@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <string>
 
+#include <optional>
+
+#include "analysis/plan.hpp"
 #include "protocol/error.hpp"
 #include "store/results.hpp"
 
@@ -17,6 +20,15 @@ namespace tracr::controller {
 // without exits or bad options; csv: also written as tidy CSV.
 Status print_exit_sweep(store::ResultsDb& db, int64_t run_id, const std::string& thresholds,
                         const std::string& measure, const std::string& csv);
+
+// Whether run_id's experiment had exits.
+bool has_exits(store::ResultsDb& db, int64_t run_id);
+// `tracrctl plan` on a basis run with exits (#44): every (split, threshold)
+// on the link `p` was planned for (analysis::plan_exits), the front and
+// the choice printed: with max_latency_ms the most accurate pair within it,
+// with min_accuracy the fastest pair that reaches it.
+Status print_exit_plan(store::ResultsDb& db, int64_t run_id, const analysis::Plan& p,
+                       std::optional<double> max_latency_ms, std::optional<double> min_accuracy);
 
 // Per placement: frames that ended at an exit and frames that were sent,
 // apart (count, rate, mean latency, accuracy). Nothing for a run without exits.

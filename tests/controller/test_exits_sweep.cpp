@@ -102,3 +102,36 @@ TEST(ExitSweep, ThresholdsAndStoredAnswersAreReadOrRefusedByName) {
   EXPECT_FALSE(parse_exit_answers("0=3:0.9:0.5 1=2:0.1:0.1", "100"));  // one time for two exits
   EXPECT_FALSE(sweep_exits({}, {0.5}, "margin"));
 }
+
+TEST(ExitPlan, ALatencyBoundTakesTheMostAccuratePairWithinItOnTheLinkPlanned) {
+  // Two frames at split 8 (exit costs 0.5 ms each), both sent in the basis run.
+  std::vector<ExitFrame> fs = {frame(std::nullopt, "0=3:0.95:0.5 1=3:0.99:0.9", "1000000 2000000", 10, 1, 3),
+                               frame(std::nullopt, "0=1:0.6:0.3 1=2:0.7:0.6", "1000000 2000000", 10, 1, 2)};
+  for (auto& f : fs) f.exit_ns = 500000;
+  // Sent at split 8: 20 ms predicted on the link planned for.
+  auto plan = plan_exits(fs, {{8, 20.0}}, {0.5, 0.65, 0.9, 1.0}, "max_softmax", 12.0, std::nullopt);
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_EQ(plan->rows.size(), 4u);
+  // 0.5: both exit at exit 0 (1 ms each); the second wrongly (class 1, label 2).
+  EXPECT_DOUBLE_EQ(plan->rows[0].latency_ms, 1.0);
+  EXPECT_DOUBLE_EQ(*plan->rows[0].accuracy, 0.5);
+  // 0.65: the second exits at exit 1 (2 ms, right).
+  EXPECT_DOUBLE_EQ(plan->rows[1].latency_ms, 1.5);
+  EXPECT_DOUBLE_EQ(*plan->rows[1].accuracy, 1.0);
+  // 0.9: the second is sent: 20 ms + its exits' 0.5 ms.
+  EXPECT_DOUBLE_EQ(plan->rows[2].sent_ms, 20.5);
+  EXPECT_DOUBLE_EQ(plan->rows[2].latency_ms, (1.0 + 20.5) / 2);
+  EXPECT_FALSE(plan->rows[3].feasible);  // 1.0: both sent, 20.5 ms > 12
+  EXPECT_EQ(plan->chosen, 1);            // the most accurate within 12 ms, then the faster
+  // An accuracy floor takes the fastest pair that reaches it.
+  auto floor = plan_exits(fs, {{8, 20.0}}, {0.5, 0.65, 0.9, 1.0}, "max_softmax", std::nullopt, 0.9);
+  ASSERT_TRUE(floor);
+  EXPECT_EQ(floor->chosen, 1);
+  EXPECT_FALSE(floor->rows[0].feasible);
+  // A split the offload plan has no row for is named, not guessed.
+  auto none = plan_exits(fs, {{6, 20.0}}, {0.5}, "max_softmax", std::nullopt, std::nullopt);
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->rows.empty());
+  EXPECT_EQ(none->unplanned, (std::vector<int64_t>{8}));
+  EXPECT_EQ(none->chosen, -1);
+}
