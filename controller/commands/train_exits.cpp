@@ -62,7 +62,7 @@ Status train_exit_heads(const settings::ExperimentConfig& cfg) {
   o.test_samples = cfg.train.test_samples;
   o.seed = cfg.seed;
   fmt::print("training {} linear exit head(s) of {} on its frozen backbone ({} epochs, Adam lr {}, batch {}) on {}{}\n",
-             which.size(), model->name(), o.epochs, o.lr, o.batch_size, dc.kind == "fashion-mnist" ? "Fashion-MNIST train" : dc.path,
+             which.size(), model->name(), o.epochs, o.lr, o.batch_size, dc.kind == "fashion-mnist" ? "Fashion-MNIST train" : dc.path.empty() ? dc.kind + " data" : dc.path,
              test ? ", checked on Fashion-MNIST test" : "");
   std::fflush(stdout);
   auto res = ex::train_linear_exits(*model, layers, **train, test.get(), o);

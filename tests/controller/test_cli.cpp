@@ -123,7 +123,7 @@ TEST(Cli, BadValuesNameTheCommandTheOptionAndWhatWasExpected) {
       {"run x.yaml --set warmup", "tracrctl run: --set: expected KEY=VALUE"},
       {"completion zsh", "tracrctl completion: SHELL"},
       {"profile", "tracrctl profile: MODEL is required"},
-      {"results", "tracrctl results: expected a command: list, show, compare, export, rm, schema, migrate"},
+      {"results", "tracrctl results: expected a command: list, show, compare, exits, export, rm, schema, migrate"},
       {"bench", "tracrctl bench: expected a command: protocol"},
   };
   for (const auto& c : cases) {
