@@ -414,6 +414,7 @@ class Pipeline {
       if (!y) return std::move(y.error());
       x = std::move(*y);
       h.at = xe.layer + 1;
+      sync_device(model_.device());  // the backbone's share ends here, not inside the exit's time
       const auto t0 = Clock::now();
       at::Tensor logits;
       auto pass = evaluate_exit(e, x, p, &logits, 0);
@@ -457,26 +458,35 @@ class Pipeline {
     r.start_ns = ns(run_t0_, p.t0);
     r.end_ns = ns(run_t0_, t_end);
     r.inflight = static_cast<int64_t>(pending_.size()) + 1;
-    if (spec_.exit_confidences && h.next < reach()) {
-      // Later exits' times as if the frame had gone on from its decision.
-      const auto t_resume = Clock::now();
-      const int64_t skip = ns(p.t_head, t_resume);
-      ex::Bundle x = std::move(h.crossing);
-      for (size_t e = h.next; e < reach(); ++e) {
-        auto y = model_.run(h.at, spec_.exits[e].layer + 1, std::move(x));
-        if (!y) return std::move(y.error());
-        x = std::move(*y);
-        h.at = spec_.exits[e].layer + 1;
-        at::Tensor logits;
-        auto pass = evaluate_exit(e, x, p, &logits, skip);
-        if (!pass) return std::move(pass.error());
-      }
-      r.exit_extra_ns = ns(t_resume, Clock::now());
-    }
+    std::optional<EnergyMeter::Mark> e_end;
+    if (spec_.energy) e_end = spec_.energy->mark();
+    // The frame is complete and is stored even when recording the later exits fails.
+    const Status later = spec_.exit_confidences ? later_exits(p, h) : Status{};
     if (!r.warmup && hooks_.progress) hooks_.progress(++done_, planned_);
     if (hooks_.emit) hooks_.emit(r);
-    if (hooks_.energy) emit_energy(p, nullptr);
+    if (hooks_.energy) emit_energy(p, nullptr, e_end);
+    TRACR_TRY(later);
     return failure_limit(r.error);
+  }
+
+  // record.exit_confidences: the exits this split reaches past the one the
+  // frame took, their times as if the frame had gone on from its decision.
+  Status later_exits(PendingFrame& p, HeadOut& h) {
+    if (h.next >= reach()) return {};
+    const auto t_resume = Clock::now();
+    const int64_t skip = ns(p.t_head, t_resume);
+    ex::Bundle x = std::move(h.crossing);
+    for (size_t e = h.next; e < reach(); ++e) {
+      auto y = model_.run(h.at, spec_.exits[e].layer + 1, std::move(x));
+      if (!y) return std::move(y.error());
+      x = std::move(*y);
+      h.at = spec_.exits[e].layer + 1;
+      at::Tensor logits;
+      auto pass = evaluate_exit(e, x, p, &logits, skip);
+      if (!pass) return std::move(pass.error());
+    }
+    p.rec.exit_extra_ns = ns(t_resume, Clock::now());
+    return {};
   }
 
   // Takes the oldest frame's reply. A non-blocking check comes first: a reply
@@ -565,7 +575,8 @@ class Pipeline {
 
   // The frame's energy rows: the participant's head and whole frame, the
   // server's tail (from the reply), the radio's transmission.
-  void emit_energy(const PendingFrame& p, const Frame* f) {
+  // An exit's frame (f null) ends at e_end, before the later exits ran.
+  void emit_energy(const PendingFrame& p, const Frame* f, std::optional<EnergyMeter::Mark> e_end = std::nullopt) {
     const FrameRecord& r = p.rec;
     std::vector<EnergyRecord> rows;
     auto add = [&](std::vector<EnergyRecord> v, const char* side, const char* stage) {
@@ -577,7 +588,7 @@ class Pipeline {
     };
     if (spec_.energy && p.e0 && p.e_head) {
       add(spec_.energy->between(*p.e0, *p.e_head, 1), "participant", "head");
-      add(spec_.energy->between(*p.e0, spec_.energy->mark(), 1), "participant", "frame");
+      add(spec_.energy->between(*p.e0, e_end ? *e_end : spec_.energy->mark(), 1), "participant", "frame");
       // With frames in flight, a frame's window also holds other frames' work.
       if (r.inflight > 1)
         for (auto& e : rows)
