@@ -89,11 +89,14 @@ Result<int> exit_layer(const SplitModel& model, const std::string& after) {
     if (l.name == after) i = l.index;
   if (i < 0 && !after.empty() && std::all_of(after.begin(), after.end(), [](char ch) { return std::isdigit(ch); }))
     i = after.size() < 9 ? std::stoi(after) : n;
-  if (i < 0 || i >= n)
+  if (i < 0 || i >= n) {
+    std::string names;  // the first few, as layer_profiles.name stores them
+    for (int k = 0; k < std::min(n - 1, 8); ++k) names += (k ? ", " : "") + model.layers()[static_cast<size_t>(k)].name;
     return make_error(Errc::invalid_argument,
-                      fmt::format("'{}' is not a layer of {}; expected a layer name (`tracrctl models {} --layers`) "
-                                  "or an index 0..{}",
-                                  after, model.name(), model.name(), n - 2));
+                      fmt::format("'{}' is not a layer of {}; expected a layer name ({}{}; layer_profiles.name lists "
+                                  "them all) or an index 0..{}",
+                                  after, model.name(), names, n - 1 > 8 ? ", ..." : "", n - 2));
+  }
   if (i == n - 1)
     return make_error(Errc::invalid_argument,
                       fmt::format("'{}' is {}'s last layer: its output is the model's own answer; expected a layer "

@@ -643,7 +643,7 @@ Setting exits_setting() {
   Setting s;
   s.info = {"exits", "[{after, head, file}]", "~ (none)",
             "Early exits (#44): side classifiers on backbone layers' outputs, in backbone order. `after`: the "
-            "layer (its name in `tracrctl models --layers`, or its index); the exit hangs at the cut right after "
+            "layer (its name as in layer_profiles.name, or its index); the exit hangs at the cut right after "
             "it. `head`: linear (global average pooling + a linear map to the model's classes, trained by "
             "`tracrctl train`, read from `file`, default <output's directory>/exits/<model>.<after>.pt) or "
             "torchscript:<path> (your own module from that layer's output to the classes' logits). An exit at or "
