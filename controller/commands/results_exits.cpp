@@ -1,6 +1,7 @@
 #include "controller/commands/results_exits.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 
@@ -24,7 +25,10 @@ struct RunExits {
 
 std::optional<int64_t> as_int(const std::optional<std::string>& v) {
   if (!v || v->empty()) return std::nullopt;
-  return std::stoll(*v);
+  char* end = nullptr;
+  const long long x = std::strtoll(v->c_str(), &end, 10);
+  if (!end || *end != '\0') return std::nullopt;  // not an integer: as if NULL
+  return x;
 }
 
 // The run's exits and policy (from its stored configuration) and its timed,
@@ -197,6 +201,7 @@ Status print_exit_plan(store::ResultsDb& db, int64_t run_id, const analysis::Pla
 }
 
 Status print_exit_summary(store::ResultsDb& db, int64_t run_id, std::FILE* out) {
+  if (!has_exits(db, run_id)) return {};  // also a run whose stored configuration no longer reads
   auto run = load_run_exits(db, run_id);
   if (!run) return run.error().code == Errc::invalid_argument ? Status{} : Status(run.error());
   struct Side {
