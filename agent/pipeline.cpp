@@ -404,16 +404,22 @@ class Pipeline {
     return pass;
   }
 
+  // The backbone from the cut h.at on to exit e's cut.
+  Status to_exit(size_t e, ex::Bundle& x, HeadOut& h) {
+    auto y = model_.run(h.at, spec_.exits[e].layer + 1, std::move(x));
+    if (!y) return std::move(y.error());
+    x = std::move(*y);
+    h.at = spec_.exits[e].layer + 1;
+    return {};
+  }
+
   Result<HeadOut> head(ex::Bundle x, PendingFrame& p) {
     HeadOut h;
     const size_t reach_ = reach();
     if (reach_ > 0) p.rec.exit_ns = 0;
     for (size_t e = 0; e < reach_; ++e) {
       const auto& xe = spec_.exits[e];
-      auto y = model_.run(h.at, xe.layer + 1, std::move(x));
-      if (!y) return std::move(y.error());
-      x = std::move(*y);
-      h.at = xe.layer + 1;
+      TRACR_TRY(to_exit(e, x, h));
       sync_device(model_.device());  // the backbone's share ends here, not inside the exit's time
       const auto t0 = Clock::now();
       at::Tensor logits;
@@ -477,10 +483,7 @@ class Pipeline {
     const int64_t skip = ns(p.t_head, t_resume);
     ex::Bundle x = std::move(h.crossing);
     for (size_t e = h.next; e < reach(); ++e) {
-      auto y = model_.run(h.at, spec_.exits[e].layer + 1, std::move(x));
-      if (!y) return std::move(y.error());
-      x = std::move(*y);
-      h.at = spec_.exits[e].layer + 1;
+      TRACR_TRY(to_exit(e, x, h));
       at::Tensor logits;
       auto pass = evaluate_exit(e, x, p, &logits, skip);
       if (!pass) return std::move(pass.error());

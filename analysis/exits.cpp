@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "protocol/stats.hpp"
+
 namespace tracr::analysis {
 
 namespace {
@@ -33,10 +35,11 @@ bool to_int(const std::string& s, int64_t* v) {
   return !s.empty() && end && *end == '\0';
 }
 
-double pct95(std::vector<double> v) {  // nearest rank, as the stage summaries
-  std::sort(v.begin(), v.end());
-  const size_t r = static_cast<size_t>(std::ceil(0.95 * static_cast<double>(v.size())));
-  return v[std::max<size_t>(r, 1) - 1];
+// Not dominated: no other pair at least as accurate and at most as slow, and better in one.
+bool on_front(double acc, double ms, const std::vector<std::pair<double, double>>& all) {
+  return std::none_of(all.begin(), all.end(), [&](const std::pair<double, double>& o) {
+    return o.first >= acc && o.second <= ms && (o.first > acc || o.second < ms);
+  });
 }
 
 }  // namespace
@@ -127,20 +130,16 @@ Result<std::vector<ExitSweepRow>> sweep_exits(const std::vector<ExitFrame>& fram
         double sum = 0;
         for (double v : ms) sum += v;
         r.mean_ms = sum / static_cast<double>(ms.size());
-        r.p95_ms = pct95(ms);
+        r.p95_ms = protocol::p95_of(ms);
         if (r.labelled > 0) r.accuracy = static_cast<double>(r.correct) / static_cast<double>(r.labelled);
       }
       r.bytes_per_frame = r.frames ? bytes / static_cast<double>(r.frames) : 0;
       rows.push_back(std::move(r));
     }
-  // The front: no other row at least as accurate and at most as slow, better in one.
-  for (auto& r : rows) {
-    if (!r.accuracy || !r.mean_ms) continue;
-    r.pareto = std::none_of(rows.begin(), rows.end(), [&](const ExitSweepRow& o) {
-      return o.accuracy && o.mean_ms && *o.accuracy >= *r.accuracy && *o.mean_ms <= *r.mean_ms &&
-             (*o.accuracy > *r.accuracy || *o.mean_ms < *r.mean_ms);
-    });
-  }
+  std::vector<std::pair<double, double>> pts;  // (accuracy, mean ms) of the rows that have both
+  for (const auto& r : rows)
+    if (r.accuracy && r.mean_ms) pts.emplace_back(*r.accuracy, *r.mean_ms);
+  for (auto& r : rows) r.pareto = r.accuracy && r.mean_ms && on_front(*r.accuracy, *r.mean_ms, pts);
   return rows;
 }
 
@@ -184,11 +183,10 @@ Result<ExitPlan> plan_exits(const std::vector<ExitFrame>& frames, const std::map
                  (!min_accuracy || (x.accuracy && *x.accuracy >= *min_accuracy));
     plan.rows.push_back(std::move(x));
   }
-  for (auto& x : plan.rows)
-    x.front = x.accuracy && std::none_of(plan.rows.begin(), plan.rows.end(), [&](const ExitPlanRow& o) {
-                return o.accuracy && *o.accuracy >= *x.accuracy && o.latency_ms <= x.latency_ms &&
-                       (*o.accuracy > *x.accuracy || o.latency_ms < x.latency_ms);
-              });
+  std::vector<std::pair<double, double>> pts;
+  for (const auto& x : plan.rows)
+    if (x.accuracy) pts.emplace_back(*x.accuracy, x.latency_ms);
+  for (auto& x : plan.rows) x.front = x.accuracy && on_front(*x.accuracy, x.latency_ms, pts);
   // A latency bound: the most accurate pair within it (then the faster);
   // otherwise the fastest pair (within the accuracy floor, if any).
   for (size_t i = 0; i < plan.rows.size(); ++i) {

@@ -216,20 +216,20 @@ Status check_exits(const settings::ExperimentConfig& cfg, const ex::SplitModel& 
     return refuse(0, "", fmt::format("model '{}' is no classifier (its output is [{}]); expected a model whose output "
                                      "is [batch, classes], which an exit can answer for",
                                      cfg.model, fmt::join(out, ", ")));
-  int prev = -1;
+  std::vector<int> layers;  // each exit's layer, checked in order before any head is read
   for (size_t i = 0; i < cfg.exits.size(); ++i) {
     const auto& e = cfg.exits[i];
     auto layer = ex::exit_layer(model, e.after);
     if (!layer) return refuse(i, ".after", layer.error().message);
-    if (*layer <= prev)
+    if (!layers.empty() && *layer <= layers.back())
       return refuse(i, ".after", fmt::format("'{}' (layer {}) is not after the exit before it (layer {}); expected "
                                              "the exits in backbone order",
-                                             e.after, *layer, prev));
-    prev = *layer;
+                                             e.after, *layer, layers.back()));
+    layers.push_back(*layer);
   }
   for (size_t i = 0; heads && i < cfg.exits.size(); ++i) {
     const auto& e = cfg.exits[i];
-    auto layer = ex::exit_layer(model, e.after);
+    const int* layer = &layers[i];
     const std::string file = settings::exit_head_file(cfg, i);
     std::error_code ec;
     if (!std::filesystem::is_regular_file(file, ec))
