@@ -2,6 +2,8 @@
 #include "core/log.hpp"
 
 #include "controller/cli/help_format.hpp"
+#include "analysis/noise.hpp"
+#include "wire/placement.hpp"
 #include "analysis/tables.hpp"
 #include "core/text.hpp"
 #include "core/user_error.hpp"
@@ -219,6 +221,7 @@ std::map<std::string, std::string> settings_of(const std::string& yaml) {
 struct Compared {
   std::vector<RunRow> runs;
   std::vector<std::map<std::vector<int>, SplitSummary>> tab;  // per run, by placement (cut points)
+  std::vector<std::map<std::vector<int>, std::vector<int64_t>>> totals;  // per run and placement: timed frames' totals
   std::vector<std::map<std::string, std::string>> set;
   std::vector<std::string> label;
   size_t size() const { return runs.size(); }
@@ -240,6 +243,15 @@ Compared load_compared(ResultsDb& db, const std::vector<std::string>& which) {
     c.runs.push_back(*r);
     c.tab.emplace_back();
     for (const auto& sp : *t) c.tab.back()[sp.key()] = sp;
+    auto frames = db.frames(*id);
+    if (!frames) throw Fatal(frames.error());
+    c.totals.emplace_back();
+    for (const auto& f : *frames) {
+      if (!f.ok || f.warmup) continue;
+      std::vector<int> key = {static_cast<int>(f.split)};
+      if (auto p = wire::parse_placement(f.placement); p && !p->cuts.empty()) key = p->cuts;
+      c.totals.back()[key].push_back(f.total_ns);
+    }
     c.set.push_back(settings_of(r->config_yaml));
     c.label.push_back(i < 26 ? std::string(1, static_cast<char>('A' + i)) : "R" + std::to_string(i + 1));
   }
@@ -304,6 +316,24 @@ void accuracy_cells(const SplitSummary* a, std::vector<std::string>& row) {
   row.push_back(a && top5_known ? pct(a->top5_correct) : "-");
 }
 
+// A run's change of the median against A at one placement, said against the
+// runs' own spread: "-23.7% [-30.1,-15.2]" when the bootstrap interval leaves
+// out 0, "same (+1.2% [-3.0,+4.1])" when it does not, "+1.2% (n<5)" with too
+// few frames to say.
+std::string change_cell(const Compared& c, size_t a, size_t b, const std::vector<int>& k) {
+  const auto& ta = c.totals[a], &tb = c.totals[b];
+  const auto ia = ta.find(k), ib = tb.find(k);
+  static const std::vector<int64_t> none;
+  const auto& va = ia == ta.end() ? none : ia->second;
+  const auto& vb = ib == tb.end() ? none : ib->second;
+  const double ma = c.tab[a].at(k).stage("total_ns").median_ns, mb = c.tab[b].at(k).stage("total_ns").median_ns;
+  auto ch = analysis::median_change(va, vb);
+  if (!ch) return fmt::format("{:+.1f}% (n<{})", (mb - ma) / ma * 100.0, analysis::kBootstrapMinFrames);
+  const std::string interval = fmt::format("[{:+.1f},{:+.1f}]", ch->lo_pct, ch->hi_pct);
+  return ch->exceeds_spread() ? fmt::format("{:+.1f}% {}", ch->change_pct, interval)
+                              : fmt::format("same ({:+.1f}% {})", ch->change_pct, interval);
+}
+
 // One row per split: medians, change against A, p95, bytes, frames, and
 // accuracy where labels exist (a lossy codec's cost beside its time).
 std::vector<std::vector<std::string>> compare_rows(Compared& c) {
@@ -336,8 +366,7 @@ std::vector<std::vector<std::string>> compare_rows(Compared& c) {
     std::vector<std::string> row = {placement};
     auto med = [&](size_t i) { return s[i]->stage("total_ns").median_ns; };
     for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? format_ms(med(i)) : "-");
-    for (size_t i = 1; i < n; ++i)
-      row.push_back(s[0] && s[i] && med(0) > 0 ? fmt::format("{:+.1f}%", (med(i) - med(0)) / med(0) * 100.0) : "-");
+    for (size_t i = 1; i < n; ++i) row.push_back(s[0] && s[i] && med(0) > 0 ? change_cell(c, 0, i, k) : "-");
     for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? format_ms(s[i]->stage("total_ns").p95_ns) : "-");
     for (size_t i = 0; i < n; ++i) row.push_back(s[i] ? fmt::format("{:.0f}", s[i]->mean_wire_bytes) : "-");
     for (size_t i = 0; i < n; ++i) row.push_back(any[i] ? std::to_string(any[i]->frames) : "-");
@@ -367,6 +396,11 @@ Status cmd_compare(ResultsDb& db, const Opts& o) {
   for (size_t block : {4, 2, 3})
     for (size_t i = 0; i < n; ++i) drop.push_back(block * n + i);
   std::fputs(fit_table(compare_rows(c), {}, table_width(), drop).c_str(), stdout);
+  if (n > 1)
+    fmt::print("vs A: change of the median total, with the 95 % bootstrap interval of that change ({} resamples of "
+               "each run's timed frames); \"same\" where the interval includes 0: a difference within the runs' own "
+               "spread\n",
+               analysis::kBootstrapResamples);
   return {};
 }
 
