@@ -59,7 +59,14 @@ class ShapeHost {
     }
     // Privilege: root, or passwordless sudo.
     auto id = h.raw("id -u");
-    if (id.status != 0) return make_error(Errc::config, fmt::format("device {} ({}): `id -u` failed: {}", d.name, h.where_, id.text));
+    if (id.status != 0) {
+      std::error_code ec;  // `ip netns exec` on a namespace that is not there fails this way
+      if (d.transport != Transport::ssh && !d.netns.empty() && !fs::exists("/run/netns/" + d.netns, ec))
+        return make_error(Errc::config, fmt::format("device {}: network namespace {} does not exist: bring it up with "
+                                                    "scripts/netns_testbed.sh up",
+                                                    d.name, d.netns));
+      return make_error(Errc::config, fmt::format("device {} ({}): `id -u` failed: {}", d.name, h.where_, id.text));
+    }
     if (trim(id.text) != "0") {
       auto su = h.raw("sudo -n true");
       if (su.status != 0) {

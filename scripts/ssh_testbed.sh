@@ -5,7 +5,7 @@
 # (both loopback), a key pair made for it in results/ssh_testbed/, and a
 # devices file naming a SERVER at 127.0.0.1 and a PARTICIPANT at 127.0.0.2,
 # each with its own work_dir, so each gets its own copy of the agent and data.
-#   bash scripts/ssh_testbed.sh up      # prints the devices file it wrote
+#   bash scripts/ssh_testbed.sh up      # prints the path of the devices file it wrote
 #   tracrctl devices check --devices results/ssh_testbed/devices.yaml --trust-new-hosts
 #   bash scripts/ssh_testbed.sh down
 # Run it as the user tracrctl runs as (root, or any user: sshd then only lets
@@ -114,7 +114,7 @@ devices:
     connection_params:
       - {host: 127.0.0.2, ssh_port: $port, user: $user, pkey_fp: $dir/testbed_ed25519, default: true}
 DEV
-    echo "ssh_testbed: sshd on 127.0.0.1:$port and 127.0.0.2:$port; devices file $dir/devices.yaml"
+    echo "ssh_testbed: sshd on 127.0.0.1:$port and 127.0.0.2:$port; devices file written to $dir/devices.yaml"
     ;;
   down)
     if [ -f "$dir/sshd.pid" ]; then kill "$(cat "$dir/sshd.pid")" 2>/dev/null || true; rm -f "$dir/sshd.pid"; fi

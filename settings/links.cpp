@@ -31,8 +31,13 @@ Result<LinkSpec> resolve_link(const ExperimentConfig& cfg, const std::string& na
   }
   for (const auto& [n, l] : cfg.links) names.push_back(n);
   const std::string dym = did_you_mean(name, names);
-  const std::string msg = fmt::format("unknown link profile '{}'{}; expected one of {} (or define it under links)",
-                                      name, dym.empty() ? "" : " (did you mean '" + dym + "'?)", join(names));
+  // `plan --link` sees the experiment's `links` only when it plans from an EXPERIMENT.yaml.
+  const char* const other = flag == "--link"
+                                ? "or give the link's figures: --up-mbit N [--down-mbit N] [--rtt-ms N]; or plan from "
+                                  "an EXPERIMENT.yaml that defines it under links"
+                                : "or define it under links";
+  const std::string msg = fmt::format("unknown link profile '{}'{}; expected one of {} ({})", name,
+                                      dym.empty() ? "" : " (did you mean '" + dym + "'?)", join(names), other);
   if (!flag.empty()) return make_error(Errc::config, fmt::format("{}: {}", flag, msg));
   return err_at(cfg.pos_of("link"), "link", msg);
 }

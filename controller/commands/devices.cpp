@@ -188,7 +188,7 @@ DeviceLine check_ssh_device(const CheckContext& x, const DeviceConfig& d, const 
   auto there = (*s)->run("test -x " + remote_word(d.work_dir + "/" + name));
   const std::string extra = files_lines(**s, d, x.exp);
   if (!there || there->exit_status != 0)
-    return {head + fmt::format(" ok    {} {}, auth ok, agent not deployed (tracrctl agents deploy); {}{}", (*s)->label(),
+    return {head + fmt::format(" ok    {} {}, auth ok, agent not deployed yet (tracrctl run deploys it itself); {}{}", (*s)->label(),
                                arch, tc_capability(d, x.devs.source, x.c.trust), extra),
             extra.find(" FAIL ") != std::string::npos};
   return check_deployed_agent(x, **s, d, head, arch, name, extra);

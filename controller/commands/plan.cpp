@@ -299,7 +299,13 @@ Result<PlanLink> planned_link(ResultsDb& db, int64_t run_id, const PlanCommand& 
     l.up_mbps = *cmd.up_mbit;
     l.down_mbps = cmd.down_mbit.value_or(*cmd.up_mbit);
     l.rtt_ms = cmd.rtt_ms.value_or(base_rtt);
-    l.source = "given on the command line";
+    // Each figure labelled by where it came from: an option, or what stands in for one not given.
+    std::string rtt = "from --rtt-ms";
+    if (!cmd.rtt_ms)
+      rtt = probe ? fmt::format("from run {}'s link probe (no --rtt-ms given)", run_id)
+                  : fmt::format("0 (no --rtt-ms given, and run {} has no link probe)", run_id);
+    l.source = fmt::format("up from --up-mbit; down {}; rtt {}",
+                           cmd.down_mbit ? "from --down-mbit" : "= up (no --down-mbit given)", rtt);
     return l;
   }
   settings::ExperimentConfig ec = exp ? *exp : settings::ExperimentConfig{};

@@ -101,6 +101,8 @@ TEST(Plan, SweepIsPlannedValidatedAndStoredPerLink) {
   EXPECT_NE(typo.out.find("tracrctl plan: --link: unknown link profile 'ltee' (did you mean 'lte'?); expected one of "),
             std::string::npos)
       << typo.out;
+  EXPECT_NE(typo.out.find("or give the link's figures: --up-mbit N [--down-mbit N] [--rtt-ms N]"), std::string::npos)
+      << typo.out;
   // Constraints: nothing meets an impossible bound, and it says so.
   auto tight = sh(tracrctl() + " plan 1 --db " + db + " --max-latency-ms 0.001 --no-store");
   EXPECT_EQ(tight.status, 0) << tight.out;
