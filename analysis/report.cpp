@@ -1,7 +1,10 @@
 #include "analysis/report.hpp"
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -15,7 +18,31 @@ using namespace tracr::store;
 
 namespace {
 
-std::string html(const std::string& s) { return svg::xml(s); }
+std::string html(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '&': o += "&amp;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+// A drawn SVG without its XML prologue, to sit inside the page.
+Result<std::string> inline_svg(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(Errc::io, fmt::format("cannot read the figure {}", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const size_t at = text.find("<svg");
+  if (at == std::string::npos) return make_error(Errc::io, fmt::format("{} holds no <svg> element", path));
+  return text.substr(at);
+}
 
 // The settings as shown: an inference run's dump leaves out the top-level
 // `train:` block (its defaults say nothing about the run).
@@ -38,13 +65,17 @@ std::string shown_settings(const std::string& yaml, bool training) {
 
 }  // namespace
 
-Result<std::string> render_report(ResultsDb& db, const std::vector<int64_t>& runs) {
-  auto figs = build_figures(db, runs);
-  if (!figs) return std::move(figs.error());
+Result<std::string> render_report(ResultsDb& db, const std::vector<int64_t>& runs, const std::vector<Figure>& figs,
+                                  const std::string& figures_dir) {
   std::string body = "<section class=\"figures\">\n";
-  for (const auto& f : *figs)
-    body += fmt::format("<figure id=\"fig-{}\" data-figure=\"{}\"><figcaption>{}</figcaption>\n{}</figure>\n", f.id,
-                        f.id, html(f.title), svg::render(f.chart));
+  for (const auto& f : figs) {
+    auto svg = inline_svg((std::filesystem::path(figures_dir) / (f.id + ".svg")).string());
+    if (!svg) return std::move(svg.error());
+    std::string notes;
+    for (const auto& n : f.notes) notes += "<p class=\"note\">" + html(n) + "</p>";
+    body += fmt::format("<figure id=\"fig-{}\" data-figure=\"{}\"><figcaption>{}</figcaption>\n{}{}</figure>\n", f.id,
+                        f.id, html(f.title), *svg, notes);
+  }
   body += "</section>\n";
   for (int64_t run_id : runs) {
     auto run = db.get_run(run_id);
@@ -78,12 +109,14 @@ Result<std::string> render_report(ResultsDb& db, const std::vector<int64_t>& run
       "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tracr report</title>\n<style>body{{font-family:sans-"
       "serif;margin:1.5em}}pre{{background:#f4f4f4;padding:1em;overflow:auto}}table{{border-collapse:collapse}}"
       "td,th{{border:1px solid #ccc;padding:4px;font-size:12px;text-align:left}}figure{{margin:1.5em 0}}"
-      "figure svg{{width:100%;height:auto;display:block}}figcaption{{font-weight:bold;margin-bottom:.4em}}"
+      "figure svg{{max-width:100%;height:auto;display:block}}figcaption{{font-weight:bold;margin-bottom:.4em}}"
+      ".note{{font-style:italic;color:#555}}"
       "</style></head><body>\n<h1>tracr report</h1>\n<p>Runs {} from {}: {} figures. Every figure is read from "
-      "the results database and drawn as SVG (no script, no network); <code>tracrctl report ... --figures DIR</code> "
-      "writes each as SVG, PDF and the CSV of its data. Energy series carry their source (measured:&lt;meter&gt; or "
+      "the results database and drawn by matplotlib (inlined SVG: no script, no network); "
+      "<code>tracrctl report ... --figures DIR</code> writes each as PDF, SVG and PNG with the CSV of its data and "
+      "the Python script that draws it. Energy series carry their source (measured:&lt;meter&gt; or "
       "modelled:&lt;model&gt;).</p>\n{}</body></html>\n",
-      fmt::join(runs, ", "), html(db.path()), figs->size(), body);
+      fmt::join(runs, ", "), html(db.path()), figs.size(), body);
 }
 
 }  // namespace tracr::analysis

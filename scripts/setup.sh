@@ -9,7 +9,7 @@ PKGS=(
   libyaml-cpp-dev libsqlite3-dev sqlite3 libfmt-dev libgtest-dev libgmock-dev libcli11-dev
   libbenchmark-dev libblosc-dev libfp16-dev libjpeg-dev libpng-dev zlib1g-dev
   openssh-server openssh-client iproute2 procps iperf3 util-linux
-  chromium librsvg2-bin poppler-utils python3-pandas
+  chromium librsvg2-bin poppler-utils python3-pandas python3-matplotlib python3-seaborn
   clang libclang-rt-14-dev clang-format clang-tidy universal-ctags
   dataset-fashion-mnist python3 python3-torchvision python3-pil python3-blosc python3-numpy
 )

@@ -303,12 +303,27 @@ void add_plan(CLI::App& app, Parsed& p) {
 // report
 void add_report(CLI::App& app, Parsed& p) {
   auto* report = app.add_subcommand("report",
-                                    "figures comparing runs (one self-contained HTML page, and SVG, PDF and CSV with --figures): "
+                                    "figures comparing runs, drawn by matplotlib (one self-contained HTML page; with "
+                                    "--figures each as PDF, SVG, PNG, its CSV and the Python script that draws it): "
                                     "latency, stages, bytes, energy, accuracy, plan error and split over time per split");
   report->add_option("RUN", p.report.runs, "run ids or 'last'")->type_name("RUN ...")->required();
   report->add_option("-o,--out", p.report.out, "the HTML file to write")->type_name("FILE.html");
-  report->add_option("--figures", p.report.figures, "write every figure as DIR/<figure>.svg, .pdf and .csv")
+  report->add_option("--figures", p.report.figures,
+                     "write every figure as DIR/<figure>.pdf, .svg, .png, .csv (its data) and .py (the matplotlib "
+                     "script that draws it from the CSV)")
       ->type_name("DIR");
+  report->add_option("--size", p.report.size, "column: 3.3 in wide, 8 pt text; page: 7 in, 9 pt")
+      ->type_name("column|page")
+      ->default_str("page");
+  auto* log_y = report->add_flag("--log-y", p.report.log_y, "every figure's value axis logarithmic");
+  report->add_flag("--linear-y", p.report.linear_y, "every figure's value axis linear (default: log where the values "
+                                                    "span more than 20x)")
+      ->excludes(log_y);
+  report->add_option("--only", p.report.only,
+                     "only these figures: latency, stages, bytes, energy, accuracy, plan, plan_error, timeline_split, "
+                     "timeline_link, train_loss, train_accuracy")
+      ->type_name("FIG,...")
+      ->delimiter(',');
   add_db(report, p.report.db, "results database (default $TRACR_OUTPUT, else results/tracr.db here, else the project's)");
   report->callback([&p] { act(p, "tracrctl report", [&p] { return cmd_report(p.report); }); });
 }

@@ -128,6 +128,18 @@ TEST(Exits, TrainedLinearExitsRunAndTheOfflineSweepEqualsReRunsAndAnIndependentS
                             " and exit_index is not null and (wire_bytes != 0 or total_ns != head_ns + post_ns)"),
               "0");
   }
+  // The report's exits figure (#45): accuracy against latency per threshold, swept from the basis's answers.
+  const std::string figs = (d.path / "figs").string();
+  auto rep = sh(tracrctl() + " report 1 --figures " + figs + " --only exits --db " + db);
+  ASSERT_EQ(rep.status, 0) << rep.out;
+  std::ifstream ecsv(figs + "/exits.csv");
+  std::string header, line;
+  std::getline(ecsv, header);
+  size_t points = 0;
+  while (std::getline(ecsv, line)) points += !line.empty();
+  EXPECT_EQ(points, 50u) << "thresholds 0.50 .. 0.99 at split 8, none unknown (the basis sent every frame)";
+  EXPECT_NE(header.find("threshold,exit_rate,value,xvalue,front"), std::string::npos) << header;
+  EXPECT_TRUE(std::filesystem::exists(figs + "/exits.pdf")) << rep.out;
   // The run's summary keeps exited and sent frames apart.
   auto show = sh(tracrctl() + " results show 3 --db " + db);
   EXPECT_NE(show.out.find("early exits (max_softmax >= 0.35"), std::string::npos) << show.out;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <filesystem>
 #include <csignal>
 #include <cstdio>
@@ -936,6 +937,16 @@ TEST(RunLocal, SplitPlanSweepsThePlannersBestPlacementsFromProfilesAndPerHopProb
   EXPECT_LE(ms[0], ms[1]);
   EXPECT_LE(ms[1], ms[2]);
   EXPECT_GT(ms[0], 0);
+  // The report draws the placements as a heat map over the two cuts (#45), one cell per placement swept.
+  const std::string figs = (d.path / "figs").string();
+  auto rep = sh(tracrctl() + " report 1 --figures " + figs + " --only chain --size column --db " + db);
+  ASSERT_EQ(rep.status, 0) << rep.out;
+  std::ifstream chain_csv(figs + "/chain.csv");
+  size_t cells = 0;
+  for (std::string l; std::getline(chain_csv, l);) cells += !l.empty();
+  EXPECT_EQ(cells, 4u) << "a header and the 3 placements";
+  EXPECT_TRUE(std::filesystem::exists(figs + "/chain.pdf")) << rep.out;
+  EXPECT_NE(sh("grep -c 'first cut' " + figs + "/chain.py").out, "0\n");
   // Held out: each hop's network from the held-out run's probes (here the run itself: the path, not a figure).
   auto held = sh(tracrctl() + " plan 1 --validate-on 1 --db " + db);
   ASSERT_EQ(held.status, 0) << held.out;

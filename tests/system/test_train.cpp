@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -399,7 +401,8 @@ TEST(Train, ResultsShowAndTheReportDrawTheTrainingCurves) {
   EXPECT_NE(show.out.find("owner 0: 60 steps, median step"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("TRAIN_WORKER"), std::string::npos) << show.out;  // the devices it ran on
   const std::string page = (d.path / "report.html").string();
-  auto rep = sh(tracrctl() + " report 1 -o " + page + " --db " + db);
+  const std::string figs = (d.path / "figs").string();
+  auto rep = sh(tracrctl() + " report 1 -o " + page + " --figures " + figs + " --db " + db);
   ASSERT_EQ(rep.status, 0) << rep.out;
   const char* browser = "/usr/bin/chromium";
   if (::access(browser, X_OK) != 0) {
@@ -410,24 +413,37 @@ TEST(Train, ResultsShowAndTheReportDrawTheTrainingCurves) {
                 "--user-data-dir=" + (d.path / "chrome").string() + " --virtual-time-budget=10000 --dump-dom file://" +
                 page + " 2>/dev/null");
   ASSERT_EQ(dom.status, 0);
-  // The page draws its figures as inline SVG (no script): Chromium's DOM holds
-  // one loss mark per step (60) and one accuracy mark per epoch and metric.
+  // The page draws its figures as inline SVG (matplotlib's, no script):
+  // Chromium's DOM holds a loss line through every step (60 vertices: paths
+  // are not simplified) and one accuracy marker per epoch and metric.
   auto figure = [&](const std::string& id) {
     const size_t at = dom.out.find("id=\"fig-" + id + "\"");
     return at == std::string::npos ? std::string() : dom.out.substr(at, dom.out.find("</figure>", at) - at);
   };
-  auto marks = [](const std::string& fig) {
+  auto rows = [&](const std::string& csv) {  // data rows of a figure's CSV
+    std::ifstream in(figs + "/" + csv);
     size_t n = 0;
-    for (size_t at = fig.find("class=\"mark\""); at != std::string::npos; at = fig.find("class=\"mark\"", at + 1)) ++n;
-    return n;
+    for (std::string l; std::getline(in, l);) n += !l.empty();
+    return n - 1;
+  };
+  auto longest_line = [](const std::string& fig) {  // vertices of the longest path (M, then one L per vertex)
+    size_t best = 0;
+    for (size_t at = fig.find(" d=\"M "); at != std::string::npos; at = fig.find(" d=\"M ", at + 1)) {
+      const std::string d = fig.substr(at + 4, fig.find('"', at + 4) - at - 4);
+      size_t n = 1;
+      for (size_t l = 1; l + 1 < d.size(); ++l) n += d[l] == 'L' && std::isspace(static_cast<unsigned char>(d[l - 1]));
+      best = std::max(best, n);
+    }
+    return best;
   };
   const std::string loss = figure("train_loss_1"), acc = figure("train_accuracy_1");
   ASSERT_FALSE(loss.empty()) << dom.out.substr(0, 2000);
   ASSERT_FALSE(acc.empty()) << dom.out.substr(0, 2000);
   EXPECT_NE(loss.find("<svg"), std::string::npos);
-  EXPECT_EQ(marks(loss), 60u) << "one point per training step";
-  EXPECT_EQ(marks(acc) % 3, 0u) << "top-1 (and top-5) after each of the 3 epochs";
-  EXPECT_GE(marks(acc), 3u);
+  EXPECT_EQ(longest_line(loss), 60u) << "one point per training step";
+  EXPECT_EQ(rows("train_loss_1.csv"), 60u);
+  EXPECT_EQ(rows("train_accuracy_1.csv") % 3, 0u) << "top-1 (and top-5) after each of the 3 epochs";
+  EXPECT_GE(rows("train_accuracy_1.csv"), 3u);
   EXPECT_NE(acc.find("top-1"), std::string::npos);
 }
 
