@@ -146,6 +146,10 @@ struct Plan {
   int head_vs_frames_splits = 0, tail_vs_frames_splits = 0;
 };
 
+// How far (in %) the profiles may be from the frames before the plan's text
+// warns that its error says more about the load than the model.
+inline constexpr double kProfileFarPct = 25.0;
+
 // Plans from a stored run (its layer profiles on both devices, its frames'
 // bytes, its probe). Error not_found naming what is missing and how to get it.
 Result<Plan> plan_from_run(store::ResultsDb& db, int64_t run_id, const PlanOptions& opt);

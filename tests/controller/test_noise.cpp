@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "analysis/noise.hpp"
+#include "analysis/plan.hpp"
 #include "store/results.hpp"
 #include "tests/system/system_util.hpp"
 
@@ -100,6 +101,37 @@ TEST(Noise, ResultsCompareSaysSameForOverlappingRuns) {
   const std::string line = r.out.substr(row + 1, r.out.find('\n', at) - row - 1);
   EXPECT_EQ(line.find("same"), line.rfind("same")) << "only B is the same as A: " << line;
   EXPECT_NE(line.find("% [-"), std::string::npos) << line;
+}
+
+// plan --validate warns when the basis run's profiles were far from its
+// frames (a loaded machine while profiling): the error says more about the
+// load than the model, and a repeated series is the remedy.
+TEST(Noise, AValidatedPlanWarnsWhenItsProfilesWereFarFromItsFrames) {
+  Plan p;
+  p.basis_run = 3;
+  p.validation_run = 3;
+  p.model = "alexnet";
+  p.objective = "latency";
+  p.chosen = 0;
+  p.mape_pct = 41.0;
+  PlanRow r;
+  r.split = 0;
+  r.codec = "none";
+  r.latency_ms = 100;
+  r.measured_ms = 141;
+  r.error_pct = -29;
+  p.rows = {r};
+  p.head_vs_frames_pct = 1.7;
+  p.head_vs_frames_splits = 1;
+  p.tail_vs_frames_pct = 239;
+  p.tail_vs_frames_splits = 1;
+  const std::string far = format_plan(p, 200);
+  EXPECT_NE(far.find("warning: run 3's layer profiles are 239 % from its frames"), std::string::npos) << far;
+  EXPECT_NE(far.find("--repeat N"), std::string::npos) << far;
+  p.tail_vs_frames_pct = -8;
+  const std::string near = format_plan(p, 200);
+  EXPECT_EQ(near.find("warning:"), std::string::npos) << near;
+  EXPECT_NE(near.find("SERVER tails -8.0 %"), std::string::npos) << near;
 }
 
 }  // namespace
