@@ -304,7 +304,9 @@ class Pipeline {
     TRACR_TRY(commands());
     if (stop_) return {};
     PendingFrame p;
-    p.labels = b.labels;
+    // Synthetic inputs have no ground truth: no label stored, no accuracy judged (#45 item 5).
+    const bool truth = ds_.labels_are_truth();
+    if (truth) p.labels = b.labels;
     p.transforms = b.transforms;
     FrameRecord& r = p.rec;
     r.frame = next_frame_++;
@@ -312,7 +314,7 @@ class Pipeline {
     r.placement = placement_text();
     r.sample = sample;
     r.sample_id = join_ids(b.ids);
-    r.label = join_labels(b.labels);
+    r.label = truth ? join_labels(b.labels) : std::string();
     r.rep = rep;
     r.batch = b.images.size(0);
     r.warmup = warmup ? 1 : 0;

@@ -118,6 +118,7 @@ class SyntheticDataset : public Dataset {
     return s;
   }
   const std::vector<std::string>& class_names() const override { return names_; }
+  bool labels_are_truth() const override { return false; }
 
  private:
   DatasetConfig cfg_;

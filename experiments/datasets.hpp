@@ -74,6 +74,10 @@ class Dataset {
   // known without reading it.
   virtual std::string id_of(int64_t index) const { return name() + "/" + std::to_string(index); }
   virtual const std::vector<std::string>& class_names() const = 0;
+  // Whether a sample's label is its ground truth (an image folder's class,
+  // Fashion-MNIST's): a synthetic sample's label is only its index modulo the
+  // classes (for training loss), so inference does not judge accuracy by it.
+  virtual bool labels_are_truth() const { return true; }
 };
 
 struct DatasetConfig {

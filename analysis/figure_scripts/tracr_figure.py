@@ -118,7 +118,7 @@ def thinned(labels, size):
     width, _, font = SIZES[size]
     shown = [labels[i] for i in kept(len(labels), size)]
     longest = max((len(s) for s in shown), default=0)
-    return shown, len(shown) * longest * (font - 1) * 0.6 / 72 < width * 0.8
+    return shown, len(shown) * (longest + 1) * (font - 1) * 0.6 / 72 < width * 0.6
 
 
 def short_number(v):

@@ -128,6 +128,23 @@ print("ok", np.abs(h3 - a3).max(), np.abs(a3 - a6).max())
   EXPECT_NE(c.out.find("B top-5"), std::string::npos) << c.out;
 }
 
+// #45 item 5: synthetic inputs carry no ground truth (their labels are only
+// their index modulo the classes): no label stored, no accuracy judged or
+// printed, even where the classes would fit the model (fmnist_cnn, 10).
+TEST(Accuracy, SyntheticInputsAreNeverJudged) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  const std::string exp = d.file(
+      "exp.yaml", "model: fmnist_cnn\ninput_size: [1, 28, 28]\ndataset:\n  type: synthetic\n  max_samples: 4\n"
+                  "split: [3]\nwarmup: 0\nrepetitions: 1\nprobe: {enabled: false}\nrecord: {layers: false}\n"
+                  "output: " + db + "\n");
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress --in-process");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select count(*) from frames where warmup = 0"), "4");
+  EXPECT_EQ(query(db, "select count(*) from frames where correct <> -1 or top5_correct <> -1 or label <> ''"), "0");
+  EXPECT_EQ(r.out.find("top-1"), std::string::npos) << r.out;
+}
+
 TEST(Accuracy, Resnet18OnARealImageGetsAnImageNetClassName) {
   // debconf's Debian logo (48x48 RGBA PNG) in an image folder of one class:
   // the dataset's one name cannot name 1000 outputs, so the shipped ImageNet
