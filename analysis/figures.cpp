@@ -57,8 +57,8 @@ std::string py(const std::string& s) {
   std::string o = "\"";
   for (char c : s) {
     if (c == '\\' || c == '"') o += '\\';
-    if (c == '\n') {
-      o += "\\n";
+    if (static_cast<unsigned char>(c) < 0x20) {  // control bytes as escapes: a literal CR would end the line
+      o += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
       continue;
     }
     o += c;
@@ -396,8 +396,8 @@ Figure bytes_figure(const std::vector<RunData>& runs, const SplitAxis& ax) {
 
 Figure energy_figure(const std::vector<RunData>& runs, const SplitAxis& ax) {
   Figure f = split_figure("energy",
-                          "Median energy per frame and split, per device and stage, whiskers to the 95th percentile; "
-                          "each series names its source (measured:<meter> or modelled:<model>)",
+                          "Median energy per frame and split, per device, stage and source (measured:<meter> or "
+                          "modelled:<model>); the 95th percentile is in the CSV",
                           "energy per frame (J)");
   for (const auto& r : runs) {
     size_t drawn = 0;
@@ -405,17 +405,20 @@ Figure energy_figure(const std::vector<RunData>& runs, const SplitAxis& ax) {
       const Cuts k = cuts_of(e.placement, e.split);
       if (!e.median_j || !ax.index.count(k)) continue;
       const std::string what = fmt::format("{} {} [{}]", e.device, e.stage, e.source);
-      auto row = with_cond(r, {runs.size() > 1 ? r.cond.label + ": " + what : what, e.device + " " + e.stage});
-      row[2] = e.device + " " + e.stage;  // style: device and stage; colour: the condition
+      auto row = with_cond(r, {runs.size() > 1 ? r.cond.label + ": " + what : what, what});
+      row[2] = what;  // style: device, stage and source (one line each); colour: the condition
       for (auto& c : ax.cells(runs, k)) row.push_back(c);
       row.insert(row.end(), {std::to_string(e.n), num(*e.median_j), "", "", "", e.p95_j ? num(*e.p95_j) : ""});
       f.csv_rows.push_back(std::move(row));
       ++drawn;
     }
     if (!drawn)
-      f.notes.push_back(fmt::format("{} (run {}): stored no energy rows (none of its devices has a meter or a power "
-                                    "model, and its link no radio model)",
-                                    r.cond.label, r.run.id));
+      f.notes.push_back(r.energy.empty()
+                            ? fmt::format("{} (run {}): no energy rows stored (a device meter, a power model or a "
+                                          "radio model gives them)",
+                                          r.cond.label, r.run.id)
+                            : fmt::format("{} (run {}): {} energy statistics, none with a median at a drawn split",
+                                          r.cond.label, r.run.id, r.energy.size()));
   }
   return f;
 }
@@ -443,7 +446,11 @@ Figure accuracy_figure(const std::vector<RunData>& runs) {
       a.frames += 1;
       a.bytes += static_cast<double>(fr.wire_bytes);
       codecs.insert(fr.codec);
-      labels.insert(fr.label);
+      for (size_t b = 0, e; b <= fr.label.size(); b = e + 1) {  // one label per sample, ';'-separated
+        e = fr.label.find(';', b);
+        if (e == std::string::npos) e = fr.label.size();
+        if (e > b) labels.insert(fr.label.substr(b, e - b));
+      }
     }
     if (acc.empty() && !r.frames.empty())
       f.notes.push_back(fmt::format("{} (run {}): no labelled frames (synthetic data, or labels the model's classes "
@@ -779,8 +786,10 @@ Result<std::vector<Figure>> build_figures(ResultsDb& db, const std::vector<int64
     if (f.csv_rows.empty() || !wanted(opt, f.id)) continue;
     if ((f.id == "accuracy" || f.id == "exits") && !opt.log_y)
       f.params.emplace_back("LOG_Y", "False  # accuracy in %: linear");
-    else if (f.id == "stages" && !opt.log_y)  // stacked bars on a log axis misstate each stage's share
+    else if (f.id == "stages")  // stacked bars on a log axis misstate each stage's share, --log-y or not
       f.params.emplace_back("LOG_Y", "False  # stacked bars: linear, one panel per condition with its own scale");
+    else if (f.id == "timeline_split" && !opt.log_y)  // split 0 is a value, not a missing one
+      f.params.emplace_back("LOG_Y", "False  # split indices: linear");
     else if (f.param("LOG_Y").empty())
       choose_log_y(f, {"value", "p5", "p95"}, opt);
     out.push_back(std::move(f));

@@ -1166,10 +1166,11 @@ std::string format_plan(const Plan& p, size_t width) {
     // while profiling, one repetition): say so where the error is read.
     const double far = std::max(std::fabs(p.head_vs_frames_pct.value_or(0)), std::fabs(p.tail_vs_frames_pct.value_or(0)));
     if (far > kProfileFarPct)
-      o += fmt::format("warning: run {}'s layer profiles are {:.0f} % from its frames (more than {:.0f} %): the "
-                       "machine was likely loaded while profiling; repeat the run (tracrctl run EXP --repeat N) and "
-                       "validate on the series (plan RUN --validate-on RUN1,RUN2,...) before trusting the error\n",
-                       p.validation_run ? p.validation_run : p.basis_run, far, kProfileFarPct);
+      o += fmt::format("warning: run {}'s layer profiles are {:.0f} % from run {}'s frames (more than {:.0f} %): the "
+                       "error says as much about the conditions (e.g. a machine loaded while profiling) as about the "
+                       "plan; repeat the run (tracrctl run EXP --repeat N) and validate on the series (plan RUN "
+                       "--validate-on RUN1,RUN2,...) before trusting it\n",
+                       p.basis_run, far, p.validation_run ? p.validation_run : p.basis_run, kProfileFarPct);
   }
   const int w = static_cast<int>(width);
   return wrap_words(head, w) + table + wrap_words(o, w);

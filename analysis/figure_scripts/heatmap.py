@@ -24,7 +24,7 @@ fig, axes = tf.new_figure(SIZE, 0, [t2[k] for k in seconds], panels=len(conditio
 axes = axes if isinstance(axes, list) else [axes]
 values = [tf.num(r["value"]) for r in rows]
 log, _ = tf.choose_log(LOG_Y, values)
-pos = [v for v in values if v > 0 and math.isfinite(v)]
+pos = [v for v in values if v > 0 and math.isfinite(v)] or [1.0]
 norm = LogNorm(min(pos), max(pos)) if log else Normalize(min(pos), max(pos))
 cmap = matplotlib.colormaps["viridis_r"].copy()
 cmap.set_bad("0.85")
@@ -37,7 +37,7 @@ for ax, c in zip(axes, conditions):
             continue
         i, j, v = firsts.index(int(r["k1"])), seconds.index(int(r["k2"])), tf.num(r["value"])
         grid[i][j] = v
-        if best is None or v < best[2]:
+        if math.isfinite(v) and (best is None or v < best[2]):
             best = (i, j, v)
     im = ax.imshow(np.ma.masked_invalid(np.array(grid, dtype=float)), cmap=cmap, norm=norm, aspect="auto",
                    origin="lower", interpolation="nearest")

@@ -21,6 +21,7 @@ for r in rows:
 positions = sorted(ticks)
 
 series = tf.distinct([{"k": (r["condition"], r["series"])} for r in rows], "k")  # in the CSV's order
+has_predicted = any(s == "predicted" for _, s in series)
 labels = [next(r["label"] for r in rows if (r["condition"], r["series"]) == k) for k in series]
 fig, ax = tf.new_figure(SIZE, tf.legend_rows(labels, SIZE), [ticks[p] for p in positions])
 
@@ -33,7 +34,12 @@ for i, key in enumerate(series):
     pts = sorted(((int(r["x"]), r) for r in rows if (r["condition"], r["series"]) == key), key=lambda p: p[0])
     first = pts[0][1]
     colour = "0.45" if key[1].startswith("raw") else cond.colour[first["hue"]]
-    style = "--" if key[1] == "predicted" else ":" if key[1].startswith("raw") else cond.linestyle[first["style"]]
+    if key[1] == "predicted":
+        style = "--"
+    elif key[1].startswith("raw"):
+        style = ":"
+    else:  # beside predicted series, measured ones are solid: the second axis is told by the marker
+        style = "-" if has_predicted else cond.linestyle[first["style"]]
     marker = cond.marker[first["style"]]
     n = len(series) if BARS else max(len(spread), 1)
     j = i if BARS else (spread.index(key) if key in spread else (n - 1) / 2)

@@ -66,6 +66,7 @@ def new_figure(size, legend_rows=0, tick_labels=(), panels=1):
         "font.size": font, "axes.titlesize": font, "axes.labelsize": font, "legend.fontsize": font - 0.5,
         "xtick.labelsize": font - 1, "ytick.labelsize": font - 1,
         "pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none", "svg.hashsalt": "tracr",
+        "text.parse_math": False,  # run names and labels are text: a "$" is a dollar sign
         "path.simplify": False,  # every measured point stays a vertex of its line
         "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
     })
@@ -187,10 +188,15 @@ def finish(fig, ax, stem, notes=(), legend=None):
         fig.canvas.draw()
         bb = legend.get_window_extent().transformed(fig.transFigure.inverted())
         bottom = bb.y1 + 0.02
-    for i, n in enumerate(notes):
-        fig.text(0.01, bottom + 0.005 + i * 0.045, n, fontsize=matplotlib.rcParams["font.size"] - 1.5,
-                 style="italic", va="bottom")
-    reserved = bottom + 0.045 * len(notes)
+    import textwrap
+
+    font = matplotlib.rcParams["font.size"] - 1.5
+    chars = max(20, int(fig.get_size_inches()[0] * 72 / (font * 0.55)))
+    lines = [line for n in notes for line in textwrap.wrap(n, chars)]
+    step = font * 1.3 / 72 / fig.get_size_inches()[1]
+    for i, n in enumerate(reversed(lines)):
+        fig.text(0.01, bottom + 0.005 + i * step, n, fontsize=font, style="italic", va="bottom")
+    reserved = bottom + step * len(lines) + (0.01 if lines else 0)
     fig.tight_layout(rect=(0, reserved, 1, 1))
     for ext in ("pdf", "svg", "png"):
         meta = {"pdf": {"CreationDate": None}, "svg": {"Date": None}, "png": {}}[ext]

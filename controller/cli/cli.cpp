@@ -321,7 +321,7 @@ void add_report(CLI::App& app, Parsed& p) {
       ->excludes(log_y);
   report->add_option("--only", p.report.only,
                      "only these figures: latency, stages, bytes, energy, accuracy, plan, plan_error, timeline_split, "
-                     "timeline_link, train_loss, train_accuracy")
+                     "timeline_link, exits, chain, train_loss, train_accuracy")
       ->type_name("FIG,...")
       ->delimiter(',');
   add_db(report, p.report.db, "results database (default $TRACR_OUTPUT, else results/tracr.db here, else the project's)");

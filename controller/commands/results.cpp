@@ -318,7 +318,7 @@ void accuracy_cells(const SplitSummary* a, std::vector<std::string>& row) {
 
 // A run's change of the median against A at one placement, said against the
 // runs' own spread: "-23.7% [-30.1,-15.2]" when the bootstrap interval leaves
-// out 0, "same (+1.2% [-3.0,+4.1])" when it does not, "+1.2% (n<5)" with too
+// out 0, "within noise (+1.2% [-3.0,+4.1])" when it does not, "+1.2% (n<5)" with too
 // few frames to say.
 std::string change_cell(const Compared& c, size_t a, size_t b, const std::vector<int>& k) {
   const auto& ta = c.totals[a], &tb = c.totals[b];
@@ -331,7 +331,7 @@ std::string change_cell(const Compared& c, size_t a, size_t b, const std::vector
   if (!ch) return fmt::format("{:+.1f}% (n<{})", (mb - ma) / ma * 100.0, analysis::kBootstrapMinFrames);
   const std::string interval = fmt::format("[{:+.1f},{:+.1f}]", ch->lo_pct, ch->hi_pct);
   return ch->exceeds_spread() ? fmt::format("{:+.1f}% {}", ch->change_pct, interval)
-                              : fmt::format("same ({:+.1f}% {})", ch->change_pct, interval);
+                              : fmt::format("within noise ({:+.1f}% {})", ch->change_pct, interval);
 }
 
 // One row per split: medians, change against A, p95, bytes, frames, and
@@ -398,8 +398,8 @@ Status cmd_compare(ResultsDb& db, const Opts& o) {
   std::fputs(fit_table(compare_rows(c), {}, table_width(), drop).c_str(), stdout);
   if (n > 1)
     fmt::print("vs A: change of the median total, with the 95 % bootstrap interval of that change ({} resamples of "
-               "each run's timed frames); \"same\" where the interval includes 0: a difference within the runs' own "
-               "spread\n",
+               "each run's timed frames); \"within noise\" where the interval includes 0: the runs' own spread "
+               "cannot tell them apart\n",
                analysis::kBootstrapResamples);
   return {};
 }

@@ -387,7 +387,7 @@ TEST(FiguresMany, TickLabelsAreThinnedToWhatFitsAndAMissingSeriesIsSaid) {
     ASSERT_TRUE(db.ok());
     for (int run_no = 0; run_no < 2; ++run_no) {
       RunInfo info;
-      info.name = run_no ? "with energy" : "without";
+      info.name = run_no ? "with $energy_$" : "without";  // "$": text, never matplotlib math
       info.model = "resnet50";
       info.codec = "none";
       info.cipher = "none";
@@ -400,19 +400,19 @@ TEST(FiguresMany, TickLabelsAreThinnedToWhatFitsAndAMissingSeriesIsSaid) {
       ASSERT_TRUE(db->add_frames(fr).ok());
       if (run_no) {
         std::vector<EnergyRow> es;
-        for (int s = 0; s < 176; ++s) {
+        for (int s = 0; s < 352; ++s) {  // two sources on one device and stage: two series
           EnergyRow e;
           e.run_id = *run;
           e.participant = "edge";
           e.side = "participant";
-          e.frame = s;
-          e.split = s;
+          e.frame = s % 176;
+          e.split = s % 176;
           e.window_ns = 1000000;
           e.reps = 1;
           e.device = "edge";
           e.stage = "frame";
-          e.source = "modelled:power_model";
-          e.joules = 0.01 + s * 1e-4;
+          e.source = s < 176 ? "modelled:power_model" : "measured:rapl:package-0";
+          e.joules = s < 176 ? 0.01 + s * 1e-4 : 0.03;
           es.push_back(e);
         }
         ASSERT_TRUE(db->add_energy(es).ok());
@@ -437,8 +437,15 @@ TEST(FiguresMany, TickLabelsAreThinnedToWhatFitsAndAMissingSeriesIsSaid) {
   EXPECT_EQ(ticks.front(), "0 (input)");
   EXPECT_EQ(drawn["latency"].labels, (std::vector<std::string>{"3g", "wifi"}));
   EXPECT_EQ(drawn["latency"].yscale, "log");
+  ASSERT_EQ(drawn["energy"].labels.size(), 2u);  // one line per source, never one zig-zag between them
+  EXPECT_NE(drawn["energy"].labels[0], drawn["energy"].labels[1]);
   ASSERT_EQ(drawn["energy"].notes.size(), 1u);
-  EXPECT_NE(drawn["energy"].notes[0].find("3g (run 1): stored no energy rows"), std::string::npos) << drawn["energy"].notes[0];
+  EXPECT_NE(drawn["energy"].notes[0].find("3g (run 1): no energy rows stored"), std::string::npos) << drawn["energy"].notes[0];
+  // One run alone is named by its name, "$" and all.
+  opt.only = {"latency"};
+  auto one = build_figures(*db, {2}, opt);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(draw(*one, out, opt, dir)["latency"].labels, (std::vector<std::string>{"with $energy_$"}));
 }
 
 // A two-link x two-codec sweep: colour is the link, line style the codec,
@@ -469,14 +476,36 @@ TEST(FiguresSweep, ALinkByCodecSweepMapsLinkToColourAndCodecToLineStyle) {
         ASSERT_TRUE(db->finish_run(*run, RunStatus::completed).ok());
       }
   }
+  {  // each run validated by a plan of its own
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    for (int64_t run = 1; run <= 4; ++run) {
+      Plan p;
+      p.basis_run = run;
+      p.model = "alexnet";
+      p.objective = "latency";
+      p.mape_pct = 5;
+      for (int s : {0, 6, 22}) {
+        PlanRow r;
+        r.split = s;
+        r.codec = "none";
+        r.latency_ms = 100.0 * run + s;
+        r.measured_ms = 110.0 * run + s;
+        r.error_pct = -9;
+        p.rows.push_back(r);
+      }
+      ASSERT_TRUE(store_plan(*db, p).ok());
+    }
+  }
   auto db = ResultsDb::open_readonly(path);
   ASSERT_TRUE(db.ok());
   FigureOptions opt;
-  opt.only = {"latency"};
+  opt.only = {"latency", "plan"};
   auto figs = build_figures(*db, {1, 2, 3, 4}, opt);
   ASSERT_TRUE(figs.ok());
   const std::string out = (dir.path / "figs").string();
-  auto d = draw(*figs, out, opt, dir)["latency"];
+  auto drawn = draw(*figs, out, opt, dir);
+  auto d = drawn["latency"];
   ASSERT_EQ(d.labels, (std::vector<std::string>{"3g, none", "3g, fp16", "wifi, none", "wifi, fp16"}));
   EXPECT_EQ(d.colours[0], d.colours[1]);  // one link, one colour
   EXPECT_EQ(d.colours[2], d.colours[3]);
@@ -486,6 +515,15 @@ TEST(FiguresSweep, ALinkByCodecSweepMapsLinkToColourAndCodecToLineStyle) {
   EXPECT_NE(d.styles[0], d.styles[1]);
   EXPECT_EQ(d.yscale, "log");  // 4 s against 0.1 s
   EXPECT_GT(ink_of_pdf(out + "/latency.pdf"), 800);
+  // Beside predicted series, every measured one is solid and every predicted one dashed, paired by colour.
+  const auto& pl = drawn["plan"];
+  ASSERT_EQ(pl.labels.size(), 8u);
+  for (size_t i = 0; i < 8; i += 2) {
+    EXPECT_NE(pl.labels[i].find("measured"), std::string::npos) << pl.labels[i];
+    EXPECT_EQ(pl.styles[i], "-") << pl.labels[i];
+    EXPECT_EQ(pl.styles[i + 1], "--") << pl.labels[i + 1];
+    EXPECT_EQ(pl.colours[i], pl.colours[i + 1]) << pl.labels[i];
+  }
 }
 
 TEST_F(FiguresTest, TheSummaryCsvIsTidy) {

@@ -92,14 +92,14 @@ TEST(Noise, ResultsCompareSaysSameForOverlappingRuns) {
   }
   auto r = tracr::testing::sh(std::string(TRACR_BIN_DIR) + "/tracrctl results compare 1 2 3 --db " + path);
   ASSERT_EQ(r.status, 0) << r.out;
-  // B (10.4 ms, sd 3) overlaps A (10 ms, sd 3): "same"; C (7 ms, sd 0.3) does not.
-  EXPECT_NE(r.out.find("same ("), std::string::npos) << r.out;
+  // B (10.4 ms, sd 3) overlaps A (10 ms, sd 3): "within noise"; C (7 ms, sd 0.3) does not.
+  EXPECT_NE(r.out.find("within noise ("), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("bootstrap interval"), std::string::npos) << r.out;
-  const size_t at = r.out.find("same (");
+  const size_t at = r.out.find("within noise (");
   ASSERT_NE(at, std::string::npos) << r.out;
   const size_t row = r.out.rfind('\n', at);
   const std::string line = r.out.substr(row + 1, r.out.find('\n', at) - row - 1);
-  EXPECT_EQ(line.find("same"), line.rfind("same")) << "only B is the same as A: " << line;
+  EXPECT_EQ(line.find("within noise"), line.rfind("within noise")) << "only B is within noise of A: " << line;
   EXPECT_NE(line.find("% [-"), std::string::npos) << line;
 }
 
@@ -126,7 +126,7 @@ TEST(Noise, AValidatedPlanWarnsWhenItsProfilesWereFarFromItsFrames) {
   p.tail_vs_frames_pct = 239;
   p.tail_vs_frames_splits = 1;
   const std::string far = format_plan(p, 200);
-  EXPECT_NE(far.find("warning: run 3's layer profiles are 239 % from its frames"), std::string::npos) << far;
+  EXPECT_NE(far.find("warning: run 3's layer profiles are 239 % from run 3's frames"), std::string::npos) << far;
   EXPECT_NE(far.find("--repeat N"), std::string::npos) << far;
   p.tail_vs_frames_pct = -8;
   const std::string near = format_plan(p, 200);
