@@ -1089,6 +1089,35 @@ std::string participant_text(const Plan& p) {
 
 }  // namespace
 
+namespace {
+
+// The profiles against the validating run's frames, and a warning when they
+// are far from them.
+std::string profiles_note(const Plan& p) {
+  if (!p.head_vs_frames_pct && !p.tail_vs_frames_pct) return {};
+  std::string o;
+  auto part = [](const char* what, const std::optional<double>& v, int n) {
+    return v ? fmt::format("{} {:+.1f} % (median over {} split{})", what, *v, n, n == 1 ? "" : "s")
+             : fmt::format("{} not timed", what);
+  };
+  o += fmt::format("profiles against run {}'s frames, compute only: {}, {}\n",
+                   p.validation_run ? p.validation_run : p.basis_run,
+                   part("PARTICIPANT heads", p.head_vs_frames_pct, p.head_vs_frames_splits),
+                   part("SERVER tails", p.tail_vs_frames_pct, p.tail_vs_frames_splits));
+  // Profiles far from the frames they should explain (a loaded machine
+  // while profiling, one repetition): say so where the error is read.
+  const double far = std::max(std::fabs(p.head_vs_frames_pct.value_or(0)), std::fabs(p.tail_vs_frames_pct.value_or(0)));
+  if (far > kProfileFarPct)
+    o += fmt::format("warning: run {}'s layer profiles are {:.0f} % from run {}'s frames (more than {:.0f} %): the "
+                     "error says as much about the conditions (e.g. a machine loaded while profiling) as about the "
+                     "plan; repeat the run (tracrctl run EXP --repeat N) and validate on the series (plan RUN "
+                     "--validate-on RUN1,RUN2,...) before trusting it\n",
+                     p.basis_run, far, p.validation_run ? p.validation_run : p.basis_run, kProfileFarPct);
+  return o;
+}
+
+}  // namespace
+
 std::string format_plan(const Plan& p, size_t width) {
   const std::string head = fmt::format(
       "plan for {} at {} from run {} (objective {}): link {}: up {:.3f} Mbit/s, down {:.3f} Mbit/s, rtt {:.3f} ms "
@@ -1153,25 +1182,7 @@ std::string format_plan(const Plan& p, size_t width) {
         p.miss_pct ? (*p.miss_pct <= 0 ? std::string("is the measured best")
                                        : fmt::format("is {:.1f} % slower than it (measured)", *p.miss_pct))
                    : std::string("was not measured"));
-  if (validated && (p.head_vs_frames_pct || p.tail_vs_frames_pct)) {
-    auto part = [](const char* what, const std::optional<double>& v, int n) {
-      return v ? fmt::format("{} {:+.1f} % (median over {} split{})", what, *v, n, n == 1 ? "" : "s")
-               : fmt::format("{} not timed", what);
-    };
-    o += fmt::format("profiles against run {}'s frames, compute only: {}, {}\n",
-                     p.validation_run ? p.validation_run : p.basis_run,
-                     part("PARTICIPANT heads", p.head_vs_frames_pct, p.head_vs_frames_splits),
-                     part("SERVER tails", p.tail_vs_frames_pct, p.tail_vs_frames_splits));
-    // Profiles far from the frames they should explain (a loaded machine
-    // while profiling, one repetition): say so where the error is read.
-    const double far = std::max(std::fabs(p.head_vs_frames_pct.value_or(0)), std::fabs(p.tail_vs_frames_pct.value_or(0)));
-    if (far > kProfileFarPct)
-      o += fmt::format("warning: run {}'s layer profiles are {:.0f} % from run {}'s frames (more than {:.0f} %): the "
-                       "error says as much about the conditions (e.g. a machine loaded while profiling) as about the "
-                       "plan; repeat the run (tracrctl run EXP --repeat N) and validate on the series (plan RUN "
-                       "--validate-on RUN1,RUN2,...) before trusting it\n",
-                       p.basis_run, far, p.validation_run ? p.validation_run : p.basis_run, kProfileFarPct);
-  }
+  if (validated) o += profiles_note(p);
   const int w = static_cast<int>(width);
   return wrap_words(head, w) + table + wrap_words(o, w);
 }
