@@ -72,13 +72,6 @@ std::string py(const std::vector<std::string>& v) {
   return o + "]";
 }
 
-// Nearest-rank percentile (protocol/stats.hpp's p95 rule at any rank).
-double rank_of(std::vector<int64_t>& v, int pct) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t rank = (static_cast<size_t>(pct) * v.size() + 99) / 100;
-  return static_cast<double>(v[std::max<size_t>(rank, 1) - 1]);
-}
 
 // The newest validated plan of a run: per split, predicted and measured ms.
 struct PlanPoints {
@@ -330,7 +323,8 @@ Figure latency_figure(const std::vector<RunData>& runs, const SplitAxis& ax) {
       if (!ax.index.count(k)) continue;
       auto row = with_cond(r, {r.cond.label, "measured"});
       for (auto& c : ax.cells(runs, k)) row.push_back(c);
-      const double p5 = rank_of(v, 5), p25 = rank_of(v, 25), p75 = rank_of(v, 75), p95 = rank_of(v, 95);
+      const double p5 = protocol::percentile_of(v, 5), p25 = protocol::percentile_of(v, 25),
+                   p75 = protocol::percentile_of(v, 75), p95 = protocol::p95_of(v);
       row.insert(row.end(), {std::to_string(v.size()), ms(protocol::median_of(v)), ms(p5), ms(p25), ms(p75), ms(p95)});
       f.csv_rows.push_back(std::move(row));
     }
