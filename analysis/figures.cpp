@@ -192,7 +192,7 @@ void label_runs(std::vector<RunData>& runs) {
     }
 }
 
-const std::vector<std::string> kCondHeader = {"condition", "hue", "style", "run", "name", "model",
+const std::vector<std::string> kCondHeader = {"condition", "hue", "style", "run_id", "run_name", "model",
                                               "link", "codec", "devices", "participants"};
 std::vector<std::string> cond_cells(const RunData& r) {
   return {r.cond.label, r.cond.hue,  r.cond.style, std::to_string(r.run.id), r.run.name,

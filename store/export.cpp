@@ -52,16 +52,35 @@ Status export_frames_csv(ResultsDb& db, const std::vector<int64_t>& runs, const 
   const TableInfo* t = nullptr;
   for (const auto& x : schema_tables())
     if (x.name == "frames") t = &x;
+  // The table's columns, then the run's name and the layer each frame's cut is after (one naming across
+  // exports: run_id and run_name as the summary CSV and the figures' CSVs have them).
   std::vector<std::string> header;
-  for (const auto& c : t->columns) header.push_back(c.name);
+  size_t split_col = 0;
+  for (const auto& c : t->columns) {
+    if (c.name == "split") split_col = header.size();
+    header.push_back(c.name);
+  }
+  header.push_back("run_name");
+  header.push_back("layer");
   std::string o = csv_line(header);
   for (int64_t id : runs) {
-    if (auto run = db.get_run(id); !run) return run.error();
+    auto run = db.get_run(id);
+    if (!run) return run.error();
+    auto cuts = cut_names(db, id);
+    if (!cuts) return cuts.error();
     auto rows = db.rows("frames", id);
     if (!rows) return rows.error();
     for (const auto& r : *rows) {
       std::vector<std::string> cells;
       for (const auto& v : r) cells.push_back(v.value_or(""));
+      cells.push_back(run->name);
+      std::string layer;
+      if (split_col < r.size() && r[split_col]) {
+        const int k = std::stoi(*r[split_col]);
+        const auto cut = cuts->find(k);
+        layer = k == 0 ? "(input)" : cut == cuts->end() ? "" : cut->second;
+      }
+      cells.push_back(layer);
       o += csv_line(cells);
     }
   }
@@ -70,7 +89,7 @@ Status export_frames_csv(ResultsDb& db, const std::vector<int64_t>& runs, const 
 
 const std::vector<std::string>& summary_csv_columns() {
   static const std::vector<std::string> cols = {
-      "run",        "name",           "model",           "codec",           "cipher",       "link",
+      "run_id",     "run_name",       "model",           "codec",           "cipher",       "link",
       "shaping",    "status",         "split",           "layer",           "frames",       "failed",
       "flagged",    "warmup_frames",  "throughput_fps",  "mean_raw_bytes",  "mean_wire_bytes",
       "mean_reply_bytes",             "samples_labelled", "top1_correct",   "top5_correct", "stage",

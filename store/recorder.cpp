@@ -181,8 +181,9 @@ void Recorder::on_log(const std::string& device, const std::string& role, const 
   std::string level = m.get_or("level", "info");
   if (level != "debug" && level != "info" && level != "warn" && level != "error") level = "info";
   event(level, "agent_log", device + ": " + m.get_or("msg", ""), device);
-  // A warning is also the user's to see now (an agent on the reference BLAS, junk from peers).
-  if (level == "warn" || level == "error")
+  // A warning is also the user's to see now (an agent on the reference BLAS, junk from peers), once per run
+  // where several agents say the same (every agent's is stored).
+  if ((level == "warn" || level == "error") && warned_.insert(m.get_or("msg", "")).second)
     if (const auto lv = level == "warn" ? core::LogLevel::warn : core::LogLevel::error; core::log_enabled(lv))
       core::log_line(lv, fmt::format("{}: {} agent on {}: {}", level == "warn" ? "warning" : "error", role, device,
                                      m.get_or("msg", "")));

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <cstdio>
 #include <deque>
@@ -105,6 +106,7 @@ class Recorder {
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
   std::string write_error_;
   std::string link_, shaping_;
+  std::set<std::string> warned_;  // agents' warnings already printed (each once per run; every one is an event)
   // Output tensors of timed ok frames, by (participant, split, codec), in
   // frame order, appended to <file>.part as they arrive (the controller holds
   // none of them in memory); write_outputs() fills in the header.

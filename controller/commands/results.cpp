@@ -92,7 +92,8 @@ std::string run_header(ResultsDb& db, const RunRow& r) {
                    r.ended_at.empty() ? "-" : r.ended_at, duration_text(r));
   o += fmt::format("  model {}  codec {}  cipher {}  tracr {}  protocol {}\n", r.model, r.codec, r.cipher,
                    r.tracr_version, r.protocol_version);
-  o += fmt::format("  controller {}:{}  frames {}\n", r.controller_host, r.controller_pid, r.frame_count);
+  o += fmt::format("  controller {}:{}  frames {}  database {}\n", r.controller_host, r.controller_pid, r.frame_count,
+                   db.path());
   if (!r.link.empty()) o += fmt::format("  link {}: {}\n", r.link, r.shaping);
   if (!r.error.empty()) o += "  error: " + r.error + "\n";
   // Each line fitted to the terminal between its fields.
@@ -129,6 +130,8 @@ Status cmd_list(ResultsDb& db, const Opts& o) {
   for (const auto& r : *runs)
     rows.push_back({std::to_string(r.id), r.name, status_text(db, r), r.started_at,
                     duration_text(r), r.model, r.codec, r.cipher, std::to_string(r.frame_count)});
+  // Which database was read (the default one is compiled in: outside the project it may not be the expected one).
+  fmt::print("runs in {}\n", db.path());
   // Narrower than the table: cipher, start time, then codec go first.
   std::fputs(fit_table(rows, {1, 2, 3, 5, 6, 7}, table_width(), {7, 3, 6}).c_str(), stdout);
   return {};

@@ -541,7 +541,7 @@ TEST_F(FiguresTest, TheSummaryCsvIsTidy) {
   }
   EXPECT_EQ(totals, 6u);  // 2 runs x 3 splits
   EXPECT_EQ(rows % 6, 0u);
-  EXPECT_NE(header.find("run,name,model,codec"), std::string::npos);
+  EXPECT_NE(header.find("run_id,run_name,model,codec"), std::string::npos);
 }
 
 }  // namespace

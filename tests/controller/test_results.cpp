@@ -703,12 +703,12 @@ TEST_F(ResultsCliTest, ExportCsvHasEveryColumnAndEscapedRows) {
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) lines.push_back(l.substr(0, l.size() - (l.back() == '\r')));
   ASSERT_EQ(lines.size(), 4u) << text;
-  // The header is every frames column of the schema, in order.
+  // The header is every frames column of the schema, in order, then the run's name and the cut's layer.
   std::string header;
   for (const auto& t : schema_tables())
     if (t.name == "frames")
       for (const auto& c : t.columns) header += (header.empty() ? "" : ",") + c.name;
-  EXPECT_EQ(lines[0], header);
+  EXPECT_EQ(lines[0], header + ",run_name,layer");
   // Values, by column name (cells parsed with an RFC 4180 reader of our own).
   auto cells = [](const std::string& line) {
     std::vector<std::string> v(1);
@@ -731,6 +731,8 @@ TEST_F(ResultsCliTest, ExportCsvHasEveryColumnAndEscapedRows) {
   EXPECT_EQ(r1[col("result")], "a, \"quoted\" class:0.5");
   EXPECT_EQ(r1[col("network_ns")], std::to_string(2000000 - 500000 - 10 - 500000 - 5));
   EXPECT_EQ(r1[col("link_est_mbps")], "");  // NULL stays empty, never 0
+  EXPECT_EQ(r1[col("run_name")], "baseline");
+  EXPECT_EQ(r1[col("layer")], "(input)");  // split 0
   EXPECT_EQ(r3[col("error")], "decompress_failed: bad block, \"x\"");
   EXPECT_EQ(r3[col("link_est_mbps")], "0.25");
   EXPECT_EQ(r3[col("flags")], "negative_network");
@@ -739,6 +741,18 @@ TEST_F(ResultsCliTest, ExportCsvHasEveryColumnAndEscapedRows) {
 
 TEST_F(ResultsCliTest, ExportOfSeveralRunsIsTidyCsvThatPandasReads) {
   const std::string summary = dir.file("summary.csv"), frames = dir.file("frames.csv");
+  {
+    // Split 2 cuts after layer 1: both CSVs name it.
+    auto db = ResultsDb::open(path);
+    ASSERT_TRUE(db.ok());
+    LayerProfileRecord lp;
+    lp.run_id = run;
+    lp.device = "edge";
+    lp.device_role = "PARTICIPANT";
+    lp.layer_index = 1;
+    lp.name = "features.1";
+    ASSERT_TRUE(db->add_layer_profiles({lp}).ok());
+  }
   std::string out;
   ASSERT_EQ(run_cli({"export", std::to_string(run), std::to_string(run2), "--summary-csv", summary, "--csv", frames,
                      "--db", path},
@@ -760,13 +774,15 @@ TEST_F(ResultsCliTest, ExportOfSeveralRunsIsTidyCsvThatPandasReads) {
   std::ofstream(script) << std::string(
       "import sys, pandas as pd\n"
       "d = pd.read_csv(sys.argv[1])\n"
-      "assert not d.duplicated(['run', 'split', 'stage']).any(), 'one row per run x split x stage'\n"
+      "assert not d.duplicated(['run_id', 'split', 'stage']).any(), 'one row per run x split x stage'\n"
       "f = pd.read_csv(sys.argv[2])\n"
-      "print('runs', ' '.join(str(r) for r in sorted(d['run'].unique())))\n"
+      "print('runs', ' '.join(str(r) for r in sorted(d['run_id'].unique())))\n"
       "print('frame_runs', ' '.join(str(r) for r in sorted(f['run_id'].unique())))\n"
-      "t = d[d['stage'] == 'total'].sort_values(['run', 'split'])\n"
+      "t = d[d['stage'] == 'total'].sort_values(['run_id', 'split'])\n"
       "for r in t.itertuples():\n"
-      "    print('total', r.run, r.split, r.codec, r.frames, '%.6f' % r.median_ms, '%.6f' % r.p95_ms)\n"
+      "    print('total', r.run_id, r.split, r.codec, r.frames, '%.6f' % r.median_ms, '%.6f' % r.p95_ms)\n"
+      "print('names', ' '.join(sorted(set(d['run_name']) & set(f['run_name']))))\n"
+      "print('layers', ' '.join(sorted(set(f['layer'].dropna()) & set(d['layer'].dropna()))))\n"
       "print('stages', ' '.join(sorted(d['stage'].unique())))\n");
   const std::string res = dir.file("res.txt");
   ASSERT_EQ(std::system((py + " " + script + " " + summary + " " + frames + " > " + res + " 2>&1").c_str()), 0)
@@ -774,6 +790,9 @@ TEST_F(ResultsCliTest, ExportOfSeveralRunsIsTidyCsvThatPandasReads) {
   const std::string text = read_all(res);
   EXPECT_NE(text.find(fmt::format("runs {} {}\n", run, run2)), std::string::npos) << text;
   EXPECT_NE(text.find(fmt::format("frame_runs {} {}\n", run, run2)), std::string::npos) << text;
+  // One naming across exports: run_id and run_name in both, and the cut's layer.
+  EXPECT_NE(text.find("names baseline fp16\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("layers (input) features.1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("head"), std::string::npos) << text;
   // Every total row equals the run's summary from the database.
   auto db = ResultsDb::open_readonly(path);
@@ -1016,10 +1035,12 @@ TEST_F(ResultsCliTest, ListFiltersByModelStatusAndName) {
     third = std::to_string(*id);
     ASSERT_TRUE(db->finish_run(*id, RunStatus::failed, "agent lost").ok());
   }
-  auto ids = [](const std::string& out) {  // the id column of the listed rows
+  auto ids = [this](const std::string& out) {  // the id column of the listed rows
     std::vector<std::string> v;
     std::istringstream in(out);
     std::string line;
+    std::getline(in, line);  // the database read
+    EXPECT_EQ(line, "runs in " + path);
     std::getline(in, line);  // header
     while (std::getline(in, line)) {
       std::string id;

@@ -191,7 +191,7 @@ TEST(Report, ComparesRunsInMatplotlibFiguresThatChromiumRendersWithCsvAndScripts
   // Latency CSV: one row per run and measured split, p5 <= median <= p95, runs 1 and 2 both present.
   auto lc = parse_csv(slurp(figdir + "/latency.csv"));
   ASSERT_GE(lc.size(), 6u);  // header + run 2's 3 splits + run 1's (its command moves it to split 13)
-  const size_t kRun = col(lc[0], "run"), kMed = col(lc[0], "value"), kP5 = col(lc[0], "p5"), kP95 = col(lc[0], "p95");
+  const size_t kRun = col(lc[0], "run_id"), kMed = col(lc[0], "value"), kP5 = col(lc[0], "p5"), kP95 = col(lc[0], "p95");
   ASSERT_LT(kP95, lc[0].size());
   std::map<std::string, int> per_run;
   for (size_t i = 1; i < lc.size(); ++i) {

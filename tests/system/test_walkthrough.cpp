@@ -249,7 +249,7 @@ TEST(Walkthrough, FourAndFiveRunAsWrittenOnTheNamespaceTestbed) {
   const std::string lat = slurp_file(figs + "latency.py");
   EXPECT_NE(lat.find("\nLOG_Y = True  # chosen: the values span"), std::string::npos) << lat.substr(0, 1500);
   const std::string csv = slurp_file(figs + "latency.csv");
-  EXPECT_EQ(csv.rfind("condition,hue,style,run,", 0), 0u) << csv.substr(0, 300);
+  EXPECT_EQ(csv.rfind("condition,hue,style,run_id,run_name,", 0), 0u) << csv.substr(0, 300);
   for (const char* link : {"\n3g,3g,,", "\nwifi,wifi,,", "\ngigabit,gigabit,,"})
     EXPECT_NE(csv.find(link), std::string::npos) << link << "\n" << csv.substr(0, 600);
   EXPECT_NE(slurp_file(figs + "plan.csv").find(",\"3g predicted (plan 1, MAPE "), std::string::npos);
