@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -119,10 +121,47 @@ Status profile_sums(ResultsDb& db, int64_t run_id, ChainPlan& p, std::vector<Lay
   p.layers = n;
   out_bytes.assign(static_cast<size_t>(n) + 1, 0.0);
   out_bytes[0] = input_bytes_of(*profiles);
+  p.layer_weight_bytes.assign(static_cast<size_t>(n), 0.0);
   for (const auto& pr : *profiles)
-    if (pr.device == p.devices.front() && pr.layer_index >= 0 && pr.layer_index < n)
+    if (pr.device == p.devices.front() && pr.layer_index >= 0 && pr.layer_index < n) {
       out_bytes[static_cast<size_t>(pr.layer_index) + 1] = static_cast<double>(pr.out_bytes);
+      p.layer_weight_bytes[static_cast<size_t>(pr.layer_index)] = 4.0 * static_cast<double>(pr.params);
+    }
   return {};
+}
+
+// A device's memory need over [a, b) (ChainPlan::memory_limit_mb), in bytes:
+// prefix sums of the weights, and per start a running maximum of the live
+// activations (built only when a limit is set).
+struct MemoryNeed {
+  std::vector<double> weights{0.0};
+  std::vector<std::vector<double>> act;  // act[a][b - a]: max live bytes over layers [a, b)
+  std::vector<double> at;                // bytes at each cut
+  MemoryNeed(const std::vector<double>& layer_weights, const std::vector<double>& out_bytes) : at(out_bytes) {
+    for (double w : layer_weights) weights.push_back(weights.back() + w);
+    const size_t n = out_bytes.size() - 1;
+    act.resize(n + 1);
+    for (size_t a = 0; a <= n; ++a) {
+      act[a].push_back(out_bytes[a]);  // an empty segment passes its input on
+      double mx = 0;
+      for (size_t i = a; i < n; ++i) act[a].push_back(mx = std::max(mx, out_bytes[i] + out_bytes[i + 1]));
+    }
+  }
+  double bytes(int a, int b) const {
+    const auto ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
+    const double w = ub < weights.size() && ua < weights.size() ? weights[ub] - weights[ua] : 0.0;
+    return w + act[ua][ub - ua];
+  }
+};
+
+// Each device's need of placement r and whether all fit their limits.
+void check_memory(const ChainPlan& p, const MemoryNeed& need, int n, ChainPlanRow& r) {
+  for (size_t d = 0; d < p.devices.size(); ++d) {
+    const int a = d == 0 ? 0 : r.cuts[d - 1], b = d < r.cuts.size() ? r.cuts[d] : n;
+    r.memory_mb.push_back(need.bytes(a, b) / 1e6);
+    if (d < p.memory_limit_mb.size() && p.memory_limit_mb[d] && r.memory_mb.back() > *p.memory_limit_mb[d])
+      r.fits = false;
+  }
 }
 
 ChainPlanRow predict(const wire::Placement& pl, const std::map<int64_t, HopFit>& fit, const std::vector<LayerSums>& sums,
@@ -152,6 +191,23 @@ ChainPlanRow predict(const wire::Placement& pl, const std::map<int64_t, HopFit>&
   return r;
 }
 
+// The error when every placement exceeds a device's memory limit: each
+// limited device's smallest need over the placements.
+Error no_placement_fits(const ChainPlan& p) {
+  std::vector<std::string> least;
+  for (size_t d = 0; d < p.devices.size() && d < p.memory_limit_mb.size(); ++d) {
+    if (!p.memory_limit_mb[d]) continue;
+    double lo = std::numeric_limits<double>::infinity();
+    for (const auto& r : p.rows) lo = std::min(lo, r.memory_mb[d]);
+    least.push_back(fmt::format("{} memory_mb {:g} (its smallest segment needs {:.1f} MB)", p.devices[d],
+                                *p.memory_limit_mb[d], lo));
+  }
+  return make_error(Errc::invalid_argument,
+                    fmt::format("no placement of {} over {} fits the devices' memory: {}; raise memory_mb in the "
+                                "devices file or plan another chain",
+                                p.model, fmt::join(p.devices, " -> "), fmt::join(least, ", ")));
+}
+
 // Every placement predicted (p.devices and p.layers set), each checked
 // against the run's measured median where it has one.
 Status predict_all(ChainPlan& p, const std::map<int64_t, HopFit>& fit, const std::vector<LayerSums>& sums,
@@ -163,8 +219,15 @@ Status predict_all(ChainPlan& p, const std::map<int64_t, HopFit>& fit, const std
                                                           "predict one by one", wire::placement_count(m, p.layers), m,
                                                           p.layers));
   double err_sum = 0;
+  const bool limited = std::any_of(p.memory_limit_mb.begin(), p.memory_limit_mb.end(),
+                                   [](const auto& l) { return l.has_value(); });
+  std::optional<MemoryNeed> need;
+  if (limited) need.emplace(p.layer_weight_bytes, out_bytes);
+  std::optional<size_t> chosen;
   for (const auto& pl : wire::all_placements(m, p.layers)) {
     ChainPlanRow r = predict(pl, fit, sums, out_bytes, post_ms, p.layers);
+    if (need) check_memory(p, *need, p.layers, r);
+    if (!r.fits) ++p.over_memory;
     if (auto it = measured.find(r.cuts); it != measured.end()) {
       r.measured_ms = it->second;
       r.error_pct = (r.latency_ms - it->second) / it->second * 100.0;
@@ -172,9 +235,16 @@ Status predict_all(ChainPlan& p, const std::map<int64_t, HopFit>& fit, const std
       ++p.measured;
       if (!p.measured_best || it->second < *p.rows[*p.measured_best].measured_ms) p.measured_best = p.rows.size();
     }
-    if (p.rows.empty() || r.latency_ms < p.rows[p.chosen].latency_ms) p.chosen = p.rows.size();
+    if (r.fits && (!chosen || r.latency_ms < p.rows[*chosen].latency_ms)) chosen = p.rows.size();
     p.rows.push_back(std::move(r));
   }
+  if (!chosen) return no_placement_fits(p);
+  p.chosen = *chosen;
+  if (limited)
+    p.fits.push_back(fmt::format("memory limits: {}; a device's need = its segment's weights (params x 4 B) + its "
+                                 "largest live activations (a layer's input + output bytes, profiled); {} of {} "
+                                 "placements exceed a limit and are not chosen",
+                                 p.memory_from, p.over_memory, p.rows.size()));
   if (p.measured > 0) p.mape_pct = err_sum / p.measured;
   if (p.measured_best && p.rows[p.chosen].measured_ms)
     p.miss_pct = (*p.rows[p.chosen].measured_ms / *p.rows[*p.measured_best].measured_ms - 1.0) * 100.0;
@@ -263,7 +333,310 @@ Status move_links(ResultsDb& db, int64_t run_id, const std::vector<int64_t>& hel
   return {};
 }
 
+// The spread: the plan against each held-out run alone (two or more).
+Status held_out_spread(ResultsDb& db, ChainPlan& p) {
+  for (size_t i = 0; p.held_out.size() > 1 && i < p.held_out.size(); ++i) {
+    std::map<std::vector<int>, double> mv;
+    TRACR_TRY(measured_medians(db, p.held_out[i], mv, nullptr));
+    double sum = 0;
+    int n = 0;
+    for (const auto& r : p.rows)
+      if (auto it = mv.find(r.cuts); it != mv.end()) {
+        sum += std::fabs(r.latency_ms - it->second) / it->second * 100.0;
+        ++n;
+      }
+    if (n > 0) p.held_out_mape.push_back(sum / n);
+  }
+  return {};
+}
+
+// plan --chain: one device's layer profiles (by name), from the first of
+// `runs` that profiled it with the model, input shape and batch of `ref`.
+struct ProfileSource {
+  int64_t run = 0;
+  std::vector<LayerProfileRecord> rows;
+};
+Result<ProfileSource> device_profiles(ResultsDb& db, const std::vector<int64_t>& runs, const LayerProfileRecord& ref,
+                                      const std::string& model, const std::string& device) {
+  for (const int64_t r : runs) {
+    auto lp = db.layer_profiles(r);
+    if (!lp) return std::move(lp.error());
+    ProfileSource s{r, {}};
+    for (auto& row : *lp)
+      if (row.device == device && row.input_shape == ref.input_shape && row.batch == ref.batch &&
+          (row.model_fp.empty() || ref.model_fp.empty() || row.model_fp == ref.model_fp))
+        s.rows.push_back(std::move(row));
+    if (!s.rows.empty()) return s;
+  }
+  return make_error(Errc::not_found,
+                    fmt::format("no run in this database profiled {} with {} at input {}, batch {}: run a two-tier "
+                                "experiment with {} in it first (record.layers: true, the default)",
+                                device, model, ref.input_shape, ref.batch, device));
+}
+
+// The devices a chain run's frames passed after its PARTICIPANT, by hop; empty for a two-tier run.
+Result<std::vector<std::string>> chain_path(ResultsDb& db, int64_t run) {
+  auto hops = db.hop_summaries(run);
+  if (!hops) return std::move(hops.error());
+  std::map<int64_t, std::string> by_hop;
+  for (const auto& h : *hops) by_hop[h.hop] = h.device;
+  std::vector<std::string> out;
+  for (const auto& [h, d] : by_hop) out.push_back(d);
+  return out;
+}
+
+// The device `sender`'s link probe in `run` measured the way to: a two-tier
+// run's one SERVER, or the next device of a chain run's path ("" if neither).
+Result<std::string> probed_receiver(ResultsDb& db, int64_t run, const std::string& sender) {
+  auto path = chain_path(db, run);
+  if (!path) return std::move(path.error());
+  if (!path->empty()) {
+    auto at = std::find(path->begin(), path->end(), sender);
+    if (at == path->end()) return path->front();  // the PARTICIPANT probes hop 1
+    return ++at == path->end() ? std::string() : *at;
+  }
+  auto devs = db.devices(run);
+  if (!devs) return std::move(devs.error());
+  std::vector<std::string> servers;
+  for (const auto& d : *devs)
+    if (d.role == "SERVER") servers.push_back(d.device);
+  return servers.size() == 1 ? servers.front() : std::string();
+}
+
+// Hop `from` -> `to` from the first of `runs` holding a probe of that way with a rate.
+Result<std::optional<HopLink>> stored_probe(ResultsDb& db, const std::vector<int64_t>& runs, const std::string& from,
+                                            const std::string& to) {
+  for (const int64_t r : runs) {
+    auto probes = db.probes(r);
+    if (!probes) return std::move(probes.error());
+    for (const auto& pr : *probes) {
+      if (pr.participant != from || !pr.up_mbps || *pr.up_mbps <= 0) continue;
+      auto receiver = probed_receiver(db, r, from);
+      if (!receiver) return std::move(receiver.error());
+      if (*receiver != to) continue;
+      const double rtt = static_cast<double>(pr.rtt_min_ns) / 1e6;
+      return std::optional<HopLink>(HopLink{rtt, 8.0 / (*pr.up_mbps * 1e3),
+                                            fmt::format("run {}'s link probe from {} to {}: smallest round trip, "
+                                                        "rate up",
+                                                        r, from, to)});
+    }
+  }
+  return std::optional<HopLink>();
+}
+
+// What a two-tier run measured that a chain planned from it reuses: its
+// codec's wire/raw ratio (over its splits' means), the sender's codec line
+// (encode + reply decode against wire bytes, per split's medians), and the
+// PARTICIPANT's post-processing + queue (median over splits).
+struct TwoTierTerms {
+  double ratio = 1.0, post_ms = 0;
+  std::pair<double, double> codec{0, 0};
+  size_t splits = 0;
+};
+Result<TwoTierTerms> two_tier_terms(ResultsDb& db, int64_t run) {
+  auto table = db.split_table(run);
+  if (!table) return std::move(table.error());
+  TwoTierTerms t;
+  double wire = 0, raw = 0;
+  std::vector<std::pair<double, double>> codec;
+  std::vector<double> post;
+  for (const auto& s : *table) {
+    if (s.frames <= 0 || s.chained()) continue;
+    if (s.mean_raw_bytes > 0) wire += s.mean_wire_bytes, raw += s.mean_raw_bytes;
+    codec.push_back({s.mean_wire_bytes, (s.stage("encode_ns").median_ns + s.stage("return_ns").median_ns) / 1e6});
+    post.push_back((s.stage("post_ns").median_ns + s.stage("queue_ns").median_ns) / 1e6);
+  }
+  if (raw > 0) t.ratio = wire / raw;
+  if (!codec.empty()) t.codec = fit_cost_line(codec), t.post_ms = protocol::median_of(post);
+  t.splits = codec.size();
+  return t;
+}
+
+// Device `device`'s own time as a two-tier SERVER (server_ns - tail_ns:
+// decode, reply encode, bookkeeping) against wire bytes, fitted over the
+// splits of the first of `runs` where it was the one SERVER; nullopt if none.
+Result<std::optional<std::pair<std::pair<double, double>, int64_t>>> server_own_line(
+    ResultsDb& db, const std::vector<int64_t>& runs, const std::string& device) {
+  using Out = std::optional<std::pair<std::pair<double, double>, int64_t>>;
+  for (const int64_t r : runs) {
+    auto receiver = probed_receiver(db, r, "");
+    if (!receiver) return std::move(receiver.error());
+    auto path = chain_path(db, r);
+    if (!path) return std::move(path.error());
+    if (*receiver != device || !path->empty()) continue;
+    auto table = db.split_table(r);
+    if (!table) return std::move(table.error());
+    std::vector<std::pair<double, double>> pts;
+    for (const auto& s : *table)
+      if (s.frames > 0)
+        pts.push_back({s.mean_wire_bytes, (s.stage("server_ns").median_ns - s.stage("tail_ns").median_ns) / 1e6});
+    if (!pts.empty()) return Out(std::pair{fit_cost_line(pts), r});
+  }
+  return Out();
+}
+
+// plan --chain --validate-on: each placement's median over the chain runs' medians, each run of this chain.
+Status check_medians(ResultsDb& db, const ChainPlan& p, const std::vector<int64_t>& runs,
+                     std::map<std::vector<int>, double>& measured) {
+  std::map<std::vector<int>, std::vector<double>> each;
+  const std::vector<std::string> chain(p.devices.begin() + 1, p.devices.end());
+  for (const int64_t v : runs) {
+    auto path = chain_path(db, v);
+    if (!path) return std::move(path.error());
+    if (*path != chain)
+      return make_error(Errc::invalid_argument,
+                        fmt::format("--validate-on {}: run {} ran {}, not the chain planned ({}); expected a chain "
+                                    "run of these devices (its placements' medians are the check)",
+                                    v, v, path->empty() ? "two tiers" : fmt::format("{}", fmt::join(*path, " -> ")),
+                                    fmt::join(chain, " -> ")));
+    std::map<std::vector<int>, double> mv;
+    TRACR_TRY(measured_medians(db, v, mv, nullptr));
+    for (const auto& [cuts, ms] : mv) each[cuts].push_back(ms);
+  }
+  for (auto& [cuts, v] : each) measured[cuts] = protocol::median_of(v);
+  return {};
+}
+
+// plan --chain: every device's layer profiles (from `order`, by name) into
+// `sums`, the PARTICIPANT's outputs into `out_bytes`, and the runs they came from.
+Status chain_profiles(ResultsDb& db, const std::vector<int64_t>& order, const LayerProfileRecord& ref,
+                      const std::string& model, ChainPlan& p, std::vector<LayerSums>& sums,
+                      std::vector<double>& out_bytes) {
+  int n = -1;
+  std::vector<std::string> from;
+  for (const auto& dev : p.devices) {
+    auto src = device_profiles(db, order, ref, model, dev);
+    if (!src) return std::move(src.error());
+    auto s = layer_sums(src->rows, dev, static_cast<int>(src->run), &n);
+    if (!s) return std::move(s.error());
+    sums.push_back(std::move(*s));
+    p.profile_runs.push_back(src->run);
+    from.push_back(fmt::format("{} from run {}", dev, src->run));
+    if (out_bytes.empty()) {
+      out_bytes.assign(static_cast<size_t>(n) + 1, 0.0);
+      out_bytes[0] = input_bytes_of(src->rows);
+      p.layer_weight_bytes.assign(static_cast<size_t>(n), 0.0);
+      for (const auto& pr : src->rows)
+        if (pr.layer_index >= 0 && pr.layer_index < n) {
+          out_bytes[static_cast<size_t>(pr.layer_index) + 1] = static_cast<double>(pr.out_bytes);
+          p.layer_weight_bytes[static_cast<size_t>(pr.layer_index)] = 4.0 * static_cast<double>(pr.params);
+        }
+    }
+  }
+  p.layers = n;
+  p.fits.push_back(fmt::format("layer profiles (by device name, {} at input {}, batch {}): {}", model,
+                               ref.input_shape, ref.batch, fmt::join(from, ", ")));
+  return {};
+}
+
+// plan --chain: hop h's fit from its link (given, or a stored probe), the
+// basis run's codec terms and the receiving device's own time as a SERVER.
+Result<HopFit> chain_hop_fit(ResultsDb& db, const std::vector<int64_t>& order, ChainPlan& p, size_t h,
+                             std::optional<HopLink> link, const TwoTierTerms& terms) {
+  const std::string hop = fmt::format("hop {} ({} -> {})", h, p.devices[h - 1], p.devices[h]);
+  if (!link) {
+    auto stored = stored_probe(db, order, p.devices[h - 1], p.devices[h]);
+    if (!stored) return std::move(stored.error());
+    if (!*stored)
+      return make_error(Errc::not_found,
+                        fmt::format("{}: no stored link probe from {} to {} (a run with {} its PARTICIPANT and {} "
+                                    "its SERVER, probe.enabled: true); give the hop's link: --link PROFILE for "
+                                    "every hop, or one per hop (--link wifi,wan; `probe` for a hop a stored probe "
+                                    "covers)",
+                                    hop, p.devices[h - 1], p.devices[h], p.devices[h - 1], p.devices[h]));
+    link = **stored;
+  }
+  HopFit f;
+  f.device = p.devices[h];
+  f.link = {link->rtt_ms + terms.codec.first, link->ms_per_byte + terms.codec.second};
+  f.wire = terms.ratio;
+  f.raw = 1.0;
+  auto own = server_own_line(db, order, f.device);
+  if (!own) return std::move(own.error());
+  if (*own) f.own = (*own)->first;
+  p.fits.push_back(fmt::format(
+      "{}: network {:.3f} ms + bytes at {:.2f} Mbit/s ({}); {}'s own time {}", hop, link->rtt_ms,
+      8.0 / (link->ms_per_byte * 1e3), link->source, f.device,
+      *own ? fmt::format("{:.3f} ms + {:.4f} ms/KB (server - tail, fitted to run {}'s splits as its SERVER)",
+                         f.own.first, f.own.second * 1e3, (*own)->second)
+           : std::string("0 (no two-tier run had it as its SERVER)")));
+  return f;
+}
+
+// Each device's memory_mb (ChainPlan::memory_limit_mb): from the first of
+// `runs` whose devices file set one for it.
+Status memory_limits(ResultsDb& db, const std::vector<int64_t>& runs, ChainPlan& p) {
+  std::vector<std::string> from;
+  for (const auto& dev : p.devices) {
+    std::optional<double> limit;
+    for (const int64_t r : runs) {
+      auto mb = db.device_memory_mb(r, dev);
+      if (!mb) return std::move(mb.error());
+      if (*mb) {
+        limit = *mb;
+        from.push_back(fmt::format("{} {:g} MB (run {}'s devices file)", dev, *limit, r));
+        break;
+      }
+    }
+    p.memory_limit_mb.push_back(limit);
+  }
+  p.memory_from = fmt::format("{}", fmt::join(from, ", "));
+  return {};
+}
+
 }  // namespace
+
+Result<ChainPlan> plan_chain_from_runs(ResultsDb& db, int64_t basis, const ChainFromRuns& c) {
+  auto run = db.get_run(basis);
+  if (!run) return std::move(run.error());
+  auto lp = db.layer_profiles(basis);
+  if (!lp) return std::move(lp.error());
+  const auto ref = std::find_if(lp->begin(), lp->end(), [](const auto& r) { return r.device_role == "PARTICIPANT"; });
+  if (ref == lp->end())
+    return make_error(Errc::not_found, fmt::format("run {} has no layer profiles of its PARTICIPANT: plan --chain "
+                                                   "starts from a run with record.layers: true (the default)",
+                                                   basis));
+  ChainPlan p;
+  p.run = basis;
+  p.model = run->model;
+  p.devices.push_back(ref->device);
+  p.devices.insert(p.devices.end(), c.chain.begin(), c.chain.end());
+  for (size_t i = 1; i < p.devices.size(); ++i)
+    if (std::find(p.devices.begin(), p.devices.begin() + static_cast<std::ptrdiff_t>(i), p.devices[i]) !=
+        p.devices.begin() + static_cast<std::ptrdiff_t>(i))
+      return make_error(Errc::invalid_argument, fmt::format("--chain: {} appears twice in {}; a frame passes each "
+                                                            "device once",
+                                                            p.devices[i], fmt::join(p.devices, " -> ")));
+  // Where to look: the basis, then the database's other runs of the model, newest first.
+  auto runs = db.list_runs(0);
+  if (!runs) return std::move(runs.error());
+  std::vector<int64_t> order{basis};
+  for (const auto& r : *runs)
+    if (r.id != basis && r.model == run->model) order.push_back(r.id);
+  std::vector<LayerSums> sums;
+  std::vector<double> out_bytes;
+  TRACR_TRY(chain_profiles(db, order, *ref, run->model, p, sums, out_bytes));
+  auto terms = two_tier_terms(db, basis);
+  if (!terms) return std::move(terms.error());
+  std::map<int64_t, HopFit> fit;
+  for (size_t h = 1; h < p.devices.size(); ++h) {
+    auto f = chain_hop_fit(db, order, p, h, h - 1 < c.links.size() ? c.links[h - 1] : std::nullopt, *terms);
+    if (!f) return std::move(f.error());
+    fit[static_cast<int64_t>(h)] = std::move(*f);
+  }
+  p.fits.push_back(fmt::format(
+      "run {}'s codec {} on every hop: bytes = the profiled outputs x its wire/raw {:.3f}; the sender's encode + "
+      "reply decode {:.3f} ms + {:.4f} ms/KB; the PARTICIPANT's post-processing + queue {:.3f} ms (fitted to its {} "
+      "split(s)' medians)",
+      basis, run->codec, terms->ratio, terms->codec.first, terms->codec.second * 1e3, terms->post_ms, terms->splits));
+  std::map<std::vector<int>, double> measured;
+  TRACR_TRY(check_medians(db, p, c.check, measured));
+  p.held_out = c.check;
+  TRACR_TRY(memory_limits(db, order, p));
+  TRACR_TRY(predict_all(p, fit, sums, out_bytes, terms->post_ms, measured));
+  TRACR_TRY(held_out_spread(db, p));
+  return p;
+}
 
 Result<ChainPlan> plan_chain_run(ResultsDb& db, int64_t run_id, const std::vector<int64_t>& held_out) {
   auto run = db.get_run(run_id);
@@ -307,20 +680,9 @@ Result<ChainPlan> plan_chain_run(ResultsDb& db, int64_t run_id, const std::vecto
     for (auto& [cuts, v] : each) measured[cuts] = protocol::median_of(v);
     p.held_out = held_out;
   }
+  TRACR_TRY(memory_limits(db, {run_id}, p));
   TRACR_TRY(predict_all(p, fit, sums, out_bytes, post_ms, measured));
-  // The spread: the plan against each held-out run alone.
-  for (size_t i = 0; held_out.size() > 1 && i < held_out.size(); ++i) {
-    std::map<std::vector<int>, double> mv;
-    TRACR_TRY(measured_medians(db, held_out[i], mv, nullptr));
-    double sum = 0;
-    int n = 0;
-    for (const auto& r : p.rows)
-      if (auto it = mv.find(r.cuts); it != mv.end()) {
-        sum += std::fabs(r.latency_ms - it->second) / it->second * 100.0;
-        ++n;
-      }
-    if (n > 0) p.held_out_mape.push_back(sum / n);
-  }
+  TRACR_TRY(held_out_spread(db, p));
   return p;
 }
 
@@ -352,6 +714,7 @@ Result<ChainPlan> plan_chain_from_profiles(ResultsDb& db, int64_t run_id, const 
   std::vector<LayerSums> sums;
   std::vector<double> out_bytes;
   TRACR_TRY(profile_sums(db, run_id, p, sums, out_bytes));
+  TRACR_TRY(memory_limits(db, {run_id}, p));
   TRACR_TRY(predict_all(p, fit, sums, out_bytes, 0.0, {}));
   return p;
 }
@@ -359,7 +722,8 @@ Result<ChainPlan> plan_chain_from_profiles(ResultsDb& db, int64_t run_id, const 
 std::vector<size_t> best_placements(const ChainPlan& p, size_t k, const std::set<int>& refused) {
   std::vector<size_t> order;
   for (size_t i = 0; i < p.rows.size(); ++i)
-    if (std::none_of(p.rows[i].cuts.begin(), p.rows[i].cuts.end(), [&](int c) { return refused.count(c) > 0; }))
+    if (p.rows[i].fits &&
+        std::none_of(p.rows[i].cuts.begin(), p.rows[i].cuts.end(), [&](int c) { return refused.count(c) > 0; }))
       order.push_back(i);
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return p.rows[a].latency_ms < p.rows[b].latency_ms; });
@@ -370,17 +734,24 @@ std::vector<size_t> best_placements(const ChainPlan& p, size_t k, const std::set
 std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
   auto para = [&](const std::string& text) { return core::wrap_words(text, static_cast<int>(width)) + "\n"; };
   std::string o = para(
-      fmt::format("plan over placements from run {} ({}, {} layers): {} -> {}; {} placements predicted, {} measured",
-                  p.run, p.model, p.layers, p.devices.front(),
+      fmt::format("plan over placements from {} ({}, {} layers): {} -> {}; {} placements predicted, {} measured",
+                  p.profile_runs.empty()
+                      ? fmt::format("run {}", p.run)
+                      : fmt::format("the two-tier profiles of run(s) {}", fmt::join(std::set<int64_t>(
+                                                                              p.profile_runs.begin(),
+                                                                              p.profile_runs.end()), ", ")),
+                  p.model, p.layers, p.devices.front(),
                   fmt::format("{}", fmt::join(p.devices.begin() + 1, p.devices.end(), " -> ")), p.rows.size(),
                   p.measured));
   for (const auto& f : p.fits) o += para("  " + f);
+  const bool limited = !p.memory_from.empty();
   if (!p.held_out.empty())
     o += para(fmt::format("  held out: measured = each placement's median over run(s) {} (their medians), not the "
                           "basis run",
                           fmt::join(p.held_out, ", ")));
   const ChainPlanRow& c = p.rows[p.chosen];
-  o += fmt::format("  chosen (lowest predicted latency): {} at {:.3f} ms{}\n", c.placement, c.latency_ms,
+  o += fmt::format("  chosen (lowest predicted latency{}): {} at {:.3f} ms{}\n",
+                   limited ? " within the memory limits" : "", c.placement, c.latency_ms,
                    c.measured_ms ? fmt::format(" (measured {:.3f} ms)", *c.measured_ms) : " (not measured)");
   if (p.measured_best)
     o += fmt::format("  measured best: {} at {:.3f} ms{}\n", p.rows[*p.measured_best].placement,
@@ -392,8 +763,10 @@ std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
                           *p.mape_pct, p.measured));
   if (p.mape_pct && !p.held_out.empty())
     o += para(fmt::format("  latency MAPE {:.1f} % over the {} placements the held-out runs measured (out of sample: "
-                          "their links came from their probes only){}",
+                          "{}){}",
                           *p.mape_pct, p.measured,
+                          p.profile_runs.empty() ? "their links came from their probes only"
+                                                 : "planned from two-tier runs, before the chain ran",
                           p.held_out_mape.size() > 1
                               ? fmt::format("; against each run alone {:.1f} % to {:.1f} %",
                                             *std::min_element(p.held_out_mape.begin(), p.held_out_mape.end()),
@@ -408,6 +781,7 @@ std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
   for (size_t h = 1; h <= m; ++h)
     for (const char* what : {"link", "compute", "other"}) rows[0].push_back(fmt::format("{}{} ms", what, h));
   for (const char* col : {"post ms", "predicted ms", "frames/s", "measured ms", "error"}) rows[0].push_back(col);
+  if (limited) rows[0].push_back("memory MB per device");
   for (size_t i = 0; i < p.rows.size(); ++i) {
     if (!show[i]) continue;
     const auto& r = p.rows[i];
@@ -420,6 +794,11 @@ std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
     row.push_back(fmt::format("{:.1f}", r.fps));
     row.push_back(r.measured_ms ? fmt::format("{:.3f}", *r.measured_ms) : "-");
     row.push_back(r.error_pct ? fmt::format("{:+.1f}%", *r.error_pct) : "-");
+    if (limited) {
+      std::vector<std::string> mb;
+      for (double v : r.memory_mb) mb.push_back(fmt::format("{:.1f}", v));
+      row.push_back(fmt::format("{}{}", fmt::join(mb, "|"), r.fits ? "" : " over"));
+    }
     rows.push_back(std::move(row));
   }
   o += fmt::format("\nthe measured placements and the {} best predicted (* chosen)\n", top);

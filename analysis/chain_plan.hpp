@@ -45,6 +45,11 @@ struct ChainPlanRow {
   std::string bytes_from;                                      // "measured" or "profiled x ratio" (per hop, ',')
   std::optional<double> measured_ms;                           // the run's median total at this placement
   std::optional<double> error_pct;                             // (predicted - measured) / measured x 100
+  // With a device's memory_mb (memory_limit_mb): each device's need in MB
+  // (device 0 the PARTICIPANT), weights + the largest live activations of
+  // its segment; `fits` false when one exceeds its limit (never chosen).
+  std::vector<double> memory_mb;
+  bool fits = true;
 };
 
 struct ChainPlan {
@@ -61,6 +66,19 @@ struct ChainPlan {
   int measured = 0;                  // placements with a measured median
   std::vector<int64_t> held_out;     // the runs measured_ms comes from (empty: this run)
   std::vector<double> held_out_mape; // with two or more held-out runs: the MAPE against each alone
+  std::vector<int64_t> profile_runs; // plan --chain: the runs each device's profiles came from (device order)
+  // Memory (#43): per device, the devices file's memory_mb as a run stored it
+  // (nullopt: no limit); per layer, its weights in bytes (params x 4 B:
+  // float32) from the profiles. A segment [a, b) needs its weights plus its
+  // largest live activations, max over its layers i of the bytes at cut i
+  // (the layer's input) + at cut i+1 (its output), from the profiled outputs
+  // (an empty segment: the bytes it passes on). An upper bound on a chain of
+  // layers; a graph's tensors skipping layers are counted in the bytes at
+  // every cut they cross. The chosen placement is the fastest that fits.
+  std::vector<std::optional<double>> memory_limit_mb;
+  std::vector<double> layer_weight_bytes;
+  int over_memory = 0;               // placements that exceed a limit
+  std::string memory_from;           // where the limits came from
 };
 
 // Error not_found naming what the run lacks (layer profiles of a device,
@@ -87,8 +105,36 @@ Result<ChainPlan> plan_chain_run(store::ResultsDb& db, int64_t run_id, const std
 Result<ChainPlan> plan_chain_from_profiles(store::ResultsDb& db, int64_t run_id,
                                            const std::vector<std::string>& devices);
 
+// plan --chain (#43): a chain planned before it ever ran, from two-tier runs
+// of the same devices. Device h's layer profiles: the basis run's where it
+// profiled h (by device name), else the newest run of the database that did,
+// of the same model (fingerprint), input shape and batch. Hop h's link:
+// `links[h-1]` where given (a link profile, resolved by the caller), else a
+// stored link probe from device h-1 to device h (a run with h-1 its
+// PARTICIPANT and h its SERVER, or the hop of a chain run): its smallest
+// round trip + bytes at its rate up, plus the basis run's codec line (encode
+// + reply decode against wire bytes). Bytes: the profiled outputs x the basis
+// run's measured wire/raw ratio (its codec, on every hop). A device's own
+// time (decode, reply encode): fitted where a two-tier run had it as its one
+// SERVER, else 0; the PARTICIPANT's post-processing + queue: the basis run's
+// median (each source said in `fits`). `check`: chain runs of
+// these devices, the prediction compared with each placement's median over
+// their medians. Error not_found naming the device without profiles or the
+// hop without a link.
+struct HopLink {
+  double rtt_ms = 0, ms_per_byte = 0;
+  std::string source;  // where the figures came from
+};
+struct ChainFromRuns {
+  std::vector<std::string> chain;             // the devices after the basis run's PARTICIPANT
+  std::vector<std::optional<HopLink>> links;  // per hop (empty: every hop from a stored probe)
+  std::vector<int64_t> check;
+};
+Result<ChainPlan> plan_chain_from_runs(store::ResultsDb& db, int64_t basis, const ChainFromRuns& c);
+
 // The rows of the k lowest predicted latencies, best first, leaving out
-// placements with a cut in `refused` (cuts the model cannot make).
+// placements with a cut in `refused` (cuts the model cannot make) and those
+// over a device's memory limit.
 std::vector<size_t> best_placements(const ChainPlan& p, size_t k, const std::set<int>& refused = {});
 
 // The plan as text: the chosen and measured best, the fits, and the rows

@@ -69,6 +69,7 @@ std::string DevicesConfig::to_json() const {
     if (!d.netns.empty()) o += ",\"netns\":" + json_quote(d.netns);
     if (d.cpu_quota) o += fmt::format(",\"cpu_quota\":{}", *d.cpu_quota);
     if (d.cpu_cores) o += fmt::format(",\"cpu_cores\":{}", *d.cpu_cores);
+    if (d.memory_mb) o += fmt::format(",\"memory_mb\":{}", *d.memory_mb);
     if (!d.cpus.empty()) o += fmt::format(",\"cpus\":[{}]", fmt::join(d.cpus, ","));
     if (d.power_model)
       o += fmt::format(",\"power_model\":{{\"idle_w\":{},\"busy_w\":{}}}", d.power_model->idle_w,
@@ -135,7 +136,8 @@ namespace {
 
 const std::vector<std::string> kDeviceKeys = {"device_type", "connection_params", "name",  "transport", "work_dir",
                                               "power_model", "link_profile",      "netns", "cpu_quota", "cpu_cores",
-                                              "device",      "threads",           "agent", "paths",     "cpus"};
+                                              "device",      "threads",           "agent", "paths",     "cpus",
+                                              "memory_mb"};
 // Host and user names reach libssh and remote shells: only the characters
 // they can hold (#24: spaces, ';', '$(' and non-ASCII passed through and
 // failed after the run row with "unknown libssh error").
@@ -295,6 +297,12 @@ Status parse_device_compute(const Ctx& c, const YAML::Node& n, const std::string
     if (!v) return v.error();
     if (*v > 4096) return expected(c, n["cpu_quota"], key + ".cpu_quota", "a CPU quota in cores, 0.01..4096");
     d.cpu_quota = *v;
+  }
+  if (n["memory_mb"]) {
+    auto v = get_double(c, n["memory_mb"], key + ".memory_mb", 0.001, "a memory limit in MB > 0 (e.g. 512)");
+    if (!v) return v.error();
+    if (*v > 1e9) return expected(c, n["memory_mb"], key + ".memory_mb", "a memory limit in MB, up to 1e9");
+    d.memory_mb = *v;
   }
   if (n["cpu_cores"]) {
     auto v = get_int(c, n["cpu_cores"], key + ".cpu_cores", 1, 4096, "a number of CPUs 1..4096");

@@ -62,6 +62,10 @@ struct DeviceConfig {
   // CPU time (cgroup CPU quota) and/or to this many CPUs (affinity).
   std::optional<double> cpu_quota;
   std::optional<int> cpu_cores;
+  // The planner's memory limit for this device (#43), in MB: a placement
+  // whose segment here needs more (weights plus its largest live
+  // activations) is not chosen. Not enforced on the device.
+  std::optional<double> memory_mb;
   // Or pinned to these CPUs by number (affinity): several emulated devices on
   // one host kept off each other's CPUs (e.g. the SERVER on CPU 1, the
   // participants on CPU 0). Its count is the device's cpu_cores.

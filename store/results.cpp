@@ -1938,6 +1938,22 @@ Result<std::vector<ProbeRow>> ResultsDb::probes(int64_t run_id) {
   });
 }
 
+Result<std::optional<double>> ResultsDb::device_memory_mb(int64_t run_id, const std::string& device) {
+  static const char* sql =
+      "SELECT json_extract(d.value, '$.memory_mb') FROM (SELECT devices_json AS j FROM runs WHERE id = ? AND "
+      "json_valid(devices_json)) r, json_each(r.j, '$.devices') d WHERE json_extract(d.value, '$.name') = ?";
+  Stmt q(db_.get(), sql);
+  if (!q.prepared()) return db_error(db_.get(), path_, "read devices_json");
+  q.bind(1, run_id);
+  q.bind(2, std::string_view(device));
+  std::optional<double> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW)
+    if (!q.is_null(0)) out = q.dbl(0);
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read devices_json");
+  return out;
+}
+
 std::vector<EnergyStat> compute_energy_stats(const std::vector<EnergyRow>& rows, const FramePlacements& placements) {
   // Frame rows of timed frames only (idle and layer rows have no split).
   using Key = std::tuple<Cuts, std::string, std::string, std::string>;

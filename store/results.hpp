@@ -294,6 +294,9 @@ class ResultsDb {
   // A chain run's frame_hops, summarised per placement and hop (empty for a
   // two-tier run), ordered by placement, then hop.
   Result<std::vector<HopSummary>> hop_summaries(int64_t run_id);
+  // The devices file's `memory_mb` of `device` as run `run_id` stored it
+  // (runs.devices_json); nullopt when the file set none for it.
+  Result<std::optional<double>> device_memory_mb(int64_t run_id, const std::string& device);
 
   // Deletes a run and every row that belongs to it (frames, profiles,
   // summaries, events, energy, probes, plans based on it, training rows:

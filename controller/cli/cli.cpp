@@ -288,6 +288,12 @@ void add_plan(CLI::App& app, Parsed& p) {
           "the median over them")
       ->type_name("RUN[,RUN...]")
       ->check(int_list(1, std::numeric_limits<int64_t>::max(), 0, "run ids RUN or RUN1,RUN2,..."));
+  plan->add_option_function<std::string>(
+          "--chain", [&p](const std::string& v) { p.plan.chain = split_commas(v); },
+          "plan this chain of devices after the basis run's PARTICIPANT (by name in the devices file) from two-tier "
+          "runs' layer profiles and link probes of the same devices: every placement predicted; --link one profile "
+          "for every hop or one per hop (probe: the hop's stored probe); --validate-on a chain run of those devices")
+      ->type_name("DEV1,DEV2,...");
   plan->add_option("--splits", p.plan.plan.splits,
                    "splits to plan: all (default), measured (those whose bytes a run measured), or K1,K2,...")
       ->type_name("all|measured|K,...");

@@ -154,6 +154,21 @@ Error plan_failure(int status, const std::string& text) {
   return status == 2 ? core::bad_input(text) : core::command_failed(text);
 }
 
+// --validate-on RUN1,RUN2,...: each run found (a run id, `last`, ...); empty without it.
+Result<std::vector<int64_t>> validate_on_runs(ResultsDb& db, const PlanCommand& cmd) {
+  std::vector<int64_t> out;
+  if (cmd.validate_run.empty()) return out;
+  std::istringstream in(cmd.validate_run);
+  for (std::string r; std::getline(in, r, ',');) {
+    if (r.empty() || cmd.validate_run.back() == ',')
+      return plan_failure(2, fmt::format("--validate-on: expected runs RUN1,RUN2,..., got '{}'", cmd.validate_run));
+    auto id = validation_run_id(db, r);
+    if (!id) return plan_failure(2, user_text(id.error()));
+    out.push_back(*id);
+  }
+  return out;
+}
+
 // --radio and --codecs checked, each codec in its canonical spelling.
 Status check_plan_options(PlanOptions& opt) {
   if (!opt.radio.empty() && !agent::find_radio(opt.radio))
@@ -368,9 +383,13 @@ PlanOutcome plan_and_validate(ResultsDb& db, const std::string& db_path, const P
   else if (const size_t at = text.find(own_line); at != std::string::npos)
     std::fputs(text.substr(at + 1).c_str(), stdout);
   if (exits && table) {
+    // Judged on the basis itself (--validate) or on every held-out run (--validate-on R1,R2,...: checked above).
+    std::vector<int64_t> check;
+    if (cmd.validate) check.push_back(run_id);
+    if (auto on = validate_on_runs(db, cmd)) check.insert(check.end(), on->begin(), on->end());
     std::fflush(stdout);
-    if (auto st = print_exit_plan(db, run_id, *p, opt.max_latency_ms, cmd.min_accuracy); !st)
-      return failed_with(plan_failure(1, user_text(st.error())));
+    if (auto st = print_exit_plan(db, run_id, *p, opt.max_latency_ms, cmd.min_accuracy, check); !st)
+      return failed_with(plan_failure(st.error().code == Errc::invalid_argument ? 2 : 1, user_text(st.error())));
   }
   if (joint && joint->validation_run) {  // stored as the plan's validation: its error over the assignment's splits
     p->validation_run = joint->validation_run;
@@ -431,40 +450,101 @@ Status plan_on_series(ResultsDb& db, const std::string& db_path, const PlanComma
   return {};
 }
 
+// Options the chain planners do not take, named ("" when none is given).
+std::string chain_refused_option(const PlanCommand& cmd) {
+  if (cmd.joint) return "--joint";
+  if (cmd.plan.participant_run) return "--participant-from";
+  if (cmd.plan.objective != "latency") return "--objective " + cmd.plan.objective;
+  if (!cmd.plan.codecs.empty()) return "--codecs";
+  if (cmd.plan.participants > 0) return "--participants";
+  if (cmd.min_accuracy) return "--min-accuracy";
+  return {};
+}
+
 // A chain run (#43): every placement predicted from its own profiles and
 // frame_hops, checked against the placements it measured. What the two-tier
 // planner takes beyond that is not built for chains yet, and is refused.
 Status plan_chain(ResultsDb& db, const PlanCommand& cmd, int64_t run_id) {
-  std::string given;
-  if (!cmd.link.empty() || cmd.up_mbit) given = "--link / --up-mbit";
-  else if (cmd.joint) given = "--joint";
-  else if (cmd.plan.participant_run) given = "--participant-from";
-  else if (cmd.plan.objective != "latency") given = "--objective " + cmd.plan.objective;
-  else if (!cmd.plan.codecs.empty()) given = "--codec";
-  else if (cmd.plan.participants > 0) given = "--participants";
+  std::string given = !cmd.link.empty() || cmd.up_mbit ? "--link / --up-mbit" : chain_refused_option(cmd);
   if (!given.empty())
     return plan_failure(2, fmt::format("run {} ran a chain: its plan predicts every placement's latency from its own "
                                        "profiles and per-hop frames, for its own links and codecs; {} is not built for "
                                        "chains yet (#43)",
                                        run_id, given));
   // --validate-on RUN1,RUN2,...: held out (analysis/chain_plan.hpp), each run checked first.
-  std::vector<int64_t> held_out;
-  if (!cmd.validate_run.empty()) {
-    std::istringstream in(cmd.validate_run);
-    for (std::string r; std::getline(in, r, ',');) {
-      if (r.empty() || cmd.validate_run.back() == ',')
-        return plan_failure(2, fmt::format("--validate-on: expected runs RUN1,RUN2,..., got '{}'", cmd.validate_run));
-      auto id = validation_run_id(db, r);
-      if (!id) return plan_failure(2, user_text(id.error()));
-      auto hops = db.hop_summaries(*id);
-      if (!hops || hops->empty())
-        return plan_failure(2, fmt::format("--validate-on {}: run {} has no chain frames; expected a run of the same "
-                                           "chain (its placements' medians are the check)",
-                                           r, *id));
-      held_out.push_back(*id);
+  auto held_out = validate_on_runs(db, cmd);
+  if (!held_out) return std::move(held_out.error());
+  for (const int64_t id : *held_out)
+    if (auto hops = db.hop_summaries(id); !hops || hops->empty())
+      return plan_failure(2, fmt::format("--validate-on: run {} has no chain frames; expected a run of the same "
+                                         "chain (its placements' medians are the check)",
+                                         id));
+  auto p = plan_chain_run(db, run_id, *held_out);
+  if (!p) return plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error()));
+  std::fputs(format_chain_plan(*p, 10, cmd.width).c_str(), stdout);
+  return {};
+}
+
+// --link for `plan --chain`: one profile for every hop or one per hop, each as
+// tracr emulates it (profile_link); "probe": the hop's stored probe.
+Result<std::vector<std::optional<HopLink>>> chain_links(ResultsDb& db, const PlanCommand& cmd, int64_t run_id,
+                                                        const std::optional<settings::ExperimentConfig>& exp) {
+  std::vector<std::optional<HopLink>> out;
+  if (cmd.link.empty()) return out;
+  std::vector<std::string> names;
+  std::istringstream in(cmd.link);
+  for (std::string l; std::getline(in, l, ',');) names.push_back(l);
+  const size_t hops = cmd.chain.size();
+  if (names.size() != 1 && names.size() != hops)
+    return plan_failure(2, fmt::format("--link {}: {} profiles for a chain of {} hops; give one for every hop or one "
+                                       "per hop",
+                                       cmd.link, names.size(), hops));
+  auto probes = db.probes(run_id);
+  const ProbeRow* probe = probes && !probes->empty() ? &probes->front() : nullptr;
+  const double base_rtt = probe ? static_cast<double>(probe->rtt_min_ns) / 1e6 : 0.0;
+  const settings::ExperimentConfig ec = exp ? *exp : settings::ExperimentConfig{};
+  for (size_t h = 0; h < hops; ++h) {
+    const std::string& name = names[names.size() == 1 ? 0 : h];
+    if (name == "probe") {
+      out.emplace_back();
+      continue;
     }
+    auto ls = settings::resolve_link(ec, name, "--link");
+    if (!ls) return plan_failure(2, user_text(ls.error()));
+    const PlanLink l = profile_link(db, *ls, run_id, base_rtt, probe, 0);
+    if (l.up_mbps <= 0)
+      return plan_failure(2, fmt::format("--link {}: the profile leaves the rate up unlimited and run {} has no link "
+                                         "probe to stand in for it; name a profile with a rate",
+                                         name, run_id));
+    out.push_back(HopLink{l.rtt_ms, 8.0 / (l.up_mbps * 1e3), l.source});
   }
-  auto p = plan_chain_run(db, run_id, held_out);
+  return out;
+}
+
+// plan --chain DEV,... (#43): a chain planned from two-tier runs of the same
+// devices (analysis/chain_plan.hpp), checked on chain runs with --validate-on.
+Status plan_new_chain(ResultsDb& db, const PlanCommand& cmd, int64_t run_id,
+                      const std::optional<settings::ExperimentConfig>& exp) {
+  std::string given = chain_refused_option(cmd);
+  if (given.empty() && cmd.up_mbit) given = "--up-mbit (name a link profile per hop: --link wifi,wan)";
+  if (given.empty() && cmd.validate) given = "--validate (the basis ran no chain: check on a chain run, --validate-on RUN)";
+  if (!given.empty())
+    return plan_failure(2, fmt::format("--chain plans every placement's latency over the chain from two-tier "
+                                       "profiles and links; {} is not built for it", given));
+  for (const auto& d : cmd.chain)
+    if (d.empty())
+      return plan_failure(2, fmt::format("--chain {}: expected device names DEV1,DEV2,... (as the devices file "
+                                         "names them)",
+                                         fmt::join(cmd.chain, ",")));
+  ChainFromRuns c;
+  c.chain = cmd.chain;
+  auto links = chain_links(db, cmd, run_id, exp);
+  if (!links) return std::move(links.error());
+  c.links = std::move(*links);
+  auto check = validate_on_runs(db, cmd);
+  if (!check) return std::move(check.error());
+  c.check = std::move(*check);
+  auto p = plan_chain_from_runs(db, run_id, c);
   if (!p) return plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error()));
   std::fputs(format_chain_plan(*p, 10, cmd.width).c_str(), stdout);
   return {};
@@ -486,6 +566,7 @@ Status cmd_plan(const PlanCommand& cmd) {
   if (!db) return plan_failure(1, user_text(db.error()));
   int64_t run_id = 0;
   TRACR_TRY(find_basis_run(*db, cmd, exp, db_path, run_id));
+  if (!cmd.chain.empty()) return plan_new_chain(*db, cmd, run_id, exp);
   if (auto hops = db->hop_summaries(run_id); hops && !hops->empty()) return plan_chain(*db, cmd, run_id);
   if (cmd.validate_run.find(',') == std::string::npos)
     return plan_and_validate(*db, db_path, cmd, run_id, cmd.validate_run, opt, link_name, exp, true).status;

@@ -30,6 +30,11 @@ struct PlanCommand {
   std::optional<double> up_mbit, down_mbit, rtt_ms;  // explicit link figures
   analysis::PlanOptions plan;                        // objective, constraints, radio, codecs (as given)
   std::optional<double> min_accuracy;                // early exits: the (split, threshold) choice's accuracy floor
+  // --chain edge,cloud (#43): plan that chain after the basis run's PARTICIPANT
+  // from two-tier runs' profiles and probes of the same devices (by name);
+  // --link then names one profile for every hop or one per hop ("probe": a
+  // stored probe of that hop).
+  std::vector<std::string> chain;
   std::vector<std::string> sets;                     // --set key=value (EXPERIMENT.yaml only)
   size_t width = 0;                                  // the terminal's columns: prose wraps to it (0: no limit)
 };

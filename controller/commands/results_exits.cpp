@@ -1,6 +1,7 @@
 #include "controller/commands/results_exits.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -10,6 +11,7 @@
 #include "analysis/exits.hpp"
 #include "analysis/plan.hpp"
 #include "core/text.hpp"
+#include "protocol/stats.hpp"
 #include "settings/config.hpp"
 
 namespace tracr::controller {
@@ -149,8 +151,141 @@ bool has_exits(store::ResultsDb& db, int64_t run_id) {
   return cfg && !cfg->exits.empty();
 }
 
+namespace {
+
+// One (split, threshold) pair measured over held-out runs: the median over
+// them of each run's offline-sweep mean latency, accuracy pooled.
+struct MeasuredPair {
+  std::vector<double> ms;  // per run
+  int64_t labelled = 0, correct = 0;
+  double median_ms() const {
+    std::vector<double> v = ms;
+    return protocol::median_of(v);
+  }
+  std::optional<double> accuracy() const {
+    return labelled > 0 ? std::optional<double>(static_cast<double>(correct) / static_cast<double>(labelled))
+                        : std::nullopt;
+  }
+};
+using PairKey = std::pair<std::string, double>;  // placement, threshold
+
+// The held-out runs' offline sweeps at the planned thresholds, per pair
+// every run knows (no unknown frames in any).
+Result<std::map<PairKey, MeasuredPair>> measure_pairs(store::ResultsDb& db, const std::string& model,
+                                                      const std::vector<int64_t>& runs,
+                                                      const std::vector<double>& thresholds, const std::string& measure) {
+  std::map<PairKey, MeasuredPair> out;
+  std::map<PairKey, size_t> seen;
+  for (const int64_t v : runs) {
+    auto run = db.get_run(v);
+    if (!run) return run.error();
+    if (run->model != model)
+      return make_error(Errc::invalid_argument, fmt::format("--validate-on {}: run {} ran {}, the plan {}; expected a "
+                                                            "run of the same model with the same exits",
+                                                            v, v, run->model, model));
+    auto ex = load_run_exits(db, v);
+    if (!ex) return ex.error();
+    auto rows = analysis::sweep_exits(ex->frames, thresholds, measure);
+    if (!rows) return rows.error();
+    for (const auto& r : *rows) {
+      if (r.unknown > 0 || !r.mean_ms) continue;
+      const PairKey k{r.placement, r.threshold};
+      auto& m = out[k];
+      m.ms.push_back(*r.mean_ms);
+      m.labelled += r.labelled;
+      m.correct += r.correct;
+      ++seen[k];
+    }
+  }
+  for (auto it = out.begin(); it != out.end();)  // a pair some run cannot judge is left out
+    it = seen[it->first] == runs.size() ? std::next(it) : out.erase(it);
+  return out;
+}
+
+// The measured best under the plan's constraint: with max_latency_ms the
+// most accurate pair within it (the faster on a tie), otherwise the fastest
+// pair that reaches min_accuracy (or the fastest of all).
+std::pair<const PairKey*, const MeasuredPair*> measured_best(const std::map<PairKey, MeasuredPair>& measured,
+                                                             std::optional<double> max_latency_ms,
+                                                             std::optional<double> min_accuracy) {
+  const PairKey* best = nullptr;
+  const MeasuredPair* bm = nullptr;
+  for (const auto& [k, m] : measured) {
+    const double ms = m.median_ms();
+    const double acc = m.accuracy().value_or(-1);
+    if (max_latency_ms && ms > *max_latency_ms) continue;
+    if (min_accuracy && acc < *min_accuracy) continue;
+    bool better = !bm;
+    if (bm && max_latency_ms)
+      better = acc > bm->accuracy().value_or(-1) || (acc == bm->accuracy().value_or(-1) && ms < bm->median_ms());
+    else if (bm)
+      better = ms < bm->median_ms();
+    if (better) best = &k, bm = &m;
+  }
+  return {best, bm};
+}
+
+// plan RUN --validate-on R1,R2,... with exits: the chosen pair as measured
+// by held-out runs (their offline sweeps equal re-runs at each threshold),
+// the measured best under the same constraint, and the planned latency's
+// error over every pair.
+Status print_exit_validation(store::ResultsDb& db, const std::string& model, const analysis::ExitPlan& plan,
+                             const std::vector<double>& thresholds, const std::string& measure,
+                             std::optional<double> max_latency_ms, std::optional<double> min_accuracy,
+                             const std::vector<int64_t>& runs) {
+  auto measured = measure_pairs(db, model, runs, thresholds, measure);
+  if (!measured) return measured.error();
+  double err = 0;
+  size_t n = 0;
+  for (const auto& r : plan.rows)
+    if (auto it = measured->find({r.placement, r.threshold}); it != measured->end()) {
+      err += std::fabs(r.latency_ms - it->second.median_ms()) / it->second.median_ms() * 100.0;
+      ++n;
+    }
+  fmt::print("\nvalidation of the (split, threshold) choice on run(s) {} (each pair's latency: the median over them "
+             "of its offline sweep's mean, equal to a re-run at that threshold; accuracy pooled): {} pairs measured, "
+             "planned latency MAPE {}\n",
+             fmt::join(runs, ", "), measured->size(), n ? fmt::format("{:.1f} %", err / n) : std::string("-"));
+  const auto [best, bm] = measured_best(*measured, max_latency_ms, min_accuracy);
+  if (plan.chosen < 0) {
+    fmt::print("  nothing was chosen; measured best: {}\n",
+               bm ? fmt::format("split {} at {}: {:.3f} ms", best->first, best->second, bm->median_ms()) : "none");
+    return {};
+  }
+  const auto& c = plan.rows[static_cast<size_t>(plan.chosen)];
+  const auto it = measured->find({c.placement, c.threshold});
+  if (it == measured->end()) {
+    fmt::print("  the chosen pair (split {} at {}) was not measured by these runs (run them at "
+               "exit_policy.threshold: 1 with that split)\n",
+               c.placement, c.threshold);
+    return {};
+  }
+  const MeasuredPair& cm = it->second;
+  std::vector<std::string> each;
+  for (double v : cm.ms) each.push_back(fmt::format("{:.3f}", v));
+  fmt::print("  chosen split {} at {}: measured {:.3f} ms (per run {}){}, accuracy {}\n", c.placement, c.threshold,
+             cm.median_ms(), fmt::join(each, ", "),
+             max_latency_ms ? fmt::format(", {} {} ms", cm.median_ms() <= *max_latency_ms ? "meets" : "MISSES",
+                                          *max_latency_ms)
+                            : std::string(),
+             opt_num(cm.accuracy(), "{:.4f}"));
+  if (!bm) {
+    fmt::print("  measured best: no measured pair meets the constraint\n");
+    return {};
+  }
+  fmt::print("  measured best: split {} at {}: {:.3f} ms, accuracy {}; the chosen's latency {:+.1f} % of it, accuracy "
+             "{:+.2f} points\n",
+             best->first, best->second, bm->median_ms(), opt_num(bm->accuracy(), "{:.4f}"),
+             (cm.median_ms() / bm->median_ms() - 1.0) * 100.0,
+             (cm.accuracy().value_or(0) - bm->accuracy().value_or(0)) * 100.0);
+  return {};
+}
+
+}  // namespace
+
 Status print_exit_plan(store::ResultsDb& db, int64_t run_id, const analysis::Plan& p,
-                       std::optional<double> max_latency_ms, std::optional<double> min_accuracy) {
+                       std::optional<double> max_latency_ms, std::optional<double> min_accuracy,
+                       const std::vector<int64_t>& check) {
   auto run = load_run_exits(db, run_id);
   if (!run) return run.error();
   std::map<int64_t, double> offload;
@@ -197,6 +332,12 @@ Status print_exit_plan(store::ResultsDb& db, int64_t run_id, const analysis::Pla
                plan->left_out);
   if (!plan->unplanned.empty())
     fmt::print("splits {} of the basis run have no offload prediction here (--splits)\n", fmt::join(plan->unplanned, ", "));
+  if (!check.empty()) {
+    auto model = db.get_run(run_id);
+    if (!model) return model.error();
+    return print_exit_validation(db, model->model, *plan, thresholds, run->cfg.exit_policy.measure, max_latency_ms,
+                                 min_accuracy, check);
+  }
   return {};
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <optional>
 
@@ -26,9 +27,14 @@ bool has_exits(store::ResultsDb& db, int64_t run_id);
 // `tracrctl plan` on a basis run with exits (#44): every (split, threshold)
 // on the link `p` was planned for (analysis::plan_exits), the front and
 // the choice printed: with max_latency_ms the most accurate pair within it,
-// with min_accuracy the fastest pair that reaches it.
+// with min_accuracy the fastest pair that reaches it. `check` (--validate /
+// --validate-on): runs whose offline sweeps measure every pair (each pair's
+// median over them), against which the choice is judged: its measured
+// latency and accuracy, the measured best under the same constraint, the
+// planned latency's MAPE over the pairs.
 Status print_exit_plan(store::ResultsDb& db, int64_t run_id, const analysis::Plan& p,
-                       std::optional<double> max_latency_ms, std::optional<double> min_accuracy);
+                       std::optional<double> max_latency_ms, std::optional<double> min_accuracy,
+                       const std::vector<int64_t>& check = {});
 
 // Per placement: frames that ended at an exit and frames that were sent,
 // apart (count, rate, mean latency, accuracy). Nothing for a run without exits.

@@ -454,6 +454,25 @@ TEST(DevicesConfig, CpusPinsByNumberAndIsRefusedWithTheReason) {
       << both.message;
 }
 
+TEST(DevicesConfig, MemoryMbIsThePlannersLimitAndIsStoredWithTheRun) {
+  auto r = parse_devices(
+      "devices:\n  - {device_type: SERVER, transport: local, memory_mb: 512}\n"
+      "  - {device_type: PARTICIPANT, transport: local}\n",
+      "d.yaml");
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->server().memory_mb, 512.0);
+  EXPECT_FALSE(r->participants()[0]->memory_mb.has_value());
+  EXPECT_NE(r->to_json().find("\"memory_mb\":512"), std::string::npos) << r->to_json();
+  const std::string head = "devices:\n  - {device_type: SERVER, transport: local}\n  - device_type: PARTICIPANT\n"
+                           "    transport: local\n";
+  for (const char* bad : {"0", "-5", "lots", "2e9"}) {
+    Error e = devices_error(head + "    memory_mb: " + bad + "\n");
+    EXPECT_NE(e.message.find("devices.yaml:5:16: devices[1].memory_mb: expected a memory limit in MB"),
+              std::string::npos)
+        << bad << ": " << e.message;
+  }
+}
+
 TEST(DevicesConfig, NeedsExactlyOneServerAndAParticipant) {
   Error two = devices_error(
       "devices:\n  - {device_type: SERVER, transport: local}\n  - {device_type: SERVER, transport: local, "

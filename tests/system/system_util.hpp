@@ -59,6 +59,22 @@ inline CmdResult sh(const std::string& cmd) {
 
 inline std::string tracrctl() { return std::string(TRACR_BIN_DIR) + "/tracrctl"; }
 
+// Runs one statement that changes the database (as a user editing it with
+// sqlite3 would); false, with SQLite's message in `error`, when it fails.
+inline bool modify(const std::string& db, const std::string& sql, std::string* error = nullptr) {
+  sqlite3* h = nullptr;
+  bool ok = sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK;
+  char* msg = nullptr;
+  if (ok) {
+    sqlite3_busy_timeout(h, 5000);
+    ok = sqlite3_exec(h, sql.c_str(), nullptr, nullptr, &msg) == SQLITE_OK && sqlite3_changes(h) > 0;
+  }
+  if (error) *error = msg ? msg : sqlite3_errmsg(h);
+  sqlite3_free(msg);
+  sqlite3_close(h);
+  return ok;
+}
+
 // First column of the first row of a query, as text ("" when none).
 inline std::string query(const std::string& db, const std::string& sql) {
   sqlite3* h = nullptr;
