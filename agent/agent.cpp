@@ -4,7 +4,9 @@
 #include "agent/forward.hpp"
 #include "agent/link_probe.hpp"
 
+#include <netdb.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -289,6 +291,38 @@ Status answer_probe(Server& server, const std::string& peer, const Frame& f) {
 }
 
 }  // namespace
+
+Status bind_available(const std::string& endpoint) {
+  const std::string scheme = "tcp://";
+  const size_t colon = endpoint.rfind(':');
+  if (endpoint.rfind(scheme, 0) != 0 || colon == std::string::npos || colon < scheme.size()) return {};
+  std::string host = endpoint.substr(scheme.size(), colon - scheme.size());
+  const std::string port = endpoint.substr(colon + 1);
+  if (port == "0" || port == "*" || port.empty()) return {};
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host == "*" ? nullptr : host.c_str(), port.c_str(), &hints, &res) != 0 || !res)
+    return {};  // not an address this check understands (an interface name): the real bind judges it
+  int err = 0;
+  const int fd = ::socket(res->ai_family, res->ai_socktype, res->ai_protocol);
+  if (fd >= 0) {
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as ZeroMQ binds: TIME_WAIT does not count
+    if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0) err = errno;
+    ::close(fd);
+  }
+  freeaddrinfo(res);
+  if (err == EADDRINUSE)
+    return make_error(Errc::transport, fmt::format("bind {}: port {} is already in use on this device (checked before "
+                                                   "loading the model); set another port in the devices file, or "
+                                                   "port: 0 for any free one",
+                                                   endpoint, port));
+  if (err != 0) return make_error(Errc::transport, fmt::format("bind {}: {}", endpoint, std::strerror(err)));
+  return {};
+}
 
 int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHandler>& tail) {
   zmq::context_t ctx(1);

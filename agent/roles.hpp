@@ -182,6 +182,11 @@ class TailHandler {
   }
 };
 
+// Whether a SERVER can bind `endpoint` (tcp://HOST:PORT), tried with a plain
+// socket before a model loads (#45 friction 7): a fixed port another process
+// holds is an error naming it and suggesting `port: 0`. Port 0, `*` and
+// non-TCP endpoints pass; the real bind still reports what this misses.
+Status bind_available(const std::string& endpoint);
 // The SERVER loop: echo when `tail` is null, else tails. Returns exit code.
 int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHandler>& tail);
 // Dispatches on opt.role. Returns the exit code.

@@ -334,6 +334,11 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
   o.encrypt = cfg.encryption;
   o.x25519 = cfg.key_exchange != "none";
   if (o.torch_threads > 0) torch::set_num_threads(o.torch_threads);
+  if (o.role == AgentRole::server)
+    if (auto st = bind_available(o.bind); !st) {  // before the model loads and profiles (tens of seconds)
+      ctl.send("FAIL", {{"error", st.error().str()}});
+      return 1;
+    }
   ModelSpec ms = model_spec(cfg, o.torch_device);
   auto loaded = load_model(ms);
   if (!loaded) {

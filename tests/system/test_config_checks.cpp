@@ -2,6 +2,10 @@
 // processes on real files): an unknown model, a split or training cut beyond
 // the model, an input the model cannot take, a second YAML document; paths
 // relative to the experiment file from another directory; exit statuses.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <string>
 #include <tuple>
@@ -398,6 +402,36 @@ TEST(ConfigChecks, ALinkOverLoopbackPointsToTheNamespaceTestbed) {
             std::string::npos)
       << r.out;
   EXPECT_EQ(query(db, "select count(*) from runs"), "0");  // refused before anything starts
+}
+
+// A SERVER port another process holds is found before the model loads and
+// profiles (#45 friction 7): the error names the port and suggests port: 0.
+TEST(ConfigChecks, AServerPortInUseIsFoundBeforeTheModelLoads) {
+  const int held = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(held, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(held, 1), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(held, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  TempDir d;
+  const std::string db = empty_db(d);
+  const std::string devices = d.file("devices.yaml", "devices:\n"
+                                                     "  - device_type: SERVER\n    name: lab\n    transport: local\n"
+                                                     "    connection_params:\n      - host: 127.0.0.1\n        port: " +
+                                                         port + "\n        default: true\n"
+                                                     "  - {device_type: PARTICIPANT, transport: local}\n");
+  auto r = sh(tracrctl() + " run " + d.file("exp.yaml", small_experiment(db, "", devices)) + " --no-progress");
+  ::close(held);
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("port " + port + " is already in use on this device (checked before loading the model)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("port: 0 for any free one"), std::string::npos) << r.out;
+  EXPECT_EQ(query(db, "select count(*) from layer_profiles where device_role = 'SERVER'"), "0") << r.out;
 }
 
 // A chain is read and checked before anything starts, and what chains cannot
