@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -202,6 +203,21 @@ Result<std::map<PairKey, MeasuredPair>> measure_pairs(store::ResultsDb& db, cons
   return out;
 }
 
+// A (split, threshold) pair as text; at a split before every exit (no frame
+// there evaluated one) the threshold cannot matter and is not named.
+struct PairText {
+  std::set<std::string> no_exit;  // placements where no frame evaluated an exit
+  explicit PairText(const std::vector<analysis::ExitFrame>& frames) {
+    std::set<std::string> with;
+    for (const auto& f : frames) (f.exit_results.empty() ? no_exit : with).insert(f.placement);
+    for (const auto& w : with) no_exit.erase(w);
+  }
+  std::string operator()(const std::string& placement, double threshold) const {
+    return no_exit.count(placement) ? fmt::format("split {} (no exit before it: every frame sent)", placement)
+                                    : fmt::format("split {} at {}", placement, threshold);
+  }
+};
+
 // The measured best under the plan's constraint: with max_latency_ms the
 // most accurate pair within it (the faster on a tie), otherwise the fastest
 // pair that reaches min_accuracy (or the fastest of all).
@@ -232,7 +248,7 @@ std::pair<const PairKey*, const MeasuredPair*> measured_best(const std::map<Pair
 Status print_exit_validation(store::ResultsDb& db, const std::string& model, const analysis::ExitPlan& plan,
                              const std::vector<double>& thresholds, const std::string& measure,
                              std::optional<double> max_latency_ms, std::optional<double> min_accuracy,
-                             const std::vector<int64_t>& runs) {
+                             const std::vector<int64_t>& runs, const PairText& pair) {
   auto measured = measure_pairs(db, model, runs, thresholds, measure);
   if (!measured) return measured.error();
   double err = 0;
@@ -249,21 +265,21 @@ Status print_exit_validation(store::ResultsDb& db, const std::string& model, con
   const auto [best, bm] = measured_best(*measured, max_latency_ms, min_accuracy);
   if (plan.chosen < 0) {
     fmt::print("  nothing was chosen; measured best: {}\n",
-               bm ? fmt::format("split {} at {}: {:.3f} ms", best->first, best->second, bm->median_ms()) : "none");
+               bm ? fmt::format("{}: {:.3f} ms", pair(best->first, best->second), bm->median_ms()) : "none");
     return {};
   }
   const auto& c = plan.rows[static_cast<size_t>(plan.chosen)];
   const auto it = measured->find({c.placement, c.threshold});
   if (it == measured->end()) {
-    fmt::print("  the chosen pair (split {} at {}) was not measured by these runs (run them at "
-               "exit_policy.threshold: 1 with that split)\n",
-               c.placement, c.threshold);
+    fmt::print("  the chosen pair ({}) was not measured by these runs (run them at exit_policy.threshold: 1 with "
+               "that split)\n",
+               pair(c.placement, c.threshold));
     return {};
   }
   const MeasuredPair& cm = it->second;
   std::vector<std::string> each;
   for (double v : cm.ms) each.push_back(fmt::format("{:.3f}", v));
-  fmt::print("  chosen split {} at {}: measured {:.3f} ms (per run {}){}, accuracy {}\n", c.placement, c.threshold,
+  fmt::print("  chosen {}: measured {:.3f} ms (per run {}){}, accuracy {}\n", pair(c.placement, c.threshold),
              cm.median_ms(), fmt::join(each, ", "),
              max_latency_ms ? fmt::format(", {} {} ms", cm.median_ms() <= *max_latency_ms ? "meets" : "MISSES",
                                           *max_latency_ms)
@@ -273,9 +289,9 @@ Status print_exit_validation(store::ResultsDb& db, const std::string& model, con
     fmt::print("  measured best: no measured pair meets the constraint\n");
     return {};
   }
-  fmt::print("  measured best: split {} at {}: {:.3f} ms, accuracy {}; the chosen's latency {:+.1f} % of it, accuracy "
+  fmt::print("  measured best: {}: {:.3f} ms, accuracy {}; the chosen's latency {:+.1f} % of it, accuracy "
              "{:+.2f} points\n",
-             best->first, best->second, bm->median_ms(), opt_num(bm->accuracy(), "{:.4f}"),
+             pair(best->first, best->second), bm->median_ms(), opt_num(bm->accuracy(), "{:.4f}"),
              (cm.median_ms() / bm->median_ms() - 1.0) * 100.0,
              (cm.accuracy().value_or(0) - bm->accuracy().value_or(0)) * 100.0);
   return {};
@@ -297,6 +313,7 @@ Status print_exit_plan(store::ResultsDb& db, int64_t run_id, const analysis::Pla
   auto plan = analysis::plan_exits(run->frames, offload, thresholds, run->cfg.exit_policy.measure, max_latency_ms,
                                    min_accuracy);
   if (!plan) return plan.error();
+  const PairText pair(run->frames);
   fmt::print("\nearly exits: (split, threshold) planned for this link ({}: frames that exit take their measured time "
              "to the exit; frames sent, the split's predicted latency above plus its exit heads' mean cost; "
              "accuracy from the stored answers); {} pairs, the accuracy-latency front shown\n",
@@ -310,19 +327,18 @@ Status print_exit_plan(store::ResultsDb& db, int64_t run_id, const analysis::Pla
     if (!chosen && t.size() > 1 && t.back()[4] == opt_num(x.accuracy, "{:.4f}") &&
         t.back()[5] == fmt::format("{:.3f}", x.latency_ms))
       continue;  // a tie with the pair above: one line for both
-    t.push_back({chosen ? "*" : "", x.placement, fmt::format("{}", x.threshold), fmt::format("{:.3f}", x.exit_rate),
+    t.push_back({chosen ? "*" : "", x.placement, pair.no_exit.count(x.placement) ? "-" : fmt::format("{}", x.threshold), fmt::format("{:.3f}", x.exit_rate),
                  opt_num(x.accuracy, "{:.4f}"), fmt::format("{:.3f}", x.latency_ms), fmt::format("{:.3f}", x.sent_ms),
                  x.feasible ? "yes" : "no"});
   }
   std::fputs(core::align(t, {0}).c_str(), stdout);
   if (plan->chosen >= 0) {
     const auto& c = plan->rows[static_cast<size_t>(plan->chosen)];
-    fmt::print("* chosen: split {} at threshold {}{}: predicted {:.3f} ms, accuracy {}, exit rate {:.3f}\n",
-               c.placement, c.threshold,
-               max_latency_ms   ? fmt::format(" (the most accurate within {} ms)", *max_latency_ms)
-               : min_accuracy ? fmt::format(" (the fastest with accuracy >= {})", *min_accuracy)
-                              : std::string(" (the fastest)"),
-               c.latency_ms, opt_num(c.accuracy, "{:.4f}"), c.exit_rate);
+    fmt::print("* chosen ({}): {}: predicted {:.3f} ms, accuracy {}, exit rate {:.3f}\n",
+               max_latency_ms ? fmt::format("the most accurate within {} ms", *max_latency_ms)
+               : min_accuracy ? fmt::format("the fastest with accuracy >= {}", *min_accuracy)
+                              : std::string("the fastest"),
+               pair(c.placement, c.threshold), c.latency_ms, opt_num(c.accuracy, "{:.4f}"), c.exit_rate);
   } else {
     fmt::print("no (split, threshold) meets the constraints\n");
   }
@@ -336,7 +352,7 @@ Status print_exit_plan(store::ResultsDb& db, int64_t run_id, const analysis::Pla
     auto model = db.get_run(run_id);
     if (!model) return model.error();
     return print_exit_validation(db, model->model, *plan, thresholds, run->cfg.exit_policy.measure, max_latency_ms,
-                                 min_accuracy, check);
+                                 min_accuracy, check, pair);
   }
   return {};
 }
