@@ -481,6 +481,12 @@ Status check_medians(ResultsDb& db, const ChainPlan& p, const std::vector<int64_
   std::map<std::vector<int>, std::vector<double>> each;
   const std::vector<std::string> chain(p.devices.begin() + 1, p.devices.end());
   for (const int64_t v : runs) {
+    auto run = db.get_run(v);
+    if (!run) return std::move(run.error());
+    if (run->model != p.model)
+      return make_error(Errc::invalid_argument, fmt::format("--validate-on {}: run {} ran {}, the plan {}; expected a "
+                                                            "chain run of the same model",
+                                                            v, v, run->model, p.model));
     auto path = chain_path(db, v);
     if (!path) return std::move(path.error());
     if (*path != chain)
@@ -502,6 +508,19 @@ Status check_medians(ResultsDb& db, const ChainPlan& p, const std::vector<int64_
 Status chain_profiles(ResultsDb& db, const std::vector<int64_t>& order, const LayerProfileRecord& ref,
                       const std::string& model, ChainPlan& p, std::vector<LayerSums>& sums,
                       std::vector<double>& out_bytes) {
+  // A name no run of the model knows is a typo (exit 2), not missing data.
+  std::set<std::string> known;
+  for (const int64_t r : order) {
+    auto devs = db.devices(r);
+    if (!devs) return std::move(devs.error());
+    for (const auto& d : *devs) known.insert(d.device);
+  }
+  for (const auto& dev : p.devices)
+    if (!known.count(dev))
+      return make_error(Errc::invalid_argument,
+                        fmt::format("--chain: no run of {} in this database had a device named '{}'; expected one of "
+                                    "{} (as the devices file names them)",
+                                    model, dev, fmt::join(known, ", ")));
   int n = -1;
   std::vector<std::string> from;
   for (const auto& dev : p.devices) {

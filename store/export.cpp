@@ -1,6 +1,10 @@
 #include "store/export.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -32,6 +36,32 @@ Result<std::map<int, std::string>> cut_names(ResultsDb& db, int64_t run_id) {
   return out;
 }
 
+// Each cut's layer name ("(input)" for 0), joined by " | " (a chain's placement).
+static std::string layers_of(const std::map<int, std::string>& names, const std::vector<int>& cuts) {
+  std::string out;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    const auto it = names.find(cuts[i]);
+    out += (i ? " | " : "") + (cuts[i] == 0 ? std::string("(input)") : it == names.end() ? "" : it->second);
+  }
+  return out;
+}
+
+// "3|13" or "7" as cuts; empty when any part is not a whole number.
+static std::vector<int> parse_cuts(const std::string& text) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t bar = std::min(text.find('|', at), text.size());
+    const std::string part = text.substr(at, bar - at);
+    char* end = nullptr;
+    const long v = std::strtol(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || v < 0 || v > 1000000) return {};
+    out.push_back(static_cast<int>(v));
+    at = bar + 1;
+  }
+  return out;
+}
+
 Status export_run_csv(ResultsDb& db, int64_t run_id, const std::string& file) {
   return export_frames_csv(db, {run_id}, file);
 }
@@ -55,9 +85,10 @@ Status export_frames_csv(ResultsDb& db, const std::vector<int64_t>& runs, const 
   // The table's columns, then the run's name and the layer each frame's cut is after (one naming across
   // exports: run_id and run_name as the summary CSV and the figures' CSVs have them).
   std::vector<std::string> header;
-  size_t split_col = 0;
+  size_t split_col = SIZE_MAX, placement_col = SIZE_MAX;
   for (const auto& c : t->columns) {
     if (c.name == "split") split_col = header.size();
+    if (c.name == "placement") placement_col = header.size();
     header.push_back(c.name);
   }
   header.push_back("run_name");
@@ -74,13 +105,10 @@ Status export_frames_csv(ResultsDb& db, const std::vector<int64_t>& runs, const 
       std::vector<std::string> cells;
       for (const auto& v : r) cells.push_back(v.value_or(""));
       cells.push_back(run->name);
-      std::string layer;
-      if (split_col < r.size() && r[split_col]) {
-        const int k = std::stoi(*r[split_col]);
-        const auto cut = cuts->find(k);
-        layer = k == 0 ? "(input)" : cut == cuts->end() ? "" : cut->second;
-      }
-      cells.push_back(layer);
+      // The frame's placement (a chain's cuts, '|'), else its split; a cell that is no cut leaves it empty.
+      const size_t col = placement_col < r.size() && r[placement_col] && !r[placement_col]->empty() ? placement_col
+                                                                                                    : split_col;
+      cells.push_back(col < r.size() && r[col] ? layers_of(*cuts, parse_cuts(*r[col])) : std::string());
       o += csv_line(cells);
     }
   }
@@ -107,12 +135,7 @@ Status export_summary_csv(ResultsDb& db, const std::vector<int64_t>& runs, const
     auto cuts = cut_names(db, id);
     if (!cuts) return cuts.error();
     for (const auto& s : *sums) {
-      std::string layer;  // a chain's placement: each cut's layer, joined by " | "
-      for (int k : s.cuts.empty() ? std::vector<int>{s.split} : s.cuts) {
-        const auto cut = cuts->find(k);
-        if (!layer.empty()) layer += " | ";
-        layer += k == 0 ? "(input)" : cut == cuts->end() ? "" : cut->second;
-      }
+      const std::string layer = layers_of(*cuts, s.cuts.empty() ? std::vector<int>{s.split} : s.cuts);
       for (const auto& [field, st] : s.stages) {
         const std::string stage = field.size() > 3 && field.substr(field.size() - 3) == "_ns"
                                       ? field.substr(0, field.size() - 3)

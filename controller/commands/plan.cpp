@@ -495,6 +495,10 @@ Result<std::vector<std::optional<HopLink>>> chain_links(ResultsDb& db, const Pla
   std::istringstream in(cmd.link);
   for (std::string l; std::getline(in, l, ',');) names.push_back(l);
   const size_t hops = cmd.chain.size();
+  if (cmd.link.back() == ',' || std::find(names.begin(), names.end(), "") != names.end())
+    return plan_failure(2, fmt::format("--link {}: expected link profiles P or P1,P2,... (one per hop), no empty "
+                                       "entry",
+                                       cmd.link));
   if (names.size() != 1 && names.size() != hops)
     return plan_failure(2, fmt::format("--link {}: {} profiles for a chain of {} hops; give one for every hop or one "
                                        "per hop",
@@ -526,7 +530,11 @@ Result<std::vector<std::optional<HopLink>>> chain_links(ResultsDb& db, const Pla
 Status plan_new_chain(ResultsDb& db, const PlanCommand& cmd, int64_t run_id,
                       const std::optional<settings::ExperimentConfig>& exp) {
   std::string given = chain_refused_option(cmd);
-  if (given.empty() && cmd.up_mbit) given = "--up-mbit (name a link profile per hop: --link wifi,wan)";
+  if (given.empty() && (cmd.up_mbit || cmd.down_mbit || cmd.rtt_ms))
+    given = "--up-mbit / --down-mbit / --rtt-ms (name a link profile per hop: --link wifi,wan)";
+  if (given.empty() && (cmd.plan.max_latency_ms || cmd.plan.max_energy_j))
+    given = "--max-latency-ms / --max-energy-j (it chooses the lowest predicted latency)";
+  if (given.empty() && !cmd.plan.splits.empty() && cmd.plan.splits != "all") given = "--splits";
   if (given.empty() && cmd.validate) given = "--validate (the basis ran no chain: check on a chain run, --validate-on RUN)";
   if (!given.empty())
     return plan_failure(2, fmt::format("--chain plans every placement's latency over the chain from two-tier "

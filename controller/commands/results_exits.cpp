@@ -170,9 +170,17 @@ struct MeasuredPair {
 };
 using PairKey = std::pair<std::string, double>;  // placement, threshold
 
+// The layers a run's exits hang after, in order.
+std::vector<std::string> exits_of(const std::vector<settings::ExitSpec>& exits) {
+  std::vector<std::string> out;
+  for (const auto& e : exits) out.push_back(e.after);
+  return out;
+}
+
 // The held-out runs' offline sweeps at the planned thresholds, per pair
 // every run knows (no unknown frames in any).
 Result<std::map<PairKey, MeasuredPair>> measure_pairs(store::ResultsDb& db, const std::string& model,
+                                                      const std::vector<std::string>& exits,
                                                       const std::vector<int64_t>& runs,
                                                       const std::vector<double>& thresholds, const std::string& measure) {
   std::map<PairKey, MeasuredPair> out;
@@ -186,6 +194,11 @@ Result<std::map<PairKey, MeasuredPair>> measure_pairs(store::ResultsDb& db, cons
                                                             v, v, run->model, model));
     auto ex = load_run_exits(db, v);
     if (!ex) return ex.error();
+    if (exits_of(ex->cfg.exits) != exits)
+      return make_error(Errc::invalid_argument, fmt::format("--validate-on {}: run {} has exits after [{}], the plan "
+                                                            "[{}]; expected a run of the same model with the same exits",
+                                                            v, v, fmt::join(exits_of(ex->cfg.exits), ", "),
+                                                            fmt::join(exits, ", ")));
     auto rows = analysis::sweep_exits(ex->frames, thresholds, measure);
     if (!rows) return rows.error();
     for (const auto& r : *rows) {
@@ -245,11 +258,12 @@ std::pair<const PairKey*, const MeasuredPair*> measured_best(const std::map<Pair
 // by held-out runs (their offline sweeps equal re-runs at each threshold),
 // the measured best under the same constraint, and the planned latency's
 // error over every pair.
-Status print_exit_validation(store::ResultsDb& db, const std::string& model, const analysis::ExitPlan& plan,
+Status print_exit_validation(store::ResultsDb& db, const std::string& model, const std::vector<std::string>& exits,
+                             const analysis::ExitPlan& plan,
                              const std::vector<double>& thresholds, const std::string& measure,
                              std::optional<double> max_latency_ms, std::optional<double> min_accuracy,
                              const std::vector<int64_t>& runs, const PairText& pair) {
-  auto measured = measure_pairs(db, model, runs, thresholds, measure);
+  auto measured = measure_pairs(db, model, exits, runs, thresholds, measure);
   if (!measured) return measured.error();
   double err = 0;
   size_t n = 0;
@@ -351,8 +365,8 @@ Status print_exit_plan(store::ResultsDb& db, int64_t run_id, const analysis::Pla
   if (!check.empty()) {
     auto model = db.get_run(run_id);
     if (!model) return model.error();
-    return print_exit_validation(db, model->model, *plan, thresholds, run->cfg.exit_policy.measure, max_latency_ms,
-                                 min_accuracy, check, pair);
+    return print_exit_validation(db, model->model, exits_of(run->cfg.exits), *plan, thresholds,
+                                 run->cfg.exit_policy.measure, max_latency_ms, min_accuracy, check, pair);
   }
   return {};
 }

@@ -946,9 +946,8 @@ void RunSession::send_planned_placements(size_t i) {
   std::string list, predicted;
   const auto best = analysis::best_placements(*plan, static_cast<size_t>(cfg_.plan_k), refused_cuts_);
   if (best.empty()) {
-    agents_->fail(fmt::format("split: plan for {}: every placement that fits the devices' memory_mb has a cut the model "
-                              "refuses",
-                              dev));
+    agents_->fail(fmt::format("split: plan for {}: every placement{} has a cut the model refuses", dev,
+                              plan->memory_from.empty() ? "" : " that fits the devices' memory_mb"));
     return;
   }
   for (size_t r : best) {

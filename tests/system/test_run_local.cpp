@@ -938,6 +938,14 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
   EXPECT_EQ(sh(tracrctl() + " plan 3 --chain edge,cloud --link wan --validate-on 2 --db " + db).status, 2);
   EXPECT_EQ(sh(tracrctl() + " plan 3 --chain edge,edge --link wan --db " + db).status, 2);
   EXPECT_EQ(sh(tracrctl() + " plan 3 --chain edge,cloud --link wan,wan,wan --db " + db).status, 2);
+  EXPECT_EQ(sh(tracrctl() + " plan 3 --chain edge,cloud --link probe, --db " + db).status, 2);
+  EXPECT_EQ(sh(tracrctl() + " plan 3 --chain edge,cloud --link wan --max-latency-ms 5 --db " + db).status, 2);
+  auto typo = sh(tracrctl() + " plan 3 --chain edg,cloud --link wan --db " + db);
+  EXPECT_EQ(typo.status, 2) << typo.out;
+  EXPECT_NE(typo.out.find("no run of alexnet in this database had a device named 'edg'; expected one of cloud, edge, "
+                          "phone"),
+            std::string::npos)
+      << typo.out;
   // At 5|5 the middle runs nothing and sends on what it got: the same tensors, its own codec.
   EXPECT_EQ(query(db, "select count(*) from " + h1 + " a join " + h2 + " b on a.participant = b.participant and "
                       "a.frame = b.frame where a.first_layer = 5 and a.end_layer = 5 and a.in_raw_bytes = "
