@@ -1,6 +1,7 @@
 #include "agent/link_probe.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <vector>
@@ -26,17 +27,19 @@ class LinkProbe {
     ProbeRecord& r = r_;
     r.trigger = o_.trigger;
     r.cipher = std::string(cipher_name(c_.cipher()));
-    r.window = o_.window;
     r.duration_ms = o_.duration_ms;
     r.start_ns = ns_between(o_.run_start, Clock::now());
     TRACR_TRY(rtt());
     r.chunk_sizing = o_.chunk_bytes > 0 ? "fixed" : "auto";
-    TRACR_TRY(size_for(true, &r.chunk_bytes, &r.sizing_up_mbps));
-    auto up = bulk(true, r.chunk_bytes, o_.duration_ms, &r.up_bytes, &r.up_ns);
+    int window = o_.window;
+    TRACR_TRY(size_for(true, &r.chunk_bytes, &r.sizing_up_mbps, &window));
+    r.window = window;  // the up way's, whose rate planners use
+    auto up = bulk(true, r.chunk_bytes, o_.duration_ms, window, &r.up_bytes, &r.up_ns);
     if (!up) return std::move(up.error());
     if (r.up_ns > 0) r.up_mbps = *up;
-    TRACR_TRY(size_for(false, &r.down_chunk_bytes, &r.sizing_down_mbps));
-    auto down = bulk(false, r.down_chunk_bytes, o_.duration_ms, &r.down_bytes, &r.down_ns);
+    window = o_.window;
+    TRACR_TRY(size_for(false, &r.down_chunk_bytes, &r.sizing_down_mbps, &window));
+    auto down = bulk(false, r.down_chunk_bytes, o_.duration_ms, window, &r.down_bytes, &r.down_ns);
     if (!down) return std::move(down.error());
     if (r.down_ns > 0) r.down_mbps = *down;
     return r;
@@ -75,7 +78,7 @@ class LinkProbe {
   // Bulk one way (up: sink, else source), `window` messages of `chunk` in
   // flight for `ms`: wire bytes, first message to last reply less the
   // smallest RTT, and the rate in Mbit/s (0 when that span is not positive).
-  Result<double> bulk(bool up, int64_t chunk, int ms, int64_t* bytes, int64_t* span_ns) {
+  Result<double> bulk(bool up, int64_t chunk, int ms, int window, int64_t* bytes, int64_t* span_ns) {
     const std::string op = up ? "sink" : "source";
     Bundle payload;
     if (up) {
@@ -96,7 +99,7 @@ class LinkProbe {
       return {};
     };
     while (Clock::now() < until) {
-      while (static_cast<int>(sent_wire.size()) >= o_.window) TRACR_TRY(take());
+      while (static_cast<int>(sent_wire.size()) >= window) TRACR_TRY(take());
       FrameStats st;
       Meta meta{{"op", op}, {"n", n_++}};
       if (!up) meta["bytes"] = chunk;
@@ -114,18 +117,44 @@ class LinkProbe {
   // that about kAutoMessages of them fill duration_ms at that rate: large
   // enough not to measure a slow CPU, small enough that a slow link drains
   // the last window soon after duration_ms.
-  Status size_for(bool up, int64_t* chunk, std::optional<double>* sizing_mbps) {
+  //
+  // The window is sized to the round trip: the bytes in flight must cover
+  // the link's rate x its smallest round trip, or the probe reads window /
+  // RTT instead of the link (4 x 24 KiB per 40 ms read 17.6 Mbit/s on a
+  // 50 Mbit/s WAN). While the pass's rate could be the window's (its bytes
+  // in flight at most twice the rate x RTT) and still rose by a tenth, it
+  // is repeated with four times the window (at most kProbeMaxWindow); the
+  // bulk pass then keeps at least twice the rate x RTT in flight (at most
+  // kProbeMaxInFlight bytes). A fixed chunk_bytes keeps `window` as given.
+  Status size_for(bool up, int64_t* chunk, std::optional<double>* sizing_mbps, int* window) {
     if (o_.chunk_bytes > 0) {
       *chunk = o_.chunk_bytes;
       return {};
     }
-    int64_t b = 0, ns = 0;
-    auto rate = bulk(up, kProbeSizingBytes, std::max(50, o_.duration_ms / 5), &b, &ns);
-    if (!rate) return std::move(rate.error());
-    *sizing_mbps = *rate;
-    *chunk = auto_probe_chunk(*rate, o_.duration_ms);
+    const double rtt_s = static_cast<double>(r_.rtt_min_ns) / 1e9;
+    auto in_flight = [&](double mbps) { return mbps * 1e6 / 8.0 * rtt_s; };  // bytes: rate x RTT
+    int w = std::max(1, *window);
+    double rate = 0;
+    for (;;) {
+      int64_t b = 0, ns = 0;
+      auto pass = bulk(up, kProbeSizingBytes, std::max(50, o_.duration_ms / 5), w, &b, &ns);
+      if (!pass) return std::move(pass.error());
+      const double before = rate;
+      rate = *pass;
+      const bool window_bound = static_cast<double>(w * kProbeSizingBytes) <= 2.0 * in_flight(rate);
+      if (!window_bound || w >= kProbeMaxWindow || (before > 0 && rate < before * 1.1)) break;
+      w = std::min(w * 4, kProbeMaxWindow);
+    }
+    *sizing_mbps = rate;
+    *chunk = auto_probe_chunk(rate, o_.duration_ms);
+    const auto need = static_cast<int64_t>(std::ceil(2.0 * in_flight(rate) / static_cast<double>(*chunk)));
+    const int64_t most = std::max<int64_t>(1, kProbeMaxInFlight / *chunk);
+    *window = static_cast<int>(std::clamp<int64_t>(need, *window, std::max<int64_t>(most, *window)));
     return {};
   }
+
+  static constexpr int kProbeMaxWindow = 64;
+  static constexpr int64_t kProbeMaxInFlight = 64LL << 20;
 
   Client& c_;
   const ProbeOptions& o_;

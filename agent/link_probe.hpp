@@ -14,7 +14,8 @@ namespace tracr::agent {
 // The link probe (PROTOCOL.md, message types 32/33) over a session with no
 // frames in flight: rtt_count echo round trips, then bulk messages of
 // chunk_bytes kept `window` deep for duration_ms each way (sink: up, source:
-// down). Throughput is wire bytes over the span from the first message to
+// down); with auto chunks, deeper where the link's rate x round trip needs
+// it (the record's `window` is then the up way's). Throughput is wire bytes over the span from the first message to
 // the last reply, less the smallest round trip.
 struct ProbeOptions {
   int rtt_count = 20;

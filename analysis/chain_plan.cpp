@@ -265,6 +265,50 @@ Status measured_medians(ResultsDb& db, int64_t run_id, std::map<std::vector<int>
   return {};
 }
 
+// Each device's compute scaled to the run's frames: the ratio of its
+// measured segment medians (the PARTICIPANT's head, hop h's compute) to the
+// profiled layer sums over the same layers, summed over the run's placements.
+// Layers profiled one by one pay per-call costs a whole segment shares (a
+// CPU quota's waits, above all: ResNet-18's phone layers summed 121.5 ms
+// where frames took 65-68 ms); a device whose measured segments' layers sum
+// under kMinScaleMs keeps its profiles (too little to judge a ratio).
+constexpr double kMinScaleMs = 1.0;
+Status scale_by_frames(ResultsDb& db, int64_t run_id, ChainPlan& p, std::vector<LayerSums>& sums) {
+  std::vector<double> measured(sums.size(), 0.0), profiled(sums.size(), 0.0);
+  auto table = db.split_table(run_id);
+  if (!table) return std::move(table.error());
+  for (const auto& s : *table)
+    if (s.frames > 0 && s.chained()) {
+      measured[0] += s.stage("head_ns").median_ns / 1e6;
+      profiled[0] += sums[0].over(0, s.cuts[0]);
+    }
+  auto hops = db.hop_summaries(run_id);
+  if (!hops) return std::move(hops.error());
+  for (const auto& h : *hops) {
+    const auto d = static_cast<size_t>(h.hop);
+    if (d == 0 || d >= sums.size() || h.cuts.size() + 1 < sums.size()) continue;
+    measured[d] += median_field(h, "compute_ns") / 1e6;
+    profiled[d] += sums[d].over(h.cuts[d - 1], d < h.cuts.size() ? h.cuts[d] : p.layers);
+  }
+  std::vector<std::string> said;
+  for (size_t d = 0; d < sums.size(); ++d) {
+    if (profiled[d] < kMinScaleMs) {
+      said.push_back(fmt::format("{} x1 (the layers of its measured segments profile {:.3f} ms in all: too little "
+                                 "to judge)",
+                                 p.devices[d], profiled[d]));
+      continue;
+    }
+    const double scale = measured[d] / profiled[d];
+    for (double& v : sums[d].prefix) v *= scale;
+    said.push_back(fmt::format("{} x{:.3f} ({:.1f} ms measured / {:.1f} ms profiled)", p.devices[d], scale,
+                               measured[d], profiled[d]));
+  }
+  p.fits.push_back(fmt::format("compute scaled to run {}'s frames, per device (its segments' measured medians over "
+                               "the same layers' profiled sum, all placements of the run): {}",
+                               run_id, fmt::join(said, ", ")));
+  return {};
+}
+
 // Each hop's probe line over `runs`: the median over them of the hop's probe
 // (the sending device's) smallest round trip (ms) and ms per byte at its
 // rate up; nullopt for a hop one of the runs did not probe with a rate.
@@ -294,6 +338,42 @@ Result<std::vector<ProbeLine>> probe_lines(ResultsDb& db, const std::vector<int6
     out.push_back(std::pair{protocol::median_of(rtt), 8.0 / (protocol::median_of(up) * 1e3)});
   }
   return out;
+}
+
+// A hop whose measured placements' wire bytes span under kMinSlopeShare of
+// the most any cut would send on it (the profiled outputs x its wire/raw)
+// gives its fitted lines no slope to extrapolate with (ResNet-18's 2-4 KB
+// at the last cuts fitted 0.51 ms/KB on a 47.5 Mbit/s WAN, 3x its rate, and
+// 531 ms for the input's 602 KB): its link line takes the rate of the run's
+// probe of the hop (none probed: kept), its own line no slope, both through
+// the points' mean.
+constexpr double kMinSlopeShare = 0.1;
+Status narrow_hops(ResultsDb& db, int64_t run_id, ChainPlan& p, std::map<int64_t, HopFit>& fit,
+                   const std::vector<double>& out_bytes) {
+  const double most = out_bytes.empty() ? 0.0 : *std::max_element(out_bytes.begin(), out_bytes.end());
+  auto probes = probe_lines(db, {run_id}, p.devices, nullptr);
+  if (!probes) return std::move(probes.error());
+  for (auto& [h, f] : fit) {
+    double lo = std::numeric_limits<double>::infinity(), hi = 0, x = 0, link = 0, own = 0;
+    for (size_t i = 0; i < f.link_pts.size(); ++i) {
+      lo = std::min(lo, f.link_pts[i].first), hi = std::max(hi, f.link_pts[i].first);
+      x += f.link_pts[i].first, link += f.link_pts[i].second, own += f.own_pts[i].second;
+    }
+    if (f.link_pts.empty() || hi - lo >= kMinSlopeShare * most * f.ratio()) continue;
+    const double n = static_cast<double>(f.link_pts.size());
+    x /= n, link /= n, own /= n;
+    f.own = {own, 0.0};
+    const auto& probe = (*probes)[static_cast<size_t>(h - 1)];
+    if (probe) f.link = {link - probe->second * x, probe->second};
+    p.fits.push_back(fmt::format("hop {}: its placements' wire bytes span {:.1f} KB of the {:.1f} KB a cut may "
+                                 "send, too little for a slope: link {}, {}'s other flat at {:.3f} ms",
+                                 h, (hi - lo) / 1e3, most * f.ratio() / 1e3,
+                                 probe ? fmt::format("{:.3f} ms + bytes at its probe's {:.2f} Mbit/s", f.link.first,
+                                                     8.0 / (probe->second * 1e3))
+                                       : std::string("line kept (the run did not probe the hop)"),
+                                 f.device, own));
+  }
+  return {};
 }
 
 // Held out: each hop's link term moved to the held-out runs' probes. Where
@@ -475,15 +555,18 @@ Result<std::optional<std::pair<std::pair<double, double>, int64_t>>> server_own_
   return Out();
 }
 
-// plan --chain --validate-on: each placement's median over the chain runs' medians, each run of this chain.
-Status check_medians(ResultsDb& db, const ChainPlan& p, const std::vector<int64_t>& runs,
+// Held out (plan RUN --validate-on, plan --chain --validate-on): each
+// placement's median over the runs' medians, each run of the basis's model
+// (by fingerprint where both profiled it: the same file from another folder
+// is the same model) and of this chain, with chain frames.
+Status check_medians(ResultsDb& db, const ChainPlan& p, const RunRow& basis, const std::vector<int64_t>& runs,
                      std::map<std::vector<int>, double>& measured) {
   std::map<std::vector<int>, std::vector<double>> each;
   const std::vector<std::string> chain(p.devices.begin() + 1, p.devices.end());
   for (const int64_t v : runs) {
     auto run = db.get_run(v);
     if (!run) return std::move(run.error());
-    if (run->model != p.model)
+    if (!same_model(db, basis, *run))
       return make_error(Errc::invalid_argument, fmt::format("--validate-on {}: run {} ran {}, the plan {}; expected a "
                                                             "chain run of the same model",
                                                             v, v, run->model, p.model));
@@ -497,6 +580,8 @@ Status check_medians(ResultsDb& db, const ChainPlan& p, const std::vector<int64_
                                     fmt::join(chain, " -> ")));
     std::map<std::vector<int>, double> mv;
     TRACR_TRY(measured_medians(db, v, mv, nullptr));
+    if (mv.empty())
+      return make_error(Errc::invalid_argument, fmt::format("--validate-on {}: run {} has no timed chain frames", v, v));
     for (const auto& [cuts, ms] : mv) each[cuts].push_back(ms);
   }
   for (auto& [cuts, v] : each) measured[cuts] = protocol::median_of(v);
@@ -649,7 +734,7 @@ Result<ChainPlan> plan_chain_from_runs(ResultsDb& db, int64_t basis, const Chain
       "split(s)' medians)",
       basis, run->codec, terms->ratio, terms->codec.first, terms->codec.second * 1e3, terms->post_ms, terms->splits));
   std::map<std::vector<int>, double> measured;
-  TRACR_TRY(check_medians(db, p, c.check, measured));
+  TRACR_TRY(check_medians(db, p, *run, c.check, measured));
   p.held_out = c.check;
   TRACR_TRY(memory_limits(db, order, p));
   TRACR_TRY(predict_all(p, fit, sums, out_bytes, terms->post_ms, measured));
@@ -671,6 +756,8 @@ Result<ChainPlan> plan_chain_run(ResultsDb& db, int64_t run_id, const std::vecto
   std::vector<LayerSums> sums;
   std::vector<double> out_bytes;
   TRACR_TRY(profile_sums(db, run_id, p, sums, out_bytes));
+  TRACR_TRY(narrow_hops(db, run_id, p, fit, out_bytes));
+  TRACR_TRY(scale_by_frames(db, run_id, p, sums));
   // The participant's own time after the reply: post-processing and any wait.
   std::vector<double> post;
   std::map<std::vector<int>, double> measured;
@@ -681,22 +768,8 @@ Result<ChainPlan> plan_chain_run(ResultsDb& db, int64_t run_id, const std::vecto
     // every device's compute and own time from this run; checked against each
     // placement's median over the held-out runs' medians.
     TRACR_TRY(move_links(db, run_id, held_out, p, fit));
-    std::map<std::vector<int>, std::vector<double>> each;
-    for (int64_t v : held_out) {
-      auto vr = db.get_run(v);
-      if (!vr) return std::move(vr.error());
-      if (vr->model != p.model)
-        return make_error(Errc::invalid_argument, fmt::format("held-out run {} ran model {}, the basis run {} {}; "
-                                                              "expected the same model",
-                                                              v, vr->model, run_id, p.model));
-      std::map<std::vector<int>, double> mv;
-      TRACR_TRY(measured_medians(db, v, mv, nullptr));
-      if (mv.empty())
-        return make_error(Errc::invalid_argument, fmt::format("held-out run {} has no chain frames", v));
-      for (const auto& [cuts, ms] : mv) each[cuts].push_back(ms);
-    }
     measured.clear();
-    for (auto& [cuts, v] : each) measured[cuts] = protocol::median_of(v);
+    TRACR_TRY(check_medians(db, p, *run, held_out, measured));
     p.held_out = held_out;
   }
   TRACR_TRY(memory_limits(db, {run_id}, p));
@@ -778,7 +851,7 @@ std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
                      p.miss_pct ? fmt::format("; the chosen misses it by {:+.1f} %", *p.miss_pct) : std::string());
   if (p.mape_pct && p.held_out.empty())
     o += para(fmt::format("  latency MAPE {:.1f} % over the {} measured placements (in-sample for the hops' fitted "
-                          "terms, out of sample for the layers' placement)",
+                          "terms and the compute scales, out of sample for the layers' placement)",
                           *p.mape_pct, p.measured));
   if (p.mape_pct && !p.held_out.empty())
     o += para(fmt::format("  latency MAPE {:.1f} % over the {} placements the held-out runs measured (out of sample: "

@@ -6,6 +6,8 @@
 // the PARTICIPANT, N layers, k_{m+1} = N):
 //   head(k1)       = sum of the PARTICIPANT's profiled layer means, [0, k1)
 //   compute_h      = sum of device h's profiled layer means, [k_h, k_{h+1})
+//                    (from a chain run's frames: each device's sums scaled
+//                    by its measured segments over their profiled sum)
 //   bytes_h        = the request into device h on the wire: the run's median
 //                    where a frame crossed cut k_h on hop h, else the layer
 //                    output bytes at k_h (the input at 0) x that hop's
@@ -22,8 +24,8 @@
 // placement is predicted (C(N+m, m) of them, each O(m) with prefix sums:
 // exact, as PipeEdge's dynamic programme is, without needing one at these
 // counts). The fit is made on the run's own frames: the error on its
-// measured placements is in-sample for the links and own terms, out of
-// sample for the layers the run did not put on a device.
+// measured placements is in-sample for the links, own terms and compute
+// scales, out of sample for the layers the run did not put on a device.
 #pragma once
 
 #include <cstdint>

@@ -245,6 +245,13 @@ struct NetnsPair {
            "  - device_type: PARTICIPANT\n    transport: local\n    netns: " + b + "\n"
            "    connection_params:\n      - host: " + subnet + "2\n";
   }
+  // The same, the PARTICIPANT's link shaped by the devices file: `profile`
+  // is its link_profile map (e.g. "{rate_mbit: 8, delay_ms: 20}").
+  std::string devices_yaml(const std::string& profile) const {
+    std::string y = devices_yaml();
+    y.replace(y.find("netns: " + b), 7 + b.size(), "netns: " + b + "\n    link_profile: " + profile);
+    return y;
+  }
   ~NetnsPair() {
     sh("ip netns del " + a);
     sh("ip netns del " + b);

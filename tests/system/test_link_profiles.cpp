@@ -184,9 +184,7 @@ TEST(LinkProfiles, DevicesFileProfileWithDelayInTheAgent) {
   NEED_NETNS(net);
   TempDir d;
   const std::string db = (d.path / "r.db").string();
-  std::string devices = net.devices_yaml();
-  devices.replace(devices.find("netns: " + net.b), 7 + net.b.size(),
-                  "netns: " + net.b + "\n    link_profile: {rate_mbit: 8, delay_ms: 20}");
+  const std::string devices = net.devices_yaml("{rate_mbit: 8, delay_ms: 20}");
   std::string y = small_experiment(db, "record:\n  layers: false\nprobe:\n  duration_ms: 1500\n  chunk_bytes: 32768\n"
                                        "link_delay: agent\n", d.file("devices.yaml", devices));
   y.replace(y.find("split: all"), 10, "split: [0, 22]");

@@ -881,6 +881,18 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
       << plan.out;
   EXPECT_NE(plan.out.find("latency MAPE"), std::string::npos) << plan.out;
   EXPECT_NE(plan.out.find("chosen (lowest predicted latency): "), std::string::npos) << plan.out;
+  // Each device's compute is scaled to the run's frames: the phone's by its heads' medians over the
+  // profiled sum of the layers before each placement's first cut (3|13 and 3|20 count twice), that sum
+  // checked from the database.
+  std::smatch scale;
+  ASSERT_TRUE(std::regex_search(plan.out, scale,
+                                std::regex(R"(phone x([0-9.]+) \(([0-9.]+) ms measured / ([0-9.]+) ms profiled\))")))
+      << plan.out;
+  EXPECT_EQ(scale[3].str(),
+            query(db, "select printf('%.1f', sum(coalesce(l.mean_ns, l.median_ns)) / 1e6) from (select distinct placement, split "
+                      "from frames where run_id = 1 and warmup = 0 and ok = 1) f join layer_profiles l on l.run_id = 1 "
+                      "and l.device = 'phone' and l.layer_index < f.split"));
+  EXPECT_NEAR(std::stod(scale[1].str()), std::stod(scale[2].str()) / std::stod(scale[3].str()), 0.002) << plan.out;
   auto linked = sh(tracrctl() + " plan 1 --db " + db + " --link wifi");
   EXPECT_EQ(linked.status, 2) << linked.out;
   EXPECT_NE(linked.out.find("run 1 ran a chain"), std::string::npos) << linked.out;
@@ -955,6 +967,16 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
   EXPECT_EQ(query(db, "select count(*) from frames where run_id = 1 and total_ns <> head_ns + encode_ns + network_ns + "
                       "server_ns + queue_ns + return_ns + post_ns"),
             "0");
+  // A hop whose placements all sent the same bytes has no slope to extrapolate: its own time is flat
+  // (this run did not probe, so its link line is kept, and said so).
+  ASSERT_TRUE(modify(db, "update frame_hops set in_wire_bytes = 1000 where run_id = 1 and hop = 2"));
+  auto flat = sh(tracrctl() + " plan 1 --db " + db);
+  ASSERT_EQ(flat.status, 0) << flat.out;
+  EXPECT_NE(flat.out.find("hop 2: its placements' wire bytes span 0.0 KB of the "), std::string::npos) << flat.out;
+  EXPECT_NE(flat.out.find("too little for a slope: link line kept (the run did not probe the hop), cloud's other flat "
+                          "at "),
+            std::string::npos)
+      << flat.out;
 }
 
 // split: plan on a chain of three local agents (#43): the middle probes its
