@@ -1046,6 +1046,7 @@ Setting devices_setting() {
       PathKind::controller_path);
   auto inner = s.apply;
   s.apply = [inner](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    if (n.IsNull()) return {};  // `devices: ~`, as a stored run without a devices file reads back: not set
     TRACR_TRY(inner(c, n, key, cfg));
     cfg.devices_explicit = true;
     return {};
@@ -1244,7 +1245,8 @@ std::string to_yaml(const ExperimentConfig& cfg) {
     if (s.info.name == "dataset.interpolation" && cfg.dataset.kind == DatasetKind::synthetic) continue;
     const auto dot = s.info.name.find('.');
     const std::string top = s.info.name.substr(0, dot);
-    const std::string value = s.show(cfg);
+    // A devices file not set stays not set (`~`: the default file if present, else both agents local).
+    const std::string value = s.info.name == "devices" && !cfg.devices_explicit ? "~" : s.show(cfg);
     if (dot == std::string::npos) {
       section.clear();
       o += top + ": " + value + "\n";

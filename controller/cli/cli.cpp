@@ -169,7 +169,12 @@ void add_run(CLI::App& app, Parsed& p) {
   auto* run = app.add_subcommand("run",
                                  "bring up agents (local processes or SSH), sweep the splits, record in SQLite, print "
                                  "the per-split table read back from the database");
-  add_experiment(run, p.run.experiment);
+  run->add_option("EXPERIMENT", p.run.experiment, "the experiment file (config/README.md)")
+      ->type_name("EXPERIMENT.yaml");
+  run->add_option("--again", p.run.again,
+                  "run a stored run's experiment again (its settings as stored, --set on top) into the database it "
+                  "came from (--db, default as results list)")
+      ->type_name("RUN");
   run->add_flag("--show-config", p.run.show_config,
                 "print every setting with its effective value and origin (default, file:line:col, env TRACR_X, "
                 "--set key=value) and exit");

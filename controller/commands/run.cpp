@@ -46,6 +46,7 @@
 #include "controller/session/prelude.hpp"
 #include "fleet/process.hpp"
 #include "store/recorder.hpp"
+#include "store/default_db.hpp"
 #include "store/results.hpp"
 #include "analysis/tables.hpp"
 #include "analysis/plan.hpp"
@@ -409,9 +410,36 @@ Status write_run_report(const RunOptions& ro, const std::string& db, const std::
 
 }  // namespace
 
+// --again RUN: the run's stored experiment (its effective settings as the
+// run stored them, paths as they were resolved from the directory tracrctl
+// ran in), TRACR_* and --set on top; its output the database it came from.
+Result<ExperimentConfig> again_experiment(const RunOptions& ro) {
+  const std::string path = ro.db.empty() ? store::default_results_db() : ro.db;
+  auto db = ResultsDb::open_readonly(path);
+  if (!db) return make_error(Errc::not_found, fmt::format("--again {}: {}", ro.again, db.error().message));
+  auto id = run_id_arg(*db, ro.again);
+  if (!id) return make_error(Errc::not_found, fmt::format("--again {}: {}", ro.again, id.error().message));
+  auto run = db->get_run(*id);
+  if (!run) return std::move(run.error());
+  if (run->config_yaml.empty())
+    return make_error(Errc::not_found, fmt::format("--again {}: run {} of {} stored no experiment", ro.again, *id,
+                                                   path));
+  auto cfg = parse_experiment(run->config_yaml, fmt::format("run {} of {} (its stored experiment)", *id, path), true,
+                              ro.sets);
+  if (!cfg) return make_error(Errc::config, user_text(cfg.error()));
+  cfg->output = path;
+  fmt::print("again: run {} '{}' of {}, its stored experiment{}\n", *id, run->name, path,
+             ro.sets.empty() ? std::string() : fmt::format(" with {}", fmt::join(ro.sets, ", ")));
+  return cfg;
+}
+
 Status run_experiment(const RunOptions& ro) {
-  auto cfg = load_experiment(ro.experiment, ro.sets);
+  if (ro.again.empty() == ro.experiment.empty())
+    return core::bad_input(std::string(ro.again.empty() ? "expected an EXPERIMENT.yaml or --again RUN"
+                                                        : "expected an EXPERIMENT.yaml or --again RUN, not both"));
+  auto cfg = ro.again.empty() ? load_experiment(ro.experiment, ro.sets) : again_experiment(ro);
   if (!cfg) {
+    if (!ro.again.empty() && cfg.error().code == Errc::not_found) return std::move(cfg.error());
     return core::bad_input(user_text(cfg.error()));
   }
   if (!ro.db.empty()) cfg->output = ro.db;

@@ -18,6 +18,7 @@ namespace tracr::controller {
 
 struct RunOptions {
   std::string experiment;       // experiment YAML
+  std::string again;            // --again RUN: a stored run's experiment instead (id, last, last-N; of --db)
   std::string db;               // overrides experiment `output`
   bool show_config = false;     // print effective settings and exit
   bool trust_new_hosts = false; // SSH trust-on-first-use for unknown host keys

@@ -1245,8 +1245,13 @@ TEST(ExperimentConfig, ShowConfigNamesTheDevicesFileARunUses) {
         << v.origin;
     EXPECT_NE(format_settings(*r).find("<embedded default>"), std::string::npos);
     EXPECT_TRUE(load_experiment_devices(*r)->embedded);
-    // The effective YAML still names the setting's value, which parses back.
-    EXPECT_NE(to_yaml(*r).find("devices: config/devices_config.yaml"), std::string::npos);
+    // The effective YAML (what a run stores) says the setting was not set, and parses back so: the
+    // same embedded default (run --again, #45; a path here would read back as a file that must exist).
+    EXPECT_NE(to_yaml(*r).find("\ndevices: ~\n"), std::string::npos);
+    auto back = parse_experiment(to_yaml(*r), "stored");
+    ASSERT_TRUE(back.ok()) << back.error().str();
+    EXPECT_FALSE(back->devices_explicit);
+    EXPECT_TRUE(load_experiment_devices(*back)->embedded);
   }
   dir.write("config/devices_config.yaml", kPythonReadmeDevices);
   {

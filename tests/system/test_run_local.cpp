@@ -1088,3 +1088,37 @@ TEST(RunLocal, AModelWithARefusedCutRunsWithTheDefaultsAndProfilesEveryLayer) {
   EXPECT_EQ(p.status, 0) << p.out;
   EXPECT_NE(p.out.find("addone"), std::string::npos) << p.out;
 }
+
+// `run --again RUN` (#45): a stored run's experiment runs again as it was
+// stored (a run without a devices file reads back `devices: ~`: not set),
+// --set on top, into the database it came from; bad uses are one line.
+TEST(RunLocal, AStoredRunRunsAgainFromItsStoredExperiment) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "record: {layers: false}\n");
+  y.replace(y.find("split: all"), 10, "split: [0, 5]");
+  auto first = sh("cd " + d.path.string() + " && " + tracrctl() + " run " + d.file("e.yaml", y) + " --no-progress");
+  ASSERT_EQ(first.status, 0) << first.out;
+  EXPECT_NE(query(db, "select config_yaml from runs where id = 1").find("\ndevices: ~\n"), std::string::npos);
+  auto again = sh("cd " + d.path.string() + " && " + tracrctl() + " run --again 1 --db " + db +
+                  " --set 'split=[5]' --no-progress");
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("again: run 1 'system' of " + db + ", its stored experiment with split=[5]"),
+            std::string::npos)
+      << again.out;
+  EXPECT_EQ(query(db, "select group_concat(distinct split) from frames where run_id = 2"), "5");
+  EXPECT_EQ(query(db, "select count(*) from frames where run_id = 2 and ok = 1"), "2");
+  // The same model, input, codec and seed: the same answers as run 1 at split 5.
+  EXPECT_EQ(query_col(db, "select result from frames where run_id = 1 and split = 5 order by sample"),
+            query_col(db, "select result from frames where run_id = 2 order by sample"));
+  EXPECT_EQ(query(db, "select name from runs where id = 2"), "system");
+  // Both, neither, or a run the database lacks: one line, nothing run.
+  auto both = sh(tracrctl() + " run " + d.file("e.yaml", y) + " --again 1 --db " + db);
+  EXPECT_EQ(both.status, 2) << both.out;
+  EXPECT_NE(both.out.find("expected an EXPERIMENT.yaml or --again RUN, not both"), std::string::npos) << both.out;
+  EXPECT_EQ(sh(tracrctl() + " run --db " + db).status, 2);
+  auto missing = sh(tracrctl() + " run --again 9 --db " + db);
+  EXPECT_EQ(missing.status, 1) << missing.out;
+  EXPECT_NE(missing.out.find("no run with id 9"), std::string::npos) << missing.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "2");
+}
