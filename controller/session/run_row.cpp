@@ -19,7 +19,10 @@ int signal_exit_code(int sig) { return 128 + sig; }
 
 SessionOutcome session_outcome(std::string failure, int sig) {
   SessionOutcome end;
-  if (sig && failure.empty()) failure = std::string("interrupted by ") + signal_name(sig);
+  // A signal is said first: what failed meanwhile (an agent start cut short, say) follows it, so an
+  // interrupted run never reads as a device's failure (#45).
+  if (sig)
+    failure = std::string("interrupted by ") + signal_name(sig) + (failure.empty() ? "" : "; the run's last error: " + failure);
   end.status = failure.empty() ? RunStatus::completed : sig ? RunStatus::interrupted : RunStatus::failed;
   end.failure = std::move(failure);
   return end;

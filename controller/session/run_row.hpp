@@ -28,8 +28,8 @@ struct SessionOutcome {
   std::string failure;  // "" when completed
 };
 // completed when there is no failure and no signal; interrupted when a
-// signal arrived (failure "interrupted by <signal_name>" when none was
-// recorded before); failed otherwise.
+// signal arrived (failure "interrupted by <signal_name>", then "; the run's
+// last error: <failure>" where one was recorded); failed otherwise.
 SessionOutcome session_outcome(std::string failure, int sig);
 
 // The run row of one session. Whatever ends the command (an exception

@@ -99,7 +99,7 @@ TEST(SessionOutcome, FailureWithoutSignalIsFailedAndKeepsItsCause) {
 TEST(SessionOutcome, FailureDuringSignalIsInterruptedAndKeepsTheFailure) {
   const auto end = session_outcome("PARTICIPANT agent on p1 lost", SIGTERM);
   EXPECT_EQ(end.status, RunStatus::interrupted);
-  EXPECT_EQ(end.failure, "PARTICIPANT agent on p1 lost");
+  EXPECT_EQ(end.failure, "interrupted by SIGTERM; the run's last error: PARTICIPANT agent on p1 lost");
 }
 
 TEST_F(SessionDb, GuardMarksTheRowFailedWhenTheCommandEndsAbnormally) {
