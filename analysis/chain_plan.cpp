@@ -271,31 +271,37 @@ Status measured_medians(ResultsDb& db, int64_t run_id, std::map<std::vector<int>
 // Layers profiled one by one pay per-call costs a whole segment shares (a
 // CPU quota's waits, above all: ResNet-18's phone layers summed 121.5 ms
 // where frames took 65-68 ms); a device whose measured segments' layers sum
-// under kMinScaleMs keeps its profiles (too little to judge a ratio).
-constexpr double kMinScaleMs = 1.0;
+// under kMinScaleMs, or under kMinScaleShare of the whole model's sum over
+// as many placements, keeps its profiles (too little to judge a ratio: a
+// few tail layers' fixed per-call cost would scale every layer).
+constexpr double kMinScaleMs = 1.0, kMinScaleShare = 0.1;
 Status scale_by_frames(ResultsDb& db, int64_t run_id, ChainPlan& p, std::vector<LayerSums>& sums) {
   std::vector<double> measured(sums.size(), 0.0), profiled(sums.size(), 0.0);
   auto table = db.split_table(run_id);
   if (!table) return std::move(table.error());
+  double placements = 0;
   for (const auto& s : *table)
     if (s.frames > 0 && s.chained()) {
       measured[0] += s.stage("head_ns").median_ns / 1e6;
       profiled[0] += sums[0].over(0, s.cuts[0]);
+      ++placements;
     }
   auto hops = db.hop_summaries(run_id);
   if (!hops) return std::move(hops.error());
   for (const auto& h : *hops) {
     const auto d = static_cast<size_t>(h.hop);
-    if (d == 0 || d >= sums.size() || h.cuts.size() + 1 < sums.size()) continue;
+    if (d == 0 || d >= sums.size() || h.cuts.size() + 1 < sums.size() || !h.median.count("compute_ns")) continue;
     measured[d] += median_field(h, "compute_ns") / 1e6;
     profiled[d] += sums[d].over(h.cuts[d - 1], d < h.cuts.size() ? h.cuts[d] : p.layers);
   }
   std::vector<std::string> said;
   for (size_t d = 0; d < sums.size(); ++d) {
-    if (profiled[d] < kMinScaleMs) {
-      said.push_back(fmt::format("{} x1 (the layers of its measured segments profile {:.3f} ms in all: too little "
-                                 "to judge)",
-                                 p.devices[d], profiled[d]));
+    // The layers measured must be a real share of the device's placements' sum (runs x its whole profile).
+    const double whole = sums[d].over(0, p.layers) * placements;
+    if (profiled[d] < kMinScaleMs || profiled[d] < kMinScaleShare * whole) {
+      said.push_back(fmt::format("{} x1 (the layers of its measured segments profile {:.3f} ms in all, {:.1f} % of "
+                                 "the whole model as often: too little to judge)",
+                                 p.devices[d], profiled[d], whole > 0 ? profiled[d] / whole * 100.0 : 0.0));
       continue;
     }
     const double scale = measured[d] / profiled[d];
@@ -345,8 +351,8 @@ Result<std::vector<ProbeLine>> probe_lines(ResultsDb& db, const std::vector<int6
 // gives its fitted lines no slope to extrapolate with (ResNet-18's 2-4 KB
 // at the last cuts fitted 0.51 ms/KB on a 47.5 Mbit/s WAN, 3x its rate, and
 // 531 ms for the input's 602 KB): its link line takes the rate of the run's
-// probe of the hop (none probed: kept), its own line no slope, both through
-// the points' mean.
+// probe of the hop (none probed: kept), its own and codec lines no slope,
+// each through its points' mean.
 constexpr double kMinSlopeShare = 0.1;
 Status narrow_hops(ResultsDb& db, int64_t run_id, ChainPlan& p, std::map<int64_t, HopFit>& fit,
                    const std::vector<double>& out_bytes) {
@@ -361,8 +367,11 @@ Status narrow_hops(ResultsDb& db, int64_t run_id, ChainPlan& p, std::map<int64_t
     }
     if (f.link_pts.empty() || hi - lo >= kMinSlopeShare * most * f.ratio()) continue;
     const double n = static_cast<double>(f.link_pts.size());
+    double codec = 0;
+    for (const auto& c : f.codec_pts) codec += c.second;
     x /= n, link /= n, own /= n;
     f.own = {own, 0.0};
+    if (!f.codec_pts.empty()) f.codec = {codec / static_cast<double>(f.codec_pts.size()), 0.0};
     const auto& probe = (*probes)[static_cast<size_t>(h - 1)];
     if (probe) f.link = {link - probe->second * x, probe->second};
     p.fits.push_back(fmt::format("hop {}: its placements' wire bytes span {:.1f} KB of the {:.1f} KB a cut may "

@@ -6,8 +6,10 @@
 // Model (documented in config/README.md, "Planning"), for split k of N:
 //   head(k)  = sum of the PARTICIPANT's profiled layer means, layers [0,k)
 //   tail(k)  = sum of the SERVER's profiled layer means, layers [k,N)
-//   up(k)    = (wire_bytes(k) - burst) * 8 / up rate;  down(k) likewise with reply_bytes
-//              (burst: the emulator's token bucket when tracr shaped the link with tbf, else 0)
+//   up(k)    = (wire_bytes(k) - tokens) * 8 / up rate;  down(k) likewise with reply_bytes
+//              (tokens: what the emulator's token bucket, when tracr shaped the link with tbf,
+//              refilled while the frame was elsewhere: min(burst, rate x the other stages'
+//              time); else 0)
 //   other(k) = per-frame processing outside layers and link (encode, reply
 //              decode, post-processing, the server's own decode): at a split
 //              the basis run measured, its medians of those stages (under a

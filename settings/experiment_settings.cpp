@@ -1245,8 +1245,11 @@ std::string to_yaml(const ExperimentConfig& cfg) {
     if (s.info.name == "dataset.interpolation" && cfg.dataset.kind == DatasetKind::synthetic) continue;
     const auto dot = s.info.name.find('.');
     const std::string top = s.info.name.substr(0, dot);
-    // A devices file not set stays not set (`~`: the default file if present, else both agents local).
-    const std::string value = s.info.name == "devices" && !cfg.devices_explicit ? "~" : s.show(cfg);
+    // The embedded default (no devices file set, none at the default path) is stored as `~`, which reads
+    // back the same; a file the run loaded, the default one included, by its path.
+    std::error_code ec;
+    const bool embedded = s.info.name == "devices" && !cfg.devices_explicit && !fs::exists(cfg.devices, ec);
+    const std::string value = embedded ? "~" : s.show(cfg);
     if (dot == std::string::npos) {
       section.clear();
       o += top + ": " + value + "\n";

@@ -418,9 +418,19 @@ Result<ExperimentConfig> again_experiment(const RunOptions& ro) {
   auto db = ResultsDb::open_readonly(path);
   if (!db) return make_error(Errc::not_found, fmt::format("--again {}: {}", ro.again, db.error().message));
   auto id = run_id_arg(*db, ro.again);
-  if (!id) return make_error(Errc::not_found, fmt::format("--again {}: {}", ro.again, id.error().message));
+  if (!id) return make_error(id.error().code, fmt::format("--again {}: {}", ro.again, id.error().message));
   auto run = db->get_run(*id);
-  if (!run) return std::move(run.error());
+  if (!run) return make_error(run.error().code, fmt::format("--again {}: {}", ro.again, run.error().message));
+  auto ends = [&](const std::string& tail) {
+    return run->name.size() >= tail.size() && run->name.compare(run->name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (ends(" (train)") || ends(" (link probe)"))
+    return make_error(Errc::invalid_argument,
+                      fmt::format("--again {}: run {} '{}' of {} is a {}, not a sweep; expected a run of tracrctl run "
+                                  "({})",
+                                  ro.again, *id, run->name, path, ends(" (train)") ? "training run" : "link probe",
+                                  ends(" (train)") ? "a training run goes on with tracrctl train EXP --resume RUN"
+                                                   : "probe again with tracrctl link probe EXP"));
   if (run->config_yaml.empty())
     return make_error(Errc::not_found, fmt::format("--again {}: run {} of {} stored no experiment", ro.again, *id,
                                                    path));
@@ -428,8 +438,9 @@ Result<ExperimentConfig> again_experiment(const RunOptions& ro) {
                               ro.sets);
   if (!cfg) return make_error(Errc::config, user_text(cfg.error()));
   cfg->output = path;
-  fmt::print("again: run {} '{}' of {}, its stored experiment{}\n", *id, run->name, path,
-             ro.sets.empty() ? std::string() : fmt::format(" with {}", fmt::join(ro.sets, ", ")));
+  if (!ro.show_config)
+    fmt::print("again: run {} '{}' of {}, its stored experiment{} (relative paths from the directory it ran in)\n",
+               *id, run->name, path, ro.sets.empty() ? std::string() : fmt::format(" with {}", fmt::join(ro.sets, ", ")));
   return cfg;
 }
 
@@ -439,7 +450,8 @@ Status run_experiment(const RunOptions& ro) {
                                                         : "expected an EXPERIMENT.yaml or --again RUN, not both"));
   auto cfg = ro.again.empty() ? load_experiment(ro.experiment, ro.sets) : again_experiment(ro);
   if (!cfg) {
-    if (!ro.again.empty() && cfg.error().code == Errc::not_found) return std::move(cfg.error());
+    if (!ro.again.empty() && cfg.error().code != Errc::config && cfg.error().code != Errc::invalid_argument)
+      return std::move(cfg.error());  // a database or run that is not there: exit 1
     return core::bad_input(user_text(cfg.error()));
   }
   if (!ro.db.empty()) cfg->output = ro.db;

@@ -1262,6 +1262,8 @@ TEST(ExperimentConfig, ShowConfigNamesTheDevicesFileARunUses) {
     EXPECT_EQ(v.value, "config/devices_config.yaml");
     EXPECT_EQ(v.origin, "default");
     EXPECT_FALSE(load_experiment_devices(*r)->embedded);
+    // The default file the run loaded is stored by its path: run again, it must still be there.
+    EXPECT_NE(to_yaml(*r).find("\ndevices: config/devices_config.yaml\n"), std::string::npos);
   }
 }
 
