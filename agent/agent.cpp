@@ -427,17 +427,117 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
   auto report = [&](const char* level, std::optional<std::string> line) {
     if (line) ctl.send("LOG", {{"level", level}, {"msg", *line}});
   };
+  // SERVER batching (server.batch): INFER_REQUESTs for one segment held
+  // until `batch_max` are here or `batch_wait` has passed since the first;
+  // after that only requests already queued join. Anything else that
+  // arrives first sends the held batch on, so each session's answers keep
+  // request order.
+  const int batch_max = tail && opt.experiment ? opt.experiment->server_batch.max : 1;
+  const auto batch_wait = std::chrono::milliseconds(opt.experiment ? opt.experiment->server_batch.max_wait_ms : 0);
+  struct Held {
+    Server::Incoming in;
+    std::chrono::steady_clock::time_point ready;
+    std::optional<Meta> down;  // meta.then's request for the next device
+  };
+  std::vector<Held> held;
+  std::chrono::steady_clock::time_point held_until;
+  // Every answer names the frame it answers (PROTOCOL.md 3.4, req_seq).
+  auto answer_error = [&](const std::string& peer, const Frame& f, Error e) {
+    e.frame_seq = f.header.seq;
+    if (fwd) {  // behind this session's requests still waiting on the next device
+      UpAnswer a;
+      a.up_seq = f.header.seq;
+      a.split = f.header.split;
+      a.error = std::move(e);
+      std::vector<Error> fails;
+      fwd->answer(**server, peer, std::move(a), fails);
+      for (auto& x : fails) failures.note(x);
+      return;
+    }
+    (void)(*server)->send_error(peer, e, f.header.split);
+  };
+  // A request's segment has run (or failed): its answer goes back, or on to
+  // the next device.
+  auto deliver = [&](const std::string& peer, const Frame& f, Result<std::pair<Bundle, Meta>> r,
+                     std::optional<Meta> down) {
+    if (!r) {
+      answer_error(peer, f, r.error());
+      failures.note(r.error());
+      return;
+    }
+    Bundle out = std::move(r->first);
+    Meta meta = std::move(r->second);
+    if (down) {  // a middle tier: the segment's output goes on; the answer comes back through pump()
+      if (auto st = fwd->forward(peer, f, out, std::move(meta), std::move(*down)); !st) {
+        answer_error(peer, f, st.error());
+        failures.note(st.error());
+      }
+      return;
+    }
+    meta[protocol::meta_key::kReqSeq] = static_cast<int64_t>(f.header.seq);
+    const MsgType reply = tail->reply_type(f.header.type);
+    const auto so = tail->reply_send_for(f);
+    if (fwd) {  // a middle tier answering itself (no meta.then): in its session's order
+      UpAnswer a{f.header.seq, f.header.split, reply, std::move(out), std::move(meta), so, std::nullopt};
+      std::vector<Error> fails;
+      fwd->answer(**server, peer, std::move(a), fails);
+      for (auto& x : fails) failures.note(x);
+      return;
+    }
+    if (auto b = meta.find(protocol::meta_key::kSrvBatch);
+        b != meta.end() && std::get_if<int64_t>(&b->second) && std::get<int64_t>(b->second) > 1)
+      // A batch's replies are encoded one after another: each frame's own
+      // time runs to its own reply's encoding.
+      meta[protocol::meta_key::kSrvNs] =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+              .count() -
+          f.stats.last_segment_at_ns;
+    auto st = so ? (*server)->send_with(peer, *so, reply, f.header.split, out, meta)
+                 : (*server)->send(peer, reply, f.header.split, out, meta);
+    if (!st) {
+      // The peer waits for an answer: it gets the reason, not silence.
+      failures.note(make_error(st.error().code, "reply: " + st.error().message));
+      answer_error(peer, f, make_error(st.error().code, "the reply could not be encoded: " + st.error().message));
+    }
+  };
+  auto run_held = [&] {
+    if (held.empty()) return;
+    std::vector<TailHandler::Request> reqs;
+    reqs.reserve(held.size());
+    for (const auto& h : held) reqs.push_back({&h.in.frame, h.ready});
+    auto results = tail->handle_batch(reqs);
+    for (size_t i = 0; i < held.size(); ++i)
+      deliver(held[i].in.peer, held[i].in.frame, std::move(results[i]), std::move(held[i].down));
+    held.clear();
+    for (auto& n : tail->take_notes()) report("warn", n);
+  };
+  auto same_segment = [](const Frame& a, const Frame& b) {
+    auto last = [](const Frame& f) -> std::optional<int64_t> {
+      auto it = f.header.meta.find(protocol::meta_key::kLast);
+      if (it == f.header.meta.end()) return std::nullopt;
+      if (auto* v = std::get_if<int64_t>(&it->second)) return *v;
+      return int64_t{-1};
+    };
+    return a.header.split == b.header.split && last(a) == last(b) &&
+           a.header.meta.count(protocol::meta_key::kThen) == b.header.meta.count(protocol::meta_key::kThen);
+  };
   bool busy = false;  // a frame came last turn: more may be buffered, do not wait on the sockets
   while (!ctl.stop_requested()) {
     ctl.note_progress();
+    // A held batch waits at most until its deadline (then only for what is queued).
+    int wait_ms = fwd ? 20 : 200;
+    if (!held.empty()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(held_until - std::chrono::steady_clock::now());
+      wait_ms = std::max<int>(0, std::min<int>(wait_ms, static_cast<int>(left.count())));
+    }
     Result<Server::Incoming> in = make_error(Errc::timeout, "");
     if (fwd) {
       // Both sessions at once: upstream requests and the next device's answers.
       zmq::pollitem_t items[] = {{static_cast<void*>((*server)->socket()), 0, ZMQ_POLLIN, 0},
                                  {static_cast<void*>(fwd->socket()), 0, ZMQ_POLLIN, 0}};
-      if (!busy) {
+      if (!busy && wait_ms > 0) {
         try {
-          zmq::poll(items, 2, std::chrono::milliseconds(20));
+          zmq::poll(items, 2, std::chrono::milliseconds(wait_ms));
         } catch (const zmq::error_t& e) {
           if (e.num() != EINTR) throw;  // a signal: the loop's stop check comes next
         }
@@ -446,101 +546,87 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       in = (*server)->recv(0);
       busy = in.ok();
     } else {
-      in = (*server)->recv(200);
+      in = (*server)->recv(wait_ms);
     }
     const auto now = std::chrono::steady_clock::now();
     report("warn", rejections.due(now));
     report("error", failures.due(now));
     if (!in) {
       if (in.error().code != Errc::timeout) rejections.note(in.error());
+      if (!held.empty() && now >= held_until) run_held();
       continue;
     }
     Frame& f = in->frame;
     if (f.header.type == MsgType::shutdown) break;  // from the controlling session, acknowledged
     if (f.header.type == MsgType::probe) {
+      run_held();
       auto st = answer_probe(**server, in->peer, f);
       if (!st) failures.note(make_error(st.error().code, "probe: " + st.error().message));
       continue;
     }
-    // Every answer names the frame it answers (PROTOCOL.md 3.4, req_seq).
-    auto answer_error = [&](Error e) {
-      e.frame_seq = f.header.seq;
-      if (fwd) {  // behind this session's requests still waiting on the next device
-        UpAnswer a;
-        a.up_seq = f.header.seq;
-        a.split = f.header.split;
-        a.error = std::move(e);
-        std::vector<Error> fails;
-        fwd->answer(**server, in->peer, std::move(a), fails);
-        for (auto& x : fails) failures.note(x);
-        return;
-      }
-      (void)(*server)->send_error(in->peer, e, f.header.split);
-    };
     if (tail ? !tail->serves(f.header.type) : f.header.type != MsgType::infer_request) {
-      answer_error(make_error(Errc::unexpected_message,
+      run_held();
+      answer_error(in->peer, f,
+                   make_error(Errc::unexpected_message,
                               fmt::format("SERVER does not handle {}", msg_type_name(f.header.type))));
       continue;
     }
-    Bundle out;
-    Meta meta;
     // A request for a middle tier (meta.then) is checked before its segment runs.
     auto down = forward_meta(f);
     if (!down) {
-      answer_error(down.error());
+      run_held();
+      answer_error(in->peer, f, down.error());
       failures.note(down.error());
       continue;
     }
     if (*down && !fwd) {
-      answer_error(make_error(Errc::invalid_argument,
+      run_held();
+      answer_error(in->peer, f,
+                   make_error(Errc::invalid_argument,
                               "meta.then asks this SERVER to forward, but it has no next device (it was started "
                               "without --downstream: the chain's last device)"));
       continue;
     }
-    if (tail) {
-      auto r = tail->handle(f);
-      if (!r) {
-        answer_error(r.error());
-        failures.note(r.error());
-        continue;
-      }
-      out = std::move(r->first);
-      meta = std::move(r->second);
-      if (*down) {  // a middle tier: the segment's output goes on; the answer comes back through pump()
-        if (auto st = fwd->forward(in->peer, f, out, std::move(meta), std::move(**down)); !st) {
-          answer_error(st.error());
-          failures.note(st.error());
-        }
-        continue;
-      }
-    } else {
-      // Echo server: the demo verifies what was decoded.
-      meta[protocol::meta_key::kSrvDecodeNs] = f.stats.total_ns;
-      meta[protocol::meta_key::kSrvNs] = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now().time_since_epoch()).count() -
-                       f.stats.last_segment_at_ns;
-      meta[protocol::meta_key::kSrvRawBytes] = static_cast<int64_t>(f.stats.raw_bytes);
-      meta[protocol::meta_key::kSrvWireBytes] = static_cast<int64_t>(f.stats.wire_bytes);
-      if (f.header.meta.count("echo")) out = f.tensors;
+    if (tail && batch_max > 1 && f.header.type == MsgType::infer_request) {
+      if (!held.empty() && !same_segment(held.front().in.frame, f)) run_held();
+      if (held.empty()) held_until = now + batch_wait;
+      held.push_back({std::move(*in), now, std::move(*down)});
+      if (static_cast<int>(held.size()) >= batch_max) run_held();
+      continue;
     }
+    run_held();
+    if (tail) {
+      deliver(in->peer, f, tail->handle(f), std::move(*down));
+      continue;
+    }
+    // Echo server: the demo verifies what was decoded.
+    Bundle out;
+    Meta meta;
+    meta[protocol::meta_key::kSrvDecodeNs] = f.stats.total_ns;
+    meta[protocol::meta_key::kSrvNs] = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::steady_clock::now().time_since_epoch())
+                                           .count() -
+                                       f.stats.last_segment_at_ns;
+    meta[protocol::meta_key::kSrvRawBytes] = static_cast<int64_t>(f.stats.raw_bytes);
+    meta[protocol::meta_key::kSrvWireBytes] = static_cast<int64_t>(f.stats.wire_bytes);
+    if (f.header.meta.count("echo")) out = f.tensors;
     meta[protocol::meta_key::kReqSeq] = static_cast<int64_t>(f.header.seq);
-    const MsgType reply = tail ? tail->reply_type(f.header.type) : MsgType::infer_result;
-    const auto so = tail ? tail->reply_send_for(f) : std::nullopt;
-    if (fwd) {  // a middle tier answering itself (no meta.then): in its session's order
-      UpAnswer a{f.header.seq, f.header.split, reply, std::move(out), std::move(meta), so, std::nullopt};
+    if (fwd) {
+      UpAnswer a{f.header.seq, f.header.split, MsgType::infer_result, std::move(out), std::move(meta), std::nullopt,
+                 std::nullopt};
       std::vector<Error> fails;
       fwd->answer(**server, in->peer, std::move(a), fails);
       for (auto& x : fails) failures.note(x);
       continue;
     }
-    auto st = so ? (*server)->send_with(in->peer, *so, reply, f.header.split, out, meta)
-                 : (*server)->send(in->peer, reply, f.header.split, out, meta);
+    auto st = (*server)->send(in->peer, MsgType::infer_result, f.header.split, out, meta);
     if (!st) {
-      // The peer waits for an answer: it gets the reason, not silence.
       failures.note(make_error(st.error().code, "reply: " + st.error().message));
-      answer_error(make_error(st.error().code, "the reply could not be encoded: " + st.error().message));
+      answer_error(in->peer, f, make_error(st.error().code, "the reply could not be encoded: " + st.error().message));
     }
   }
+  // Held requests are answered before the loop ends.
+  run_held();
   report("warn", rejections.flush(std::chrono::steady_clock::now()));
   report("error", failures.flush(std::chrono::steady_clock::now()));
   stop = true;

@@ -32,6 +32,21 @@ int64_t meta_int(const Meta& m, const std::string& k) {
   if (auto* v = std::get_if<int64_t>(&it->second)) return *v;
   return 0;
 }
+// An integer the reply may lack: nullopt then (stored NULL).
+std::optional<int64_t> meta_opt(const Meta& m, const std::string& k) {
+  auto it = m.find(k);
+  if (it == m.end()) return std::nullopt;
+  if (auto* v = std::get_if<int64_t>(&it->second)) return *v;
+  return std::nullopt;
+}
+
+// The server's own figures in a reply (its decode, segment and batch).
+void server_fields(const Meta& m, FrameRecord& r) {
+  r.decode_ns = meta_int(m, protocol::meta_key::kSrvDecodeNs);
+  r.tail_ns = meta_int(m, protocol::meta_key::kSrvTailNs);
+  r.server_batch = meta_opt(m, protocol::meta_key::kSrvBatch);
+  r.batch_wait_ns = meta_opt(m, protocol::meta_key::kSrvBatchWaitNs);
+}
 
 // The frame pipeline: heads, frames in flight, replies, post-processing, one
 // FrameRecord per frame with the timing identity of record_fields.def.
@@ -521,8 +536,7 @@ class Pipeline {
     FrameRecord& r = p.rec;
     r.return_ns = f->stats.total_ns;
     r.reply_bytes = static_cast<int64_t>(f->stats.wire_bytes);
-    r.decode_ns = meta_int(f->header.meta, protocol::meta_key::kSrvDecodeNs);
-    r.tail_ns = meta_int(f->header.meta, protocol::meta_key::kSrvTailNs);
+    server_fields(f->header.meta, r);
     if (f->header.type != MsgType::error && !f->header.meta.count(protocol::meta_key::kSrvNs))
       return make_error(Errc::missing_field,
                         "the server's reply has no srv_ns (a tracr-agent older than this participant?): the "

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -167,6 +168,21 @@ class TailHandler {
  public:
   virtual ~TailHandler() = default;
   virtual Result<std::pair<protocol::Bundle, protocol::Meta>> handle(const protocol::Frame& f) = 0;
+  // SERVER batching (server.batch, #46): INFER_REQUESTs for one segment,
+  // each with the time it was complete, handled together, one answer per
+  // request in order. The default runs each alone.
+  struct Request {
+    const protocol::Frame* frame = nullptr;
+    std::chrono::steady_clock::time_point ready;
+  };
+  virtual std::vector<Result<std::pair<protocol::Bundle, protocol::Meta>>> handle_batch(
+      const std::vector<Request>& reqs) {
+    std::vector<Result<std::pair<protocol::Bundle, protocol::Meta>>> out;
+    for (const auto& r : reqs) out.push_back(handle(*r.frame));
+    return out;
+  }
+  // What batching decided that the operator should read, since the last call.
+  virtual std::vector<std::string> take_notes() { return {}; }
   virtual std::string describe() const = 0;
   // Extra READY fields (the hardware identity).
   virtual std::map<std::string, std::string> ready_fields() const { return {}; }

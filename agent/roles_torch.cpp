@@ -74,6 +74,13 @@ class ModelTail : public TailHandler {
       : exec_(m), model_(std::move(m)), hw_(std::move(hw)) {}
   std::map<std::string, std::string> ready_fields() const override { return hw_; }
   Result<std::pair<Bundle, Meta>> handle(const Frame& f) override { return exec_.handle(f); }
+  std::vector<Result<std::pair<Bundle, Meta>>> handle_batch(const std::vector<Request>& reqs) override {
+    std::vector<SegmentExecutor::BatchItem> items;
+    items.reserve(reqs.size());
+    for (const auto& r : reqs) items.push_back({r.frame, r.ready});
+    return exec_.handle_batch(items);
+  }
+  std::vector<std::string> take_notes() override { return exec_.take_notes(); }
   void set_energy(EnergyMeter* e) { exec_.set_energy(e); }
   std::string describe() const override {
     return fmt::format("{} layers={} device={} threads={}", model_->name(), model_->num_layers(), model_->device().str(),

@@ -1,5 +1,7 @@
 #include "agent/segment.hpp"
 
+#include <numeric>
+
 #include <torch/torch.h>
 
 #include <fmt/format.h>
@@ -40,13 +42,13 @@ std::string model_fingerprint(const ex::SplitModel& m) {
 SegmentExecutor::SegmentExecutor(std::shared_ptr<ex::SplitModel> model)
     : model_(std::move(model)), fingerprint_(model_fingerprint(*model_)) {}
 
-Result<std::pair<Bundle, Meta>> SegmentExecutor::handle(const Frame& f) {
+Result<SegmentExecutor::Segment> SegmentExecutor::check(const Frame& f) const {
   const int n = model_->num_layers();
   const int k = f.header.split;
   if (k < 0 || k > n)
     return make_error(Errc::invalid_argument,
                       fmt::format("split {} is outside [0, {}] for model {}", k, n, model_->name()));
-  int last = n;
+  Segment s{k, n, false};
   const auto last_it = f.header.meta.find(protocol::meta_key::kLast);
   if (last_it != f.header.meta.end()) {
     const auto* v = std::get_if<int64_t>(&last_it->second);
@@ -56,7 +58,8 @@ Result<std::pair<Bundle, Meta>> SegmentExecutor::handle(const Frame& f) {
     if (*v < k || *v > n)
       return make_error(Errc::invalid_argument,
                         fmt::format("meta.last {} is outside [split {}, {}] for model {}", *v, k, n, model_->name()));
-    last = static_cast<int>(*v);
+    s.last = static_cast<int>(*v);
+    s.has_last = true;
   }
   if (auto it = f.header.meta.find(protocol::meta_key::kModelFp); it != f.header.meta.end()) {
     auto* fp = std::get_if<std::string>(&it->second);
@@ -65,36 +68,230 @@ Result<std::pair<Bundle, Meta>> SegmentExecutor::handle(const Frame& f) {
                                                   "server has {} (same name, weights, input shape and seed needed)",
                                                   model_->name(), fp ? *fp : "?", fingerprint_));
   }
-  auto in = ex::from_protocol(f.tensors);
-  if (!in) return std::move(in.error());
+  return s;
+}
+
+Result<SegmentExecutor::Ran> SegmentExecutor::run_one(const Segment& s, ex::Bundle in) {
   torch::NoGradGuard ng;
   std::optional<EnergyMeter::Mark> e0;
   if (energy_) e0 = energy_->mark();
-  auto t0 = Clock::now();
-  auto out = model_->run(k, last, std::move(*in));
+  Ran r;
+  r.t0 = Clock::now();
+  auto out = model_->run(s.k, s.last, std::move(in));
   if (!out) return std::move(out.error());
   sync_device(model_->device());
-  auto t1 = Clock::now();
+  r.tail_ns = ns_between(r.t0, Clock::now());
+  if (energy_) r.energy = energy_->between(*e0, energy_->mark(), 1);
+  r.outs.push_back(std::move(*out));
+  return r;
+}
+
+namespace {
+
+// The first dimension every tensor of a request shares (its samples), or -1.
+int64_t rows_of(const ex::Bundle& b) {
+  int64_t rows = -1;
+  for (const auto& t : b) {
+    if (t.tensor.dim() < 1) return -1;
+    if (rows >= 0 && t.tensor.size(0) != rows) return -1;
+    rows = t.tensor.size(0);
+  }
+  return rows;
+}
+
+// Whether two requests' tensors stack: same names, dtypes, devices and
+// shapes beyond dimension 0.
+bool stackable(const ex::Bundle& a, const ex::Bundle& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t j = 0; j < a.size(); ++j) {
+    const auto& x = a[j].tensor;
+    const auto& y = b[j].tensor;
+    if (a[j].name != b[j].name || x.scalar_type() != y.scalar_type() || x.device() != y.device() ||
+        x.dim() != y.dim())
+      return false;
+    for (int64_t d = 1; d < x.dim(); ++d)
+      if (x.size(d) != y.size(d)) return false;
+  }
+  return true;
+}
+
+// How far two outputs are apart, relative to the reference's scale: the
+// stacked run against the same request alone.
+bool same_answer(const ex::Bundle& stacked, const ex::Bundle& alone) {
+  if (stacked.size() != alone.size()) return false;
+  for (size_t j = 0; j < alone.size(); ++j) {
+    const auto& x = stacked[j].tensor;
+    const auto& y = alone[j].tensor;
+    if (x.sizes() != y.sizes() || x.scalar_type() != y.scalar_type()) return false;
+    if (!x.is_floating_point()) {
+      if (!torch::equal(x, y)) return false;
+      continue;
+    }
+    if (x.numel() == 0) continue;
+    const double scale = y.abs().max().item<double>();
+    const double diff = (x - y).abs().max().item<double>();
+    // Batched kernels reorder sums: float rounding, not another answer.
+    if (!(diff <= 1e-3 * (1.0 + scale))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<std::optional<SegmentExecutor::Ran>> SegmentExecutor::run_stacked(const Segment& s,
+                                                                         std::vector<ex::Bundle> ins) {
+  std::vector<int64_t> rows;
+  for (const auto& b : ins) {
+    rows.push_back(rows_of(b));
+    if (rows.back() < 0 || !stackable(ins.front(), b)) return std::optional<Ran>();
+  }
+  const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
+  ex::Bundle stacked;
+  for (size_t j = 0; j < ins.front().size(); ++j) {
+    std::vector<at::Tensor> parts;
+    parts.reserve(ins.size());
+    for (const auto& b : ins) parts.push_back(b[j].tensor);
+    stacked.push_back({ins.front()[j].name, torch::cat(parts, 0)});
+  }
+  auto one = run_one(s, std::move(stacked));
+  if (!one) return std::move(one.error());
+  Ran r = std::move(*one);
+  const ex::Bundle out = std::move(r.outs.front());
+  r.outs.assign(ins.size(), {});
+  for (const auto& o : out)
+    if (o.tensor.dim() < 1 || o.tensor.size(0) != total) return std::optional<Ran>();  // not per sample
+  int64_t at = 0;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    for (const auto& o : out) r.outs[i].push_back({o.name, o.tensor.narrow(0, at, rows[i])});
+    at += rows[i];
+  }
+  return std::optional<Ran>(std::move(r));
+}
+
+Result<std::pair<Bundle, Meta>> SegmentExecutor::make_reply(const Frame& f, const Segment& seg,
+                                                            Clock::time_point ready, const Ran& ran,
+                                                            const ex::Bundle& out, size_t frames, double share) {
   std::string srv_energy;
-  if (energy_) {
-    auto rows = energy_->between(*e0, energy_->mark(), 1);
-    for (auto& r : rows) {
-      r.side = "server";
-      r.stage = "tail";
-      r.split = k;
+  if (!ran.energy.empty()) {
+    auto rows = ran.energy;
+    for (auto& e : rows) {
+      e.side = "server";
+      e.stage = "tail";
+      e.split = seg.k;
+      if (frames > 1) {
+        if (e.joules) *e.joules *= share;
+        if (e.net_joules) *e.net_joules *= share;
+        e.flags += e.flags.empty() ? "batched" : ",batched";
+      }
     }
     srv_energy = pack_energy(rows);
   }
-  auto pb = ex::to_protocol(*out);
+  auto pb = ex::to_protocol(out);
   if (!pb) return std::move(pb.error());
   Meta meta;
   meta[protocol::meta_key::kSrvDecodeNs] = f.stats.total_ns;
-  meta[protocol::meta_key::kSrvTailNs] = ns_between(t0, t1);
-  if (last_it != f.header.meta.end()) meta[protocol::meta_key::kLast] = static_cast<int64_t>(last);
+  meta[protocol::meta_key::kSrvTailNs] = ran.tail_ns;
+  meta[protocol::meta_key::kSrvBatch] = static_cast<int64_t>(frames);
+  meta[protocol::meta_key::kSrvBatchWaitNs] = ns_between(ready, ran.t0);
+  if (seg.has_last) meta[protocol::meta_key::kLast] = static_cast<int64_t>(seg.last);
   if (!srv_energy.empty()) meta[protocol::meta_key::kSrvEnergy] = srv_energy;
   // From the request's last segment to here, just before the reply is encoded.
-  meta[protocol::meta_key::kSrvNs] = ns_between(Clock::time_point(std::chrono::nanoseconds(f.stats.last_segment_at_ns)), Clock::now());
+  meta[protocol::meta_key::kSrvNs] =
+      ns_between(Clock::time_point(std::chrono::nanoseconds(f.stats.last_segment_at_ns)), Clock::now());
   return std::make_pair(std::move(*pb), std::move(meta));
+}
+
+bool SegmentExecutor::same_alone(const Segment& seg, const std::vector<ex::Bundle>& ins, const Ran& batched) {
+  for (size_t g = 0; g < ins.size(); ++g) {
+    ex::Bundle copy;  // the model may work in place on its inputs: they serve again
+    for (const auto& t : ins[g]) copy.push_back({t.name, t.tensor.clone()});
+    auto one = run_one(seg, std::move(copy));
+    if (!one || !same_answer(batched.outs[g], one->outs.front())) return false;
+  }
+  return true;
+}
+
+Result<std::pair<Bundle, Meta>> SegmentExecutor::handle(const Frame& f) {
+  auto r = handle_batch({BatchItem{&f, Clock::now()}});
+  return std::move(r.front());
+}
+
+std::vector<Result<std::pair<Bundle, Meta>>> SegmentExecutor::handle_batch(const std::vector<BatchItem>& items) {
+  std::vector<Result<std::pair<Bundle, Meta>>> res(items.size(), make_error(Errc::internal, "not run"));
+  // Each request checked and decoded on its own: one bad request fails alone.
+  std::vector<size_t> live;
+  std::vector<Segment> segs(items.size());
+  std::vector<ex::Bundle> ins(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto sg = check(*items[i].frame);
+    if (!sg) {
+      res[i] = std::move(sg.error());
+      continue;
+    }
+    auto in = ex::from_protocol(items[i].frame->tensors);
+    if (!in) {
+      res[i] = std::move(in.error());
+      continue;
+    }
+    segs[i] = *sg;
+    ins[i] = std::move(*in);
+    live.push_back(i);
+  }
+  auto alone = [&](size_t i) {
+    auto ran = run_one(segs[i], ins[i]);
+    res[i] = ran ? make_reply(*items[i].frame, segs[i], items[i].ready, *ran, ran->outs.front(), 1, 1.0)
+                 : Result<std::pair<Bundle, Meta>>(std::move(ran.error()));
+  };
+  // Requests for the same segment as the first live one are batched; the
+  // rest (the serving loop groups by segment, so rarely any) run alone.
+  std::vector<size_t> group;
+  for (size_t i : live) {
+    if (segs[i].k == segs[live.front()].k && segs[i].last == segs[live.front()].last)
+      group.push_back(i);
+    else
+      alone(i);
+  }
+  const std::pair<int, int> key{group.empty() ? 0 : segs[group.front()].k, group.empty() ? 0 : segs[group.front()].last};
+  const auto known = batchable_.find(key);
+  if (group.size() < 2 || (known != batchable_.end() && !known->second)) {
+    for (size_t i : group) alone(i);
+    return res;
+  }
+  std::vector<ex::Bundle> group_in;
+  for (size_t i : group) group_in.push_back(ins[i]);  // tensors share storage: no copy
+  auto ran = run_stacked(segs[group.front()], group_in);
+  if (!ran || !*ran) {  // not stackable, or the batched run failed: each alone gets its own answer or error
+    for (size_t i : group) alone(i);
+    return res;
+  }
+  const Ran& r = **ran;
+  if (known == batchable_.end()) {
+    // The segment's first batch: the same requests alone must give the same answers.
+    const bool same = same_alone(segs[group.front()], group_in, r);
+    batchable_[key] = same;
+    if (!same) {
+      notes_.push_back(fmt::format(
+          "server.batch: segment [{}, {}) of {} gives other answers batched than alone (its answers depend on the "
+          "other samples of a batch, or a value crossing cut {} does not carry the batch on dimension 0): its "
+          "requests run one by one",
+          key.first, key.second, model_->name(), key.first));
+      for (size_t i : group) alone(i);
+      return res;
+    }
+  }
+  int64_t total_rows = 0;
+  std::vector<int64_t> rows;
+  for (size_t i : group) {
+    rows.push_back(rows_of(ins[i]));
+    total_rows += rows.back();
+  }
+  for (size_t g = 0; g < group.size(); ++g) {
+    const size_t i = group[g];
+    res[i] = make_reply(*items[i].frame, segs[i], items[i].ready, r, r.outs[g], group.size(),
+                        total_rows > 0 ? static_cast<double>(rows[g]) / static_cast<double>(total_rows)
+                                       : 1.0 / static_cast<double>(group.size()));
+  }
+  return res;
 }
 
 }  // namespace tracr::agent

@@ -23,6 +23,8 @@ inline constexpr char kSrvNs[] = "srv_ns";                // a reply: last segme
 inline constexpr char kSrvDecodeNs[] = "srv_decode_ns";   // a reply: the server decoding the request
 inline constexpr char kSrvTailNs[] = "srv_tail_ns";       // a reply: the server running layers [k, last)
 inline constexpr char kSrvEnergy[] = "srv_energy";        // a reply: the server's energy rows for the tail, packed
+inline constexpr char kSrvBatch[] = "srv_batch";          // a reply: frames whose segments ran as one batch with it
+inline constexpr char kSrvBatchWaitNs[] = "srv_batch_wait_ns";  // a reply: request decoded to its batch's start
 inline constexpr char kSrvRawBytes[] = "srv_raw_bytes";   // an echo reply: the request's raw tensor bytes
 inline constexpr char kSrvWireBytes[] = "srv_wire_bytes"; // an echo reply: the request's bytes on the wire
 

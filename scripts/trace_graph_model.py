@@ -10,7 +10,7 @@ inception_v3); one Python start for many models.
 NAME is a torchvision classification model (resnet50, vit_b_16, ...) or
 "yolo_like": a small YOLO-style detector defined here (a multi-scale backbone,
 a concatenating FPN/PAN neck and a tuple of three head outputs), or one of the
-small test modules below (view_inplace, two_inputs, flatten_int, cat_list; script_if,
+small test modules below (view_inplace, two_inputs, flatten_int, cat_list, batch_mean; script_if,
 which is scripted, not traced). The model is put in eval mode, traced at batch 1
 and saved with torch.jit.save.
 Exit status 0 on success; 3 when torch.jit.trace refused a model (the
@@ -134,6 +134,22 @@ class CatList(nn.Module):
         return self.out(torch.cat([self.a(x), self.b(x)], 1))
 
 
+class BatchMean(nn.Module):
+    """Each sample's answer depends on the other samples of its batch (half
+    the batch's mean is taken away after `conv`): stacking several frames into
+    one tail (SERVER batching) changes their answers, which a batching SERVER
+    must find out before it answers batched."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x):
+        y = self.conv(x).mean(dim=(2, 3))
+        return self.fc(y - 0.5 * y.mean(0, keepdim=True))
+
+
 class TwoInputs(nn.Module):
     def __init__(self):
         super().__init__()
@@ -174,6 +190,8 @@ def build(name, size):
         return FlattenInt()
     if name == "cat_list":
         return CatList()
+    if name == "batch_mean":
+        return BatchMean()
     if name == "script_if":
         return ScriptIf()
     kwargs = {}

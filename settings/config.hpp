@@ -242,6 +242,14 @@ struct ExperimentConfig {
   // Every PARTICIPANT starts each split of its sweep together with the
   // others: each waits at the boundary until all have finished the split.
   bool lockstep = false;
+  // SERVER batching (#46): requests at the same split and end layer that
+  // arrive within max_wait_ms of the first of them run as one tail of up to
+  // max frames (their tensors stacked on the batch dimension, the outputs
+  // split back per frame). max 1: every frame alone.
+  struct ServerBatchSpec {
+    int max = 1;
+    int max_wait_ms = 0;
+  } server_batch;
   RecordSpec record;
   ProbeSpec probe;
   EnergySpec energy;

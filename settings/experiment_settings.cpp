@@ -881,6 +881,43 @@ Setting probe_chunk_setting() {
   return s;
 }
 
+// server.batch: {max: B, max_wait_ms: W} (#46), one setting: the two
+// numbers mean something only together.
+Setting server_batch_setting() {
+  Setting s;
+  s.info = {"server.batch", "{max: int 1..1024, max_wait_ms: int 0..60000}", "{max: 1, max_wait_ms: 0} (no batching)",
+            "SERVER batching: requests at the same split (and end layer) that arrive within max_wait_ms of the first "
+            "run as one tail of up to max frames, their tensors stacked on the batch dimension and the outputs split "
+            "back per frame; each frame records its batch (frames.server_batch, frames.batch_wait_ns). Frames whose "
+            "tensors cannot be stacked (shapes other than the batch dimension differ) run alone. A chain's middle "
+            "device batches its segment the same way.",
+            ""};
+  s.env_yaml = true;
+  s.apply = [](const Ctx& c, const YAML::Node& n, const std::string& key, ExperimentConfig& cfg) -> Status {
+    const std::string what = "a map {max: B (1..1024), max_wait_ms: W (0..60000)}";
+    if (!n.IsMap()) return expected(c, n, key, what);
+    TRACR_TRY(check_keys(c, n, key, {"max", "max_wait_ms"}));
+    ExperimentConfig::ServerBatchSpec b;
+    if (n["max"]) {
+      auto v = get_int(c, n["max"], key + ".max", 1, 1024, "an integer 1..1024 (frames per batch)");
+      if (!v) return v.error();
+      b.max = static_cast<int>(*v);
+    }
+    if (n["max_wait_ms"]) {
+      auto v = get_int(c, n["max_wait_ms"], key + ".max_wait_ms", 0, 60000,
+                       "an integer 0..60000 (ms a batch waits for more frames after its first)");
+      if (!v) return v.error();
+      b.max_wait_ms = static_cast<int>(*v);
+    }
+    cfg.server_batch = b;
+    return {};
+  };
+  s.show = [](const ExperimentConfig& c) {
+    return fmt::format("{{max: {}, max_wait_ms: {}}}", c.server_batch.max, c.server_batch.max_wait_ms);
+  };
+  return s;
+}
+
 Setting commands_setting() {
   Setting s;
   s.info = {"commands", "[{at_frame, set_split | set_codec | pause_ms | stop}]", "[]",

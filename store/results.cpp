@@ -651,6 +651,10 @@ ALTER TABLE frames ADD COLUMN exit_times TEXT;
 ALTER TABLE frames ADD COLUMN exit_ns INTEGER;
 ALTER TABLE frames ADD COLUMN exit_extra_ns INTEGER;
 )sql"},
+    {22, "frames: SERVER batching (the batch a frame's tail ran in, its wait)", R"sql(
+ALTER TABLE frames ADD COLUMN server_batch INTEGER;
+ALTER TABLE frames ADD COLUMN batch_wait_ns INTEGER;
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,

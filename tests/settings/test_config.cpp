@@ -1015,6 +1015,49 @@ TEST(ExperimentConfig, EffectiveYamlOfEveryTemplateAndDatasetTypeRoundTrips) {
   }
 }
 
+// server.batch (#46): one map, both numbers checked, from the file, the
+// environment and --set, and back through to_yaml.
+TEST(ExperimentConfig, ServerBatchIsOneMapCheckedFromEverySource) {
+  NoSettingOverrides no_env;
+  auto d = parse_experiment("model: alexnet\n", "exp.yaml", false);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->server_batch.max, 1);
+  EXPECT_EQ(d->server_batch.max_wait_ms, 0);
+  auto r = parse_experiment("model: alexnet\nserver:\n  batch: {max: 8, max_wait_ms: 25}\n", "exp.yaml", false);
+  ASSERT_TRUE(r.ok()) << r.error().str();
+  EXPECT_EQ(r->server_batch.max, 8);
+  EXPECT_EQ(r->server_batch.max_wait_ms, 25);
+  auto back = parse_experiment(to_yaml(*r), "effective.yaml", false);
+  ASSERT_TRUE(back.ok()) << back.error().str();
+  EXPECT_EQ(back->server_batch.max, 8);
+  EXPECT_EQ(back->server_batch.max_wait_ms, 25);
+  auto set = parse_experiment("model: alexnet\n", "exp.yaml", false, {"server.batch={max: 4}"});
+  ASSERT_TRUE(set.ok()) << set.error().str();
+  EXPECT_EQ(set->server_batch.max, 4);
+  EXPECT_EQ(set->server_batch.max_wait_ms, 0);
+  {
+    ScopedEnv e("TRACR_SERVER_BATCH", "{max: 2, max_wait_ms: 5}");
+    auto env = parse_experiment("model: alexnet\n", "exp.yaml", true);
+    ASSERT_TRUE(env.ok()) << env.error().str();
+    EXPECT_EQ(env->server_batch.max, 2);
+    EXPECT_EQ(env->server_batch.max_wait_ms, 5);
+  }
+  struct Bad {
+    std::string yaml, expect;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"server:\n  batch: 8\n", "exp.yaml:3:10: server.batch: expected a map {max: B (1..1024), max_wait_ms: W"},
+           {"server:\n  batch: {max: 0}\n", "server.batch.max: expected an integer 1..1024 (frames per batch)"},
+           {"server:\n  batch: {max: 4, max_wait_ms: -1}\n", "server.batch.max_wait_ms: expected an integer 0..60000"},
+           {"server:\n  batch: {max: 4, wait: 1}\n", "server.batch.wait: unknown key (did you mean 'max_wait_ms'?)"},
+           {"server:\n  bacth: {max: 4}\n", "did you mean 'batch'"},
+       }) {
+    auto e = parse_experiment("model: alexnet\n" + b.yaml, "exp.yaml", false);
+    ASSERT_FALSE(e.ok()) << b.yaml;
+    EXPECT_NE(e.error().str().find(b.expect), std::string::npos) << b.yaml << ": " << e.error().str();
+  }
+}
+
 TEST(ExperimentConfig, EffectiveYamlRoundTrips) {
   auto r = parse_experiment(R"(model: "torchscript:/m/x.pt"
 name: "odd: name #1"
@@ -1099,9 +1142,10 @@ TEST(ExperimentConfig, SettingsTableCoversEverySettingOnce) {
                         "exits",
                         "exit_policy.measure",
                         "exit_policy.threshold",
-                        "record.exit_confidences"})
+                        "record.exit_confidences",
+                        "server.batch"})
     EXPECT_TRUE(names.count(n)) << n;
-  EXPECT_EQ(names.size(), 76u);
+  EXPECT_EQ(names.size(), 77u);
 
   auto r = parse_experiment("model: alexnet\nwarmup: 4\n", "exp.yaml", false);
   ASSERT_TRUE(r.ok());

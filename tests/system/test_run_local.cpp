@@ -752,6 +752,85 @@ TEST(RunLocal, LockstepParticipantsStartEverySplitTogether) {
   EXPECT_EQ(query(db, "select count(*) from events where kind = 'resumed'"), "9");
 }
 
+// server.batch (#46): four lockstep participants at one split; the SERVER
+// holds their requests (one from each: each waits for its reply before its
+// next) until all four are here and runs the four tails as one. Every frame
+// says so (server_batch 4, its wait inside server_ns), and the answers are
+// those of the same run unbatched, where every frame says server_batch 1.
+TEST(RunLocal, AServerBatchRunsTheParticipantsTailsAsOneWithTheSameAnswers) {
+  TempDir d;
+  const std::string devices = d.file("devices.yaml",
+                                     "devices:\n  - {device_type: SERVER, transport: local}\n"
+                                     "  - {device_type: PARTICIPANT, name: p1, transport: local}\n"
+                                     "  - {device_type: PARTICIPANT, name: p2, transport: local}\n"
+                                     "  - {device_type: PARTICIPANT, name: p3, transport: local}\n"
+                                     "  - {device_type: PARTICIPANT, name: p4, transport: local}\n");
+  auto experiment = [&](const std::string& name, const std::string& db, const std::string& extra) {
+    return d.file(name, "name: batch\nmodel: alexnet\ninput_size: [3, 64, 64]\ndataset:\n  type: synthetic\n"
+                        "  max_samples: 3\nsplit: [5]\nwarmup: 1\nrepetitions: 2\nseed: 5\noutput: " + db +
+                        "\ndevices: " + devices + "\nlockstep: true\nprobe:\n  enabled: false\nrecord:\n  layers: false\n" +
+                        extra);
+  };
+  const std::string db1 = (d.path / "alone.db").string(), db4 = (d.path / "batched.db").string();
+  // A batch waits up to 10 s for its fourth frame: on a loaded machine too, every batch fills.
+  auto r = sh(tracrctl() + " run " + experiment("batched.yaml", db4, "server:\n  batch: {max: 4, max_wait_ms: 10000}\n") +
+              " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = sh(tracrctl() + " run " + experiment("alone.yaml", db1, "") + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const auto& db : {db1, db4}) {
+    EXPECT_EQ(query(db, "select status from runs"), "completed");
+    EXPECT_EQ(query(db, "select count(*) from frames where ok = 1"), "28");  // 4 x (1 + 2 x 3)
+    // The timing identity holds; the batch's wait and tail are inside the server's time.
+    EXPECT_EQ(query(db, "select count(*) from frames where total_ns = head_ns + encode_ns + network_ns + server_ns + "
+                        "queue_ns + return_ns + post_ns and batch_wait_ns >= 0 and batch_wait_ns + tail_ns <= server_ns"),
+              "28");
+  }
+  EXPECT_EQ(query(db1, "select group_concat(distinct server_batch) from frames"), "1");
+  EXPECT_EQ(query(db4, "select group_concat(distinct server_batch) from frames"), "4");
+  // The stored experiment says it, and the same answers, frame by frame.
+  EXPECT_NE(query(db4, "select config_yaml from runs").find("batch: {max: 4, max_wait_ms: 10000}"), std::string::npos);
+  const std::string answers =
+      "select group_concat(p, ' ') from (select participant || '/' || frame || '=' || substr(result, 1, instr(result, "
+      "':') - 1) p from frames order by participant, frame)";
+  const std::string a1 = query(db1, answers);
+  EXPECT_EQ(query(db4, answers), a1);
+  EXPECT_NE(a1.find("p4/6="), std::string::npos) << a1;
+}
+
+// server.batch on a model whose answers depend on the batch (half the
+// batch's mean is taken away after the cut): one participant with two frames
+// in flight (two different samples each time); the SERVER's first batch at
+// the split, compared with its frames run alone, answers otherwise, so the
+// SERVER says so (a warning, stored) and answers every frame alone, with the
+// answers of a run without batching.
+TEST(RunLocal, AServerBatchThatWouldChangeTheAnswersRunsEachFrameAlone) {
+  TempDir d;
+  auto tr = sh("/usr/bin/python3 " + std::string(TRACR_SOURCE_DIR) + "/scripts/trace_graph_model.py " +
+               d.path.string() + " batch_mean@8");
+  ASSERT_EQ(tr.status, 0) << tr.out;
+  auto experiment = [&](const std::string& name, const std::string& db, const std::string& extra) {
+    return d.file(name, "name: batch_mean\nmodel: torchscript:" + (d.path / "batch_mean@8.pt").string() +
+                            "\ninput_size: [3, 8, 8]\ndataset: {type: synthetic, max_samples: 4}\nsplit: [1]\n"
+                            "warmup: 0\nrepetitions: 2\nseed: 5\ninflight: 2\nprobe: {enabled: false}\n"
+                            "record: {layers: false}\noutput: " + db + "\n" + extra);
+  };
+  const std::string db1 = (d.path / "alone.db").string(), db2 = (d.path / "batched.db").string();
+  auto r = sh(tracrctl() + " run " + experiment("b.yaml", db2, "server: {batch: {max: 2, max_wait_ms: 10000}}\n") +
+              " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("gives other answers batched than alone"), std::string::npos) << r.out;
+  ASSERT_EQ(sh(tracrctl() + " run " + experiment("a.yaml", db1, "") + " --no-progress").status, 0);
+  EXPECT_EQ(query(db2, "select count(*) from events where kind = 'agent_log' and message like '%segment [1, %) of "
+                       "%gives other answers batched than alone%'"),
+            "1");
+  EXPECT_EQ(query(db2, "select count(*) || ' ' || group_concat(distinct server_batch) from frames where ok = 1"),
+            "8 1");
+  const std::string answers =
+      "select group_concat(p, ' ') from (select frame || '=' || result p from frames order by frame)";
+  EXPECT_EQ(query(db2, answers), query(db1, answers));
+}
+
 // `chain: [<the SERVER>]` is today's two-tier run (#43): the same rows, and a
 // one-device chain may name a PARTICIPANT device to serve, its hop's link and
 // codec becoming the run's.
