@@ -31,6 +31,7 @@
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
+#include <filesystem>
 #include <list>
 #include <mutex>
 #include <set>
@@ -364,11 +365,25 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
                                                   "': expected module or node");
   auto dev = resolve_device(cfg.device);
   if (!dev) return dev.error();
+  // What LibTorch would say in its own words, said plainly (#46 item 6).
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st))
+    return make_error(Errc::io, path + ": no such file (torchscript: names a TorchScript file, e.g. one written by "
+                                       "scripts/export_model.py)");
+  if (std::filesystem::is_directory(st))
+    return make_error(Errc::io, path + ": is a directory; torchscript: names a TorchScript file (.pt)");
   tj::Module root;
   try {
     root = tj::load(path, *dev);
   } catch (const std::exception& ex) {
-    return make_error(Errc::io, path + ": cannot load TorchScript module: " + error_line(ex));
+    const std::string why = error_line(ex);
+    // torch.save's files (a state dict, a pickled model) are zip archives too, without TorchScript's code.
+    if (why.find("constants.pkl") != std::string::npos || why.find("code/") != std::string::npos)
+      return make_error(Errc::io, path + ": not a TorchScript module (a state dict or a model saved with "
+                                         "torch.save?): trace it and save it with torch.jit.save, as "
+                                         "scripts/export_model.py does (" + why + ")");
+    return make_error(Errc::io, path + ": cannot load TorchScript module: " + why);
   }
   if (!root.find_method("forward"))
     return make_error(Errc::invalid_argument, path + ": the module (" + type_name(root) +

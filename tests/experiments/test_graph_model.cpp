@@ -349,6 +349,24 @@ TEST(GraphModel, ErrorsNameTheFileAndTheCauseWithoutABacktrace) {
   EXPECT_NE(junk.error().message.find("junk.pt: cannot load TorchScript module"), std::string::npos)
       << junk.error().message;
 
+  // #46 item 6: a missing file, a directory and a torch.save file are each said plainly.
+  auto missing = create_model("torchscript:" + dir.file("nothing.pt"), {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("nothing.pt: no such file"), std::string::npos) << missing.error().message;
+  auto folder = create_model("torchscript:" + dir.path(), {});
+  ASSERT_FALSE(folder.ok());
+  EXPECT_NE(folder.error().message.find(": is a directory"), std::string::npos) << folder.error().message;
+  ASSERT_EQ(test::run_python("-c \"import torch; torch.save(torch.nn.Linear(2, 2).state_dict(), '" +
+                             dir.file("weights.pth") + "')\""),
+            0);
+  auto pth = create_model("torchscript:" + dir.file("weights.pth"), {});
+  ASSERT_FALSE(pth.ok());
+  EXPECT_NE(pth.error().message.find("weights.pth: not a TorchScript module (a state dict or a model saved with "
+                                     "torch.save?)"),
+            std::string::npos)
+      << pth.error().message;
+  EXPECT_NE(pth.error().message.find("scripts/export_model.py"), std::string::npos) << pth.error().message;
+
   auto two = create_model("torchscript:" + traced("two_inputs@8"), {});
   ASSERT_FALSE(two.ok());
   EXPECT_NE(two.error().message.find("forward takes 2 arguments"), std::string::npos)
