@@ -475,6 +475,13 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       return;
     }
     meta[protocol::meta_key::kReqSeq] = static_cast<int64_t>(f.header.seq);
+    // The server's own time runs to here, just before its reply is handed
+    // on: a held set's later frames ran, and earlier replies were encoded,
+    // after this frame's segment (server.batch).
+    meta[protocol::meta_key::kSrvNs] =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count() -
+        f.stats.last_segment_at_ns;
     const MsgType reply = tail->reply_type(f.header.type);
     const auto so = tail->reply_send_for(f);
     if (fwd) {  // a middle tier answering itself (no meta.then): in its session's order
@@ -484,14 +491,6 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
       for (auto& x : fails) failures.note(x);
       return;
     }
-    if (auto b = meta.find(protocol::meta_key::kSrvBatch);
-        b != meta.end() && std::get_if<int64_t>(&b->second) && std::get<int64_t>(b->second) > 1)
-      // A batch's replies are encoded one after another: each frame's own
-      // time runs to its own reply's encoding.
-      meta[protocol::meta_key::kSrvNs] =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-              .count() -
-          f.stats.last_segment_at_ns;
     auto st = so ? (*server)->send_with(peer, *so, reply, f.header.split, out, meta)
                  : (*server)->send(peer, reply, f.header.split, out, meta);
     if (!st) {

@@ -64,7 +64,9 @@ class SegmentExecutor {
   // one by one and compared (a value crossing the cut that does not carry the
   // batch on dimension 0, e.g. one computed from weights alone, would make the
   // stacked answers wrong): a segment whose answers differ runs unbatched from
-  // then on, said in notes(). Those comparison runs are outside every timing.
+  // then on, said in notes(). Those comparison runs come after the batch's
+  // tail_ns, inside that first batch's srv_ns. A batched run that fails, or
+  // whose outputs are not per sample, makes its segment run unbatched too.
   struct BatchItem {
     const protocol::Frame* frame = nullptr;
     std::chrono::steady_clock::time_point ready;
