@@ -36,6 +36,7 @@
 #include "wire/record.hpp"
 #include "agent/reject_log.hpp"
 #include "agent/roles.hpp"
+#include "agent/timing.hpp"
 #include "protocol/channel.hpp"
 #include "protocol/meta_keys.hpp"
 
@@ -478,10 +479,7 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     // The server's own time runs to here, just before its reply is handed
     // on: a held set's later frames ran, and earlier replies were encoded,
     // after this frame's segment (server.batch).
-    meta[protocol::meta_key::kSrvNs] =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-            .count() -
-        f.stats.last_segment_at_ns;
+    meta[protocol::meta_key::kSrvNs] = ns_since(f.stats.last_segment_at_ns);
     const MsgType reply = tail->reply_type(f.header.type);
     const auto so = tail->reply_send_for(f);
     if (fwd) {  // a middle tier answering itself (no meta.then): in its session's order
@@ -602,10 +600,7 @@ int serve(const AgentOptions& opt, ControlOut& ctl, const std::unique_ptr<TailHa
     Bundle out;
     Meta meta;
     meta[protocol::meta_key::kSrvDecodeNs] = f.stats.total_ns;
-    meta[protocol::meta_key::kSrvNs] = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                           std::chrono::steady_clock::now().time_since_epoch())
-                                           .count() -
-                                       f.stats.last_segment_at_ns;
+    meta[protocol::meta_key::kSrvNs] = ns_since(f.stats.last_segment_at_ns);
     meta[protocol::meta_key::kSrvRawBytes] = static_cast<int64_t>(f.stats.raw_bytes);
     meta[protocol::meta_key::kSrvWireBytes] = static_cast<int64_t>(f.stats.wire_bytes);
     if (f.header.meta.count("echo")) out = f.tensors;

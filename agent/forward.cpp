@@ -209,7 +209,7 @@ UpAnswer Forwarder::reply_of(Pending& p, const Frame& reply, std::vector<Error>&
   a.meta[meta_key::kFwdReplyBytes] = static_cast<int64_t>(reply.stats.wire_bytes);
   a.meta[meta_key::kReqSeq] = static_cast<int64_t>(p.up_seq);
   // From the request's last segment here to just before the reply is encoded.
-  a.meta[meta_key::kSrvNs] = ns_between(Clock::time_point(std::chrono::nanoseconds(p.arrived_ns)), Clock::now());
+  a.meta[meta_key::kSrvNs] = ns_since(p.arrived_ns);
   // Every device nests the next one's keys: a chain long enough passes the
   // receiver's meta limit, and the requester gets the reason, not a reply it must refuse.
   if (a.meta.size() > Limits{}.max_meta) {

@@ -169,6 +169,7 @@ Result<std::optional<SegmentExecutor::Ran>> SegmentExecutor::run_stacked(const S
     for (const auto& o : out) r.outs[i].push_back({o.name, o.tensor.narrow(0, at, rows[i])});
     at += rows[i];
   }
+  r.rows = std::move(rows);
   return std::optional<Ran>(std::move(r));
 }
 
@@ -200,8 +201,7 @@ Result<std::pair<Bundle, Meta>> SegmentExecutor::make_reply(const Frame& f, cons
   if (seg.has_last) meta[protocol::meta_key::kLast] = static_cast<int64_t>(seg.last);
   if (!srv_energy.empty()) meta[protocol::meta_key::kSrvEnergy] = srv_energy;
   // From the request's last segment to here, just before the reply is encoded.
-  meta[protocol::meta_key::kSrvNs] =
-      ns_between(Clock::time_point(std::chrono::nanoseconds(f.stats.last_segment_at_ns)), Clock::now());
+  meta[protocol::meta_key::kSrvNs] = ns_since(f.stats.last_segment_at_ns);
   return std::make_pair(std::move(*pb), std::move(meta));
 }
 
@@ -285,16 +285,11 @@ std::vector<Result<std::pair<Bundle, Meta>>> SegmentExecutor::handle_batch(const
     return res;
   }
   const Ran& r = **ran;
-  int64_t total_rows = 0;
-  std::vector<int64_t> rows;
-  for (size_t i : group) {
-    rows.push_back(rows_of(ins[i]));
-    total_rows += rows.back();
-  }
+  const int64_t total_rows = std::accumulate(r.rows.begin(), r.rows.end(), int64_t{0});
   for (size_t g = 0; g < group.size(); ++g) {
     const size_t i = group[g];
     res[i] = make_reply(*items[i].frame, segs[i], items[i].ready, r, r.outs[g], group.size(),
-                        total_rows > 0 ? static_cast<double>(rows[g]) / static_cast<double>(total_rows)
+                        total_rows > 0 ? static_cast<double>(r.rows[g]) / static_cast<double>(total_rows)
                                        : 1.0 / static_cast<double>(group.size()));
   }
   return res;

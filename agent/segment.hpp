@@ -89,6 +89,7 @@ class SegmentExecutor {
   // stacked or the outputs split back.
   struct Ran {
     std::vector<experiments::Bundle> outs;  // per item
+    std::vector<int64_t> rows;              // a stacked run: each item's samples (dimension 0)
     int64_t tail_ns = 0;
     std::vector<wire::EnergyRecord> energy;  // the whole run's rows
     std::chrono::steady_clock::time_point t0;
