@@ -19,7 +19,9 @@ MODEL is one of
 is a torchvision model's own crop size; a class of your own needs it.
 
 Writes
-  OUT.pt            torch.jit.trace(model.eval(), example).save(OUT.pt)
+  OUT.pt            torch.jit.trace(model.eval(), example).save(OUT.pt), with the
+                    input shape it was traced at (extra file tracr/input_shape,
+                    tracr's default input_size for the file)
   OUT.preset.yaml   (torchvision models) the preprocessing its weights expect,
                     read from the weights enum's transforms() (--preset picks
                     the enum entry; DEFAULT otherwise): input_size and
@@ -36,6 +38,7 @@ and fails when they disagree.
 import argparse
 import ast
 import difflib
+import inspect
 import importlib
 import importlib.util
 import os
@@ -145,6 +148,9 @@ def build_model(spec, kwargs, has_weights):
             kwargs.setdefault("transform_input", True)
         if spec in ("googlenet", "inception_v3"):
             kwargs.setdefault("init_weights", False)  # no scipy-based init when weights replace it
+        if "weights_backbone" in inspect.signature(torchvision.models.get_model_builder(spec)).parameters:
+            # segmentation and detection models: torchvision would download ImageNet backbone weights
+            kwargs.setdefault("weights_backbone", None)
         try:
             return torchvision.models.get_model(spec, weights=None, **kwargs), spec
         except TypeError as e:
@@ -256,13 +262,16 @@ def first_line(e):
 
 
 def flat_outputs(out, where="output"):
-    """The tensors of a model's output (a tensor, or tuples/lists of them)."""
+    """The tensors of a model's output (a tensor, tuples/lists of them, or a dict of them by string key,
+    as torchvision's segmentation models return: tracr names each output by its key)."""
     if isinstance(out, torch.Tensor):
         return [out]
     if isinstance(out, (tuple, list)):
         return [t for o in out for t in flat_outputs(o, where)]
-    raise ExportError(f"the model's {where} is a {type(out).__name__}; tracr takes tensors and tuples/lists of "
-                      "them (wrap the model so forward returns those, e.g. out['out'] of a dict)")
+    if isinstance(out, dict) and all(isinstance(k, str) for k in out):
+        return [t for o in out.values() for t in flat_outputs(o, where)]
+    raise ExportError(f"the model's {where} is a {type(out).__name__}; tracr takes tensors, tuples/lists of "
+                      "them and dicts of them by string key (wrap the model so forward returns those)")
 
 
 def trace(model, x, label):
@@ -272,7 +281,8 @@ def trace(model, x, label):
             with torch.no_grad():
                 eager = model(x)
             flat_outputs(eager)
-            traced = torch.jit.trace(model, x, check_trace=False)
+            # strict=False: a dict output (torchvision's segmentation models) is traced as one
+            traced = torch.jit.trace(model, x, check_trace=False, strict=not isinstance(eager, dict))
         except ExportError:
             raise
         except Exception as e:
@@ -349,7 +359,9 @@ def main(argv=None):
         for n in notes:
             print(f"warning: tracing records one path; data-dependent control flow is removed: {n}", file=sys.stderr)
         check_other_inputs(model, traced, shape, a.seed, a.model)
-        traced.save(a.out)
+        # The size it was traced at, for tracr's default input (an experiment without input_size,
+        # `tracrctl profile` without --input-shape): a file inside the archive, ignored by PyTorch.
+        traced.save(a.out, _extra_files={"tracr/input_shape": ",".join(map(str, shape))})
         print(f"wrote {a.out} ({a.model}, input [{', '.join(map(str, shape))}], "
               f"{sum(p.numel() for p in model.parameters())} parameters, "
               f"{'weights ' + a.weights if a.weights else 'random weights'})")

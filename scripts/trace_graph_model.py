@@ -7,10 +7,11 @@ and python3-torchvision; random init, no downloads).
 writes OUT_DIR/NAME@H.pt for each NAME (input H x H; default 224, 299 for
 inception_v3); one Python start for many models.
 
-NAME is a torchvision classification model (resnet50, vit_b_16, ...) or
+NAME is a torchvision classification or segmentation model (resnet50,
+vit_b_16, lraspp_mobilenet_v3_large: a dict output, traced with strict=False) or
 "yolo_like": a small YOLO-style detector defined here (a multi-scale backbone,
 a concatenating FPN/PAN neck and a tuple of three head outputs), or one of the
-small test modules below (view_inplace, two_inputs, flatten_int, cat_list, batch_mean; script_if,
+small test modules below (view_inplace, two_inputs, flatten_int, cat_list, size_late, batch_mean; script_if,
 which is scripted, not traced). The model is put in eval mode, traced at batch 1
 and saved with torch.jit.save.
 Exit status 0 on success; 3 when torch.jit.trace refused a model (the
@@ -118,6 +119,22 @@ class FlattenInt(nn.Module):
         return self.fc(y.view(y.size(0), -1))
 
 
+class SizeLate(nn.Module):
+    """A strided convolution, a 1x1 convolution, then a bilinear upsample to
+    the input's height and width (LR-ASPP's last step): after the first
+    convolution the input is read only for its size, so it crosses as its
+    shape, "input:shape" int64 [4] (PROTOCOL.md 3.4 and its section 9 vector)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 4, 3, 2, 1)
+        self.c2 = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x):
+        y = self.c2(torch.relu(self.c1(x)))
+        return nn.functional.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
 class CatList(nn.Module):
     """Two 1x1 convolutions whose outputs are concatenated, then a third: at
     node granularity the cut between prim::ListConstruct and aten::cat sends
@@ -190,6 +207,8 @@ def build(name, size):
         return FlattenInt()
     if name == "cat_list":
         return CatList()
+    if name == "size_late":
+        return SizeLate()
     if name == "batch_mean":
         return BatchMean()
     if name == "script_if":
@@ -199,6 +218,8 @@ def build(name, size):
         kwargs["image_size"] = size[0]
     if name in ("googlenet", "inception_v3"):
         kwargs["init_weights"] = True
+    if name in torchvision.models.list_models(module=torchvision.models.segmentation):
+        kwargs["weights_backbone"] = None  # nothing is downloaded
     return torchvision.models.get_model(name, weights=None, **kwargs)
 
 
@@ -220,7 +241,9 @@ def main():
             x = (x, torch.rand(1))
         try:
             with torch.no_grad():
-                t = torch.jit.script(m) if name.startswith("script_") else torch.jit.trace(m, x, check_trace=False)
+                # strict=False: a segmentation model returns a dict {"out": ...}
+                t = (torch.jit.script(m) if name.startswith("script_")
+                     else torch.jit.trace(m, x, check_trace=False, strict=False))
         except Exception as e:  # noqa: BLE001 - report any refusal of the tracer
             print(f"{name}: torch.jit.trace refused: {e}".splitlines()[0], file=sys.stderr)
             status = 3

@@ -11,7 +11,12 @@
 // at or after it (skip connections, several live tensors, sizes). Constants
 // never cross: each segment re-creates the ones it uses. Integers, floats and
 // bools cross as 0-dim tensors (PROTOCOL.md 3.4); lists and tuples as their
-// elements, rebuilt on the receiving side. A split where two crossing values
+// elements, rebuilt on the receiving side. A tensor used at and after a cut
+// only for its metadata (aten::size, dim, numel, len, its dtype or device:
+// LR-ASPP's input, read at the end for the final interpolate's size) crosses
+// as its shape, a 1-D int64 tensor "NAME:shape"; the receiver rebuilds an
+// uninitialised tensor of that shape and dtype for those reads (#46 item 3).
+// A split where two crossing values
 // may share memory (a view) and the tail writes one of them in place is
 // refused with the reason: sent as separate tensors they would not share it.
 //
@@ -35,6 +40,7 @@
 #include <list>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -59,6 +65,14 @@ std::string error_line(const std::exception& ex) {
 }
 
 std::string kind_name(tj::Node* n) { return n->kind().toUnqualString(); }
+
+// A use that reads only a tensor's metadata, never its values.
+bool metadata_use(const tj::Use& u) {
+  static const c10::Symbol numel = c10::Symbol::fromQualString("aten::numel");
+  const auto k = u.user->kind();
+  return u.offset == 0 && (k == c10::aten::size || k == c10::aten::dim || k == numel || k == c10::aten::len ||
+                           k == c10::prim::dtype || k == c10::prim::device);
+}
 
 // How a crossing value travels: as tensors (its leaves).
 struct Wire {
@@ -191,6 +205,21 @@ struct Cloner {
       }
     }
   }
+  // A tensor crossing as its shape: one 1-D int64 input, its elements the
+  // sizes of an uninitialised tensor of dtype `dt` on `dev`.
+  tj::Value* shape_input(int64_t rank, c10::ScalarType dt, c10::Device dev) {
+    tj::Value* in = g->addInput();
+    in->setType(c10::TensorType::get());
+    std::vector<tj::Value*> dims;
+    for (int64_t i = 0; i < rank; ++i)
+      dims.push_back(g->insert(c10::aten::Int, {g->insert(c10::aten::select, {in, int64_t{0}, i})}));
+    tj::Value* sizes = g->appendNode(g->createList(c10::IntType::get(), dims))->output();
+    return g->insert(c10::aten::empty, {sizes}, {tj::NamedValue("dtype", dt), tj::NamedValue("device", dev)});
+  }
+  void shape_output(tj::Value* v, std::vector<tj::Value*>& slots) {
+    tj::Value* sizes = g->insert(c10::aten::size, {v});
+    slots.push_back(g->insert(c10::aten::tensor, {sizes}, {tj::NamedValue("dtype", c10::ScalarType::Long)}));
+  }
   void finish(const std::vector<tj::Value*>& outs) {
     g->registerOutput(g->appendNode(g->createTuple(outs))->output());
   }
@@ -223,6 +252,18 @@ class GraphEngine : public SplitModel::Engine {
   std::vector<GLayer> layers;
   std::vector<std::vector<tj::Value*>> cross;   // per split k, in crossing order
   std::unordered_map<tj::Value*, Wire> wires;    // per crossing value
+  struct ShapeOnly {
+    int from;  // the first split after which only the tensor's metadata is read
+    int64_t rank;
+    c10::ScalarType dtype;
+  };
+  std::unordered_map<tj::Value*, ShapeOnly> shape_only;
+  c10::Device device = c10::kCPU;
+  // Whether `v`, crossing split k, crosses as its shape only.
+  bool shaped(tj::Value* v, int k) const {
+    auto it = shape_only.find(v);
+    return it != shape_only.end() && k >= it->second.from;
+  }
 
   Result<std::vector<at::Tensor>> run(int a, int b, std::vector<at::Tensor> in) const override {
     if (a == b) return in;
@@ -246,11 +287,24 @@ class GraphEngine : public SplitModel::Engine {
   // The graph of [a, b) with crossing(a) leaves in and crossing(b) leaves out.
   std::shared_ptr<tj::Graph> segment_graph(int a, int b) const {
     Cloner c;
-    for (tj::Value* v : cross[a]) c.map[v] = c.wire_input(wires.at(v));
+    for (tj::Value* v : cross[a]) {
+      if (shaped(v, a)) {
+        const auto& so = shape_only.at(v);
+        c.map[v] = c.shape_input(so.rank, so.dtype, device);
+      } else {
+        c.map[v] = c.wire_input(wires.at(v));
+      }
+    }
     for (int i = a; i < b; ++i)
       for (tj::Node* n : layers[i].nodes) c.clone(n);
     std::vector<tj::Value*> slots;
-    for (tj::Value* v : cross[b]) c.wire_output(c.lookup(v), wires.at(v), slots);
+    for (tj::Value* v : cross[b]) {
+      if (shaped(v, b)) {
+        c.shape_output(c.lookup(v), slots);
+      } else {
+        c.wire_output(c.lookup(v), wires.at(v), slots);
+      }
+    }
     c.finish(slots);
     if (optimize) {
       tj::OptimizeFrozenGraph(c.g, true);
@@ -374,8 +428,10 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
   if (std::filesystem::is_directory(st))
     return make_error(Errc::io, path + ": is a directory; torchscript: names a TorchScript file (.pt)");
   tj::Module root;
+  // scripts/export_model.py records the shape it traced at: the default input.
+  tj::ExtraFilesMap extra{{"tracr/input_shape", ""}};
   try {
-    root = tj::load(path, *dev);
+    root = tj::load(path, *dev, extra);
   } catch (const std::exception& ex) {
     const std::string why = error_line(ex);
     // torch.save's files (a state dict, a pickled model) are zip archives too, without TorchScript's code.
@@ -410,6 +466,7 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
   auto eng = std::make_shared<GraphEngine>();
   eng->name = name;
   eng->optimize = cfg.optimize;
+  eng->device = *dev;
   try {
     tj::Module frozen = tj::freeze_module(root);
     eng->graph = frozen.get_method("forward").graph()->copy();
@@ -441,16 +498,30 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
                                           " outputs");
 
   // Model outputs: a returned tuple or list built at the top level is
-  // returned as its elements.
+  // returned as its elements; a dict (a torchvision segmentation model traced
+  // with strict=False) as its values, each named by its key (#46 item 5).
   tj::Block* top = g.block();
   std::vector<tj::Value*> outputs{g.outputs()[0]};
+  std::unordered_map<tj::Value*, std::string> out_key;
   tj::Node* out_pack = nullptr;
   {
     tj::Node* p = outputs[0]->node();
-    if ((p->kind() == c10::prim::TupleConstruct || p->kind() == c10::prim::ListConstruct) &&
-        p->owningBlock() == top && outputs[0]->uses().size() == 1) {
+    const bool packs = p->kind() == c10::prim::TupleConstruct || p->kind() == c10::prim::ListConstruct ||
+                       p->kind() == c10::prim::DictConstruct;
+    if (packs && p->owningBlock() == top && outputs[0]->uses().size() == 1) {
       out_pack = p;
       outputs.assign(p->inputs().begin(), p->inputs().end());
+    }
+    if (out_pack && p->kind() == c10::prim::DictConstruct) {
+      outputs.clear();
+      for (size_t i = 0; i + 1 < p->inputs().size(); i += 2) {
+        auto key = tj::toIValue(p->inputs()[i]);
+        if (!key || !key->isString())
+          return make_error(Errc::invalid_argument, path + ": forward returns a dict whose keys are not "
+                                                           "constant strings");
+        out_key.emplace(p->inputs()[i + 1], key->toStringRef());
+        outputs.push_back(p->inputs()[i + 1]);
+      }
     }
   }
   {
@@ -526,29 +597,33 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
 
   // Crossing values: defined in layer L (the input: -1), last used in layer U
   // (a model output: N); they cross split k when L < k <= U.
+  // `real`: the last layer that reads its values, not only its metadata.
   struct Life {
     int def, last;
     size_t order;
+    int real;
   };
   std::unordered_map<tj::Value*, Life> life;
   std::vector<tj::Value*> defined{eng->input};
-  life[eng->input] = {-1, -1, 0};
+  life[eng->input] = {-1, -1, 0, -1};
   for (int i = 0; i < n_layers; ++i)
     for (tj::Node* n : eng->layers[i].nodes)
       for (tj::Value* o : n->outputs()) {
-        life[o] = {i, -1, defined.size()};
+        life[o] = {i, -1, defined.size(), i};
         defined.push_back(o);
       }
   for (tj::Value* v : defined)
     for (const auto& u : v->uses()) {
       if (u.user == out_pack || u.user->kind() == c10::prim::Return) continue;
       auto it = layer_of.find(top_level(u.user, top));
-      if (it != layer_of.end()) life[v].last = std::max(life[v].last, it->second);
+      if (it == layer_of.end()) continue;
+      life[v].last = std::max(life[v].last, it->second);
+      if (!metadata_use(u)) life[v].real = std::max(life[v].real, it->second);
     }
   for (tj::Value* v : outputs) {
     if (!life.count(v))
       return make_error(Errc::invalid_argument, path + ": forward returns a value it does not compute");
-    life[v].last = n_layers;
+    life[v].last = life[v].real = n_layers;
   }
   eng->cross.assign(n_layers + 1, {});
   for (int k = 0; k < n_layers; ++k)
@@ -558,9 +633,21 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
 
   // Probe: one run at batch 1 recording every crossing value (and the output
   // of every convolution and linear layer, for MACs).
+  std::vector<int64_t> traced_at;
+  {
+    std::stringstream ss(extra["tracr/input_shape"]);
+    std::string d;
+    while (std::getline(ss, d, ','))
+      if (!d.empty() && d.find_first_not_of("0123456789") == std::string::npos && d.size() < 10)
+        traced_at.push_back(std::stoll(d));
+  }
   std::vector<int64_t> in_shape{1};
-  const std::vector<int64_t> sample = cfg.input_shape.empty() ? std::vector<int64_t>{3, 224, 224}
-                                                              : cfg.input_shape;
+  const std::vector<int64_t> sample = !cfg.input_shape.empty() ? cfg.input_shape
+                                      : !traced_at.empty()     ? traced_at
+                                                               : std::vector<int64_t>{3, 224, 224};
+  const std::string traced_hint =
+      traced_at.empty() ? " (set input_size to the shape the model was traced at)"
+                        : " (it was traced at " + shape_str(traced_at) + ": set input_size to that)";
   in_shape.insert(in_shape.end(), sample.begin(), sample.end());
   std::vector<tj::Value*> probe_vals;
   {
@@ -622,11 +709,11 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
                               path + ": the graph cannot take input " + shape_str(in_shape) +
                                   ": node " + n->kind().toQualString() + " in layer '" + l.name +
                                   "' (" + l.type + ") fails on inputs (" + shapes +
-                                  "): " + error_line(ex) + " (set input_size to the shape the model was traced at)");
+                                  "): " + error_line(ex) + traced_hint);
           }
         }
       return make_error(Errc::invalid_argument, path + ": the graph cannot take input " +
-                                                    shape_str(in_shape) + ": " + failure);
+                                                    shape_str(in_shape) + ": " + failure + traced_hint);
     }
   }
 
@@ -652,6 +739,18 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
       return make_error(Errc::invalid_argument, path + ": " +
                                                     (k == 0 ? std::string("the input") : "an output") +
                                                     " cannot be sent: " + refusal[k]);
+  // A tensor read after some cut only for its metadata crosses there as its
+  // shape (never at split 0: the input is what the participant has).
+  for (tj::Value* v : defined) {
+    const Life& l = life[v];
+    auto w = eng->wires.find(v);
+    if (l.real >= l.last || w == eng->wires.end() || w->second.kind != Wire::tensor ||
+        !seen_vals.count(v) || !seen_vals[v].isTensor())
+      continue;
+    const at::Tensor t = seen_vals[v].toTensor();
+    if (t.layout() != c10::kStrided || t.is_quantized()) continue;
+    eng->shape_only[v] = {std::max(l.real + 1, 1), t.dim(), t.scalar_type()};
+  }
   auto probe_tensors = [&](tj::Value* v) {
     std::vector<at::Tensor> out;
     std::function<void(const c10::IValue&)> walk = [&](const c10::IValue& iv) {
@@ -680,6 +779,8 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
           // Alias analysis is conservative about list elements (a chunk
           // into a list): the probe's tensors say whether the two really
           // share storage (a trace runs the same ops, so the same views).
+          // A value crossing as its shape carries no data to share.
+          if (eng->shaped(c[i], k) || eng->shaped(c[j], k)) continue;
           if (!db.mayContainAlias(c[i], c[j]) || !share_storage(c[i], c[j])) continue;
           tj::ValueSet vs{c[i], c[j]};
           for (int t = k; t < n_layers && refusal[k].empty(); ++t)
@@ -699,6 +800,7 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
   m->input_shape_ = sample;
   m->execution_ = cfg.optimize ? "graph-optimized" : "graph";
   std::unordered_map<tj::Value*, std::vector<int>> leaf_ids;
+  std::unordered_map<tj::Value*, int> shape_id;  // the "NAME:shape" tensor of a shape-only crossing
   std::map<int, int> per_layer;  // crossing values named so far per defining layer
   auto fill = [&](TensorSpec& s, const at::Tensor& t) -> Status {
     auto dt = to_protocol_dtype(t.scalar_type());
@@ -712,7 +814,9 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
     if (!eng->wires.count(v) || v->node()->kind() == c10::prim::Constant) continue;
     const int L = life[v].def;
     std::string base = "input";
-    if (L >= 0) {
+    if (out_key.count(v)) {
+      base = out_key[v];  // a dict output: its key
+    } else if (L >= 0) {
       // A layer's first crossing value is named after the layer, later ones
       // get ":1", ":2" (layer names use "#" for repeats).
       const int c = per_layer[L]++;
@@ -749,11 +853,28 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
       m->value_specs_.push_back(std::move(s));
       leaf_ids[v].push_back(id);
     }
+    if (auto so = eng->shape_only.find(v); so != eng->shape_only.end()) {
+      TensorSpec s;
+      s.name = base + ":shape";
+      s.dtype = protocol::DType::int64;
+      s.shape = {so->second.rank};
+      s.bytes = 8 * so->second.rank;
+      const int id = static_cast<int>(m->value_specs_.size());
+      if (!m->value_ids_.emplace(s.name, id).second)
+        return make_error(Errc::internal, path + ": two crossing tensors named '" + s.name + "'");
+      m->value_specs_.push_back(std::move(s));
+      shape_id[v] = id;
+    }
   }
   m->crossing_ids_.assign(n_layers + 1, {});
   for (int k = 0; k <= n_layers; ++k)
-    for (tj::Value* v : eng->cross[k])
-      for (int id : leaf_ids[v]) m->crossing_ids_[k].push_back(id);
+    for (tj::Value* v : eng->cross[k]) {
+      if (eng->shaped(v, k)) {
+        m->crossing_ids_[k].push_back(shape_id.at(v));
+      } else {
+        for (int id : leaf_ids[v]) m->crossing_ids_[k].push_back(id);
+      }
+    }
   for (tj::Value* v : outputs)
     for (int id : leaf_ids[v]) {
       m->output_names_.push_back(m->value_specs_[id].name);
@@ -787,7 +908,9 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
           if (v->node()->kind() == c10::prim::Constant) {
             continue;
           } else if (life.count(v) && life[v].def < i) {
-            for (int id : leaf_ids[v])
+            std::vector<int> ids = leaf_ids[v];
+            if (eng->shaped(v, i)) ids = {shape_id.at(v)};
+            for (int id : ids)
               if (ins.insert(m->value_specs_[id].name).second)
                 li.inputs.push_back(m->value_specs_[id].name);
           }

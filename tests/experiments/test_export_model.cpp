@@ -132,6 +132,16 @@ TEST(ExportModel, NonImageModelsFromAUsersFileLoadAndSplit) {
       exp + " nets.py:TinyTransformer tt.pt --input-shape 12,32 --arg layers=1 --reference tt.ref.pt", dir.path());
   ASSERT_EQ(r.first, 0) << r.second;
   expect_matches_python(dir.file("tt.pt"), dir.file("tt.ref.pt"), "transformer on [12, 32]");
+  // The file records the shape it was traced at: with no input_size (an
+  // experiment without one, `profile` without --input-shape) that is the
+  // model's input, not [3, 224, 224] (#46 item 6).
+  {
+    ModelConfig dflt;
+    dflt.device = "cpu";
+    auto t = create_model("torchscript:" + dir.file("tt.pt"), dflt);
+    ASSERT_TRUE(t.ok()) << t.error().str();
+    EXPECT_EQ((*t)->input_shape(), (std::vector<int64_t>{12, 32}));
+  }
 
   // The MLP is an nn.Sequential: `torchscript:` splits it at a [4] input,
   // head then tail equal to the whole at every cut.

@@ -38,6 +38,8 @@ std::vector<at::Tensor> leaves(const c10::IValue& v) {
     for (const auto& e : v.toTupleRef().elements()) add(e);
   if (v.isList())
     for (const auto& e : v.toListRef()) add(e);
+  if (v.isGenericDict())
+    for (const auto& e : v.toGenericDict()) add(e.value());
   return out;
 }
 
@@ -54,6 +56,15 @@ bool same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
         !torch::equal(a[i], b[i]))
       return false;
   return true;
+}
+
+// A traced file as a graph model at input [3, side, side], unoptimized (the traced ops bit for bit).
+Result<std::unique_ptr<SplitModel>> exact_model(const std::string& file, int64_t side) {
+  ModelConfig cfg;
+  cfg.input_shape = {3, side, side};
+  cfg.device = "cpu";
+  cfg.optimize = false;
+  return create_model("torchscript:" + file, cfg);
 }
 
 Bundle clone(const Bundle& b) {
@@ -196,11 +207,7 @@ INSTANTIATE_TEST_SUITE_P(
 // every cut gives the module's output bit for bit.
 TEST(GraphModel, AScriptedIfIsOneLayerNamedAfterWhatItCalls) {
   const std::string file = traced("script_if@16");
-  ModelConfig cfg;
-  cfg.input_shape = {3, 16, 16};
-  cfg.device = "cpu";
-  cfg.optimize = false;
-  auto m = create_model("torchscript:" + file, cfg);
+  auto m = exact_model(file, 16);
   ASSERT_TRUE(m.ok()) << m.error().str();
   std::vector<std::string> names, types;
   for (const auto& l : (*m)->layers()) {
@@ -244,6 +251,51 @@ TEST(GraphModel, DetectorOutputsAreABundleOfThreeLevels) {
   size_t most = 0;
   for (int k = 0; k <= (*m)->num_layers(); ++k) most = std::max(most, (*m)->crossing(k).size());
   EXPECT_GE(most, 3u);
+}
+
+// A torchvision segmentation model as-is (#46 items 3 and 5): LR-ASPP returns
+// a dict {"out": ...} (traced with strict=False), taken as the output "out";
+// its input is read at the end only for the final upsample's size, so after
+// the first layer it crosses as its shape ("input:shape", 32 bytes), not as
+// its 49,152 bytes at 64x64. Head then tail equals the module bit for bit at
+// a spread of cuts, at batch 2 (the shape carries the batch).
+TEST(GraphModel, ASegmentationDictOutputIsNamedByKeyAndAShapeOnlyInputCrossesAsItsShape) {
+  const std::string file = traced("lraspp_mobilenet_v3_large@64");
+  ASSERT_TRUE(std::filesystem::exists(file)) << "tracing lraspp_mobilenet_v3_large failed";
+  auto m = exact_model(file, 64);
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  EXPECT_EQ((*m)->output_names(), std::vector<std::string>{"out"});
+  const int n = (*m)->num_layers();
+  ASSERT_GT(n, 100);
+  EXPECT_EQ((*m)->crossing(0).at(0).name, "input");
+  for (int k = 1; k < n; ++k) {
+    bool values = false, shape = false;
+    for (const auto& t : (*m)->crossing(k)) {
+      values |= t.name == "input";
+      shape |= t.name == "input:shape";
+      if (t.name == "input:shape") {
+        EXPECT_EQ(t.shape, std::vector<int64_t>{4});
+        EXPECT_EQ(t.bytes, 32);
+      }
+    }
+    EXPECT_FALSE(values) << "split " << k << " ('" << (*m)->layers()[k - 1].name << "') sends the input's values";
+    EXPECT_TRUE(shape) << "split " << k << " does not send the input's shape";
+  }
+  torch::NoGradGuard ng;
+  torch::manual_seed(5);
+  const at::Tensor x = torch::rand({2, 3, 64, 64});
+  auto mod = torch::jit::load(file);
+  mod.eval();
+  const auto ref = leaves(mod.forward({x}));
+  ASSERT_EQ(ref.size(), 1u);
+  for (int k : {1, n / 4, n / 2, n - 3, n - 1}) {
+    ASSERT_TRUE((*m)->split_refusal(k).empty()) << (*m)->split_refusal(k);
+    auto head = (*m)->run(0, k, SplitModel::input_bundle(x));
+    ASSERT_TRUE(head.ok()) << head.error().str();
+    auto tail = (*m)->run(k, n, *head);
+    ASSERT_TRUE(tail.ok()) << tail.error().str();
+    EXPECT_TRUE(same(tensors(*tail), ref)) << "split " << k << " ('" << (*m)->layers()[k - 1].name << "')";
+  }
 }
 
 TEST(GraphModel, ClassifierLayersCarryParamsAndMacs) {

@@ -194,6 +194,24 @@ TEST(ModelVectors, AnIntegerCrossingAGraphCutMatchesTheSpec) {
   check_graph_cut(check, **m, "flatten_int", "int_split", k);
 }
 
+// A graph model whose cut carries a tensor's shape only (PROTOCOL.md 3.4, #46 item 3): size_late (scripts/
+// trace_graph_model.py: a strided convolution, a 1x1 convolution, a bilinear upsample to the input's height and
+// width) at input [3, 4, 4], node granularity, optimize false, first cut after which the input is read only for
+// its size: the input crosses as "input:shape", int64 [4], payload 1, 3, 4, 4, not as its 192 bytes of floats;
+// the tail rebuilds a tensor of that shape for the size reads and gives the unsplit module's output.
+TEST(ModelVectors, AShapeOnlyCrossingAGraphCutMatchesTheSpec) {
+  tracr::testing::SpecCheck check;
+  auto m = traced_test_module("size_late");
+  ASSERT_TRUE(m.ok()) << m.error().str();
+  int k = -1;
+  for (int i = 0; i <= (*m)->num_layers() && k < 0; ++i)
+    for (const auto& t : (*m)->crossing(i))
+      if (t.name == "input:shape") k = i;
+  ASSERT_GE(k, 0) << "no cut of size_late carries the input's shape";
+  for (const auto& t : (*m)->crossing(k)) EXPECT_NE(t.name, "input") << "the input's values cross split " << k;
+  check_graph_cut(check, **m, "size_late", "shape_split", k);
+}
+
 // A graph model whose cut carries a list (PROTOCOL.md 3.4: its elements NAME[0], NAME[1], in order, rebuilt by
 // the receiver): cat_list (scripts/trace_graph_model.py: two 1x1 convolutions concatenated, then a third) at
 // input [3, 4, 4], node granularity, optimize false, cut between prim::ListConstruct and aten::cat. The names,
