@@ -748,7 +748,8 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
         !seen_vals.count(v) || !seen_vals[v].isTensor())
       continue;
     const at::Tensor t = seen_vals[v].toTensor();
-    if (t.layout() != c10::kStrided || t.is_quantized()) continue;
+    // A 0-dim tensor is as small as its shape: it crosses as it is.
+    if (t.dim() == 0 || t.layout() != c10::kStrided || t.is_quantized()) continue;
     eng->shape_only[v] = {std::max(l.real + 1, 1), t.dim(), t.scalar_type()};
   }
   auto probe_tensors = [&](tj::Value* v) {
