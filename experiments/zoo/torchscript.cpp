@@ -811,6 +811,14 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
     s.bytes = t.numel() * static_cast<int64_t>(t.element_size());
     return {};
   };
+  // A named crossing tensor's id (names are unique).
+  auto add_spec = [&](TensorSpec s) -> Result<int> {
+    const int id = static_cast<int>(m->value_specs_.size());
+    if (!m->value_ids_.emplace(s.name, id).second)
+      return make_error(Errc::internal, path + ": two crossing tensors named '" + s.name + "'");
+    m->value_specs_.push_back(std::move(s));
+    return id;
+  };
   for (tj::Value* v : defined) {
     if (!eng->wires.count(v) || v->node()->kind() == c10::prim::Constant) continue;
     const int L = life[v].def;
@@ -848,11 +856,9 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
                                       : iv.isDouble() ? torch::tensor(iv.toDouble(), torch::kFloat64)
                                                       : torch::tensor(iv.toBool()));
       TRACR_TRY(fill(s, t));
-      const int id = static_cast<int>(m->value_specs_.size());
-      if (!m->value_ids_.emplace(s.name, id).second)
-        return make_error(Errc::internal, path + ": two crossing tensors named '" + s.name + "'");
-      m->value_specs_.push_back(std::move(s));
-      leaf_ids[v].push_back(id);
+      auto id = add_spec(std::move(s));
+      if (!id) return id.error();
+      leaf_ids[v].push_back(*id);
     }
     if (auto so = eng->shape_only.find(v); so != eng->shape_only.end()) {
       TensorSpec s;
@@ -860,11 +866,9 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
       s.dtype = protocol::DType::int64;
       s.shape = {so->second.rank};
       s.bytes = 8 * so->second.rank;
-      const int id = static_cast<int>(m->value_specs_.size());
-      if (!m->value_ids_.emplace(s.name, id).second)
-        return make_error(Errc::internal, path + ": two crossing tensors named '" + s.name + "'");
-      m->value_specs_.push_back(std::move(s));
-      shape_id[v] = id;
+      auto id = add_spec(std::move(s));
+      if (!id) return id.error();
+      shape_id[v] = *id;
     }
   }
   m->crossing_ids_.assign(n_layers + 1, {});
