@@ -633,13 +633,18 @@ Result<std::unique_ptr<SplitModel>> GraphModelBuilder::build(const std::string& 
 
   // Probe: one run at batch 1 recording every crossing value (and the output
   // of every convolution and linear layer, for MACs).
+  // All of it or nothing: a damaged record is not half a shape.
   std::vector<int64_t> traced_at;
   {
     std::stringstream ss(extra["tracr/input_shape"]);
     std::string d;
-    while (std::getline(ss, d, ','))
-      if (!d.empty() && d.find_first_not_of("0123456789") == std::string::npos && d.size() < 10)
-        traced_at.push_back(std::stoll(d));
+    while (std::getline(ss, d, ',')) {
+      if (d.empty() || d.size() > 9 || d.find_first_not_of("0123456789") != std::string::npos || std::stoll(d) == 0) {
+        traced_at.clear();
+        break;
+      }
+      traced_at.push_back(std::stoll(d));
+    }
   }
   std::vector<int64_t> in_shape{1};
   const std::vector<int64_t> sample = !cfg.input_shape.empty() ? cfg.input_shape
