@@ -90,6 +90,7 @@ Status finish_frame(PendingFrame& p, const Frame& f, const ex::SplitModel& model
   std::string result;
   if (model.task() == ex::ModelTask::classification && !outs->empty()) {
     TRACR_TRY(classify(p, (*outs)[0].tensor, dataset_names, topk, record_outputs));
+    if (!p.rec.outputs.empty()) p.rec.output_parts = {{(*outs)[0].name, {p.rec.outputs_shape[1]}}};
     result = p.rec.result;
   } else if (model.task() == ex::ModelTask::detection && model.detection_head()) {
     auto dets = ex::decode_detections(*outs, *model.detection_head(), p.transforms, dataset_names);
@@ -100,7 +101,8 @@ Status finish_frame(PendingFrame& p, const Frame& f, const ex::SplitModel& model
     }
   }
   // Raw outputs of any other model (a detector's levels, a graph model's
-  // tuple): each sample's outputs flattened and concatenated, as float32.
+  // tuple or dict): each sample's outputs flattened and concatenated, as
+  // float32, with each output's name and shape per sample to store it as it is.
   if (record_outputs && !p.rec.warmup && model.task() != ex::ModelTask::classification && !outs->empty()) {
     const int64_t batch = (*outs)[0].tensor.dim() > 0 ? (*outs)[0].tensor.size(0) : 0;
     std::vector<at::Tensor> flat;
@@ -111,6 +113,7 @@ Status finish_frame(PendingFrame& p, const Frame& f, const ex::SplitModel& model
                                       "stored per sample (set record.outputs: false)",
                                       o.name, fmt::join(o.tensor.sizes(), ", "), batch));
       flat.push_back(o.tensor.to(torch::kCPU, torch::kFloat).reshape({batch, -1}));
+      p.rec.output_parts.push_back({o.name, std::vector<int64_t>(o.tensor.sizes().begin() + 1, o.tensor.sizes().end())});
     }
     const at::Tensor all = torch::cat(flat, 1).contiguous();
     p.rec.outputs.assign(all.data_ptr<float>(), all.data_ptr<float>() + all.numel());

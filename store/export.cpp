@@ -19,13 +19,20 @@ using namespace tracr::core;  // the floors below, by their short names
 using settings::json_quote;
 
 Result<std::map<int, std::string>> cut_names(ResultsDb& db, int64_t run_id) {
-  // Split k cuts after layer k-1: its name, from the run's layer profiles.
+  // Split k cuts after layer k-1: its name, from the run's model_layers
+  // (runs recorded before 2026-12-06: from its layer profiles).
   std::map<int, std::string> out;
-  auto rows = db.rows("layer_profiles", run_id);
+  const char* table = "model_layers";
+  auto rows = db.rows(table, run_id);
   if (!rows) return rows.error();
+  if (rows->empty()) {
+    table = "layer_profiles";
+    rows = db.rows(table, run_id);
+    if (!rows) return rows.error();
+  }
   const TableInfo* t = nullptr;
   for (const auto& x : schema_tables())
-    if (x.name == "layer_profiles") t = &x;
+    if (x.name == table) t = &x;
   size_t idx = 0, name = 0;
   for (size_t i = 0; i < t->columns.size(); ++i) {
     if (t->columns[i].name == "layer_index") idx = i;
@@ -210,7 +217,7 @@ Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file) {
   };
   for (const char* table :
        {"runs", "devices", "probes", "summaries", "stage_stats", "accuracy", "energy_stats", "frames", "frame_topk",
-        "frame_hops", "outputs", "energy", "layer_profiles", "segment_profiles", "events"}) {
+        "frame_hops", "outputs", "energy", "model_layers", "layer_profiles", "segment_profiles", "events"}) {
     const std::string t = table;
     if (t == "summaries") {
       add(t, summaries + "]");

@@ -18,7 +18,7 @@ namespace tracr::store {
 Status export_run_csv(ResultsDb& db, int64_t run_id, const std::string& file);
 // Writes {"run": {...}, "devices": [...], "probes": [...], "summaries": [...],
 // "stage_stats": [...], "accuracy": [...], "frames": [...], "frame_topk": [...],
-// "outputs": [...], "layer_profiles": [...], "segment_profiles": [...],
+// "outputs": [...], "model_layers": [...], "layer_profiles": [...], "segment_profiles": [...],
 // "events": [...]} as JSON, every column of each. Error io naming the file.
 Status export_run_json(ResultsDb& db, int64_t run_id, const std::string& file);
 

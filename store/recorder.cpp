@@ -2,6 +2,7 @@
 #include "core/log.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cctype>
 #include <cerrno>
@@ -10,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <set>
 
 #include "wire/record.hpp"
 #include "protocol/crypto.hpp"
@@ -45,6 +48,12 @@ Error malformed_line(const std::string& role, const std::string& device, const s
   return make_error(e.code, fmt::format("{} agent on {} sent a malformed {}: {}", role, device, kind, e.message));
 }
 
+// "'out' [21, 8, 8], 'aux' [21, 8, 8]": output tensors for a message.
+std::string parts_text(const std::vector<FrameRecord::OutputPart>& parts) {
+  std::string o;
+  for (const auto& p : parts) o += fmt::format("{}'{}' [{}]", o.empty() ? "" : ", ", p.name, fmt::join(p.shape, ", "));
+  return o;
+}
 }  // namespace
 
 Status Recorder::on_message(const std::string& device, wire::AgentRole agent_role, const wire::ControlMsg& m) {
@@ -145,11 +154,20 @@ Status Recorder::on_frame(const std::string& device, const std::string& role, co
   if (auto t = m.get_int("total")) total_ = *t;
   if (!r.outputs.empty() && r.ok && !r.warmup) {
     if (r.outputs_shape.size() != 2)
-      return malformed(make_error(Errc::field_type, "outputs_shape must be samples,classes"));
+      return malformed(make_error(Errc::field_type, "outputs_shape must be samples,values"));
+    // An older agent names no parts: one unnamed output of all the values.
+    if (r.output_parts.empty()) r.output_parts = {{"", {r.outputs_shape[1]}}};
     auto it = outputs_.find({device, r.split, r.codec});
-    if (it != outputs_.end() && it->second.cols != r.outputs_shape[1])
-      return malformed(make_error(Errc::field_type, fmt::format("outputs: {} classes after {} in earlier frames",
-                                                                r.outputs_shape[1], it->second.cols)));
+    if (it != outputs_.end()) {
+      std::vector<FrameRecord::OutputPart> before;
+      for (const auto& f : it->second.files) before.push_back(f.part);
+      if (before != r.output_parts)
+        return malformed(make_error(Errc::field_type, fmt::format("outputs: tensors {} after {} in earlier frames "
+                                                                  "(an output whose shape changes from frame to "
+                                                                  "frame cannot be stored; set record.outputs: "
+                                                                  "false)",
+                                                                  parts_text(r.output_parts), parts_text(before))));
+    }
     if (auto st = append_outputs(device, r); !st && write_error_.empty()) write_error_ = st.error().str();
   }
   r.outputs.clear();
@@ -229,12 +247,22 @@ std::string file_part(const std::string& s) {
 }
 
 // NumPy format 1.0: magic, version, header length, a dict padded with spaces
-// to a fixed 128 bytes in all (so it can be written first as a placeholder
-// and filled in when the number of rows is known), then the data.
-constexpr size_t kNpyHeader = 128;
-std::string npy_header(int64_t rows, int64_t cols) {
-  std::string dict = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", rows, cols);
-  dict.append(kNpyHeader - 10 - dict.size() - 1, ' ');
+// to a multiple of 64 bytes in all, then the data. The length is fixed when
+// the file is opened (room for any row count), so the header can be written
+// first as a placeholder and filled in when the number of rows is known.
+std::string npy_dict(int64_t rows, const std::vector<int64_t>& shape) {
+  std::string dims = std::to_string(rows);
+  for (auto d : shape) dims += ", " + std::to_string(d);
+  if (shape.empty()) dims += ",";  // a 1-tuple
+  return fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), }}", dims);
+}
+size_t npy_header_size(const std::vector<int64_t>& shape) {
+  const size_t need = 10 + npy_dict(std::numeric_limits<int64_t>::max(), shape).size() + 1;
+  return (need + 63) / 64 * 64;
+}
+std::string npy_header(int64_t rows, const std::vector<int64_t>& shape, size_t size) {
+  std::string dict = npy_dict(rows, shape);
+  dict.append(size - 10 - dict.size() - 1, ' ');
   dict += '\n';
   std::string o = "\x93NUMPY";
   o += '\x01';
@@ -252,31 +280,60 @@ Status Recorder::append_outputs(const std::string& device, const FrameRecord& r)
   OutputAcc& acc = it->second;
   if (fresh) {
     acc.cols = r.outputs_shape[1];
-    acc.rel = (outputs_dir(db_.path(), run_id_) /
-               fmt::format("{}_split{}_{}.npy", file_part(device), r.split, file_part(r.codec)))
-                  .string();
-    std::error_code ec;
-    fs::create_directories((base / acc.rel).parent_path(), ec);
-    if (ec) return make_error(Errc::io, fmt::format("record.outputs: cannot create {}: {}",
-                                                    (base / acc.rel).parent_path().string(), ec.message()));
-    const std::string part = (base / acc.rel).string() + ".part";
-    acc.file.reset(std::fopen(part.c_str(), "w+b"), [](std::FILE* f) { if (f) std::fclose(f); });
-    if (!acc.file) return make_error(Errc::io, fmt::format("record.outputs: cannot write {}: {}", part, std::strerror(errno)));
-    const std::string h = npy_header(0, acc.cols);  // rows filled in by write_outputs
-    if (std::fwrite(h.data(), 1, h.size(), acc.file.get()) != h.size())
-      return make_error(Errc::io, "record.outputs: cannot write " + part);
+    // One output keeps the plain name; several are told apart by theirs.
+    const std::string stem = fmt::format("{}_split{}_{}", file_part(device), r.split, file_part(r.codec));
+    std::set<std::string> taken;
+    for (size_t i = 0; i < r.output_parts.size(); ++i) {
+      OutputFile f;
+      f.part = r.output_parts[i];
+      f.size = 1;
+      for (auto d : f.part.shape) f.size *= d;
+      f.header = npy_header_size(f.part.shape);
+      std::string name = stem;
+      if (r.output_parts.size() > 1) {
+        name += "_" + file_part(f.part.name.empty() ? fmt::format("out{}", i) : f.part.name);
+        if (!taken.insert(name).second) name += fmt::format("-{}", i);
+        taken.insert(name);
+      }
+      f.rel = (outputs_dir(db_.path(), run_id_) / (name + ".npy")).string();
+      acc.files.push_back(std::move(f));
+    }
+    for (auto& f : acc.files) {
+      std::error_code ec;
+      fs::create_directories((base / f.rel).parent_path(), ec);
+      if (ec) {
+        acc.broken = true;
+        return make_error(Errc::io, fmt::format("record.outputs: cannot create {}: {}",
+                                                (base / f.rel).parent_path().string(), ec.message()));
+      }
+      const std::string part = (base / f.rel).string() + ".part";
+      f.file.reset(std::fopen(part.c_str(), "w+b"), [](std::FILE* fp) { if (fp) std::fclose(fp); });
+      const std::string h = npy_header(0, f.part.shape, f.header);  // rows filled in by write_outputs
+      if (!f.file || std::fwrite(h.data(), 1, h.size(), f.file.get()) != h.size()) {
+        acc.broken = true;
+        return make_error(Errc::io, fmt::format("record.outputs: cannot write {}: {}", part, std::strerror(errno)));
+      }
+    }
   }
-  if (!acc.file) return make_error(Errc::io, "record.outputs: " + acc.rel + " could not be opened");
-  std::string bytes;
-  bytes.reserve(r.outputs.size() * 4);
-  for (float f : r.outputs) {
-    uint32_t u = 0;
-    std::memcpy(&u, &f, 4);
-    for (int j = 0; j < 4; ++j) bytes += static_cast<char>(u >> (8 * j));
+  if (acc.broken) return make_error(Errc::io, "record.outputs: " + (acc.files.empty() ? std::string("a file") : acc.files.front().rel) + " could not be opened");
+  // Each sample's row is every output's values one after another: each
+  // output's slice goes to its own file.
+  const int64_t rows = r.outputs_shape[0];
+  std::vector<std::string> bytes(acc.files.size());
+  for (int64_t row = 0; row < rows; ++row) {
+    size_t at = static_cast<size_t>(row * acc.cols);
+    for (size_t k = 0; k < acc.files.size(); ++k)
+      for (int64_t j = 0; j < acc.files[k].size; ++j, ++at) {
+        uint32_t u = 0;
+        std::memcpy(&u, &r.outputs[at], 4);
+        for (int b = 0; b < 4; ++b) bytes[k] += static_cast<char>(u >> (8 * b));
+      }
   }
-  if (std::fwrite(bytes.data(), 1, bytes.size(), acc.file.get()) != bytes.size())
-    return make_error(Errc::io, fmt::format("record.outputs: writing {}.part: {}", acc.rel, std::strerror(errno)));
-  acc.rows += r.outputs_shape[0];
+  for (size_t k = 0; k < acc.files.size(); ++k)
+    if (std::fwrite(bytes[k].data(), 1, bytes[k].size(), acc.files[k].file.get()) != bytes[k].size())
+      return make_error(Errc::io,
+                        fmt::format("record.outputs: writing {}.part: {}", acc.files[k].rel, std::strerror(errno)));
+  acc.rows += rows;
   ++acc.frames;
   if (acc.first_frame < 0) acc.first_frame = r.frame;
   acc.last_frame = r.frame;
@@ -290,31 +347,39 @@ Status Recorder::write_outputs() {
   std::vector<std::vector<std::optional<std::string>>> rows;
   for (auto& [key, acc] : outputs_) {
     const auto& [participant, split, codec] = key;
-    if (!acc.file) continue;  // its error is the write error already
-    const fs::path file = base / acc.rel, part = file.string() + ".part";
-    const std::string h = npy_header(acc.rows, acc.cols);
-    std::FILE* f = acc.file.get();
-    if (std::fseek(f, 0, SEEK_SET) != 0 || std::fwrite(h.data(), 1, h.size(), f) != h.size() || std::fflush(f) != 0)
-      return make_error(Errc::io, "record.outputs: cannot finish " + part.string());
-    // The hash of the whole file, read back in one piece (one file at a time).
-    std::ifstream in(part, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (bytes.size() != kNpyHeader + static_cast<size_t>(acc.rows * acc.cols) * 4)
-      return make_error(Errc::io, fmt::format("record.outputs: {} has {} bytes; expected {}", part.string(),
-                                              bytes.size(), kNpyHeader + acc.rows * acc.cols * 4));
-    acc.file.reset();
-    std::error_code ec;
-    fs::rename(part, file, ec);
-    if (ec) return make_error(Errc::io, fmt::format("cannot rename {} to {}: {}", part.string(), file.string(), ec.message()));
-    const auto hash = protocol::sha256(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-    rows.push_back({std::to_string(run_id_), participant, std::to_string(split), codec, acc.rel, std::string("<f4"),
-                    fmt::format("{},{}", acc.rows, acc.cols), std::to_string(acc.frames), std::to_string(acc.first_frame),
-                    std::to_string(acc.last_frame), protocol::to_hex(hash.data(), hash.size()),
-                    std::string("participant: the model's output after the reply was decoded (float32)")});
+    if (acc.broken) continue;  // its error is the write error already
+    for (auto& f : acc.files) {
+      const fs::path file = base / f.rel, part = file.string() + ".part";
+      const std::string h = npy_header(acc.rows, f.part.shape, f.header);
+      std::FILE* fp = f.file.get();
+      if (std::fseek(fp, 0, SEEK_SET) != 0 || std::fwrite(h.data(), 1, h.size(), fp) != h.size() ||
+          std::fflush(fp) != 0)
+        return make_error(Errc::io, "record.outputs: cannot finish " + part.string());
+      // The hash of the whole file, read back in one piece (one file at a time).
+      std::ifstream in(part, std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const size_t expected = f.header + static_cast<size_t>(acc.rows * f.size) * 4;
+      if (bytes.size() != expected)
+        return make_error(Errc::io, fmt::format("record.outputs: {} has {} bytes; expected {}", part.string(),
+                                                bytes.size(), expected));
+      f.file.reset();
+      std::error_code ec;
+      fs::rename(part, file, ec);
+      if (ec)
+        return make_error(Errc::io, fmt::format("cannot rename {} to {}: {}", part.string(), file.string(), ec.message()));
+      const auto hash = protocol::sha256(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+      std::string shape = std::to_string(acc.rows);
+      for (auto d : f.part.shape) shape += "," + std::to_string(d);
+      rows.push_back({std::to_string(run_id_), participant, std::to_string(split), codec, f.rel, std::string("<f4"),
+                      shape, std::to_string(acc.frames), std::to_string(acc.first_frame),
+                      std::to_string(acc.last_frame), protocol::to_hex(hash.data(), hash.size()),
+                      std::string("participant: the model's output after the reply was decoded (float32)"),
+                      f.part.name});
+    }
   }
   return db_.insert_rows("outputs",
                          {"run_id", "participant", "split", "codec", "path", "dtype", "shape", "frames", "first_frame",
-                          "last_frame", "sha256", "source"},
+                          "last_frame", "sha256", "source", "output"},
                          rows);
 }
 

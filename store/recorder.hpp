@@ -53,9 +53,10 @@ class Recorder {
   void flush();
 
   // record.outputs: writes the output tensors received so far, one .npy
-  // (little-endian float32, [samples, classes]) per (participant, split,
-  // codec) under <database dir>/outputs/<database file name>/run<ID>/, and an outputs row per
-  // file. Call once, after the last frame. Error io naming the file.
+  // (little-endian float32, [samples, the tensor's own shape]) per
+  // (participant, split, codec, output tensor) under <database
+  // dir>/outputs/<database file name>/run<ID>/, and an outputs row per file.
+  // Call once, after the last frame. Error io naming the file.
   Status write_outputs();
 
   // The first write failure ("" when none) and how many rows are still unwritten.
@@ -110,10 +111,18 @@ class Recorder {
   // Output tensors of timed ok frames, by (participant, split, codec), in
   // frame order, appended to <file>.part as they arrive (the controller holds
   // none of them in memory); write_outputs() fills in the header.
-  struct OutputAcc {
-    std::string rel;  // path relative to the database's directory
+  // One .npy per output tensor of the model (one for a classifier's logits).
+  struct OutputFile {
+    FrameRecord::OutputPart part;  // name and shape per sample
+    int64_t size = 0;              // values per sample
+    size_t header = 0;             // bytes of the .npy header (fixed when the file is opened)
+    std::string rel;               // path relative to the database's directory
     std::shared_ptr<std::FILE> file;
+  };
+  struct OutputAcc {
+    std::vector<OutputFile> files;
     int64_t cols = 0, rows = 0, frames = 0, first_frame = -1, last_frame = -1;
+    bool broken = false;  // a file could not be opened: its error is the write error
   };
   Status append_outputs(const std::string& device, const FrameRecord& r);
   std::map<std::tuple<std::string, int64_t, std::string>, OutputAcc> outputs_;

@@ -655,6 +655,36 @@ ALTER TABLE frames ADD COLUMN exit_extra_ns INTEGER;
 ALTER TABLE frames ADD COLUMN server_batch INTEGER;
 ALTER TABLE frames ADD COLUMN batch_wait_ns INTEGER;
 )sql"},
+    {23, "outputs: one file per output tensor of the model, by its name, with its own shape", R"sql(
+CREATE TABLE outputs_p (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  participant TEXT NOT NULL,
+  split       INTEGER NOT NULL,
+  codec       TEXT NOT NULL,
+  path        TEXT NOT NULL,
+  dtype       TEXT NOT NULL,
+  shape       TEXT NOT NULL,
+  frames      INTEGER NOT NULL,
+  first_frame INTEGER NOT NULL,
+  last_frame  INTEGER NOT NULL,
+  sha256      TEXT NOT NULL,
+  source      TEXT NOT NULL,
+  output      TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (run_id, participant, split, codec, output)
+);
+INSERT INTO outputs_p SELECT run_id, participant, split, codec, path, dtype, shape, frames, first_frame, last_frame,
+  sha256, source, '' FROM outputs;
+DROP TABLE outputs;
+ALTER TABLE outputs_p RENAME TO outputs;
+)sql"},
+    {24, "model_layers: the model's layers by name, whatever is recorded", R"sql(
+CREATE TABLE model_layers (
+  run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  layer_index INTEGER NOT NULL,
+  name        TEXT NOT NULL,
+  PRIMARY KEY (run_id, layer_index)
+);
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
@@ -1027,6 +1057,17 @@ Result<int64_t> ResultsDb::begin_run(const RunInfo& info) {
   e.bind(3, std::string_view(fmt::format("run '{}' started: model {}, codec {}, cipher {}", info.name,
                                          info.model, info.codec, info.cipher)));
   if (e.step() != SQLITE_DONE) return db_error(db, path_, "record run_started");
+  if (!info.layer_names.empty()) {
+    Stmt l(db, "INSERT INTO model_layers(run_id, layer_index, name) VALUES (?, ?, ?)");
+    if (!l.prepared()) return db_error(db, path_, "insert model_layers");
+    for (size_t i = 0; i < info.layer_names.size(); ++i) {
+      l.reset();
+      l.bind(1, id);
+      l.bind(2, static_cast<int64_t>(i));
+      l.bind(3, std::string_view(info.layer_names[i]));
+      if (l.step() != SQLITE_DONE) return db_error(db, path_, "insert model_layers");
+    }
+  }
   TRACR_TRY(tx.commit());
   return id;
 }
@@ -2090,6 +2131,7 @@ Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(con
   std::string order = table == "frames" || table == "events" || table == "probes" || table == "energy" ? "id"
                       : table == "energy_stats" ? "split, placement, device, stage, source"
                       : table == "layer_profiles" ? "device, layer_index"
+                      : table == "model_layers" ? "layer_index"
                       : table == "segment_profiles" ? "side, device, split"
                       : table == "stage_stats" ? "split, placement, field" : table == "runs" ? "id" : table == "devices" ? "device"
                       : table == "train_runs" ? "run_id" : table == "train_segments" ? "segment"
@@ -2098,7 +2140,7 @@ Result<std::vector<std::vector<std::optional<std::string>>>> ResultsDb::rows(con
                       : table == "frame_topk" ? "participant, frame, pos, rank"
                       : table == "frame_hops" ? "participant, frame, hop"
                       : table == "accuracy" ? "split, placement, codec"
-                      : table == "outputs" ? "participant, split, codec"
+                      : table == "outputs" ? "participant, split, codec, output"
                       : table == "summaries" ? "split, placement"
                       : "split";
   const std::string sql = "SELECT " + cols + " FROM " + table + " WHERE " + key + " = ? ORDER BY " + order;

@@ -54,6 +54,7 @@ struct RunInfo {
   std::string devices_json;  // DevicesConfig::to_json()
   std::string link;          // link profile the run ran under ("" = the link as it is)
   std::string shaping;       // how it was applied (LinkShaper::shaping()), "" = none
+  std::vector<std::string> layer_names;  // the model's layers in order, as the controller built it (model_layers)
 };
 
 struct RunRow {
@@ -228,7 +229,7 @@ std::filesystem::path outputs_dir(const std::string& db_path, int64_t run_id);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 22;
+  static constexpr int kSchemaVersion = 24;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process

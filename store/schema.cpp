@@ -209,10 +209,24 @@ TableInfo frame_hops_table() {
   return t;
 }
 
+TableInfo model_layers_table() {
+  TableInfo t{"model_layers",
+              "per (run, layer): the model's layers by name as the controller built it before the run, whether or "
+              "not record.layers profiled them (split k cuts after layer k-1)",
+              {}};
+  t.columns = {
+      {"run_id", "INTEGER", "", "controller", "-> runs.id"},
+      {"layer_index", "INTEGER", "", "controller", "0-based layer index (as layer_profiles.layer_index)"},
+      {"name", "TEXT", "", "controller", "the layer's name (a zoo model's module, a graph model's node)"},
+  };
+  return t;
+}
+
 TableInfo outputs_table() {
   TableInfo t{"outputs",
-              "per (run, participant, split, codec) with record.outputs: a .npy file of the output tensors "
-              "(logits) of the timed ok frames",
+              "per (run, participant, split, codec, output tensor) with record.outputs: a .npy file of that "
+              "output tensor (a classifier's logits; each of a graph model's tuple or dict outputs) over the timed "
+              "ok frames, in its own shape",
               {}};
   t.columns = {
       {"run_id", "INTEGER", "", "controller", "-> runs.id"},
@@ -220,9 +234,11 @@ TableInfo outputs_table() {
       {"split", "INTEGER", "", "participant", "split point"},
       {"codec", "TEXT", "", "participant", "codec of the frames"},
       {"path", "TEXT", "", "controller",
-       "the .npy file, relative to the database's directory (outputs/<database file name>/run<ID>/<participant>_split<k>_<codec>.npy; outputs/run<ID>/... for runs recorded before 2026-12-03)"},
+       "the .npy file, relative to the database's directory (outputs/<database file name>/run<ID>/<participant>_split<k>_<codec>.npy, with _<output> before .npy when the model has several outputs; outputs/run<ID>/... for runs recorded before 2026-12-03)"},
       {"dtype", "TEXT", "", "controller", "numpy dtype of the file (<f4: little-endian float32)"},
-      {"shape", "TEXT", "", "controller", "rows,classes: one row per sample"},
+      {"shape", "TEXT", "", "controller",
+       "rows,d1,d2,..: one row per sample, then the output's own shape per sample (rows,classes for logits; runs "
+       "recorded before 2026-12-06 stored every output of a sample flattened into one row)"},
       {"frames", "INTEGER", "", "controller", "frames in the file"},
       {"first_frame", "INTEGER", "", "participant", "first frames.frame in the file"},
       {"last_frame", "INTEGER", "", "participant",
@@ -231,6 +247,9 @@ TableInfo outputs_table() {
       {"source", "TEXT", "", "controller",
        "where the numbers come from: the participant's copy of the model's output after the reply was decoded, "
        "sent as float32 on its FRAME line"},
+      {"output", "TEXT", "", "participant",
+       "the output tensor's name in the model (a zoo model's output, a graph model's output or dict key); '' "
+       "for runs recorded before 2026-12-06"},
   };
   return t;
 }
@@ -502,6 +521,7 @@ std::vector<TableInfo> build() {
   return {runs_table(),
           frames_table(),
           layer_profiles_table(),
+          model_layers_table(),
           segment_profiles_table(),
           devices_table(),
           probes_table(),

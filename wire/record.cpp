@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "wire/identity.hpp"
 #include "protocol/crypto.hpp"
@@ -259,6 +260,30 @@ Status parse_frame_payload(const ControlMsg& m, FrameRecord& r) {
     const uint32_t u = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
     std::memcpy(&r.outputs[i], &u, 4);
   }
+  auto pt = m.fields.find("outputs_parts");
+  if (pt == m.fields.end() || pt->second.empty()) return {};
+  int64_t per_sample = 0;
+  for (const auto& e : split_on(pt->second, ';')) {
+    const auto p = split_on(e, ':');
+    if (p.size() != 2) return bad_payload(m, "outputs_parts", "expected entries name:d1,d2 separated by ';', got '" + e + "'");
+    FrameRecord::OutputPart part{unescape_name(p[0]), {}};
+    int64_t n = 1;
+    if (!p[1].empty())
+      for (const auto& d : split_on(p[1], ',')) {
+        int64_t v = 0;
+        if (!whole_int(d, &v) || v < 0 || v > (int64_t{1} << 40) || (v > 0 && n > (int64_t{1} << 40) / v))
+          return bad_payload(m, "outputs_parts", "expected sizes like logits:10, got '" + e + "'");
+        part.shape.push_back(v);
+        n *= v;
+      }
+    per_sample += n;
+    if (per_sample > (int64_t{1} << 40)) return bad_payload(m, "outputs_parts", "sizes too large: '" + e + "'");
+    r.output_parts.push_back(std::move(part));
+  }
+  if (r.outputs_shape.size() != 2 || per_sample != r.outputs_shape[1])
+    return bad_payload(m, "outputs_parts",
+                       fmt::format("its tensors hold {} values per sample; outputs_shape {} says otherwise", per_sample,
+                                   sh->second));
   return {};
 }
 
@@ -295,6 +320,10 @@ std::map<std::string, std::string> to_control(const FrameRecord& r) {
     std::string shape;
     for (auto d : r.outputs_shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
     out["outputs_shape"] = shape;
+    std::string parts;
+    for (const auto& p : r.output_parts)
+      parts += fmt::format("{}{}:{}", parts.empty() ? "" : ";", escape_name(p.name), fmt::join(p.shape, ","));
+    if (!parts.empty()) out["outputs_parts"] = std::move(parts);
   }
   return out;
 }

@@ -61,7 +61,17 @@ struct FrameRecord {
   // "topk" and "outputs"/"outputs_shape", see to_control).
   std::vector<TopkEntry> topk;          // per sample, ranks 1..k
   std::vector<float> outputs;           // the output tensor (logits), row-major; empty unless record.outputs
-  std::vector<int64_t> outputs_shape;   // [samples, classes]
+  std::vector<int64_t> outputs_shape;   // [samples, values per sample]
+  // How each row of `outputs` splits into the model's output tensors, in
+  // order: each one's name and shape per sample (key "outputs_parts"; empty:
+  // one unnamed output of outputs_shape[1] values).
+  struct OutputPart {
+    std::string name;
+    std::vector<int64_t> shape;  // without the batch dimension ([] for one value per sample)
+    bool operator==(const OutputPart& o) const { return name == o.name && shape == o.shape; }
+    bool operator!=(const OutputPart& o) const { return !(*this == o); }
+  };
+  std::vector<OutputPart> output_parts;
   std::vector<HopRecord> hops;          // a chain's frame: one per device after the participant ("hops")
   FrameRecord() {
     correct = -1;
@@ -201,8 +211,11 @@ std::map<std::string, std::string> to_control(const EnergyRecord& r);
 
 // FRAME lines also carry the frame's top-k rows as key "topk" (entries
 // "pos:rank:class_index:prob:name" separated by ';', name with '%', ':' and
-// ';' escaped as %25 %3A %3B) and, with record.outputs, the output tensor as
-// "outputs" (hex of little-endian float32) and "outputs_shape" ("B,C").
+// ';' escaped as %25 %3A %3B) and, with record.outputs, the output tensors as
+// "outputs" (hex of little-endian float32), "outputs_shape" ("B,C": per sample,
+// its C values, every output tensor's values flattened one after another) and
+// "outputs_parts" (per output tensor "name:d1,d2,..", its shape per sample,
+// name escaped as in topk, separated by ';'; their sizes add up to C).
 // A chain's frame carries its hops as "hops": per device after the
 // participant, its hop fields in table order joined by ':' (empty = NULL),
 // devices separated by ';'.

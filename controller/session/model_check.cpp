@@ -256,7 +256,8 @@ Status check_exits(const settings::ExperimentConfig& cfg, const ex::SplitModel& 
 
 }  // namespace
 
-Result<int> check_experiment_model(const settings::ExperimentConfig& cfg, bool exit_heads) {
+Result<int> check_experiment_model(const settings::ExperimentConfig& cfg, bool exit_heads,
+                                   std::vector<std::string>* layer_names) {
 #if TRACR_WITH_TORCH
   TRACR_TRY(check_model_id(cfg));
   auto model = build_for_check(cfg);
@@ -266,10 +267,15 @@ Result<int> check_experiment_model(const settings::ExperimentConfig& cfg, bool e
   TRACR_TRY(check_splits(cfg, **model));
   TRACR_TRY(check_cuts(cfg, **model));
   TRACR_TRY(check_exits(cfg, **model, exit_heads));
+  if (layer_names) {
+    layer_names->clear();
+    for (const auto& l : (*model)->layers()) layer_names->push_back(l.name);
+  }
   return (*model)->num_layers();
 #else
   (void)cfg;
   (void)exit_heads;
+  (void)layer_names;
   return -1;
 #endif
 }

@@ -20,6 +20,7 @@ namespace tracr::controller {
 // Returns the model's N. Error config naming the key with its file:line:col
 // and what was expected. In a build without LibTorch nothing is checked and
 // the result is -1 (the agents report these mistakes themselves).
-Result<int> check_experiment_model(const settings::ExperimentConfig& cfg, bool exit_heads = true);
+Result<int> check_experiment_model(const settings::ExperimentConfig& cfg, bool exit_heads = true,
+                                   std::vector<std::string>* layer_names = nullptr);
 
 }  // namespace tracr::controller

@@ -72,7 +72,7 @@ Status check_session(const settings::ExperimentConfig& cfg, settings::RoleCheck 
                      SessionPrelude& out) {
   if (auto st = settings::check_experiment_files(cfg); !st) return bad_input(st.error());
   // Model, input shape, split points and cuts: before any agent starts or any row is written.
-  if (auto n = check_experiment_model(cfg); !n) return bad_input(n.error());
+  if (auto n = check_experiment_model(cfg, true, &out.layer_names); !n) return bad_input(n.error());
   auto devices = settings::load_experiment_devices(cfg, roles);
   if (!devices) return bad_input(devices.error());
   if (devices->chain.size() > 1 && roles == settings::RoleCheck::inference) TRACR_TRY(check_chain_run(cfg, *devices));
@@ -174,6 +174,7 @@ RunInfo session_run_info(const settings::ExperimentConfig& cfg, const SessionPre
   info.codec = cfg.compression;
   info.cipher = cfg.encryption ? "aes-256-gcm" : "none";
   info.devices_json = pre.devices.to_json();
+  info.layer_names = pre.layer_names;
   return info;
 }
 

@@ -27,6 +27,7 @@ namespace tracr::controller {
 struct SessionPrelude {
   settings::DevicesConfig devices;
   std::string agent_path;
+  std::vector<std::string> layer_names;  // the model's layers, as the check built it (model_layers rows)
 };
 Status check_session(const settings::ExperimentConfig& cfg, settings::RoleCheck roles, const std::string& agent_option,
                      SessionPrelude& out);

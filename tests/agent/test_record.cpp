@@ -199,6 +199,35 @@ TEST(Record, TopkRowsAndOutputTensorRideOnTheFrameLine) {
   EXPECT_NE(r.error().message.find("'outputs'"), std::string::npos) << r.error().message;
 }
 
+// Each output tensor's name and shape per sample ride beside the values
+// (#46: a graph model's outputs are stored each in its own shape).
+TEST(Record, OutputTensorsKeepTheirNamesAndShapesOnTheFrameLine) {
+  FrameRecord in = awkward_frame();
+  in.outputs.assign(2 * 7, 0.5f);
+  in.outputs_shape = {2, 7};
+  in.output_parts = {{"boxes:a;b%", {2, 3}}, {"", {}}};  // a name with the escaped separators; a scalar per sample
+  auto fields = to_control(in);
+  EXPECT_EQ(fields["outputs_parts"], "boxes%3Aa%3Bb%25:2,3;:");
+  auto out = frame_from_control(*through_the_channel("FRAME", fields));
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  EXPECT_EQ(out->output_parts, in.output_parts);
+
+  // A frame without the key (an older agent) parses with no parts.
+  fields.erase("outputs_parts");
+  out = frame_from_control(*through_the_channel("FRAME", fields));
+  ASSERT_TRUE(out.ok()) << out.error().str();
+  EXPECT_TRUE(out->output_parts.empty());
+
+  // Parts that do not add up to the values per sample, or that are not sizes: errors naming the key.
+  for (const std::string bad : {"a:2,3", "a:2,3;b:1;c:1", "a:2,x;b:", "a", "a:-1;b:8"}) {
+    fields = to_control(in);
+    fields["outputs_parts"] = bad;
+    auto r = frame_from_control(*through_the_channel("FRAME", fields));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().message.find("'outputs_parts'"), std::string::npos) << bad << ": " << r.error().message;
+  }
+}
+
 // A chain's frame carries one row per device after the participant; NULLs
 // (a figure the reply lacked) stay NULL, and a malformed entry is named.
 TEST(Record, AChainsHopsRideOnTheFrameLine) {

@@ -156,12 +156,13 @@ TEST(ResultsDb, NewDatabaseHasSchemaWalAndForeignKeys) {
   EXPECT_EQ(scalar(*db, "PRAGMA user_version"), std::to_string(ResultsDb::kSchemaVersion));
   for (const char* t :
        {"schema_migrations", "runs", "frames", "layer_profiles", "summaries", "events", "probes", "devices",
-        "stage_stats", "energy", "energy_stats", "plans", "plan_rows", "segment_profiles", "plan_assignments", "frame_hops"})
+        "stage_stats", "energy", "energy_stats", "plans", "plan_rows", "segment_profiles", "plan_assignments", "frame_hops",
+        "outputs", "model_layers"})
     EXPECT_EQ(
         scalar(*db, std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + t + "'"),
         t);
   EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"),
-            "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22");
+            "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24");
   // Reopening is a no-op.
   auto again = ResultsDb::open(path);
   ASSERT_TRUE(again.ok()) << again.error().str();
@@ -217,6 +218,42 @@ TEST(ResultsDb, EmptyV0FileIsMigrated) {
   EXPECT_EQ(*db->schema_version(), ResultsDb::kSchemaVersion);
   auto id = db->begin_run(info());
   ASSERT_TRUE(id.ok()) << id.error().str();
+}
+
+// Migration 23 (#46): an outputs row of a version-22 database keeps every
+// column and gets output '' (one unnamed output, every value of a sample in
+// one row); a new run's layers are kept by name (migration 24).
+TEST(ResultsDb, OutputsRowsOfAVersion22DatabaseKeepTheirFilesWithNoOutputName) {
+  TempDir dir;
+  const std::string path = dir.file("v22.db");
+  {
+    auto v22 = ResultsDb::open_at_version(path, 22);
+    ASSERT_TRUE(v22.ok()) << v22.error().str();
+    ASSERT_TRUE(v22->begin_run(info()).ok());
+    ASSERT_EQ(sqlite3_exec(v22->handle(),
+                           "INSERT INTO outputs VALUES (1, 'p1', 3, 'none', 'outputs/run1/p1_split3_none.npy', '<f4', "
+                           "'8,10', 2, 0, 1, 'ab', 'participant')",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  auto db = ResultsDb::open(path);
+  ASSERT_TRUE(db.ok()) << db.error().str();
+  EXPECT_EQ(scalar(*db, "SELECT run_id || '|' || participant || '|' || split || '|' || path || '|' || shape || '|' || "
+                        "sha256 || '|' || quote(output) FROM outputs"),
+            "1|p1|3|outputs/run1/p1_split3_none.npy|8,10|ab|''");
+  // Two outputs of one (participant, split, codec) are two rows now.
+  EXPECT_EQ(sqlite3_exec(db->handle(),
+                         "INSERT INTO outputs VALUES (1, 'p1', 3, 'none', 'x_aux.npy', '<f4', '8,21,4,4', 2, 0, 1, "
+                         "'cd', 'participant', 'aux')",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  RunInfo named = info();
+  named.layer_names = {"conv1", "relu", "fc"};
+  auto id = db->begin_run(named);
+  ASSERT_TRUE(id.ok()) << id.error().str();
+  EXPECT_EQ(scalar(*db, "SELECT group_concat(layer_index || ':' || name, ' ') FROM model_layers WHERE run_id = " +
+                            std::to_string(*id)),
+            "0:conv1 1:relu 2:fc");
 }
 
 TEST(ResultsDb, OlderSchemaIsUpgradedKeepingRows) {

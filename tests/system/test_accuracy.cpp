@@ -128,6 +128,64 @@ print("ok", np.abs(h3 - a3).max(), np.abs(a3 - a6).max())
   EXPECT_NE(c.out.find("B top-5"), std::string::npos) << c.out;
 }
 
+// #46 item 4: a model with several outputs (yolo_like: a tuple of three
+// head levels) keeps each output tensor in its own .npy, named by it, in its
+// own shape per sample, the same at every split; and (item 6) with
+// record.layers: false the per-split table still names the cut layer, from
+// model_layers.
+TEST(Accuracy, EachOutputTensorOfAGraphModelIsStoredByNameInItsOwnShape) {
+  TempDir d;
+  auto tr = sh("/usr/bin/python3 " + std::string(TRACR_SOURCE_DIR) + "/scripts/trace_graph_model.py " +
+               d.path.string() + " yolo_like@32");
+  ASSERT_EQ(tr.status, 0) << tr.out;
+  const std::string db = (d.path / "r.db").string();
+  const std::string exp = d.file(
+      "exp.yaml", "name: heads\nmodel: torchscript:" + (d.path / "yolo_like@32.pt").string() +
+                      "\ninput_size: [3, 32, 32]\ndataset: {type: synthetic, max_samples: 4}\nsplit: [0, 2]\n"
+                      "batch_size: 2\nwarmup: 0\nrepetitions: 1\nseed: 4\nprobe: {enabled: false}\n"
+                      "record: {outputs: true, layers: false}\noutput: " + db + "\n");
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // Three files per split, each one output's name and its shape: 4 samples x [13, s, s].
+  EXPECT_EQ(query(db, "select group_concat(n, ' ') from (select split || ':' || count(*) || ':' || "
+                      "group_concat(shape, '/') n from (select * from outputs order by split, shape) group by split)"),
+            "0:3:4,13,1,1/4,13,2,2/4,13,4,4 2:3:4,13,1,1/4,13,2,2/4,13,4,4");
+  EXPECT_EQ(query(db, "select count(distinct output) || ' ' || count(distinct path) || ' ' || sum(output = '') "
+                      "from outputs"),
+            "3 6 0");
+  const std::string check = d.file("check.py", R"py(
+import hashlib, os, sqlite3, sys
+import numpy as np
+db = sys.argv[1]
+base = os.path.dirname(db)
+rows = sqlite3.connect(db).execute("select split, output, path, shape, sha256 from outputs").fetchall()
+x = {}
+for split, output, path, shape, sha in rows:
+    data = open(os.path.join(base, path), "rb").read()
+    assert hashlib.sha256(data).hexdigest() == sha, path
+    arr = np.load(os.path.join(base, path))
+    assert arr.dtype == np.float32 and arr.shape == tuple(int(v) for v in shape.split(",")), (path, arr.shape, shape)
+    assert np.abs(arr).max() > 0, path
+    x[(split, output)] = arr
+outs = sorted({o for _, o in x})
+for o in outs:  # the whole model on the SERVER and cut after layer 2: the same outputs
+    assert np.allclose(x[(0, o)], x[(2, o)], rtol=1e-5, atol=1e-5), (o, np.abs(x[(0, o)] - x[(2, o)]).max())
+print("ok", " ".join(outs))
+)py");
+  auto py = sh("/usr/bin/python3 " + check + " " + db);
+  EXPECT_EQ(py.status, 0) << py.out;
+  EXPECT_EQ(py.out.rfind("ok ", 0), 0u) << py.out;
+
+  // No layer profiles, yet every layer is named and the table says where split 2 cuts.
+  EXPECT_EQ(query(db, "select count(*) from layer_profiles"), "0");
+  const std::string layer1 = query(db, "select name from model_layers where run_id = 1 and layer_index = 1");
+  ASSERT_FALSE(layer1.empty());
+  EXPECT_GE(std::stoi(query(db, "select count(*) from model_layers where run_id = 1")), 3);
+  bool named = false;
+  for (const auto& l : table_lines(r.out)) named = named || (l.find(" 2  " + layer1) != std::string::npos);
+  EXPECT_TRUE(named) << "split 2 cuts after layer 1 '" << layer1 << "'\n" << r.out;
+}
+
 // #45 item 5: synthetic inputs carry no ground truth (their labels are only
 // their index modulo the classes): no label stored, no accuracy judged or
 // printed, even where the classes would fit the model (fmnist_cnn, 10).
