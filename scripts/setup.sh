@@ -12,6 +12,7 @@ PKGS=(
   chromium librsvg2-bin poppler-utils python3-pandas python3-matplotlib python3-seaborn
   clang libclang-rt-14-dev clang-format clang-tidy universal-ctags
   dataset-fashion-mnist python3 python3-torchvision python3-pil python3-blosc python3-numpy
+  libopenblas0-openmp
 )
 
 missing=()
