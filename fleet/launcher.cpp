@@ -313,6 +313,21 @@ Status check_device_agents(const settings::DevicesConfig& devices) {
     if (!d.agent_path.empty() && ::access(d.agent_path.c_str(), X_OK) != 0)
       return make_error(Errc::config, fmt::format("{}: device '{}': agent {} is not an executable file here", devices.source,
                                                   d.name, d.agent_path));
+    // A namespaced test host: its namespace must be there, and entering it
+    // (`ip netns exec`) needs root (#45 item 7: these failed later as "`id -u` failed").
+    if (d.transport != Transport::ssh && !d.netns.empty()) {
+      std::error_code ec;
+      if (!std::filesystem::exists("/run/netns/" + d.netns, ec))
+        return make_error(Errc::config, fmt::format("{}: device '{}': network namespace {} does not exist; expected it "
+                                                    "up: bring it up with scripts/netns_testbed.sh up",
+                                                    devices.source, d.name, d.netns));
+      if (::geteuid() != 0)
+        return make_error(Errc::config,
+                          fmt::format("{}: device '{}' runs in network namespace {}, and entering one (ip netns exec) "
+                                      "needs root; expected tracrctl run as root (e.g. sudo -s, then the README's "
+                                      "PATH line)",
+                                      devices.source, d.name, d.netns));
+    }
     // Its key, before a run row or a login (#24: a missing key, a directory
     // or a file that is no key failed after the run row, as "unknown
     // libssh error").

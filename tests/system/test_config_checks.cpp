@@ -299,6 +299,40 @@ TEST(ConfigChecks, NumClassesThatDisagreeWithTheModelsOutputAreRejectedNamingThe
   EXPECT_EQ(query(db, "select count(*) from runs"), "0");
 }
 
+// #45 items 1 and 7: a namespaced device whose namespace is not there says
+// how to bring it up; one run without root says entering it needs root
+// (both failed later as "`id -u` failed"); neither leaves a run row.
+TEST(ConfigChecks, ANamespacedDeviceNeedsItsNamespaceAndRoot) {
+  TempDir d;
+  const std::string ns = "tracr-cc-" + std::to_string(::getpid());
+  auto devices = [&](const std::string& name) {
+    return d.file("devices.yaml", "devices:\n  - {device_type: SERVER, transport: local, netns: " + name +
+                                      "}\n  - {device_type: PARTICIPANT, transport: local}\n");
+  };
+  devices(ns);
+  const std::string db = empty_db(d);
+  const std::string exp = d.file("exp.yaml", "name: ns\nmodel: fmnist_cnn\ndevices: devices.yaml\noutput: " + db + "\n");
+  auto r = sh(tracrctl() + " run " + exp + " --no-progress");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("device 'server': network namespace " + ns +
+                       " does not exist; expected it up: bring it up with scripts/netns_testbed.sh up"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "0");
+  if (::geteuid() != 0 || sh("ip netns add " + ns).status != 0) GTEST_SKIP() << "needs root to make a namespace";
+  // As nobody, in a folder nobody may write to.
+  std::filesystem::permissions(d.path, std::filesystem::perms::all);
+  auto n = sh("cd " + d.path.string() + " && setpriv --reuid=65534 --regid=65534 --clear-groups " + tracrctl() +
+              " run exp.yaml --set output=" + (d.path / "nobody.db").string() + " --no-progress");
+  sh("ip netns del " + ns);
+  EXPECT_EQ(n.status, 2) << n.out;
+  EXPECT_NE(n.out.find("device 'server' runs in network namespace " + ns +
+                       ", and entering one (ip netns exec) needs root; expected tracrctl run as root"),
+            std::string::npos)
+      << n.out;
+  EXPECT_FALSE(std::filesystem::exists(d.path / "nobody.db"));
+}
+
 // An SSH device's key is checked before a run row or a login (#24: these
 // failed after the run row as "unknown libssh error"). Port 1 on loopback
 // has no sshd: a login attempt would say so instead.
