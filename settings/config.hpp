@@ -65,6 +65,11 @@ struct SplitSpec {
   bool plan = false;                    // "plan": the planner's best plan_k placements, chosen at run
                                         // time from the devices' layer profiles and each hop's link probe
   std::vector<wire::Placement> entries;  // when !all: distinct, in the order written
+  // Cuts given by layer name (`split: [features.5, layer2.1]`: the cut
+  // after that layer): per entry, per cut, the name ("" = given as a
+  // number); such a cut is -1 until resolve_split_names. Empty when none is.
+  std::vector<std::vector<std::string>> names;
+  bool has_names() const { return !names.empty(); }
   // Each entry's first cut: the PARTICIPANT's split (two tiers: the split point).
   std::vector<int> points() const;
 };
@@ -294,6 +299,14 @@ Result<ExperimentConfig> parse_experiment(const std::string& text, const std::st
 // layers [0, k) on the PARTICIPANT, so k ranges over 0..num_layers). Error
 // config, with the position of `split`, for a point beyond num_layers.
 Result<std::vector<int>> resolve_splits(const ExperimentConfig& cfg, int num_layers);
+
+// Cuts given by layer name in `split` and `participant_splits`, resolved
+// against the model's layers in order (`layers`, as the controller built
+// the model): the cut after layer i is i + 1. Afterwards the entries are
+// numbers as if written so (has_names() false). Error config naming the
+// key, the entry and the name, with the nearest layer name, for a name the
+// model has not; for cuts out of order or entries listed twice once named.
+Status resolve_split_names(ExperimentConfig& cfg, const std::vector<std::string>& layers);
 
 // The file exit i's head is read from (and, for head: linear, trained into
 // by `tracrctl train`): as written, else <output's directory>/exits/

@@ -1,6 +1,7 @@
 // The experiment file: parsed with the settings table, cross-checked, its
 // paths resolved; the splits, files and devices it names.
 #include "settings/experiment_settings.hpp"
+#include "settings/source.hpp"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -68,8 +69,13 @@ Status check_chain(ExperimentConfig& cfg) {
       if (p.hops() == m) continue;
       std::string chain;
       for (const auto& h : cfg.chain) chain += (chain.empty() ? "" : ", ") + h.device;
-      const std::string have = p.hops() == 1 ? fmt::format("{} is one cut point", p.cuts[0])
-                                             : fmt::format("[{}] has {} cut points", fmt::join(p.cuts, ", "), p.hops());
+      std::vector<std::string> cuts;  // as written: a named cut by its name
+      for (size_t j = 0; j < p.cuts.size(); ++j)
+        cuts.push_back(i < sp.names.size() && j < sp.names[i].size() && !sp.names[i][j].empty()
+                           ? sp.names[i][j]
+                           : std::to_string(p.cuts[j]));
+      const std::string have = p.hops() == 1 ? fmt::format("{} is one cut point", cuts[0])
+                                             : fmt::format("[{}] has {} cut points", fmt::join(cuts, ", "), p.hops());
       const std::string example = m == 1 ? std::string("3") : "[3, 13]";
       return err_at(cfg.pos_of(at), fmt::format("{}[{}]", key, i),
                     fmt::format("{}; the chain {} has {} device{} after the PARTICIPANT, so every entry needs {} cut "
@@ -252,6 +258,47 @@ Result<ExperimentConfig> load_experiment(const std::string& path, const std::vec
   auto cfg = parse_experiment(*text, path, true, sets);
   if (cfg) resolve_paths_against_file(*cfg);
   return cfg;
+}
+
+Status resolve_split_names(ExperimentConfig& cfg, const std::vector<std::string>& layers) {
+  auto resolve = [&](SplitSpec& sp, const std::string& key, const std::string& at) -> Status {
+    if (!sp.has_names()) return {};
+    for (size_t i = 0; i < sp.entries.size() && i < sp.names.size(); ++i) {
+      auto& cuts = sp.entries[i].cuts;
+      for (size_t j = 0; j < cuts.size() && j < sp.names[i].size(); ++j) {
+        const std::string& name = sp.names[i][j];
+        if (name.empty()) continue;
+        const auto it = std::find(layers.begin(), layers.end(), name);
+        const std::string where = cuts.size() > 1 ? fmt::format("{}[{}][{}]", key, i, j) : fmt::format("{}[{}]", key, i);
+        if (it == layers.end()) {
+          const std::string near = did_you_mean(name, layers);
+          return err_at(cfg.pos_of(at), where,
+                        fmt::format("model '{}' has no layer '{}'{}; expected a split point 0..{} or the name of a "
+                                    "layer to cut after (tracrctl profile {} lists them)",
+                                    cfg.model, name, near.empty() ? "" : " (did you mean '" + near + "'?)", layers.size(),
+                                    cfg.model));
+        }
+        cuts[j] = static_cast<int>(it - layers.begin()) + 1;
+      }
+      for (size_t j = 1; j < cuts.size(); ++j)
+        if (cuts[j] < cuts[j - 1])
+          return err_at(cfg.pos_of(at), fmt::format("{}[{}]", key, i),
+                        fmt::format("cut {} comes after {}; expected non-decreasing cut points (layers named: "
+                                    "split k cuts after layer k-1)",
+                                    cuts[j], cuts[j - 1]));
+      for (size_t e = 0; e < i; ++e)
+        if (sp.entries[e] == sp.entries[i])
+          return err_at(cfg.pos_of(at), fmt::format("{}[{}]", key, i),
+                        fmt::format("{} is {}[{}] again, by name; expected distinct entries",
+                                    cuts.size() > 1 ? "this placement" : "split " + std::to_string(cuts[0]), key, e));
+    }
+    sp.names.clear();
+    return {};
+  };
+  TRACR_TRY(resolve(cfg.split, "split", "split"));
+  for (auto& [name, sp] : cfg.participant_splits)
+    TRACR_TRY(resolve(sp, "participant_splits." + name, "participant_splits"));
+  return {};
 }
 
 std::vector<int> SplitSpec::points() const {

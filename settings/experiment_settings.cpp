@@ -477,9 +477,38 @@ Setting normalization_setting(bool is_std) {
 }
 
 // A split entry as written: 7, or [3, 13] on a chain.
-std::string show_entry(const wire::Placement& p) {
-  if (p.hops() == 1) return std::to_string(p.cuts[0]);
-  return flow_ints(std::vector<int64_t>(p.cuts.begin(), p.cuts.end()));
+std::string show_entry(const wire::Placement& p, const std::vector<std::string>& names = {}) {
+  auto one = [&](size_t j) {
+    return j < names.size() && !names[j].empty() ? yaml_str(names[j]) : std::to_string(p.cuts[j]);
+  };
+  if (p.hops() == 1) return one(0);
+  std::string o = "[";
+  for (size_t j = 0; j < p.cuts.size(); ++j) o += (j ? ", " : "") + one(j);
+  return o + "]";
+}
+
+// A cut: a number, or a layer's name (resolved against the model later:
+// resolve_split_names), read as -1 with its name added to `names` ("" for a number).
+Result<int> read_cut(const Ctx& c, const YAML::Node& v, const std::string& k, const std::string& what,
+                     std::vector<std::string>& names) {
+  if (v.IsScalar() && !v.Scalar().empty()) {
+    const std::string& s = v.Scalar();
+    if (std::isdigit(static_cast<unsigned char>(s[0])) == 0 && s[0] != '-' && s[0] != '+') {
+      names.push_back(s);
+      return -1;
+    }
+  }
+  auto i = get_int(c, v, k, 0, 100000, what);
+  if (!i) return i.error();
+  names.emplace_back();
+  return static_cast<int>(*i);
+}
+
+bool any_named(const std::vector<std::vector<std::string>>& names) {
+  for (const auto& e : names)
+    for (const auto& s : e)
+      if (!s.empty()) return true;
+  return false;
 }
 
 // A split value: one point, a list of distinct entries (each a point or a
@@ -487,9 +516,22 @@ std::string show_entry(const wire::Placement& p) {
 // cuts is checked against the chain after every setting is read (cross_check).
 Result<SplitSpec> read_split(const Ctx& c, const YAML::Node& n, const std::string& key) {
   const std::string what =
-      "a split point (int >= 0), a list of split points, or all; on a chain of m devices, a list of placements of m "
-      "cut points each, e.g. [[3, 13], [5, 13]], or plan";
+      "a split point (int >= 0, or the name of the layer it cuts after), a list of split points, or all; on a chain "
+      "of m devices, a list of placements of m cut points each, e.g. [[3, 13], [5, 13]], or plan";
   SplitSpec sp;
+  std::vector<std::string> entry_names;  // this entry's cuts by name ("" = a number)
+  auto cut = [&](const YAML::Node& v, const std::string& k, const std::string& cut_what) {
+    return read_cut(c, v, k, cut_what, entry_names);
+  };
+  // Each entry's names, kept only when some cut was named.
+  std::vector<std::vector<std::string>> all_names;
+  auto keep_names = [&] {
+    all_names.push_back(std::move(entry_names));
+    entry_names.clear();
+  };
+  auto finish = [&] {
+    if (any_named(all_names)) sp.names = all_names;
+  };
   if (n.IsScalar()) {
     if (n.Scalar() == "all") return sp;
     if (n.Scalar() == "plan") {
@@ -497,10 +539,12 @@ Result<SplitSpec> read_split(const Ctx& c, const YAML::Node& n, const std::strin
       sp.plan = true;
       return sp;
     }
-    auto v = get_int(c, n, key, 0, 100000, what);
+    auto v = cut(n, key, what);
     if (!v) return v.error();
     sp.all = false;
-    sp.entries = {wire::Placement{{static_cast<int>(*v)}, {}}};
+    sp.entries = {wire::Placement{{*v}, {}}};
+    keep_names();
+    finish();
     return sp;
   }
   if (!n.IsSequence() || n.size() == 0) return expected(c, n, key, what);
@@ -509,37 +553,42 @@ Result<SplitSpec> read_split(const Ctx& c, const YAML::Node& n, const std::strin
     const std::string k = fmt::format("{}[{}]", key, i);
     wire::Placement p;
     if (n[i].IsSequence()) {
-      const std::string cut_what = "a cut point (int >= 0), non-decreasing along the chain";
+      const std::string cut_what = "a cut point (int >= 0, or a layer name), non-decreasing along the chain";
       if (n[i].size() == 0) return expected(c, n[i], k, "a placement: a list of cut points, one per chain device");
       for (size_t j = 0; j < n[i].size(); ++j) {
-        auto v = get_int(c, n[i][j], fmt::format("{}[{}]", k, j), 0, 100000, cut_what);
+        auto v = cut(n[i][j], fmt::format("{}[{}]", k, j), cut_what);
         if (!v) return v.error();
-        if (!p.cuts.empty() && *v < p.cuts.back())
+        if (*v >= 0 && !p.cuts.empty() && p.cuts.back() >= 0 && *v < p.cuts.back())
           return err_at(pos_of(c, n[i][j]), fmt::format("{}[{}]", k, j),
                         fmt::format("cut {} comes after {}; expected non-decreasing cut points", *v, p.cuts.back()));
-        p.cuts.push_back(static_cast<int>(*v));
+        p.cuts.push_back(*v);
       }
     } else {
-      auto v = get_int(c, n[i], k, 0, 100000, "a split point (int >= 0)");
+      auto v = cut(n[i], k, "a split point (int >= 0, or the name of the layer it cuts after)");
       if (!v) return v.error();
-      p.cuts = {static_cast<int>(*v)};
+      p.cuts = {*v};
     }
-    if (std::find(sp.entries.begin(), sp.entries.end(), p) != sp.entries.end())
+    keep_names();
+    // Named cuts are compared once resolved (resolve_split_names).
+    const bool named = std::find(p.cuts.begin(), p.cuts.end(), -1) != p.cuts.end();
+    if (!named && std::find(sp.entries.begin(), sp.entries.end(), p) != sp.entries.end())
       return err_at(pos_of(c, n[i]), k,
                     p.hops() == 1
                         ? fmt::format("split point {} is listed twice; expected distinct points", p.cuts[0])
                         : fmt::format("placement {} is listed twice; expected distinct placements", show_entry(p)));
     sp.entries.push_back(std::move(p));
   }
+  finish();
   return sp;
 }
 
 std::string show_split(const SplitSpec& sp) {
   if (sp.all) return "all";
   if (sp.plan) return "plan";
-  if (sp.entries.size() == 1 && sp.entries[0].hops() == 1) return show_entry(sp.entries[0]);
+  auto names = [&](size_t i) { return i < sp.names.size() ? sp.names[i] : std::vector<std::string>{}; };
+  if (sp.entries.size() == 1 && sp.entries[0].hops() == 1) return show_entry(sp.entries[0], names(0));
   std::string o = "[";
-  for (size_t i = 0; i < sp.entries.size(); ++i) o += (i ? ", " : "") + show_entry(sp.entries[i]);
+  for (size_t i = 0; i < sp.entries.size(); ++i) o += (i ? ", " : "") + show_entry(sp.entries[i], names(i));
   return o + "]";
 }
 

@@ -1,6 +1,7 @@
 // `tracrctl models` and `tracrctl profile`: the model registry and local
 // per-layer profiling (LibTorch builds only).
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cmath>
@@ -28,6 +29,7 @@
 #include "controller/commands/models.hpp"
 #include "protocol/error.hpp"
 #include "settings/config.hpp"
+#include "settings/source.hpp"
 
 namespace tracr::controller {
 
@@ -130,12 +132,27 @@ Result<std::vector<int>> segment_splits(const std::string& spec, const experimen
   }
   std::istringstream in(spec);
   for (std::string part; std::getline(in, part, ',');) {
+    // A layer's name: the split that cuts after it.
+    if (!part.empty() && !std::isdigit(static_cast<unsigned char>(part[0])) && part[0] != '-' && part[0] != '+') {
+      std::vector<std::string> names;
+      for (const auto& l : m.layers()) names.push_back(l.name);
+      const auto it = std::find(names.begin(), names.end(), part);
+      if (it == names.end()) {
+        const std::string near = settings::did_you_mean(part, names);
+        return make_error(Errc::invalid_argument,
+                          fmt::format("--segments: {} has no layer '{}'{}; expected all, none, or split points "
+                                      "K1,K2,... in 0..{} or the names of the layers they cut after",
+                                      m.name(), part, near.empty() ? "" : " (did you mean '" + near + "'?)", n));
+      }
+      out.push_back(static_cast<int>(it - names.begin()) + 1);
+      continue;
+    }
     char* end = nullptr;
     errno = 0;
     const long k = std::strtol(part.c_str(), &end, 10);
     if (part.empty() || *end != '\0' || errno != 0 || k < 0 || k > n)
       return make_error(Errc::invalid_argument,
-                        fmt::format("--segments: expected all, none or split points K1,K2,... in 0..{} ({} has {} "
+                        fmt::format("--segments: expected all, none or split points K1,K2,... in 0..{} (or layer names; {} has {} "
                                     "layers), got '{}'",
                                     n, m.name(), n, part));
     out.push_back(static_cast<int>(k));

@@ -344,7 +344,9 @@ Status run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector
         if (ax.size) one.input_size = cfg.input_size_list[j];
         one.model_list.clear();
         one.input_size_list.clear();
-        if (auto n = check_experiment_model(one); !n) {
+        auto named = resolve_layer_names(one);
+        auto n = named ? check_experiment_model(one) : Result<int>(named.error());
+        if (!n) {
           std::vector<std::string> where;
           if (ax.model) where.push_back(fmt::format("model[{}]", i));
           if (ax.size) where.push_back(fmt::format("input_size[{}]", j));

@@ -256,6 +256,23 @@ Status check_exits(const settings::ExperimentConfig& cfg, const ex::SplitModel& 
 
 }  // namespace
 
+Status resolve_layer_names(settings::ExperimentConfig& cfg) {
+  bool named = cfg.split.has_names();
+  for (const auto& [name, sp] : cfg.participant_splits) named = named || sp.has_names();
+  if (!named) return {};
+#if TRACR_WITH_TORCH
+  TRACR_TRY(check_model_id(cfg));
+  auto model = build_for_check(cfg);
+  if (!model) return model.error();
+  std::vector<std::string> names;
+  for (const auto& l : (*model)->layers()) names.push_back(l.name);
+  return settings::resolve_split_names(cfg, names);
+#else
+  return config_error(cfg, "split", "a cut given by layer name needs the model, and this tracrctl was built without "
+                                    "LibTorch; expected split points as numbers");
+#endif
+}
+
 Result<int> check_experiment_model(const settings::ExperimentConfig& cfg, bool exit_heads,
                                    std::vector<std::string>* layer_names) {
 #if TRACR_WITH_TORCH

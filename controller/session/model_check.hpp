@@ -20,6 +20,11 @@ namespace tracr::controller {
 // Returns the model's N. Error config naming the key with its file:line:col
 // and what was expected. In a build without LibTorch nothing is checked and
 // the result is -1 (the agents report these mistakes themselves).
+// Cuts given by layer name in `split` / `participant_splits` become numbers
+// (settings::resolve_split_names), the model built only when one is named.
+// Error config naming the entry, with the nearest layer name.
+Status resolve_layer_names(settings::ExperimentConfig& cfg);
+
 Result<int> check_experiment_model(const settings::ExperimentConfig& cfg, bool exit_heads = true,
                                    std::vector<std::string>* layer_names = nullptr);
 

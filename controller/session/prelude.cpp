@@ -68,10 +68,11 @@ Status check_chain_run(const settings::ExperimentConfig& cfg, const settings::De
 
 }  // namespace
 
-Status check_session(const settings::ExperimentConfig& cfg, settings::RoleCheck roles, const std::string& agent_option,
+Status check_session(settings::ExperimentConfig& cfg, settings::RoleCheck roles, const std::string& agent_option,
                      SessionPrelude& out) {
   if (auto st = settings::check_experiment_files(cfg); !st) return bad_input(st.error());
   // Model, input shape, split points and cuts: before any agent starts or any row is written.
+  if (auto st = resolve_layer_names(cfg); !st) return bad_input(st.error());
   if (auto n = check_experiment_model(cfg, true, &out.layer_names); !n) return bad_input(n.error());
   auto devices = settings::load_experiment_devices(cfg, roles);
   if (!devices) return bad_input(devices.error());

@@ -23,13 +23,14 @@ namespace tracr::controller {
 // The checks before anything starts: the experiment's files, its model
 // (input shape, splits, cuts), its devices file and every device's agent
 // binary. `agent_path` is the controller's tracr-agent (--agent, else the
-// one beside tracrctl). What they found, or a usage error.
+// one beside tracrctl). Cuts given by layer name in cfg become numbers
+// (resolve_layer_names). What they found, or a usage error.
 struct SessionPrelude {
   settings::DevicesConfig devices;
   std::string agent_path;
   std::vector<std::string> layer_names;  // the model's layers, as the check built it (model_layers rows)
 };
-Status check_session(const settings::ExperimentConfig& cfg, settings::RoleCheck roles, const std::string& agent_option,
+Status check_session(settings::ExperimentConfig& cfg, settings::RoleCheck roles, const std::string& agent_option,
                      SessionPrelude& out);
 
 // What every agent of one session is launched with (the session secret,

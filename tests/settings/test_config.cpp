@@ -729,13 +729,14 @@ TEST(ExperimentConfig, SplitAcceptsIndexListOrAll) {
 
 TEST(ExperimentConfig, BadSplitsAreRejected) {
   const std::string what =
-      "split: expected a split point (int >= 0), a list of split points, or all; on a chain of m devices, a list of "
-      "placements of m cut points each, e.g. [[3, 13], [5, 13]], or plan, got ";
+      "split: expected a split point (int >= 0, or the name of the layer it cuts after), a list of split points, or "
+      "all; on a chain of m devices, a list of placements of m cut points each, e.g. [[3, 13], [5, 13]], or plan, "
+      "got ";
   const std::pair<std::string, std::string> cases[] = {
       {"split: -1", "exp.yaml:2:8: " + what + "'-1'"},
-      {"split: some", what + "'some'"},
       {"split: []", "exp.yaml:2:8: " + what + "a list"},
-      {"split: [1, x]", "exp.yaml:2:12: split[1]: expected a split point (int >= 0), got 'x'"},
+      {"split: [1, -2]",
+       "exp.yaml:2:12: split[1]: expected a split point (int >= 0, or the name of the layer it cuts after), got '-2'"},
       {"split: [1, 2, 1]",
        "exp.yaml:2:15: split[2]: split point 1 is listed twice; expected distinct points"},
       {"split: {k: 1}", what + "a map"},
@@ -745,6 +746,66 @@ TEST(ExperimentConfig, BadSplitsAreRejected) {
     EXPECT_EQ(e.code, Errc::config);
     EXPECT_NE(e.message.find(want), std::string::npos) << line << " -> " << e.message;
   }
+}
+
+// #45 item 9: a cut by the name of the layer it cuts after, kept as written
+// until the model's layers resolve it (the controller builds the model).
+TEST(ExperimentConfig, SplitsByLayerNameResolveAgainstTheModelsLayers) {
+  const std::vector<std::string> layers = {"features.0", "features.1", "features.2", "classifier.6"};
+  auto split_line = [](const ExperimentConfig& c) {  // as to_yaml writes it (for the agents and the runs table)
+    const std::string y = "\n" + to_yaml(c);
+    const size_t at = y.find("\nsplit: ");
+    return at == std::string::npos ? std::string("(none)") : y.substr(at + 1, y.find('\n', at + 1) - at - 1);
+  };
+  auto cfg = parse_experiment("model: alexnet\nsplit: [features.1, 0, classifier.6]\n", "exp.yaml", false);
+  ASSERT_TRUE(cfg.ok()) << cfg.error().str();
+  EXPECT_TRUE(cfg->split.has_names());
+  EXPECT_EQ(split_line(*cfg), "split: [features.1, 0, classifier.6]");
+  ASSERT_TRUE(resolve_split_names(*cfg, layers).ok());
+  EXPECT_FALSE(cfg->split.has_names());
+  EXPECT_EQ(cfg->split.points(), (std::vector<int>{2, 0, 4}));  // the cut after layer i is split i + 1
+  EXPECT_EQ(split_line(*cfg), "split: [2, 0, 4]");
+
+  // One named point; a chain's placement mixing names and numbers; participant_splits.
+  auto one = parse_experiment("model: alexnet\nsplit: features.2\n", "exp.yaml", false);
+  ASSERT_TRUE(one.ok() && resolve_split_names(*one, layers).ok());
+  EXPECT_EQ(one->split.points(), std::vector<int>{3});
+  auto chain = parse_experiment("model: alexnet\nchain: [edge, server]\nsplit: [[features.0, 3]]\n",
+                                "exp.yaml", false);
+  ASSERT_TRUE(chain.ok()) << chain.error().str();
+  ASSERT_TRUE(resolve_split_names(*chain, layers).ok());
+  EXPECT_EQ(chain->split.entries.at(0).cuts, (std::vector<int>{1, 3}));
+  auto per = parse_experiment("model: alexnet\nsplit: [1]\nparticipant_splits: {p1: [features.2]}\n", "exp.yaml", false);
+  ASSERT_TRUE(per.ok()) << per.error().str();
+  ASSERT_TRUE(resolve_split_names(*per, layers).ok());
+  EXPECT_EQ(per->participant_splits.at("p1").points(), std::vector<int>{3});
+  // A wrong count of cuts names them as written.
+  Error count = experiment_error("model: alexnet\nsplit: [[features.0, 3]]\n");
+  EXPECT_NE(count.message.find("split[0]: [features.0, 3] has 2 cut points"), std::string::npos) << count.message;
+
+  // A name the model has not: the entry, the nearest name and what is expected.
+  auto typo = parse_experiment("model: alexnet\nsplit: [1, feature.2]\n", "exp.yaml", false);
+  ASSERT_TRUE(typo.ok());
+  auto e = resolve_split_names(*typo, layers);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, Errc::config);
+  EXPECT_NE(e.error().message.find("exp.yaml:2:8: split[1]: model 'alexnet' has no layer 'feature.2' (did you mean "
+                                   "'features.2'?); expected a split point 0..4 or the name of a layer to cut after"),
+            std::string::npos)
+      << e.error().message;
+  // Named twice (once by number), or out of order along a chain, once resolved.
+  auto twice = parse_experiment("model: alexnet\nsplit: [3, features.2]\n", "exp.yaml", false);
+  ASSERT_TRUE(twice.ok());
+  e = resolve_split_names(*twice, layers);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("split[1]: split 3 is split[0] again, by name"), std::string::npos)
+      << e.error().message;
+  auto order = parse_experiment("model: alexnet\nchain: [edge, server]\nsplit: [[features.2, 1]]\n", "exp.yaml", false);
+  ASSERT_TRUE(order.ok());
+  e = resolve_split_names(*order, layers);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.error().message.find("split[0]: cut 1 comes after 3; expected non-decreasing"), std::string::npos)
+      << e.error().message;
 }
 
 TEST(ExperimentConfig, BadCodecTextReportsCodecMessageWithPosition) {

@@ -1169,6 +1169,39 @@ TEST(RunLocal, AModelWithARefusedCutRunsWithTheDefaultsAndProfilesEveryLayer) {
   EXPECT_NE(p.out.find("addone"), std::string::npos) << p.out;
 }
 
+// #45 item 9: splits by the name of the layer they cut after, as every table
+// names them: the agents run the numbers (the stored experiment says them),
+// `profile --segments` takes names too, and a name the model has not is one
+// line with the nearest name before anything starts.
+TEST(RunLocal, SplitsGivenByLayerNameRunWhereThoseLayersEnd) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  std::string y = small_experiment(db, "record: {layers: false}\n");
+  y.replace(y.find("split: all"), 10, "split: [features.5, avgpool]");
+  auto r = sh(tracrctl() + " run " + d.file("e.yaml", y) + " --no-progress");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(query(db, "select group_concat(s, ',') from (select distinct split s from frames order by split)"), "6,14");
+  EXPECT_EQ(query(db, "select instr(config_yaml, char(10) || 'split: [6, 14]' || char(10)) > 0 from runs"), "1");
+  EXPECT_EQ(query(db, "select group_concat(name, ',') from model_layers where layer_index in (5, 13)"),
+            "features.5,avgpool");
+
+  y.replace(y.find("split: [features.5, avgpool]"), 28, "split: [featurs.5]");
+  auto bad = sh(tracrctl() + " run " + d.file("bad.yaml", y) + " --no-progress");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("split[0]: model 'alexnet' has no layer 'featurs.5' (did you mean 'features.5'?)"),
+            std::string::npos)
+      << bad.out;
+  EXPECT_EQ(query(db, "select count(*) from runs"), "1");
+
+  auto p = sh(tracrctl() + " profile alexnet --input-shape 3,64,64 --reps 1 --segments features.5,0");
+  ASSERT_EQ(p.status, 0) << p.out;
+  EXPECT_NE(p.out.find("at 2 of 23 splits"), std::string::npos) << p.out;
+  auto nope = sh(tracrctl() + " profile alexnet --input-shape 3,64,64 --reps 1 --segments avgpol");
+  EXPECT_NE(nope.status, 0);
+  EXPECT_NE(nope.out.find("--segments: alexnet has no layer 'avgpol' (did you mean 'avgpool'?)"), std::string::npos)
+      << nope.out;
+}
+
 // `run --again RUN` (#45): a stored run's experiment runs again as it was
 // stored (a run without a devices file reads back `devices: ~`: not set),
 // --set on top, into the database it came from; bad uses are one line.
