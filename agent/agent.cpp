@@ -166,6 +166,11 @@ Result<std::string> ControlOut::wait_config(int timeout_ms) {
   }
 }
 
+std::string ControlOut::profiles_known() {
+  std::lock_guard<std::mutex> lock(in_mu_);
+  return profiles_known_;
+}
+
 // The stdin reader: runs for the agent's life, so lines (and the
 // controller's heartbeats) are read while the main thread loads a model,
 // profiles or waits on a frame.
@@ -229,7 +234,10 @@ void ControlOut::read_loop() {
       last_heard = Clock::now();  // only authenticated lines keep the agent alive
       if (m->kind == "STOP") stopped_ = true;
       else if (m->kind == "CMD") commands_.push_back(std::move(*m));
-      else if (m->kind == "CONFIG") config_ = m->get_or("yaml", "");
+      else if (m->kind == "CONFIG") {
+        config_ = m->get_or("yaml", "");
+        profiles_known_ = m->get_or("profiles_known", "");
+      }
       else if (m->kind != "HEARTBEAT")
         std::fprintf(stderr, "tracr-agent: ignored control line of kind %s\n", m->kind.c_str());
     }
@@ -733,6 +741,7 @@ int agent_main(int argc, char** argv) {
         return 2;
       }
       cfg = settings::parse_experiment(*yaml, "CONFIG from the controller", false);
+      opt.profiles_known = ctl.profiles_known();
     } else {
       std::ifstream f(opt.experiment_file);
       if (!f) {

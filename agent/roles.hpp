@@ -67,6 +67,10 @@ struct AgentOptions {
   // The effective experiment, parsed by settings::parse_experiment, the
   // controller's own parser: one set of names and limits.
   std::optional<settings::ExperimentConfig> experiment;
+  // Profiles stored in the run's database, by profile key (the CONFIG
+  // line's profiles_known: "KEY layers=N head=0,3 tail=3,7;KEY2 ..."): an
+  // agent whose key is there reuses them instead of profiling (#45 friction 2).
+  std::string profiles_known;
 };
 
 // The devices file's power model for this agent (cores: the CPUs it may use,
@@ -138,6 +142,9 @@ class ControlOut {
   // Error timeout, or peer_closed when stdin closes (or the controller goes
   // silent) first.
   Result<std::string> wait_config(int timeout_ms);
+  // The CONFIG line's profiles_known field (profiles the controller's
+  // database holds, #45 friction 2; "" when none or an older controller).
+  std::string profiles_known();
 
  private:
   wire::ControlCodec codec_, in_;
@@ -159,6 +166,7 @@ class ControlOut {
   std::mutex in_mu_;  // guards what the reader hands over below
   std::vector<wire::ControlMsg> commands_;
   std::optional<std::string> config_;
+  std::string profiles_known_;
   std::string last_rejected_;  // why the last rejected line was rejected
   void read_loop();
 };

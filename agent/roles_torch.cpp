@@ -10,11 +10,14 @@
 #include "agent/link_probe.hpp"
 #include "agent/pipeline.hpp"
 #include "experiments/profile.hpp"
+#include "wire/identity.hpp"
 
 #include <torch/version.h>
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 namespace tracr::agent {
 
@@ -22,6 +25,14 @@ using namespace tracr::wire;
 
 namespace ex = tracr::experiments;
 using namespace tracr::protocol;
+
+namespace {
+// Profiles the controller's database holds under one profile key.
+struct KnownProfiles {
+  int64_t layers = 0;
+  std::set<int> head, tail;
+};
+}  // namespace
 
 ModelSpec model_spec(const settings::ExperimentConfig& c, const std::string& device) {
   ModelSpec ms;
@@ -137,8 +148,48 @@ at::Tensor profile_input(const ex::SplitModel& m, int64_t batch) {
   return torch::rand(batched, torch::TensorOptions().dtype(torch::kFloat)).to(m.device());
 }
 
+// What times a profile (#45 friction 2): the model (its fingerprint and
+// layers), input shape, batch, compute device, execution, LibTorch threads,
+// repetitions and the hardware identity (CPU, cores, quota, pinning,
+// LibTorch and agent versions). Two runs with one key time the same thing
+// on the same kind of machine: the second reuses the first's rows.
+std::string profile_key(const AgentOptions& o, const ex::SplitModel& m, int reps, int64_t batch) {
+  std::string text = fmt::format("fp={}\nshape={}\nbatch={}\ndevice={}\nexecution={}\nthreads={}\nreps={}\nhw={}\n",
+                                 model_fingerprint(m), fmt::join(m.input_shape(), ","), batch, m.device().str(),
+                                 m.execution(), torch::get_num_threads(), reps, hw_identity(o, m).hw_id);
+  for (const auto& l : m.layers()) text += l.name + "\n";
+  return fmt::format("{:016x}", fnv1a(text.data(), text.size()));
+}
+
+// The entry of `text` (AgentOptions::profiles_known) for `key`; empty when
+// none (or the text is not understood: profiles are then timed, as before).
+KnownProfiles known_profiles(const std::string& text, const std::string& key) {
+  KnownProfiles k;
+  std::istringstream entries(text);
+  for (std::string entry; std::getline(entries, entry, ';');) {
+    std::istringstream words(entry);
+    std::string word;
+    if (!(words >> word) || word != key) continue;
+    while (words >> word) {
+      const auto eq = word.find('=');
+      if (eq == std::string::npos) continue;
+      const std::string name = word.substr(0, eq);
+      std::istringstream values(word.substr(eq + 1));
+      for (std::string v; std::getline(values, v, ',');) {
+        char* end = nullptr;
+        const long n = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || n < 0) continue;
+        if (name == "layers") k.layers = n;
+        else if (name == "head") k.head.insert(static_cast<int>(n));
+        else if (name == "tail") k.tail.insert(static_cast<int>(n));
+      }
+    }
+  }
+  return k;
+}
+
 Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m, ControlOut& ctl,
-               EnergyMeter* energy, int layer_window_ms) {
+               EnergyMeter* energy, int layer_window_ms, const std::string& key) {
   const auto& s = m.input_shape();
   ex::ProfileOptions po;
   po.repetitions = reps;
@@ -186,6 +237,7 @@ Status profile(const AgentOptions& o, int reps, int64_t batch, ex::SplitModel& m
     r.hw_id = hw_id;
     auto fields = to_control(r);
     fields["role"] = std::string(role_name(o.role));
+    fields["profile_key"] = key;
     ctl.send("PROFILE", fields);
   }
   return {};
@@ -205,7 +257,7 @@ std::vector<int> sweep_splits(const settings::ExperimentConfig& c, const ex::Spl
 // split with record.segments: all: the PARTICIPANT its heads, the SERVER its
 // tails (SEGMENT lines).
 Status profile_segments(const AgentOptions& o, const settings::ExperimentConfig& c, int reps, ex::SplitModel& m,
-                        ControlOut& ctl) {
+                        ControlOut& ctl, const std::string& key, const KnownProfiles& known) {
   const auto& s = m.input_shape();
   ex::ProfileOptions po;
   po.repetitions = reps;
@@ -222,7 +274,18 @@ Status profile_segments(const AgentOptions& o, const settings::ExperimentConfig&
       for (int k : sweep_splits(own, m))
         if (std::find(splits.begin(), splits.end(), k) == splits.end()) splits.push_back(k);
     }
-  auto segs = ex::profile_segments(m, profile_input(m, c.batch_size), splits, o.role != AgentRole::server, po);
+  // Those stored under this key already are reused, the rest timed.
+  const bool head = o.role != AgentRole::server;
+  const auto& have = head ? known.head : known.tail;
+  std::vector<int> reused;
+  splits.erase(std::remove_if(splits.begin(), splits.end(),
+                              [&](int k) { return have.count(k) && (reused.push_back(k), true); }),
+               splits.end());
+  if (!reused.empty())
+    ctl.send("REUSED", {{"what", "segments"}, {"profile_key", key}, {"side", head ? "head" : "tail"},
+                        {"splits", fmt::format("{}", fmt::join(reused, ","))}});
+  if (splits.empty()) return {};
+  auto segs = ex::profile_segments(m, profile_input(m, c.batch_size), splits, head, po);
   if (!segs) return std::move(segs.error());
   const std::string fp = model_fingerprint(m);
   const std::string shape = fmt::format("{}", fmt::join(s, ","));
@@ -241,7 +304,9 @@ Status profile_segments(const AgentOptions& o, const settings::ExperimentConfig&
     r.p95_ns = static_cast<int64_t>(std::llround(p.p95_ms * 1e6));
     r.mean_ns = static_cast<int64_t>(std::llround(p.mean_ms * 1e6));
     r.hw_id = hw_id;
-    ctl.send("SEGMENT", to_control(r));
+    auto fields = to_control(r);
+    fields["profile_key"] = key;
+    ctl.send("SEGMENT", fields);
   }
   return {};
 }
@@ -333,6 +398,27 @@ Status load_exits(const settings::ExperimentConfig& c, const ex::SplitModel& mod
   return {};
 }
 
+// Layers profiled with at least 10 repetitions, at the experiment's batch,
+// and a graph model's segments; or, where the controller's database holds
+// them under this agent's profile key, reused (REUSED lines) instead.
+// Per-layer energy is measured while profiling: with a meter or power
+// model the layers are always timed anew.
+Status profile_model(const AgentOptions& o, const settings::ExperimentConfig& cfg, ex::SplitModel& m,
+                     ControlOut& ctl, EnergyMeter* energy) {
+  const int reps = std::max(10, cfg.repetitions);
+  const std::string key = profile_key(o, m, reps, cfg.batch_size);
+  const KnownProfiles known = known_profiles(o.profiles_known, key);
+  if (known.layers == m.num_layers() && !energy) {
+    ctl.send("REUSED", {{"what", "layers"}, {"profile_key", key}, {"layers", std::to_string(m.num_layers())}});
+  } else if (auto st = profile(o, reps, cfg.batch_size, m, ctl, energy, cfg.energy.layer_window_ms, key); !st) {
+    return make_error(st.error().code, "profiling: " + st.error().message);
+  }
+  if (m.execution() == "layers") return {};
+  if (auto st = profile_segments(o, cfg, reps, m, ctl, key, known); !st)
+    return make_error(st.error().code, "profiling segments: " + st.error().message);
+  return {};
+}
+
 }  // namespace
 
 int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
@@ -364,22 +450,11 @@ int run_model_role(const AgentOptions& opt, ControlOut& ctl) {
       r.side = side_of(o);
       ctl.send("ENERGY", to_control(r));
     }
-  // Layers profiled with at least 10 repetitions, at the experiment's batch.
-  if (cfg.record.layers) {
-    auto st = profile(o, std::max(10, cfg.repetitions), cfg.batch_size, *model, ctl, energy.get(),
-                      cfg.energy.layer_window_ms);
-    if (!st) {
-      ctl.send("FAIL", {{"error", "profiling: " + st.error().str()}});
+  if (cfg.record.layers)
+    if (auto st = profile_model(o, cfg, *model, ctl, energy.get()); !st) {
+      ctl.send("FAIL", {{"error", st.error().str()}});
       return 1;
     }
-    if (model->execution() != "layers") {
-      st = profile_segments(o, cfg, std::max(10, cfg.repetitions), *model, ctl);
-      if (!st) {
-        ctl.send("FAIL", {{"error", "profiling segments: " + st.error().str()}});
-        return 1;
-      }
-    }
-  }
   if (o.role == AgentRole::server) {
     auto mt = std::make_unique<ModelTail>(model, to_control(hw_identity(o, *model)));
     mt->set_energy(energy.get());

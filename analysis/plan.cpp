@@ -3,6 +3,7 @@
 
 #include "core/text.hpp"
 #include "core/token_bucket.hpp"
+#include "store/export.hpp"
 #include "store/statement.hpp"
 
 
@@ -371,8 +372,10 @@ Result<int64_t> find_codec_run(ResultsDb& db, const RunRow& basis, const std::st
                                 basis.model, input_shape, codec, db.path(), codec));
 }
 
-// Keeps the rows of the splits asked for (PlanOptions::splits).
-Status limit_splits(Plan& p, const std::string& splits, int n) {
+// Keeps the rows of the splits asked for (PlanOptions::splits): split
+// points, or the names of the layers they cut after (`names`: split k ->
+// layer k-1's name, the basis run's model_layers; #45 item 9).
+Status limit_splits(Plan& p, const std::string& splits, int n, const std::map<int, std::string>& names) {
   if (splits.empty() || splits == "all") return {};
   const size_t before = p.rows.size();
   if (splits == "measured") {
@@ -385,12 +388,17 @@ Status limit_splits(Plan& p, const std::string& splits, int n) {
   for (const auto& t : wire::split_on(splits, ',')) {
     char* end = nullptr;
     const long k = std::strtol(t.c_str(), &end, 10);
-    if (t.empty() || *end != '\0' || k < 0 || k > n)
+    if (!t.empty() && *end == '\0' && k >= 0 && k <= n) {
+      keep.push_back(static_cast<int>(k));
+      continue;
+    }
+    const auto named = std::find_if(names.begin(), names.end(), [&](const auto& kv) { return kv.second == t; });
+    if (named == names.end() || named->first > n)
       return make_error(Errc::invalid_argument,
                         fmt::format("--splits: '{}' is not a split of {} (expected all, measured, or split points "
-                                    "0..{} separated by commas)",
-                                    t, p.model, n));
-    keep.push_back(static_cast<int>(k));
+                                    "0..{} or the layers they cut after, separated by commas{})",
+                                    t, p.model, n, names.empty() ? "; the run stored no layer names" : ""));
+    keep.push_back(named->first);
   }
   p.rows.erase(std::remove_if(p.rows.begin(), p.rows.end(),
                               [&](const PlanRow& r) { return std::find(keep.begin(), keep.end(), r.split) == keep.end(); }),
@@ -926,7 +934,9 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
                       fmt::format("run {} has no per-layer energy for {}: an energy objective needs a meter on the "
                                   "device or a power_model in the devices file, and record.layers",
                                   run_id, dev->part_dev));
-  TRACR_TRY(limit_splits(p, opt.splits, n));
+  std::map<int, std::string> names;
+  if (auto cn = store::cut_names(db, run_id)) names = std::move(*cn);
+  TRACR_TRY(limit_splits(p, opt.splits, n, names));
   choose(p, opt, nullptr);
   return p;
 }

@@ -211,9 +211,16 @@ Result<wire::ControlMsg> AgentConn::wait_ready(int timeout_ms) {
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return give_up(Errc::timeout, fmt::format("did not report READY within {} ms", timeout_ms));
-    auto line = proc_->read_line(static_cast<int>(left));
+    // Ctrl-C while it starts (loading a model can take a minute): stopped at
+    // once, and said as what it is (#45 friction 8), not as the device failing.
+    if (const int sig = SignalCatcher::signal()) {
+      stop(200);
+      return make_error(Errc::io, fmt::format("{} agent on {}: start interrupted by signal {}",
+                                                     wire::role_name(role_), dev_->name, sig));
+    }
+    auto line = proc_->read_line(static_cast<int>(std::min<int64_t>(left, 250)));
     if (!line) {
-      if (line.error().code == Errc::timeout) continue;
+      if (line.error().code == Errc::timeout || SignalCatcher::signal()) continue;
       return give_up(Errc::peer_closed, "exited before READY (" + line.error().message + ")");
     }
     auto m = decode(*line);
@@ -254,7 +261,7 @@ Result<std::unique_ptr<AgentConn>> launch_agent(const LaunchSpec& s) {
   if (auto w = conn->proc().write(agent_secret_line(protocol::to_hex(s.secret.data(), s.secret.size()))); !w)
     return conn->abandon(Errc::peer_closed, "exited before READY (could not take the session secret: " + w.error().message + ")");
   if (!config_yaml.empty())
-    if (auto w = conn->send("CONFIG", {{"yaml", config_yaml}}); !w)
+    if (auto w = conn->send("CONFIG", {{"yaml", config_yaml}, {"profiles_known", s.profiles_known}}); !w)
       return conn->abandon(Errc::peer_closed, "exited before READY (could not take the experiment: " + w.error().message + ")");
   if (s.heartbeat_timeout_ms > 0) conn->start_heartbeat();
   return conn;

@@ -57,6 +57,9 @@ struct LaunchSpec {
   // after the secret (the agent is started with --config stdin); empty for
   // an echo SERVER.
   std::string config_yaml;
+  // Sent on the CONFIG line beside it: the profiles the run's database
+  // holds by profile key (AgentOptions::profiles_known); "" = none.
+  std::string profiles_known;
   // The experiment behind config_yaml, paths absolute (agent_experiment).
   // Over SSH the files this role reads are made available on the device
   // (staging.hpp: declared paths or content-hashed copies) and the agent gets

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include "wire/record.hpp"
 #include "protocol/crypto.hpp"
@@ -80,6 +81,8 @@ Status Recorder::on_message(const std::string& device, wire::AgentRole agent_rol
     r.run_id = run_id_;
     r.device = device;
     r.device_role = role;
+    r.profile_key = m.get_or("profile_key", "");
+    r.measured_run = run_id_;
     if (record_layers_) profiles_.push_back(std::move(r));
   } else if (m.kind == "FRAME") {
     TRACR_TRY(on_frame(device, role, m));
@@ -91,10 +94,14 @@ Status Recorder::on_message(const std::string& device, wire::AgentRole agent_rol
     row.run_id = run_id_;
     row.device = device;
     row.device_role = role;
+    row.profile_key = m.get_or("profile_key", "");
+    row.measured_run = run_id_;
     if (record_layers_)
       if (auto st = db_.add_segment_profile(row); !st && write_error_.empty()) write_error_ = st.error().str();
   } else if (m.kind == "PROBE") {
     TRACR_TRY(on_probe(device, role, m));
+  } else if (m.kind == "REUSED") {
+    TRACR_TRY(on_reused(device, role, m));
   } else if (m.kind == "ENERGY") {
     auto e = wire::energy_from_control(m);
     if (!e) return malformed(e.error());
@@ -192,6 +199,54 @@ Status Recorder::on_probe(const std::string& device, const std::string& role, co
                     pr->up_mbps ? fmt::format("{:.2f}", *pr->up_mbps) : "-",
                     pr->down_mbps ? fmt::format("{:.2f}", *pr->down_mbps) : "-"),
         device);
+  return {};
+}
+
+// An agent that found its profiles stored under its profile key (#45
+// friction 2; the controller listed them in its CONFIG line) timed none: the
+// stored rows are copied into this run, each naming the run that timed it.
+Status Recorder::on_reused(const std::string& device, const std::string& role, const wire::ControlMsg& m) {
+  auto malformed = [&](const std::string& why) {
+    return malformed_line(role, device, m.kind, make_error(Errc::field_type, why));
+  };
+  const std::string key = m.get_or("profile_key", "");
+  const std::string what = m.get_or("what", "");
+  if (key.empty()) return malformed("profile_key missing");
+  if (what != "layers" && what != "segments") return malformed("what must be layers or segments, not '" + what + "'");
+  if (!record_layers_) return {};
+  flush();  // rows before the copy: the copy may replace none of them
+  std::string said;
+  if (what == "layers") {
+    const auto layers = m.get_int("layers");
+    if (!layers || *layers <= 0) return malformed("layers must be a positive count");
+    auto from = db_.reuse_layer_profiles(key, *layers, run_id_, device, role);
+    if (from)
+      said = fmt::format("{} {}: {} layer profiles reused, timed in run {}", role, device, *layers, *from);
+    else
+      said = fmt::format("{} {}: its layer profiles could not be reused ({}); this run has none of its layers",
+                         role, device, from.error().message);
+  } else {
+    const std::string side = m.get_or("side", "");
+    if (side != "head" && side != "tail") return malformed("side must be head or tail, not '" + side + "'");
+    std::vector<int> splits;
+    std::istringstream in(m.get_or("splits", ""));
+    for (std::string t; std::getline(in, t, ',');) {
+      char* end = nullptr;
+      const long k = std::strtol(t.c_str(), &end, 10);
+      if (t.empty() || *end != '\0' || k < 0 || k > 1000000) return malformed("splits must be split points, not '" + t + "'");
+      splits.push_back(static_cast<int>(k));
+    }
+    auto from = db_.reuse_segment_profiles(key, side, splits, run_id_, device, role);
+    if (from)
+      said = fmt::format("{} {}: {} {} profiles reused, timed in run {}", role, device, splits.size(), side,
+                         fmt::join(*from, ", "));
+    else
+      said = fmt::format("{} {}: its {} profiles could not be reused ({}); this run lacks them", role, device, side,
+                         from.error().message);
+  }
+  event(said.find("could not") == std::string::npos ? "info" : "warn", "profiles_reused",
+        said + " (same model, input, batch, device and settings; tracrctl run --reprofile times them again)", device);
+  if (core::log_enabled(core::LogLevel::info)) core::log_line(core::LogLevel::info, said + " (--reprofile: time them anew)");
   return {};
 }
 

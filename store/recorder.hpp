@@ -91,6 +91,7 @@ class Recorder {
   // on_message's parts: a FRAME (counters, outputs, the row), a PROBE, a LOG line.
   Status on_frame(const std::string& device, const std::string& role, const wire::ControlMsg& m);
   Status on_probe(const std::string& device, const std::string& role, const wire::ControlMsg& m);
+  Status on_reused(const std::string& device, const std::string& role, const wire::ControlMsg& m);
   void on_log(const std::string& device, const std::string& role, const wire::ControlMsg& m);
   ResultsDb& db_;
   int64_t run_id_;

@@ -685,12 +685,27 @@ CREATE TABLE model_layers (
   PRIMARY KEY (run_id, layer_index)
 );
 )sql"},
+    {25, "profiles reused across runs: the key that times them, the run that measured them", R"sql(
+ALTER TABLE layer_profiles ADD COLUMN profile_key TEXT;
+ALTER TABLE layer_profiles ADD COLUMN measured_run INTEGER;
+ALTER TABLE segment_profiles ADD COLUMN profile_key TEXT;
+ALTER TABLE segment_profiles ADD COLUMN measured_run INTEGER;
+CREATE INDEX layer_profiles_by_profile_key ON layer_profiles(profile_key);
+CREATE INDEX segment_profiles_by_profile_key ON segment_profiles(profile_key);
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,
               "kSchemaVersion must equal the number of migrations");
 
 using Stmt = Statement;
+
+// A profile row's reuse columns (migration 25): "" and 0 are NULL.
+void bind_reuse(Stmt& q, int i, const std::string& key, int64_t measured_run) {
+  q.bind_text_or_null(i, key);
+  if (measured_run > 0) q.bind(i + 1, measured_run);
+  else q.bind_null(i + 1);
+}
 
 // Field values to and from statement columns (record_fields.def kinds).
 // Text "" is stored as NULL and read back as "".
@@ -1140,7 +1155,8 @@ Status ResultsDb::add_layer_profiles(const std::vector<LayerProfileRecord>& laye
   TRACR_TRY(tx.begin());
   const auto& fields = wire::profile_fields();
   static const std::string sql = "INSERT OR REPLACE INTO layer_profiles(run_id, device, device_role" +
-                                 field_list(fields) + ") VALUES (" + placeholders(fields.size() + 3) + ")";
+                                 field_list(fields) + ", profile_key, measured_run) VALUES (" +
+                                 placeholders(fields.size() + 5) + ")";
   Stmt q(db, sql.c_str());
   if (!q.prepared()) return db_error(db, path_, "insert layer profiles");
   for (const auto& l : layers) {
@@ -1149,6 +1165,7 @@ Status ResultsDb::add_layer_profiles(const std::vector<LayerProfileRecord>& laye
     q.bind(3, std::string_view(l.device_role));
     int i = 4;
     wire::visit_profile(l, [&](const wire::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+    bind_reuse(q, i, l.profile_key, l.measured_run);
     if (q.step() != SQLITE_DONE)
       return db_error(db, path_, fmt::format("insert layer profile {} of {}", l.layer_index, l.device));
     q.reset();
@@ -1881,8 +1898,8 @@ Result<std::vector<FrameRecord>> ResultsDb::frames(int64_t run_id) {
 
 Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id) {
   static const std::string sql = "SELECT run_id, device, device_role" + field_list(wire::profile_fields()) +
-                                 " FROM layer_profiles WHERE run_id = ? "
-                                 "ORDER BY device_role DESC, device, layer_index";
+                                 ", COALESCE(profile_key, ''), COALESCE(measured_run, 0) FROM layer_profiles "
+                                 "WHERE run_id = ? ORDER BY device_role DESC, device, layer_index";
   return run_rows<LayerProfileRecord>(
       db_.get(), path_, sql, run_id, "read layer profiles", [](const Stmt& q, LayerProfileRecord& l) {
         l.run_id = q.i64(0);
@@ -1890,6 +1907,8 @@ Result<std::vector<LayerProfileRecord>> ResultsDb::layer_profiles(int64_t run_id
         l.device_role = q.text(2);
         int c = 3;
         wire::visit_profile(l, [&](const wire::FieldInfo&, auto& v) { read_value(q, c++, v); });
+        l.profile_key = q.text(c);
+        l.measured_run = q.i64(c + 1);
       });
 }
 
@@ -1944,7 +1963,8 @@ Status ResultsDb::add_probe(const ProbeRow& p) {
 Status ResultsDb::add_segment_profile(const SegmentProfileRow& r) {
   const auto& fields = wire::segment_fields();
   static const std::string sql = "INSERT OR REPLACE INTO segment_profiles(run_id, device, device_role" +
-                                 field_list(fields) + ") VALUES (" + placeholders(fields.size() + 3) + ")";
+                                 field_list(fields) + ", profile_key, measured_run) VALUES (" +
+                                 placeholders(fields.size() + 5) + ")";
   Stmt q(db_.get(), sql.c_str());
   if (!q.prepared()) return db_error(db_.get(), path_, "insert segment profile");
   q.bind(1, r.run_id);
@@ -1952,6 +1972,7 @@ Status ResultsDb::add_segment_profile(const SegmentProfileRow& r) {
   q.bind(3, std::string_view(r.device_role));
   int i = 4;
   wire::visit_segment(r, [&](const wire::FieldInfo&, const auto& v) { bind_value(q, i++, v); });
+  bind_reuse(q, i, r.profile_key, r.measured_run);
   if (q.step() != SQLITE_DONE)
     return db_error(db_.get(), path_, fmt::format("insert {} segment profile {} of {}", r.side, r.split, r.device));
   return {};
@@ -1959,7 +1980,8 @@ Status ResultsDb::add_segment_profile(const SegmentProfileRow& r) {
 
 Result<std::vector<SegmentProfileRow>> ResultsDb::segment_profiles(int64_t run_id) {
   static const std::string sql = "SELECT run_id, device, device_role" + field_list(wire::segment_fields()) +
-                                 " FROM segment_profiles WHERE run_id = ? ORDER BY side, device, split";
+                                 ", COALESCE(profile_key, ''), COALESCE(measured_run, 0) FROM segment_profiles "
+                                 "WHERE run_id = ? ORDER BY side, device, split";
   return run_rows<SegmentProfileRow>(
       db_.get(), path_, sql, run_id, "read segment profiles", [](const Stmt& q, SegmentProfileRow& r) {
         r.run_id = q.i64(0);
@@ -1967,7 +1989,137 @@ Result<std::vector<SegmentProfileRow>> ResultsDb::segment_profiles(int64_t run_i
         r.device_role = q.text(2);
         int c = 3;
         wire::visit_segment(r, [&](const wire::FieldInfo&, auto& v) { read_value(q, c++, v); });
+        r.profile_key = q.text(c);
+        r.measured_run = q.i64(c + 1);
       });
+}
+
+Result<std::vector<KnownProfiles>> ResultsDb::known_profiles() {
+  std::map<std::string, KnownProfiles> by_key;
+  {
+    // Each key's newest set (run, device, role) and its size.
+    Stmt q(db_.get(),
+           "SELECT profile_key, COUNT(*) FROM layer_profiles WHERE profile_key IS NOT NULL "
+           "GROUP BY profile_key, run_id, device, device_role ORDER BY run_id");
+    if (!q.prepared()) return db_error(db_.get(), path_, "read stored profile keys");
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      auto& k = by_key[q.text(0)];
+      k.key = q.text(0);
+      k.layers = q.i64(1);
+    }
+    if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read stored profile keys");
+  }
+  Stmt q(db_.get(),
+         "SELECT DISTINCT profile_key, side, split FROM segment_profiles WHERE profile_key IS NOT NULL "
+         "ORDER BY profile_key, side, split");
+  if (!q.prepared()) return db_error(db_.get(), path_, "read stored segment profile keys");
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    auto& k = by_key[q.text(0)];
+    k.key = q.text(0);
+    (q.text(1) == "head" ? k.head : k.tail).push_back(static_cast<int>(q.i64(2)));
+  }
+  if (rc != SQLITE_DONE) return db_error(db_.get(), path_, "read stored segment profile keys");
+  std::vector<KnownProfiles> out;
+  for (auto& [key, k] : by_key) out.push_back(std::move(k));
+  return out;
+}
+
+Result<int64_t> ResultsDb::reuse_layer_profiles(const std::string& key, int64_t layers, int64_t run_id,
+                                                 const std::string& device, const std::string& device_role) {
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  int64_t src_run = 0;
+  std::string src_device, src_role;
+  {
+    Stmt q(db,
+           "SELECT run_id, device, device_role FROM layer_profiles WHERE profile_key = ? "
+           "GROUP BY run_id, device, device_role HAVING COUNT(*) = ? "
+           "ORDER BY device = ? AND device_role = ? DESC, run_id DESC LIMIT 1");
+    if (!q.prepared()) return db_error(db, path_, "find profiles to reuse");
+    q.bind(1, std::string_view(key));
+    q.bind(2, layers);
+    q.bind(3, std::string_view(device));
+    q.bind(4, std::string_view(device_role));
+    const int rc = q.step();
+    if (rc == SQLITE_DONE)
+      return make_error(Errc::not_found, fmt::format("{}: no set of {} layer profiles under key {} to reuse", path_,
+                                                     layers, key));
+    if (rc != SQLITE_ROW) return db_error(db, path_, "find profiles to reuse");
+    src_run = q.i64(0);
+    src_device = q.text(1);
+    src_role = q.text(2);
+  }
+  const std::string fields = field_list(wire::profile_fields());
+  Stmt ins(db, ("INSERT OR REPLACE INTO layer_profiles(run_id, device, device_role" + fields +
+                ", profile_key, measured_run) SELECT ?, ?, ?" + fields +
+                ", profile_key, COALESCE(measured_run, run_id) FROM layer_profiles "
+                "WHERE run_id = ? AND device = ? AND device_role = ? AND profile_key = ?")
+                   .c_str());
+  if (!ins.prepared()) return db_error(db, path_, "reuse layer profiles");
+  ins.bind(1, run_id);
+  ins.bind(2, std::string_view(device));
+  ins.bind(3, std::string_view(device_role));
+  ins.bind(4, src_run);
+  ins.bind(5, std::string_view(src_device));
+  ins.bind(6, std::string_view(src_role));
+  ins.bind(7, std::string_view(key));
+  if (ins.step() != SQLITE_DONE) return db_error(db, path_, "reuse layer profiles of run " + std::to_string(src_run));
+  int64_t measured = src_run;
+  {
+    Stmt q(db, "SELECT MIN(measured_run) FROM layer_profiles WHERE run_id = ? AND device = ? AND device_role = ?");
+    q.bind(1, run_id);
+    q.bind(2, std::string_view(device));
+    q.bind(3, std::string_view(device_role));
+    if (q.step() == SQLITE_ROW && !q.is_null(0)) measured = q.i64(0);
+  }
+  TRACR_TRY(tx.commit());
+  return measured;
+}
+
+Result<std::vector<int64_t>> ResultsDb::reuse_segment_profiles(const std::string& key, const std::string& side,
+                                                               const std::vector<int>& splits, int64_t run_id,
+                                                               const std::string& device,
+                                                               const std::string& device_role) {
+  sqlite3* db = db_.get();
+  Transaction tx(db, path_);
+  TRACR_TRY(tx.begin());
+  const std::string fields = field_list(wire::segment_fields());
+  // The newest row of each split (the same device's first): its rowid, then a copy of it.
+  Stmt find(db, "SELECT rowid, COALESCE(measured_run, run_id) FROM segment_profiles WHERE profile_key = ? AND "
+                "side = ? AND split = ? ORDER BY device = ? DESC, run_id DESC LIMIT 1");
+  Stmt ins(db, ("INSERT OR REPLACE INTO segment_profiles(run_id, device, device_role" + fields +
+                ", profile_key, measured_run) SELECT ?, ?, ?" + fields +
+                ", profile_key, COALESCE(measured_run, run_id) FROM segment_profiles WHERE rowid = ?")
+                   .c_str());
+  if (!find.prepared() || !ins.prepared()) return db_error(db, path_, "reuse segment profiles");
+  std::vector<int64_t> runs;
+  for (int k : splits) {
+    find.bind(1, std::string_view(key));
+    find.bind(2, std::string_view(side));
+    find.bind(3, static_cast<int64_t>(k));
+    find.bind(4, std::string_view(device));
+    const int rc = find.step();
+    if (rc == SQLITE_DONE)
+      return make_error(Errc::not_found,
+                        fmt::format("{}: no {} profile of split {} under key {} to reuse", path_, side, k, key));
+    if (rc != SQLITE_ROW) return db_error(db, path_, "find segment profiles to reuse");
+    const int64_t rowid = find.i64(0);
+    runs.push_back(find.i64(1));
+    find.reset();
+    ins.bind(1, run_id);
+    ins.bind(2, std::string_view(device));
+    ins.bind(3, std::string_view(device_role));
+    ins.bind(4, rowid);
+    if (ins.step() != SQLITE_DONE) return db_error(db, path_, fmt::format("reuse the {} profile of split {}", side, k));
+    ins.reset();
+  }
+  TRACR_TRY(tx.commit());
+  std::sort(runs.begin(), runs.end());
+  runs.erase(std::unique(runs.begin(), runs.end()), runs.end());
+  return runs;
 }
 
 Result<std::vector<ProbeRow>> ResultsDb::probes(int64_t run_id) {

@@ -87,6 +87,12 @@ struct LayerProfileRecord : wire::ProfileRecord {
   int64_t run_id = 0;
   std::string device;       // device name
   std::string device_role;  // "SERVER" | "PARTICIPANT"
+  // Reuse across runs (#45 friction 2): the agent's profile key (model,
+  // input, batch, device, hardware and settings that time it; "" = NULL, an
+  // older agent) and the run whose agent timed the row (0 = NULL: this run,
+  // for rows stored before profiles were reused).
+  std::string profile_key;
+  int64_t measured_run = 0;
 };
 
 // A stored segment profile (a graph model's head or tail timed whole).
@@ -94,6 +100,16 @@ struct SegmentProfileRow : wire::SegmentRecord {
   int64_t run_id = 0;
   std::string device;       // device name
   std::string device_role;  // "SERVER" | "PARTICIPANT"
+  std::string profile_key;  // as LayerProfileRecord's
+  int64_t measured_run = 0;
+};
+
+// Profiles a database holds under one profile key: the layer count of the
+// newest complete set, and the splits whose heads and tails are timed.
+struct KnownProfiles {
+  std::string key;
+  int64_t layers = 0;  // 0: no layer profiles under this key
+  std::vector<int> head, tail;
 };
 
 // A stored link probe: the participant's record plus where it came from.
@@ -229,7 +245,7 @@ std::filesystem::path outputs_dir(const std::string& db_path, int64_t run_id);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 24;
+  static constexpr int kSchemaVersion = 25;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process
@@ -325,6 +341,20 @@ class ResultsDb {
   Result<std::vector<LayerProfileRecord>> find_profiles(const std::string& model_fp, const std::string& input_shape,
                                                         int64_t batch, const std::string& device_kind,
                                                         const std::string& hw_id);
+  // Profile reuse (#45 friction 2): what is stored under each profile key,
+  // and copies of it into another run's rows (profile_key and measured_run
+  // kept: the copy says which run timed it). reuse_layer_profiles copies the
+  // newest set of `layers` rows under `key` (the same device's first: a key
+  // is a kind of machine, several devices may share it) and returns the run
+  // that timed them; error not_found when there is none.
+  Result<std::vector<KnownProfiles>> known_profiles();
+  Result<int64_t> reuse_layer_profiles(const std::string& key, int64_t layers, int64_t run_id,
+                                       const std::string& device, const std::string& device_role);
+  // Each split's newest head or tail (`side`) under `key`; returns the runs
+  // that timed them (sorted, unique); error not_found naming a split with none.
+  Result<std::vector<int64_t>> reuse_segment_profiles(const std::string& key, const std::string& side,
+                                                      const std::vector<int>& splits, int64_t run_id,
+                                                      const std::string& device, const std::string& device_role);
   // Rows of `table` for a run (every column of schema_tables(), in order) as
   // text cells, NULL as nullopt: the exports read through this, so nothing
   // stored is left out of them.

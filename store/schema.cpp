@@ -89,6 +89,18 @@ TableInfo frames_table() {
   return t;
 }
 
+// Profiles reused across runs (#45 friction 2, migration 25).
+void add_reuse_columns(TableInfo& t) {
+  t.columns.push_back({"profile_key", "TEXT", "", "agent",
+                       "hash of what times a profile: model fingerprint, layers, input shape, batch, compute device, "
+                       "execution, threads, repetitions and hardware identity (hw_id); a later run whose agent "
+                       "computes the same key reuses the rows instead of profiling again (tracrctl run --reprofile "
+                       "does not); NULL in rows of older agents"});
+  t.columns.push_back({"measured_run", "INTEGER", "", "controller",
+                       "the run whose agent timed this row: this run's id, or the earlier run a reused row was "
+                       "copied from; NULL in rows stored before reuse existed (timed by this run)"});
+}
+
 TableInfo layer_profiles_table() {
   TableInfo t{"layer_profiles",
               "one row per (run, device, layer); reusable across runs by (model_fp, input_shape, batch, device_kind, hw_id)",
@@ -97,6 +109,7 @@ TableInfo layer_profiles_table() {
                {"device", "TEXT", "", "controller", "device name"},
                {"device_role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
   add_fields(t, wire::profile_fields());
+  add_reuse_columns(t);
   return t;
 }
 
@@ -110,6 +123,7 @@ TableInfo segment_profiles_table() {
                {"device", "TEXT", "", "controller", "device name"},
                {"device_role", "TEXT", "", "controller", "SERVER or PARTICIPANT"}};
   add_fields(t, wire::segment_fields());
+  add_reuse_columns(t);
   return t;
 }
 

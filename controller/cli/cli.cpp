@@ -184,6 +184,9 @@ void add_run(CLI::App& app, Parsed& p) {
                 "default: within 120 columns");
   add_db(run, p.run.db, "results database (default: the experiment's output)");
   run->add_flag("--trust-new-hosts", p.run.trust_new_hosts, "SSH: trust and record unknown host keys");
+  run->add_flag("--reprofile", p.run.reprofile,
+                "time the layers and segments anew instead of reusing the profiles the database holds for the "
+                "same model, input, batch, device and settings");
   run->add_flag_function("--no-progress", [&p](int64_t) { p.run.progress = false; }, "no progress line");
   run->add_option("--agent", p.run.agent_path, "tracr-agent to run (default: next to tracrctl)")->type_name("PATH");
   run->add_option("--report", p.run.report,
@@ -300,7 +303,8 @@ void add_plan(CLI::App& app, Parsed& p) {
           "for every hop or one per hop (probe: the hop's stored probe); --validate-on a chain run of those devices")
       ->type_name("DEV1,DEV2,...");
   plan->add_option("--splits", p.plan.plan.splits,
-                   "splits to plan: all (default), measured (those whose bytes a run measured), or K1,K2,...")
+                   "splits to plan: all (default), measured (those whose bytes a run measured), or K1,K2,... "
+                   "(a split point, or the layer it cuts after: features.5,avgpool)")
       ->type_name("all|measured|K,...");
   add_sets(plan, p.plan.sets);
   plan->callback([&p] {

@@ -79,16 +79,32 @@ void draw_phase(const std::string& text, bool tty) {
   else fmt::print(stderr, "  {} ...\n", text);
 }
 
-void draw_progress(int64_t done, int64_t total, int split, Clock::time_point t0, bool tty) {
+// The frames' pace: counted from the first frame line on, so loading and
+// profiling (minutes for a large model) do not make it look slower (#45
+// friction 2: "about 7986 s left" with 400 s to go).
+struct FramePace {
+  Clock::time_point first;
+  int64_t done_first = -1;  // frames done at the first line; -1: none yet
+  // Seconds left at the pace since the first frame line; < 0: not known yet.
+  double left(int64_t done, int64_t total) {
+    if (done_first < 0) {
+      first = Clock::now();
+      done_first = done;
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - first).count();
+    if (done <= done_first || done >= total || secs <= 0) return -1;
+    return secs * static_cast<double>(total - done) / static_cast<double>(done - done_first);
+  }
+};
+
+void draw_progress(int64_t done, int64_t total, int split, Clock::time_point t0, FramePace& pace, bool tty) {
   static int64_t last_pct = -1;
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (total <= 0) return;
   const int64_t pct = done * 100 / total;
-  // Time left at the pace so far (frames of later splits may be slower or faster).
-  const std::string eta = done > 0 && done < total
-                              ? fmt::format(", about {:.0f}s left", secs * static_cast<double>(total - done) /
-                                                                         static_cast<double>(done))
-                              : std::string();
+  // Time left at the frames' pace so far (frames of later splits may be slower or faster).
+  const double left = pace.left(done, total);
+  const std::string eta = left >= 0 ? fmt::format(", about {:.0f}s left", left) : std::string();
   if (tty) {
     const int width = 30;
     const int fill = static_cast<int>(width * done / total);
@@ -514,6 +530,7 @@ class RunSession {
   std::vector<std::string> participant_args(const DeviceConfig& p) const;
   void start_participants();
   void on_line(size_t i, const ControlMsg& m);
+  void draw_profiling(const AgentConn& a, const ControlMsg& m);
   bool spare(size_t i, const std::string& why);
   void send_cmd(size_t i, std::map<std::string, std::string> fields, const std::string& what);
   void adapt(size_t i);
@@ -547,6 +564,8 @@ class RunSession {
   std::set<std::string> phases_seen_;  // "device KIND" whose phase line was drawn
   int64_t frames_total_ = 0, frames_done_ = 0;
   Clock::time_point t0_ = Clock::now();
+  FramePace pace_;
+  std::map<std::string, int64_t> profiled_;  // "device KIND": PROFILE / SEGMENT lines so far
   std::vector<std::string> lost_participants_;
   // Scheduled commands, per participant: the next one to send, and a pending resume.
   struct CmdState {
@@ -704,6 +723,7 @@ Status RunSession::connect() {
   }
   // Every agent gets the effective experiment and parses it with the same code.
   launch_ = std::make_unique<SessionLaunch>(cfg_, pre_, std::move(secret), *stamp, run_id_, ro_.trust_new_hosts);
+  if (cfg_.record.layers && !ro_.reprofile) launch_->profiles_known = profiles_known_text(*db_);
   rec_ = std::make_unique<Recorder>(*db_, run_id_, cfg_.record.frames, cfg_.record.layers);
   rec_->set_link(info_.link, info_.shaping);
   rec_->set_server(first_hop().name);  // the reply's srv_energy is the device the participant sends to
@@ -869,19 +889,34 @@ void RunSession::on_line(size_t i, const ControlMsg& m) {
       if (!k.empty()) refused_cuts_.insert(std::atoi(k.c_str()));
   }
   if (!ro_.progress) return;
-  if (frames_done_ == 0 && (m.kind == "PROFILE" || m.kind == "SEGMENT" || m.kind == "PROBE") &&
-      phases_seen_.insert(a.device().name + " " + m.kind).second)
-    draw_phase(fmt::format("{} {}: {}", wire::role_name(a.role()), a.device().name,
-                           m.kind == "PROFILE"   ? "profiling each layer"
-                           : m.kind == "SEGMENT" ? std::string("timing the ") +
-                                                       (a.role() == wire::AgentRole::server ? "tails" : "heads") + " it will run"
-                                                 : "link probed, frames next"),
-               tty_);
+  if (frames_done_ == 0 && (m.kind == "PROFILE" || m.kind == "SEGMENT" || m.kind == "PROBE"))
+    draw_profiling(a, m);
   if (m.kind == "FRAME") {
     frames_done_ = rec_->frames_done();
     frames_total_ = rec_->frames_total();
-    draw_progress(frames_done_, frames_total_, rec_->current_split(), t0_, tty_);
+    draw_progress(frames_done_, frames_total_, rec_->current_split(), t0_, pace_, tty_);
   }
+}
+
+// The phase before the first frame, as its own bar on a terminal: layers
+// profiled of the model's (a line each, else only the phase's first),
+// heads or tails timed, the link probed (profiles reused: the recorder's line).
+void RunSession::draw_profiling(const AgentConn& a, const ControlMsg& m) {
+  const std::string who = fmt::format("{} {}: ", wire::role_name(a.role()), a.device().name);
+  const int64_t n = ++profiled_[a.device().name + " " + m.kind];
+  if (!tty_ && !phases_seen_.insert(a.device().name + " " + m.kind).second) return;
+  const auto layers = static_cast<int64_t>(pre_.layer_names.size());
+  if (m.kind == "PROFILE")
+    draw_phase(who + (layers <= 0 ? std::string("profiling each layer")
+                      : tty_      ? fmt::format("profiling layer {}/{}", n, layers)
+                                  : fmt::format("profiling its {} layers", layers)),
+               tty_);
+  else if (m.kind == "SEGMENT")
+    draw_phase(who + fmt::format("timing the {} it will run{}", a.role() == wire::AgentRole::server ? "tails" : "heads",
+                                 tty_ ? fmt::format(" ({} so far)", n) : ""),
+               tty_);
+  else
+    draw_phase(who + "link probed, frames next", tty_);
 }
 
 // on_participant_loss: continue (#24): a PARTICIPANT that dies or goes
@@ -1065,7 +1100,9 @@ Status RunSession::run(int64_t* run_out) {
     if (ro_.progress && tty_ && frames_done_ < frames_total_) fmt::print(stderr, "\n");
   }
   // Every agent stopped (they exit when stdin closes), then the outcome.
-  agents_->stop_all();
+  // Interrupted before any frame (#45 friction 8: Ctrl-C while agents
+  // start took 16 s): nothing to deliver, so no grace to wait out.
+  agents_->stop_all(SignalCatcher::signal() && rec_->frames_done() == 0 ? 1000 : 3000);
   return finish();
 }
 

@@ -22,6 +22,7 @@ struct RunOptions {
   std::string db;               // overrides experiment `output`
   bool show_config = false;     // print effective settings and exit
   bool trust_new_hosts = false; // SSH trust-on-first-use for unknown host keys
+  bool reprofile = false;       // time every profile anew (no reuse of the database's, #45 friction 2)
   bool in_process = false;      // PARTICIPANT runs tails itself, no sockets
   bool progress = true;
   bool wide = false;            // the per-split table with every column (else it fits 120 columns)

@@ -108,7 +108,9 @@ void AgentSet::wait_until(const std::function<bool()>& done, int timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (failure_.empty() && !done()) {
     if (const int sig = fleet::SignalCatcher::signal(); sig && !stopping_) interrupt(sig);
-    if (stopping_ && (drivers_done() || Clock::now() > stop_deadline_)) break;
+    // Before any frame there is nothing in flight to wait for: agents still
+    // loading, profiling or probing are stopped at once (#45 friction 8).
+    if (stopping_ && (drivers_done() || Clock::now() > stop_deadline_ || rec_.frames_done() == 0)) break;
     if (watch_)
       if (auto why = watch_(); !why.empty()) {
         fail(why);
@@ -135,7 +137,7 @@ void AgentSet::wait_until(const std::function<bool()>& done, int timeout_ms) {
   while (auto e = pump_.pop(0)) dispatch(*e);
 }
 
-void AgentSet::stop_all() {
+void AgentSet::stop_all(int grace_ms) {
   // Every agent of a kind at once, the same grace for all (#46: one after another took
   // about 3 s each, minutes with 64 participants), and what they deliver
   // meanwhile recorded as it comes. A lost agent's connection may be dead (a
@@ -144,7 +146,7 @@ void AgentSet::stop_all() {
   std::vector<int> grace(agents_.size());
   for (size_t i = 0; i < agents_.size(); ++i) {
     finished_[i] = true;
-    grace[i] = liveness_.declared_lost(i) ? 1000 : 3000;
+    grace[i] = std::min(grace_ms, liveness_.declared_lost(i) ? 1000 : 3000);
   }
   // The agents that drive sessions (participants) first, then those that
   // serve them: a participant waiting on a reply is not left to its frame

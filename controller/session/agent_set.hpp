@@ -84,8 +84,8 @@ class AgentSet {
   // session). Lines already read are handled before it returns.
   void wait_until(const std::function<bool()>& done, int timeout_ms);
   // Stops every agent (they exit when stdin closes; a lost one within 1 s,
-  // the others within 3 s) and handles the lines still queued.
-  void stop_all();
+  // the others within grace_ms) and handles the lines still queued.
+  void stop_all(int grace_ms = 3000);
 
  private:
   void dispatch(const fleet::Event& e);

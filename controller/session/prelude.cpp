@@ -11,6 +11,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "wire/identity.hpp"
 #include "controller/session/agent_config.hpp"
@@ -162,6 +163,7 @@ fleet::LaunchSpec SessionLaunch::spec(const settings::DeviceConfig& dev, wire::A
     ls.experiment = &it->second.second;
   }
   ls.heartbeat_timeout_ms = heartbeat_timeout_ms;
+  ls.profiles_known = profiles_known;
   return ls;
 }
 
@@ -177,6 +179,23 @@ RunInfo session_run_info(const settings::ExperimentConfig& cfg, const SessionPre
   info.devices_json = pre.devices.to_json();
   info.layer_names = pre.layer_names;
   return info;
+}
+
+std::string profiles_known_text(ResultsDb& db) {
+  auto known = db.known_profiles();
+  if (!known) {
+    core::log_line(core::LogLevel::warn, "warning: stored profiles not read (" + user_text(known.error()) +
+                                             "): every device profiles its model anew");
+    return "";
+  }
+  std::string out;
+  for (const auto& k : *known) {
+    out += (out.empty() ? "" : ";") + k.key;
+    if (k.layers > 0) out += fmt::format(" layers={}", k.layers);
+    if (!k.head.empty()) out += fmt::format(" head={}", fmt::join(k.head, ","));
+    if (!k.tail.empty()) out += fmt::format(" tail={}", fmt::join(k.tail, ","));
+  }
+  return out;
 }
 
 Status draw_session_secret(std::vector<uint8_t>& out) {

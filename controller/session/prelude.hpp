@@ -58,6 +58,7 @@ struct SessionLaunch {
   // experiment with that codec, by device name ("" = every participant).
   std::map<std::string, std::pair<std::string, settings::ExperimentConfig>> hop_codecs;
   int heartbeat_timeout_ms;
+  std::string profiles_known;  // every agent's CONFIG line: the database's profiles (profiles_known_text)
 };
 
 // The run row's description of a session (its name, the experiment as
@@ -67,6 +68,12 @@ store::RunInfo session_run_info(const settings::ExperimentConfig& cfg, const Ses
 // A session secret: 32 random bytes (a failure when none can be drawn: a
 // predictable secret would authenticate nothing).
 Status draw_session_secret(std::vector<uint8_t>& out);
+
+// The profiles `db` holds, by profile key, as the CONFIG line's
+// profiles_known ("KEY layers=N head=0,3 tail=3,7;..."): an agent whose key
+// is listed reuses them (#45 friction 2). "" when there are none, or when
+// they cannot be read (a warning: every profile is then timed).
+std::string profiles_known_text(store::ResultsDb& db);
 
 // The run row of a session: begin_run, then a note beside the database with
 // room reserved for the cause of a run that cannot be finished in it (the

@@ -162,7 +162,7 @@ TEST(ResultsDb, NewDatabaseHasSchemaWalAndForeignKeys) {
         scalar(*db, std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + t + "'"),
         t);
   EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"),
-            "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24");
+            "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25");
   // Reopening is a no-op.
   auto again = ResultsDb::open(path);
   ASSERT_TRUE(again.ok()) << again.error().str();

@@ -154,6 +154,15 @@ TEST(Plan, SweepIsPlannedValidatedAndStoredPerLink) {
   EXPECT_TRUE(named.out.find("* chosen: split 6\n") != std::string::npos ||
               named.out.find("* chosen: split 13\n") != std::string::npos)
       << named.out;
+  // By the layer a split cuts after (#45 item 9): features.5 is split 6.
+  auto by_name = sh(tracrctl() + " plan 1 --db " + db + " --splits features.5,13 --no-store");
+  EXPECT_EQ(by_name.status, 0) << by_name.out;
+  EXPECT_NE(by_name.out.find("splits: features.5,13 as asked (2 of 23 rows)"), std::string::npos) << by_name.out;
+  EXPECT_EQ(by_name.out.substr(by_name.out.find("* chosen: split")).substr(0, 20),
+            named.out.substr(named.out.find("* chosen: split")).substr(0, 20));
+  auto misspelt = sh(tracrctl() + " plan 1 --db " + db + " --splits featurs.5 --no-store");
+  EXPECT_EQ(misspelt.status, 2) << misspelt.out;
+  EXPECT_NE(misspelt.out.find("--splits: 'featurs.5' is not a split of alexnet"), std::string::npos) << misspelt.out;
   auto outside = sh(tracrctl() + " plan 1 --db " + db + " --splits 6,99 --no-store");
   EXPECT_EQ(outside.status, 2) << outside.out;
   EXPECT_NE(outside.out.find("--splits: '99' is not a split of alexnet (expected all, measured, or split points 0..22"),

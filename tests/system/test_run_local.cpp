@@ -124,7 +124,7 @@ TEST(RunLocal, APipedRunSaysWhatItDoesBeforeItsFirstFrame) {
   ASSERT_EQ(r.status, 0) << r.out;
   const auto server = r.out.find("  starting the SERVER agent on server (it loads the model and profiles it first) ...\n");
   const auto parts = r.out.find("  starting 1 PARTICIPANT agent (model, profiles, link probe) ...\n");
-  const auto profiling = r.out.find("  PARTICIPANT participant: profiling each layer ...\n");
+  const auto profiling = r.out.find("  PARTICIPANT participant: profiling its 22 layers ...\n");
   const auto probed = r.out.find("  PARTICIPANT participant: link probed, frames next ...\n");
   const auto progress = r.out.find("  progress: ");
   ASSERT_NE(server, std::string::npos) << r.out;
@@ -1241,4 +1241,66 @@ TEST(RunLocal, AStoredRunRunsAgainFromItsStoredExperiment) {
   EXPECT_EQ(probe.status, 2) << probe.out;
   EXPECT_NE(probe.out.find("is a link probe, not a sweep"), std::string::npos) << probe.out;
   EXPECT_EQ(query(db, "select count(*) from runs"), "3");
+}
+
+// #45 friction 2: profiles are reused across runs of the same model file,
+// input, batch, device and settings (the agent's profile key): a second run
+// times none of its layers and none of the segments the first timed, its
+// rows copied and naming the run that timed them; another batch, or
+// --reprofile, times them anew.
+TEST(RunLocal, ASecondRunOfTheSameModelReusesItsProfilesAndSaysWhichRunTimedThem) {
+  TempDir d;
+  const std::string db = (d.path / "r.db").string();
+  auto tr = sh("/usr/bin/python3 " + std::string(TRACR_SOURCE_DIR) + "/scripts/trace_graph_model.py " +
+               d.path.string() + " view_inplace@8");
+  ASSERT_EQ(tr.status, 0) << tr.out;
+  auto exp = [&](const std::string& name, const std::string& extra) {
+    return d.file(name, "name: reuse\nmodel: torchscript:" + (d.path / "view_inplace@8.pt").string() +
+                            "\ninput_size: [3, 8, 8]\ndataset: {type: synthetic, max_samples: 2}\nwarmup: 0\n"
+                            "repetitions: 1\nprobe: {enabled: false}\noutput: " + db + "\n" + extra);
+  };
+  auto r1 = sh(tracrctl() + " run " + exp("a.yaml", "split: [0, 1]\n") + " --no-progress");
+  ASSERT_EQ(r1.status, 0) << r1.out;
+  const std::string layers = query(db, "select count(*) from layer_profiles where run_id = 1");
+  ASSERT_GE(std::stoi(layers), 6) << "3+ layers on each of two devices";
+  EXPECT_EQ(query(db, "select count(*) from layer_profiles where run_id = 1 and measured_run = 1 and "
+                      "length(profile_key) = 16"),
+            layers);
+  EXPECT_EQ(query(db, "select group_concat(side || split, ',') from (select side, split from segment_profiles "
+                      "where run_id = 1 and measured_run = 1 order by side, split)"),
+            "head1,tail0,tail1");  // split 0's head is empty: nothing to time
+
+  // The whole sweep: the layers and splits 0, 1 reused, the other splits timed.
+  auto r2 = sh(tracrctl() + " run " + exp("b.yaml", "split: all\n") + " --no-progress");
+  ASSERT_EQ(r2.status, 0) << r2.out;
+  EXPECT_NE(r2.out.find("SERVER server: " + std::to_string(std::stoi(layers) / 2) +
+                        " layer profiles reused, timed in run 1"),
+            std::string::npos)
+      << r2.out;
+  EXPECT_EQ(query(db, "select count(*) from layer_profiles a join layer_profiles b on a.device = b.device and "
+                      "a.layer_index = b.layer_index and a.median_ns = b.median_ns and a.profile_key = b.profile_key "
+                      "where a.run_id = 2 and b.run_id = 1 and a.measured_run = 1"),
+            layers);
+  EXPECT_EQ(query(db, "select group_concat(side || split || '@' || measured_run, ',') from (select * from "
+                      "segment_profiles where run_id = 2 and split <= 1 order by side, split)"),
+            "head1@1,tail0@1,tail1@1");
+  const std::string later = query(db, "select count(*) from segment_profiles where run_id = 2 and split > 1");
+  EXPECT_GE(std::stoi(later), 2);
+  EXPECT_EQ(query(db, "select count(*) from segment_profiles where run_id = 2 and split > 1 and measured_run = 2"),
+            later);
+  EXPECT_EQ(query(db, "select count(*) from events where run_id = 2 and kind = 'profiles_reused'"), "4");
+  // The frames ran as before: every split but the refused one.
+  EXPECT_EQ(query(db, "select count(distinct split) from frames where run_id = 2 and ok = 1"),
+            std::to_string(std::stoi(layers) / 2));
+
+  // Another batch is another key: timed anew; so is --reprofile.
+  auto r3 = sh(tracrctl() + " run " + exp("c.yaml", "split: [0, 1]\nbatch_size: 2\n") + " --no-progress");
+  ASSERT_EQ(r3.status, 0) << r3.out;
+  EXPECT_EQ(query(db, "select count(*) from layer_profiles where run_id = 3 and measured_run = 3"), layers);
+  EXPECT_EQ(query(db, "select count(distinct profile_key) from layer_profiles where run_id in (1, 3)"), "2");
+  auto r4 = sh(tracrctl() + " run " + exp("a.yaml", "split: [0, 1]\n") + " --no-progress --reprofile");
+  ASSERT_EQ(r4.status, 0) << r4.out;
+  EXPECT_EQ(query(db, "select count(*) from layer_profiles where run_id = 4 and measured_run = 4"), layers);
+  EXPECT_EQ(query(db, "select count(*) from segment_profiles where run_id = 4 and measured_run = 4"), "3");
+  EXPECT_EQ(query(db, "select count(*) from events where run_id = 4 and kind = 'profiles_reused'"), "0");
 }
