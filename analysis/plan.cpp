@@ -554,8 +554,16 @@ std::string profiled_devices(ResultsDb& db, int64_t run_id, int64_t part_run, co
   for (const auto& d : *devs)
     if (d.role == kServer && srv.empty()) srv = device_text(d);
   if (part.empty() || srv.empty()) return {};
-  if (part_run != run_id) return fmt::format("profiles: {} of run {}; {} of run {}", part, part_run, srv, run_id);
-  return fmt::format("profiles of run {}: {}; {}", run_id, part, srv);
+  // Profiles a run reused were timed by an earlier run (#45 friction 2): say which.
+  std::set<int64_t> timed;
+  for (const int64_t r : {run_id, part_run})
+    if (auto lp = db.layer_profiles(r))
+      for (const auto& l : *lp)
+        if (l.measured_run > 0 && l.measured_run != r) timed.insert(l.measured_run);
+  const std::string reused = timed.empty() ? "" : fmt::format(" (reused: timed in run {})", fmt::join(timed, ", "));
+  if (part_run != run_id)
+    return fmt::format("profiles: {} of run {}; {} of run {}{}", part, part_run, srv, run_id, reused);
+  return fmt::format("profiles of run {}: {}; {}{}", run_id, part, srv, reused);
 }
 
 }  // namespace

@@ -375,6 +375,9 @@ Status run_series(const RunOptions& ro, const ExperimentConfig& cfg, std::vector
   one_ro.model_in_name = ax.model;
   one_ro.size_in_name = ax.size;
   const int reps = std::max(ro.repeat, 1);
+  // Repetitions resample everything, the profiles too (the planner's advice
+  // for profiles far from their frames is to repeat): none is reused.
+  if (reps > 1) one_ro.reprofile = true;
   std::vector<std::string> labels;
   for (int rep = 1; rep <= reps; ++rep)
     for (const auto& c : *configs) {
