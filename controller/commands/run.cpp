@@ -745,6 +745,7 @@ Status RunSession::connect() {
   agents_->on_loss([this](size_t i, const std::string& why) { return spare(i, why); });
   agents_->on_tick([this] { schedule(); });
   agents_->watch([this] { return detached_watch_ ? detached_watch_->gone() : std::string(); });
+  agents_->idle_before_work([this] { return rec_->frames_done() == 0; });
   return {};
 }
 

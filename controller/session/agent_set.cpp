@@ -110,7 +110,7 @@ void AgentSet::wait_until(const std::function<bool()>& done, int timeout_ms) {
     if (const int sig = fleet::SignalCatcher::signal(); sig && !stopping_) interrupt(sig);
     // Before any frame there is nothing in flight to wait for: agents still
     // loading, profiling or probing are stopped at once (#45 friction 8).
-    if (stopping_ && (drivers_done() || Clock::now() > stop_deadline_ || rec_.frames_done() == 0)) break;
+    if (stopping_ && (drivers_done() || Clock::now() > stop_deadline_ || (idle_ && idle_()))) break;
     if (watch_)
       if (auto why = watch_(); !why.empty()) {
         fail(why);

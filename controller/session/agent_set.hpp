@@ -58,6 +58,10 @@ class AgentSet {
   void on_loss(Spare s) { spare_ = std::move(s); }
   void on_tick(Tick t) { tick_ = std::move(t); }
   void watch(Watch w) { watch_ = std::move(w); }
+  // After a signal: true while the drivers have nothing in flight to
+  // deliver (a run before its first frame), so the session ends without the
+  // grace (#45 friction 8). Unset: the grace always runs (training steps).
+  void idle_before_work(std::function<bool()> f) { idle_ = std::move(f); }
 
   // Records a started agent (its staged files, then agent_started with
   // `when` appended) and keeps it; returns its index.
@@ -104,6 +108,7 @@ class AgentSet {
   Spare spare_;
   Tick tick_;
   Watch watch_;
+  std::function<bool()> idle_;
 };
 
 }  // namespace tracr::controller
