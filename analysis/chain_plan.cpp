@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "analysis/memory_need.hpp"
 #include "analysis/plan.hpp"
 #include "core/text.hpp"
 #include "protocol/stats.hpp"
@@ -129,30 +130,6 @@ Status profile_sums(ResultsDb& db, int64_t run_id, ChainPlan& p, std::vector<Lay
     }
   return {};
 }
-
-// A device's memory need over [a, b) (ChainPlan::memory_limit_mb), in bytes:
-// prefix sums of the weights, and per start a running maximum of the live
-// activations (built only when a limit is set).
-struct MemoryNeed {
-  std::vector<double> weights{0.0};
-  std::vector<std::vector<double>> act;  // act[a][b - a]: max live bytes over layers [a, b)
-  std::vector<double> at;                // bytes at each cut
-  MemoryNeed(const std::vector<double>& layer_weights, const std::vector<double>& out_bytes) : at(out_bytes) {
-    for (double w : layer_weights) weights.push_back(weights.back() + w);
-    const size_t n = out_bytes.size() - 1;
-    act.resize(n + 1);
-    for (size_t a = 0; a <= n; ++a) {
-      act[a].push_back(out_bytes[a]);  // an empty segment passes its input on
-      double mx = 0;
-      for (size_t i = a; i < n; ++i) act[a].push_back(mx = std::max(mx, out_bytes[i] + out_bytes[i + 1]));
-    }
-  }
-  double bytes(int a, int b) const {
-    const auto ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
-    const double w = ub < weights.size() && ua < weights.size() ? weights[ub] - weights[ua] : 0.0;
-    return w + act[ua][ub - ua];
-  }
-};
 
 // Each device's need of placement r and whether all fit their limits.
 void check_memory(const ChainPlan& p, const MemoryNeed& need, int n, ChainPlanRow& r) {

@@ -1,5 +1,6 @@
 #include "analysis/plan.hpp"
 #include "analysis/joint.hpp"
+#include "analysis/memory_need.hpp"
 
 #include "core/text.hpp"
 #include "core/token_bucket.hpp"
@@ -869,6 +870,42 @@ PlanRow predict_row(int k, const CodecBasis& cb, const ComputeTimes& compute, co
   return r;
 }
 
+// The devices' memory_mb as the runs stored them (the PARTICIPANT's from the
+// run its profiles came from): a split whose head needs more than the
+// PARTICIPANT's limit, or whose tail more than the SERVER's, is not chosen.
+Status limit_memory(ResultsDb& db, int64_t run_id, int64_t part_run, const DeviceProfiles& d, Plan& p) {
+  const std::string srv_dev = d.srv.front()->device;
+  auto part_mb = db.device_memory_mb(part_run, d.part_dev);
+  if (!part_mb) return std::move(part_mb.error());
+  auto srv_mb = db.device_memory_mb(run_id, srv_dev);
+  if (!srv_mb) return std::move(srv_mb.error());
+  if (!*part_mb && !*srv_mb) return {};
+  std::vector<double> weights, out_bytes = {input_bytes(p.input_shape, d.part.front()->batch)};
+  for (const auto* l : d.part) {
+    weights.push_back(4.0 * static_cast<double>(l->params));
+    out_bytes.push_back(static_cast<double>(l->out_bytes));
+  }
+  const MemoryNeed need(weights, out_bytes);
+  const int n = static_cast<int>(d.part.size());
+  for (auto& r : p.rows) {
+    r.memory_mb = {need.bytes(0, r.split) / 1e6, need.bytes(r.split, n) / 1e6};
+    r.over_memory = (*part_mb && r.memory_mb[0] > **part_mb) || (*srv_mb && r.memory_mb[1] > **srv_mb);
+    if (!r.over_memory) continue;
+    r.feasible = false;
+    ++p.over_memory;
+  }
+  std::vector<std::string> from;
+  if (*part_mb) from.push_back(fmt::format("PARTICIPANT {} {:g} MB (run {}'s devices file)", d.part_dev, **part_mb,
+                                           part_run));
+  if (*srv_mb) from.push_back(fmt::format("SERVER {} {:g} MB (run {}'s devices file)", srv_dev, **srv_mb, run_id));
+  p.memory_note = fmt::format("memory limits: {}; head MB and tail MB: the PARTICIPANT's and the SERVER's need = "
+                              "its segment's weights (params x 4 B) + its largest live activations (a layer's input "
+                              "+ output bytes, profiled); {} of {} rows "
+                              "exceed a limit and are not chosen",
+                              fmt::join(from, ", "), p.over_memory, p.rows.size());
+  return {};
+}
+
 }  // namespace
 
 // The planner plans two-tier splits: a chain run's placements (several cuts)
@@ -945,6 +982,7 @@ Result<Plan> plan_from_run(ResultsDb& db, int64_t run_id, const PlanOptions& opt
   std::map<int, std::string> names;
   if (auto cn = store::cut_names(db, run_id)) names = std::move(*cn);
   TRACR_TRY(limit_splits(p, opt.splits, n, names));
+  TRACR_TRY(limit_memory(db, run_id, part_run, *dev, p));
   choose(p, opt, nullptr);
   return p;
 }
@@ -1166,6 +1204,8 @@ std::string format_plan(const Plan& p, size_t width) {
   if (shared) head_row.push_back("queue ms");
   head_row.insert(head_row.end(), {"latency ms", "frames/s", "wire B"});
   if (!p.energy_source.empty()) head_row.push_back("edge J");
+  const bool memory = !p.memory_note.empty();
+  if (memory) head_row.insert(head_row.end(), {"head MB", "tail MB"});
   if (validated) head_row.insert(head_row.end(), {"measured ms", "error %"});
   head_row.push_back("");
   std::vector<std::vector<std::string>> cells = {head_row};
@@ -1179,10 +1219,12 @@ std::string format_plan(const Plan& p, size_t width) {
     if (shared) row.push_back(ms(r.queue_ms));
     row.insert(row.end(), {ms(r.latency_ms), fmt::format("{:.1f}", r.fps), fmt::format("{:.0f}", r.wire_bytes)});
     if (!p.energy_source.empty()) row.push_back(r.energy_j ? fmt::format("{:.4f}", *r.energy_j) : "-");
+    for (size_t d = 0; memory && d < 2; ++d)
+      row.push_back(d < r.memory_mb.size() ? fmt::format("{:.1f}", r.memory_mb[d]) : "-");
     if (validated)
       row.insert(row.end(), {r.measured_ms ? ms(*r.measured_ms) : "-",
                              r.error_pct ? fmt::format("{:+.1f}", *r.error_pct) : "-"});
-    row.push_back(r.feasible ? "" : "(violates a constraint)");
+    row.push_back(r.over_memory ? "(over memory_mb)" : r.feasible ? "" : "(violates a constraint)");
     cells.push_back(std::move(row));
   }
   auto col = [&](const char* name) {
@@ -1197,7 +1239,12 @@ std::string format_plan(const Plan& p, size_t width) {
   if (!p.devices_note.empty()) o += p.devices_note + "\n";
   if (shared) o += "queue ms: the wait for the shared SERVER, " + p.server_model + "\n";
   if (!p.splits_note.empty()) o += p.splits_note + "\n";
-  if (p.chosen < 0) o += "no split meets the constraints\n";
+  if (memory) o += p.memory_note + "\n";
+  if (p.chosen < 0)
+    o += p.over_memory > 0 ? fmt::format("no split meets the constraints ({} of {} rows over memory_mb: raise "
+                                         "memory_mb in the devices file, or plan another device)\n",
+                                         p.over_memory, p.rows.size())
+                           : std::string("no split meets the constraints\n");
   else o += fmt::format("* chosen: split {}{}\n", p.chosen, several ? ", codec " + p.chosen_codec : "");
   if (!p.energy_source.empty()) o += fmt::format("edge J: participant energy per frame, {}\n", p.energy_source);
   if (validated)

@@ -113,6 +113,11 @@ struct PlanRow {
   std::string compute_from;
   std::optional<double> energy_j;    // participant, per frame
   bool feasible = true;              // meets the constraints
+  // With a memory_mb limit on either device (devices file): the PARTICIPANT's
+  // need (layers [0, k)) and the SERVER's ([k, N)) in MB (analysis/memory_need.hpp),
+  // and whether one exceeds its limit (the row is then not feasible).
+  std::vector<double> memory_mb;
+  bool over_memory = false;
   std::optional<double> measured_ms; // validation: the run's median total
   std::optional<double> error_pct;   // (predicted - measured) / measured x 100
 };
@@ -130,6 +135,8 @@ struct Plan {
   std::string devices_note;   // the devices whose profiles were used ("" = the run stored none)
   int participants = 1;       // participants sharing the SERVER
   std::string server_model;   // how the shared server was modelled ("" = one participant: not shared)
+  std::string memory_note;    // the devices' memory limits and how many rows exceed one ("" = no limit set)
+  int over_memory = 0;        // rows over a device's memory_mb
   std::vector<PlanRow> rows;
   std::string basis_codec;    // the basis run's codec (validation compares its rows)
   int chosen = -1;            // -1: no split meets the constraints

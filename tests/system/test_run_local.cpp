@@ -1012,6 +1012,13 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
   ASSERT_NE(star, std::string::npos) << planned.out;
   EXPECT_EQ(planned.out.substr(star, planned.out.find('\n', star + 1) - star).find(" over"), std::string::npos)
       << planned.out;
+  // The two-tier planner keeps the same limit: run 3's edge is its SERVER, and every tail that holds a linear
+  // layer of AlexNet's classifier needs more than 5 MB, so only split 22 (an empty tail) fits.
+  auto two_limited = sh(tracrctl() + " plan 3 --link wifi --no-store --db " + db);
+  EXPECT_EQ(two_limited.status, 0) << two_limited.out;
+  for (const char* want : {"memory limits: SERVER edge 5 MB (run 3's devices file)", "22 of 23 rows exceed a limit",
+                           "head MB", "tail MB", "(over memory_mb)", "* chosen: split 22\n"})
+    EXPECT_NE(two_limited.out.find(want), std::string::npos) << want << "\n" << two_limited.out;
   // A limit no placement meets is an error naming the device and its smallest need (the stored devices file of
   // run 3, edited as a stricter file would have stored it).
   std::string sql_error;
@@ -1027,6 +1034,9 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
                               "memory_mb 0.001 (its smallest segment needs"),
             std::string::npos)
       << none_fit.out;
+  auto two_none = sh(tracrctl() + " plan 3 --link wifi --no-store --db " + db);
+  EXPECT_NE(two_none.out.find("no split meets the constraints (23 of 23 rows over memory_mb"), std::string::npos)
+      << two_none.out;
   EXPECT_EQ(sh(tracrctl() + " plan 3 --chain edge,cloud --link wan --validate-on 2 --db " + db).status, 2);
   EXPECT_EQ(sh(tracrctl() + " plan 3 --chain edge,edge --link wan --db " + db).status, 2);
   EXPECT_EQ(sh(tracrctl() + " plan 3 --chain edge,cloud --link wan,wan,wan --db " + db).status, 2);
