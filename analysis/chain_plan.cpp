@@ -13,6 +13,7 @@
 #include "analysis/plan.hpp"
 #include "core/text.hpp"
 #include "protocol/stats.hpp"
+#include "store/statement.hpp"
 #include "wire/placement.hpp"
 
 namespace tracr::analysis {
@@ -882,6 +883,110 @@ std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
   o += fmt::format("\nthe measured placements and the {} best predicted (* chosen)\n", top);
   o += core::align(rows, {0});
   return o;
+}
+
+namespace {
+
+// The rows a stored chain plan keeps (ChainPlan order): all up to
+// kStoredPlacements, else the chosen, the measured and the kStoredBest fastest.
+std::vector<size_t> stored_rows(const ChainPlan& p) {
+  std::vector<size_t> idx(p.rows.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  if (idx.size() <= kStoredPlacements) return idx;
+  std::vector<size_t> by_latency = idx;
+  std::partial_sort(by_latency.begin(), by_latency.begin() + static_cast<std::ptrdiff_t>(kStoredBest),
+                    by_latency.end(),
+                    [&](size_t a, size_t b) { return p.rows[a].latency_ms < p.rows[b].latency_ms; });
+  std::set<size_t> keep(by_latency.begin(), by_latency.begin() + static_cast<std::ptrdiff_t>(kStoredBest));
+  keep.insert(p.chosen);
+  for (size_t i = 0; i < p.rows.size(); ++i)
+    if (p.rows[i].measured_ms) keep.insert(i);
+  return {keep.begin(), keep.end()};
+}
+
+void bind_opt(store::Statement& q, int i, const std::optional<double>& v) {
+  if (v && std::isfinite(*v)) q.bind(i, *v);
+  else q.bind_null(i);
+}
+
+Result<int64_t> insert_chain_plan_row(ResultsDb& db, const ChainPlan& p) {
+  store::Statement q(db.handle(),
+                     "INSERT INTO plans(created_at, basis_run, model, input_shape, objective, link_source, chain, "
+                     "placements, chosen_placement, measured_best_placement, mape_pct, miss_pct, validation_runs, "
+                     "memory_limits) VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?1, ?2, (SELECT input_shape FROM "
+                     "layer_profiles WHERE run_id = ?1 LIMIT 1), 'latency', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
+  if (!q.prepared()) return q.error("store chain plan");
+  q.bind(1, p.run);
+  q.bind(2, std::string_view(p.model));
+  q.bind(3, std::string_view(fmt::format("{}", fmt::join(p.fits, "; "))));
+  q.bind(4, std::string_view(fmt::format("{}", fmt::join(p.devices, " -> "))));
+  q.bind(5, static_cast<int64_t>(p.rows.size()));
+  q.bind(6, std::string_view(p.rows[p.chosen].placement));
+  if (p.measured_best) q.bind(7, std::string_view(p.rows[*p.measured_best].placement));
+  else q.bind_null(7);
+  bind_opt(q, 8, p.mape_pct);
+  bind_opt(q, 9, p.miss_pct);
+  const std::vector<int64_t> on = p.held_out.empty() && p.measured > 0 ? std::vector<int64_t>{p.run} : p.held_out;
+  q.bind_text_or_null(10, fmt::format("{}", fmt::join(on, ",")));
+  q.bind_text_or_null(11, p.memory_from);
+  TRACR_TRY(q.run("store chain plan"));
+  return store::last_insert_rowid(db.handle());
+}
+
+// One placement's plan_placements row and its devices' plan_segments rows.
+Status insert_placement(store::Statement& row, store::Statement& seg, int64_t id, const ChainPlan& p,
+                        const ChainPlanRow& r) {
+  row.reset();
+  row.bind(1, id);
+  row.bind(2, std::string_view(r.placement));
+  row.bind(3, r.head_ms);
+  row.bind(4, r.post_ms);
+  row.bind(5, r.latency_ms);
+  row.bind(6, r.fps);
+  row.bind(7, std::string_view(r.bytes_from));
+  row.bind(8, static_cast<int64_t>(r.fits ? 1 : 0));
+  bind_opt(row, 9, r.measured_ms);
+  bind_opt(row, 10, r.error_pct);
+  TRACR_TRY(row.run("store chain plan"));
+  for (size_t d = 0; d < p.devices.size(); ++d) {
+    seg.reset();
+    seg.bind(1, id);
+    seg.bind(2, std::string_view(r.placement));
+    seg.bind(3, static_cast<int64_t>(d));
+    seg.bind(4, std::string_view(p.devices[d]));
+    seg.bind(5, static_cast<int64_t>(d == 0 ? 0 : r.cuts[d - 1]));
+    seg.bind(6, static_cast<int64_t>(d < r.cuts.size() ? r.cuts[d] : p.layers));
+    auto hop = [&](const std::vector<double>& v) {
+      return d > 0 && d - 1 < v.size() ? std::optional<double>(v[d - 1]) : std::nullopt;
+    };
+    bind_opt(seg, 7, hop(r.link_ms));
+    bind_opt(seg, 8, d == 0 ? std::optional<double>(r.head_ms) : hop(r.compute_ms));
+    bind_opt(seg, 9, hop(r.own_ms));
+    bind_opt(seg, 10, hop(r.wire_bytes));
+    bind_opt(seg, 11, d < r.memory_mb.size() ? std::optional<double>(r.memory_mb[d]) : std::nullopt);
+    TRACR_TRY(seg.run("store chain plan"));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<int64_t> store_chain_plan(ResultsDb& db, const ChainPlan& p) {
+  if (p.rows.empty()) return make_error(Errc::invalid_argument, "store chain plan: the plan has no placements");
+  store::Transaction tx(db.handle(), db.path());
+  TRACR_TRY(tx.begin());
+  auto id = insert_chain_plan_row(db, p);
+  if (!id) return std::move(id.error());
+  store::Statement row(db.handle(),
+                       "INSERT INTO plan_placements(plan_id, placement, head_ms, post_ms, latency_ms, fps, bytes_from, "
+                       "fits, measured_ms, error_pct) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  store::Statement seg(db.handle(),
+                       "INSERT INTO plan_segments(plan_id, placement, position, device, first_layer, end_layer, "
+                       "link_ms, compute_ms, own_ms, wire_bytes, memory_mb) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  if (!row.prepared() || !seg.prepared()) return row.error("store chain plan");
+  for (size_t i : stored_rows(p)) TRACR_TRY(insert_placement(row, seg, *id, p, p.rows[i]));
+  TRACR_TRY(tx.commit());
+  return *id;
 }
 
 }  // namespace tracr::analysis

@@ -139,6 +139,13 @@ Result<ChainPlan> plan_chain_from_runs(store::ResultsDb& db, int64_t basis, cons
 // over a device's memory limit.
 std::vector<size_t> best_placements(const ChainPlan& p, size_t k, const std::set<int>& refused = {});
 
+// Stores a plan over placements (#43): a `plans` row (chain, chosen and
+// measured best placements, the fits as link_source), plan_placements and
+// plan_segments (every placement up to kStoredPlacements, else the chosen,
+// the measured and the kStoredBest lowest predicted latencies); its id.
+inline constexpr size_t kStoredPlacements = 20000, kStoredBest = 2000;
+Result<int64_t> store_chain_plan(store::ResultsDb& db, const ChainPlan& p);
+
 // The plan as text: the chosen and measured best, the fits, and the rows
 // (measured placements and the `top` best predicted).
 std::string format_chain_plan(const ChainPlan& p, size_t top = 10, size_t width = 0);

@@ -693,6 +693,41 @@ ALTER TABLE segment_profiles ADD COLUMN measured_run INTEGER;
 CREATE INDEX layer_profiles_by_profile_key ON layer_profiles(profile_key);
 CREATE INDEX segment_profiles_by_profile_key ON segment_profiles(profile_key);
 )sql"},
+    {26, "plans of chains: the chain, its chosen and measured best placements; plan_placements, plan_segments", R"sql(
+ALTER TABLE plans ADD COLUMN chain TEXT;
+ALTER TABLE plans ADD COLUMN placements INTEGER;
+ALTER TABLE plans ADD COLUMN chosen_placement TEXT;
+ALTER TABLE plans ADD COLUMN measured_best_placement TEXT;
+ALTER TABLE plans ADD COLUMN validation_runs TEXT;
+ALTER TABLE plans ADD COLUMN memory_limits TEXT;
+CREATE TABLE plan_placements (
+  plan_id     INTEGER NOT NULL REFERENCES plans(id) ON DELETE CASCADE,
+  placement   TEXT NOT NULL,
+  head_ms     REAL,
+  post_ms     REAL,
+  latency_ms  REAL,
+  fps         REAL,
+  bytes_from  TEXT,
+  fits        INTEGER,
+  measured_ms REAL,
+  error_pct   REAL,
+  PRIMARY KEY (plan_id, placement)
+);
+CREATE TABLE plan_segments (
+  plan_id     INTEGER NOT NULL REFERENCES plans(id) ON DELETE CASCADE,
+  placement   TEXT NOT NULL,
+  position    INTEGER NOT NULL,
+  device      TEXT NOT NULL,
+  first_layer INTEGER NOT NULL,
+  end_layer   INTEGER NOT NULL,
+  link_ms     REAL,
+  compute_ms  REAL,
+  own_ms      REAL,
+  wire_bytes  REAL,
+  memory_mb   REAL,
+  PRIMARY KEY (plan_id, placement, position)
+);
+)sql"},
 };
 
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == ResultsDb::kSchemaVersion,

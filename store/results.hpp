@@ -245,7 +245,7 @@ std::filesystem::path outputs_dir(const std::string& db_path, int64_t run_id);
 
 class ResultsDb {
  public:
-  static constexpr int kSchemaVersion = 25;
+  static constexpr int kSchemaVersion = 26;
 
   // Opens (creating the file and its directory if needed) and migrates to
   // kSchemaVersion, then marks runs still 'running' whose controller process

@@ -360,6 +360,65 @@ TableInfo plans_table() {
        "100: how far the PARTICIPANT's profiles were from its frames' compute; NULL: not validated or no head timed"},
       {"tail_vs_frames_pct", "REAL", "%", "controller",
        "validation: the same for the SERVER's tail (tail_ms against the frames' median tail_ns)"},
+      // Plans of chains (#43, migration 26): their rows are in plan_placements and plan_segments.
+      {"chain", "TEXT", "", "controller",
+       "a plan over placements: its devices in order, the PARTICIPANT first ('phone -> edge -> cloud'); link_source "
+       "then holds how each hop's terms were fitted ('; '), chosen / measured_best are NULL and the placement "
+       "columns below say them; NULL: a two-tier plan (plan_rows)"},
+      {"placements", "INTEGER", "", "controller",
+       "placements predicted; plan_placements holds every one up to 20,000, else the chosen, the measured, and the "
+       "2,000 lowest predicted latencies"},
+      {"chosen_placement", "TEXT", "", "controller",
+       "the chosen placement, cut points joined by '|' (the lowest predicted latency within the memory limits)"},
+      {"measured_best_placement", "TEXT", "", "controller",
+       "validation: the placement with the lowest measured median total"},
+      {"validation_runs", "TEXT", "", "controller",
+       "the runs a chain plan was checked on, comma-separated (measured_ms is the median over their medians); the "
+       "basis run alone when it was checked on its own frames"},
+      {"memory_limits", "TEXT", "", "controller",
+       "the devices' memory_mb the plan kept to and where each came from; NULL: no limit set"},
+  };
+  return t;
+}
+
+TableInfo plan_placements_table() {
+  TableInfo t{"plan_placements", "per (chain plan, placement): the predicted latency and, where measured, the measurement",
+              {}};
+  t.columns = {
+      {"plan_id", "INTEGER", "", "controller", "-> plans.id"},
+      {"placement", "TEXT", "", "controller", "cut points joined by '|' (frames.placement)"},
+      {"head_ms", "REAL", "ms", "controller", "the PARTICIPANT's head [0, k1): its profiled layer means"},
+      {"post_ms", "REAL", "ms", "controller", "the PARTICIPANT's post-processing + queue (a run's medians; 0 for split: plan)"},
+      {"latency_ms", "REAL", "ms", "controller",
+       "head + the sum over the hops of link + compute + own (plan_segments) + post"},
+      {"fps", "REAL", "frames/s", "controller",
+       "pipelined throughput: 1 / the slowest stage (head, a hop's link, a device's compute + own)"},
+      {"bytes_from", "TEXT", "", "controller",
+       "per hop, ',': measured (the run's median at that cut and hop) or profiled x ratio"},
+      {"fits", "INTEGER", "", "controller", "1 = every device's need is within its memory_mb (or none is set)"},
+      {"measured_ms", "REAL", "ms", "controller", "validation: the median total at this placement (plans.validation_runs)"},
+      {"error_pct", "REAL", "%", "controller", "validation: (predicted - measured) / measured x 100"},
+  };
+  return t;
+}
+
+TableInfo plan_segments_table() {
+  TableInfo t{"plan_segments",
+              "per (chain plan, placement, device): the segment that device runs and the terms predicted for it", {}};
+  t.columns = {
+      {"plan_id", "INTEGER", "", "controller", "-> plans.id"},
+      {"placement", "TEXT", "", "controller", "-> plan_placements.placement"},
+      {"position", "INTEGER", "", "controller", "the device's place in the chain: 0 the PARTICIPANT, h the device hop h reaches"},
+      {"device", "TEXT", "", "controller", "device name"},
+      {"first_layer", "INTEGER", "", "controller", "first layer it runs"},
+      {"end_layer", "INTEGER", "", "controller", "one past the last (first_layer = end_layer: it runs none)"},
+      {"link_ms", "REAL", "ms", "controller",
+       "hop into this device: encode + network + reply decode as fitted (plans.link_source); NULL at position 0"},
+      {"compute_ms", "REAL", "ms", "controller", "its layers' profiled means (scaled to a chain run's frames where it had them)"},
+      {"own_ms", "REAL", "ms", "controller", "its other per-frame work (decode, reply encode) as fitted; NULL at position 0"},
+      {"wire_bytes", "REAL", "bytes", "controller", "the request into this device on the wire; NULL at position 0"},
+      {"memory_mb", "REAL", "MB", "controller",
+       "its need: its layers' weights (params x 4 B) + its largest live activations; NULL when no device set memory_mb"},
   };
   return t;
 }
@@ -550,6 +609,8 @@ std::vector<TableInfo> build() {
           plans_table(),
           plan_rows_table(),
           plan_assignments_table(),
+          plan_placements_table(),
+          plan_segments_table(),
           train_runs_table(),
           train_segments_table(),
           train_steps_table(),

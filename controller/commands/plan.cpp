@@ -461,6 +461,15 @@ std::string chain_refused_option(const PlanCommand& cmd) {
   return {};
 }
 
+// Stores a plan over placements unless --no-store, and says where.
+Status store_chain(ResultsDb& db, const PlanCommand& cmd, const ChainPlan& p) {
+  if (!cmd.store) return {};
+  auto id = store_chain_plan(db, p);
+  if (!id) return plan_failure(1, user_text(id.error()));
+  fmt::print("stored as plan {} in {}\n", *id, db.path());
+  return {};
+}
+
 // A chain run (#43): every placement predicted from its own profiles and
 // frame_hops, checked against the placements it measured. What the two-tier
 // planner takes beyond that is not built for chains yet, and is refused.
@@ -482,7 +491,7 @@ Status plan_chain(ResultsDb& db, const PlanCommand& cmd, int64_t run_id) {
   auto p = plan_chain_run(db, run_id, *held_out);
   if (!p) return plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error()));
   std::fputs(format_chain_plan(*p, 10, cmd.width).c_str(), stdout);
-  return {};
+  return store_chain(db, cmd, *p);
 }
 
 // --link for `plan --chain`: one profile for every hop or one per hop, each as
@@ -555,7 +564,7 @@ Status plan_new_chain(ResultsDb& db, const PlanCommand& cmd, int64_t run_id,
   auto p = plan_chain_from_runs(db, run_id, c);
   if (!p) return plan_failure(p.error().code == Errc::invalid_argument ? 2 : 1, user_text(p.error()));
   std::fputs(format_chain_plan(*p, 10, cmd.width).c_str(), stdout);
-  return {};
+  return store_chain(db, cmd, *p);
 }
 
 }  // namespace

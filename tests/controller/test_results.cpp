@@ -18,11 +18,13 @@
 
 #include <fmt/format.h>
 
+#include "analysis/chain_plan.hpp"
 #include "analysis/tables.hpp"
 #include "controller/cli/cli.hpp"
 #include "controller/commands/results.hpp"
 #include "store/export.hpp"
 #include "protocol/crypto.hpp"
+#include "wire/placement.hpp"
 #include "store/results.hpp"
 
 namespace tracr::controller {
@@ -162,11 +164,64 @@ TEST(ResultsDb, NewDatabaseHasSchemaWalAndForeignKeys) {
         scalar(*db, std::string("SELECT name FROM sqlite_master WHERE type='table' AND name='") + t + "'"),
         t);
   EXPECT_EQ(scalar(*db, "SELECT group_concat(version) FROM schema_migrations ORDER BY version"),
-            "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25");
+            "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26");
   // Reopening is a no-op.
   auto again = ResultsDb::open(path);
   ASSERT_TRUE(again.ok()) << again.error().str();
   EXPECT_EQ(scalar(*again, "SELECT COUNT(*) FROM schema_migrations"), std::to_string(ResultsDb::kSchemaVersion));
+}
+
+// A chain plan of more placements than are stored whole (kStoredPlacements):
+// the chosen (here one a memory limit forced far down), the measured and the
+// kStoredBest fastest are kept with their segments; the plan row counts every
+// placement predicted. The whole-plan case is in RunLocal.AChainOfThree...
+TEST(ResultsDb, ALargeChainPlanKeepsTheChosenTheMeasuredAndTheFastest) {
+  TempDir dir;
+  auto db = ResultsDb::open(dir.file("p.db"));
+  ASSERT_TRUE(db.ok()) << db.error().str();
+  RunInfo info;
+  info.name = "chain";
+  info.model = "m";
+  auto run = db->begin_run(info);
+  ASSERT_TRUE(run.ok()) << run.error().str();
+  ChainPlan p;
+  p.run = *run;
+  p.model = "m";
+  p.devices = {"phone", "edge", "cloud"};
+  p.layers = 300;
+  for (const auto& pl : tracr::wire::all_placements(2, p.layers)) {
+    ChainPlanRow r;
+    r.cuts = pl.cuts;
+    r.placement = pl.text();
+    r.head_ms = pl.cuts[0];
+    r.compute_ms = {0.001 * (pl.cuts[1] - pl.cuts[0]), 0.0};
+    r.link_ms = {1.0, 2.0};
+    r.own_ms = {0.0, 0.0};
+    r.wire_bytes = {100.0, 50.0};
+    r.latency_ms = r.head_ms + r.compute_ms[0] + 3.0;
+    if (pl.text() == "150|150") r.measured_ms = 140.0;
+    if (pl.text() == "299|300") p.chosen = p.rows.size();
+    p.rows.push_back(std::move(r));
+  }
+  p.measured = 1;
+  ASSERT_EQ(p.rows.size(), 45451u);
+  auto id = store_chain_plan(*db, p);
+  ASSERT_TRUE(id.ok()) << id.error().str();
+  const std::string where = " WHERE plan_id = " + std::to_string(*id);
+  EXPECT_EQ(scalar(*db, "SELECT placements || ',' || chosen_placement || ',' || chain || ',' || validation_runs FROM "
+                        "plans WHERE id = " + std::to_string(*id)),
+            fmt::format("45451,299|300,phone -> edge -> cloud,{}", *run));
+  EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM plan_placements" + where), std::to_string(kStoredBest + 2));
+  EXPECT_EQ(scalar(*db, "SELECT COUNT(*) FROM plan_segments" + where), std::to_string(3 * (kStoredBest + 2)));
+  EXPECT_EQ(scalar(*db, "SELECT measured_ms FROM plan_placements" + where + " AND placement = '150|150'"), "140.0");
+  // The fastest kept are the kStoredBest lowest latencies (latency rises with the first cut): every placement
+  // whose first cut is 0..5 (1,791 of them), then 209 of those at 6, nothing later.
+  EXPECT_EQ(scalar(*db, "SELECT SUM(head_ms <= 5) || ',' || MAX(head_ms) FROM plan_placements" + where +
+                        " AND placement NOT IN ('150|150', '299|300')"),
+            "1791,6.0");
+  EXPECT_EQ(scalar(*db, "SELECT first_layer || '-' || end_layer || ',' || device FROM plan_segments" + where +
+                        " AND placement = '299|300' AND position = 2"),
+            "300-300,cloud");
 }
 
 // The field table and the schema description are the database: every table

@@ -973,6 +973,27 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
                       "and l.device = 'phone' and l.layer_index < f.split"));
   const double ratio = std::stod(scale[2].str()) / std::stod(scale[3].str());  // each printed to 0.1 ms
   EXPECT_NEAR(std::stod(scale[1].str()), ratio, 0.01 * ratio + 0.001) << plan.out;
+  // Stored (#43, migration 26): the plan's row, every placement, each device's segment; the terms add up to the
+  // latency, the segments tile the layers, and the chosen is the fastest placement.
+  EXPECT_NE(plan.out.find("stored as plan 1 in " + db), std::string::npos) << plan.out;
+  EXPECT_EQ(query(db, "select chain || ';' || placements || ';' || validation_runs || ';' || (chosen is null) || ';' "
+                      "|| (mape_pct is not null) || ';' || input_shape from plans where id = 1"),
+            "phone -> edge -> cloud;276;1;1;1;3,64,64");
+  EXPECT_EQ(query(db, "select count(*) || ',' || sum(measured_ms is not null) from plan_placements where plan_id = 1"),
+            "276,5");
+  EXPECT_EQ(query(db, "select count(*) from plan_segments where plan_id = 1"), "828");
+  EXPECT_EQ(query(db, "select count(*) from plan_placements p where plan_id = 1 and abs(latency_ms - post_ms - (select "
+                      "sum(compute_ms + coalesce(link_ms, 0) + coalesce(own_ms, 0)) from plan_segments s where "
+                      "s.plan_id = 1 and s.placement = p.placement)) > 1e-9 * latency_ms"),
+            "0");
+  EXPECT_EQ(query(db, "select count(*) from plan_segments a join plan_segments b on a.plan_id = b.plan_id and "
+                      "a.placement = b.placement and b.position = a.position + 1 where a.plan_id = 1 and "
+                      "(a.end_layer <> b.first_layer or b.device <> case b.position when 1 then 'edge' else 'cloud' "
+                      "end)"),
+            "0");
+  EXPECT_EQ(query(db, "select chosen_placement = (select placement from plan_placements where plan_id = 1 order by "
+                      "latency_ms limit 1) from plans where id = 1"),
+            "1");
   auto linked = sh(tracrctl() + " plan 1 --db " + db + " --link wifi");
   EXPECT_EQ(linked.status, 2) << linked.out;
   EXPECT_NE(linked.out.find("run 1 ran a chain"), std::string::npos) << linked.out;
@@ -1007,6 +1028,16 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
         "memory limits: edge 5 MB (run 3's devices file)", "placements exceed a limit and are not chosen",
         "chosen (lowest predicted latency within the memory limits)", "memory MB per device", " over\n"})
     EXPECT_NE(planned.out.find(want), std::string::npos) << want << "\n" << planned.out;
+  // Stored as plan 3 (plan 2: the two-tier run's) with the limit: a placement fits exactly when its edge
+  // segment needs at most 5 MB.
+  EXPECT_NE(planned.out.find("stored as plan 3 in "), std::string::npos) << planned.out;
+  EXPECT_EQ(query(db, "select (chain is null) || ',' || (select chain from plans where id = 3) || ',' || (select "
+                      "validation_runs || ';' || memory_limits from plans where id = 3) from plans where id = 2"),
+            "1,phone -> edge -> cloud,1;edge 5 MB (run 3's devices file)");
+  EXPECT_EQ(query(db, "select count(*) || ',' || sum(fits = (select memory_mb <= 5 from plan_segments s where "
+                      "s.plan_id = 3 and s.placement = p.placement and s.device = 'edge')) || ',' || (sum(fits = 0) > 0) "
+                      "from plan_placements p where plan_id = 3"),
+            "276,276,1");
   // The chosen row (marked *) fits: its edge segment holds no fully connected layer.
   const size_t star = planned.out.find("\n* ");
   ASSERT_NE(star, std::string::npos) << planned.out;
