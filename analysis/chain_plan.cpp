@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "agent/energy.hpp"
 #include "analysis/memory_need.hpp"
 #include "analysis/plan.hpp"
 #include "core/text.hpp"
@@ -677,6 +678,47 @@ Status memory_limits(ResultsDb& db, const std::vector<int64_t>& runs, ChainPlan&
 
 }  // namespace
 
+namespace {
+
+// Hop 1's link name as run `run_id` probed it (the PARTICIPANT's probe), "" when it did not.
+std::string first_hop_link(ResultsDb& db, int64_t run_id, const std::string& participant) {
+  auto probes = db.probes(run_id);
+  if (!probes) return {};
+  for (const auto& pr : *probes)
+    if (pr.participant == participant) return pr.link;
+  return {};
+}
+
+// Each placement's participant energy (ChainPlan::energy_source) from run
+// `energy_run`'s layer energy of the PARTICIPANT; nothing when it has none.
+// The reply crossing hop 1: run `run_id`'s measured median where it ran a
+// chain, else the model's profiled output bytes.
+Status add_energy(ResultsDb& db, int64_t energy_run, int64_t run_id, const std::string& radio,
+                  const std::vector<double>& out_bytes, ChainPlan& p) {
+  auto eb = participant_energy(db, energy_run, p.devices.front(), p.layers, radio);
+  if (!eb) return std::move(eb.error());
+  if (!eb->known) return {};
+  std::vector<double> replies;
+  if (auto hops = db.hop_summaries(run_id))
+    for (const auto& h : *hops)
+      if (auto it = h.median.find("reply_bytes"); h.hop == 1 && it != h.median.end()) replies.push_back(it->second);
+  const double reply = replies.empty() ? out_bytes.back() : protocol::median_of(replies);
+  for (auto& r : p.rows)
+    r.energy_j = eb->joules(r.cuts.front(), r.head_ms, r.latency_ms, r.wire_bytes.front(), reply, r.link_ms.front());
+  p.energy_source = eb->source;
+  p.fits.push_back(fmt::format(
+      "edge J: {}'s energy per frame = its layer energy over the head (run {}) + idle power {} x the rest of the "
+      "frame{}",
+      p.devices.front(), energy_run, eb->idle_w ? fmt::format("{:g} W", *eb->idle_w) : std::string("(none)"),
+      eb->radio ? fmt::format(" + radio-{} for hop 1 ({:.0f} B reply, {}; active for its link time)", eb->radio->name,
+                              reply, replies.empty() ? "profiled output" : "measured median")
+                : radio.empty() ? std::string(" (no radio model: hop 1's link has no name)")
+                                : fmt::format(" (no radio model: hop 1's link {} names none)", radio)));
+  return {};
+}
+
+}  // namespace
+
 Result<ChainPlan> plan_chain_from_runs(ResultsDb& db, int64_t basis, const ChainFromRuns& c) {
   auto run = db.get_run(basis);
   if (!run) return std::move(run.error());
@@ -726,6 +768,10 @@ Result<ChainPlan> plan_chain_from_runs(ResultsDb& db, int64_t basis, const Chain
   TRACR_TRY(memory_limits(db, order, p));
   TRACR_TRY(predict_all(p, fit, sums, out_bytes, terms->post_ms, measured));
   TRACR_TRY(held_out_spread(db, p));
+  const int64_t part_run = p.profile_runs.empty() ? basis : p.profile_runs.front();
+  const std::string radio = !c.links.empty() && c.links.front() ? c.links.front()->name
+                                                                  : first_hop_link(db, part_run, p.devices.front());
+  TRACR_TRY(add_energy(db, part_run, basis, radio, out_bytes, p));
   return p;
 }
 
@@ -762,6 +808,7 @@ Result<ChainPlan> plan_chain_run(ResultsDb& db, int64_t run_id, const std::vecto
   TRACR_TRY(memory_limits(db, {run_id}, p));
   TRACR_TRY(predict_all(p, fit, sums, out_bytes, post_ms, measured));
   TRACR_TRY(held_out_spread(db, p));
+  TRACR_TRY(add_energy(db, run_id, run_id, first_hop_link(db, run_id, p.devices.front()), out_bytes, p));
   return p;
 }
 
@@ -795,6 +842,7 @@ Result<ChainPlan> plan_chain_from_profiles(ResultsDb& db, int64_t run_id, const 
   TRACR_TRY(profile_sums(db, run_id, p, sums, out_bytes));
   TRACR_TRY(memory_limits(db, {run_id}, p));
   TRACR_TRY(predict_all(p, fit, sums, out_bytes, 0.0, {}));
+  TRACR_TRY(add_energy(db, run_id, run_id, first_hop_link(db, run_id, p.devices.front()), out_bytes, p));
   return p;
 }
 
@@ -859,7 +907,10 @@ std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
   const size_t m = p.devices.size() - 1;
   for (size_t h = 1; h <= m; ++h)
     for (const char* what : {"link", "compute", "other"}) rows[0].push_back(fmt::format("{}{} ms", what, h));
-  for (const char* col : {"post ms", "predicted ms", "frames/s", "measured ms", "error"}) rows[0].push_back(col);
+  for (const char* col : {"post ms", "predicted ms", "frames/s"}) rows[0].push_back(col);
+  const bool energy = !p.energy_source.empty();
+  if (energy) rows[0].push_back("edge J");
+  for (const char* col : {"measured ms", "error"}) rows[0].push_back(col);
   if (limited) rows[0].push_back("memory MB per device");
   for (size_t i = 0; i < p.rows.size(); ++i) {
     if (!show[i]) continue;
@@ -871,6 +922,7 @@ std::string format_chain_plan(const ChainPlan& p, size_t top, size_t width) {
     row.push_back(fmt::format("{:.3f}", r.post_ms));
     row.push_back(fmt::format("{:.3f}", r.latency_ms));
     row.push_back(fmt::format("{:.1f}", r.fps));
+    if (energy) row.push_back(r.energy_j ? fmt::format("{:.4f}", *r.energy_j) : "-");
     row.push_back(r.measured_ms ? fmt::format("{:.3f}", *r.measured_ms) : "-");
     row.push_back(r.error_pct ? fmt::format("{:+.1f}%", *r.error_pct) : "-");
     if (limited) {
@@ -913,8 +965,9 @@ Result<int64_t> insert_chain_plan_row(ResultsDb& db, const ChainPlan& p) {
   store::Statement q(db.handle(),
                      "INSERT INTO plans(created_at, basis_run, model, input_shape, objective, link_source, chain, "
                      "placements, chosen_placement, measured_best_placement, mape_pct, miss_pct, validation_runs, "
-                     "memory_limits) VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?1, ?2, (SELECT input_shape FROM "
-                     "layer_profiles WHERE run_id = ?1 LIMIT 1), 'latency', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
+                     "memory_limits, energy_source) VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?1, ?2, (SELECT "
+                     "input_shape FROM layer_profiles WHERE run_id = ?1 LIMIT 1), 'latency', ?3, ?4, ?5, ?6, ?7, ?8, "
+                     "?9, ?10, ?11, ?12)");
   if (!q.prepared()) return q.error("store chain plan");
   q.bind(1, p.run);
   q.bind(2, std::string_view(p.model));
@@ -929,6 +982,7 @@ Result<int64_t> insert_chain_plan_row(ResultsDb& db, const ChainPlan& p) {
   const std::vector<int64_t> on = p.held_out.empty() && p.measured > 0 ? std::vector<int64_t>{p.run} : p.held_out;
   q.bind_text_or_null(10, fmt::format("{}", fmt::join(on, ",")));
   q.bind_text_or_null(11, p.memory_from);
+  q.bind_text_or_null(12, p.energy_source);
   TRACR_TRY(q.run("store chain plan"));
   return store::last_insert_rowid(db.handle());
 }
@@ -947,6 +1001,7 @@ Status insert_placement(store::Statement& row, store::Statement& seg, int64_t id
   row.bind(8, static_cast<int64_t>(r.fits ? 1 : 0));
   bind_opt(row, 9, r.measured_ms);
   bind_opt(row, 10, r.error_pct);
+  bind_opt(row, 11, r.energy_j);
   TRACR_TRY(row.run("store chain plan"));
   for (size_t d = 0; d < p.devices.size(); ++d) {
     seg.reset();
@@ -979,7 +1034,7 @@ Result<int64_t> store_chain_plan(ResultsDb& db, const ChainPlan& p) {
   if (!id) return std::move(id.error());
   store::Statement row(db.handle(),
                        "INSERT INTO plan_placements(plan_id, placement, head_ms, post_ms, latency_ms, fps, bytes_from, "
-                       "fits, measured_ms, error_pct) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                       "fits, measured_ms, error_pct, energy_j) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   store::Statement seg(db.handle(),
                        "INSERT INTO plan_segments(plan_id, placement, position, device, first_layer, end_layer, "
                        "link_ms, compute_ms, own_ms, wire_bytes, memory_mb) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");

@@ -52,6 +52,9 @@ struct ChainPlanRow {
   // its segment; `fits` false when one exceeds its limit (never chosen).
   std::vector<double> memory_mb;
   bool fits = true;
+  // The PARTICIPANT's energy per frame (ChainPlan::energy_source), where its
+  // layer energy is known: plan.hpp's EnergyBasis with hop 1 as its link.
+  std::optional<double> energy_j;
 };
 
 struct ChainPlan {
@@ -81,6 +84,13 @@ struct ChainPlan {
   std::vector<double> layer_weight_bytes;
   int over_memory = 0;               // placements that exceed a limit
   std::string memory_from;           // where the limits came from
+  // Participant energy (#43): its layer energy over the head [0, k1), its
+  // idle power while the rest of the frame runs (latency - head), and hop
+  // 1's radio when hop 1's link names one (3g, lte, wifi): the request's wire
+  // bytes up, the reply down (hop 1's measured median, else the model's
+  // profiled output bytes), active for hop 1's link time. "" when the
+  // PARTICIPANT has no per-layer energy (a meter or power_model, record.layers).
+  std::string energy_source;
 };
 
 // Error not_found naming what the run lacks (layer profiles of a device,
@@ -126,6 +136,7 @@ Result<ChainPlan> plan_chain_from_profiles(store::ResultsDb& db, int64_t run_id,
 struct HopLink {
   double rtt_ms = 0, ms_per_byte = 0;
   std::string source;  // where the figures came from
+  std::string name;    // the link profile (hop 1's names the radio of the participant's energy)
 };
 struct ChainFromRuns {
   std::vector<std::string> chain;             // the devices after the basis run's PARTICIPANT

@@ -35,6 +35,44 @@ using namespace tracr::store;
 constexpr std::string_view kServer = wire::role_name(wire::AgentRole::server);
 constexpr std::string_view kParticipant = wire::role_name(wire::AgentRole::participant);
 
+double EnergyBasis::joules(int k, double head_ms, double latency_ms, double up_bytes, double down_bytes,
+                           double radio_ms) const {
+  double e = 0;
+  for (int i = 0; i < k && i < static_cast<int>(layer_j.size()); ++i) e += layer_j[static_cast<size_t>(i)];
+  if (idle_w) e += *idle_w * (latency_ms - head_ms) / 1e3;
+  if (radio)
+    e += radio->alpha_up * up_bytes * 8 / 1e6 + radio->alpha_down * down_bytes * 8 / 1e6 + radio->beta * radio_ms / 1e3;
+  return e;
+}
+
+Result<EnergyBasis> participant_energy(ResultsDb& db, int64_t run_id, const std::string& device, int n,
+                                       const std::string& radio) {
+  auto energy = db.energy(run_id);
+  if (!energy) return std::move(energy.error());
+  std::map<std::string, std::map<int, const EnergyRow*>> layer_e;
+  for (const auto& e : *energy)
+    if (e.stage == "layer" && e.device == device && e.layer_index && e.joules)
+      layer_e[e.source][static_cast<int>(*e.layer_index)] = &e;
+  const std::map<int, const EnergyRow*>* ej = nullptr;
+  std::string source;
+  for (const auto& [src, m] : layer_e)
+    if (static_cast<int>(m.size()) == n && (!ej || src.rfind("measured:", 0) == 0)) {
+      ej = &m;
+      source = src;
+    }
+  EnergyBasis eb;
+  if (ej) {
+    eb.known = true;
+    for (const auto& [i, row] : *ej) {
+      eb.layer_j.push_back(*row->joules);
+      if (row->idle_w) eb.idle_w = row->idle_w;
+    }
+  }
+  eb.radio = agent::find_radio(radio);
+  if (!source.empty()) eb.source = "modelled:plan(" + source + (eb.radio ? ", radio-" + eb.radio->name : "") + ")";
+  return eb;
+}
+
 std::pair<double, double> fit_cost_line(const std::vector<std::pair<double, double>>& pts) {
   if (pts.empty()) return {0.0, 0.0};
   double mx = 0, my = 0;
@@ -788,38 +826,12 @@ Result<std::vector<CodecBasis>> codec_bases(ResultsDb& db, const RunRow& run, co
 
 // The participant's energy: per-layer joules of one source (a meter when
 // there is one), its idle power and the radio model of the link.
-struct EnergyBasis {
-  bool known = false;
-  std::vector<double> layer_j;
-  std::optional<double> idle_w;  // the source's idle power (the same on each of its rows)
-  const agent::RadioModel* radio = nullptr;
-};
-
+// The participant's energy basis (plan.hpp): layer energy of one source (a
+// measured source first) with the source's idle power, and a radio model.
 Result<EnergyBasis> energy_basis(ResultsDb& db, int64_t run_id, const std::string& part_dev, int n,
                                  const PlanOptions& opt, Plan& p) {
-  auto energy = db.energy(run_id);
-  if (!energy) return std::move(energy.error());
-  std::map<std::string, std::map<int, const EnergyRow*>> layer_e;
-  for (const auto& e : *energy)
-    if (e.stage == "layer" && e.device == part_dev && e.layer_index && e.joules)
-      layer_e[e.source][static_cast<int>(*e.layer_index)] = &e;
-  const std::map<int, const EnergyRow*>* ej = nullptr;
-  for (const auto& [src, m] : layer_e)
-    if (static_cast<int>(m.size()) == n && (!ej || src.rfind("measured:", 0) == 0)) {
-      ej = &m;
-      p.energy_source = src;
-    }
-  EnergyBasis eb;
-  if (ej) {
-    eb.known = true;
-    for (const auto& [i, row] : *ej) {
-      eb.layer_j.push_back(*row->joules);
-      if (row->idle_w) eb.idle_w = row->idle_w;
-    }
-  }
-  eb.radio = agent::find_radio(!opt.radio.empty() ? opt.radio : p.link.name);
-  if (!p.energy_source.empty())
-    p.energy_source = "modelled:plan(" + p.energy_source + (eb.radio ? ", radio-" + eb.radio->name : "") + ")";
+  auto eb = participant_energy(db, run_id, part_dev, n, !opt.radio.empty() ? opt.radio : p.link.name);
+  if (eb) p.energy_source = eb->source;
   return eb;
 }
 
@@ -856,15 +868,8 @@ PlanRow predict_row(int k, const CodecBasis& cb, const ComputeTimes& compute, co
   r.alone_ms = r.latency_ms;
   r.variability = cb.kingman(k);
   if (p.participants > 1) share_server(r, p.participants, cb.server_own_ms, r.variability);
-  if (eb.known) {
-    double e = 0;
-    for (int i = 0; i < k; ++i) e += eb.layer_j[static_cast<size_t>(i)];
-    if (eb.idle_w) e += *eb.idle_w * (r.latency_ms - r.head_ms) / 1e3;
-    if (eb.radio)
-      e += eb.radio->alpha_up * r.wire_bytes * 8 / 1e6 + eb.radio->alpha_down * r.reply_bytes * 8 / 1e6 +
-           eb.radio->beta * (r.up_ms + r.down_ms + r.rtt_ms) / 1e3;
-    r.energy_j = e;
-  }
+  if (eb.known)
+    r.energy_j = eb.joules(k, r.head_ms, r.latency_ms, r.wire_bytes, r.reply_bytes, r.up_ms + r.down_ms + r.rtt_ms);
   if (opt.max_latency_ms && r.latency_ms > *opt.max_latency_ms) r.feasible = false;
   if (opt.max_energy_j && (!r.energy_j || *r.energy_j > *opt.max_energy_j)) r.feasible = false;
   return r;

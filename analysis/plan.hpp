@@ -57,6 +57,10 @@
 #include "store/results.hpp"
 #include "protocol/error.hpp"
 
+namespace tracr::agent {
+struct RadioModel;
+}
+
 namespace tracr::analysis {
 
 struct PlanLink {
@@ -188,6 +192,24 @@ std::string format_plan(const Plan& p, size_t width = 0);
 // Least squares a + b x over (bytes, ms) points; a cost cannot fall with
 // bytes, so the line is flat (b = 0, a the mean) when it does not rise.
 std::pair<double, double> fit_cost_line(const std::vector<std::pair<double, double>>& pts);
+
+// The PARTICIPANT's energy per frame (plan.hpp's energy(k); the chain
+// planner's too): its layer energy of one source (a measured one before a
+// modelled one), that source's idle power while it waits, and a radio model
+// for the bytes it sends and receives and the time its radio is active.
+struct EnergyBasis {
+  bool known = false;                 // per-layer energy for every layer
+  std::vector<double> layer_j;        // J per layer
+  std::optional<double> idle_w;       // the source's idle power
+  const agent::RadioModel* radio = nullptr;
+  std::string source;                 // modelled:plan(<layer source>[, radio-NAME]); "" when not known
+  // layers [0, k) + idle power x (latency - head) + the radio: bytes each way and its active time.
+  double joules(int k, double head_ms, double latency_ms, double up_bytes, double down_bytes, double radio_ms) const;
+};
+// `device`'s layer energy in run `run_id` (all n layers of one source), with
+// the radio model named `radio` (3g | lte | wifi; none for another name).
+Result<EnergyBasis> participant_energy(store::ResultsDb& db, int64_t run_id, const std::string& device, int n,
+                                       const std::string& radio);
 
 // What the plan command (controller/commands/plan.cpp) shares with the planner:
 // The link as run `run` measured it with its probe (tbf's bucket included

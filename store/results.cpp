@@ -711,6 +711,7 @@ CREATE TABLE plan_placements (
   fits        INTEGER,
   measured_ms REAL,
   error_pct   REAL,
+  energy_j    REAL,
   PRIMARY KEY (plan_id, placement)
 );
 CREATE TABLE plan_segments (

@@ -398,6 +398,9 @@ TableInfo plan_placements_table() {
       {"fits", "INTEGER", "", "controller", "1 = every device's need is within its memory_mb (or none is set)"},
       {"measured_ms", "REAL", "ms", "controller", "validation: the median total at this placement (plans.validation_runs)"},
       {"error_pct", "REAL", "%", "controller", "validation: (predicted - measured) / measured x 100"},
+      {"energy_j", "REAL", "J", "controller",
+       "the PARTICIPANT's energy per frame: layer energy [0, k1) + idle power x (latency - head) + hop 1's radio model "
+       "(plans.energy_source); NULL: no per-layer energy for it"},
   };
   return t;
 }

@@ -529,7 +529,7 @@ Result<std::vector<std::optional<HopLink>>> chain_links(ResultsDb& db, const Pla
       return plan_failure(2, fmt::format("--link {}: the profile leaves the rate up unlimited and run {} has no link "
                                          "probe to stand in for it; name a profile with a rate",
                                          name, run_id));
-    out.push_back(HopLink{l.rtt_ms, 8.0 / (l.up_mbps * 1e3), l.source});
+    out.push_back(HopLink{l.rtt_ms, 8.0 / (l.up_mbps * 1e3), l.source, name});
   }
   return out;
 }

@@ -1008,7 +1008,8 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
                                                      "  - {device_type: SERVER, name: edge, transport: local, "
                                                      "memory_mb: 5}\n"
                                                      "  - {device_type: SERVER, name: cloud, transport: local}\n"
-                                                     "  - {device_type: PARTICIPANT, name: phone, transport: local}\n");
+                                                     "  - {device_type: PARTICIPANT, name: phone, transport: local, "
+                                                     "power_model: {idle_w: 2, busy_w: 6}}\n");
   std::string edge_yaml = small_experiment(db, "probe: {enabled: true, duration_ms: 200}\nchain: [edge]\n", limited);
   edge_yaml.replace(edge_yaml.find("split: all"), 10, "split: [3]");
   auto edge = sh(tracrctl() + " run " + d.file("edge.yaml", edge_yaml) + " --no-progress");
@@ -1028,6 +1029,19 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
         "memory limits: edge 5 MB (run 3's devices file)", "placements exceed a limit and are not chosen",
         "chosen (lowest predicted latency within the memory limits)", "memory MB per device", " over\n"})
     EXPECT_NE(planned.out.find(want), std::string::npos) << want << "\n" << planned.out;
+  // The phone's energy per placement (its power_model's layer energy in run 3): the head's layers + idle power
+  // while the rest of the frame runs; no radio, as hop 1's link (the probe's) names none.
+  for (const char* want : {"edge J", "edge J: phone's energy per frame = its layer energy over the head (run 3) + idle "
+                                     "power 2 W x the rest of the frame (no radio model"})
+    EXPECT_NE(planned.out.find(want), std::string::npos) << want << "\n" << planned.out;
+  EXPECT_EQ(query(db, "select count(*) || ',' || sum(abs(energy_j - (coalesce((select sum(joules) from energy e where "
+                      "e.run_id = 3 and e.stage = 'layer' and e.device = 'phone' and e.layer_index < cast(substr("
+                      "placement, 1, instr(placement, '|') - 1) as integer)), 0) + 2 * (latency_ms - head_ms) / 1e3)) "
+                      "< 1e-9) || ',' || (select energy_source like 'modelled:plan(modelled:power_model)' from plans "
+                      "where id = 3) from plan_placements where plan_id = 3"),
+            "276,276,1");
+  auto radio = sh(tracrctl() + " plan 3 --chain edge,cloud --link wifi,wan --no-store --db " + db);
+  EXPECT_NE(radio.out.find("+ radio-wifi for hop 1"), std::string::npos) << radio.out;
   // Stored as plan 3 (plan 2: the two-tier run's) with the limit: a placement fits exactly when its edge
   // segment needs at most 5 MB.
   EXPECT_NE(planned.out.find("stored as plan 3 in "), std::string::npos) << planned.out;
