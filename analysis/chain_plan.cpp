@@ -14,6 +14,7 @@
 #include "analysis/plan.hpp"
 #include "core/text.hpp"
 #include "protocol/stats.hpp"
+#include "settings/config.hpp"
 #include "store/statement.hpp"
 #include "wire/placement.hpp"
 
@@ -547,6 +548,25 @@ Result<std::optional<std::pair<std::pair<double, double>, int64_t>>> server_own_
 // placement's median over the runs' medians, each run of the basis's model
 // (by fingerprint where both profiled it: the same file from another folder
 // is the same model) and of this chain, with chain frames.
+// A held-out run at the basis run's input: the same input_size and
+// batch_size in their stored experiments (where both parse).
+Status same_input(const RunRow& basis, const RunRow& run) {
+  auto a = settings::parse_experiment(basis.config_yaml, fmt::format("run {}'s stored experiment", basis.id), false);
+  auto b = settings::parse_experiment(run.config_yaml, fmt::format("run {}'s stored experiment", run.id), false);
+  if (!a || !b) return {};
+  auto input = [](const settings::ExperimentConfig& e) {
+    return fmt::format("input {} at batch {}",
+                       e.input_size.empty() ? std::string("(the model's default)")
+                                            : fmt::format("{}", fmt::join(e.input_size, "x")),
+                       e.batch_size);
+  };
+  if (input(*a) == input(*b)) return {};
+  return make_error(Errc::invalid_argument,
+                    fmt::format("--validate-on {}: run {} ran {}, the plan's run {} {}; expected a run at the same "
+                                "input and batch (compute and bytes scale with both)",
+                                run.id, run.id, input(*b), basis.id, input(*a)));
+}
+
 Status check_medians(ResultsDb& db, const ChainPlan& p, const RunRow& basis, const std::vector<int64_t>& runs,
                      std::map<std::vector<int>, double>& measured) {
   std::map<std::vector<int>, std::vector<double>> each;
@@ -558,6 +578,7 @@ Status check_medians(ResultsDb& db, const ChainPlan& p, const RunRow& basis, con
       return make_error(Errc::invalid_argument, fmt::format("--validate-on {}: run {} ran {}, the plan {}; expected a "
                                                             "chain run of the same model",
                                                             v, v, run->model, p.model));
+    TRACR_TRY(same_input(basis, *run));
     auto path = chain_path(db, v);
     if (!path) return std::move(path.error());
     if (*path != chain)

@@ -1112,6 +1112,16 @@ TEST(RunLocal, AChainOfThreeLocalAgentsRunsPlacementsAsTheTwoTierModel) {
                           "at "),
             std::string::npos)
       << flat.out;
+  // A held-out chain run at another batch is refused, naming both (run 1's stored experiment edited as a
+  // batch-2 run stores it).
+  ASSERT_TRUE(modify(db, "update runs set config_yaml = replace(config_yaml, char(10) || 'batch_size: 1' || char(10), "
+                         "char(10) || 'batch_size: 2' || char(10)) where id = 1"));
+  auto batch = sh(tracrctl() + " plan 3 --chain edge,cloud --link probe,wan --validate-on 1 --no-store --db " + db);
+  EXPECT_EQ(batch.status, 2) << batch.out;
+  EXPECT_NE(batch.out.find("--validate-on 1: run 1 ran input 3x64x64 at batch 2, the plan's run 3 input 3x64x64 at "
+                           "batch 1; expected a run at the same input and batch"),
+            std::string::npos)
+      << batch.out;
 }
 
 // split: plan on a chain of three local agents (#43): the middle probes its
